@@ -1,0 +1,224 @@
+#include "sim/core/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+namespace gpuslice::sim {
+namespace {
+
+bool HasWork(const ContextRecord& c, int device) {
+  return c.status == kContextActive && c.device == device && c.count > 0;
+}
+
+// The next context with work, round-robin from the device's cursor, skipping
+// `exclude`; -1 if none.
+int PickNext(const SimState& s, int device, int exclude) {
+  const DeviceState& d = s.devices[device];
+  for (int k = 0; k < kMaxContexts; ++k) {
+    int i = static_cast<int>((d.rr_next + k) % kMaxContexts);
+    if (i != exclude && HasWork(s.contexts[i], device)) return i;
+  }
+  return -1;
+}
+
+uint32_t Percent(int64_t part, int64_t whole) {
+  if (whole <= 0) return 0;
+  return static_cast<uint32_t>(std::min<int64_t>(100, (part * 100 + whole / 2) / whole));
+}
+
+// Adds busy time [t0, t1) of context `ctx` to the device's open window(s),
+// closing windows as their end passes.
+void AccountBusy(SimState& s, int device, int ctx, int64_t t0, int64_t t1) {
+  DeviceState& d = s.devices[device];
+  ContextRecord& c = s.contexts[ctx];
+  const int64_t total = t1 - t0;
+  while (t0 < t1) {
+    CloseWindows(s, device, t0);
+    int64_t seg_end = std::min(t1, d.window_start_ns + s.params.sample_ns);
+    int64_t dt = seg_end - t0;
+    d.window_busy_ns += dt;
+    uint32_t n = d.window_process_count;
+    uint32_t i = 0;
+    while (i < n && d.window_processes[i].process_slot != c.process_slot) ++i;
+    if (i == n && n < kWindowProcesses) {
+      d.window_processes[n] = {c.process_slot, 0, 0};
+      d.window_process_count = ++n;
+    }
+    if (i < n) d.window_processes[i].busy_ns += dt;
+    t0 = seg_end;
+  }
+  d.busy_ns += total;
+  c.busy_ns += total;
+  if (c.process_slot >= 0) s.processes[c.process_slot].devices[device].busy_ns += total;
+}
+
+// Marks ops at the head that are complete: the head kernel if done, then any
+// markers behind it (invariant 2).
+void CompleteReadyOps(SimState& s, int ctx, int64_t t) {
+  ContextRecord& c = s.contexts[ctx];
+  while (c.count > 0) {
+    QueuedOp& op = c.queue[c.head];
+    if (op.remaining_ns > 0) break;
+    if (op.event_slot >= 0) {
+      c.event_time_ns[op.event_slot] = t;
+      c.event_done_seq[op.event_slot] = op.seq;
+    } else {
+      ++c.kernels;
+      ++s.devices[c.device].kernels;
+      if (c.process_slot >= 0) ++s.processes[c.process_slot].devices[c.device].kernels;
+    }
+    c.completed_seq = op.seq;
+    c.head = (c.head + 1) % kQueueCapacity;
+    --c.count;
+  }
+}
+
+// The running context stops executing (ran dry, preempted or destroyed).
+void Release(DeviceState& d) {
+  d.last_ctx = d.running_ctx;
+  d.rr_next = static_cast<uint32_t>((d.running_ctx + 1) % kMaxContexts);
+  d.running_ctx = -1;
+}
+
+}  // namespace
+
+void CloseWindows(SimState& s, int device, int64_t now_ns) {
+  DeviceState& d = s.devices[device];
+  const int64_t sample = s.params.sample_ns;
+  while (now_ns >= d.window_start_ns + sample) {
+    UtilWindow& w = d.windows[d.windows_closed % kUtilWindows];
+    w.start_ns = d.window_start_ns;
+    w.end_ns = d.window_start_ns + sample;
+    w.gpu_percent = Percent(d.window_busy_ns, sample);
+    w.process_count = 0;
+    for (uint32_t i = 0; i < d.window_process_count; ++i) {
+      const auto& p = d.window_processes[i];
+      if (p.busy_ns <= 0 || p.process_slot < 0) continue;
+      w.processes[w.process_count++] = {s.processes[p.process_slot].pid, Percent(p.busy_ns, sample)};
+    }
+    ++d.windows_closed;
+    d.window_start_ns += sample;
+    d.window_busy_ns = 0;
+    d.window_process_count = 0;
+    // After a long idle stretch, skip ahead: only the newest kUtilWindows matter.
+    int64_t behind = (now_ns - d.window_start_ns) / sample;
+    if (behind > kUtilWindows) {
+      int64_t skip = behind - kUtilWindows;
+      d.window_start_ns += skip * sample;
+      d.windows_closed += static_cast<uint64_t>(skip);
+    }
+  }
+}
+
+void AdvanceDevice(SimState& s, int device, int64_t now_ns) {
+  DeviceState& d = s.devices[device];
+  if (now_ns <= d.sched_ns) return;
+  const SimParams& p = s.params;
+  const int64_t start = d.sched_ns;
+  const int64_t busy_before = d.busy_ns;
+  int64_t t = start;
+
+  while (t < now_ns) {
+    if (d.running_ctx < 0) {
+      int next = PickNext(s, device, -1);
+      if (next < 0) break;  // idle until now
+      d.running_ctx = next;
+      d.switch_end_ns = t;
+      if (d.last_ctx >= 0 && d.last_ctx != next && p.switch_ns > 0) {
+        d.switch_end_ns = t + p.switch_ns;
+        ++d.switches;
+      }
+      d.slice_end_ns = d.switch_end_ns + p.timeslice_ns;
+    }
+    if (t < d.switch_end_ns) {  // switching: nothing executes
+      t = std::min(now_ns, d.switch_end_ns);
+      continue;
+    }
+    ContextRecord& c = s.contexts[d.running_ctx];
+    assert(c.count > 0 && c.queue[c.head].remaining_ns > 0);
+    QueuedOp& op = c.queue[c.head];
+    int64_t run = std::min({op.remaining_ns, d.slice_end_ns - t, now_ns - t});
+    AccountBusy(s, device, d.running_ctx, t, t + run);
+    t += run;
+    op.remaining_ns -= run;
+    if (op.remaining_ns == 0) {
+      CompleteReadyOps(s, d.running_ctx, t);
+      if (c.count == 0) {  // ran dry: yield early
+        Release(d);
+        continue;
+      }
+    }
+    if (t >= d.slice_end_ns) {
+      if (PickNext(s, device, d.running_ctx) >= 0) {
+        Release(d);  // preempted; its kernel resumes in a later slice
+      } else {
+        d.slice_end_ns = t + p.timeslice_ns;  // nobody waiting: keep going
+      }
+    }
+  }
+
+  CloseWindows(s, device, now_ns);
+  // Energy: idle power while idle or switching, busy power while executing,
+  // both capped by the power limit.
+  const double limit_mw = d.power_limit_mw;
+  const double idle_mw = std::min<double>(d.info.power_idle_mw, limit_mw);
+  const double busy_mw = std::min<double>(d.info.power_busy_mw, limit_mw);
+  const int64_t busy = d.busy_ns - busy_before;
+  d.energy_mj += (idle_mw * static_cast<double>(now_ns - start - busy) +
+                  busy_mw * static_cast<double>(busy)) * 1e-9;
+  d.sched_ns = now_ns;
+}
+
+uint64_t EnqueueOp(SimState& s, int ctx, int64_t duration_ns, int32_t event_slot,
+                   int64_t now_ns) {
+  ContextRecord& c = s.contexts[ctx];
+  assert(c.count < kQueueCapacity);
+  const uint64_t seq = c.next_seq++;
+  if (event_slot >= 0 && c.count == 0) {  // nothing before it: complete now
+    c.event_time_ns[event_slot] = now_ns;
+    c.event_done_seq[event_slot] = seq;
+    c.completed_seq = seq;
+    return seq;
+  }
+  assert(event_slot >= 0 || duration_ns > 0);
+  c.queue[(c.head + c.count) % kQueueCapacity] = {seq, event_slot >= 0 ? 0 : duration_ns,
+                                                  event_slot, 0};
+  ++c.count;
+  return seq;
+}
+
+int64_t CompletionLowerBoundNs(const SimState& s, int ctx, uint64_t seq) {
+  const ContextRecord& c = s.contexts[ctx];
+  if (seq <= c.completed_seq) return 0;
+  int64_t work = 0;
+  for (uint32_t i = 0; i < c.count; ++i) {
+    const QueuedOp& op = c.queue[(c.head + i) % kQueueCapacity];
+    if (op.seq > seq) break;
+    work += op.remaining_ns;
+  }
+  const DeviceState& d = s.devices[c.device];
+  if (d.running_ctx == ctx) {
+    work += std::max<int64_t>(0, d.switch_end_ns - d.sched_ns);
+  } else if (d.last_ctx != ctx) {
+    work += s.params.switch_ns;
+  }
+  return work;
+}
+
+void DropQueuedWork(SimState& s, int ctx, int64_t now_ns) {
+  ContextRecord& c = s.contexts[ctx];
+  for (uint32_t i = 0; i < c.count; ++i) {
+    QueuedOp& op = c.queue[(c.head + i) % kQueueCapacity];
+    if (op.event_slot >= 0) {
+      c.event_time_ns[op.event_slot] = now_ns;
+      c.event_done_seq[op.event_slot] = op.seq;
+    }
+  }
+  c.count = 0;
+  c.completed_seq = c.next_seq - 1;
+  DeviceState& d = s.devices[c.device];
+  if (d.running_ctx == ctx) Release(d);
+}
+
+}  // namespace gpuslice::sim

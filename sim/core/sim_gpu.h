@@ -1,0 +1,140 @@
+// SimGpu: one process's handle on a simulation. Maps the shared state file
+// (creating and initialising it on first use), registers the calling process,
+// and offers the operations the simulated driver and NVML are built from.
+//
+// Every operation takes the state mutex, advances the schedule of the devices
+// it touches to now, does its work and unlocks. Operations that wait (a full
+// launch queue, a synchronisation) compute when the work they depend on could
+// earliest complete, sleep until then unlocked, and re-check, since other
+// processes may have queued work meanwhile.
+//
+// Thread-safe. Process-shared through the mutex, which is robust: a process
+// killed while holding it does not wedge the others.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "sim/core/config.h"
+#include "sim/core/state.h"
+
+namespace gpuslice::sim {
+
+struct OpenOptions {
+  std::string state_path;   // default: DefaultStatePath()
+  std::string config_text;  // JSON; empty = DefaultSimConfig()
+};
+
+// GPUSLICE_SIM_STATE, or /dev/shm/gpuslice-sim-<uid>.state.
+std::string DefaultStatePath();
+// Options from GPUSLICE_SIM_STATE and GPUSLICE_SIM_CONFIG.
+StatusOr<OpenOptions> OptionsFromEnv();
+
+// Names a context across processes: a slot and the generation it had when
+// created (a stale handle to a reused slot is detected).
+struct ContextId {
+  int32_t index = -1;
+  uint64_t generation = 0;
+};
+
+class SimGpu {
+ public:
+  // Maps the state at options.state_path, creating it from options.config_text
+  // if absent. If it exists but was made from another config: re-created when
+  // no live process uses it, else FailedPrecondition naming the users.
+  static StatusOr<std::unique_ptr<SimGpu>> Open(const OpenOptions& options);
+  ~SimGpu();
+  SimGpu(const SimGpu&) = delete;
+  SimGpu& operator=(const SimGpu&) = delete;
+
+  int device_count() const;
+  const DeviceInfo& device(int index) const;  // REQUIRES: 0 <= index < device_count()
+  const SimParams& params() const;
+  const std::string& path() const { return path_; }
+
+  // ---- contexts ----
+  // Creates a context of this process on `device`, reserving
+  // params.context_bytes. Errors: ResourceExhausted (memory or slots),
+  // FailedPrecondition (compute mode forbids it; message says which),
+  // InvalidArgument (no such device).
+  StatusOr<ContextId> CreateContext(int device, uint32_t flags = 0);
+  Status DestroyContext(ContextId ctx);
+
+  // ---- memory accounting (callers back the bytes themselves) ----
+  // Charges `bytes` rounded up to the granularity to the context's device.
+  // ResourceExhausted when the device has not that much free.
+  Status Allocate(ContextId ctx, uint64_t bytes);
+  void Free(ContextId ctx, uint64_t bytes);  // same rounding as Allocate
+  uint64_t RoundToGranularity(uint64_t bytes) const;
+  void MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes);
+
+  // ---- work ----
+  // Duration of a kernel launch per the model (DESIGN.md section 7): a kernel
+  // named "gpuslice_sim_spin" takes `spin_ns`; others launch_ns + waves *
+  // wave_ns * clock_factor.
+  int64_t KernelDurationNs(int device, std::string_view function_name, uint64_t blocks,
+                           uint32_t threads_per_block, uint64_t spin_ns) const;
+  // Queues a kernel; blocks while max_pending ops are in flight. Returns its seq.
+  StatusOr<uint64_t> EnqueueKernel(ContextId ctx, int64_t duration_ns);
+  // Queues an event marker for `event_slot`. Returns its seq.
+  StatusOr<uint64_t> EnqueueEventRecord(ContextId ctx, int event_slot);
+  bool IsComplete(ContextId ctx, uint64_t seq);
+  // Waits until every op of ctx with seq <= `seq` completed.
+  Status Wait(ContextId ctx, uint64_t seq);
+  // Seq of the context's last queued op (0 if none ever).
+  uint64_t LastSeq(ContextId ctx);
+
+  // Event slots live in the context record so that any process advancing the
+  // schedule can timestamp them.
+  StatusOr<int> AllocateEventSlot(ContextId ctx);
+  void FreeEventSlot(ContextId ctx, int slot);
+  // Completion time of the marker with `seq` recorded for `slot`, if complete.
+  bool EventTime(ContextId ctx, int slot, uint64_t seq, int64_t* time_ns);
+
+  // ---- everything else (NVML, stats, settings) ----
+  // Runs f(SimState&) under the lock after advancing every device to now and
+  // reaping dead processes. f must not block.
+  template <typename F>
+  auto WithState(F&& f) {
+    Locked lock(*this);
+    AdvanceAllLocked(NowNs());
+    return f(*state_);
+  }
+  // Clears ground truth: exited processes, counters, windows. Live contexts and
+  // memory stay.
+  void ResetStats();
+  int64_t NowNs() const { return MonotonicNs(); }
+  // This process's slot in state.processes.
+  int process_slot() const { return process_slot_; }
+
+ private:
+  class Locked {
+   public:
+    explicit Locked(SimGpu& gpu);
+    ~Locked();
+    Locked(const Locked&) = delete;
+    Locked& operator=(const Locked&) = delete;
+
+   private:
+    SimGpu& gpu_;
+  };
+
+  SimGpu(std::string path, SimState* state, size_t mapped_size);
+  void AdvanceAllLocked(int64_t now);
+  void ReapDeadProcessesLocked(int64_t now, bool force);
+  int RegisterProcessLocked();
+  ContextRecord* LookupLocked(ContextId ctx);
+  Status WaitUntil(ContextId ctx, uint64_t seq, bool for_queue_space);
+
+  std::string path_;
+  SimState* state_;
+  size_t mapped_size_;
+  int process_slot_ = -1;
+  pid_t pid_;
+};
+
+}  // namespace gpuslice::sim
