@@ -155,7 +155,7 @@ StatusOr<std::unique_ptr<SimGpu>> SimGpu::Open(const OpenOptions& options) {
       unlink(path.c_str());
       continue;
     }
-    if (s->header.config_hash != hash) {
+    if (s->header.config_hash != hash && !options.observer) {
       std::string users = LiveUsers(s);
       munmap(s, sizeof(SimState));
       if (!users.empty()) {
@@ -166,8 +166,8 @@ StatusOr<std::unique_ptr<SimGpu>> SimGpu::Open(const OpenOptions& options) {
       unlink(path.c_str());
       continue;
     }
-    std::unique_ptr<SimGpu> gpu(new SimGpu(path, s, sizeof(SimState)));
-    {
+    std::unique_ptr<SimGpu> gpu(new SimGpu(path, s, sizeof(SimState), options.observer));
+    if (!options.observer) {
       Locked lock(*gpu);
       if (gpu->RegisterProcessLocked() < 0) {
         return ResourceExhausted("simulator state " + path + " has no free process slot");
@@ -181,8 +181,12 @@ StatusOr<std::unique_ptr<SimGpu>> SimGpu::Open(const OpenOptions& options) {
   return Unavailable("simulator state " + path + " keeps changing under us; giving up");
 }
 
-SimGpu::SimGpu(std::string path, SimState* state, size_t mapped_size)
-    : path_(std::move(path)), state_(state), mapped_size_(mapped_size), pid_(getpid()) {}
+SimGpu::SimGpu(std::string path, SimState* state, size_t mapped_size, bool observer)
+    : path_(std::move(path)),
+      state_(state),
+      mapped_size_(mapped_size),
+      pid_(getpid()),
+      observer_(observer) {}
 
 SimGpu::~SimGpu() { munmap(state_, mapped_size_); }
 
@@ -197,7 +201,7 @@ SimGpu::Locked::Locked(SimGpu& gpu) : gpu_(gpu) {
   if (getpid() != gpu.pid_) {  // forked child: a new process of the simulation
     gpu.pid_ = getpid();
     gpu.process_slot_ = -1;
-    gpu.RegisterProcessLocked();
+    if (!gpu.observer_) gpu.RegisterProcessLocked();
   }
 }
 
@@ -279,6 +283,8 @@ ContextRecord* SimGpu::LookupLocked(ContextId ctx) {
 }
 
 StatusOr<ContextId> SimGpu::CreateContext(int device, uint32_t flags) {
+  if (observer_) return FailedPrecondition("an observer of the simulation cannot create contexts");
+  if (process_slot_ < 0) return ResourceExhausted("this process has no slot in the simulation");
   if (device < 0 || device >= device_count()) {
     return InvalidArgument("no simulated device " + std::to_string(device));
   }

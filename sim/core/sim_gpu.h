@@ -27,7 +27,15 @@ namespace gpuslice::sim {
 struct OpenOptions {
   std::string state_path;   // default: DefaultStatePath()
   std::string config_text;  // JSON; empty = DefaultSimConfig()
+  // An observer (NVML, nvidia-smi, the CLI) reads and sets device state but is
+  // not a process of the simulation: it is not registered and cannot create
+  // contexts. It accepts a state made from any config.
+  bool observer = false;
 };
+
+// Initialises a zeroed SimState from `config` as of `now_ns` (monotonic).
+void InitializeState(SimState* state, const SimConfig& config, uint64_t config_hash,
+                     int64_t now_ns);
 
 // GPUSLICE_SIM_STATE, or /dev/shm/gpuslice-sim-<uid>.state.
 std::string DefaultStatePath();
@@ -123,18 +131,22 @@ class SimGpu {
     SimGpu& gpu_;
   };
 
-  SimGpu(std::string path, SimState* state, size_t mapped_size);
+  SimGpu(std::string path, SimState* state, size_t mapped_size, bool observer);
   void AdvanceAllLocked(int64_t now);
   void ReapDeadProcessesLocked(int64_t now, bool force);
   int RegisterProcessLocked();
   ContextRecord* LookupLocked(ContextId ctx);
-  Status WaitUntil(ContextId ctx, uint64_t seq, bool for_queue_space);
+  enum class WaitFor { kCompletion, kLaunchSlot, kQueueSlot };
+  // Sleeps until op `seq` completed (kCompletion), or until the queue has room
+  // for a kernel (kLaunchSlot: below max_pending) or a marker (kQueueSlot).
+  Status WaitUntil(ContextId ctx, WaitFor what, uint64_t seq);
 
   std::string path_;
   SimState* state_;
   size_t mapped_size_;
-  int process_slot_ = -1;
+  int process_slot_ = -1;  // -1 for observers
   pid_t pid_;
+  bool observer_;
 };
 
 }  // namespace gpuslice::sim

@@ -221,5 +221,24 @@ TEST_F(SimGpuTest, ResetKeepsLiveStateAndDropsExitedProcesses) {
   });
 }
 
+TEST_F(SimGpuTest, ObserverSeesStateButIsNotAProcess) {
+  auto gpu = Open();
+  auto ctx = gpu->CreateContext(0);
+  ASSERT_TRUE(ctx.ok());
+  auto observer = SimGpu::Open({path_, R"({"device_count": 3})", /*observer=*/true});
+  ASSERT_TRUE(observer.ok()) << observer.status().ToString();  // any config is accepted
+  EXPECT_EQ((*observer)->device_count(), 1);
+  EXPECT_FALSE((*observer)->CreateContext(0).ok());
+  int registered = (*observer)->WithState([](SimState& s) {
+    int n = 0;
+    for (const auto& p : s.processes) n += p.status == kProcessAlive;
+    return n;
+  });
+  EXPECT_EQ(registered, 1);  // only `gpu`
+  uint64_t free_bytes, total;
+  (*observer)->MemoryInfo(0, &free_bytes, &total);
+  EXPECT_EQ(total - free_bytes, gpu->params().context_bytes);
+}
+
 }  // namespace
 }  // namespace gpuslice::sim

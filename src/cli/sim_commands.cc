@@ -1,0 +1,221 @@
+#include "cli/sim_commands.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/paths.h"
+#include "sim/core/config.h"
+#include "sim/core/sim_gpu.h"
+#include "sim/core/stats.h"
+
+namespace gpuslice::cli {
+namespace {
+
+struct SimTarget {
+  std::string config;  // --config: a file or inline JSON
+  std::string state;   // --state: the state file
+};
+
+void AddTargetOptions(CLI::App* cmd, SimTarget* t) {
+  cmd->add_option("--config", t->config,
+                  "Simulator config: a JSON file, or JSON text (default: one H100 80GB)");
+  cmd->add_option("--state", t->state,
+                  "Simulation state file shared by its processes (default: $GPUSLICE_SIM_STATE "
+                  "or /dev/shm/gpuslice-sim-<uid>.state)");
+}
+
+[[noreturn]] void Fail(const std::string& message, int code = 1) {
+  fprintf(stderr, "gpuslice: %s\n", message.c_str());
+  exit(code);
+}
+
+// The environment that selects the simulated GPU, as (name, value) pairs.
+std::vector<std::pair<std::string, std::string>> SimEnvironment(const SimTarget& t) {
+  auto dir = SimDir();
+  if (!dir.ok()) Fail(dir.status().message());
+  if (!t.config.empty()) {
+    auto text = sim::LoadSimConfigText(t.config);
+    if (!text.ok()) Fail(text.status().message());
+    if (auto parsed = sim::ParseSimConfig(*text); !parsed.ok()) Fail(parsed.status().message());
+  }
+  std::vector<std::pair<std::string, std::string>> env;
+  const char* ld = getenv("LD_LIBRARY_PATH");
+  env.emplace_back("LD_LIBRARY_PATH",
+                   *dir + "/lib" + (ld != nullptr && *ld != '\0' ? ":" + std::string(ld) : ""));
+  const char* path = getenv("PATH");
+  env.emplace_back("PATH", *dir + "/bin" + (path != nullptr ? ":" + std::string(path) : ""));
+  if (!t.config.empty()) {
+    char real[PATH_MAX];
+    bool is_file = t.config.front() != '{' && realpath(t.config.c_str(), real) != nullptr;
+    env.emplace_back("GPUSLICE_SIM_CONFIG", is_file ? std::string(real) : t.config);
+  }
+  if (!t.state.empty()) env.emplace_back("GPUSLICE_SIM_STATE", t.state);
+  return env;
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Opens the simulation named by the environment (and `t`) as an observer.
+std::unique_ptr<sim::SimGpu> OpenObserver(const SimTarget& t) {
+  auto options = sim::OptionsFromEnv();
+  if (!options.ok()) Fail(options.status().message());
+  if (!t.state.empty()) options->state_path = t.state;
+  if (access(options->state_path.c_str(), F_OK) != 0) {
+    Fail("no simulation at " + options->state_path +
+         " (it starts with the first program run under `gpuslice sim run`)");
+  }
+  options->observer = true;
+  auto gpu = sim::SimGpu::Open(*options);
+  if (!gpu.ok()) Fail(gpu.status().message());
+  return std::move(*gpu);
+}
+
+// Prints, every `interval`, each device's and process's share of GPU time in
+// that interval.
+void Watch(sim::SimGpu& gpu, double interval_s, int count) {
+  struct Sample {
+    int64_t now;
+    std::map<uint32_t, int64_t> device_busy;
+    std::map<std::pair<int32_t, uint32_t>, std::pair<std::string, int64_t>> process_busy;
+  };
+  auto take = [&] {
+    return gpu.WithState([&](sim::SimState& s) {
+      Sample x{gpu.NowNs(), {}, {}};
+      for (uint32_t d = 0; d < s.device_count; ++d) x.device_busy[d] = s.devices[d].busy_ns;
+      for (const auto& p : s.processes) {
+        if (p.status == sim::kProcessFree) continue;
+        for (uint32_t d = 0; d < s.device_count; ++d) {
+          x.process_busy[{p.pid, d}] = {p.name, p.devices[d].busy_ns};
+        }
+      }
+      return x;
+    });
+  };
+  Sample prev = take();
+  const int64_t start = prev.now;
+  for (int i = 0; count <= 0 || i < count; ++i) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+    Sample cur = take();
+    const double dt = static_cast<double>(cur.now - prev.now);
+    for (const auto& [d, busy] : cur.device_busy) {
+      std::string line;
+      char buf[128];
+      snprintf(buf, sizeof buf, "t=%6.1fs  GPU %u busy %5.1f%%",
+               static_cast<double>(cur.now - start) / 1e9, d,
+               100.0 * static_cast<double>(busy - prev.device_busy[d]) / dt);
+      line += buf;
+      for (const auto& [key, value] : cur.process_busy) {
+        if (key.second != d) continue;
+        auto it = prev.process_busy.find(key);
+        int64_t delta = value.second - (it == prev.process_busy.end() ? 0 : it->second.second);
+        if (delta <= 0) continue;
+        snprintf(buf, sizeof buf, "  | pid %d %s %5.1f%%", key.first, value.first.c_str(),
+                 100.0 * static_cast<double>(delta) / dt);
+        line += buf;
+      }
+      printf("%s\n", line.c_str());
+    }
+    fflush(stdout);
+    prev = std::move(cur);
+  }
+}
+
+}  // namespace
+
+void AddSimCommands(CLI::App& app) {
+  CLI::App* sim = app.add_subcommand("sim", "The simulated GPU: run programs on it, read its "
+                                            "ground truth");
+  sim->require_subcommand(1);
+
+  {
+    auto* t = new SimTarget;  // lives as long as the process: CLI11 keeps pointers
+    auto* argv = new std::vector<std::string>;
+    CLI::App* run = sim->add_subcommand("run", "Run a command with the simulated GPU selected");
+    AddTargetOptions(run, t);
+    run->add_option("command", *argv, "The command and its arguments (after --)")->required();
+    run->callback([t, argv] {
+      for (const auto& [name, value] : SimEnvironment(*t)) setenv(name.c_str(), value.c_str(), 1);
+      std::vector<char*> args;
+      for (auto& a : *argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      Fail("cannot run " + (*argv)[0] + ": " + strerror(errno), 127);
+    });
+  }
+  {
+    auto* t = new SimTarget;
+    CLI::App* env = sim->add_subcommand(
+        "env", "Print shell exports that select the simulated GPU: eval \"$(gpuslice sim env)\"");
+    AddTargetOptions(env, t);
+    env->callback([t] {
+      for (const auto& [name, value] : SimEnvironment(*t)) {
+        printf("export %s=%s\n", name.c_str(), ShellQuote(value).c_str());
+      }
+    });
+  }
+  {
+    auto* t = new SimTarget;
+    auto* json = new bool(false);
+    auto* watch = new double(0);
+    auto* count = new int(0);
+    CLI::App* stats = sim->add_subcommand(
+        "stats", "Print the simulation's ground truth: per device and per process (exited ones "
+                 "kept until reset) busy time, kernels, memory, and the simulation clock");
+    stats->add_option("--state", t->state, "Simulation state file");
+    stats->add_flag("--json", *json, "Machine-readable output (fields documented in the README)");
+    stats->add_option("--watch", *watch,
+                      "Instead, print every SECONDS each process's share of GPU time")
+        ->check(CLI::Range(0.05, 3600.0));
+    stats->add_option("--count", *count, "With --watch: stop after N lines (default: never)")
+        ->check(CLI::NonNegativeNumber);
+    stats->callback([t, json, watch, count] {
+      auto gpu = OpenObserver(*t);
+      if (*watch > 0) {
+        Watch(*gpu, *watch, *count);
+        return;
+      }
+      std::string out = gpu->WithState([&](sim::SimState& s) {
+        return *json ? sim::StatsJson(s, gpu->NowNs()).dump(2) + "\n"
+                     : sim::StatsText(s, gpu->NowNs());
+      });
+      fputs(out.c_str(), stdout);
+    });
+  }
+  {
+    auto* t = new SimTarget;
+    auto* remove = new bool(false);
+    CLI::App* reset = sim->add_subcommand(
+        "reset", "Clear the ground truth (exited processes, counters); running programs keep "
+                 "their contexts and memory");
+    reset->add_option("--state", t->state, "Simulation state file");
+    reset->add_flag("--remove", *remove,
+                    "Delete the state file instead (refused while programs use it)");
+    reset->callback([t, remove] {
+      auto gpu = OpenObserver(*t);
+      if (!*remove) {
+        gpu->ResetStats();
+        return;
+      }
+      int users = gpu->WithState([](sim::SimState& s) {
+        int n = 0;
+        for (const auto& p : s.processes) n += p.status == sim::kProcessAlive;
+        return n;
+      });
+      if (users > 0) Fail("the simulation is in use by " + std::to_string(users) + " process(es)");
+      unlink(gpu->path().c_str());
+    });
+  }
+}
+
+}  // namespace gpuslice::cli
