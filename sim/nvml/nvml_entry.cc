@@ -1,0 +1,840 @@
+// The simulated libnvidia-ml.so.1: NVML entry points over the shared
+// simulator state (sim/core). Every query advances the simulation to now
+// (SimGpu::WithState) and answers from the state; nvml_model.h says how the
+// derived quantities are computed.
+//
+// Contracts kept for every entry point:
+//  - nothing throws across the C boundary; an internal failure is
+//    NVML_ERROR_UNKNOWN;
+//  - before nvmlInit (or after the last nvmlShutdown) every call that needs the
+//    device state returns NVML_ERROR_UNINITIALIZED; nvmlErrorString and
+//    nvmlSystemGetCudaDriverVersion[_v2] work at any time;
+//  - a handle not issued by this library, or a NULL out-pointer, is
+//    NVML_ERROR_INVALID_ARGUMENT;
+//  - setters need root: geteuid() == 0 and GPUSLICE_SIM_AS_USER is not "1"
+//    (tests set it to exercise NVML_ERROR_NO_PERMISSION); otherwise
+//    NVML_ERROR_NO_PERMISSION. Arguments are validated first, so an
+//    out-of-range value is NVML_ERROR_INVALID_ARGUMENT for anyone;
+//  - the library is an observer of the simulation (OpenOptions::observer): it
+//    never registers the calling process, so nvidia-smi or a monitoring daemon
+//    does not show up as a GPU process, and it accepts a state made from any
+//    config;
+//  - setters write the shared state, so every process of the simulation (and
+//    the simulated driver, e.g. for EXCLUSIVE_PROCESS) sees them at once.
+//
+// Thread-safety: init/shutdown take the library lock exclusively, every other
+// call shares it; the simulator state has its own process-shared lock.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "common/log.h"
+#include "common/process.h"
+#include "nvml_abi/nvml.h"
+#include "sim/core/sim_gpu.h"
+#include "sim/nvml/nvml_fill.h"
+#include "sim/nvml/nvml_model.h"
+
+#define GS_NVML_API extern "C" __attribute__((visibility("default")))
+
+// The object an nvmlDevice_t points to: one per simulated device, owned by
+// the library for its whole life, so handles stay valid across shutdown/init.
+struct nvmlDevice_st {
+  int index;
+};
+
+namespace gpuslice::sim::nvml {
+namespace {
+
+constexpr char kDriverVersion[] = "580.65.06";
+constexpr char kNvmlVersion[] = "13.580.65.06";
+constexpr int kCudaDriverVersion = 13000;
+// The original nvmlPciInfo_t: the first 36 bytes of today's layout, then 16
+// reserved bytes (zero) where busId now begins.
+constexpr size_t kPciInfoV1Size = 52;
+constexpr size_t kPciInfoV1Filled = 36;
+
+// The documented ABI sizes (LP64); the limiter relies on them too.
+static_assert(sizeof(nvmlMemory_t) == 24);
+static_assert(sizeof(nvmlMemory_v2_t) == 40);
+static_assert(sizeof(nvmlUtilization_t) == 8);
+static_assert(sizeof(nvmlProcessInfo_v1_t) == 16);
+static_assert(sizeof(nvmlProcessInfo_v2_t) == 24);
+static_assert(sizeof(nvmlProcessInfo_t) == 24);
+static_assert(sizeof(nvmlProcessDetail_v1_t) == 32);
+static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32);
+static_assert(sizeof(nvmlPciInfo_t) == 68);
+static_assert(sizeof(nvmlBAR1Memory_t) == 24);
+static_assert(nvmlMemory_v2 == (40u | (2u << 24)));
+static_assert(offsetof(nvmlPciInfo_t, busId) == kPciInfoV1Filled);
+
+struct Library {
+  std::shared_mutex mu;
+  int refcount = 0;             // guarded by mu
+  std::unique_ptr<SimGpu> gpu;  // guarded by mu; set iff refcount > 0
+  nvmlDevice_st devices[kMaxDevices];
+
+  Library() {
+    for (int i = 0; i < kMaxDevices; ++i) devices[i].index = i;
+  }
+};
+
+// Never destroyed: entry points may run during process exit.
+Library& Lib() {
+  static Library* lib = new Library();
+  return *lib;
+}
+
+// The device index a handle names, or -1 if it is not one of ours (compared
+// as integers: an arbitrary pointer must not be dereferenced).
+int DeviceIndex(nvmlDevice_t device, uint32_t device_count) {
+  const auto p = reinterpret_cast<uintptr_t>(device);
+  const auto base = reinterpret_cast<uintptr_t>(&Lib().devices[0]);
+  if (p < base) return -1;
+  const uintptr_t offset = p - base;
+  if (offset % sizeof(nvmlDevice_st) != 0) return -1;
+  const uintptr_t index = offset / sizeof(nvmlDevice_st);
+  return index < device_count ? static_cast<int>(index) : -1;
+}
+
+bool CallerIsRoot() {
+  const char* as_user = getenv("GPUSLICE_SIM_AS_USER");
+  if (as_user != nullptr && strcmp(as_user, "1") == 0) return false;
+  return geteuid() == 0;
+}
+
+// Runs f(SimState&) with the simulation advanced to now.
+template <typename F>
+nvmlReturn_t WithSim(F&& f) {
+  try {
+    Library& lib = Lib();
+    std::shared_lock lock(lib.mu);
+    if (lib.gpu == nullptr) return NVML_ERROR_UNINITIALIZED;
+    return lib.gpu->WithState([&](SimState& s) -> nvmlReturn_t { return f(s); });
+  } catch (...) {
+    return NVML_ERROR_UNKNOWN;
+  }
+}
+
+// Runs f(SimState&, DeviceState&, int index) for a valid handle.
+template <typename F>
+nvmlReturn_t WithDevice(nvmlDevice_t device, F&& f) {
+  return WithSim([&](SimState& s) -> nvmlReturn_t {
+    const int index = DeviceIndex(device, s.device_count);
+    if (index < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    return f(s, s.devices[index], index);
+  });
+}
+
+// WithDevice for setters: valid(DeviceState&) checks the arguments, then the
+// caller's privilege is checked, then set(DeviceState&) applies the change.
+template <typename Valid, typename Set>
+nvmlReturn_t SetOnDevice(nvmlDevice_t device, Valid&& valid, Set&& set) {
+  return WithDevice(device, [&](SimState&, DeviceState& d, int) -> nvmlReturn_t {
+    if (!valid(static_cast<const DeviceState&>(d))) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!CallerIsRoot()) return NVML_ERROR_NO_PERMISSION;
+    set(d);
+    return NVML_SUCCESS;
+  });
+}
+
+// Copies a NUL-terminated string into a caller buffer of `length` bytes.
+nvmlReturn_t CopyString(const char* src, char* dst, unsigned int length) {
+  if (dst == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const size_t n = strlen(src);
+  if (n + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+  memcpy(dst, src, n + 1);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t Init(unsigned int /*flags: no GPU-less or no-attach mode in the sim*/) {
+  try {
+    Library& lib = Lib();
+    std::unique_lock lock(lib.mu);
+    if (lib.refcount > 0) {
+      ++lib.refcount;
+      return NVML_SUCCESS;
+    }
+    InitLogging(LogLevel::kError);
+    auto options = OptionsFromEnv();
+    if (!options.ok()) {
+      GS_LOG(kError, "sim-nvml", "%s", options.status().ToString().c_str());
+      return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    options->observer = true;
+    auto gpu = SimGpu::Open(*options);
+    if (!gpu.ok()) {
+      GS_LOG(kError, "sim-nvml", "%s", gpu.status().ToString().c_str());
+      return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    lib.gpu = std::move(gpu).value();
+    lib.refcount = 1;
+    return NVML_SUCCESS;
+  } catch (...) {
+    return NVML_ERROR_UNKNOWN;
+  }
+}
+
+nvmlReturn_t Shutdown() {
+  try {
+    Library& lib = Lib();
+    std::unique_lock lock(lib.mu);
+    if (lib.refcount == 0) return NVML_ERROR_UNINITIALIZED;
+    if (--lib.refcount == 0) lib.gpu.reset();
+    return NVML_SUCCESS;
+  } catch (...) {
+    return NVML_ERROR_UNKNOWN;
+  }
+}
+
+nvmlReturn_t DeviceCount(unsigned int* count) {
+  if (count == nullptr) return WithSim([](SimState&) { return NVML_ERROR_INVALID_ARGUMENT; });
+  return WithSim([&](SimState& s) {
+    *count = s.device_count;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t HandleByIndex(unsigned int index, nvmlDevice_t* device) {
+  return WithSim([&](SimState& s) {
+    if (device == nullptr || index >= s.device_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &Lib().devices[index];
+    return NVML_SUCCESS;
+  });
+}
+
+// Finds the device for which match(info) holds.
+template <typename Match>
+nvmlReturn_t HandleWhere(const char* key, nvmlDevice_t* device, Match&& match) {
+  return WithSim([&](SimState& s) {
+    if (key == nullptr || device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    for (uint32_t i = 0; i < s.device_count; ++i) {
+      if (match(s.devices[i].info)) {
+        *device = &Lib().devices[i];
+        return NVML_SUCCESS;
+      }
+    }
+    return NVML_ERROR_NOT_FOUND;
+  });
+}
+
+// Parses "domain:bus:device.function" or "bus:device.function" (hex).
+bool ParsePciBusId(const char* id, unsigned* domain, unsigned* bus, unsigned* dev) {
+  unsigned fn = 0;
+  char tail = 0;
+  if (sscanf(id, "%x:%x:%x.%x%c", domain, bus, dev, &fn, &tail) == 4) return true;
+  *domain = 0;
+  return sscanf(id, "%x:%x.%x%c", bus, dev, &fn, &tail) == 3;
+}
+
+nvmlReturn_t HandleByPciBusId(const char* id, nvmlDevice_t* device) {
+  unsigned domain = 0, bus = 0, dev = 0;
+  if (id != nullptr && !ParsePciBusId(id, &domain, &bus, &dev)) {
+    return WithSim([](SimState&) { return NVML_ERROR_INVALID_ARGUMENT; });
+  }
+  return HandleWhere(id, device, [&](const DeviceInfo& info) {
+    return info.pci_domain == domain && info.pci_bus == bus && info.pci_device == dev;
+  });
+}
+
+nvmlPciInfo_t PciInfoOf(const DeviceInfo& info) {
+  nvmlPciInfo_t pci;
+  memset(&pci, 0, sizeof pci);
+  snprintf(pci.busIdLegacy, sizeof pci.busIdLegacy, NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT,
+           info.pci_domain & 0xFFFFu, info.pci_bus, info.pci_device);
+  pci.domain = info.pci_domain;
+  pci.bus = info.pci_bus;
+  pci.device = info.pci_device;
+  pci.pciDeviceId = info.pci_device_id;
+  pci.pciSubSystemId = info.pci_subsystem_id;
+  snprintf(pci.busId, sizeof pci.busId, "%s", info.pci_bus_id);
+  return pci;
+}
+
+// Copies `bytes` bytes of the device's PCI info (the whole struct, or the
+// 52-byte original layout for the plain entry point).
+nvmlReturn_t PciInfo(nvmlDevice_t device, nvmlPciInfo_t* pci, size_t bytes) {
+  return WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    if (pci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlPciInfo_t full = PciInfoOf(d.info);
+    if (bytes == kPciInfoV1Size) memset(&full.busId[0], 0, kPciInfoV1Size - kPciInfoV1Filled);
+    memcpy(pci, &full, bytes);
+    return NVML_SUCCESS;
+  });
+}
+
+enum class ProcessKind { kCompute, kGraphics, kMps };
+
+template <typename Info>
+nvmlReturn_t RunningProcesses(ProcessKind kind, nvmlDevice_t device, unsigned int* count,
+                              Info* infos) {
+  return WithDevice(device, [&](SimState& s, DeviceState&, int index) {
+    // The simulator runs compute work only; MPS servers come with the MPS issue.
+    std::vector<RunningProcess> procs;
+    if (kind == ProcessKind::kCompute) procs = RunningComputeProcesses(s, index);
+    return FillRunningProcesses(procs, count, infos);
+  });
+}
+
+uint32_t VideoClockOf(uint32_t sm_mhz) { return sm_mhz * 8 / 9; }
+
+// Clock of `type` given the SM and memory clocks in effect.
+nvmlReturn_t PickClock(nvmlClockType_t type, uint32_t sm, uint32_t mem, unsigned int* out) {
+  if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  switch (type) {
+    case NVML_CLOCK_GRAPHICS:
+    case NVML_CLOCK_SM:
+      *out = sm;
+      return NVML_SUCCESS;
+    case NVML_CLOCK_MEM:
+      *out = mem;
+      return NVML_SUCCESS;
+    case NVML_CLOCK_VIDEO:
+      *out = VideoClockOf(sm);
+      return NVML_SUCCESS;
+    default:
+      return NVML_ERROR_INVALID_ARGUMENT;
+  }
+}
+
+nvmlReturn_t Clock(nvmlDevice_t device, nvmlClockType_t type, nvmlClockId_t id,
+                   unsigned int* out) {
+  return WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    switch (id) {
+      case NVML_CLOCK_ID_CURRENT:
+        return PickClock(type, CurrentSmClockMhz(d), CurrentMemClockMhz(d), out);
+      case NVML_CLOCK_ID_APP_CLOCK_TARGET:
+      case NVML_CLOCK_ID_APP_CLOCK_DEFAULT:
+        return PickClock(type, d.info.default_sm_clock_mhz, d.info.default_mem_clock_mhz, out);
+      case NVML_CLOCK_ID_CUSTOMER_BOOST_MAX:
+        return PickClock(type, d.info.max_sm_clock_mhz, d.info.max_mem_clock_mhz, out);
+      default:
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+  });
+}
+
+// Validates and stores a locked clock range (0, 0 resets).
+nvmlReturn_t LockClocks(nvmlDevice_t device, bool memory, unsigned int min_mhz,
+                        unsigned int max_mhz, bool reset) {
+  return SetOnDevice(
+      device,
+      [&](const DeviceState& d) {
+        const uint32_t limit = memory ? d.info.max_mem_clock_mhz : d.info.max_sm_clock_mhz;
+        return reset || LockedRangeSupported(min_mhz, max_mhz, limit);
+      },
+      [&](DeviceState& d) {
+        // The SM lock is read without the state lock by SimGpu::KernelDurationNs.
+        __atomic_store_n(memory ? &d.locked_mem_min_mhz : &d.locked_sm_min_mhz,
+                         reset ? 0 : min_mhz, __ATOMIC_RELAXED);
+        __atomic_store_n(memory ? &d.locked_mem_max_mhz : &d.locked_sm_max_mhz,
+                         reset ? 0 : max_mhz, __ATOMIC_RELAXED);
+      });
+}
+
+// Reads one uint32 of device state into *out.
+template <typename Get>
+nvmlReturn_t GetUint(nvmlDevice_t device, unsigned int* out, Get&& get) {
+  return WithDevice(device, [&](SimState& s, DeviceState& d, int index) {
+    if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *out = get(s, d, index);
+    return NVML_SUCCESS;
+  });
+}
+
+const char* ErrorString(nvmlReturn_t r) {
+  switch (r) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_IRQ_ISSUE: return "Interrupt request issue";
+    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch";
+    case NVML_ERROR_IN_USE: return "In use by another client";
+    case NVML_ERROR_MEMORY: return "Insufficient Memory";
+    case NVML_ERROR_NO_DATA: return "No data";
+    case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED:
+      return "The requested vgpu operation is not available on target device, because ECC is "
+             "enabled";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Ran out of critical resources, other than memory";
+    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "The requested frequency is not supported";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Version mismatch between the structure and the API";
+    case NVML_ERROR_DEPRECATED: return "The requested functionality has been deprecated";
+    case NVML_ERROR_NOT_READY: return "The system is not ready for the request";
+    case NVML_ERROR_GPU_NOT_FOUND: return "The GPU could not be found";
+    case NVML_ERROR_INVALID_STATE: return "The GPU is in an invalid state";
+    case NVML_ERROR_RESET_TYPE_NOT_SUPPORTED: return "The requested reset type is not supported";
+    case NVML_ERROR_UNKNOWN: return "Unknown Error";
+  }
+  return "Unknown Error";
+}
+
+}  // namespace
+}  // namespace gpuslice::sim::nvml
+
+namespace ns = gpuslice::sim::nvml;
+using gpuslice::sim::DeviceState;
+using gpuslice::sim::SimState;
+
+// ---- init, errors, system ----
+
+GS_NVML_API nvmlReturn_t nvmlInit(void) { return ns::Init(0); }
+GS_NVML_API nvmlReturn_t nvmlInit_v2(void) { return ns::Init(0); }
+GS_NVML_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { return ns::Init(flags); }
+GS_NVML_API nvmlReturn_t nvmlShutdown(void) { return ns::Shutdown(); }
+GS_NVML_API const char* nvmlErrorString(nvmlReturn_t result) { return ns::ErrorString(result); }
+
+GS_NVML_API nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  return ns::WithSim([&](SimState&) { return ns::CopyString(ns::kDriverVersion, version, length); });
+}
+
+GS_NVML_API nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
+  return ns::WithSim([&](SimState&) { return ns::CopyString(ns::kNvmlVersion, version, length); });
+}
+
+GS_NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* version) {
+  if (version == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *version = ns::kCudaDriverVersion;
+  return NVML_SUCCESS;
+}
+
+GS_NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* version) {
+  return nvmlSystemGetCudaDriverVersion(version);
+}
+
+GS_NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char* name,
+                                                  unsigned int length) {
+  return ns::WithSim([&](SimState&) {
+    if (name == nullptr || length == 0) return NVML_ERROR_INVALID_ARGUMENT;
+    char comm[64];
+    gpuslice::ProcessName(static_cast<pid_t>(pid), comm, sizeof comm);
+    if (comm[0] == '\0') return NVML_ERROR_NOT_FOUND;
+    snprintf(name, length, "%s", comm);  // truncates, as NVML does
+    return NVML_SUCCESS;
+  });
+}
+
+// ---- enumeration and identity ----
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return ns::DeviceCount(count); }
+GS_NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+  return ns::DeviceCount(count);
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
+  return ns::HandleByIndex(index, device);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
+  return ns::HandleByIndex(index, device);
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
+  return ns::HandleWhere(uuid, device, [&](const gpuslice::sim::DeviceInfo& info) {
+    return strcasecmp(info.uuid, uuid) == 0;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetHandleBySerial(const char* serial, nvmlDevice_t* device) {
+  return ns::HandleWhere(serial, device, [&](const gpuslice::sim::DeviceInfo& info) {
+    return strcmp(info.serial, serial) == 0;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* id, nvmlDevice_t* device) {
+  return ns::HandleByPciBusId(id, device);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* id, nvmlDevice_t* device) {
+  return ns::HandleByPciBusId(id, device);
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    return ns::CopyString(d.info.name, name, length);
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    return ns::CopyString(d.info.uuid, uuid, length);
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char* serial,
+                                             unsigned int length) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    return ns::CopyString(d.info.serial, serial, length);
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
+  return ns::GetUint(device, index,
+                     [](SimState&, DeviceState&, int i) { return static_cast<unsigned>(i); });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minor) {
+  return ns::GetUint(device, minor,
+                     [](SimState&, DeviceState&, int i) { return static_cast<unsigned>(i); });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  return ns::PciInfo(device, pci, ns::kPciInfoV1Size);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  return ns::PciInfo(device, pci, sizeof(nvmlPciInfo_t));
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  return ns::PciInfo(device, pci, sizeof(nvmlPciInfo_t));
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major,
+                                                            int* minor) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    if (major == nullptr || minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *major = static_cast<int>(d.info.cc_major);
+    *minor = static_cast<int>(d.info.cc_minor);
+    return NVML_SUCCESS;
+  });
+}
+
+// ---- memory and utilization ----
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const uint64_t total = d.info.total_bytes;
+    const uint64_t used = std::min(d.used_bytes, total);
+    memory->total = total;
+    memory->used = used;
+    memory->free = total - used;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    const uint64_t total = d.info.total_bytes;
+    const uint64_t used = std::min(d.used_bytes, total);
+    memory->total = total;
+    memory->reserved = 0;  // the simulated driver reserves nothing outside contexts
+    memory->used = used;
+    memory->free = total - used;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device,
+                                                     nvmlBAR1Memory_t* bar1) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    if (bar1 == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const ns::Bar1Info b = ns::Bar1(d.info);
+    bar1->bar1Total = b.total_bytes;
+    bar1->bar1Used = b.used_bytes;
+    bar1->bar1Free = b.total_bytes - b.used_bytes;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+                                                       nvmlUtilization_t* utilization) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    utilization->gpu = ns::GpuUtilizationPercent(d);
+    utilization->memory = ns::MemoryUtilizationPercent(d);
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
+    nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
+    unsigned int* processSamplesCount, unsigned long long lastSeenTimeStamp) {
+  return ns::WithDevice(device, [&](SimState& s, DeviceState&, int index) {
+    if (processSamplesCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    return ns::FillProcessSamples(ns::ProcessUtilization(s, index, lastSeenTimeStamp),
+                                  utilization, processSamplesCount);
+  });
+}
+
+// ---- running processes ----
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
+                                                              unsigned int* count,
+                                                              nvmlProcessInfo_v1_t* infos) {
+  return ns::RunningProcesses(ns::ProcessKind::kCompute, device, count, infos);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                                 unsigned int* count,
+                                                                 nvmlProcessInfo_v2_t* infos) {
+  return ns::RunningProcesses(ns::ProcessKind::kCompute, device, count, infos);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                                 unsigned int* count,
+                                                                 nvmlProcessInfo_t* infos) {
+  return ns::RunningProcesses(ns::ProcessKind::kCompute, device, count, infos);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device,
+                                                               unsigned int* count,
+                                                               nvmlProcessInfo_v1_t* infos) {
+  return ns::RunningProcesses(ns::ProcessKind::kGraphics, device, count, infos);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device,
+                                                                  unsigned int* count,
+                                                                  nvmlProcessInfo_v2_t* infos) {
+  return ns::RunningProcesses(ns::ProcessKind::kGraphics, device, count, infos);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
+                                                                  unsigned int* count,
+                                                                  nvmlProcessInfo_t* infos) {
+  return ns::RunningProcesses(ns::ProcessKind::kGraphics, device, count, infos);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device,
+                                                                 unsigned int* count,
+                                                                 nvmlProcessInfo_v1_t* infos) {
+  return ns::RunningProcesses(ns::ProcessKind::kMps, device, count, infos);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                                    unsigned int* count,
+                                                                    nvmlProcessInfo_v2_t* infos) {
+  return ns::RunningProcesses(ns::ProcessKind::kMps, device, count, infos);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                                    unsigned int* count,
+                                                                    nvmlProcessInfo_t* infos) {
+  return ns::RunningProcesses(ns::ProcessKind::kMps, device, count, infos);
+}
+
+// ---- power and energy ----
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power) {
+  return ns::GetUint(device, power,
+                     [](SimState&, DeviceState& d, int) { return ns::PowerUsageMw(d); });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementMode(nvmlDevice_t device,
+                                                          nvmlEnableState_t* mode) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState&, int) {
+    if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = NVML_FEATURE_ENABLED;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device,
+                                                           unsigned int* limit) {
+  return ns::GetUint(device, limit,
+                     [](SimState&, DeviceState& d, int) { return d.power_limit_mw; });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device,
+                                                                      unsigned int* min_limit,
+                                                                      unsigned int* max_limit) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    if (min_limit == nullptr || max_limit == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *min_limit = d.info.power_min_mw;
+    *max_limit = d.info.power_max_mw;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device,
+                                                                  unsigned int* limit) {
+  return ns::GetUint(device, limit,
+                     [](SimState&, DeviceState& d, int) { return d.info.power_default_mw; });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int* limit) {
+  return ns::GetUint(device, limit,
+                     [](SimState&, DeviceState& d, int) { return d.power_limit_mw; });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device,
+                                                           unsigned int limit) {
+  return ns::SetOnDevice(
+      device,
+      [&](const DeviceState& d) {
+        return limit >= d.info.power_min_mw && limit <= d.info.power_max_mw;
+      },
+      [&](DeviceState& d) { d.power_limit_mw = limit; });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
+                                                             unsigned long long* energy) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    if (energy == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *energy = d.energy_mj > 0 ? static_cast<unsigned long long>(d.energy_mj) : 0;
+    return NVML_SUCCESS;
+  });
+}
+
+// ---- clocks ----
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                                unsigned int* clock) {
+  return ns::Clock(device, type, NVML_CLOCK_ID_CURRENT, clock);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                                   unsigned int* clock) {
+  return ns::Clock(device, type, NVML_CLOCK_ID_CUSTOMER_BOOST_MAX, clock);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device,
+                                                        nvmlClockType_t type,
+                                                        unsigned int* clock) {
+  return ns::Clock(device, type, NVML_CLOCK_ID_APP_CLOCK_TARGET, clock);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device,
+                                                               nvmlClockType_t type,
+                                                               unsigned int* clock) {
+  return ns::Clock(device, type, NVML_CLOCK_ID_APP_CLOCK_DEFAULT, clock);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t type,
+                                            nvmlClockId_t id, unsigned int* clock) {
+  return ns::Clock(device, type, id, clock);
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned int min_mhz,
+                                                      unsigned int max_mhz) {
+  return ns::LockClocks(device, /*memory=*/false, min_mhz, max_mhz, /*reset=*/false);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device) {
+  return ns::LockClocks(device, /*memory=*/false, 0, 0, /*reset=*/true);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device,
+                                                         unsigned int min_mhz,
+                                                         unsigned int max_mhz) {
+  return ns::LockClocks(device, /*memory=*/true, min_mhz, max_mhz, /*reset=*/false);
+}
+GS_NVML_API nvmlReturn_t nvmlDeviceResetMemoryLockedClocks(nvmlDevice_t device) {
+  return ns::LockClocks(device, /*memory=*/true, 0, 0, /*reset=*/true);
+}
+
+// ---- modes and other state ----
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device,
+                                                      nvmlEnableState_t* mode) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = d.persistence != 0 ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device,
+                                                      nvmlEnableState_t mode) {
+  return ns::SetOnDevice(
+      device,
+      [&](const DeviceState&) {
+        return mode == NVML_FEATURE_DISABLED || mode == NVML_FEATURE_ENABLED;
+      },
+      [&](DeviceState& d) { d.persistence = mode == NVML_FEATURE_ENABLED ? 1 : 0; });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = static_cast<nvmlComputeMode_t>(d.compute_mode);
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode) {
+  const auto m = static_cast<uint32_t>(mode);
+  return ns::SetOnDevice(
+      device, [&](const DeviceState&) { return m < NVML_COMPUTEMODE_COUNT; },
+      // The simulated driver enforces it at context creation.
+      [&](DeviceState& d) { d.compute_mode = m; });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
+                                                  nvmlTemperatureSensors_t sensor,
+                                                  unsigned int* temp) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+    if (temp == nullptr || sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+    *temp = ns::TemperatureC(d);
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t* state) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState&, int) {
+    if (state == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *state = NVML_PSTATE_0;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int* speed) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState&, int) {
+    if (speed == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_ERROR_NOT_SUPPORTED;  // passively cooled, like an SXM H100
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t* mode) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState&, int) {
+    if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device,
+                                                    nvmlEnableState_t* active) {
+  return nvmlDeviceGetDisplayMode(device, active);
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current,
+                                              unsigned int* pending) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState&, int) {
+    if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *current = *pending = NVML_DEVICE_MIG_DISABLE;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* current,
+                                              nvmlEnableState_t* pending) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState&, int) {
+    if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *current = *pending = NVML_FEATURE_ENABLED;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
+                                                     nvmlMemoryErrorType_t type,
+                                                     nvmlEccCounterType_t counter,
+                                                     unsigned long long* count) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState&, int) {
+    if (count == nullptr || type >= NVML_MEMORY_ERROR_TYPE_COUNT ||
+        counter >= NVML_ECC_COUNTER_TYPE_COUNT) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    *count = 0;  // simulated memory never fails
+    return NVML_SUCCESS;
+  });
+}

@@ -1,0 +1,111 @@
+#include "sim/nvml/nvml_model.h"
+
+#include <algorithm>
+
+namespace gpuslice::sim::nvml {
+
+const UtilWindow* LatestWindow(const DeviceState& d) {
+  if (d.windows_closed == 0) return nullptr;
+  const UtilWindow& w = d.windows[(d.windows_closed - 1) % kUtilWindows];
+  return w.end_ns > w.start_ns ? &w : nullptr;
+}
+
+uint32_t GpuUtilizationPercent(const DeviceState& d) {
+  const UtilWindow* w = LatestWindow(d);
+  return w == nullptr ? 0 : std::min<uint32_t>(w->gpu_percent, 100);
+}
+
+uint32_t MemoryUtilizationPercent(const DeviceState& d) {
+  return (GpuUtilizationPercent(d) + 1) / 2;
+}
+
+uint32_t PowerUsageMw(const DeviceState& d) {
+  const double limit = d.power_limit_mw;
+  const double idle = std::min<double>(d.info.power_idle_mw, limit);
+  const double busy = std::min<double>(d.info.power_busy_mw, limit);
+  const double u = GpuUtilizationPercent(d) / 100.0;
+  return static_cast<uint32_t>(idle * (1.0 - u) + busy * u + 0.5);
+}
+
+uint32_t TemperatureC(const DeviceState& d) {
+  return d.info.temperature_c + GpuUtilizationPercent(d) / 4;
+}
+
+uint32_t CurrentSmClockMhz(const DeviceState& d) {
+  if (d.locked_sm_max_mhz != 0) return std::min(d.locked_sm_max_mhz, d.info.max_sm_clock_mhz);
+  return d.info.max_sm_clock_mhz;
+}
+
+uint32_t CurrentMemClockMhz(const DeviceState& d) {
+  if (d.locked_mem_max_mhz != 0) {
+    return std::min(d.locked_mem_max_mhz, d.info.max_mem_clock_mhz);
+  }
+  return d.info.max_mem_clock_mhz;
+}
+
+bool LockedRangeSupported(uint32_t min_mhz, uint32_t max_mhz, uint32_t max_supported_mhz) {
+  return min_mhz >= kMinClockMhz && min_mhz <= max_mhz && max_mhz <= max_supported_mhz;
+}
+
+Bar1Info Bar1(const DeviceInfo& info) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  uint64_t total = 256 * kMiB;
+  while (total < info.total_bytes && total < (uint64_t{1} << 62)) total <<= 1;
+  return {total, kMiB};
+}
+
+uint64_t ToRealtimeUs(const SimState& s, int64_t monotonic_ns) {
+  const int64_t ns = monotonic_ns + s.header.realtime_offset_ns;
+  return ns <= 0 ? 0 : static_cast<uint64_t>(ns) / 1000;
+}
+
+std::vector<ProcessSample> ProcessUtilization(const SimState& s, int device,
+                                              uint64_t last_seen_us) {
+  std::vector<ProcessSample> out;
+  if (device < 0 || device >= static_cast<int>(s.device_count)) return out;
+  const DeviceState& d = s.devices[device];
+  const uint64_t kept = std::min<uint64_t>(d.windows_closed, kUtilWindows);
+
+  struct Acc {
+    int32_t pid;
+    uint64_t timestamp_us;
+    double busy_pct_ns;  // sum of sm_percent x window length
+  };
+  std::vector<Acc> acc;
+  double total_ns = 0;
+  for (uint64_t k = d.windows_closed - kept; k < d.windows_closed; ++k) {
+    const UtilWindow& w = d.windows[k % kUtilWindows];
+    if (w.end_ns <= w.start_ns) continue;  // cleared by a stats reset
+    const uint64_t end_us = ToRealtimeUs(s, w.end_ns);
+    if (end_us <= last_seen_us) continue;
+    const double len = static_cast<double>(w.end_ns - w.start_ns);
+    total_ns += len;
+    const uint32_t n = std::min<uint32_t>(w.process_count, kWindowProcesses);
+    for (uint32_t i = 0; i < n; ++i) {
+      const auto& p = w.processes[i];
+      auto it = std::find_if(acc.begin(), acc.end(), [&](const Acc& a) { return a.pid == p.pid; });
+      if (it == acc.end()) it = acc.insert(acc.end(), Acc{p.pid, 0, 0});
+      it->timestamp_us = std::max(it->timestamp_us, end_us);
+      it->busy_pct_ns += static_cast<double>(p.sm_percent) * len;
+    }
+  }
+  for (const Acc& a : acc) {
+    const uint32_t sm = total_ns > 0 ? static_cast<uint32_t>(a.busy_pct_ns / total_ns + 0.5) : 0;
+    out.push_back({a.pid, a.timestamp_us, std::min<uint32_t>(sm, 100), (sm + 1) / 2});
+  }
+  return out;
+}
+
+std::vector<RunningProcess> RunningComputeProcesses(const SimState& s, int device) {
+  std::vector<RunningProcess> out;
+  if (device < 0 || device >= static_cast<int>(s.device_count)) return out;
+  for (const ProcessRecord& p : s.processes) {
+    if (p.status != kProcessAlive) continue;
+    const uint64_t bytes = p.devices[device].memory_bytes;
+    if (bytes == 0) continue;
+    out.push_back({p.pid, bytes});
+  }
+  return out;
+}
+
+}  // namespace gpuslice::sim::nvml

@@ -1,0 +1,81 @@
+// What the simulated NVML reports, as pure functions over the shared SimState:
+// no locking, no clock, no syscalls. nvml_entry.cc calls them under the state
+// lock (SimGpu::WithState) after the schedule was advanced to now; unit tests
+// call them on a hand-built state.
+//
+// Derived quantities (documented in README and DESIGN.md section 7):
+//  - utilization: the most recent closed window's busy share; memory
+//    utilization (bandwidth, which the model does not track) is half of it;
+//  - power: idle power while idle and busy power while executing, each capped
+//    by the power limit, mixed by the last window's utilization (the same model
+//    the scheduler integrates into energy_mj);
+//  - temperature: the configured idle temperature plus a quarter degree per
+//    percent of utilization;
+//  - clocks: the SM clock runs at the maximum boost clock, or at the upper end
+//    of the locked range when clocks are locked (likewise memory); a locked
+//    range must lie within [kMinClockMhz, the maximum clock];
+//  - BAR1: the smallest power of two holding the device memory (128 GiB for an
+//    80 GiB part, as on an H100), of which the driver's own mapping (1 MiB) is
+//    used;
+//  - per-process memory utilization, like the device's, is half the SM share.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/core/state.h"
+
+namespace gpuslice::sim::nvml {
+
+// The latest closed utilization window of `d`, or nullptr if none was closed.
+const UtilWindow* LatestWindow(const DeviceState& d);
+
+// Percent of the last closed window (0 if none).
+uint32_t GpuUtilizationPercent(const DeviceState& d);
+uint32_t MemoryUtilizationPercent(const DeviceState& d);
+
+uint32_t PowerUsageMw(const DeviceState& d);
+uint32_t TemperatureC(const DeviceState& d);
+uint32_t CurrentSmClockMhz(const DeviceState& d);
+uint32_t CurrentMemClockMhz(const DeviceState& d);
+
+// Lowest clock a locked range may start at (SM and memory alike).
+inline constexpr uint32_t kMinClockMhz = 210;
+
+// True if [min_mhz, max_mhz] is a valid locked range for a clock whose maximum
+// is `max_supported_mhz`.
+bool LockedRangeSupported(uint32_t min_mhz, uint32_t max_mhz, uint32_t max_supported_mhz);
+
+struct Bar1Info {
+  uint64_t total_bytes, used_bytes;
+};
+Bar1Info Bar1(const DeviceInfo& info);
+
+// Wall-clock microseconds of a monotonic instant (NVML timestamps).
+uint64_t ToRealtimeUs(const SimState& s, int64_t monotonic_ns);
+
+// One per-process sample as nvmlDeviceGetProcessUtilization returns it.
+struct ProcessSample {
+  int32_t pid;
+  uint64_t timestamp_us;  // end of the latest window in which the process ran
+  uint32_t sm_percent;    // its busy share of the windows newer than last_seen
+  uint32_t mem_percent;
+};
+
+// Samples of every process that ran in a closed window of device `device`
+// ending after `last_seen_us` (wall-clock microseconds; 0 = every window
+// kept). A process's sm_percent is its busy time over the total length of
+// those windows, rounded to the nearest percent. Empty if nothing is newer.
+std::vector<ProcessSample> ProcessUtilization(const SimState& s, int device,
+                                              uint64_t last_seen_us);
+
+// A process in a device's running-process list.
+struct RunningProcess {
+  int32_t pid;
+  uint64_t used_bytes;
+};
+
+// Live processes holding memory on `device`, in process-slot order.
+std::vector<RunningProcess> RunningComputeProcesses(const SimState& s, int device);
+
+}  // namespace gpuslice::sim::nvml

@@ -1,0 +1,57 @@
+// The simulated nvidia-smi: the subset of the real tool's command line that
+// gpuslice's tests, demo and users rely on, built only on NVML calls (through
+// NvmlApi), so it shows whatever the loaded libnvidia-ml.so.1 reports.
+//
+//   nvidia-smi                       the summary table (devices, then processes)
+//   nvidia-smi -L                    one line per GPU with its UUID
+//   nvidia-smi --query-gpu=F,... --format=csv[,noheader][,nounits]
+//   nvidia-smi --query-compute-apps=F,... --format=csv[,noheader][,nounits]
+//   -i ID[,ID...]                    selects GPUs by index, UUID or PCI bus id
+//   -h, --help
+//
+// Exit codes are the real tool's: 0 success, 2 invalid argument or field,
+// 6 no such device / query failed, 9 driver (NVML init) failure, 12 NVML
+// library not found.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/smi/nvml_api.h"
+
+namespace gpuslice::smi {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInvalidArgument = 2;
+inline constexpr int kExitQueryFailed = 6;
+inline constexpr int kExitDriverNotLoaded = 9;
+inline constexpr int kExitLibraryNotFound = 12;
+
+// Output of one run: what goes to stdout and stderr, and the exit code.
+struct SmiResult {
+  std::string out;
+  std::string err;
+  int exit_code = kExitOk;
+};
+
+struct SmiOptions {
+  bool help = false;
+  bool list = false;
+  std::vector<std::string> ids;  // -i: indices, UUIDs or PCI bus ids
+  std::string query_gpu;         // comma-separated field names
+  std::string query_apps;
+  bool format_given = false;
+  bool csv = false, noheader = false, nounits = false;
+};
+
+// Parses the arguments after argv[0]. On error fills result (err, exit code)
+// and returns false.
+bool ParseSmiArgs(const std::vector<std::string>& args, SmiOptions* options, SmiResult* result);
+
+// Runs a parsed command against an initialised NVML. REQUIRES: nvmlInit succeeded.
+SmiResult RunSmi(const SmiOptions& options, const NvmlApi& nvml);
+
+// The help text (-h).
+std::string SmiHelp();
+
+}  // namespace gpuslice::smi
