@@ -6,7 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +20,15 @@
 #include "sim/core/scheduler.h"
 
 namespace gpuslice::sim {
+
+namespace {
+// Bumped in every forked child, so that the lock can tell a child from its
+// parent without a getpid() system call per operation.
+std::atomic<uint64_t> g_fork_generation{0};
+void CountFork() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+const bool kForkHandlerInstalled = pthread_atfork(nullptr, nullptr, &CountFork) == 0;
+}  // namespace
+
 namespace {
 
 constexpr int64_t kReapIntervalNs = 100'000'000;  // look for dead processes at most this often
@@ -198,11 +210,14 @@ SimGpu::Locked::Locked(SimGpu& gpu) : gpu_(gpu) {
     pthread_mutex_consistent(&gpu.state_->mutex);
     gpu.state_->header.last_reap_ns = 0;  // find the dead process soon
   }
-  if (getpid() != gpu.pid_) {  // forked child: a new process of the simulation
+  const uint64_t generation = g_fork_generation.load(std::memory_order_relaxed);
+  if (generation != gpu.fork_generation_ && getpid() != gpu.pid_) {
+    // A forked child: a new process of the simulation.
     gpu.pid_ = getpid();
     gpu.process_slot_ = -1;
     if (!gpu.observer_) gpu.RegisterProcessLocked();
   }
+  gpu.fork_generation_ = generation;
 }
 
 SimGpu::Locked::~Locked() { pthread_mutex_unlock(&gpu_.state_->mutex); }

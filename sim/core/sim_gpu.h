@@ -146,6 +146,7 @@ class SimGpu {
   size_t mapped_size_;
   int process_slot_ = -1;  // -1 for observers
   pid_t pid_;
+  uint64_t fork_generation_ = 0;  // g_fork_generation when pid_ was last checked
   bool observer_;
 };
 
