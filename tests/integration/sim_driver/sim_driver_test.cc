@@ -1,0 +1,255 @@
+// The simulated driver with real processes: gpuslice-workload instances on a
+// private simulation each, ground truth read from the shared state.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sim/core/sim_gpu.h"
+#include "sim/core/stats.h"
+
+namespace gpuslice::sim {
+namespace {
+
+using nlohmann::json;
+
+std::string BuildDir() {
+  const char* dir = getenv("GPUSLICE_BUILD_DIR");
+  return dir != nullptr ? dir : ".";
+}
+
+// Polls `condition` every 10 ms until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return condition();
+}
+
+class SimDriverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "/sim_driver_test." + std::to_string(getpid()) + "." +
+           testing::UnitTest::GetInstance()->current_test_info()->name();
+    mkdir(dir_.c_str(), 0700);
+    state_ = dir_ + "/sim.state";
+    unlink(state_.c_str());
+  }
+  void TearDown() override {
+    for (pid_t pid : children_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    unlink(state_.c_str());
+    for (const char* f : {"/out", "/err"}) {
+      for (int i = 0; i < 8; ++i) unlink((dir_ + f + std::to_string(i)).c_str());
+    }
+    rmdir(dir_.c_str());
+  }
+
+  // Starts gpuslice-workload with `args` on this test's simulation; stdout and
+  // stderr go to files numbered `n`.
+  pid_t Start(int n, const std::vector<std::string>& args,
+              const std::vector<std::string>& extra_env = {}) {
+    std::vector<std::string> argv = {BuildDir() + "/bin/gpuslice-workload"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
+                                    "GPUSLICE_SIM_STATE=" + state_};
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> argv_c, env_c;
+    for (auto& a : argv) argv_c.push_back(a.data());
+    argv_c.push_back(nullptr);
+    for (auto& e : env) env_c.push_back(e.data());
+    env_c.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, (dir_ + "/out" + std::to_string(n)).c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&actions, 2, (dir_ + "/err" + std::to_string(n)).c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, argv_c[0], &actions, nullptr, argv_c.data(), env_c.data());
+    posix_spawn_file_actions_destroy(&actions);
+    EXPECT_EQ(rc, 0) << argv[0];
+    children_.push_back(pid);
+    return pid;
+  }
+
+  int Join(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::erase(children_, pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  std::string Read(const std::string& name) {
+    std::ifstream in(dir_ + "/" + name);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  json Stats() {
+    auto gpu = SimGpu::Open({state_, "", /*observer=*/true});
+    if (!gpu.ok()) return json::object();
+    return (*gpu)->WithState([&](SimState& s) { return StatsJson(s, (*gpu)->NowNs()); });
+  }
+
+  json Process(const json& stats, pid_t pid) {
+    for (const auto& p : stats.value("processes", json::array())) {
+      if (p["pid"] == pid) return p;
+    }
+    return json::object();
+  }
+
+  std::string dir_, state_;
+  std::vector<pid_t> children_;
+};
+
+TEST_F(SimDriverTest, TwoSaturatingProcessesSplitBusyTimeEvenly) {
+  // Unequal kernels: a FIFO would give 30/70, time-slicing gives 50/50.
+  pid_t a = Start(0, {"--kernel-us", "300", "--duration-s", "4", "--quiet"});
+  pid_t b = Start(1, {"--kernel-us", "700", "--duration-s", "4", "--quiet"});
+  auto busy = [&](const json& stats, pid_t pid) {
+    json p = Process(stats, pid);
+    return p.contains("devices") ? p["devices"][0]["busy_ns"].get<double>() : 0.0;
+  };
+  // Measure over a window in which both are running and have work queued.
+  ASSERT_TRUE(WaitFor([&] { json s = Stats(); return busy(s, a) > 0 && busy(s, b) > 0; },
+                      std::chrono::seconds(5)));
+  json before = Stats();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the measurement window
+  json after = Stats();
+  ASSERT_EQ(Process(after, a)["status"], "running");
+  ASSERT_EQ(Process(after, b)["status"], "running");
+  double da = busy(after, a) - busy(before, a);
+  double db = busy(after, b) - busy(before, b);
+  double window = after["clock_ns"].get<double>() - before["clock_ns"].get<double>();
+  EXPECT_NEAR(100 * da / (da + db), 50, 3) << before.dump() << after.dump();
+  EXPECT_GT((da + db) / window, 0.85);  // the rest is switch cost
+  EXPECT_GT(after["devices"][0]["context_switches"].get<int64_t>(), 100);
+  EXPECT_EQ(Join(a), 0) << Read("err0");
+  EXPECT_EQ(Join(b), 0) << Read("err1");
+}
+
+TEST_F(SimDriverTest, OneProcessAloneGetsTheWholeDevice) {
+  pid_t a = Start(0, {"--kernel-us", "1000", "--duration-s", "1"});
+  ASSERT_EQ(Join(a), 0) << Read("err0");
+  json out = json::parse(Read("out0"));
+  json p = Process(Stats(), a);
+  double busy_s = p["devices"][0]["busy_ns"].get<double>() / 1e9;
+  EXPECT_EQ(p["devices"][0]["kernels"], out["kernels"]);
+  EXPECT_GE(busy_s / out["elapsed_s"].get<double>(), 0.95) << out.dump() << p.dump();
+}
+
+TEST_F(SimDriverTest, ExhaustingMemoryGivesOutOfMemoryAndChangesNothing) {
+  pid_t a = Start(0, {"--alloc", std::to_string(81ull << 30), "--kernels", "1"});
+  EXPECT_EQ(Join(a), 3);
+  EXPECT_NE(Read("err0").find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << Read("err0");
+  // The failed process's context goes with it; nothing of the failed
+  // allocation was ever counted.
+  EXPECT_TRUE(WaitFor([&] { return Stats()["devices"][0]["memory_used_bytes"] == 0; },
+                      std::chrono::seconds(5)))
+      << Stats().dump(1);
+  json p = Process(Stats(), a);
+  EXPECT_LT(p["devices"][0]["peak_memory_bytes"].get<uint64_t>(), 1ull << 30) << p.dump();
+}
+
+TEST_F(SimDriverTest, KilledProcessMemoryIsReclaimed) {
+  pid_t a = Start(0, {"--alloc", std::to_string(1ull << 30), "--hold-s", "60"});
+  ASSERT_TRUE(WaitFor([&] { return Process(Stats(), a).value("devices", json::array()).size() > 0 &&
+                                   Process(Stats(), a)["devices"][0]["memory_bytes"] >= (1ull << 30); },
+                      std::chrono::seconds(10)))
+      << Read("err0");
+  kill(a, SIGKILL);
+  EXPECT_EQ(Join(a), 128 + SIGKILL);
+  EXPECT_TRUE(WaitFor([&] { return Stats()["devices"][0]["memory_used_bytes"] == 0; },
+                      std::chrono::seconds(5)))
+      << Stats().dump(1);
+}
+
+TEST_F(SimDriverTest, ExclusiveProcessModeRefusesASecondProcess) {
+  pid_t holder = Start(0, {"--alloc", "1048576", "--hold-s", "60"});
+  ASSERT_TRUE(WaitFor([&] { return Stats()["devices"][0]["memory_used_bytes"] > 0; },
+                      std::chrono::seconds(10)));
+  {
+    auto gpu = SimGpu::Open({state_, "", /*observer=*/true});
+    ASSERT_TRUE(gpu.ok());
+    (*gpu)->WithState([](SimState& s) { s.devices[0].compute_mode = kComputeExclusiveProcess; });
+  }
+  pid_t second = Start(1, {"--kernels", "1"});
+  EXPECT_EQ(Join(second), 3);
+  EXPECT_NE(Read("err1").find("CUDA_ERROR_DEVICE_UNAVAILABLE"), std::string::npos) << Read("err1");
+  kill(holder, SIGKILL);
+  Join(holder);
+  // Once the holder is gone the device is free again.
+  pid_t third = Start(2, {"--kernels", "1"});
+  EXPECT_EQ(Join(third), 0) << Read("err2");
+}
+
+TEST_F(SimDriverTest, MalformedConfigFailsCuInitNamingTheProblem) {
+  pid_t a = Start(0, {"--kernels", "1"}, {R"(GPUSLICE_SIM_CONFIG={"timeslice_us": "fast"})"});
+  EXPECT_EQ(Join(a), 3);
+  std::string err = Read("err0");
+  EXPECT_NE(err.find("timeslice_us"), std::string::npos) << err;
+  EXPECT_NE(err.find("cuInit"), std::string::npos) << err;
+}
+
+TEST_F(SimDriverTest, EveryLaunchFormRunsItsKernels) {
+  for (const char* form : {"plain", "ex", "cooperative"}) {
+    pid_t a = Start(0, {"--launch", form, "--kernels", "5", "--kernel-us", "10"});
+    ASSERT_EQ(Join(a), 0) << form << Read("err0");
+    EXPECT_EQ(Process(Stats(), a)["devices"][0]["kernels"], 5) << form;
+  }
+}
+
+// cuGetProcAddress in this process, before any cuInit, on the simulated
+// driver loaded by path.
+TEST(SimDriverProcAddressTest, ReturnsTheVariantForVersionAndFlags) {
+  void* lib = dlopen((BuildDir() + "/sim/lib/libcuda.so.1").c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  using GetProc = int (*)(const char*, void**, int, uint64_t, int*);
+  auto get = reinterpret_cast<GetProc>(dlsym(lib, "cuGetProcAddress_v2"));
+  ASSERT_NE(get, nullptr);
+  auto resolve = [&](const char* name, int version, uint64_t flags, int* status) {
+    void* fn = nullptr;
+    int rc = get(name, &fn, version, flags, status);
+    return std::make_pair(rc, fn);
+  };
+  int status = -1;
+  EXPECT_EQ(resolve("cuMemAlloc", 13000, 0, &status).second, dlsym(lib, "cuMemAlloc_v2"));
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(resolve("cuMemAlloc", 3000, 0, &status).second, dlsym(lib, "cuMemAlloc"));
+  EXPECT_EQ(resolve("cuCtxCreate", 12000, 0, &status).second, dlsym(lib, "cuCtxCreate_v3"));
+  EXPECT_EQ(resolve("cuCtxCreate", 13000, 0, &status).second, dlsym(lib, "cuCtxCreate_v4"));
+  EXPECT_EQ(resolve("cuLaunchKernel", 13000, 0, &status).second, dlsym(lib, "cuLaunchKernel"));
+  EXPECT_EQ(resolve("cuLaunchKernel", 13000, 2, &status).second,
+            dlsym(lib, "cuLaunchKernel_ptsz"));
+  EXPECT_EQ(resolve("cuGetProcAddress", 13000, 0, &status).second,
+            dlsym(lib, "cuGetProcAddress_v2"));
+  auto missing = resolve("cuNoSuchFunction", 13000, 0, &status);
+  EXPECT_EQ(missing.first, 500);  // CUDA_ERROR_NOT_FOUND
+  EXPECT_EQ(missing.second, nullptr);
+  EXPECT_EQ(status, 1);  // CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
+  auto too_old = resolve("cuCtxCreate", 1000, 0, &status);
+  EXPECT_EQ(too_old.first, 500);
+  EXPECT_EQ(status, 2);  // CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+}
+
+}  // namespace
+}  // namespace gpuslice::sim

@@ -1,0 +1,136 @@
+// gpuslice-workload: a CUDA driver-API program that keeps a GPU busy in a
+// known way, for tests, benchmarks and the demo. Linked against libcuda.so.1
+// by soname like any CUDA program; the library search path picks the driver.
+//
+//   gpuslice-workload [--device N] [--kernel-us US] (--duration-s S | --kernels N)
+//                     [--sync] [--alloc BYTES] [--hold-s S] [--launch plain|ex|cooperative]
+//                     [--quiet]
+//
+// Kernels are `gpuslice_sim_spin` (the simulator runs them for the given
+// time). Prints one JSON line at the end: {"kernels":N,"elapsed_s":S,...}.
+// Exit codes: 0 done, 2 bad arguments, 3 a CUDA call failed (named on stderr).
+#include <cuda.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+namespace {
+
+struct Options {
+  int device = 0;
+  double kernel_us = 1000;
+  double duration_s = 0;
+  long kernels = 0;
+  bool sync = false;
+  unsigned long long alloc = 0;
+  double hold_s = 0;
+  std::string launch = "plain";
+  bool quiet = false;
+};
+
+[[noreturn]] void Usage(const char* problem) {
+  fprintf(stderr,
+          "gpuslice-workload: %s\n"
+          "usage: gpuslice-workload [--device N] [--kernel-us US] (--duration-s S | --kernels N)\n"
+          "         [--sync] [--alloc BYTES] [--hold-s S] [--launch plain|ex|cooperative] "
+          "[--quiet]\n",
+          problem);
+  exit(2);
+}
+
+double Number(const char* flag, const char* text) {
+  char* end = nullptr;
+  double v = strtod(text, &end);
+  if (end == text || *end != '\0' || v < 0) {
+    Usage((std::string(flag) + " needs a non-negative number, not '" + text + "'").c_str());
+  }
+  return v;
+}
+
+void Check(CUresult rc, const char* what) {
+  if (rc == CUDA_SUCCESS) return;
+  const char* name = "unknown error";
+  cuGetErrorName(rc, &name);
+  fprintf(stderr, "gpuslice-workload: %s failed: %s (%d)\n", what, name, static_cast<int>(rc));
+  exit(3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) Usage((a + " needs a value").c_str());
+      return argv[++i];
+    };
+    if (a == "--device") o.device = static_cast<int>(Number("--device", value()));
+    else if (a == "--kernel-us") o.kernel_us = Number("--kernel-us", value());
+    else if (a == "--duration-s") o.duration_s = Number("--duration-s", value());
+    else if (a == "--kernels") o.kernels = static_cast<long>(Number("--kernels", value()));
+    else if (a == "--alloc") o.alloc = static_cast<unsigned long long>(Number("--alloc", value()));
+    else if (a == "--hold-s") o.hold_s = Number("--hold-s", value());
+    else if (a == "--launch") o.launch = value();
+    else if (a == "--sync") o.sync = true;
+    else if (a == "--quiet") o.quiet = true;
+    else if (a == "-h" || a == "--help") Usage("runs spin kernels on a GPU");
+    else Usage(("unknown argument '" + a + "'").c_str());
+  }
+  if (o.launch != "plain" && o.launch != "ex" && o.launch != "cooperative") {
+    Usage("--launch is plain, ex or cooperative");
+  }
+
+  Check(cuInit(0), "cuInit");
+  CUdevice dev;
+  Check(cuDeviceGet(&dev, o.device), "cuDeviceGet");
+  CUcontext ctx;
+  Check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  CUdeviceptr buffer = 0;
+  if (o.alloc > 0) Check(cuMemAlloc(&buffer, o.alloc), "cuMemAlloc");
+
+  static const char kImage[] = "gpuslice-workload";  // the simulator accepts any image
+  CUmodule module;
+  Check(cuModuleLoadData(&module, kImage), "cuModuleLoadData");
+  CUfunction spin;
+  Check(cuModuleGetFunction(&spin, module, "gpuslice_sim_spin"), "cuModuleGetFunction");
+
+  uint64_t spin_ns = static_cast<uint64_t>(o.kernel_us * 1000);
+  void* params[] = {&spin_ns};
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration<double>(o.duration_s);
+  long launched = 0;
+  while ((o.kernels > 0 && launched < o.kernels) ||
+         (o.kernels == 0 && o.duration_s > 0 && std::chrono::steady_clock::now() < deadline)) {
+    if (o.launch == "plain") {
+      Check(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
+    } else if (o.launch == "cooperative") {
+      Check(cuLaunchCooperativeKernel(spin, 1, 1, 1, 32, 1, 1, 0, nullptr, params),
+            "cuLaunchCooperativeKernel");
+    } else {
+      CUlaunchConfig config{};
+      config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+      config.blockDimX = 32;
+      config.blockDimY = config.blockDimZ = 1;
+      Check(cuLaunchKernelEx(&config, spin, params, nullptr), "cuLaunchKernelEx");
+    }
+    ++launched;
+    if (o.sync) Check(cuCtxSynchronize(), "cuCtxSynchronize");
+  }
+  Check(cuCtxSynchronize(), "cuCtxSynchronize");
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (o.hold_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.hold_s));
+  if (buffer != 0) Check(cuMemFree(buffer), "cuMemFree");
+  Check(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
+  if (!o.quiet) {
+    printf("{\"kernels\":%ld,\"elapsed_s\":%.3f,\"kernel_us\":%.1f}\n", launched, elapsed,
+           o.kernel_us);
+  }
+  return 0;
+}
