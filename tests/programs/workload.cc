@@ -3,12 +3,16 @@
 // by soname like any CUDA program; the library search path picks the driver.
 //
 //   gpuslice-workload [--device N] [--kernel-us US] (--duration-s S | --kernels N)
-//                     [--sync] [--alloc BYTES] [--hold-s S] [--launch plain|ex|cooperative]
-//                     [--quiet]
+//                     [--sync] [--alloc BYTES] [--hold-s S]
+//                     [--launch plain|ex|cooperative|graph] [--quiet]
 //
 // Kernels are `gpuslice_sim_spin` (the simulator runs them for the given
-// time). Prints one JSON line at the end: {"kernels":N,"elapsed_s":S,...}.
-// Exit codes: 0 done, 2 bad arguments, 3 a CUDA call failed (named on stderr).
+// time). --launch graph captures one kernel into a graph on a stream
+// (cuStreamBeginCapture) and launches that graph each time. Unless --quiet,
+// prints one JSON line at the end:
+//   {"kernels":N,"elapsed_s":S,"kernel_us":U,"launch":"plain","device":D,"alloc_bytes":B}
+// Exit codes: 0 done, 2 bad arguments, 3 a CUDA call failed (named on stderr,
+// e.g. "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2)").
 #include <cuda.h>
 
 #include <chrono>
@@ -36,7 +40,7 @@ struct Options {
   fprintf(stderr,
           "gpuslice-workload: %s\n"
           "usage: gpuslice-workload [--device N] [--kernel-us US] (--duration-s S | --kernels N)\n"
-          "         [--sync] [--alloc BYTES] [--hold-s S] [--launch plain|ex|cooperative] "
+          "         [--sync] [--alloc BYTES] [--hold-s S] [--launch plain|ex|cooperative|graph] "
           "[--quiet]\n",
           problem);
   exit(2);
@@ -47,6 +51,17 @@ double Number(const char* flag, const char* text) {
   double v = strtod(text, &end);
   if (end == text || *end != '\0' || v < 0) {
     Usage((std::string(flag) + " needs a non-negative number, not '" + text + "'").c_str());
+  }
+  return v;
+}
+
+// A whole number in [0, max]: counts, ordinals, byte sizes.
+double Count(const char* flag, const char* text, double max) {
+  const double v = Number(flag, text);
+  if (v > max || v != static_cast<double>(static_cast<long long>(v))) {
+    Usage((std::string(flag) + " needs a whole number no larger than " +
+           std::to_string(static_cast<long long>(max)) + ", not '" + text + "'")
+              .c_str());
   }
   return v;
 }
@@ -69,20 +84,31 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) Usage((a + " needs a value").c_str());
       return argv[++i];
     };
-    if (a == "--device") o.device = static_cast<int>(Number("--device", value()));
-    else if (a == "--kernel-us") o.kernel_us = Number("--kernel-us", value());
-    else if (a == "--duration-s") o.duration_s = Number("--duration-s", value());
-    else if (a == "--kernels") o.kernels = static_cast<long>(Number("--kernels", value()));
-    else if (a == "--alloc") o.alloc = static_cast<unsigned long long>(Number("--alloc", value()));
-    else if (a == "--hold-s") o.hold_s = Number("--hold-s", value());
-    else if (a == "--launch") o.launch = value();
-    else if (a == "--sync") o.sync = true;
-    else if (a == "--quiet") o.quiet = true;
-    else if (a == "-h" || a == "--help") Usage("runs spin kernels on a GPU");
-    else Usage(("unknown argument '" + a + "'").c_str());
+    if (a == "--device")
+      o.device = static_cast<int>(Count("--device", value(), 1 << 20));
+    else if (a == "--kernel-us")
+      o.kernel_us = Number("--kernel-us", value());
+    else if (a == "--duration-s")
+      o.duration_s = Number("--duration-s", value());
+    else if (a == "--kernels")
+      o.kernels = static_cast<long>(Count("--kernels", value(), 1e15));
+    else if (a == "--alloc")
+      o.alloc = static_cast<unsigned long long>(Count("--alloc", value(), 1e18));
+    else if (a == "--hold-s")
+      o.hold_s = Number("--hold-s", value());
+    else if (a == "--launch")
+      o.launch = value();
+    else if (a == "--sync")
+      o.sync = true;
+    else if (a == "--quiet")
+      o.quiet = true;
+    else if (a == "-h" || a == "--help")
+      Usage("runs spin kernels on a GPU");
+    else
+      Usage(("unknown argument '" + a + "'").c_str());
   }
-  if (o.launch != "plain" && o.launch != "ex" && o.launch != "cooperative") {
-    Usage("--launch is plain, ex or cooperative");
+  if (o.launch != "plain" && o.launch != "ex" && o.launch != "cooperative" && o.launch != "graph") {
+    Usage("--launch is plain, ex, cooperative or graph");
   }
 
   Check(cuInit(0), "cuInit");
@@ -102,6 +128,17 @@ int main(int argc, char** argv) {
 
   uint64_t spin_ns = static_cast<uint64_t>(o.kernel_us * 1000);
   void* params[] = {&spin_ns};
+  CUstream stream = nullptr;
+  CUgraphExec graph_exec = nullptr;
+  CUgraph graph = nullptr;
+  if (o.launch == "graph") {
+    Check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    Check(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+          "cuStreamBeginCapture");
+    Check(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+    Check(cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+    Check(cuGraphInstantiate(&graph_exec, graph, 0), "cuGraphInstantiate");
+  }
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(o.duration_s);
   long launched = 0;
@@ -112,6 +149,8 @@ int main(int argc, char** argv) {
     } else if (o.launch == "cooperative") {
       Check(cuLaunchCooperativeKernel(spin, 1, 1, 1, 32, 1, 1, 0, nullptr, params),
             "cuLaunchCooperativeKernel");
+    } else if (o.launch == "graph") {
+      Check(cuGraphLaunch(graph_exec, stream), "cuGraphLaunch");
     } else {
       CUlaunchConfig config{};
       config.gridDimX = config.gridDimY = config.gridDimZ = 1;
@@ -123,14 +162,21 @@ int main(int argc, char** argv) {
     if (o.sync) Check(cuCtxSynchronize(), "cuCtxSynchronize");
   }
   Check(cuCtxSynchronize(), "cuCtxSynchronize");
+  if (graph_exec != nullptr) {
+    Check(cuGraphExecDestroy(graph_exec), "cuGraphExecDestroy");
+    Check(cuGraphDestroy(graph), "cuGraphDestroy");
+  }
+  if (stream != nullptr) Check(cuStreamDestroy(stream), "cuStreamDestroy");
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (o.hold_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.hold_s));
   if (buffer != 0) Check(cuMemFree(buffer), "cuMemFree");
   Check(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
   if (!o.quiet) {
-    printf("{\"kernels\":%ld,\"elapsed_s\":%.3f,\"kernel_us\":%.1f}\n", launched, elapsed,
-           o.kernel_us);
+    printf(
+        "{\"kernels\":%ld,\"elapsed_s\":%.3f,\"kernel_us\":%.1f,\"launch\":\"%s\","
+        "\"device\":%d,\"alloc_bytes\":%llu}\n",
+        launched, elapsed, o.kernel_us, o.launch.c_str(), o.device, o.alloc);
   }
   return 0;
 }

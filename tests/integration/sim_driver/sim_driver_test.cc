@@ -2,6 +2,7 @@
 // private simulation each, ground truth read from the shared state.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -11,7 +12,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -66,7 +66,13 @@ class SimDriverTest : public ::testing::Test {
   // stderr go to files numbered `n`.
   pid_t Start(int n, const std::vector<std::string>& args,
               const std::vector<std::string>& extra_env = {}) {
-    std::vector<std::string> argv = {BuildDir() + "/bin/gpuslice-workload"};
+    return StartProgram("gpuslice-workload", n, args, extra_env);
+  }
+
+  // Starts ${build}/bin/`program` the same way.
+  pid_t StartProgram(const std::string& program, int n, const std::vector<std::string>& args,
+                     const std::vector<std::string>& extra_env = {}) {
+    std::vector<std::string> argv = {BuildDir() + "/bin/" + program};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
                                     "GPUSLICE_SIM_STATE=" + state_};
@@ -130,8 +136,12 @@ TEST_F(SimDriverTest, TwoSaturatingProcessesSplitBusyTimeEvenly) {
     return p.contains("devices") ? p["devices"][0]["busy_ns"].get<double>() : 0.0;
   };
   // Measure over a window in which both are running and have work queued.
-  ASSERT_TRUE(WaitFor([&] { json s = Stats(); return busy(s, a) > 0 && busy(s, b) > 0; },
-                      std::chrono::seconds(5)));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        json s = Stats();
+        return busy(s, a) > 0 && busy(s, b) > 0;
+      },
+      std::chrono::seconds(5)));
   json before = Stats();
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the measurement window
   json after = Stats();
@@ -172,9 +182,12 @@ TEST_F(SimDriverTest, ExhaustingMemoryGivesOutOfMemoryAndChangesNothing) {
 
 TEST_F(SimDriverTest, KilledProcessMemoryIsReclaimed) {
   pid_t a = Start(0, {"--alloc", std::to_string(1ull << 30), "--hold-s", "60"});
-  ASSERT_TRUE(WaitFor([&] { return Process(Stats(), a).value("devices", json::array()).size() > 0 &&
-                                   Process(Stats(), a)["devices"][0]["memory_bytes"] >= (1ull << 30); },
-                      std::chrono::seconds(10)))
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Process(Stats(), a).value("devices", json::array()).size() > 0 &&
+               Process(Stats(), a)["devices"][0]["memory_bytes"] >= (1ull << 30);
+      },
+      std::chrono::seconds(10)))
       << Read("err0");
   kill(a, SIGKILL);
   EXPECT_EQ(Join(a), 128 + SIGKILL);
@@ -211,11 +224,69 @@ TEST_F(SimDriverTest, MalformedConfigFailsCuInitNamingTheProblem) {
 }
 
 TEST_F(SimDriverTest, EveryLaunchFormRunsItsKernels) {
-  for (const char* form : {"plain", "ex", "cooperative"}) {
+  for (const char* form : {"plain", "ex", "cooperative", "graph"}) {
     pid_t a = Start(0, {"--launch", form, "--kernels", "5", "--kernel-us", "10"});
     ASSERT_EQ(Join(a), 0) << form << Read("err0");
     EXPECT_EQ(Process(Stats(), a)["devices"][0]["kernels"], 5) << form;
   }
+}
+
+TEST_F(SimDriverTest, WorkloadRejectsBadFlagsClearly) {
+  pid_t a = Start(0, {"--launch", "sideways"});
+  EXPECT_EQ(Join(a), 2);
+  EXPECT_NE(Read("err0").find("--launch"), std::string::npos) << Read("err0");
+  pid_t b = Start(1, {"--kernel-us", "-3"});
+  EXPECT_EQ(Join(b), 2);
+  EXPECT_NE(Read("err1").find("--kernel-us"), std::string::npos) << Read("err1");
+  pid_t c = Start(2, {"--device", "3", "--kernels", "1"});
+  EXPECT_EQ(Join(c), 3);
+  EXPECT_NE(Read("err2").find("CUDA_ERROR_INVALID_DEVICE"), std::string::npos) << Read("err2");
+}
+
+// A process fills the device chunk by chunk; its failed allocation changes
+// neither its own view (checked inside) nor the ground truth.
+TEST_F(SimDriverTest, FillingTheDeviceEndsInOutOfMemoryThatChangesNothing) {
+  const uint64_t chunk = 8ull << 30;
+  pid_t a = StartProgram("gpuslice-driver-probe", 0,
+                         {"fill", "--chunk", std::to_string(chunk), "--hold-s", "60"});
+  ASSERT_TRUE(WaitFor([&] { return Read("out0").find('}') != std::string::npos; },
+                      std::chrono::seconds(10)))
+      << Read("err0");
+  json out = json::parse(Read("out0"));
+  EXPECT_EQ(out["error"], "CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(out["free_before_oom"], out["free_after_oom"]);
+  json stats = Stats();
+  const uint64_t context_bytes = 300ull << 20;  // DESIGN.md section 7 default
+  const uint64_t expected = out["chunks"].get<uint64_t>() * chunk + context_bytes;
+  EXPECT_EQ(Process(stats, a)["devices"][0]["memory_bytes"], expected) << stats.dump();
+  EXPECT_EQ(stats["devices"][0]["memory_used_bytes"], expected);
+  kill(a, SIGKILL);
+  EXPECT_EQ(Join(a), 128 + SIGKILL);
+  EXPECT_TRUE(WaitFor([&] { return Stats()["devices"][0]["memory_used_bytes"] == 0; },
+                      std::chrono::seconds(5)))
+      << Stats().dump(1);
+}
+
+// The same checks from a program linked against the toolkit's stub, like any
+// CUDA program: the names resolve in the simulated driver, before cuInit.
+TEST_F(SimDriverTest, ProcAddressFromALinkedProgram) {
+  pid_t a = StartProgram("gpuslice-driver-probe", 0, {"proc-address"});
+  ASSERT_EQ(Join(a), 0) << Read("err0");
+  json out = json::parse(Read("out0"));
+  auto symbol = [&](const char* key) { return out[key]["symbol"].get<std::string>(); };
+  EXPECT_EQ(symbol("cuMemAlloc@3010"), "cuMemAlloc");
+  EXPECT_EQ(symbol("cuMemAlloc@3020"), "cuMemAlloc_v2");
+  EXPECT_EQ(symbol("cuCtxCreate@11000"), "cuCtxCreate_v2");
+  EXPECT_EQ(symbol("cuCtxCreate@12000"), "cuCtxCreate_v3");
+  EXPECT_EQ(symbol("cuCtxCreate@13000"), "cuCtxCreate_v4");
+  EXPECT_EQ(symbol("cuLaunchKernel@13000"), "cuLaunchKernel");
+  EXPECT_EQ(symbol("cuLaunchKernel@13000/ptds"), "cuLaunchKernel_ptsz");
+  EXPECT_EQ(symbol("cuMemcpyHtoD@13000/ptds"), "cuMemcpyHtoD_v2_ptds");
+  EXPECT_EQ(symbol("cuGetProcAddress@13000"), "cuGetProcAddress_v2");
+  EXPECT_EQ(out["cuGetProcAddress@13000"]["status"], 0);
+  EXPECT_EQ(out["cuLaunchKernelEx@11000"]["status"], 2);  // VERSION_NOT_SUFFICIENT
+  EXPECT_EQ(out["cuLaunchKernelEx@11000"]["rc"], 500);    // CUDA_ERROR_NOT_FOUND
+  EXPECT_EQ(out["cuNoSuchFunction@13000"]["status"], 1);  // SYMBOL_NOT_FOUND
 }
 
 // cuGetProcAddress in this process, before any cuInit, on the simulated
@@ -238,8 +309,7 @@ TEST(SimDriverProcAddressTest, ReturnsTheVariantForVersionAndFlags) {
   EXPECT_EQ(resolve("cuCtxCreate", 12000, 0, &status).second, dlsym(lib, "cuCtxCreate_v3"));
   EXPECT_EQ(resolve("cuCtxCreate", 13000, 0, &status).second, dlsym(lib, "cuCtxCreate_v4"));
   EXPECT_EQ(resolve("cuLaunchKernel", 13000, 0, &status).second, dlsym(lib, "cuLaunchKernel"));
-  EXPECT_EQ(resolve("cuLaunchKernel", 13000, 2, &status).second,
-            dlsym(lib, "cuLaunchKernel_ptsz"));
+  EXPECT_EQ(resolve("cuLaunchKernel", 13000, 2, &status).second, dlsym(lib, "cuLaunchKernel_ptsz"));
   EXPECT_EQ(resolve("cuGetProcAddress", 13000, 0, &status).second,
             dlsym(lib, "cuGetProcAddress_v2"));
   auto missing = resolve("cuNoSuchFunction", 13000, 0, &status);
