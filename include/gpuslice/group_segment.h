@@ -1,0 +1,109 @@
+// The group segment: one shared-memory file per group (a pod, or any set of
+// processes sharing one quota), mapped by every member's limiter, by the CLI
+// and by the daemon (DESIGN.md section 3). This header is the layout contract
+// between those processes; src/shm/group_segment.h is the code that uses it.
+//
+// File: $GPUSLICE_SHM_DIR/group-<id>.v<kGroupSegmentVersion> (default dir
+// /dev/shm/gpuslice). The layout version is part of the name, so processes
+// built with different layouts never share a file.
+//
+// Layout rules: fixed-width fields, trivially copyable, magic + version + size
+// first. Fields shared between processes are accessed with std::atomic_ref.
+//
+// Concurrency:
+//  - `mutex` (robust, process-shared) guards the memory accounting: every
+//    change to GroupDevice::memory_used and ProcessSlot::memory happens under
+//    it, so a member killed mid-update leaves state that the next holder
+//    repairs (EOWNERDEAD: memory_used is recomputed from the slots).
+//  - Slot ownership is an OFD lock (fcntl F_OFD_SETLK) on byte
+//    kSlotLockOffset + slot index of the file: held by the owner for its whole
+//    life and dropped by the kernel when it dies, so liveness is checked
+//    without pids (which differ between the containers of a pod). Whoever
+//    takes a slot's lock may reclaim what a dead owner left.
+//  - The group controller (DESIGN.md section 3) is whoever holds the OFD lock
+//    on byte kControllerLockOffset.
+//  - Limits are written by any member at attach time (lowering only), by
+//    `gpuslice limit set`, or by the daemon, and read lock-free.
+//
+// Invariants (restored by repair after a member dies mid-update):
+//  1. devices[d].memory_used == sum over slots s of slots[s].memory[d].
+//  2. A slot with owner_pid == 0 holds no memory.
+#pragma once
+
+#include <pthread.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace gpuslice {
+
+inline constexpr uint64_t kGroupSegmentMagic = 0x5052475f534c5047;  // "GPLS_GRP"
+inline constexpr uint32_t kGroupSegmentVersion = 1;
+
+inline constexpr int kGroupMaxDevices = 16;
+inline constexpr int kGroupMaxSlots = 256;
+inline constexpr int kGroupIdBytes = 128;
+inline constexpr int kUuidBytes = 48;
+
+// Value of a limit that is not set.
+inline constexpr uint64_t kUnlimitedBytes = UINT64_MAX;
+inline constexpr uint32_t kUnlimitedPercent = 100;
+
+// Byte offsets of the OFD locks (beyond the end of the data; locking bytes
+// past EOF is allowed and touches no data).
+inline constexpr int64_t kControllerLockOffset = 1 << 24;
+inline constexpr int64_t kSlotLockOffset = kControllerLockOffset + 1;
+
+struct GroupSegmentHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t size;       // sizeof(GroupSegmentLayout)
+  int64_t created_ns;  // CLOCK_MONOTONIC
+  uint32_t ready;      // 1 once initialised; readers ignore a segment with 0
+  uint32_t reserved;
+};
+
+// One physical GPU, identified by UUID (CUDA ordinals differ between members
+// with different CUDA_VISIBLE_DEVICES).
+struct GroupDevice {
+  char uuid[kUuidBytes];     // "GPU-…", NUL-terminated; empty: entry unused
+  uint64_t memory_limit;     // bytes; kUnlimitedBytes when unset
+  uint64_t memory_used;      // bytes charged to the group (guarded by mutex)
+  uint64_t memory_peak;      // highest memory_used seen
+  uint64_t alloc_failures;   // allocations refused for the limit
+  uint32_t compute_limit;    // percent 1..100; kUnlimitedPercent when unset
+  uint32_t reserved0;
+  uint8_t controller[128];   // the compute controller's state (issue 4)
+};
+
+struct ProcessSlot {
+  int32_t owner_pid;  // pid in the owner's namespace; 0: free
+  uint32_t reserved0;
+  uint64_t start_time;  // /proc/<pid>/stat start time of the owner
+  int64_t joined_ns;    // CLOCK_MONOTONIC
+  char name[16];        // comm of the owner
+  uint64_t memory[kGroupMaxDevices];  // bytes charged by this slot (guarded by mutex)
+};
+
+struct GroupSegmentLayout {
+  GroupSegmentHeader header;
+  char group[kGroupIdBytes];  // NUL-terminated group id
+  alignas(64) pthread_mutex_t mutex;
+  alignas(64) uint32_t device_count;  // entries of devices[] in use
+  uint32_t change_word;               // bumped (and futex-woken) on every limit change
+  uint64_t limits_generation;         // bumped on every limit change
+  int64_t controller_heartbeat_ns;    // last beat of the group controller
+  int32_t controller_pid;             // its pid, 0 if none
+  uint32_t reserved0;
+  GroupDevice devices[kGroupMaxDevices];
+  ProcessSlot slots[kGroupMaxSlots];
+};
+
+static_assert(std::is_trivially_copyable_v<GroupSegmentLayout>);
+static_assert(sizeof(GroupSegmentHeader) == 32);
+static_assert(sizeof(GroupDevice) == 216);
+static_assert(sizeof(ProcessSlot) == 168);
+static_assert(sizeof(pthread_mutex_t) <= 64, "the mutex must fit its 64-byte line");
+static_assert(sizeof(GroupSegmentLayout) < kControllerLockOffset);
+
+}  // namespace gpuslice

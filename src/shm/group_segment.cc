@@ -1,0 +1,418 @@
+#include "shm/group_segment.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "common/clock.h"
+
+namespace gpuslice {
+namespace {
+
+constexpr std::string_view kFilePrefix = "group-";
+const std::string kFileSuffix = ".v" + std::to_string(kGroupSegmentVersion);
+
+template <typename T>
+std::atomic_ref<T> Atomic(T& field) {
+  return std::atomic_ref<T>(field);
+}
+template <typename T>
+T Load(const T& field) {
+  return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_acquire);
+}
+
+std::string Errno(const std::string& what) { return what + ": " + strerror(errno); }
+
+// OFD lock on one byte at `offset`: F_WRLCK to take (non-blocking unless
+// `wait`), F_UNLCK to drop. Returns 0 or an errno value.
+int OfdLock(int fd, int64_t offset, short type, bool wait) {
+  struct flock fl{};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = offset;
+  fl.l_len = 1;
+  while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) != 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
+// True if another open file description holds a lock on the byte at `offset`.
+bool LockedByOther(int fd, int64_t offset) {
+  struct flock fl{};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = offset;
+  fl.l_len = 1;
+  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return true;  // unknown: assume alive
+  return fl.l_type != F_UNLCK;
+}
+
+bool HeaderValid(const GroupSegmentLayout* s) {
+  return s->header.magic == kGroupSegmentMagic && s->header.version == kGroupSegmentVersion &&
+         s->header.size == sizeof(GroupSegmentLayout) && s->header.ready == 1 &&
+         s->device_count <= kGroupMaxDevices;
+}
+
+void Initialize(GroupSegmentLayout* s, std::string_view group) {
+  memset(static_cast<void*>(s), 0, sizeof(*s));
+  s->header.magic = kGroupSegmentMagic;
+  s->header.version = kGroupSegmentVersion;
+  s->header.size = sizeof(GroupSegmentLayout);
+  s->header.created_ns = MonotonicNs();
+  memcpy(s->group, group.data(), std::min<size_t>(group.size(), kGroupIdBytes - 1));
+  for (GroupDevice& d : s->devices) {
+    d.memory_limit = kUnlimitedBytes;
+    d.compute_limit = kUnlimitedPercent;
+  }
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(&s->mutex, &attr);
+  pthread_mutexattr_destroy(&attr);
+  Atomic(s->header.ready).store(1, std::memory_order_release);
+}
+
+Status MakeDir(const std::string& dir) {
+  if (mkdir(dir.c_str(), 01777) == 0) {
+    chmod(dir.c_str(), 01777);  // members of one pod may run as different users
+    return Status::Ok();
+  }
+  if (errno == EEXIST) return Status::Ok();
+  return Unavailable(Errno("cannot create " + dir));
+}
+
+}  // namespace
+
+std::string GroupSegment::PathFor(const std::string& dir, std::string_view group) {
+  return dir + "/" + std::string(kFilePrefix) + std::string(group) + kFileSuffix;
+}
+
+std::vector<std::string> GroupSegment::ListGroups(const std::string& dir) {
+  std::vector<std::string> groups;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return groups;
+  while (dirent* e = readdir(d)) {
+    std::string_view name = e->d_name;
+    if (name.starts_with(kFilePrefix) && name.ends_with(kFileSuffix) &&
+        name.size() > kFilePrefix.size() + kFileSuffix.size()) {
+      name.remove_prefix(kFilePrefix.size());
+      name.remove_suffix(kFileSuffix.size());
+      groups.emplace_back(name);
+    }
+  }
+  closedir(d);
+  std::sort(groups.begin(), groups.end());
+  return groups;
+}
+
+StatusOr<std::unique_ptr<GroupSegment>> GroupSegment::Open(const std::string& dir,
+                                                           std::string_view group, bool create) {
+  if (create) GS_RETURN_IF_ERROR(MakeDir(dir));
+  const std::string path = PathFor(dir, group);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0666);
+  if (fd < 0) {
+    if (errno == ENOENT) return NotFound("group '" + std::string(group) + "' has no segment");
+    return Unavailable(Errno("cannot open " + path));
+  }
+  // Creation and validation are serialised by flock (independent of the OFD
+  // byte locks that members hold for their slots).
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      Status s = Unavailable(Errno("cannot lock " + path));
+      close(fd);
+      return s;
+    }
+  }
+  auto fail = [&](Status s) {
+    flock(fd, LOCK_UN);
+    close(fd);
+    return s;
+  };
+  struct stat st{};
+  if (fstat(fd, &st) != 0) return fail(Unavailable(Errno("cannot stat " + path)));
+  const bool fresh = static_cast<size_t>(st.st_size) != sizeof(GroupSegmentLayout);
+  if (fresh) {
+    if (!create) return fail(FailedPrecondition(path + " is not a valid group segment"));
+    fchmod(fd, 0666);
+    if (ftruncate(fd, 0) != 0 || ftruncate(fd, sizeof(GroupSegmentLayout)) != 0) {
+      return fail(Unavailable(Errno("cannot size " + path)));
+    }
+  }
+  void* p = mmap(nullptr, sizeof(GroupSegmentLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return fail(Unavailable(Errno("cannot map " + path)));
+  auto* layout = static_cast<GroupSegmentLayout*>(p);
+  if (fresh || !HeaderValid(layout)) {
+    if (!create) {
+      munmap(p, sizeof(GroupSegmentLayout));
+      return fail(FailedPrecondition(path + " is not a valid group segment"));
+    }
+    Initialize(layout, group);
+  }
+  flock(fd, LOCK_UN);
+  return std::unique_ptr<GroupSegment>(new GroupSegment(std::string(group), path, fd, layout));
+}
+
+GroupSegment::GroupSegment(std::string group, std::string path, int fd,
+                           GroupSegmentLayout* layout)
+    : group_(std::move(group)), path_(std::move(path)), fd_(fd), layout_(layout) {}
+
+GroupSegment::~GroupSegment() {
+  munmap(layout_, sizeof(GroupSegmentLayout));
+  close(fd_);  // drops this handle's OFD locks
+}
+
+// ---- devices ----
+
+int GroupSegment::device_count() const {
+  return static_cast<int>(std::min<uint32_t>(Load(layout_->device_count), kGroupMaxDevices));
+}
+
+int GroupSegment::FindDevice(std::string_view uuid) const {
+  const int n = device_count();
+  for (int i = 0; i < n; ++i) {
+    const char* u = layout_->devices[i].uuid;
+    if (uuid.size() < kUuidBytes && strncmp(u, uuid.data(), uuid.size()) == 0 &&
+        u[uuid.size()] == '\0') {
+      return i;
+    }
+  }
+  return -1;
+}
+
+StatusOr<int> GroupSegment::AttachDevice(std::string_view uuid) {
+  if (uuid.empty() || uuid.size() >= kUuidBytes) {
+    return InvalidArgument("device UUID '" + std::string(uuid) + "' is not a GPU UUID");
+  }
+  if (int d = FindDevice(uuid); d >= 0) return d;
+  LockLedger();
+  int d = FindDevice(uuid);  // another member may have added it meanwhile
+  if (d < 0 && device_count() < kGroupMaxDevices) {
+    d = device_count();
+    GroupDevice& dev = layout_->devices[d];
+    memset(dev.uuid, 0, sizeof dev.uuid);
+    memcpy(dev.uuid, uuid.data(), uuid.size());
+    Atomic(layout_->device_count).store(static_cast<uint32_t>(d + 1), std::memory_order_release);
+  }
+  UnlockLedger();
+  if (d < 0) {
+    return ResourceExhausted("group '" + group_ + "' already spans " +
+                             std::to_string(kGroupMaxDevices) + " devices");
+  }
+  return d;
+}
+
+void GroupSegment::LowerMemoryLimit(int dev, uint64_t bytes) {
+  auto limit = Atomic(layout_->devices[dev].memory_limit);
+  uint64_t cur = limit.load();
+  while (bytes < cur && !limit.compare_exchange_weak(cur, bytes)) {
+  }
+  if (bytes < cur) BumpLimits();
+}
+
+void GroupSegment::SetMemoryLimit(int dev, uint64_t bytes) {
+  Atomic(layout_->devices[dev].memory_limit).store(bytes);
+  BumpLimits();
+}
+
+void GroupSegment::LowerComputeLimit(int dev, uint32_t percent) {
+  auto limit = Atomic(layout_->devices[dev].compute_limit);
+  uint32_t cur = limit.load();
+  while (percent < cur && !limit.compare_exchange_weak(cur, percent)) {
+  }
+  if (percent < cur) BumpLimits();
+}
+
+void GroupSegment::SetComputeLimit(int dev, uint32_t percent) {
+  Atomic(layout_->devices[dev].compute_limit).store(percent);
+  BumpLimits();
+}
+
+uint64_t GroupSegment::MemoryLimit(int dev) const { return Load(layout_->devices[dev].memory_limit); }
+uint64_t GroupSegment::MemoryUsed(int dev) const { return Load(layout_->devices[dev].memory_used); }
+uint32_t GroupSegment::ComputeLimit(int dev) const {
+  return Load(layout_->devices[dev].compute_limit);
+}
+
+void GroupSegment::BumpLimits() {
+  Atomic(layout_->limits_generation).fetch_add(1);
+  Atomic(layout_->change_word).fetch_add(1);
+  syscall(SYS_futex, &layout_->change_word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+// ---- the ledger's lock ----
+
+void GroupSegment::LockLedger() const {
+  int r = pthread_mutex_lock(&layout_->mutex);
+  if (r == EOWNERDEAD) {
+    RepairLedger();
+    pthread_mutex_consistent(&layout_->mutex);
+  }
+}
+
+void GroupSegment::UnlockLedger() const { pthread_mutex_unlock(&layout_->mutex); }
+
+void GroupSegment::RepairLedger() const {
+  for (int d = 0; d < kGroupMaxDevices; ++d) {
+    uint64_t sum = 0;
+    for (const ProcessSlot& s : layout_->slots) sum += s.memory[d];
+    Atomic(layout_->devices[d].memory_used).store(sum);
+  }
+}
+
+// ---- membership ----
+
+bool GroupSegment::SlotLive(int slot) const {
+  if (slot == own_slot_) return true;
+  return LockedByOther(fd_, kSlotLockOffset + slot);
+}
+
+void GroupSegment::ClearSlotLocked(int s) {
+  ProcessSlot& slot = layout_->slots[s];
+  for (int d = 0; d < kGroupMaxDevices; ++d) {
+    const uint64_t held = slot.memory[d];
+    if (held == 0) continue;
+    auto used = Atomic(layout_->devices[d].memory_used);
+    used.store(used.load() - std::min(held, used.load()));
+    Atomic(slot.memory[d]).store(0);
+  }
+  Atomic(slot.owner_pid).store(0);
+  slot.start_time = 0;
+  slot.joined_ns = 0;
+  memset(slot.name, 0, sizeof slot.name);
+}
+
+StatusOr<int> GroupSegment::Join(pid_t pid, uint64_t start_time, std::string_view name) {
+  if (own_slot_ >= 0) return own_slot_;
+  for (int s = 0; s < kGroupMaxSlots; ++s) {
+    if (OfdLock(fd_, kSlotLockOffset + s, F_WRLCK, false) != 0) continue;  // a live member's
+    LockLedger();
+    ClearSlotLocked(s);  // whatever a dead owner left
+    ProcessSlot& slot = layout_->slots[s];
+    slot.start_time = start_time;
+    slot.joined_ns = MonotonicNs();
+    memcpy(slot.name, name.data(), std::min<size_t>(name.size(), sizeof slot.name - 1));
+    Atomic(slot.owner_pid).store(pid);
+    UnlockLedger();
+    own_slot_ = s;
+    return s;
+  }
+  return ResourceExhausted("group '" + group_ + "' has no free process slot (" +
+                           std::to_string(kGroupMaxSlots) + " members alive)");
+}
+
+void GroupSegment::Leave(int slot) {
+  if (slot != own_slot_ || slot < 0) return;
+  LockLedger();
+  ClearSlotLocked(slot);
+  UnlockLedger();
+  OfdLock(fd_, kSlotLockOffset + slot, F_UNLCK, false);
+  own_slot_ = -1;
+}
+
+int GroupSegment::ReapDead() {
+  int reaped = 0;
+  for (int s = 0; s < kGroupMaxSlots; ++s) {
+    if (s == own_slot_ || Load(layout_->slots[s].owner_pid) == 0) continue;
+    if (OfdLock(fd_, kSlotLockOffset + s, F_WRLCK, false) != 0) continue;  // alive
+    LockLedger();
+    if (Load(layout_->slots[s].owner_pid) != 0) {
+      ClearSlotLocked(s);
+      ++reaped;
+    }
+    UnlockLedger();
+    OfdLock(fd_, kSlotLockOffset + s, F_UNLCK, false);
+  }
+  return reaped;
+}
+
+// ---- the ledger ----
+
+bool GroupSegment::Reserve(int slot, int dev, uint64_t bytes) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    LockLedger();
+    GroupDevice& d = layout_->devices[dev];
+    const uint64_t used = d.memory_used;
+    const uint64_t limit = Load(d.memory_limit);
+    const bool fits = bytes <= limit && used <= limit - bytes;
+    if (fits) {
+      Atomic(d.memory_used).store(used + bytes);
+      Atomic(layout_->slots[slot].memory[dev]).fetch_add(bytes);
+      if (used + bytes > d.memory_peak) Atomic(d.memory_peak).store(used + bytes);
+    }
+    UnlockLedger();
+    if (fits) return true;
+    // Over the limit: a dead member's memory may be what is in the way.
+    if (attempt == 0 && ReapDead() == 0) break;
+  }
+  Atomic(layout_->devices[dev].alloc_failures).fetch_add(1);
+  return false;
+}
+
+void GroupSegment::Charge(int slot, int dev, uint64_t bytes) {
+  LockLedger();
+  GroupDevice& d = layout_->devices[dev];
+  Atomic(d.memory_used).fetch_add(bytes);
+  Atomic(layout_->slots[slot].memory[dev]).fetch_add(bytes);
+  if (d.memory_used > d.memory_peak) Atomic(d.memory_peak).store(d.memory_used);
+  UnlockLedger();
+}
+
+void GroupSegment::Release(int slot, int dev, uint64_t bytes) {
+  LockLedger();
+  auto held = Atomic(layout_->slots[slot].memory[dev]);
+  bytes = std::min(bytes, held.load());
+  held.fetch_sub(bytes);
+  auto used = Atomic(layout_->devices[dev].memory_used);
+  used.store(used.load() - std::min(bytes, used.load()));
+  UnlockLedger();
+}
+
+uint64_t GroupSegment::SlotMemory(int slot, int dev) const {
+  return Load(layout_->slots[slot].memory[dev]);
+}
+
+// ---- the group controller ----
+
+bool GroupSegment::TryBecomeController() {
+  if (OfdLock(fd_, kControllerLockOffset, F_WRLCK, false) != 0) return false;
+  Atomic(layout_->controller_pid).store(getpid());
+  return true;
+}
+
+Status GroupSegment::WaitToBecomeController() {
+  if (int err = OfdLock(fd_, kControllerLockOffset, F_WRLCK, true); err != 0) {
+    errno = err;
+    return Unavailable(Errno("cannot take the controller lock of " + path_));
+  }
+  Atomic(layout_->controller_pid).store(getpid());
+  return Status::Ok();
+}
+
+void GroupSegment::Beat(int64_t now_ns) {
+  Atomic(layout_->controller_heartbeat_ns).store(now_ns, std::memory_order_release);
+}
+
+// ---- fork ----
+
+Status GroupSegment::ReopenAfterFork() {
+  int fd = open(path_.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return Unavailable(Errno("cannot reopen " + path_));
+  close(fd_);  // the parent's open file description, and its locks, stay with the parent
+  fd_ = fd;
+  own_slot_ = -1;
+  return Status::Ok();
+}
+
+}  // namespace gpuslice

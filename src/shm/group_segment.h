@@ -1,0 +1,136 @@
+// GroupSegment: one process's handle on a group's shared segment
+// (include/gpuslice/group_segment.h has the layout and its invariants).
+//
+// It is the group's memory ledger: Reserve() charges bytes to a device of the
+// group all-or-nothing against the limit, so concurrent allocations in any
+// number of processes never overshoot; Release() gives them back. Each member
+// holds a slot for its whole life; a dead member's slot and memory are
+// reclaimed by ReapDead() (run by the group controller, by a member whose
+// allocation would fail, by a joining member and by `gpuslice status`).
+//
+// Thread-safe: every method may be called from any thread. Not fork-safe by
+// itself: a forked child must call ReopenAfterFork() before anything else.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "gpuslice/group_segment.h"
+
+namespace gpuslice {
+
+class GroupSegment {
+ public:
+  // Opens the segment of `group` under `dir`, creating both when `create`.
+  // A file with a wrong magic, version or size is re-initialised (a crashed
+  // creator's leftovers are never trusted). Fails with kNotFound when the
+  // group has no segment and `create` is false.
+  static StatusOr<std::unique_ptr<GroupSegment>> Open(const std::string& dir,
+                                                      std::string_view group, bool create);
+
+  // The file of `group` under `dir`.
+  static std::string PathFor(const std::string& dir, std::string_view group);
+
+  // Group ids that have a segment under `dir` (sorted; empty if none).
+  static std::vector<std::string> ListGroups(const std::string& dir);
+
+  ~GroupSegment();
+  GroupSegment(const GroupSegment&) = delete;
+  GroupSegment& operator=(const GroupSegment&) = delete;
+
+  const std::string& group() const { return group_; }
+  const std::string& path() const { return path_; }
+
+  // ---- devices ----
+
+  // The entry for the GPU with `uuid`, added if new. kResourceExhausted when
+  // the segment has no room for another device.
+  StatusOr<int> AttachDevice(std::string_view uuid);
+  // Index of `uuid`, or -1.
+  int FindDevice(std::string_view uuid) const;
+  int device_count() const;
+
+  // Lowers the memory limit of `dev` to `bytes` (no effect if already lower).
+  void LowerMemoryLimit(int dev, uint64_t bytes);
+  // Sets the memory limit of `dev` (may raise it); kUnlimitedBytes clears it.
+  // Usage above a lowered limit stays; new allocations fail until it drops.
+  void SetMemoryLimit(int dev, uint64_t bytes);
+  void LowerComputeLimit(int dev, uint32_t percent);
+  void SetComputeLimit(int dev, uint32_t percent);
+
+  uint64_t MemoryLimit(int dev) const;
+  uint64_t MemoryUsed(int dev) const;
+  uint32_t ComputeLimit(int dev) const;
+
+  // ---- membership ----
+
+  // Claims a free (or dead member's) slot for this process, reclaiming
+  // whatever the dead member left. Returns the slot index; kResourceExhausted
+  // when every slot belongs to a live member.
+  StatusOr<int> Join(pid_t pid, uint64_t start_time, std::string_view name);
+  // Gives back the slot and all memory it holds.
+  void Leave(int slot);
+  // True if a live process owns `slot`.
+  bool SlotLive(int slot) const;
+  // Reclaims the slots of members that died; returns how many.
+  int ReapDead();
+
+  // ---- memory ledger (slot: a slot this process joined) ----
+
+  // Charges `bytes` to (`slot`, `dev`) if the group stays within the limit;
+  // false, with nothing changed, otherwise.
+  bool Reserve(int slot, int dev, uint64_t bytes);
+  // Charges `bytes` whatever the limit (for memory the driver already handed
+  // out, e.g. a context larger than estimated).
+  void Charge(int slot, int dev, uint64_t bytes);
+  // Returns `bytes` (at most what the slot holds on `dev`).
+  void Release(int slot, int dev, uint64_t bytes);
+  uint64_t SlotMemory(int slot, int dev) const;
+
+  // ---- the group controller ----
+
+  // Takes the controller role if nobody holds it; true if this handle holds it.
+  bool TryBecomeController();
+  // Blocks until this handle holds the controller role (or an error).
+  Status WaitToBecomeController();
+  // Records a heartbeat of the controller.
+  void Beat(int64_t now_ns);
+
+  // ---- fork ----
+
+  // In a forked child: drops the parent's locks from this handle (a new open
+  // file description) so the child can join as itself. The mapping is kept.
+  Status ReopenAfterFork();
+
+  // The shared layout, for readers (status, the daemon). Use std::atomic_ref
+  // for fields other processes write.
+  const GroupSegmentLayout& layout() const { return *layout_; }
+  GroupSegmentLayout& layout() { return *layout_; }
+
+ private:
+  GroupSegment(std::string group, std::string path, int fd, GroupSegmentLayout* layout);
+
+  // Locks the accounting mutex, repairing state a dead holder left behind.
+  void LockLedger() const;
+  void UnlockLedger() const;
+  // Recomputes devices[].memory_used from the slots (invariant 1).
+  void RepairLedger() const;
+  // Frees slot `s` and its memory. REQUIRES: the ledger is locked and the
+  // caller holds the slot's OFD lock.
+  void ClearSlotLocked(int s);
+  void BumpLimits();
+
+  std::string group_;
+  std::string path_;
+  int fd_;
+  GroupSegmentLayout* layout_;
+  int own_slot_ = -1;  // the slot this handle's fd holds a lock on
+};
+
+}  // namespace gpuslice

@@ -1,0 +1,285 @@
+#include "shm/group_segment.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+namespace gpuslice {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+constexpr char kUuid[] = "GPU-00000000-1111-2222-3333-444444444444";
+
+class GroupSegmentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-shm-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<GroupSegment> OpenGroup(const char* group = "g1") {
+    auto seg = GroupSegment::Open(dir_, group, true);
+    EXPECT_TRUE(seg.ok()) << seg.status().ToString();
+    return seg.ok() ? std::move(seg).value() : nullptr;
+  }
+
+  // Runs `child` in a forked process that then dies with SIGKILL (no cleanup);
+  // waits for it. `child` may signal readiness by writing to the pipe.
+  template <typename F>
+  void InChildThenKill(F child) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      child();
+      raise(SIGKILL);
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status));
+  }
+
+  std::string dir_;
+};
+
+TEST_F(GroupSegmentTest, CreatesAValidSegmentAndListsIt) {
+  auto seg = OpenGroup("pod-abc");
+  ASSERT_NE(seg, nullptr);
+  EXPECT_EQ(seg->layout().header.magic, kGroupSegmentMagic);
+  EXPECT_EQ(seg->layout().header.size, sizeof(GroupSegmentLayout));
+  EXPECT_STREQ(seg->layout().group, "pod-abc");
+  EXPECT_EQ(GroupSegment::ListGroups(dir_), std::vector<std::string>{"pod-abc"});
+  EXPECT_EQ(GroupSegment::Open(dir_, "other", false).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(GroupSegmentTest, DevicesAreSharedByUuidAndLimitsOnlyLowerOnAttach) {
+  auto a = OpenGroup();
+  auto b = OpenGroup();
+  auto da = a->AttachDevice(kUuid);
+  ASSERT_TRUE(da.ok());
+  auto other = a->AttachDevice("GPU-ffffffff-1111-2222-3333-444444444444");
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(*other, *da);
+  auto db = b->AttachDevice(kUuid);
+  ASSERT_TRUE(db.ok());
+  EXPECT_EQ(*da, *db);
+  EXPECT_EQ(a->MemoryLimit(*da), kUnlimitedBytes);
+  a->LowerMemoryLimit(*da, 100 * kMiB);
+  b->LowerMemoryLimit(*db, 200 * kMiB);  // higher: ignored
+  EXPECT_EQ(b->MemoryLimit(*db), 100 * kMiB);
+  b->SetMemoryLimit(*db, 300 * kMiB);  // an operator's explicit change may raise it
+  EXPECT_EQ(a->MemoryLimit(*da), 300 * kMiB);
+  EXPECT_FALSE(a->AttachDevice("").ok());
+}
+
+TEST_F(GroupSegmentTest, ReserveIsAllOrNothingAgainstTheLimit) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  seg->LowerMemoryLimit(d, 100 * kMiB);
+  const int s = *seg->Join(getpid(), 1, "test");
+  EXPECT_TRUE(seg->Reserve(s, d, 60 * kMiB));
+  EXPECT_FALSE(seg->Reserve(s, d, 41 * kMiB));
+  EXPECT_EQ(seg->MemoryUsed(d), 60 * kMiB);
+  EXPECT_TRUE(seg->Reserve(s, d, 40 * kMiB));
+  EXPECT_EQ(seg->MemoryUsed(d), 100 * kMiB);
+  EXPECT_FALSE(seg->Reserve(s, d, 1));
+  seg->Release(s, d, 30 * kMiB);
+  EXPECT_EQ(seg->MemoryUsed(d), 70 * kMiB);
+  EXPECT_EQ(seg->SlotMemory(s, d), 70 * kMiB);
+  seg->Release(s, d, 1000 * kMiB);  // never below zero
+  EXPECT_EQ(seg->MemoryUsed(d), 0u);
+  EXPECT_EQ(seg->layout().devices[d].alloc_failures, 2u);
+  EXPECT_EQ(seg->layout().devices[d].memory_peak, 100 * kMiB);
+}
+
+TEST_F(GroupSegmentTest, LoweringBelowUsageRefusesNewAllocationsUntilUsageFalls) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  const int s = *seg->Join(getpid(), 1, "test");
+  ASSERT_TRUE(seg->Reserve(s, d, 80 * kMiB));
+  seg->SetMemoryLimit(d, 50 * kMiB);
+  EXPECT_FALSE(seg->Reserve(s, d, 1));
+  seg->Release(s, d, 40 * kMiB);
+  EXPECT_TRUE(seg->Reserve(s, d, 10 * kMiB));
+}
+
+TEST_F(GroupSegmentTest, ConcurrentReservationsNeverOvershoot) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  seg->LowerMemoryLimit(d, 1000 * kMiB);
+  const int s = *seg->Join(getpid(), 1, "test");
+  std::atomic<int> granted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 500; ++i) {
+        if (seg->Reserve(s, d, 3 * kMiB)) {
+          granted.fetch_add(1);
+          if (i % 3 == 0) {
+            seg->Release(s, d, 3 * kMiB);
+            granted.fetch_sub(1);
+          }
+        }
+        EXPECT_LE(seg->MemoryUsed(d), 1000 * kMiB);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(seg->MemoryUsed(d), granted.load() * 3 * kMiB);
+  EXPECT_LE(seg->MemoryUsed(d), 1000 * kMiB);
+  EXPECT_GT(seg->MemoryUsed(d), 1000 * kMiB - 3 * kMiB);  // the quota did fill
+}
+
+TEST_F(GroupSegmentTest, ADeadMembersMemoryIsReclaimed) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  seg->LowerMemoryLimit(d, 100 * kMiB);
+  const int mine = *seg->Join(getpid(), 1, "parent");
+  ASSERT_TRUE(seg->Reserve(mine, d, 10 * kMiB));
+  InChildThenKill([&] {
+    if (!seg->ReopenAfterFork().ok()) _exit(1);
+    auto s = seg->Join(getpid(), 2, "child");
+    if (!s.ok() || !seg->Reserve(*s, d, 80 * kMiB)) _exit(1);
+  });
+  EXPECT_EQ(seg->MemoryUsed(d), 90 * kMiB);
+  EXPECT_EQ(seg->ReapDead(), 1);
+  EXPECT_EQ(seg->MemoryUsed(d), 10 * kMiB);
+  EXPECT_EQ(seg->ReapDead(), 0);
+  EXPECT_EQ(seg->SlotMemory(mine, d), 10 * kMiB);  // the live member keeps its own
+}
+
+TEST_F(GroupSegmentTest, AFailingReservationReclaimsTheDeadFirst) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  seg->LowerMemoryLimit(d, 100 * kMiB);
+  InChildThenKill([&] {
+    if (!seg->ReopenAfterFork().ok()) _exit(1);
+    auto s = seg->Join(getpid(), 2, "child");
+    if (!s.ok() || !seg->Reserve(*s, d, 90 * kMiB)) _exit(1);
+  });
+  const int mine = *seg->Join(getpid(), 1, "parent");
+  EXPECT_TRUE(seg->Reserve(mine, d, 50 * kMiB));
+  EXPECT_EQ(seg->MemoryUsed(d), 50 * kMiB);
+}
+
+TEST_F(GroupSegmentTest, LiveMembersInOtherProcessesAreNotReaped) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  int ready[2], release[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(release), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (!seg->ReopenAfterFork().ok()) _exit(1);
+    auto s = seg->Join(getpid(), 2, "child");
+    if (!s.ok() || !seg->Reserve(*s, d, 5 * kMiB)) _exit(1);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    if (read(release[0], &c, 1) != 1) _exit(1);
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  EXPECT_EQ(seg->ReapDead(), 0);
+  EXPECT_EQ(seg->MemoryUsed(d), 5 * kMiB);
+  int live = 0;
+  for (int s = 0; s < kGroupMaxSlots; ++s) live += seg->SlotLive(s) ? 1 : 0;
+  EXPECT_EQ(live, 1);
+  ASSERT_EQ(write(release[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_EQ(seg->ReapDead(), 1);
+  EXPECT_EQ(seg->MemoryUsed(d), 0u);
+  for (int fd : {ready[0], ready[1], release[0], release[1]}) close(fd);
+}
+
+TEST_F(GroupSegmentTest, AHolderKilledInsideTheLedgerLockDoesNotWedgeTheGroup) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  const int mine = *seg->Join(getpid(), 1, "parent");
+  ASSERT_TRUE(seg->Reserve(mine, d, 10 * kMiB));
+  InChildThenKill([&] {
+    // Dies holding the mutex, halfway through an update (slot charged, total not).
+    pthread_mutex_lock(&seg->layout().mutex);
+    seg->layout().slots[mine].memory[d] += 7 * kMiB;
+  });
+  EXPECT_TRUE(seg->Reserve(mine, d, 1 * kMiB));  // not wedged, and repaired first
+  EXPECT_EQ(seg->MemoryUsed(d), 18 * kMiB);
+}
+
+TEST_F(GroupSegmentTest, ACorruptSegmentIsReinitialisedNotTrusted) {
+  {
+    auto seg = OpenGroup();
+    const int d = *seg->AttachDevice(kUuid);
+    seg->LowerMemoryLimit(d, 5 * kMiB);
+    seg->layout().header.magic = 0xdeadbeef;
+  }
+  auto seg = OpenGroup();
+  EXPECT_EQ(seg->layout().header.magic, kGroupSegmentMagic);
+  EXPECT_EQ(seg->device_count(), 0);
+  // A file of the wrong size is rebuilt too, and refused to readers.
+  const std::string path = GroupSegment::PathFor(dir_, "g2");
+  int fd = open(path.c_str(), O_CREAT | O_WRONLY, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "garbage", 7), 7);
+  close(fd);
+  EXPECT_EQ(GroupSegment::Open(dir_, "g2", false).status().code(),
+            StatusCode::kFailedPrecondition);
+  auto rebuilt = GroupSegment::Open(dir_, "g2", true);
+  ASSERT_TRUE(rebuilt.ok());
+  EXPECT_STREQ((*rebuilt)->layout().group, "g2");
+}
+
+TEST_F(GroupSegmentTest, TheControllerRolePassesWhenItsHolderDies) {
+  auto seg = OpenGroup();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (!seg->ReopenAfterFork().ok() || !seg->TryBecomeController()) _exit(1);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    pause();
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  EXPECT_FALSE(seg->TryBecomeController());
+  kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(seg->WaitToBecomeController().ok());  // returns at once: the lock is free
+  EXPECT_EQ(seg->layout().controller_pid, getpid());
+  close(ready[0]);
+  close(ready[1]);
+}
+
+TEST_F(GroupSegmentTest, SlotsRunOutClearly) {
+  auto seg = OpenGroup();
+  // Every slot held by other open file descriptions of this process.
+  std::vector<std::unique_ptr<GroupSegment>> members;
+  for (int i = 0; i < kGroupMaxSlots; ++i) {
+    members.push_back(OpenGroup());
+    ASSERT_TRUE(members.back()->Join(getpid(), 1, "m").ok());
+  }
+  auto s = seg->Join(getpid(), 1, "late");
+  EXPECT_EQ(s.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.status().message().find("no free process slot"), std::string::npos);
+  members.pop_back();  // one member leaves (its handle closes)
+  EXPECT_TRUE(seg->Join(getpid(), 1, "late").ok());
+}
+
+}  // namespace
+}  // namespace gpuslice
