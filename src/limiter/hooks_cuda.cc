@@ -1,0 +1,539 @@
+// The CUDA driver hooks (shims/cuda_hooks.inc): memory accounting around
+// every allocation form, the group's view of memory, contexts, entry-point
+// lookup, and launches.
+//
+// Allocation contract (DESIGN.md section 2): reserve in the group segment
+// first, then call the driver, then roll back if the driver said no; over
+// the limit the call returns CUDA_ERROR_OUT_OF_MEMORY and nothing else
+// changes. Frees call the driver first and give the charge back only if the
+// driver freed something the limiter had seen.
+#include <algorithm>
+#include <atomic>
+#include <climits>
+
+#include "common/log.h"
+#include "limiter/hooks.h"
+#include "limiter/limiter.h"
+#include "limiter/real/real_driver.h"
+#include "limiter/symbols.h"
+
+namespace gpuslice::limiter::hooks {
+namespace {
+
+using real::CallCuda;
+using real::Cuda;
+
+#define GS_REAL(name, ...) CallCuda(Cuda().name, [&](auto fn) { return fn(__VA_ARGS__); })
+
+// Runs `allocate` with `bytes` reserved on group device `device` first.
+// On success the charge is tracked as `kind` under the id `id_of()` gives.
+template <typename Allocate, typename IdOf>
+CUresult Reserved(Limiter& l, int device, uint64_t bytes, uintptr_t ctx, Resource kind,
+                  Allocate&& allocate, IdOf&& id_of) {
+  if (device < 0) return allocate();  // no usable context: the driver says why
+  std::optional<Charge> charge = l.Reserve(device, bytes);
+  if (!charge) return CUDA_ERROR_OUT_OF_MEMORY;
+  charge->context = ctx;
+  const CUresult rc = allocate();
+  if (rc != CUDA_SUCCESS) {
+    l.Release(*charge);
+    return rc;
+  }
+  l.Track(kind, id_of(), *charge);
+  return CUDA_SUCCESS;
+}
+
+// Gives back what `id` held, after the driver freed it.
+CUresult Freed(Limiter& l, CUresult rc, Resource kind, uint64_t id) {
+  if (rc == CUDA_SUCCESS) {
+    if (auto c = l.Untrack(kind, id)) l.Release(*c);
+  }
+  return rc;
+}
+
+// Refuses a legacy 32-bit allocation entry point: the limiter cannot account
+// for it faithfully, and no program built after CUDA 3.2 calls it.
+CUresult Legacy(const char* name) {
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) {
+    GS_LOG(kWarn, "limiter", "%s (legacy 32-bit API) refused: CUDA_ERROR_NOT_SUPPORTED", name);
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+uint64_t FormatBytes(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+    default:
+      return 16;  // an upper bound for block-compressed and packed formats
+  }
+}
+
+// Bytes of an array (all `levels` of a mipmapped one) before alignment: the
+// estimate reserved ahead of the driver call.
+uint64_t ArrayBytes(CUDA_ARRAY3D_DESCRIPTOR d, unsigned levels) {
+  uint64_t total = 0;
+  for (unsigned i = 0; i < std::max(levels, 1u); ++i) {
+    const uint64_t texels = uint64_t{d.Width} * std::max<size_t>(d.Height, 1) *
+                            std::max<size_t>(d.Depth, 1);
+    total += texels * FormatBytes(d.Format) * std::max(d.NumChannels, 1u);
+    d.Width = std::max<size_t>(d.Width / 2, 1);
+    if (d.Height > 0) d.Height = std::max<size_t>(d.Height / 2, 1);
+    if (d.Depth > 0) d.Depth = std::max<size_t>(d.Depth / 2, 1);
+  }
+  return total;
+}
+
+// Adjusts the charge of a created array to the driver's own figure, when the
+// driver can tell (cuArrayGetMemoryRequirements, CUDA 11.6+).
+template <typename Query, typename Handle>
+void TrueUpArray(Limiter& l, Resource kind, Handle handle, Query query) {
+  if (query == nullptr) return;
+  CUdevice dev = -1;
+  if (Cuda().cuCtxGetDevice == nullptr || Cuda().cuCtxGetDevice(&dev) != CUDA_SUCCESS) return;
+  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
+  if (query(&req, handle, dev) != CUDA_SUCCESS || req.size == 0) return;
+  const auto id = reinterpret_cast<uint64_t>(handle);
+  auto c = l.Untrack(kind, id);
+  if (!c) return;
+  const uint64_t actual = l.Rounded(req.size);
+  if (actual > c->bytes) {
+    l.ForceCharge(Charge{c->device, actual - c->bytes, 0});
+  } else if (actual < c->bytes) {
+    l.Release(Charge{c->device, c->bytes - actual, 0});
+  }
+  c->bytes = actual;
+  l.Track(kind, id, *c);
+}
+
+CUresult CreateArray(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& desc, bool three_d,
+                     const void* original) {
+  Limiter& l = Limiter::Get();
+  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
+  if (handle == nullptr) {
+    return three_d ? GS_REAL(cuArray3DCreate_v2, handle, static_cast<const CUDA_ARRAY3D_DESCRIPTOR*>(original))
+                   : GS_REAL(cuArrayCreate_v2, handle, static_cast<const CUDA_ARRAY_DESCRIPTOR*>(original));
+  }
+  uintptr_t ctx = 0;
+  const int device = l.CurrentGroupDevice(&ctx);
+  const CUresult rc = Reserved(
+      l, device, l.Rounded(ArrayBytes(desc, 1)), ctx, Resource::kArray,
+      [&] {
+        return three_d ? GS_REAL(cuArray3DCreate_v2, handle,
+                                 static_cast<const CUDA_ARRAY3D_DESCRIPTOR*>(original))
+                       : GS_REAL(cuArrayCreate_v2, handle,
+                                 static_cast<const CUDA_ARRAY_DESCRIPTOR*>(original));
+      },
+      [&] { return reinterpret_cast<uint64_t>(*handle); });
+  if (rc == CUDA_SUCCESS && device >= 0) {
+    TrueUpArray(l, Resource::kArray, *handle, Cuda().cuArrayGetMemoryRequirements);
+  }
+  return rc;
+}
+
+CUresult CreateContext(CUcontext* pctx, CUdevice dev, auto&& create) {
+  Limiter& l = Limiter::Get();
+  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
+  if (pctx == nullptr) return create();
+  return Reserved(l, l.GroupDevice(dev), l.context_bytes(), 0, Resource::kContext, create,
+                  [&] { return reinterpret_cast<uint64_t>(*pctx); });
+}
+
+CUresult DestroyContext(CUcontext ctx, auto&& destroy) {
+  Limiter& l = Limiter::Get();
+  const CUresult rc = destroy();
+  if (rc == CUDA_SUCCESS) {
+    Freed(l, rc, Resource::kContext, reinterpret_cast<uint64_t>(ctx));
+    l.ReleaseContext(reinterpret_cast<uintptr_t>(ctx));
+  }
+  return rc;
+}
+
+CUresult ReleasePrimary(CUdevice dev, bool reset, auto&& release) {
+  Limiter& l = Limiter::Get();
+  const CUresult rc = release();
+  if (rc == CUDA_SUCCESS) l.PrimaryRelease(l.GroupDevice(dev), reset);
+  return rc;
+}
+
+CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, auto&& allocate) {
+  Limiter& l = Limiter::Get();
+  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
+  if (dptr == nullptr || bytes == 0) return allocate();
+  // Stream-ordered memory outlives its context: tracked with context 0.
+  return Reserved(l, l.StreamGroupDevice(stream), l.Rounded(bytes), 0, Resource::kPointer,
+                  allocate, [&] { return uint64_t{*dptr}; });
+}
+
+// Replaces a real entry point handed out by cuGetProcAddress with its shim.
+void SubstituteShim(const char* symbol, void** pfn) {
+  if (pfn == nullptr || *pfn == nullptr) return;
+  if (void* shim = CudaShimForReal(*pfn)) {
+    *pfn = shim;
+    return;
+  }
+  if (symbol != nullptr && CudaShim(symbol) != nullptr) {
+    // The driver answered with a variant the limiter does not know (a newer
+    // driver): say so once; the call is not limited.
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+      GS_LOG(kWarn, "limiter", "cuGetProcAddress(%s) returned an entry point not interposed",
+             symbol);
+    }
+  }
+}
+
+}  // namespace
+
+// ---- initialisation and lookup ----
+
+CUresult cuInit(unsigned int Flags) noexcept {
+  Limiter& l = Limiter::Get();
+  if (l.failed_closed()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (CUresult rc = GS_REAL(cuInit, Flags); rc != CUDA_SUCCESS) return rc;
+  return l.EnsureAttached();
+}
+
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                          cuuint64_t flags) noexcept {
+  const CUresult rc = GS_REAL(cuGetProcAddress, symbol, pfn, cudaVersion, flags);
+  if (rc == CUDA_SUCCESS) SubstituteShim(symbol, pfn);
+  return rc;
+}
+
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult* symbolStatus) noexcept {
+  const CUresult rc = GS_REAL(cuGetProcAddress_v2, symbol, pfn, cudaVersion, flags, symbolStatus);
+  if (rc == CUDA_SUCCESS) SubstituteShim(symbol, pfn);
+  return rc;
+}
+
+// ---- the group's view of memory ----
+
+CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) noexcept {
+  const CUresult rc = GS_REAL(cuDeviceTotalMem_v2, bytes, dev);
+  if (rc != CUDA_SUCCESS) return rc;
+  Limiter& l = Limiter::Get();
+  if (l.EnsureAttached() != CUDA_SUCCESS) return rc;
+  const int device = l.GroupDevice(dev);
+  if (l.HasMemoryLimit(device)) *bytes = std::min<uint64_t>(*bytes, l.MemoryLimit(device));
+  return rc;
+}
+
+CUresult cuDeviceTotalMem(unsigned int* bytes, CUdevice dev) noexcept {
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  size_t total = 0;
+  const CUresult rc = cuDeviceTotalMem_v2(&total, dev);
+  if (rc == CUDA_SUCCESS) *bytes = static_cast<unsigned>(std::min<size_t>(total, UINT_MAX));
+  return rc;
+}
+
+CUresult cuMemGetInfo_v2(size_t* free, size_t* total) noexcept {
+  const CUresult rc = GS_REAL(cuMemGetInfo_v2, free, total);
+  if (rc != CUDA_SUCCESS) return rc;
+  Limiter& l = Limiter::Get();
+  if (l.EnsureAttached() != CUDA_SUCCESS) return rc;
+  const int device = l.CurrentGroupDevice();
+  if (!l.HasMemoryLimit(device)) return rc;
+  const uint64_t limit = std::min<uint64_t>(l.MemoryLimit(device), *total);
+  const uint64_t used = l.MemoryUsed(device);
+  *total = limit;
+  // Never more than the device really has free.
+  *free = std::min<uint64_t>(*free, limit > used ? limit - used : 0);
+  return rc;
+}
+
+CUresult cuMemGetInfo(unsigned int* free, unsigned int* total) noexcept {
+  if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  size_t f = 0, t = 0;
+  const CUresult rc = cuMemGetInfo_v2(&f, &t);
+  if (rc == CUDA_SUCCESS) {
+    *free = static_cast<unsigned>(std::min<size_t>(f, UINT_MAX));
+    *total = static_cast<unsigned>(std::min<size_t>(t, UINT_MAX));
+  }
+  return rc;
+}
+
+// ---- contexts ----
+
+CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) noexcept {
+  return CreateContext(pctx, dev, [&] { return GS_REAL(cuCtxCreate, pctx, flags, dev); });
+}
+CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) noexcept {
+  return CreateContext(pctx, dev, [&] { return GS_REAL(cuCtxCreate_v2, pctx, flags, dev); });
+}
+CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
+                        unsigned int flags, CUdevice dev) noexcept {
+  return CreateContext(pctx, dev, [&] {
+    return GS_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev);
+  });
+}
+CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams, unsigned int flags,
+                        CUdevice dev) noexcept {
+  return CreateContext(pctx, dev, [&] {
+    return GS_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev);
+  });
+}
+CUresult cuCtxDestroy(CUcontext ctx) noexcept {
+  return DestroyContext(ctx, [&] { return GS_REAL(cuCtxDestroy, ctx); });
+}
+CUresult cuCtxDestroy_v2(CUcontext ctx) noexcept {
+  return DestroyContext(ctx, [&] { return GS_REAL(cuCtxDestroy_v2, ctx); });
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) noexcept {
+  Limiter& l = Limiter::Get();
+  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
+  const int device = l.GroupDevice(dev);
+  if (pctx == nullptr || device < 0) return GS_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
+  std::optional<Charge> charge;
+  if (l.PrimaryNeedsCharge(device)) {
+    charge = l.Reserve(device, l.context_bytes());
+    if (!charge) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult rc = GS_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
+  if (rc != CUDA_SUCCESS) {
+    if (charge) l.Release(*charge);
+    return rc;
+  }
+  l.PrimaryRetainDone(device, reinterpret_cast<uintptr_t>(*pctx), charge);
+  return rc;
+}
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) noexcept {
+  return ReleasePrimary(dev, false, [&] { return GS_REAL(cuDevicePrimaryCtxRelease, dev); });
+}
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) noexcept {
+  return ReleasePrimary(dev, false, [&] { return GS_REAL(cuDevicePrimaryCtxRelease_v2, dev); });
+}
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) noexcept {
+  return ReleasePrimary(dev, true, [&] { return GS_REAL(cuDevicePrimaryCtxReset, dev); });
+}
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) noexcept {
+  return ReleasePrimary(dev, true, [&] { return GS_REAL(cuDevicePrimaryCtxReset_v2, dev); });
+}
+
+// ---- allocations ----
+
+CUresult cuMemAlloc(CUdeviceptr_v1*, unsigned int) noexcept { return Legacy("cuMemAlloc"); }
+CUresult cuMemAllocPitch(CUdeviceptr_v1*, unsigned int*, unsigned int, unsigned int,
+                         unsigned int) noexcept {
+  return Legacy("cuMemAllocPitch");
+}
+CUresult cuArrayCreate(CUarray*, const CUDA_ARRAY_DESCRIPTOR_v1*) noexcept {
+  return Legacy("cuArrayCreate");
+}
+CUresult cuArray3DCreate(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR_v1*) noexcept {
+  return Legacy("cuArray3DCreate");
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) noexcept {
+  Limiter& l = Limiter::Get();
+  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
+  auto allocate = [&] { return GS_REAL(cuMemAlloc_v2, dptr, bytesize); };
+  if (dptr == nullptr || bytesize == 0) return allocate();
+  uintptr_t ctx = 0;
+  const int device = l.CurrentGroupDevice(&ctx);
+  return Reserved(l, device, l.Rounded(bytesize), ctx, Resource::kPointer, allocate,
+                  [&] { return uint64_t{*dptr}; });
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
+                            unsigned int ElementSizeBytes) noexcept {
+  Limiter& l = Limiter::Get();
+  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
+  auto allocate = [&] {
+    return GS_REAL(cuMemAllocPitch_v2, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  };
+  if (dptr == nullptr || pPitch == nullptr || WidthInBytes == 0 || Height == 0 ||
+      WidthInBytes > (uint64_t{1} << 40) || Height > (uint64_t{1} << 40)) {
+    return allocate();
+  }
+  uintptr_t ctx = 0;
+  const int device = l.CurrentGroupDevice(&ctx);
+  // Reserve for rows padded to 512 bytes (the widest pitch alignment), then
+  // settle on the pitch the driver chose.
+  const uint64_t estimate = l.Rounded((WidthInBytes + 511) / 512 * 512 * Height);
+  const CUresult rc = Reserved(l, device, estimate, ctx, Resource::kPointer, allocate,
+                               [&] { return uint64_t{*dptr}; });
+  if (rc == CUDA_SUCCESS && device >= 0) {
+    const uint64_t actual = l.Rounded(uint64_t{*pPitch} * Height);
+    if (actual != estimate) {
+      auto c = l.Untrack(Resource::kPointer, *dptr);
+      if (c) {
+        if (actual > estimate) l.ForceCharge(Charge{device, actual - estimate, 0});
+        if (actual < estimate) l.Release(Charge{device, estimate - actual, 0});
+        c->bytes = actual;
+        l.Track(Resource::kPointer, *dptr, *c);
+      }
+    }
+  }
+  return rc;
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) noexcept {
+  Limiter& l = Limiter::Get();
+  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
+  auto allocate = [&] { return GS_REAL(cuMemAllocManaged, dptr, bytesize, flags); };
+  if (dptr == nullptr || bytesize == 0) return allocate();
+  uintptr_t ctx = 0;
+  const int device = l.CurrentGroupDevice(&ctx);
+  return Reserved(l, device, l.Rounded(bytesize), ctx, Resource::kPointer, allocate,
+                  [&] { return uint64_t{*dptr}; });
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) noexcept {
+  return AllocateOnStream(dptr, bytesize, hStream,
+                          [&] { return GS_REAL(cuMemAllocAsync, dptr, bytesize, hStream); });
+}
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) noexcept {
+  return AllocateOnStream(dptr, bytesize, hStream,
+                          [&] { return GS_REAL(cuMemAllocAsync_ptsz, dptr, bytesize, hStream); });
+}
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream hStream) noexcept {
+  return AllocateOnStream(dptr, bytesize, hStream, [&] {
+    return GS_REAL(cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream);
+  });
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                      CUstream hStream) noexcept {
+  return AllocateOnStream(dptr, bytesize, hStream, [&] {
+    return GS_REAL(cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
+  });
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                     const CUmemAllocationProp* prop, unsigned long long flags) noexcept {
+  Limiter& l = Limiter::Get();
+  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
+  auto create = [&] { return GS_REAL(cuMemCreate, handle, size, prop, flags); };
+  if (handle == nullptr || prop == nullptr || size == 0 ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return create();  // host memory, or the driver's own validation
+  }
+  // Physical memory outlives contexts: tracked with context 0.
+  return Reserved(l, l.GroupDevice(prop->location.id), l.Rounded(size), 0, Resource::kVmmHandle,
+                  create, [&] { return uint64_t{*handle}; });
+}
+
+CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* pAllocateArray) noexcept {
+  if (pAllocateArray == nullptr) return GS_REAL(cuArrayCreate_v2, pHandle, pAllocateArray);
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  desc.Width = pAllocateArray->Width;
+  desc.Height = pAllocateArray->Height;
+  desc.Format = pAllocateArray->Format;
+  desc.NumChannels = pAllocateArray->NumChannels;
+  return CreateArray(pHandle, desc, false, pAllocateArray);
+}
+
+CUresult cuArray3DCreate_v2(CUarray* pHandle,
+                            const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) noexcept {
+  if (pAllocateArray == nullptr) return GS_REAL(cuArray3DCreate_v2, pHandle, pAllocateArray);
+  return CreateArray(pHandle, *pAllocateArray, true, pAllocateArray);
+}
+
+CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
+                                const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
+                                unsigned int numMipmapLevels) noexcept {
+  Limiter& l = Limiter::Get();
+  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
+  auto create = [&] {
+    return GS_REAL(cuMipmappedArrayCreate, pHandle, pMipmappedArrayDesc, numMipmapLevels);
+  };
+  if (pHandle == nullptr || pMipmappedArrayDesc == nullptr || numMipmapLevels == 0) {
+    return create();
+  }
+  uintptr_t ctx = 0;
+  const int device = l.CurrentGroupDevice(&ctx);
+  const uint64_t bytes = l.Rounded(ArrayBytes(*pMipmappedArrayDesc, numMipmapLevels));
+  const CUresult rc = Reserved(l, device, bytes, ctx, Resource::kMipmappedArray, create,
+                               [&] { return reinterpret_cast<uint64_t>(*pHandle); });
+  if (rc == CUDA_SUCCESS && device >= 0) {
+    TrueUpArray(l, Resource::kMipmappedArray, *pHandle,
+                Cuda().cuMipmappedArrayGetMemoryRequirements);
+  }
+  return rc;
+}
+
+// ---- frees ----
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) noexcept {
+  return Freed(Limiter::Get(), GS_REAL(cuMemFree_v2, dptr), Resource::kPointer, dptr);
+}
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) noexcept {
+  return Freed(Limiter::Get(), GS_REAL(cuMemFreeAsync, dptr, hStream), Resource::kPointer, dptr);
+}
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) noexcept {
+  return Freed(Limiter::Get(), GS_REAL(cuMemFreeAsync_ptsz, dptr, hStream), Resource::kPointer,
+               dptr);
+}
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
+  return Freed(Limiter::Get(), GS_REAL(cuMemRelease, handle), Resource::kVmmHandle, handle);
+}
+CUresult cuArrayDestroy(CUarray hArray) noexcept {
+  return Freed(Limiter::Get(), GS_REAL(cuArrayDestroy, hArray), Resource::kArray,
+               reinterpret_cast<uint64_t>(hArray));
+}
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) noexcept {
+  return Freed(Limiter::Get(), GS_REAL(cuMipmappedArrayDestroy, hMipmappedArray),
+               Resource::kMipmappedArray, reinterpret_cast<uint64_t>(hMipmappedArray));
+}
+
+// ---- launches (compute limits: the next step; today they pass through) ----
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                        void** kernelParams, void** extra) noexcept {
+  return GS_REAL(cuLaunchKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                 sharedMemBytes, hStream, kernelParams, extra);
+}
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                             unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                             unsigned int blockDimZ, unsigned int sharedMemBytes,
+                             CUstream hStream, void** kernelParams, void** extra) noexcept {
+  return GS_REAL(cuLaunchKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+                 blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+}
+CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                          void** extra) noexcept {
+  return GS_REAL(cuLaunchKernelEx, config, f, kernelParams, extra);
+}
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                               void** extra) noexcept {
+  return GS_REAL(cuLaunchKernelEx_ptsz, config, f, kernelParams, extra);
+}
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                   unsigned int gridDimZ, unsigned int blockDimX,
+                                   unsigned int blockDimY, unsigned int blockDimZ,
+                                   unsigned int sharedMemBytes, CUstream hStream,
+                                   void** kernelParams) noexcept {
+  return GS_REAL(cuLaunchCooperativeKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+                 blockDimZ, sharedMemBytes, hStream, kernelParams);
+}
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
+                                        unsigned int gridDimY, unsigned int gridDimZ,
+                                        unsigned int blockDimX, unsigned int blockDimY,
+                                        unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                        CUstream hStream, void** kernelParams) noexcept {
+  return GS_REAL(cuLaunchCooperativeKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX,
+                 blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+}
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) noexcept {
+  return GS_REAL(cuGraphLaunch, hGraphExec, hStream);
+}
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) noexcept {
+  return GS_REAL(cuGraphLaunch_ptsz, hGraphExec, hStream);
+}
+
+}  // namespace gpuslice::limiter::hooks

@@ -1,0 +1,377 @@
+#include "limiter/limiter.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "common/log.h"
+#include "common/process.h"
+#include "common/quantity.h"
+#include "limiter/core/limit_config.h"
+#include "limiter/real/real_driver.h"
+
+namespace gpuslice::limiter {
+namespace {
+
+constexpr char kDefaultShmDir[] = "/dev/shm/gpuslice";
+
+const char* Env(std::string_view name) { return getenv(std::string(name).c_str()); }
+
+// One line on stderr, whatever the log level: an operator must see why CUDA
+// is refused.
+void ReportConfigError(const std::string& message) {
+  std::string line = "gpuslice: configuration error: " + message +
+                     " (CUDA is disabled in this process: cuInit returns "
+                     "CUDA_ERROR_NOT_INITIALIZED)\n";
+  ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+  GS_LOG(kError, "limiter", "%s", message.c_str());
+}
+
+std::string ReadFile(const char* path) {
+  std::string out;
+  FILE* f = fopen(path, "re");
+  if (f == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  fclose(f);
+  return out;
+}
+
+// "GPU-" followed by the 16 bytes in the usual 8-4-4-4-12 grouping.
+std::string FormatUuid(const CUuuid& u) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    const auto b = static_cast<unsigned char>(u.bytes[i]);
+    s += kHex[b >> 4];
+    s += kHex[b & 15];
+  }
+  return s;
+}
+
+}  // namespace
+
+Limiter& Limiter::Get() {
+  static Limiter* limiter = new Limiter();  // never destroyed: hooks may run during exit
+  return *limiter;
+}
+
+Limiter::Limiter() {
+  InitLogging(LogLevel::kOff);
+  pthread_atfork(&AtForkPrepare, &AtForkParent, &AtForkChild);
+}
+
+void Limiter::AtForkPrepare() {
+  Limiter& l = Get();
+  l.attach_mu_.lock();
+  l.mu_.lock();
+}
+
+void Limiter::AtForkParent() {
+  Limiter& l = Get();
+  l.mu_.unlock();
+  l.attach_mu_.unlock();
+}
+
+void Limiter::AtForkChild() {
+  Limiter& l = Get();
+  l.forked_.store(true, std::memory_order_release);
+  l.mu_.unlock();
+  l.attach_mu_.unlock();
+}
+
+CUresult Limiter::EnsureAttached() {
+  const int state = state_.load(std::memory_order_acquire);
+  if (state == kFailedClosed) return CUDA_ERROR_NOT_INITIALIZED;
+  if (state == kAttached && !forked_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
+  return AttachWithCuda();
+}
+
+CUresult Limiter::AttachWithCuda() {
+  std::lock_guard lock(attach_mu_);
+  if (forked_.exchange(false)) {
+    // The child of a fork: a new member of the group, with nothing allocated.
+    std::lock_guard maps(mu_);
+    for (auto& m : tracked_) m.clear();
+    primary_.clear();
+    slot_.store(-1);
+    if (segment_ != nullptr && !segment_->ReopenAfterFork().ok()) segment_.reset();
+    if (segment_ == nullptr && state_.load() == kAttached) state_.store(kDetached);
+  }
+  const int state = state_.load();
+  if (state == kAttached) return CUDA_SUCCESS;
+  if (state == kFailedClosed) return CUDA_ERROR_NOT_INITIALIZED;
+
+  const real::CudaTable& cu = real::Cuda();
+  if (cu.cuDeviceGetCount == nullptr || cu.cuDeviceGetUuid_v2 == nullptr) {
+    return cu.loaded ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_INITIALIZED;
+  }
+  int count = 0;
+  if (CUresult rc = cu.cuDeviceGetCount(&count); rc != CUDA_SUCCESS) return rc;
+  std::vector<std::pair<int, std::string>> devices;
+  for (int i = 0; i < count; ++i) {
+    CUuuid uuid{};
+    if (CUresult rc = cu.cuDeviceGetUuid_v2(&uuid, i); rc != CUDA_SUCCESS) return rc;
+    devices.emplace_back(i, FormatUuid(uuid));
+  }
+  return Attach(devices) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+bool Limiter::EnsureAttachedForNvml() {
+  if (state_.load(std::memory_order_acquire) == kAttached && !forked_.load()) return true;
+  if (failed_closed()) return false;
+  // A process with CUDA initialised attaches through CUDA (its ordinals).
+  if (real::CudaHandle() != nullptr && EnsureAttached() == CUDA_SUCCESS) return true;
+  std::lock_guard lock(attach_mu_);
+  if (state_.load() != kDetached) return state_.load() == kAttached;
+  const real::NvmlTable& nv = real::Nvml();
+  if (nv.nvmlDeviceGetCount_v2 == nullptr || nv.nvmlDeviceGetHandleByIndex_v2 == nullptr ||
+      nv.nvmlDeviceGetUUID == nullptr) {
+    return false;
+  }
+  unsigned count = 0;
+  if (nv.nvmlDeviceGetCount_v2(&count) != NVML_SUCCESS) return false;
+  std::vector<std::pair<int, std::string>> devices;
+  for (unsigned i = 0; i < count; ++i) {
+    nvmlDevice_t dev = nullptr;
+    char uuid[96] = {};
+    if (nv.nvmlDeviceGetHandleByIndex_v2(i, &dev) != NVML_SUCCESS ||
+        nv.nvmlDeviceGetUUID(dev, uuid, sizeof uuid) != NVML_SUCCESS) {
+      return false;
+    }
+    devices.emplace_back(static_cast<int>(i), uuid);
+  }
+  return Attach(devices);
+}
+
+// REQUIRES: attach_mu_ held.
+bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
+  std::vector<DeviceId> ids;
+  for (const auto& [index, uuid] : devices) ids.push_back(DeviceId{index, uuid});
+  auto config =
+      ParseLimitConfig(Env, ids, ReadFile("/proc/self/cgroup"), static_cast<int>(getpid()));
+  Status error = config.status();
+  if (error.ok()) {
+    if (const char* v = Env("GPUSLICE_CONTEXT_BYTES"); v != nullptr) {
+      auto bytes = ParseBytes(v);
+      if (bytes.ok()) {
+        context_bytes_ = *bytes;
+      } else {
+        error = bytes.status().WithContext("GPUSLICE_CONTEXT_BYTES");
+      }
+    }
+  }
+  if (!error.ok()) {
+    ReportConfigError(error.message());
+    state_.store(kFailedClosed, std::memory_order_release);
+    return false;
+  }
+  const char* dir = Env("GPUSLICE_SHM_DIR");
+  auto segment = GroupSegment::Open(dir != nullptr && *dir != '\0' ? dir : kDefaultShmDir,
+                                    config->group, /*create=*/true);
+  if (!segment.ok()) {
+    // Without a segment limits cannot be shared, and so cannot be honoured.
+    ReportConfigError("group '" + config->group + "': " + segment.status().message());
+    state_.store(kFailedClosed, std::memory_order_release);
+    return false;
+  }
+  std::vector<int> map(devices.size(), -1);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    auto d = (*segment)->AttachDevice(devices[i].second);
+    if (!d.ok()) {
+      ReportConfigError(d.status().message());
+      state_.store(kFailedClosed, std::memory_order_release);
+      return false;
+    }
+    map[i] = *d;
+    const DeviceLimits& limits = config->devices[i];
+    if (limits.memory_bytes) (*segment)->LowerMemoryLimit(*d, *limits.memory_bytes);
+    if (limits.compute_percent) (*segment)->LowerComputeLimit(*d, *limits.compute_percent);
+  }
+  (*segment)->ReapDead();  // members that left since the last one looked
+  segment_ = std::move(segment).value();
+  ordinal_to_device_ = std::move(map);
+  GS_LOG(kInfo, "limiter", "attached to group '%s' (%zu devices)", segment_->group().c_str(),
+         devices.size());
+  state_.store(kAttached, std::memory_order_release);
+  return true;
+}
+
+int Limiter::Slot() {
+  int s = slot_.load(std::memory_order_acquire);
+  if (s >= 0) return s;
+  std::lock_guard lock(attach_mu_);
+  s = slot_.load();
+  if (s >= 0 || segment_ == nullptr) return s;
+  char name[16];
+  ProcessName(getpid(), name, sizeof name);
+  auto joined = segment_->Join(getpid(), ProcessStartTime(getpid()), name);
+  if (!joined.ok()) {
+    GS_LOG(kError, "limiter", "%s", joined.status().message().c_str());
+    return -1;
+  }
+  slot_.store(*joined, std::memory_order_release);
+  return *joined;
+}
+
+// ---- devices ----
+
+int Limiter::GroupDevice(CUdevice ordinal) const {
+  if (ordinal < 0 || static_cast<size_t>(ordinal) >= ordinal_to_device_.size()) return -1;
+  return ordinal_to_device_[ordinal];
+}
+
+int Limiter::CurrentGroupDevice(uintptr_t* ctx) const {
+  const real::CudaTable& cu = real::Cuda();
+  if (ctx != nullptr) {
+    CUcontext current = nullptr;
+    if (cu.cuCtxGetCurrent == nullptr || cu.cuCtxGetCurrent(&current) != CUDA_SUCCESS) return -1;
+    *ctx = reinterpret_cast<uintptr_t>(current);
+  }
+  CUdevice dev = -1;
+  if (cu.cuCtxGetDevice == nullptr || cu.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return -1;
+  return GroupDevice(dev);
+}
+
+int Limiter::StreamGroupDevice(CUstream stream) const {
+  const real::CudaTable& cu = real::Cuda();
+  const auto raw = reinterpret_cast<uintptr_t>(stream);
+  if (raw == 0 || raw == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY) ||
+      raw == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD) || cu.cuStreamGetCtx == nullptr) {
+    return CurrentGroupDevice();
+  }
+  CUcontext ctx = nullptr;
+  if (cu.cuStreamGetCtx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
+  if (cu.cuCtxPushCurrent_v2 == nullptr || cu.cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS) return -1;
+  const int device = CurrentGroupDevice();
+  CUcontext popped = nullptr;
+  cu.cuCtxPopCurrent_v2(&popped);
+  return device;
+}
+
+int Limiter::GroupDeviceByUuid(const char* uuid) const {
+  return segment_ != nullptr ? segment_->FindDevice(uuid) : -1;
+}
+
+uint64_t Limiter::Rounded(uint64_t bytes) const {
+  const uint64_t g = granularity_;
+  if (bytes > UINT64_MAX - g) return UINT64_MAX;
+  return (bytes + g - 1) / g * g;
+}
+
+// ---- the ledger ----
+
+std::optional<Charge> Limiter::Reserve(int device, uint64_t bytes) {
+  const int slot = Slot();
+  if (slot < 0 || device < 0) return std::nullopt;
+  if (!segment_->Reserve(slot, device, bytes)) return std::nullopt;
+  return Charge{device, bytes};
+}
+
+void Limiter::ForceCharge(const Charge& c) {
+  const int slot = Slot();
+  if (slot >= 0 && c.device >= 0 && c.bytes > 0) segment_->Charge(slot, c.device, c.bytes);
+}
+
+void Limiter::Release(const Charge& c) {
+  const int slot = slot_.load(std::memory_order_acquire);
+  if (slot >= 0 && c.device >= 0 && c.bytes > 0) segment_->Release(slot, c.device, c.bytes);
+}
+
+void Limiter::Track(Resource kind, uint64_t id, const Charge& c) {
+  std::lock_guard lock(mu_);
+  tracked_[static_cast<int>(kind)][id] = c;
+}
+
+std::optional<Charge> Limiter::Untrack(Resource kind, uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto& map = tracked_[static_cast<int>(kind)];
+  auto it = map.find(id);
+  if (it == map.end()) return std::nullopt;
+  Charge c = it->second;
+  map.erase(it);
+  return c;
+}
+
+void Limiter::ReleaseContext(uintptr_t ctx) {
+  if (ctx == 0) return;
+  std::vector<Charge> freed;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& map : tracked_) {
+      for (auto it = map.begin(); it != map.end();) {
+        if (it->second.context == ctx) {
+          freed.push_back(it->second);
+          it = map.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  for (const Charge& c : freed) Release(c);
+}
+
+bool Limiter::PrimaryNeedsCharge(int device) {
+  std::lock_guard lock(mu_);
+  auto it = primary_.find(device);
+  return it == primary_.end() || it->second.retains == 0;
+}
+
+void Limiter::PrimaryRetainDone(int device, uintptr_t ctx, std::optional<Charge> charge) {
+  {
+    std::lock_guard lock(mu_);
+    PrimaryCount& pc = primary_[device];
+    if (pc.retains++ == 0) {
+      pc.ctx = ctx;
+      pc.charge = charge.value_or(Charge{});
+      return;
+    }
+  }
+  if (charge) Release(*charge);  // a racing retain charged first
+}
+
+void Limiter::PrimaryRelease(int device, bool reset) {
+  Charge give_back;
+  uintptr_t ctx = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = primary_.find(device);
+    if (it == primary_.end() || it->second.retains == 0) return;
+    it->second.retains = reset ? 0 : it->second.retains - 1;
+    if (it->second.retains > 0) return;
+    give_back = it->second.charge;
+    ctx = it->second.ctx;
+    primary_.erase(it);
+  }
+  Release(give_back);
+  ReleaseContext(ctx);
+}
+
+uint64_t Limiter::MemoryLimit(int device) const {
+  return segment_ != nullptr && device >= 0 ? segment_->MemoryLimit(device) : kUnlimitedBytes;
+}
+
+uint64_t Limiter::MemoryUsed(int device) const {
+  return segment_ != nullptr && device >= 0 ? segment_->MemoryUsed(device) : 0;
+}
+
+bool Limiter::IsGroupMember(uint32_t pid) const {
+  if (pid == static_cast<uint32_t>(getpid())) return true;
+  if (segment_ == nullptr) return false;
+  const GroupSegmentLayout& l = segment_->layout();
+  for (int s = 0; s < kGroupMaxSlots; ++s) {
+    const auto owner = std::atomic_ref<const int32_t>(l.slots[s].owner_pid).load();
+    if (owner > 0 && static_cast<uint32_t>(owner) == pid && segment_->SlotLive(s)) return true;
+  }
+  return false;
+}
+
+}  // namespace gpuslice::limiter

@@ -1,0 +1,115 @@
+#include "limiter/real/real_driver.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <mutex>
+
+namespace gpuslice::limiter::real {
+namespace {
+
+using DlsymFn = void* (*)(void*, const char*);
+
+// Loads one library into its table on first use. The tables are constant-
+// initialised PODs: no constructor runs before main, none runs at exit.
+template <typename Table>
+class Loader {
+ public:
+  using FillFn = void (*)(Table*, void*);
+  constexpr Loader(const char* soname, FillFn fill) : soname_(soname), fill_(fill) {}
+
+  const Table& Get() {
+    if (state_.load(std::memory_order_acquire) == kDone) return table_;
+    // A library's constructor that calls back into an interposed name while
+    // it is being loaded on this thread gets the empty table.
+    if (loading_here_) return empty_;
+    std::lock_guard lock(mu_);
+    if (state_.load(std::memory_order_relaxed) != kDone) {
+      loading_here_ = true;
+      void* h = dlopen(soname_, RTLD_LAZY | RTLD_NOLOAD);
+      if (h == nullptr) h = dlopen(soname_, RTLD_LAZY | RTLD_LOCAL);
+      if (h != nullptr) {
+        table_.loaded = true;
+        fill_(&table_, h);
+        handle_.store(h, std::memory_order_release);
+      }
+      loading_here_ = false;
+      state_.store(kDone, std::memory_order_release);
+    }
+    return table_;
+  }
+
+  void* handle() const { return handle_.load(std::memory_order_acquire); }
+
+ private:
+  static constexpr int kDone = 1;
+  const char* soname_;
+  FillFn fill_;
+  std::atomic<int> state_{0};
+  std::atomic<void*> handle_{nullptr};
+  std::mutex mu_;
+  Table table_{};
+  Table empty_{};
+  static inline thread_local bool loading_here_ __attribute__((tls_model("initial-exec"))) = false;
+};
+
+template <typename Fn>
+void Resolve(void* handle, const char* name, Fn* slot) {
+  *slot = reinterpret_cast<Fn>(RealDlsym(handle, name));
+}
+
+void FillCuda(CudaTable* t, void* h) {
+#define GS_CUDA_HOOK(name, params, args) Resolve(h, #name, &t->name);
+#include "limiter/shims/cuda_hooks.inc"
+#undef GS_CUDA_HOOK
+  Resolve(h, "cuDeviceGetCount", &t->cuDeviceGetCount);
+  Resolve(h, "cuDeviceGetUuid_v2", &t->cuDeviceGetUuid_v2);
+  Resolve(h, "cuCtxGetDevice", &t->cuCtxGetDevice);
+  Resolve(h, "cuCtxGetCurrent", &t->cuCtxGetCurrent);
+  Resolve(h, "cuStreamGetCtx", &t->cuStreamGetCtx);
+  Resolve(h, "cuCtxPushCurrent_v2", &t->cuCtxPushCurrent_v2);
+  Resolve(h, "cuCtxPopCurrent_v2", &t->cuCtxPopCurrent_v2);
+  Resolve(h, "cuArrayGetMemoryRequirements", &t->cuArrayGetMemoryRequirements);
+  Resolve(h, "cuMipmappedArrayGetMemoryRequirements", &t->cuMipmappedArrayGetMemoryRequirements);
+  Resolve(h, "cuMemPoolGetAccess", &t->cuMemPoolGetAccess);
+}
+
+void FillNvml(NvmlTable* t, void* h) {
+#define GS_NVML_HOOK(name, params, args) Resolve(h, #name, &t->name);
+#include "limiter/shims/nvml_hooks.inc"
+#undef GS_NVML_HOOK
+  Resolve(h, "nvmlDeviceGetUUID", &t->nvmlDeviceGetUUID);
+  Resolve(h, "nvmlDeviceGetCount_v2", &t->nvmlDeviceGetCount_v2);
+  Resolve(h, "nvmlDeviceGetHandleByIndex_v2", &t->nvmlDeviceGetHandleByIndex_v2);
+}
+
+Loader<CudaTable>& CudaLoader() {
+  static constinit Loader<CudaTable> loader("libcuda.so.1", &FillCuda);
+  return loader;
+}
+Loader<NvmlTable>& NvmlLoader() {
+  static constinit Loader<NvmlTable> loader("libnvidia-ml.so.1", &FillNvml);
+  return loader;
+}
+
+}  // namespace
+
+const CudaTable& Cuda() { return CudaLoader().Get(); }
+const NvmlTable& Nvml() { return NvmlLoader().Get(); }
+void* CudaHandle() { return CudaLoader().handle(); }
+void* NvmlHandle() { return NvmlLoader().handle(); }
+
+void* RealDlsym(void* handle, const char* name) {
+  // dlvsym is not interposed; ask for glibc's dlsym by version (2.34 moved it
+  // into libc; older glibc has only the 2.2.5 one).
+  static std::atomic<DlsymFn> real{nullptr};
+  DlsymFn fn = real.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"));
+    if (fn == nullptr) fn = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"));
+    real.store(fn, std::memory_order_release);
+  }
+  return fn != nullptr ? fn(handle, name) : nullptr;
+}
+
+}  // namespace gpuslice::limiter::real

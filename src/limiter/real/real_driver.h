@@ -1,0 +1,77 @@
+// The real CUDA driver and NVML, loaded by soname (libcuda.so.1,
+// libnvidia-ml.so.1) on first use: typed tables of the entry points the
+// limiter interposes (from shims/*_hooks.inc) and of the few it calls for
+// itself. The simulated GPU is picked up exactly like a real driver: through
+// the library search path.
+//
+// A library that cannot be loaded leaves every entry null; CallCuda/CallNvml
+// then return CUDA_ERROR_NOT_INITIALIZED / NVML_ERROR_LIBRARY_NOT_FOUND, and an
+// entry point the library lacks returns CUDA_ERROR_NOT_SUPPORTED /
+// NVML_ERROR_FUNCTION_NOT_FOUND. NVIDIA's stub libcuda.so loads and answers
+// every call with its own error (CUDA_ERROR_STUB_LIBRARY), which passes through.
+//
+// Thread-safe. The tables are filled once and never freed.
+#pragma once
+
+#include "cuda_abi/cuda_driver_api.h"
+#include "nvml_abi/nvml.h"
+
+namespace gpuslice::limiter::real {
+
+struct CudaTable {
+  bool loaded = false;  // libcuda.so.1 was found
+#define GS_CUDA_HOOK(name, params, args) CUresult(*name) params = nullptr;
+#include "limiter/shims/cuda_hooks.inc"
+#undef GS_CUDA_HOOK
+  // Called by the limiter itself, never interposed.
+  decltype(&::cuDeviceGetCount) cuDeviceGetCount = nullptr;
+  decltype(&::cuDeviceGetUuid_v2) cuDeviceGetUuid_v2 = nullptr;
+  decltype(&::cuCtxGetDevice) cuCtxGetDevice = nullptr;
+  decltype(&::cuCtxGetCurrent) cuCtxGetCurrent = nullptr;
+  decltype(&::cuStreamGetCtx) cuStreamGetCtx = nullptr;
+  decltype(&::cuCtxPushCurrent_v2) cuCtxPushCurrent_v2 = nullptr;
+  decltype(&::cuCtxPopCurrent_v2) cuCtxPopCurrent_v2 = nullptr;
+  decltype(&::cuArrayGetMemoryRequirements) cuArrayGetMemoryRequirements = nullptr;
+  decltype(&::cuMipmappedArrayGetMemoryRequirements) cuMipmappedArrayGetMemoryRequirements =
+      nullptr;
+  decltype(&::cuMemPoolGetAccess) cuMemPoolGetAccess = nullptr;
+};
+
+struct NvmlTable {
+  bool loaded = false;
+#define GS_NVML_HOOK(name, params, args) nvmlReturn_t(*name) params = nullptr;
+#include "limiter/shims/nvml_hooks.inc"
+#undef GS_NVML_HOOK
+  decltype(&::nvmlDeviceGetUUID) nvmlDeviceGetUUID = nullptr;
+  decltype(&::nvmlDeviceGetCount_v2) nvmlDeviceGetCount_v2 = nullptr;
+  decltype(&::nvmlDeviceGetHandleByIndex_v2) nvmlDeviceGetHandleByIndex_v2 = nullptr;
+};
+
+// The tables, loaded on first call.
+const CudaTable& Cuda();
+const NvmlTable& Nvml();
+
+// The loaded libraries' handles (nullptr if not loaded), for dlsym and
+// cuGetProcAddress passthrough.
+void* CudaHandle();
+void* NvmlHandle();
+
+// glibc's own dlsym (the limiter interposes dlsym).
+void* RealDlsym(void* handle, const char* name);
+
+// Calls `fn` through `call` if present, else returns the error for a missing
+// library or entry point.
+template <typename Fn, typename Call>
+CUresult CallCuda(Fn fn, Call&& call) {
+  if (fn == nullptr) return Cuda().loaded ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_INITIALIZED;
+  return call(fn);
+}
+template <typename Fn, typename Call>
+nvmlReturn_t CallNvml(Fn fn, Call&& call) {
+  if (fn == nullptr) {
+    return Nvml().loaded ? NVML_ERROR_FUNCTION_NOT_FOUND : NVML_ERROR_LIBRARY_NOT_FOUND;
+  }
+  return call(fn);
+}
+
+}  // namespace gpuslice::limiter::real

@@ -1,0 +1,53 @@
+// The exported CUDA driver entry points: one thin extern "C" function per
+// line of cuda_hooks.inc, forwarding to gpuslice::limiter::hooks. A reentrant
+// call (the limiter itself, or the driver calling back into an exported name
+// while the limiter is inside a hook on this thread) goes straight to the
+// real driver.
+#include "limiter/hooks.h"
+#include "limiter/real/real_driver.h"
+#include "limiter/reentrancy.h"
+#include "limiter/symbols.h"
+
+#define GS_CUDA_HOOK(name, params, args)                                                 \
+  extern "C" __attribute__((visibility("default"))) CUresult name params {               \
+    ::gpuslice::limiter::ReentrancyGuard guard;                                          \
+    if (guard.reentered()) return ::gpuslice::limiter::real::CallCuda(                   \
+        ::gpuslice::limiter::real::Cuda().name, [&](auto fn) { return fn args; });       \
+    return ::gpuslice::limiter::hooks::name args;                                        \
+  }
+#include "limiter/shims/cuda_hooks.inc"
+#undef GS_CUDA_HOOK
+
+namespace gpuslice::limiter {
+
+// The exported shim named `name`, or nullptr if the limiter does not
+// interpose it (declared in limiter/symbols.h).
+void* CudaShim(std::string_view name) {
+  struct Entry {
+    std::string_view name;
+    void* shim;
+  };
+  static const Entry kShims[] = {
+#define GS_CUDA_HOOK(n, params, args) {#n, reinterpret_cast<void*>(&::n)},
+#include "limiter/shims/cuda_hooks.inc"
+#undef GS_CUDA_HOOK
+  };
+  for (const Entry& e : kShims) {
+    if (e.name == name) return e.shim;
+  }
+  return nullptr;
+}
+
+// The shim standing in for the real entry point `real_fn` (a pointer the real
+// driver handed out), or nullptr if that entry point is not interposed.
+void* CudaShimForReal(void* real_fn) {
+  if (real_fn == nullptr) return nullptr;
+  const real::CudaTable& t = real::Cuda();
+#define GS_CUDA_HOOK(n, params, args) \
+  if (reinterpret_cast<void*>(t.n) == real_fn) return reinterpret_cast<void*>(&::n);
+#include "limiter/shims/cuda_hooks.inc"
+#undef GS_CUDA_HOOK
+  return nullptr;
+}
+
+}  // namespace gpuslice::limiter
