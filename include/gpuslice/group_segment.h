@@ -66,22 +66,22 @@ struct GroupSegmentHeader {
 // One physical GPU, identified by UUID (CUDA ordinals differ between members
 // with different CUDA_VISIBLE_DEVICES).
 struct GroupDevice {
-  char uuid[kUuidBytes];     // "GPU-…", NUL-terminated; empty: entry unused
-  uint64_t memory_limit;     // bytes; kUnlimitedBytes when unset
-  uint64_t memory_used;      // bytes charged to the group (guarded by mutex)
-  uint64_t memory_peak;      // highest memory_used seen
-  uint64_t alloc_failures;   // allocations refused for the limit
-  uint32_t compute_limit;    // percent 1..100; kUnlimitedPercent when unset
+  char uuid[kUuidBytes];    // "GPU-…", NUL-terminated; empty: entry unused
+  uint64_t memory_limit;    // bytes; kUnlimitedBytes when unset
+  uint64_t memory_used;     // bytes charged to the group (guarded by mutex)
+  uint64_t memory_peak;     // highest memory_used seen
+  uint64_t alloc_failures;  // allocations refused for the limit
+  uint32_t compute_limit;   // percent 1..100; kUnlimitedPercent when unset
   uint32_t reserved0;
-  uint8_t controller[128];   // the compute controller's state (issue 4)
+  uint8_t controller[128];  // the compute controller's state (issue 4)
 };
 
 struct ProcessSlot {
   int32_t owner_pid;  // pid in the owner's namespace; 0: free
   uint32_t reserved0;
-  uint64_t start_time;  // /proc/<pid>/stat start time of the owner
-  int64_t joined_ns;    // CLOCK_MONOTONIC
-  char name[16];        // comm of the owner
+  uint64_t start_time;                // /proc/<pid>/stat start time of the owner
+  int64_t joined_ns;                  // CLOCK_MONOTONIC
+  char name[16];                      // comm of the owner
   uint64_t memory[kGroupMaxDevices];  // bytes charged by this slot (guarded by mutex)
 };
 

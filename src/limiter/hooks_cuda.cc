@@ -84,8 +84,8 @@ uint64_t FormatBytes(CUarray_format f) {
 uint64_t ArrayBytes(CUDA_ARRAY3D_DESCRIPTOR d, unsigned levels) {
   uint64_t total = 0;
   for (unsigned i = 0; i < std::max(levels, 1u); ++i) {
-    const uint64_t texels = uint64_t{d.Width} * std::max<size_t>(d.Height, 1) *
-                            std::max<size_t>(d.Depth, 1);
+    const uint64_t texels =
+        uint64_t{d.Width} * std::max<size_t>(d.Height, 1) * std::max<size_t>(d.Depth, 1);
     total += texels * FormatBytes(d.Format) * std::max(d.NumChannels, 1u);
     d.Width = std::max<size_t>(d.Width / 2, 1);
     if (d.Height > 0) d.Height = std::max<size_t>(d.Height / 2, 1);
@@ -121,8 +121,10 @@ CUresult CreateArray(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& desc, bool 
   Limiter& l = Limiter::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   if (handle == nullptr) {
-    return three_d ? GS_REAL(cuArray3DCreate_v2, handle, static_cast<const CUDA_ARRAY3D_DESCRIPTOR*>(original))
-                   : GS_REAL(cuArrayCreate_v2, handle, static_cast<const CUDA_ARRAY_DESCRIPTOR*>(original));
+    return three_d ? GS_REAL(cuArray3DCreate_v2, handle,
+                             static_cast<const CUDA_ARRAY3D_DESCRIPTOR*>(original))
+                   : GS_REAL(cuArrayCreate_v2, handle,
+                             static_cast<const CUDA_ARRAY_DESCRIPTOR*>(original));
   }
   uintptr_t ctx = 0;
   const int device = l.CurrentGroupDevice(&ctx);
@@ -171,8 +173,8 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, auto
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   if (dptr == nullptr || bytes == 0) return allocate();
   // Stream-ordered memory outlives its context: tracked with context 0.
-  return Reserved(l, l.StreamGroupDevice(stream), l.Rounded(bytes), 0, Resource::kPointer,
-                  allocate, [&] { return uint64_t{*dptr}; });
+  return Reserved(l, l.StreamGroupDevice(stream), l.Rounded(bytes), 0, Resource::kPointer, allocate,
+                  [&] { return uint64_t{*dptr}; });
 }
 
 // Replaces a real entry point handed out by cuGetProcAddress with its shim.
@@ -182,6 +184,7 @@ void SubstituteShim(const char* symbol, void** pfn) {
     *pfn = shim;
     return;
   }
+  if (IsCudaShim(*pfn)) return;  // the driver looked the name up with dlsym: ours already
   if (symbol != nullptr && CudaShim(symbol) != nullptr) {
     // The driver answered with a variant the limiter does not know (a newer
     // driver): say so once; the call is not limited.
@@ -274,15 +277,13 @@ CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) noexc
 }
 CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
                         unsigned int flags, CUdevice dev) noexcept {
-  return CreateContext(pctx, dev, [&] {
-    return GS_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev);
-  });
+  return CreateContext(
+      pctx, dev, [&] { return GS_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev); });
 }
 CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams, unsigned int flags,
                         CUdevice dev) noexcept {
-  return CreateContext(pctx, dev, [&] {
-    return GS_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev);
-  });
+  return CreateContext(pctx, dev,
+                       [&] { return GS_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev); });
 }
 CUresult cuCtxDestroy(CUcontext ctx) noexcept {
   return DestroyContext(ctx, [&] { return GS_REAL(cuCtxDestroy, ctx); });
@@ -500,8 +501,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
 }
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                              unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-                             unsigned int blockDimZ, unsigned int sharedMemBytes,
-                             CUstream hStream, void** kernelParams, void** extra) noexcept {
+                             unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                             void** kernelParams, void** extra) noexcept {
   return GS_REAL(cuLaunchKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
                  blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
 }
@@ -521,11 +522,11 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned
   return GS_REAL(cuLaunchCooperativeKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
                  blockDimZ, sharedMemBytes, hStream, kernelParams);
 }
-CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
-                                        unsigned int gridDimY, unsigned int gridDimZ,
-                                        unsigned int blockDimX, unsigned int blockDimY,
-                                        unsigned int blockDimZ, unsigned int sharedMemBytes,
-                                        CUstream hStream, void** kernelParams) noexcept {
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                        unsigned int gridDimZ, unsigned int blockDimX,
+                                        unsigned int blockDimY, unsigned int blockDimZ,
+                                        unsigned int sharedMemBytes, CUstream hStream,
+                                        void** kernelParams) noexcept {
   return GS_REAL(cuLaunchCooperativeKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX,
                  blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
 }

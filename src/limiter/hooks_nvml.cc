@@ -47,8 +47,7 @@ bool GroupMemory(nvmlDevice_t device, unsigned long long* total, unsigned long l
 // NVML size protocol: with too small a buffer, NVML_ERROR_INSUFFICIENT_SIZE
 // and the count needed.
 template <typename Info, typename Query>
-nvmlReturn_t FilteredProcesses(nvmlDevice_t device, unsigned int* count, Info* infos,
-                               Query query) {
+nvmlReturn_t FilteredProcesses(nvmlDevice_t device, unsigned int* count, Info* infos, Query query) {
   if (count == nullptr) return query(device, count, infos);
   Limiter& l = Limiter::Get();
   if (!l.EnsureAttachedForNvml()) return query(device, count, infos);
@@ -91,12 +90,11 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* me
   return rc;
 }
 
-#define GS_FILTERED(name, Info)                                                          \
-  nvmlReturn_t name(nvmlDevice_t device, unsigned int* infoCount, Info* infos) noexcept { \
-    return FilteredProcesses(device, infoCount, infos,                                   \
-                             [](nvmlDevice_t d, unsigned int* n, Info* i) {              \
-                               return GS_REAL_NVML(name, d, n, i);                       \
-                             });                                                         \
+#define GS_FILTERED(name, Info)                                                                \
+  nvmlReturn_t name(nvmlDevice_t device, unsigned int* infoCount, Info* infos) noexcept {      \
+    return FilteredProcesses(                                                                  \
+        device, infoCount, infos,                                                              \
+        [](nvmlDevice_t d, unsigned int* n, Info* i) { return GS_REAL_NVML(name, d, n, i); }); \
   }
 GS_FILTERED(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t)
 GS_FILTERED(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)

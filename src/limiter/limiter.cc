@@ -12,6 +12,7 @@
 #include "common/process.h"
 #include "common/quantity.h"
 #include "limiter/core/limit_config.h"
+#include "limiter/group_keeper.h"
 #include "limiter/real/real_driver.h"
 
 namespace gpuslice::limiter {
@@ -102,8 +103,14 @@ CUresult Limiter::AttachWithCuda() {
     for (auto& m : tracked_) m.clear();
     primary_.clear();
     slot_.store(-1);
-    if (segment_ != nullptr && !segment_->ReopenAfterFork().ok()) segment_.reset();
-    if (segment_ == nullptr && state_.load() == kAttached) state_.store(kDetached);
+    if (segment_ != nullptr) {
+      if (segment_->ReopenAfterFork().ok()) {
+        GroupKeeper::Start(segment_.get());  // the parent's keeper did not survive the fork
+      } else {
+        segment_.release();  // the mapping is the parent's too: never unmapped here
+        state_.store(kDetached);
+      }
+    }
   }
   const int state = state_.load();
   if (state == kAttached) return CUDA_SUCCESS;
@@ -197,6 +204,7 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
   }
   (*segment)->ReapDead();  // members that left since the last one looked
   segment_ = std::move(segment).value();
+  GroupKeeper::Start(segment_.get());
   ordinal_to_device_ = std::move(map);
   GS_LOG(kInfo, "limiter", "attached to group '%s' (%zu devices)", segment_->group().c_str(),
          devices.size());

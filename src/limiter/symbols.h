@@ -16,6 +16,9 @@ void* CudaShim(std::string_view name);
 // cuGetProcAddress), or nullptr if that entry point is not interposed.
 void* CudaShimForReal(void* real_fn);
 
+// True if `fn` is one of the exported CUDA shims.
+bool IsCudaShim(const void* fn);
+
 // The exported NVML shim named `name`, or nullptr.
 void* NvmlShim(std::string_view name);
 

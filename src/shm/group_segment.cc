@@ -36,7 +36,7 @@ std::string Errno(const std::string& what) { return what + ": " + strerror(errno
 // OFD lock on one byte at `offset`: F_WRLCK to take (non-blocking unless
 // `wait`), F_UNLCK to drop. Returns 0 or an errno value.
 int OfdLock(int fd, int64_t offset, short type, bool wait) {
-  struct flock fl{};
+  struct flock fl {};
   fl.l_type = type;
   fl.l_whence = SEEK_SET;
   fl.l_start = offset;
@@ -49,7 +49,7 @@ int OfdLock(int fd, int64_t offset, short type, bool wait) {
 
 // True if another open file description holds a lock on the byte at `offset`.
 bool LockedByOther(int fd, int64_t offset) {
-  struct flock fl{};
+  struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
   fl.l_start = offset;
@@ -140,7 +140,7 @@ StatusOr<std::unique_ptr<GroupSegment>> GroupSegment::Open(const std::string& di
     close(fd);
     return s;
   };
-  struct stat st{};
+  struct stat st {};
   if (fstat(fd, &st) != 0) return fail(Unavailable(Errno("cannot stat " + path)));
   const bool fresh = static_cast<size_t>(st.st_size) != sizeof(GroupSegmentLayout);
   if (fresh) {
@@ -164,8 +164,7 @@ StatusOr<std::unique_ptr<GroupSegment>> GroupSegment::Open(const std::string& di
   return std::unique_ptr<GroupSegment>(new GroupSegment(std::string(group), path, fd, layout));
 }
 
-GroupSegment::GroupSegment(std::string group, std::string path, int fd,
-                           GroupSegmentLayout* layout)
+GroupSegment::GroupSegment(std::string group, std::string path, int fd, GroupSegmentLayout* layout)
     : group_(std::move(group)), path_(std::move(path)), fd_(fd), layout_(layout) {}
 
 GroupSegment::~GroupSegment() {
@@ -239,7 +238,9 @@ void GroupSegment::SetComputeLimit(int dev, uint32_t percent) {
   BumpLimits();
 }
 
-uint64_t GroupSegment::MemoryLimit(int dev) const { return Load(layout_->devices[dev].memory_limit); }
+uint64_t GroupSegment::MemoryLimit(int dev) const {
+  return Load(layout_->devices[dev].memory_limit);
+}
 uint64_t GroupSegment::MemoryUsed(int dev) const { return Load(layout_->devices[dev].memory_used); }
 uint32_t GroupSegment::ComputeLimit(int dev) const {
   return Load(layout_->devices[dev].compute_limit);

@@ -234,8 +234,7 @@ TEST_F(GroupSegmentTest, ACorruptSegmentIsReinitialisedNotTrusted) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(write(fd, "garbage", 7), 7);
   close(fd);
-  EXPECT_EQ(GroupSegment::Open(dir_, "g2", false).status().code(),
-            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(GroupSegment::Open(dir_, "g2", false).status().code(), StatusCode::kFailedPrecondition);
   auto rebuilt = GroupSegment::Open(dir_, "g2", true);
   ASSERT_TRUE(rebuilt.ok());
   EXPECT_STREQ((*rebuilt)->layout().group, "g2");

@@ -5,8 +5,9 @@
 //   gpuslice-driver-probe proc-address
 //       Before cuInit, resolves names through cuGetProcAddress_v2 for several
 //       cudaVersion/flags and prints one JSON object:
-//       {"cuMemAlloc@3020":{"status":0,"symbol":"cuMemAlloc_v2"},...}
-//       ("symbol" is the exported name the pointer belongs to, via dladdr).
+//       {"cuMemAlloc@3020":{"status":0,"symbol":"cuMemAlloc_v2","object":"libcuda.so.1"},...}
+//       ("symbol" is the exported name the pointer belongs to and "object"
+//       the file that exports it, via dladdr).
 //   gpuslice-driver-probe fill [--chunk BYTES] [--hold-s S]
 //       Allocates chunks on device 0 until the driver says
 //       CUDA_ERROR_OUT_OF_MEMORY, checks that the failed call changed nothing
@@ -74,9 +75,11 @@ int ProcAddress() {
     Dl_info info{};
     const char* symbol =
         fn != nullptr && dladdr(fn, &info) != 0 && info.dli_sname != nullptr ? info.dli_sname : "";
-    printf("%s\"%s@%d%s\":{\"rc\":%d,\"status\":%d,\"symbol\":\"%s\"}", first ? "" : ",", q.name,
-           q.version, q.flags != 0 ? "/ptds" : "", static_cast<int>(rc), static_cast<int>(status),
-           symbol);
+    const char* object = fn != nullptr && info.dli_fname != nullptr ? info.dli_fname : "";
+    if (const char* slash = strrchr(object, '/')) object = slash + 1;
+    printf("%s\"%s@%d%s\":{\"rc\":%d,\"status\":%d,\"symbol\":\"%s\",\"object\":\"%s\"}",
+           first ? "" : ",", q.name, q.version, q.flags != 0 ? "/ptds" : "", static_cast<int>(rc),
+           static_cast<int>(status), symbol, object);
     first = false;
   }
   printf("}\n");

@@ -11,8 +11,9 @@
 #define GS_CUDA_HOOK(name, params, args)                                                 \
   extern "C" __attribute__((visibility("default"))) CUresult name params {               \
     ::gpuslice::limiter::ReentrancyGuard guard;                                          \
-    if (guard.reentered()) return ::gpuslice::limiter::real::CallCuda(                   \
-        ::gpuslice::limiter::real::Cuda().name, [&](auto fn) { return fn args; });       \
+    if (guard.reentered())                                                               \
+      return ::gpuslice::limiter::real::CallCuda(::gpuslice::limiter::real::Cuda().name, \
+                                                 [&](auto fn) { return fn args; });      \
     return ::gpuslice::limiter::hooks::name args;                                        \
   }
 #include "limiter/shims/cuda_hooks.inc"
@@ -36,6 +37,14 @@ void* CudaShim(std::string_view name) {
     if (e.name == name) return e.shim;
   }
   return nullptr;
+}
+
+bool IsCudaShim(const void* fn) {
+#define GS_CUDA_HOOK(n, params, args) \
+  if (fn == reinterpret_cast<const void*>(&::n)) return true;
+#include "limiter/shims/cuda_hooks.inc"
+#undef GS_CUDA_HOOK
+  return false;
 }
 
 // The shim standing in for the real entry point `real_fn` (a pointer the real

@@ -50,7 +50,7 @@ void* Dlsym(void* handle, const char* name, const void* caller) noexcept {
 extern "C" {
 
 __attribute__((visibility("default"), noinline)) void* gpuslice_dlsym(void* handle,
-                                                                       const char* name) noexcept {
+                                                                      const char* name) noexcept {
   return gpuslice::limiter::Dlsym(handle, name, __builtin_return_address(0));
 }
 __attribute__((visibility("default"), noinline)) void* gpuslice_dlsym_2_2_5(

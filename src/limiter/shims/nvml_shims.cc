@@ -9,8 +9,9 @@
 #define GS_NVML_HOOK(name, params, args)                                                 \
   extern "C" __attribute__((visibility("default"))) nvmlReturn_t name params {           \
     ::gpuslice::limiter::ReentrancyGuard guard;                                          \
-    if (guard.reentered()) return ::gpuslice::limiter::real::CallNvml(                   \
-        ::gpuslice::limiter::real::Nvml().name, [&](auto fn) { return fn args; });       \
+    if (guard.reentered())                                                               \
+      return ::gpuslice::limiter::real::CallNvml(::gpuslice::limiter::real::Nvml().name, \
+                                                 [&](auto fn) { return fn args; });      \
     return ::gpuslice::limiter::hooks::name args;                                        \
   }
 #include "limiter/shims/nvml_hooks.inc"

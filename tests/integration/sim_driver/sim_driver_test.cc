@@ -20,112 +20,17 @@
 
 #include "sim/core/sim_gpu.h"
 #include "sim/core/stats.h"
+#include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice::sim {
 namespace {
 
 using nlohmann::json;
 
-std::string BuildDir() {
-  const char* dir = getenv("GPUSLICE_BUILD_DIR");
-  return dir != nullptr ? dir : ".";
-}
+using testing::BuildDir;
+using testing::WaitFor;
 
-// Polls `condition` every 10 ms until it holds or `timeout` passes.
-bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return condition();
-}
-
-class SimDriverTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = testing::TempDir() + "/sim_driver_test." + std::to_string(getpid()) + "." +
-           testing::UnitTest::GetInstance()->current_test_info()->name();
-    mkdir(dir_.c_str(), 0700);
-    state_ = dir_ + "/sim.state";
-    unlink(state_.c_str());
-  }
-  void TearDown() override {
-    for (pid_t pid : children_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    unlink(state_.c_str());
-    for (const char* f : {"/out", "/err"}) {
-      for (int i = 0; i < 8; ++i) unlink((dir_ + f + std::to_string(i)).c_str());
-    }
-    rmdir(dir_.c_str());
-  }
-
-  // Starts gpuslice-workload with `args` on this test's simulation; stdout and
-  // stderr go to files numbered `n`.
-  pid_t Start(int n, const std::vector<std::string>& args,
-              const std::vector<std::string>& extra_env = {}) {
-    return StartProgram("gpuslice-workload", n, args, extra_env);
-  }
-
-  // Starts ${build}/bin/`program` the same way.
-  pid_t StartProgram(const std::string& program, int n, const std::vector<std::string>& args,
-                     const std::vector<std::string>& extra_env = {}) {
-    std::vector<std::string> argv = {BuildDir() + "/bin/" + program};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
-                                    "GPUSLICE_SIM_STATE=" + state_};
-    env.insert(env.end(), extra_env.begin(), extra_env.end());
-    std::vector<char*> argv_c, env_c;
-    for (auto& a : argv) argv_c.push_back(a.data());
-    argv_c.push_back(nullptr);
-    for (auto& e : env) env_c.push_back(e.data());
-    env_c.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, (dir_ + "/out" + std::to_string(n)).c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&actions, 2, (dir_ + "/err" + std::to_string(n)).c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid = -1;
-    int rc = posix_spawn(&pid, argv_c[0], &actions, nullptr, argv_c.data(), env_c.data());
-    posix_spawn_file_actions_destroy(&actions);
-    EXPECT_EQ(rc, 0) << argv[0];
-    children_.push_back(pid);
-    return pid;
-  }
-
-  int Join(pid_t pid) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    std::erase(children_, pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
-  std::string Read(const std::string& name) {
-    std::ifstream in(dir_ + "/" + name);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
-  json Stats() {
-    auto gpu = SimGpu::Open({state_, "", /*observer=*/true});
-    if (!gpu.ok()) return json::object();
-    return (*gpu)->WithState([&](SimState& s) { return StatsJson(s, (*gpu)->NowNs()); });
-  }
-
-  json Process(const json& stats, pid_t pid) {
-    for (const auto& p : stats.value("processes", json::array())) {
-      if (p["pid"] == pid) return p;
-    }
-    return json::object();
-  }
-
-  std::string dir_, state_;
-  std::vector<pid_t> children_;
-};
+class SimDriverTest : public testing::SimProcessTest {};
 
 TEST_F(SimDriverTest, TwoSaturatingProcessesSplitBusyTimeEvenly) {
   // Unequal kernels: a FIFO would give 30/70, time-slicing gives 50/50.

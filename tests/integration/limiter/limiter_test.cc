@@ -1,0 +1,315 @@
+// libgpuslice.so with real processes on the simulated GPU: every allocation
+// form through every path to the driver is limited, concurrent members never
+// overshoot, the limiter's count agrees with the driver's, dead members'
+// memory comes back, forked children are members, configuration errors fail
+// closed, and the group's view reaches CUDA and nvidia-smi.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "shm/group_segment.h"
+#include "tests/integration/support/sim_process_test.h"
+
+namespace gpuslice {
+namespace {
+
+using testing::BuildDir;
+using testing::WaitFor;
+using json = nlohmann::json;
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kContext = 300 * kMiB;  // the simulator's default reservation
+constexpr uint64_t kGranularity = 2 * kMiB;
+
+class LimiterTest : public testing::SimProcessTest {
+ protected:
+  // The environment of a limited process in group `group`.
+  std::vector<std::string> Limited(const std::string& group, const std::string& memory,
+                                   std::vector<std::string> more = {}) {
+    std::vector<std::string> env = {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so",
+                                    "GPUSLICE_SHM_DIR=" + shm_dir_, "GPUSLICE_GROUP=" + group};
+    if (!memory.empty()) env.push_back("GPUSLICE_MEMORY_LIMIT=" + memory);
+    env.insert(env.end(), more.begin(), more.end());
+    return env;
+  }
+
+  // Waits until file `name` holds `lines` complete JSON lines; the last one.
+  json WaitForJson(const std::string& name, int lines = 1) {
+    json last;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          const std::string text = Read(name);
+          if (std::count(text.begin(), text.end(), '\n') < lines) return false;
+          std::string line = text.substr(0, text.size() - 1);
+          line = line.substr(line.rfind('\n') == std::string::npos ? 0 : line.rfind('\n') + 1);
+          last = json::parse(line, nullptr, false);
+          return !last.is_discarded();
+        },
+        std::chrono::seconds(20)))
+        << name << ": " << Read(name);
+    return last;
+  }
+
+  std::unique_ptr<GroupSegment> Segment(const std::string& group) {
+    auto seg = GroupSegment::Open(shm_dir_, group, false);
+    EXPECT_TRUE(seg.ok()) << seg.status().ToString();
+    return seg.ok() ? std::move(seg).value() : nullptr;
+  }
+
+  uint64_t DriverMemory(pid_t pid) {
+    json p = Process(Stats(), pid);
+    if (!p.contains("devices") || p["devices"].empty()) return 0;
+    return p["devices"][0]["memory_bytes"].get<uint64_t>();
+  }
+  uint64_t DriverPeak(pid_t pid) {
+    json p = Process(Stats(), pid);
+    if (!p.contains("devices") || p["devices"].empty()) return 0;
+    return p["devices"][0]["peak_memory_bytes"].get<uint64_t>();
+  }
+};
+
+// ---- every allocation form, every path ----
+
+// Bytes one 64 MiB step of each form charges (and the driver allocates).
+const std::map<std::string, uint64_t> kStepBytes = {
+    {"alloc", 64 * kMiB},  {"pitch", 64 * kMiB},  {"managed", 64 * kMiB}, {"async", 64 * kMiB},
+    {"pool", 64 * kMiB},   {"vmm", 64 * kMiB},    {"array", 64 * kMiB},   {"array3d", 64 * kMiB},
+    {"mipmap", 80 * kMiB}, {"context", kContext},
+};
+
+class EveryFormTest : public LimiterTest,
+                      public ::testing::WithParamInterface<std::tuple<std::string, std::string>> {};
+
+TEST_P(EveryFormTest, FillsExactlyToTheLimitAndFreesEverything) {
+  const auto& [via, api] = GetParam();
+  const uint64_t limit = 1024 * kMiB;
+  pid_t p = StartProgram(
+      "gpuslice-alloc-probe", 0,
+      {"--via", via, "alloc", "--api", api, "--chunk", std::to_string(64 * kMiB), "--free"},
+      Limited("g", "1GiB"));
+  ASSERT_EQ(Join(p), 0) << Read("err0");
+  const std::string out = Read("out0");
+  const json filled = json::parse(out.substr(0, out.find('\n')));
+  const json freed = json::parse(out.substr(out.find('\n') + 1));
+  const uint64_t step = kStepBytes.at(api);
+  const uint64_t expected = (limit - kContext) / step;  // the primary context comes first
+  EXPECT_EQ(filled["error"], "CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(filled["granted"].get<uint64_t>(), expected) << out;
+  EXPECT_EQ(filled["total"].get<uint64_t>(), limit);
+  EXPECT_EQ(filled["free"].get<uint64_t>(), limit - kContext - expected * step);
+  EXPECT_EQ(freed["free_after"].get<uint64_t>(), limit - kContext);
+  // The driver's own figure never passed the limit.
+  EXPECT_LE(DriverPeak(p), limit);
+  EXPECT_EQ(DriverPeak(p), kContext + expected * step);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Limiter, EveryFormTest,
+    ::testing::Combine(::testing::Values("link", "dlsym", "procaddr"),
+                       ::testing::Values("alloc", "pitch", "managed", "async", "pool", "vmm",
+                                         "array", "array3d", "mipmap", "context")),
+    [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
+
+// ---- agreement and concurrency ----
+
+TEST_F(LimiterTest, TheLimitersCountAgreesWithTheDriversWithinOneGranule) {
+  // 5 000 000 bytes is not a multiple of the 2 MiB granularity.
+  pid_t p = StartProgram("gpuslice-alloc-probe", 0,
+                         {"alloc", "--chunk", "5000000", "--max", "7", "--hold-s", "60"},
+                         Limited("agree", "4GiB"));
+  WaitForJson("out0");
+  auto seg = Segment("agree");
+  ASSERT_NE(seg, nullptr);
+  const int d = 0;
+  const uint64_t driver = DriverMemory(p);
+  const uint64_t limiter = seg->MemoryUsed(d);
+  EXPECT_GT(driver, kContext);
+  EXPECT_LE(limiter > driver ? limiter - driver : driver - limiter, kGranularity)
+      << "limiter " << limiter << " driver " << driver;
+}
+
+TEST_F(LimiterTest, ManyThreadsInSeveralProcessesNeverOvershoot) {
+  const uint64_t limit = 2048 * kMiB;
+  std::vector<pid_t> members;
+  const std::string go = dir_ + "/go";
+  for (int i = 0; i < 3; ++i) {
+    members.push_back(StartProgram("gpuslice-alloc-probe", i,
+                                   {"alloc", "--chunk", std::to_string(16 * kMiB), "--threads", "4",
+                                    "--hold-s", "60", "--go-file", go},
+                                   Limited("race", "2GiB")));
+  }
+  // Every member has its context before anyone allocates.
+  for (int i = 0; i < 3; ++i) WaitForJson("out" + std::to_string(i));
+  std::ofstream(go).put('\n');
+  uint64_t granted = 0;
+  for (int i = 0; i < 3; ++i) {
+    json out = WaitForJson("out" + std::to_string(i), 2);
+    EXPECT_EQ(out["error"], "CUDA_ERROR_OUT_OF_MEMORY") << out;
+    granted += out["granted_bytes"].get<uint64_t>();
+  }
+  uint64_t driver = 0;
+  for (pid_t p : members) driver += DriverPeak(p);
+  EXPECT_LE(driver, limit);
+  // The quota filled up: less than one step of every thread is left.
+  EXPECT_GT(granted + 3 * kContext, limit - 12 * 16 * kMiB);
+  auto seg = Segment("race");
+  ASSERT_NE(seg, nullptr);
+  EXPECT_EQ(seg->MemoryUsed(0), granted + 3 * kContext);
+}
+
+// ---- members come and go ----
+
+TEST_F(LimiterTest, AKilledMembersMemoryReturnsToTheGroup) {
+  pid_t a =
+      StartProgram("gpuslice-alloc-probe", 0,
+                   {"alloc", "--chunk", std::to_string(64 * kMiB), "--max", "5", "--hold-s", "60"},
+                   Limited("reclaim", "1GiB"));
+  WaitForJson("out0");
+  StartProgram("gpuslice-alloc-probe", 1,
+               {"alloc", "--chunk", std::to_string(64 * kMiB), "--max", "1", "--hold-s", "60"},
+               Limited("reclaim", "1GiB"));
+  json out_b = WaitForJson("out1");
+  EXPECT_EQ(out_b["granted"], 1);
+  auto seg = Segment("reclaim");
+  ASSERT_NE(seg, nullptr);
+  EXPECT_EQ(seg->MemoryUsed(0), 2 * kContext + 6 * 64 * kMiB);
+  kill(a, SIGKILL);
+  EXPECT_EQ(Join(a), 128 + SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  // The surviving member's keeper reclaims it (within GroupKeeper::kPeriod).
+  EXPECT_TRUE(
+      WaitFor([&] { return seg->MemoryUsed(0) == kContext + 64 * kMiB; }, std::chrono::seconds(10)))
+      << seg->MemoryUsed(0);
+  RecordProperty("reclaim_ms", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                  std::chrono::steady_clock::now() - killed)
+                                                  .count()));
+}
+
+TEST_F(LimiterTest, AForkedChildIsAMemberWithItsOwnAccount) {
+  pid_t p = StartProgram("gpuslice-alloc-probe", 0, {"fork", "--chunk", std::to_string(64 * kMiB)},
+                         Limited("fork", "1GiB"));
+  ASSERT_EQ(Join(p), 0) << Read("err0");
+  json out = json::parse(Read("out0"));
+  const uint64_t expected = (1024 * kMiB - kContext) / (64 * kMiB);
+  EXPECT_EQ(out["child_granted"].get<uint64_t>(), expected) << out;
+  EXPECT_EQ(out["child_error"], "CUDA_ERROR_OUT_OF_MEMORY");
+  // The child's memory went back to the group when it exited.
+  EXPECT_EQ(out["parent_granted"].get<uint64_t>(), expected) << out;
+}
+
+// ---- cuGetProcAddress ----
+
+TEST_F(LimiterTest, ProcAddressHandsOutShimsOfTheRightVariant) {
+  pid_t p = StartProgram("gpuslice-driver-probe", 0, {"proc-address"}, Limited("proc", ""));
+  ASSERT_EQ(Join(p), 0) << Read("err0");
+  json out = json::parse(Read("out0"));
+  auto check = [&](const char* key, const char* symbol, const char* object) {
+    EXPECT_EQ(out[key]["symbol"], symbol) << key;
+    EXPECT_EQ(out[key]["object"], object) << key;
+  };
+  check("cuMemAlloc@3020", "cuMemAlloc_v2", "libgpuslice.so");
+  check("cuMemAlloc@3010", "cuMemAlloc", "libgpuslice.so");
+  check("cuCtxCreate@13000", "cuCtxCreate_v4", "libgpuslice.so");
+  check("cuCtxCreate@11000", "cuCtxCreate_v2", "libgpuslice.so");
+  check("cuLaunchKernel@13000", "cuLaunchKernel", "libgpuslice.so");
+  check("cuLaunchKernel@13000/ptds", "cuLaunchKernel_ptsz", "libgpuslice.so");
+  check("cuGetProcAddress@13000", "cuGetProcAddress_v2", "libgpuslice.so");
+  check("cuMemcpyHtoD@13000/ptds", "cuMemcpyHtoD_v2_ptds", "libcuda.so.1");  // not interposed
+  EXPECT_EQ(out["cuLaunchKernelEx@11000"]["status"], 2);  // VERSION_NOT_SUFFICIENT, as the driver
+  EXPECT_EQ(out["cuNoSuchFunction@13000"]["status"], 1);  // SYMBOL_NOT_FOUND
+}
+
+// ---- configuration errors fail closed ----
+
+class ConfigErrorTest : public LimiterTest,
+                        public ::testing::WithParamInterface<std::pair<const char*, const char*>> {
+};
+
+TEST_P(ConfigErrorTest, FailsCuInitWithOneClearLine) {
+  const auto& [variable, value] = GetParam();
+  // GPUSLICE_GROUP is set only by the case that tests it.
+  std::vector<std::string> env = {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so",
+                                  "GPUSLICE_SHM_DIR=" + shm_dir_,
+                                  std::string(variable) + "=" + value};
+  pid_t p = Start(0, {"--kernels", "1"}, env);
+  EXPECT_EQ(Join(p), 3);
+  const std::string err = Read("err0");
+  EXPECT_NE(err.find("cuInit failed: CUDA_ERROR_NOT_INITIALIZED"), std::string::npos) << err;
+  const size_t at = err.find("gpuslice: configuration error: ");
+  ASSERT_NE(at, std::string::npos) << err;
+  const std::string line = err.substr(at, err.find('\n', at) - at);
+  EXPECT_NE(line.find(variable), std::string::npos) << line;
+  EXPECT_EQ(err.find("gpuslice: configuration error", at + 1), std::string::npos) << err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Limiter, ConfigErrorTest,
+    ::testing::Values(
+        std::pair{"GPUSLICE_MEMORY_LIMIT", "lots"}, std::pair{"GPUSLICE_MEMORY_LIMIT", "-1GiB"},
+        std::pair{"GPUSLICE_MEMORY_LIMIT", "4QB"},
+        std::pair{"GPUSLICE_MEMORY_LIMIT", "{\"0\": \"1GiB\""},
+        std::pair{"GPUSLICE_MEMORY_LIMIT", "{\"GPU-deadbeef\": \"1GiB\"}"},
+        std::pair{"GPUSLICE_MEMORY_LIMIT", "{\"7\": \"1GiB\"}"},
+        std::pair{"GPUSLICE_COMPUTE_LIMIT", "150"}, std::pair{"GPUSLICE_GROUP", "../escape"},
+        std::pair{"TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"gpu-nope\": 1}"},
+        std::pair{"CUDA_DEVICE_MEMORY_LIMIT", "12x"}, std::pair{"GPUSLICE_CONTEXT_BYTES", "big"}),
+    [](const auto& p) { return std::string(p.param.first) + "_" + std::to_string(p.index); });
+
+// ---- without a usable driver ----
+
+TEST_F(LimiterTest, NvidiasStubLibraryAnswersWithItsOwnError) {
+  const std::string stub_dir = dir_ + "/stub";
+  std::filesystem::create_directories(stub_dir);
+  std::filesystem::create_symlink("/usr/local/cuda/lib64/stubs/libcuda.so",
+                                  stub_dir + "/libcuda.so.1");
+  pid_t p = StartProgram("gpuslice-alloc-probe", 0, {"info"},
+                         Limited("stub", "1GiB", {"LD_LIBRARY_PATH=" + stub_dir}));
+  EXPECT_EQ(Join(p), 3);  // a clean failure, not a crash
+  EXPECT_NE(Read("err0").find("cuInit failed"), std::string::npos) << Read("err0");
+  EXPECT_NE(Read("err0").find("(34)"), std::string::npos) << Read("err0");  // STUB_LIBRARY
+}
+
+TEST_F(LimiterTest, NoDriverAtAllGivesNotInitialized) {
+  pid_t p = StartProgram("gpuslice-alloc-probe", 0, {"absent"},
+                         Limited("none", "1GiB", {"LD_LIBRARY_PATH=" + dir_}));
+  ASSERT_EQ(Join(p), 0) << Read("err0");
+  EXPECT_EQ(json::parse(Read("out0"))["cuInit"], 3);  // CUDA_ERROR_NOT_INITIALIZED
+}
+
+// ---- the group's view ----
+
+TEST_F(LimiterTest, CudaAndNvidiaSmiShowTheGroupsSlice) {
+  pid_t info = StartProgram("gpuslice-alloc-probe", 0, {"info"}, Limited("view", "1GiB"));
+  ASSERT_EQ(Join(info), 0) << Read("err0");
+  json view = json::parse(Read("out0"));
+  EXPECT_EQ(view["total"].get<uint64_t>(), 1024 * kMiB);
+  EXPECT_EQ(view["device_total"].get<uint64_t>(), 1024 * kMiB);
+  EXPECT_EQ(view["free"].get<uint64_t>(), 1024 * kMiB - kContext);
+
+  // A member holding memory, and a process outside the group.
+  pid_t member =
+      StartProgram("gpuslice-alloc-probe", 1,
+                   {"alloc", "--chunk", std::to_string(100 * kMiB), "--max", "2", "--hold-s", "60"},
+                   Limited("view", "1GiB"));
+  pid_t outsider = StartProgram(
+      "gpuslice-alloc-probe", 2,
+      {"alloc", "--chunk", std::to_string(100 * kMiB), "--max", "1", "--hold-s", "60"});
+  WaitForJson("out1");
+  WaitForJson("out2");
+  pid_t smi = StartProgram(BuildDir() + "/sim/bin/nvidia-smi", 3, {}, Limited("view", "1GiB"));
+  ASSERT_EQ(Join(smi), 0) << Read("err3");
+  const std::string table = Read("out3");
+  EXPECT_NE(table.find(" 500MiB /   1024MiB"), std::string::npos) << table;
+  EXPECT_NE(table.find(std::to_string(member)), std::string::npos) << table;
+  EXPECT_EQ(table.find(std::to_string(outsider)), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace gpuslice
