@@ -1,12 +1,11 @@
 #include "sim/core/sim_gpu.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -156,7 +155,7 @@ StatusOr<std::unique_ptr<SimGpu>> SimGpu::Open(const OpenOptions& options) {
       (void)created;  // either way, open what is there now
       continue;
     }
-    struct stat st{};
+    struct stat st {};
     fstat(fd, &st);
     SimState* s = static_cast<size_t>(st.st_size) >= sizeof(SimState) ? Map(fd) : nullptr;
     close(fd);
@@ -172,8 +171,8 @@ StatusOr<std::unique_ptr<SimGpu>> SimGpu::Open(const OpenOptions& options) {
       munmap(s, sizeof(SimState));
       if (!users.empty()) {
         return FailedPrecondition("simulator state " + path +
-                                  " was created from another config and is in use by pid " +
-                                  users + "; stop them, or set GPUSLICE_SIM_STATE to another file");
+                                  " was created from another config and is in use by pid " + users +
+                                  "; stop them, or set GPUSLICE_SIM_STATE to another file");
       }
       unlink(path.c_str());
       continue;
@@ -429,16 +428,15 @@ int64_t SimGpu::KernelDurationNs(int device, std::string_view function_name, uin
     if (function_name == p.functions[i].name) wave_ns = p.functions[i].wave_ns;
   }
   const uint32_t tpb = std::max<uint32_t>(1, threads_per_block);
-  const uint64_t per_sm = std::clamp<uint64_t>(d.info.max_threads_per_sm / tpb, 1,
-                                               d.info.max_blocks_per_sm);
+  const uint64_t per_sm =
+      std::clamp<uint64_t>(d.info.max_threads_per_sm / tpb, 1, d.info.max_blocks_per_sm);
   const uint64_t per_wave = per_sm * d.info.sm_count;
   const uint64_t waves = std::max<uint64_t>(1, (blocks + per_wave - 1) / per_wave);
   // Locked clocks slow kernels down in proportion (read racily: a setting).
   const uint32_t locked = __atomic_load_n(&d.locked_sm_max_mhz, __ATOMIC_RELAXED);
-  const double factor =
-      locked > 0 && locked < d.info.max_sm_clock_mhz
-          ? static_cast<double>(d.info.max_sm_clock_mhz) / locked
-          : 1.0;
+  const double factor = locked > 0 && locked < d.info.max_sm_clock_mhz
+                            ? static_cast<double>(d.info.max_sm_clock_mhz) / locked
+                            : 1.0;
   return p.launch_ns + static_cast<int64_t>(static_cast<double>(waves * wave_ns) * factor);
 }
 
@@ -511,7 +509,9 @@ bool SimGpu::IsComplete(ContextId ctx, uint64_t seq) {
   return c->completed_seq >= seq;
 }
 
-Status SimGpu::Wait(ContextId ctx, uint64_t seq) { return WaitUntil(ctx, WaitFor::kCompletion, seq); }
+Status SimGpu::Wait(ContextId ctx, uint64_t seq) {
+  return WaitUntil(ctx, WaitFor::kCompletion, seq);
+}
 
 uint64_t SimGpu::LastSeq(ContextId ctx) {
   Locked lock(*this);

@@ -138,7 +138,6 @@ TEST_F(NvmlModelTest, RunningProcessesAreLiveOnesWithMemoryOnTheDevice) {
   EXPECT_EQ(procs[0].used_bytes, 1u << 20);
 }
 
-
 TEST(NvmlModelClocks, LockedRangeMustLieWithinTheSupportedRange) {
   EXPECT_TRUE(LockedRangeSupported(kMinClockMhz, 1980, 1980));
   EXPECT_TRUE(LockedRangeSupported(1200, 1200, 1980));

@@ -2,12 +2,11 @@
 // libgpuslice-addpath.so preloaded under a fully controlled environment and
 // checks the exact variables they print.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -198,9 +197,9 @@ TEST(AddPathTest, NestedShellsKeepOneCopy) {
 TEST(AddPathTest, DirectExecCreatesUnsetTargets) {
   // No shell in between (a shell may invent its own PATH): printenv itself is
   // preloaded and prints its own environment.
-  RunResult r = RunProgram({"/usr/bin/printenv"}, {{"LD_PRELOAD", kLib},
-                                            {"TF_PATH", "/opt/a/bin"},
-                                            {"TF_PREPEND_LD_LIBRARY_PATH", "/l0:/l1"}});
+  RunResult r = RunProgram(
+      {"/usr/bin/printenv"},
+      {{"LD_PRELOAD", kLib}, {"TF_PATH", "/opt/a/bin"}, {"TF_PREPEND_LD_LIBRARY_PATH", "/l0:/l1"}});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.err, "");
   Env vars = ParseEnv(r.out);
@@ -252,7 +251,7 @@ TEST(AddPathTest, VeryLongValues) {
 
 TEST(AddPathTest, DebugLevelLogsToStderr) {
   RunResult r = RunProgram({"/bin/sh", "-c", "/usr/bin/printenv PATH"},
-                    PreloadedEnv({{"TF_PATH", "/a"}, {"GPUSLICE_LOG_LEVEL", "debug"}}));
+                           PreloadedEnv({{"TF_PATH", "/a"}, {"GPUSLICE_LOG_LEVEL", "debug"}}));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, std::string(kBasePath) + ":/a\n");  // stdout untouched
   EXPECT_NE(r.err.find("gpuslice["), std::string::npos) << r.err;
@@ -263,8 +262,9 @@ TEST(AddPathTest, DefaultIsSilentAndWritesNoLogFile) {
   std::string log_file = testing::TempDir() + "addpath_silent_" + std::to_string(getpid());
   unlink(log_file.c_str());
   RunResult r = RunProgram({"/bin/sh", "-c", "/usr/bin/printenv PATH"},
-                    PreloadedEnv({{"TF_PATH", "/a"}, {"TF_PREPEND_LD_LIBRARY_PATH", "/l"},
-                                  {"GPUSLICE_LOG_FILE", log_file}}));
+                           PreloadedEnv({{"TF_PATH", "/a"},
+                                         {"TF_PREPEND_LD_LIBRARY_PATH", "/l"},
+                                         {"GPUSLICE_LOG_FILE", log_file}}));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, std::string(kBasePath) + ":/a\n");
   EXPECT_EQ(r.err, "");
@@ -274,9 +274,10 @@ TEST(AddPathTest, DefaultIsSilentAndWritesNoLogFile) {
 TEST(AddPathTest, LogFileReceivesDebugOutput) {
   std::string log_file = testing::TempDir() + "addpath_log_" + std::to_string(getpid());
   unlink(log_file.c_str());
-  RunResult r = RunProgram({"/usr/bin/printenv", "PATH"},
-                    {{"LD_PRELOAD", kLib}, {"TF_PATH", "/a"},
-                     {"GPUSLICE_LOG_LEVEL", "debug"}, {"GPUSLICE_LOG_FILE", log_file}});
+  RunResult r = RunProgram({"/usr/bin/printenv", "PATH"}, {{"LD_PRELOAD", kLib},
+                                                           {"TF_PATH", "/a"},
+                                                           {"GPUSLICE_LOG_LEVEL", "debug"},
+                                                           {"GPUSLICE_LOG_FILE", log_file}});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, "/a\n");
   EXPECT_EQ(r.err, "");
