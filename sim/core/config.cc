@@ -90,7 +90,7 @@ class Reader {
 
   template <typename T>
   Status UInt(const char* key, int64_t min, int64_t max, T* out) {
-    int64_t v = static_cast<int64_t>(*out);
+    auto v = static_cast<int64_t>(*out);
     GS_RETURN_IF_ERROR(Int(key, min, max, &v));
     *out = static_cast<T>(v);
     return Status::Ok();

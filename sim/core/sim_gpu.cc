@@ -170,9 +170,11 @@ StatusOr<std::unique_ptr<SimGpu>> SimGpu::Open(const OpenOptions& options) {
       std::string users = LiveUsers(s);
       munmap(s, sizeof(SimState));
       if (!users.empty()) {
+        // NOLINTBEGIN(performance-inefficient-string-concatenation): once, leaving the loop
         return FailedPrecondition("simulator state " + path +
                                   " was created from another config and is in use by pid " + users +
                                   "; stop them, or set GPUSLICE_SIM_STATE to another file");
+        // NOLINTEND(performance-inefficient-string-concatenation)
       }
       unlink(path.c_str());
       continue;
@@ -253,7 +255,9 @@ int SimGpu::RegisterProcessLocked() {
 
 void SimGpu::AdvanceAllLocked(int64_t now) {
   ReapDeadProcessesLocked(now, false);
-  for (uint32_t d = 0; d < state_->device_count; ++d) AdvanceDevice(*state_, d, now);
+  for (uint32_t d = 0; d < state_->device_count; ++d) {
+    AdvanceDevice(*state_, static_cast<int>(d), now);
+  }
 }
 
 namespace {
@@ -420,7 +424,9 @@ void SimGpu::MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes)
 
 int64_t SimGpu::KernelDurationNs(int device, std::string_view function_name, uint64_t blocks,
                                  uint32_t threads_per_block, uint64_t spin_ns) const {
-  if (function_name == "gpuslice_sim_spin") return std::max<int64_t>(1, spin_ns);
+  if (function_name == "gpuslice_sim_spin") {
+    return std::max<int64_t>(1, static_cast<int64_t>(spin_ns));
+  }
   const SimParams& p = state_->params;
   const DeviceState& d = state_->devices[device];
   int64_t wave_ns = p.wave_ns;

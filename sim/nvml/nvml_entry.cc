@@ -92,7 +92,7 @@ struct Library {
 
 // Never destroyed: entry points may run during process exit.
 Library& Lib() {
-  static Library* lib = new Library();
+  static auto* lib = new Library();
   return *lib;
 }
 

@@ -107,7 +107,7 @@ void Watch(sim::SimGpu& gpu, double interval_s, int count) {
   for (int i = 0; count <= 0 || i < count; ++i) {
     std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
     Sample cur = take();
-    const double dt = static_cast<double>(cur.now - prev.now);
+    const auto dt = static_cast<double>(cur.now - prev.now);
     for (const auto& [d, busy] : cur.device_busy) {
       std::string line;
       char buf[128];

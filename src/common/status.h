@@ -109,7 +109,9 @@ class [[nodiscard]] StatusOr {
 // returns the Status from the enclosing function.
 #define GS_ASSIGN_OR_RETURN(lhs, expr) \
   GS_ASSIGN_OR_RETURN_IMPL(GS_CONCAT(gs_statusor_, __LINE__), lhs, expr)
+// NOLINTBEGIN(bugprone-macro-parentheses): `tmp` is a variable name and `lhs` a declaration
 #define GS_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                             \
   if (!tmp.ok()) return tmp.status();            \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)

@@ -26,6 +26,8 @@
 extern "C" {
 #endif
 
+/* NOLINTBEGIN(modernize-use-using): a plain C header; C has no alias declarations. */
+
 #define NVML_API_VERSION 13
 #define NVML_API_VERSION_STR "13"
 
@@ -362,6 +364,8 @@ nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* curren
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
                                          nvmlEccCounterType_t counterType,
                                          unsigned long long* eccCounts);
+
+/* NOLINTEND(modernize-use-using) */
 
 #ifdef __cplusplus
 } /* extern "C" */

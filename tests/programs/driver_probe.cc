@@ -74,7 +74,7 @@ int ProcAddress() {
     Dl_info info{};
     const char* symbol =
         fn != nullptr && dladdr(fn, &info) != 0 && info.dli_sname != nullptr ? info.dli_sname : "";
-    printf("%s\"%s@%d%s\":{\"rc\":%d,\"status\":%d,\"symbol\":\"%s\"}", first ? "" : ",", q.name,
+    printf(R"(%s"%s@%d%s":{"rc":%d,"status":%d,"symbol":"%s"})", first ? "" : ",", q.name,
            q.version, q.flags != 0 ? "/ptds" : "", static_cast<int>(rc), static_cast<int>(status),
            symbol);
     first = false;

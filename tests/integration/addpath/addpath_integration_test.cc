@@ -41,7 +41,9 @@ struct RunResult {
 // returns its exit code, stdout and stderr.
 RunResult RunProgram(const std::vector<std::string>& argv, const Env& env) {
   std::vector<std::string> env_strings;
-  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
+  for (const auto& [name, value] : env) {
+    env_strings.push_back(std::string(name).append("=").append(value));
+  }
   std::vector<char*> argv_c, envp_c;
   for (const auto& a : argv) argv_c.push_back(const_cast<char*>(a.c_str()));
   argv_c.push_back(nullptr);
@@ -235,7 +237,7 @@ TEST(AddPathTest, VeryLongValues) {
   // One 100 KB entry appended to PATH, and ~100 KB of short, repeating entries
   // added to LD_LIBRARY_PATH (half of them duplicates). Each stays under the
   // kernel's 128 KB limit for one environment string.
-  std::string huge = "/" + std::string(100 * 1024, 'x');
+  std::string huge = "/" + std::string(size_t{100} * 1024, 'x');
   std::string many, expected;
   for (int i = 0; i < 16000; ++i) {
     std::string entry = "/l/" + std::to_string(i % 8000);
