@@ -37,7 +37,8 @@ struct Percentiles {
 Percentiles Summarize(std::vector<int64_t>& samples, int64_t timer_ns) {
   std::sort(samples.begin(), samples.end());
   auto at = [&](double q) {
-    size_t i = std::min(samples.size() - 1, static_cast<size_t>(q * samples.size()));
+    size_t i =
+        std::min(samples.size() - 1, static_cast<size_t>(q * static_cast<double>(samples.size())));
     return std::max<double>(0, static_cast<double>(samples[i] - timer_ns));
   };
   double sum = 0;

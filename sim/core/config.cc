@@ -76,8 +76,8 @@ class Reader {
     seen_.insert(key);
     auto it = obj_.find(key);
     if (it == obj_.end()) return Status::Ok();
-    if (!it->is_number_integer() && !(it->is_number_float() && std::floor(it->get<double>()) ==
-                                                                   it->get<double>())) {
+    if (!it->is_number_integer() &&
+        !(it->is_number_float() && std::floor(it->get<double>()) == it->get<double>())) {
       return Error(key, "must be an integer");
     }
     double v = it->get<double>();
@@ -90,7 +90,7 @@ class Reader {
 
   template <typename T>
   Status UInt(const char* key, int64_t min, int64_t max, T* out) {
-    int64_t v = static_cast<int64_t>(*out);
+    auto v = static_cast<int64_t>(*out);
     GS_RETURN_IF_ERROR(Int(key, min, max, &v));
     *out = static_cast<T>(v);
     return Status::Ok();
@@ -147,8 +147,8 @@ class Reader {
   }
 
   Status Error(const char* key, const std::string& what) const {
-    return InvalidArgument("simulator config: " + where_ + (where_.empty() ? "" : ".") + key +
-                           " " + what);
+    return InvalidArgument("simulator config: " + where_ + (where_.empty() ? "" : ".") + key + " " +
+                           what);
   }
 
  private:
@@ -273,8 +273,8 @@ StatusOr<SimConfig> ParseSimConfig(std::string_view text) {
   c.device_count = static_cast<uint32_t>(count);
   if (auto it = j.find("devices"); it != j.end()) {
     if (!it->is_array() || it->empty() || it->size() > kMaxDevices) {
-      return r.Error("devices", "must be an array of 1 to " + std::to_string(kMaxDevices) +
-                                    " device objects");
+      return r.Error("devices",
+                     "must be an array of 1 to " + std::to_string(kMaxDevices) + " device objects");
     }
     if (j.contains("device_count") && static_cast<size_t>(count) != it->size()) {
       return r.Error("device_count", "disagrees with the length of devices");
@@ -303,8 +303,8 @@ StatusOr<std::string> LoadSimConfigText(std::string_view value) {
   if (v.empty() || v.front() == '{') return std::string(v);
   std::ifstream in{std::string(v)};
   if (!in) {
-    return NotFound("simulator config file '" + std::string(v) + "' cannot be read: " +
-                    strerror(errno));
+    return NotFound("simulator config file '" + std::string(v) +
+                    "' cannot be read: " + strerror(errno));
   }
   std::stringstream ss;
   ss << in.rdbuf();

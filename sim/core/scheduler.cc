@@ -95,7 +95,8 @@ void CloseWindows(SimState& s, int device, int64_t now_ns) {
     for (uint32_t i = 0; i < d.window_process_count; ++i) {
       const auto& p = d.window_processes[i];
       if (p.busy_ns <= 0 || p.process_slot < 0) continue;
-      w.processes[w.process_count++] = {s.processes[p.process_slot].pid, Percent(p.busy_ns, sample)};
+      w.processes[w.process_count++] = {s.processes[p.process_slot].pid,
+                                        Percent(p.busy_ns, sample)};
     }
     ++d.windows_closed;
     d.window_start_ns += sample;
@@ -165,13 +166,13 @@ void AdvanceDevice(SimState& s, int device, int64_t now_ns) {
   const double idle_mw = std::min<double>(d.info.power_idle_mw, limit_mw);
   const double busy_mw = std::min<double>(d.info.power_busy_mw, limit_mw);
   const int64_t busy = d.busy_ns - busy_before;
-  d.energy_mj += (idle_mw * static_cast<double>(now_ns - start - busy) +
-                  busy_mw * static_cast<double>(busy)) * 1e-9;
+  d.energy_mj +=
+      (idle_mw * static_cast<double>(now_ns - start - busy) + busy_mw * static_cast<double>(busy)) *
+      1e-9;
   d.sched_ns = now_ns;
 }
 
-uint64_t EnqueueOp(SimState& s, int ctx, int64_t duration_ns, int32_t event_slot,
-                   int64_t now_ns) {
+uint64_t EnqueueOp(SimState& s, int ctx, int64_t duration_ns, int32_t event_slot, int64_t now_ns) {
   ContextRecord& c = s.contexts[ctx];
   assert(c.count < kQueueCapacity);
   const uint64_t seq = c.next_seq++;

@@ -105,7 +105,7 @@ TEST_F(SchedulerTest, SaturatingContextsSplitTheDeviceEvenlyWhateverTheirKernelL
     while (Ctx(b).count < 64) Kernel(b, 700 * kUs, t);
     AdvanceTo(t + 1 * kMs);
   }
-  double share_a = static_cast<double>(Ctx(a).busy_ns) / Dev().busy_ns;
+  double share_a = static_cast<double>(Ctx(a).busy_ns) / static_cast<double>(Dev().busy_ns);
   EXPECT_NEAR(share_a, 0.5, 0.01);
   // Everything not spent switching was busy.
   EXPECT_EQ(Dev().busy_ns + Dev().switches * 50 * kUs, t);
@@ -114,7 +114,7 @@ TEST_F(SchedulerTest, SaturatingContextsSplitTheDeviceEvenlyWhateverTheirKernelL
 TEST_F(SchedulerTest, ThreeContextsRoundRobin) {
   Init(500 * kUs, 0);
   int c[3] = {AddContext(0), AddContext(1), AddContext(2)};
-  for (int i = 0; i < 3; ++i) Kernel(c[i], 10 * kMs, 0);
+  for (int ci : c) Kernel(ci, 10 * kMs, 0);
   AdvanceTo(3 * kMs);  // each had two 500 us slices, in order
   for (int i = 0; i < 3; ++i) EXPECT_EQ(Ctx(c[i]).busy_ns, 1 * kMs) << i;
 }

@@ -1,12 +1,11 @@
 #include "sim/core/sim_gpu.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -156,7 +155,7 @@ StatusOr<std::unique_ptr<SimGpu>> SimGpu::Open(const OpenOptions& options) {
       (void)created;  // either way, open what is there now
       continue;
     }
-    struct stat st{};
+    struct stat st {};
     fstat(fd, &st);
     SimState* s = static_cast<size_t>(st.st_size) >= sizeof(SimState) ? Map(fd) : nullptr;
     close(fd);
@@ -171,9 +170,11 @@ StatusOr<std::unique_ptr<SimGpu>> SimGpu::Open(const OpenOptions& options) {
       std::string users = LiveUsers(s);
       munmap(s, sizeof(SimState));
       if (!users.empty()) {
+        // NOLINTBEGIN(performance-inefficient-string-concatenation): once, leaving the loop
         return FailedPrecondition("simulator state " + path +
-                                  " was created from another config and is in use by pid " +
-                                  users + "; stop them, or set GPUSLICE_SIM_STATE to another file");
+                                  " was created from another config and is in use by pid " + users +
+                                  "; stop them, or set GPUSLICE_SIM_STATE to another file");
+        // NOLINTEND(performance-inefficient-string-concatenation)
       }
       unlink(path.c_str());
       continue;
@@ -254,7 +255,9 @@ int SimGpu::RegisterProcessLocked() {
 
 void SimGpu::AdvanceAllLocked(int64_t now) {
   ReapDeadProcessesLocked(now, false);
-  for (uint32_t d = 0; d < state_->device_count; ++d) AdvanceDevice(*state_, d, now);
+  for (uint32_t d = 0; d < state_->device_count; ++d) {
+    AdvanceDevice(*state_, static_cast<int>(d), now);
+  }
 }
 
 namespace {
@@ -421,7 +424,9 @@ void SimGpu::MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes)
 
 int64_t SimGpu::KernelDurationNs(int device, std::string_view function_name, uint64_t blocks,
                                  uint32_t threads_per_block, uint64_t spin_ns) const {
-  if (function_name == "gpuslice_sim_spin") return std::max<int64_t>(1, spin_ns);
+  if (function_name == "gpuslice_sim_spin") {
+    return std::max<int64_t>(1, static_cast<int64_t>(spin_ns));
+  }
   const SimParams& p = state_->params;
   const DeviceState& d = state_->devices[device];
   int64_t wave_ns = p.wave_ns;
@@ -429,16 +434,15 @@ int64_t SimGpu::KernelDurationNs(int device, std::string_view function_name, uin
     if (function_name == p.functions[i].name) wave_ns = p.functions[i].wave_ns;
   }
   const uint32_t tpb = std::max<uint32_t>(1, threads_per_block);
-  const uint64_t per_sm = std::clamp<uint64_t>(d.info.max_threads_per_sm / tpb, 1,
-                                               d.info.max_blocks_per_sm);
+  const uint64_t per_sm =
+      std::clamp<uint64_t>(d.info.max_threads_per_sm / tpb, 1, d.info.max_blocks_per_sm);
   const uint64_t per_wave = per_sm * d.info.sm_count;
   const uint64_t waves = std::max<uint64_t>(1, (blocks + per_wave - 1) / per_wave);
   // Locked clocks slow kernels down in proportion (read racily: a setting).
   const uint32_t locked = __atomic_load_n(&d.locked_sm_max_mhz, __ATOMIC_RELAXED);
-  const double factor =
-      locked > 0 && locked < d.info.max_sm_clock_mhz
-          ? static_cast<double>(d.info.max_sm_clock_mhz) / locked
-          : 1.0;
+  const double factor = locked > 0 && locked < d.info.max_sm_clock_mhz
+                            ? static_cast<double>(d.info.max_sm_clock_mhz) / locked
+                            : 1.0;
   return p.launch_ns + static_cast<int64_t>(static_cast<double>(waves * wave_ns) * factor);
 }
 
@@ -511,7 +515,9 @@ bool SimGpu::IsComplete(ContextId ctx, uint64_t seq) {
   return c->completed_seq >= seq;
 }
 
-Status SimGpu::Wait(ContextId ctx, uint64_t seq) { return WaitUntil(ctx, WaitFor::kCompletion, seq); }
+Status SimGpu::Wait(ContextId ctx, uint64_t seq) {
+  return WaitUntil(ctx, WaitFor::kCompletion, seq);
+}
 
 uint64_t SimGpu::LastSeq(ContextId ctx) {
   Locked lock(*this);

@@ -196,7 +196,8 @@ TEST_F(SimGpuTest, EventsTimestampTheirPlaceInTheQueue) {
 }
 
 TEST_F(SimGpuTest, KernelDurationFollowsTheModel) {
-  auto gpu = Open(R"({"launch_ns": 1000, "wave_ns": 10000, "functions": {"big": {"wave_ns": 50000}}})");
+  auto gpu =
+      Open(R"({"launch_ns": 1000, "wave_ns": 10000, "functions": {"big": {"wave_ns": 50000}}})");
   EXPECT_EQ(gpu->KernelDurationNs(0, "gpuslice_sim_spin", 1, 1, 123456), 123456);
   // 132 SMs x (2048/256 = 8 blocks per SM) = 1056 blocks per wave.
   EXPECT_EQ(gpu->KernelDurationNs(0, "k", 1056, 256, 0), 1000 + 10000);

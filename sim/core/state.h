@@ -86,7 +86,7 @@ struct DeviceInfo {  // immutable
   uint64_t total_bytes;
 };
 
-struct UtilWindow {  // one closed NVML sampling window
+struct UtilWindow {          // one closed NVML sampling window
   int64_t start_ns, end_ns;  // monotonic
   uint32_t gpu_percent;      // busy share of the window, rounded
   uint32_t process_count;
@@ -101,8 +101,8 @@ struct DeviceState {
 
   // Settings (NVML setters). Locked clocks of 0 mean "not locked".
   uint32_t power_limit_mw;
-  uint32_t persistence;  // 0 or 1
-  uint32_t compute_mode; // ComputeMode
+  uint32_t persistence;   // 0 or 1
+  uint32_t compute_mode;  // ComputeMode
   uint32_t locked_sm_min_mhz, locked_sm_max_mhz;
   uint32_t locked_mem_min_mhz, locked_mem_max_mhz;
   uint32_t mps_server_pid;  // reserved for MPS (later issue); 0 = none
@@ -111,18 +111,18 @@ struct DeviceState {
 
   // Scheduler (see scheduler.h). The schedule is computed up to sched_ns.
   int64_t sched_ns;
-  int32_t running_ctx;   // context index executing or switching in; -1 idle
-  int32_t last_ctx;      // context that executed last; -1 none
-  int64_t switch_end_ns; // running_ctx starts executing at this time
-  int64_t slice_end_ns;  // running_ctx's slice ends at this time
-  uint32_t rr_next;      // round-robin cursor: first context index to consider
+  int32_t running_ctx;    // context index executing or switching in; -1 idle
+  int32_t last_ctx;       // context that executed last; -1 none
+  int64_t switch_end_ns;  // running_ctx starts executing at this time
+  int64_t slice_end_ns;   // running_ctx's slice ends at this time
+  uint32_t rr_next;       // round-robin cursor: first context index to consider
   uint32_t pad1;
 
   // Ground truth.
-  int64_t busy_ns;        // time a kernel executed
-  uint64_t kernels;       // kernels completed
-  int64_t switches;       // context switches performed
-  double energy_mj;       // integrated power
+  int64_t busy_ns;   // time a kernel executed
+  uint64_t kernels;  // kernels completed
+  int64_t switches;  // context switches performed
+  double energy_mj;  // integrated power
 
   // NVML sampling: the open window and the ring of closed ones.
   int64_t window_start_ns;
@@ -144,8 +144,8 @@ enum ProcessStatus : uint32_t { kProcessFree = 0, kProcessAlive = 1, kProcessExi
 
 struct ProcessRecord {
   int32_t pid;
-  uint32_t status;       // ProcessStatus
-  uint64_t start_time;   // from /proc/<pid>/stat; tells a reused pid apart
+  uint32_t status;      // ProcessStatus
+  uint64_t start_time;  // from /proc/<pid>/stat; tells a reused pid apart
   char name[32];
   int64_t first_seen_ns, exit_ns;
   struct {
@@ -186,8 +186,8 @@ struct ContextRecord {
   uint32_t head, count;    // ring over `queue` (invariant 1)
   QueuedOp queue[kQueueCapacity];
 
-  int64_t event_time_ns[kEventsPerContext];  // when the event's last marker completed
-  uint64_t event_done_seq[kEventsPerContext]; // seq of that marker (0 = never)
+  int64_t event_time_ns[kEventsPerContext];    // when the event's last marker completed
+  uint64_t event_done_seq[kEventsPerContext];  // seq of that marker (0 = never)
   uint8_t event_used[kEventsPerContext];
 };
 
@@ -197,12 +197,12 @@ struct StateHeader {
   uint64_t magic;
   uint32_t version;
   uint32_t pad;
-  uint64_t size;           // sizeof(SimState)
-  uint64_t config_hash;    // FNV-1a of the config text it was created from
-  int64_t created_ns;      // monotonic
+  uint64_t size;               // sizeof(SimState)
+  uint64_t config_hash;        // FNV-1a of the config text it was created from
+  int64_t created_ns;          // monotonic
   int64_t realtime_offset_ns;  // realtime - monotonic at creation, for NVML timestamps
-  int64_t last_reap_ns;    // when dead processes were last looked for
-  int64_t reset_ns;        // when stats were last reset (or created_ns)
+  int64_t last_reap_ns;        // when dead processes were last looked for
+  int64_t reset_ns;            // when stats were last reset (or created_ns)
 };
 
 struct SimState {

@@ -59,8 +59,8 @@ std::string StatsText(const SimState& s, int64_t now_ns) {
   for (uint32_t i = 0; i < s.device_count; ++i) {
     const DeviceState& d = s.devices[i];
     double busy = window_s > 0 ? 100.0 * static_cast<double>(d.busy_ns) / 1e9 / window_s : 0;
-    snprintf(line, sizeof line, "%-4u %-26.26s %6.2f %9llu %10lld  %s / %s\n", i, d.info.name,
-             busy, static_cast<unsigned long long>(d.kernels), static_cast<long long>(d.switches),
+    snprintf(line, sizeof line, "%-4u %-26.26s %6.2f %9llu %10lld  %s / %s\n", i, d.info.name, busy,
+             static_cast<unsigned long long>(d.kernels), static_cast<long long>(d.switches),
              FormatBytes(d.used_bytes).c_str(), FormatBytes(d.info.total_bytes).c_str());
     out += line;
   }
@@ -72,8 +72,8 @@ std::string StatsText(const SimState& s, int64_t now_ns) {
       if (pd.kernels == 0 && pd.peak_memory_bytes == 0) continue;
       snprintf(line, sizeof line, "%-8d %-16.16s %-8s %-4u %8.3f %10llu  %s\n", p.pid, p.name,
                p.status == kProcessAlive ? "running" : "exited", i,
-               static_cast<double>(pd.busy_ns) / 1e9,
-               static_cast<unsigned long long>(pd.kernels), FormatBytes(pd.memory_bytes).c_str());
+               static_cast<double>(pd.busy_ns) / 1e9, static_cast<unsigned long long>(pd.kernels),
+               FormatBytes(pd.memory_bytes).c_str());
       out += line;
     }
   }

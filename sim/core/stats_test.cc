@@ -19,15 +19,13 @@ TEST(StatsTest, ReportsDevicesAndProcessesWithStableFieldNames) {
   ASSERT_TRUE((*gpu)->Allocate(*ctx, 64 << 20).ok());
   ASSERT_TRUE((*gpu)->Wait(*ctx, *(*gpu)->EnqueueKernel(*ctx, 2'000'000)).ok());
 
-  nlohmann::json j = (*gpu)->WithState(
-      [&](SimState& s) { return StatsJson(s, (*gpu)->NowNs()); });
+  nlohmann::json j = (*gpu)->WithState([&](SimState& s) { return StatsJson(s, (*gpu)->NowNs()); });
   ASSERT_EQ(j["devices"].size(), 2u);
   const auto& d1 = j["devices"][1];
   EXPECT_EQ(d1["index"], 1);
   EXPECT_EQ(d1["kernels"], 1);
   EXPECT_GE(d1["busy_ns"].get<int64_t>(), 2'000'000);
-  EXPECT_EQ(d1["memory_used_bytes"].get<uint64_t>(),
-            (*gpu)->params().context_bytes + (64u << 20));
+  EXPECT_EQ(d1["memory_used_bytes"].get<uint64_t>(), (*gpu)->params().context_bytes + (64u << 20));
   EXPECT_EQ(j["devices"][0]["kernels"], 0);
   for (const char* key : {"uuid", "name", "context_switches", "memory_total_bytes", "energy_mj",
                           "power_limit_mw", "compute_mode"}) {

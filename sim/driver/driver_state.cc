@@ -10,7 +10,7 @@
 namespace gpuslice::sim::driver {
 
 Driver& D() {
-  static Driver* driver = new Driver;
+  static auto* driver = new Driver;
   return *driver;
 }
 
@@ -143,7 +143,7 @@ void DestroyContext(uint64_t handle) {
         ++it;
         continue;
       }
-      munmap(reinterpret_cast<void*>(it->first), it->second.mapped);
+      munmap(HostPtr(it->first), it->second.mapped);
       it = d.ranges.erase(it);
     }
   }
@@ -252,7 +252,7 @@ CUresult FreeDevice(CUdeviceptr ptr) {
     r = it->second;
     d.ranges.erase(it);
   }
-  munmap(reinterpret_cast<void*>(ptr), r.mapped);
+  munmap(HostPtr(ptr), r.mapped);
   if (d.contexts.Get(r.ctx) != nullptr) d.gpu->Free(r.cid, r.bytes);
   if (Pool* pl = d.pools.Get(r.pool)) pl->used.fetch_sub(r.mapped);
   return CUDA_SUCCESS;

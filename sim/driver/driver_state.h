@@ -122,7 +122,7 @@ class HandleTable {
  private:
   static bool Decode(uint64_t handle, uint32_t* index, uint32_t* gen) {
     if ((handle & 0xff) != static_cast<uint8_t>(kTag)) return false;
-    const uint32_t i1 = static_cast<uint32_t>((handle >> 8) & 0xffffff);
+    const auto i1 = static_cast<uint32_t>((handle >> 8) & 0xffffff);
     *gen = static_cast<uint32_t>(handle >> 32);
     if (i1 == 0 || i1 > N || (*gen & 1) == 0) return false;
     *index = i1 - 1;
@@ -328,7 +328,15 @@ uint64_t Raw(H h) {
 }
 template <typename H>
 H AsHandle(uint64_t v) {
-  return reinterpret_cast<H>(v);
+  // The driver ABI's handles are opaque pointers; ours are tagged table indices.
+  return reinterpret_cast<H>(v);  // NOLINT(performance-no-int-to-ptr): never dereferenced
+}
+
+// The host address behind a device pointer: the simulated device's memory is
+// host memory this driver mapped, and CUdeviceptr is an integer by the driver
+// ABI. The one place such an integer becomes a pointer again.
+inline void* HostPtr(CUdeviceptr p) {
+  return reinterpret_cast<void*>(p);  // NOLINT(performance-no-int-to-ptr): see above
 }
 
 // ---- the thread's context stack ----------------------------------------------------------

@@ -54,7 +54,7 @@ CUresult Copy(uintptr_t dst, Side dside, uintptr_t src, Side sside, uint64_t n, 
   const bool host = dside != Side::kDevice || sside != Side::kDevice;
   if (CUresult rc = Prepare(async, stream, host); rc != CUDA_SUCCESS) return rc;
   if (!SideOk(dst, n, dside) || !SideOk(src, n, sside)) return CUDA_ERROR_INVALID_VALUE;
-  if (n > 0) memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+  if (n > 0) memmove(HostPtr(dst), HostPtr(src), n);
   return CUDA_SUCCESS;
 }
 
@@ -112,11 +112,8 @@ CUresult CopyPitched(const Pitched& dst, uint64_t dst_offset, const Pitched& src
   }
   for (uint64_t z = 0; z < depth; ++z) {
     for (uint64_t y = 0; y < height; ++y) {
-      memmove(reinterpret_cast<void*>(dst.base + dst_offset + z * dst.pitch * dst.height +
-                                      y * dst.pitch),
-              reinterpret_cast<const void*>(src.base + src_offset + z * src.pitch * src.height +
-                                            y * src.pitch),
-              width);
+      memmove(HostPtr(dst.base + dst_offset + z * dst.pitch * dst.height + y * dst.pitch),
+              HostPtr(src.base + src_offset + z * src.pitch * src.height + y * src.pitch), width);
     }
   }
   return CUDA_SUCCESS;
@@ -197,7 +194,7 @@ CUresult Set2D(CUdeviceptr dst, size_t pitch, T value, size_t width, size_t heig
     return CUDA_ERROR_INVALID_VALUE;
   }
   for (size_t y = 0; y < height; ++y) {
-    T* p = reinterpret_cast<T*>(dst + y * pitch);
+    T* p = static_cast<T*>(HostPtr(dst + y * pitch));
     if constexpr (sizeof(T) == 1) {
       memset(p, value, width);
     } else {

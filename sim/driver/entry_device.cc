@@ -20,8 +20,6 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
   const uint32_t blocks_per_sm = info.max_blocks_per_sm;
   switch (attrib) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
-      *out = I(info.max_threads_per_block);
-      return true;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
       *out = I(info.max_threads_per_block);
@@ -83,8 +81,6 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       *out = I(info.sm_count);
       return true;
     case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT:
-      *out = 0;
-      return true;
     case CU_DEVICE_ATTRIBUTE_INTEGRATED:
       *out = 0;
       return true;
@@ -95,8 +91,6 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       *out = D().gpu->WithState([&](SimState& s) { return I(s.devices[dev].compute_mode); });
       return true;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
-      *out = 1;
-      return true;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED:
       *out = 1;
       return true;
@@ -137,12 +131,8 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       *out = I(info.cc_minor);
       return true;
     case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
-      *out = 1;
-      return true;
     case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:
-      *out = 1;
-      return true;
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
       *out = 1;
       return true;
@@ -162,14 +152,8 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       *out = 0;
       return true;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
-      *out = 1;
-      return true;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED:
-      *out = 1;
-      return true;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
-      *out = 1;
-      return true;
     case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
       *out = 1;
       return true;
@@ -180,8 +164,6 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       *out = 1;
       return true;
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
-      *out = 0;
-      return true;
     case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
       *out = 0;
       return true;
@@ -189,12 +171,8 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       *out = 1;
       return true;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
-      *out = 0;
-      return true;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED:
-      *out = 0;
-      return true;
     case CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED:
       *out = 0;
       return true;
@@ -202,8 +180,6 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       *out = 1;
       return true;
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
-      *out = 0;
-      return true;
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED:
       *out = 0;
       return true;
@@ -211,8 +187,6 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       *out = 1;
       return true;
     case CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED:
-      *out = 0;
-      return true;
     case CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED:
       *out = 0;
       return true;
@@ -220,8 +194,6 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       *out = info.cc_major >= 9 ? 1 : 0;
       return true;
     case CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED:
-      *out = 0;
-      return true;
     case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
       *out = 0;
       return true;
@@ -238,8 +210,6 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       *out = 0;
       return true;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH:
-      *out = 131072;
-      return true;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH:
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT:
       *out = 131072;

@@ -119,7 +119,7 @@ CUresult UnloadModule(uint64_t handle) {
   for (const auto& [name, ptr] : m.globals) {
     auto it = D().ranges.find(static_cast<uintptr_t>(ptr));
     if (it == D().ranges.end()) continue;  // its context went first
-    munmap(reinterpret_cast<void*>(ptr), it->second.mapped);
+    munmap(HostPtr(ptr), it->second.mapped);
     D().ranges.erase(it);
   }
   return CUDA_SUCCESS;

@@ -58,7 +58,7 @@ CUresult AllocateHost(void** pp, size_t bytes, unsigned flags) {
     *pp = nullptr;
     return CUDA_SUCCESS;
   }
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t mapped = (bytes + page - 1) / page * page;
   void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -329,7 +329,7 @@ GS_EXPORT CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flag
   if (p == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   CUresult rc = CUDA_SUCCESS;
   if (CurrentContext(&rc) == nullptr) return rc;
-  const uintptr_t base = reinterpret_cast<uintptr_t>(p);
+  const auto base = reinterpret_cast<uintptr_t>(p);
   std::unique_lock lock(D().ranges_mu);
   auto it = D().ranges.lower_bound(base);
   if ((it != D().ranges.end() && it->first < base + bytes) ||
@@ -445,11 +445,11 @@ GS_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t ali
   const size_t span = size + alignment;
   void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const auto start = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t aligned = (start + alignment - 1) & ~(uintptr_t{alignment} - 1);
   if (aligned > start) munmap(raw, aligned - start);
   const uintptr_t end = aligned + size;
-  if (start + span > end) munmap(reinterpret_cast<void*>(end), start + span - end);
+  if (start + span > end) munmap(HostPtr(end), start + span - end);
   std::lock_guard lock(D().mu);
   D().reservations[aligned] = size;
   *ptr = aligned;
@@ -478,7 +478,7 @@ GS_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
     }
     for (uint64_t p : physicals) DropPhysicalRef(p);
   }
-  munmap(reinterpret_cast<void*>(ptr), size);
+  munmap(HostPtr(ptr), size);
   return CUDA_SUCCESS;
 }
 
@@ -505,8 +505,8 @@ GS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   if (next != D().ranges.begin() && std::prev(next)->first + std::prev(next)->second.bytes > ptr) {
     return CUDA_ERROR_ALREADY_MAPPED;
   }
-  void* m = mmap(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-                 p->fd, static_cast<off_t>(offset));
+  void* m = mmap(HostPtr(ptr), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, p->fd,
+                 static_cast<off_t>(offset));
   if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   Range r;
   r.bytes = size;
@@ -538,9 +538,11 @@ GS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
       physicals.push_back(it->second.physical);
       it = D().ranges.erase(it);
     }
-    // Back to reserved-but-inaccessible address space.
-    mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE,
-         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    // Back to reserved-but-inaccessible address space. Should that fail, the
+    // pages stay mapped until cuMemAddressFree unmaps the reservation; they are
+    // out of the range table already, so no driver call reaches them.
+    (void)mmap(HostPtr(ptr), size, PROT_NONE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   }
   for (uint64_t p : physicals) DropPhysicalRef(p);
   return CUDA_SUCCESS;
@@ -555,7 +557,7 @@ GS_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcces
     if (desc[i].flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_VALUE;
   }
   // Mappings are readable and writable from creation; only check the range.
-  uintptr_t p = static_cast<uintptr_t>(ptr);
+  auto p = static_cast<uintptr_t>(ptr);
   const uintptr_t end = p + size;
   std::shared_lock lock(D().ranges_mu);
   while (p < end) {

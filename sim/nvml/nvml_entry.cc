@@ -92,7 +92,7 @@ struct Library {
 
 // Never destroyed: entry points may run during process exit.
 Library& Lib() {
-  static Library* lib = new Library();
+  static auto* lib = new Library();
   return *lib;
 }
 
@@ -308,8 +308,7 @@ nvmlReturn_t PickClock(nvmlClockType_t type, uint32_t sm, uint32_t mem, unsigned
   }
 }
 
-nvmlReturn_t Clock(nvmlDevice_t device, nvmlClockType_t type, nvmlClockId_t id,
-                   unsigned int* out) {
+nvmlReturn_t Clock(nvmlDevice_t device, nvmlClockType_t type, nvmlClockId_t id, unsigned int* out) {
   return WithDevice(device, [&](SimState&, DeviceState& d, int) {
     switch (id) {
       case NVML_CLOCK_ID_CURRENT:
@@ -336,10 +335,10 @@ nvmlReturn_t LockClocks(nvmlDevice_t device, bool memory, unsigned int min_mhz,
       },
       [&](DeviceState& d) {
         // The SM lock is read without the state lock by SimGpu::KernelDurationNs.
-        __atomic_store_n(memory ? &d.locked_mem_min_mhz : &d.locked_sm_min_mhz,
-                         reset ? 0 : min_mhz, __ATOMIC_RELAXED);
-        __atomic_store_n(memory ? &d.locked_mem_max_mhz : &d.locked_sm_max_mhz,
-                         reset ? 0 : max_mhz, __ATOMIC_RELAXED);
+        __atomic_store_n(memory ? &d.locked_mem_min_mhz : &d.locked_sm_min_mhz, reset ? 0 : min_mhz,
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(memory ? &d.locked_mem_max_mhz : &d.locked_sm_max_mhz, reset ? 0 : max_mhz,
+                         __ATOMIC_RELAXED);
       });
 }
 
@@ -355,40 +354,71 @@ nvmlReturn_t GetUint(nvmlDevice_t device, unsigned int* out, Get&& get) {
 
 const char* ErrorString(nvmlReturn_t r) {
   switch (r) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
-    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_TIMEOUT: return "Timeout";
-    case NVML_ERROR_IRQ_ISSUE: return "Interrupt request issue";
-    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
-    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request";
-    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch";
-    case NVML_ERROR_IN_USE: return "In use by another client";
-    case NVML_ERROR_MEMORY: return "Insufficient Memory";
-    case NVML_ERROR_NO_DATA: return "No data";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION:
+      return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED:
+      return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+      return "Insufficient Size";
+    case NVML_ERROR_INSUFFICIENT_POWER:
+      return "Insufficient External Power";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT:
+      return "Timeout";
+    case NVML_ERROR_IRQ_ISSUE:
+      return "Interrupt request issue";
+    case NVML_ERROR_LIBRARY_NOT_FOUND:
+      return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return "Function Not Found";
+    case NVML_ERROR_CORRUPTED_INFOROM:
+      return "Corrupted infoROM";
+    case NVML_ERROR_GPU_IS_LOST:
+      return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED:
+      return "GPU requires restart";
+    case NVML_ERROR_OPERATING_SYSTEM:
+      return "The operating system has blocked the request";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+      return "RM has detected an NVML/RM version mismatch";
+    case NVML_ERROR_IN_USE:
+      return "In use by another client";
+    case NVML_ERROR_MEMORY:
+      return "Insufficient Memory";
+    case NVML_ERROR_NO_DATA:
+      return "No data";
     case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED:
       return "The requested vgpu operation is not available on target device, because ECC is "
              "enabled";
-    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Ran out of critical resources, other than memory";
-    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "The requested frequency is not supported";
-    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Version mismatch between the structure and the API";
-    case NVML_ERROR_DEPRECATED: return "The requested functionality has been deprecated";
-    case NVML_ERROR_NOT_READY: return "The system is not ready for the request";
-    case NVML_ERROR_GPU_NOT_FOUND: return "The GPU could not be found";
-    case NVML_ERROR_INVALID_STATE: return "The GPU is in an invalid state";
-    case NVML_ERROR_RESET_TYPE_NOT_SUPPORTED: return "The requested reset type is not supported";
-    case NVML_ERROR_UNKNOWN: return "Unknown Error";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES:
+      return "Ran out of critical resources, other than memory";
+    case NVML_ERROR_FREQ_NOT_SUPPORTED:
+      return "The requested frequency is not supported";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+      return "Version mismatch between the structure and the API";
+    case NVML_ERROR_DEPRECATED:
+      return "The requested functionality has been deprecated";
+    case NVML_ERROR_NOT_READY:
+      return "The system is not ready for the request";
+    case NVML_ERROR_GPU_NOT_FOUND:
+      return "The GPU could not be found";
+    case NVML_ERROR_INVALID_STATE:
+      return "The GPU is in an invalid state";
+    case NVML_ERROR_RESET_TYPE_NOT_SUPPORTED:
+      return "The requested reset type is not supported";
+    case NVML_ERROR_UNKNOWN:
+      return "Unknown Error";
   }
   return "Unknown Error";
 }
@@ -409,7 +439,8 @@ GS_NVML_API nvmlReturn_t nvmlShutdown(void) { return ns::Shutdown(); }
 GS_NVML_API const char* nvmlErrorString(nvmlReturn_t result) { return ns::ErrorString(result); }
 
 GS_NVML_API nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
-  return ns::WithSim([&](SimState&) { return ns::CopyString(ns::kDriverVersion, version, length); });
+  return ns::WithSim(
+      [&](SimState&) { return ns::CopyString(ns::kDriverVersion, version, length); });
 }
 
 GS_NVML_API nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
@@ -548,8 +579,7 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
   });
 }
 
-GS_NVML_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device,
-                                                     nvmlBAR1Memory_t* bar1) {
+GS_NVML_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t* bar1) {
   return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
     if (bar1 == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     const ns::Bar1Info b = ns::Bar1(d.info);
@@ -575,8 +605,8 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
     unsigned int* processSamplesCount, unsigned long long lastSeenTimeStamp) {
   return ns::WithDevice(device, [&](SimState& s, DeviceState&, int index) {
     if (processSamplesCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    return ns::FillProcessSamples(ns::ProcessUtilization(s, index, lastSeenTimeStamp),
-                                  utilization, processSamplesCount);
+    return ns::FillProcessSamples(ns::ProcessUtilization(s, index, lastSeenTimeStamp), utilization,
+                                  processSamplesCount);
   });
 }
 
@@ -701,8 +731,7 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlCloc
                                                    unsigned int* clock) {
   return ns::Clock(device, type, NVML_CLOCK_ID_CUSTOMER_BOOST_MAX, clock);
 }
-GS_NVML_API nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device,
-                                                        nvmlClockType_t type,
+GS_NVML_API nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device, nvmlClockType_t type,
                                                         unsigned int* clock) {
   return ns::Clock(device, type, NVML_CLOCK_ID_APP_CLOCK_TARGET, clock);
 }
@@ -723,8 +752,7 @@ GS_NVML_API nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsig
 GS_NVML_API nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device) {
   return ns::LockClocks(device, /*memory=*/false, 0, 0, /*reset=*/true);
 }
-GS_NVML_API nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device,
-                                                         unsigned int min_mhz,
+GS_NVML_API nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device, unsigned int min_mhz,
                                                          unsigned int max_mhz) {
   return ns::LockClocks(device, /*memory=*/true, min_mhz, max_mhz, /*reset=*/false);
 }
@@ -743,8 +771,7 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device,
   });
 }
 
-GS_NVML_API nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device,
-                                                      nvmlEnableState_t mode) {
+GS_NVML_API nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t mode) {
   return ns::SetOnDevice(
       device,
       [&](const DeviceState&) {

@@ -1,6 +1,7 @@
 #include "sim/nvml/nvml_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace gpuslice::sim::nvml {
 
@@ -24,7 +25,7 @@ uint32_t PowerUsageMw(const DeviceState& d) {
   const double idle = std::min<double>(d.info.power_idle_mw, limit);
   const double busy = std::min<double>(d.info.power_busy_mw, limit);
   const double u = GpuUtilizationPercent(d) / 100.0;
-  return static_cast<uint32_t>(idle * (1.0 - u) + busy * u + 0.5);
+  return static_cast<uint32_t>(std::lround(idle * (1.0 - u) + busy * u));
 }
 
 uint32_t TemperatureC(const DeviceState& d) {
@@ -78,7 +79,7 @@ std::vector<ProcessSample> ProcessUtilization(const SimState& s, int device,
     if (w.end_ns <= w.start_ns) continue;  // cleared by a stats reset
     const uint64_t end_us = ToRealtimeUs(s, w.end_ns);
     if (end_us <= last_seen_us) continue;
-    const double len = static_cast<double>(w.end_ns - w.start_ns);
+    const auto len = static_cast<double>(w.end_ns - w.start_ns);
     total_ns += len;
     const uint32_t n = std::min<uint32_t>(w.process_count, kWindowProcesses);
     for (uint32_t i = 0; i < n; ++i) {
@@ -90,7 +91,8 @@ std::vector<ProcessSample> ProcessUtilization(const SimState& s, int device,
     }
   }
   for (const Acc& a : acc) {
-    const uint32_t sm = total_ns > 0 ? static_cast<uint32_t>(a.busy_pct_ns / total_ns + 0.5) : 0;
+    const uint32_t sm =
+        total_ns > 0 ? static_cast<uint32_t>(std::lround(a.busy_pct_ns / total_ns)) : 0;
     out.push_back({a.pid, a.timestamp_us, std::min<uint32_t>(sm, 100), (sm + 1) / 2});
   }
   return out;

@@ -66,8 +66,7 @@ struct ProcessSample {
 // ending after `last_seen_us` (wall-clock microseconds; 0 = every window
 // kept). A process's sm_percent is its busy time over the total length of
 // those windows, rounded to the nearest percent. Empty if nothing is newer.
-std::vector<ProcessSample> ProcessUtilization(const SimState& s, int device,
-                                              uint64_t last_seen_us);
+std::vector<ProcessSample> ProcessUtilization(const SimState& s, int device, uint64_t last_seen_us);
 
 // A process in a device's running-process list.
 struct RunningProcess {

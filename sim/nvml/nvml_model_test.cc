@@ -113,7 +113,8 @@ TEST_F(NvmlModelTest, ProcessSamplesAverageOverWindowsNewerThanLastSeen) {
 }
 
 TEST_F(NvmlModelTest, OnlyTheRingsWindowsAreKept) {
-  for (int i = 0; i < kUtilWindows + 6; ++i) Close(i * 10, 10, 100, {{i < 6 ? 1 : 2, 100}});
+  for (int i = 0; i < kUtilWindows + 6; ++i)
+    Close(int64_t{i} * 10, 10, 100, {{i < 6 ? 1 : 2, 100}});
   auto samples = ProcessUtilization(*state_, 0, 0);
   ASSERT_EQ(samples.size(), 1u);  // pid 1's windows were overwritten
   EXPECT_EQ(samples[0].pid, 2);
@@ -137,7 +138,6 @@ TEST_F(NvmlModelTest, RunningProcessesAreLiveOnesWithMemoryOnTheDevice) {
   EXPECT_EQ(procs[0].pid, 100);
   EXPECT_EQ(procs[0].used_bytes, 1u << 20);
 }
-
 
 TEST(NvmlModelClocks, LockedRangeMustLieWithinTheSupportedRange) {
   EXPECT_TRUE(LockedRangeSupported(kMinClockMhz, 1980, 1980));
@@ -259,7 +259,7 @@ TEST_F(NvmlWindowTest, ALongIdleStretchLeavesOnlyIdleWindows) {
   Kernel(0, 0, 100);
   AdvanceTo(100);
   EXPECT_EQ(GpuUtilizationPercent(dev()), 100u);
-  AdvanceTo(100 * (kUtilWindows + 50));
+  AdvanceTo(int64_t{100} * (kUtilWindows + 50));
   EXPECT_EQ(GpuUtilizationPercent(dev()), 0u);
   EXPECT_TRUE(Samples(0).empty());
   EXPECT_GE(dev().windows_closed, static_cast<uint64_t>(kUtilWindows + 49));

@@ -69,6 +69,7 @@ class NvmlApi {
   // nvmlErrorString, or a fallback when the library lacks it.
   const char* ErrorString(nvmlReturn_t r) const;
 
+// NOLINTNEXTLINE(bugprone-macro-parentheses): `name` is the declared member's name
 #define GS_SMI_DECLARE(name) decltype(&::name) name = nullptr;
   GS_SMI_NVML_FUNCTIONS(GS_SMI_DECLARE)
 #undef GS_SMI_DECLARE

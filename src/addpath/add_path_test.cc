@@ -44,12 +44,9 @@ TEST(ApplyPathRulesTest, NoSourcesChangesNothing) {
 
 TEST(ApplyPathRulesTest, AppendsEachVariable) {
   FakeEnvironment env;
-  env.vars = {{"PATH", "/usr/bin"},
-              {"LD_PRELOAD", "/x/addpath.so"},
-              {"LD_LIBRARY_PATH", "/lib1"},
-              {"TF_PATH", "/opt/bin"},
-              {"TF_LD_PRELOAD", "/y/custom.so"},
-              {"TF_LD_LIBRARY_PATH", "/lib2"}};
+  env.vars = {
+      {"PATH", "/usr/bin"},    {"LD_PRELOAD", "/x/addpath.so"},   {"LD_LIBRARY_PATH", "/lib1"},
+      {"TF_PATH", "/opt/bin"}, {"TF_LD_PRELOAD", "/y/custom.so"}, {"TF_LD_LIBRARY_PATH", "/lib2"}};
   EXPECT_EQ(ApplyPathRules(env), 3);
   EXPECT_EQ(env.Value("PATH"), "/usr/bin:/opt/bin");
   EXPECT_EQ(env.Value("LD_PRELOAD"), "/x/addpath.so:/y/custom.so");
@@ -96,7 +93,7 @@ TEST(ApplyPathRulesTest, AppendAndPrependTogetherPutPrependFirst) {
 
 TEST(ApplyPathRulesTest, SecondApplicationWritesNothing) {
   FakeEnvironment env;
-  env.vars = {{"PATH", "/usr/bin"},     {"TF_PATH", "/a"},
+  env.vars = {{"PATH", "/usr/bin"},      {"TF_PATH", "/a"},
               {"TF_PREPEND_PATH", "/p"}, {"TF_LD_PRELOAD", "/y.so"},
               {"LD_PRELOAD", "/x.so"},   {"TF_PREPEND_LD_LIBRARY_PATH", "/l"}};
   EXPECT_EQ(ApplyPathRules(env), 4);  // PATH twice, LD_PRELOAD, LD_LIBRARY_PATH

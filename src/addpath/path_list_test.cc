@@ -99,7 +99,7 @@ TEST(EditPathListTest, IsIdempotent) {
 
 TEST(EditPathListTest, HandlesVeryLongValues) {
   // One entry of 100 KB, and 10k short entries (~100 KB) with many duplicates.
-  std::string huge = "/" + std::string(100 * 1024, 'x');
+  std::string huge = "/" + std::string(size_t{100} * 1024, 'x');
   EXPECT_EQ(EditPathList("/a", huge, kAppend), "/a:" + huge);
   EXPECT_EQ(EditPathList("/a:" + huge, huge, kPrepend), huge + ":/a");
 

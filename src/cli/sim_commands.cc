@@ -107,7 +107,7 @@ void Watch(sim::SimGpu& gpu, double interval_s, int count) {
   for (int i = 0; count <= 0 || i < count; ++i) {
     std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
     Sample cur = take();
-    const double dt = static_cast<double>(cur.now - prev.now);
+    const auto dt = static_cast<double>(cur.now - prev.now);
     for (const auto& [d, busy] : cur.device_busy) {
       std::string line;
       char buf[128];
@@ -134,8 +134,9 @@ void Watch(sim::SimGpu& gpu, double interval_s, int count) {
 }  // namespace
 
 void AddSimCommands(CLI::App& app) {
-  CLI::App* sim = app.add_subcommand("sim", "The simulated GPU: run programs on it, read its "
-                                            "ground truth");
+  CLI::App* sim = app.add_subcommand("sim",
+                                     "The simulated GPU: run programs on it, read its "
+                                     "ground truth");
   sim->require_subcommand(1);
 
   {
@@ -170,12 +171,14 @@ void AddSimCommands(CLI::App& app) {
     auto* watch = new double(0);
     auto* count = new int(0);
     CLI::App* stats = sim->add_subcommand(
-        "stats", "Print the simulation's ground truth: per device and per process (exited ones "
-                 "kept until reset) busy time, kernels, memory, and the simulation clock");
+        "stats",
+        "Print the simulation's ground truth: per device and per process (exited ones "
+        "kept until reset) busy time, kernels, memory, and the simulation clock");
     stats->add_option("--state", t->state, "Simulation state file");
     stats->add_flag("--json", *json, "Machine-readable output (fields documented in the README)");
-    stats->add_option("--watch", *watch,
-                      "Instead, print every SECONDS each process's share of GPU time")
+    stats
+        ->add_option("--watch", *watch,
+                     "Instead, print every SECONDS each process's share of GPU time")
         ->check(CLI::Range(0.05, 3600.0));
     stats->add_option("--count", *count, "With --watch: stop after N lines (default: never)")
         ->check(CLI::NonNegativeNumber);
@@ -196,8 +199,9 @@ void AddSimCommands(CLI::App& app) {
     auto* t = new SimTarget;
     auto* remove = new bool(false);
     CLI::App* reset = sim->add_subcommand(
-        "reset", "Clear the ground truth (exited processes, counters); running programs keep "
-                 "their contexts and memory");
+        "reset",
+        "Clear the ground truth (exited processes, counters); running programs keep "
+        "their contexts and memory");
     reset->add_option("--state", t->state, "Simulation state file");
     reset->add_flag("--remove", *remove,
                     "Delete the state file instead (refused while programs use it)");

@@ -15,12 +15,18 @@ std::atomic<int> g_fd{STDERR_FILENO};
 
 const char* LevelName(LogLevel level) {
   switch (level) {
-    case LogLevel::kError: return "ERROR";
-    case LogLevel::kWarn: return "WARN";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kTrace: return "TRACE";
-    case LogLevel::kOff: break;
+    case LogLevel::kError:
+      return "ERROR";
+    case LogLevel::kWarn:
+      return "WARN";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kTrace:
+      return "TRACE";
+    case LogLevel::kOff:
+      break;
   }
   return "";
 }
@@ -47,8 +53,8 @@ LogLevel ParseLevel(const char* s, LogLevel fallback) {
   static constexpr struct {
     const char* name;
     LogLevel level;
-  } kLevels[] = {{"off", LogLevel::kOff},   {"error", LogLevel::kError},
-                 {"warn", LogLevel::kWarn}, {"info", LogLevel::kInfo},
+  } kLevels[] = {{"off", LogLevel::kOff},     {"error", LogLevel::kError},
+                 {"warn", LogLevel::kWarn},   {"info", LogLevel::kInfo},
                  {"debug", LogLevel::kDebug}, {"trace", LogLevel::kTrace}};
   if (s == nullptr || *s == '\0') return fallback;
   for (const auto& l : kLevels) {

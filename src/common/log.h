@@ -31,8 +31,8 @@ inline bool LogEnabled(LogLevel level) {
 }  // namespace gpuslice
 
 // GS_LOG(kWarn, "limiter", "format %d", x): printf-style, evaluated only when enabled.
-#define GS_LOG(level, component, ...)                                                  \
-  do {                                                                                 \
-    if (::gpuslice::LogEnabled(::gpuslice::LogLevel::level))                           \
+#define GS_LOG(level, component, ...)                                                       \
+  do {                                                                                      \
+    if (::gpuslice::LogEnabled(::gpuslice::LogLevel::level))                                \
       ::gpuslice::log_internal::Write(::gpuslice::LogLevel::level, component, __VA_ARGS__); \
   } while (0)

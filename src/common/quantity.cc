@@ -97,7 +97,7 @@ StatusOr<uint32_t> ParsePercent(std::string_view text) {
 std::string FormatBytes(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes);
+  auto v = static_cast<double>(bytes);
   int u = 0;
   while (v >= 1024 && u < 5) {
     v /= 1024;

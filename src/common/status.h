@@ -15,15 +15,15 @@ namespace gpuslice {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument,    // bad input: configuration, request, command line
-  kNotFound,           // a named thing does not exist
+  kInvalidArgument,  // bad input: configuration, request, command line
+  kNotFound,         // a named thing does not exist
   kAlreadyExists,
   kPermissionDenied,
-  kResourceExhausted,  // out of memory, slots, queue space
-  kFailedPrecondition, // the system is not in a state where this can be done
-  kUnavailable,        // a peer or resource is not there right now (retry may help)
+  kResourceExhausted,   // out of memory, slots, queue space
+  kFailedPrecondition,  // the system is not in a state where this can be done
+  kUnavailable,         // a peer or resource is not there right now (retry may help)
   kUnimplemented,
-  kInternal,           // an invariant broke; a bug
+  kInternal,  // an invariant broke; a bug
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -49,11 +49,19 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
-inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
-inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status PermissionDenied(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
+inline Status ResourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
+inline Status FailedPrecondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
@@ -63,7 +71,7 @@ inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  StatusOr(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   StatusOr(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).ok());
   }
@@ -89,9 +97,9 @@ class [[nodiscard]] StatusOr {
 }  // namespace gpuslice
 
 // Evaluates `expr` (a Status); returns it from the enclosing function if not OK.
-#define GS_RETURN_IF_ERROR(expr)              \
-  do {                                        \
-    ::gpuslice::Status gs_status_ = (expr);   \
+#define GS_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::gpuslice::Status gs_status_ = (expr);  \
     if (!gs_status_.ok()) return gs_status_; \
   } while (0)
 
@@ -101,7 +109,9 @@ class [[nodiscard]] StatusOr {
 // returns the Status from the enclosing function.
 #define GS_ASSIGN_OR_RETURN(lhs, expr) \
   GS_ASSIGN_OR_RETURN_IMPL(GS_CONCAT(gs_statusor_, __LINE__), lhs, expr)
+// NOLINTBEGIN(bugprone-macro-parentheses): `tmp` is a variable name and `lhs` a declaration
 #define GS_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                             \
   if (!tmp.ok()) return tmp.status();            \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)

@@ -25,8 +25,7 @@ std::span<const std::string_view> DriverExports() { return kExports; }
 
 ProcResolution ResolveProcAddress(std::string_view base, int cuda_version, uint64_t flags) {
   auto [first, last] = std::equal_range(
-      std::begin(kSymbols), std::end(kSymbols), base,
-      [](const auto& a, const auto& b) {
+      std::begin(kSymbols), std::end(kSymbols), base, [](const auto& a, const auto& b) {
         if constexpr (std::is_same_v<std::decay_t<decltype(a)>, DriverSymbol>) {
           return a.base < b;
         } else {

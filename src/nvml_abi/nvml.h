@@ -26,6 +26,8 @@
 extern "C" {
 #endif
 
+/* NOLINTBEGIN(modernize-use-using): a plain C header; C has no alias declarations. */
+
 #define NVML_API_VERSION 13
 #define NVML_API_VERSION_STR "13"
 
@@ -227,13 +229,15 @@ typedef struct nvmlProcessUtilizationSample_st {
 
 /* 68 bytes. */
 typedef struct nvmlPciInfo_st {
-  char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE]; /* "domain:bus:device.function", 4-digit domain */
+  /* "domain:bus:device.function", 4-digit domain */
+  char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
   unsigned int domain;
   unsigned int bus;
   unsigned int device;
   unsigned int pciDeviceId;    /* device id << 16 | vendor id */
   unsigned int pciSubSystemId; /* subsystem id << 16 | subsystem vendor id */
-  char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE]; /* 8-digit domain */
+  /* "domain:bus:device.function", 8-digit domain */
+  char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
 } nvmlPciInfo_t;
 
 /* 24 bytes. BAR1: the window through which the CPU and peers map device memory. */
@@ -299,11 +303,9 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
                                                      nvmlProcessInfo_t* infos);
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int* infoCount,
                                                    nvmlProcessInfo_v1_t* infos);
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device,
-                                                      unsigned int* infoCount,
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int* infoCount,
                                                       nvmlProcessInfo_v2_t* infos);
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
-                                                      unsigned int* infoCount,
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
                                                       nvmlProcessInfo_t* infos);
 nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int* infoCount,
                                                      nvmlProcessInfo_v1_t* infos);
@@ -328,14 +330,12 @@ nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long* energy);
 
 /* Clocks (MHz). */
-nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
-                                    unsigned int* clock);
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int* clock);
 nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
                                        unsigned int* clock);
 nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                             unsigned int* clockMHz);
-nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device,
-                                                   nvmlClockType_t clockType,
+nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                                    unsigned int* clockMHz);
 nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                 nvmlClockId_t clockId, unsigned int* clockMHz);
@@ -365,8 +365,10 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
                                          nvmlEccCounterType_t counterType,
                                          unsigned long long* eccCounts);
 
+/* NOLINTEND(modernize-use-using) */
+
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
 #endif /* GPUSLICE_NVML_ABI_NVML_H_ */

@@ -77,8 +77,8 @@ int ProcAddress() {
         fn != nullptr && dladdr(fn, &info) != 0 && info.dli_sname != nullptr ? info.dli_sname : "";
     const char* object = fn != nullptr && info.dli_fname != nullptr ? info.dli_fname : "";
     if (const char* slash = strrchr(object, '/')) object = slash + 1;
-    printf("%s\"%s@%d%s\":{\"rc\":%d,\"status\":%d,\"symbol\":\"%s\",\"object\":\"%s\"}",
-           first ? "" : ",", q.name, q.version, q.flags != 0 ? "/ptds" : "", static_cast<int>(rc),
+    printf(R"(%s"%s@%d%s":{"rc":%d,"status":%d,"symbol":"%s","object":"%s"})", first ? "" : ",",
+           q.name, q.version, q.flags != 0 ? "/ptds" : "", static_cast<int>(rc),
            static_cast<int>(status), symbol, object);
     first = false;
   }

@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   CUfunction spin;
   Check(cuModuleGetFunction(&spin, module, "gpuslice_sim_spin"), "cuModuleGetFunction");
 
-  uint64_t spin_ns = static_cast<uint64_t>(o.kernel_us * 1000);
+  auto spin_ns = static_cast<uint64_t>(o.kernel_us * 1000);
   void* params[] = {&spin_ns};
   CUstream stream = nullptr;
   CUgraphExec graph_exec = nullptr;

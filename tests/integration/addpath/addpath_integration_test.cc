@@ -2,12 +2,11 @@
 // libgpuslice-addpath.so preloaded under a fully controlled environment and
 // checks the exact variables they print.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -42,7 +41,9 @@ struct RunResult {
 // returns its exit code, stdout and stderr.
 RunResult RunProgram(const std::vector<std::string>& argv, const Env& env) {
   std::vector<std::string> env_strings;
-  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
+  for (const auto& [name, value] : env) {
+    env_strings.push_back(std::string(name).append("=").append(value));
+  }
   std::vector<char*> argv_c, envp_c;
   for (const auto& a : argv) argv_c.push_back(const_cast<char*>(a.c_str()));
   argv_c.push_back(nullptr);
@@ -198,9 +199,9 @@ TEST(AddPathTest, NestedShellsKeepOneCopy) {
 TEST(AddPathTest, DirectExecCreatesUnsetTargets) {
   // No shell in between (a shell may invent its own PATH): printenv itself is
   // preloaded and prints its own environment.
-  RunResult r = RunProgram({"/usr/bin/printenv"}, {{"LD_PRELOAD", kLib},
-                                            {"TF_PATH", "/opt/a/bin"},
-                                            {"TF_PREPEND_LD_LIBRARY_PATH", "/l0:/l1"}});
+  RunResult r = RunProgram(
+      {"/usr/bin/printenv"},
+      {{"LD_PRELOAD", kLib}, {"TF_PATH", "/opt/a/bin"}, {"TF_PREPEND_LD_LIBRARY_PATH", "/l0:/l1"}});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.err, "");
   Env vars = ParseEnv(r.out);
@@ -236,7 +237,7 @@ TEST(AddPathTest, VeryLongValues) {
   // One 100 KB entry appended to PATH, and ~100 KB of short, repeating entries
   // added to LD_LIBRARY_PATH (half of them duplicates). Each stays under the
   // kernel's 128 KB limit for one environment string.
-  std::string huge = "/" + std::string(100 * 1024, 'x');
+  std::string huge = "/" + std::string(size_t{100} * 1024, 'x');
   std::string many, expected;
   for (int i = 0; i < 16000; ++i) {
     std::string entry = "/l/" + std::to_string(i % 8000);
@@ -252,7 +253,7 @@ TEST(AddPathTest, VeryLongValues) {
 
 TEST(AddPathTest, DebugLevelLogsToStderr) {
   RunResult r = RunProgram({"/bin/sh", "-c", "/usr/bin/printenv PATH"},
-                    PreloadedEnv({{"TF_PATH", "/a"}, {"GPUSLICE_LOG_LEVEL", "debug"}}));
+                           PreloadedEnv({{"TF_PATH", "/a"}, {"GPUSLICE_LOG_LEVEL", "debug"}}));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, std::string(kBasePath) + ":/a\n");  // stdout untouched
   EXPECT_NE(r.err.find("gpuslice["), std::string::npos) << r.err;
@@ -263,8 +264,9 @@ TEST(AddPathTest, DefaultIsSilentAndWritesNoLogFile) {
   std::string log_file = testing::TempDir() + "addpath_silent_" + std::to_string(getpid());
   unlink(log_file.c_str());
   RunResult r = RunProgram({"/bin/sh", "-c", "/usr/bin/printenv PATH"},
-                    PreloadedEnv({{"TF_PATH", "/a"}, {"TF_PREPEND_LD_LIBRARY_PATH", "/l"},
-                                  {"GPUSLICE_LOG_FILE", log_file}}));
+                           PreloadedEnv({{"TF_PATH", "/a"},
+                                         {"TF_PREPEND_LD_LIBRARY_PATH", "/l"},
+                                         {"GPUSLICE_LOG_FILE", log_file}}));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, std::string(kBasePath) + ":/a\n");
   EXPECT_EQ(r.err, "");
@@ -274,9 +276,10 @@ TEST(AddPathTest, DefaultIsSilentAndWritesNoLogFile) {
 TEST(AddPathTest, LogFileReceivesDebugOutput) {
   std::string log_file = testing::TempDir() + "addpath_log_" + std::to_string(getpid());
   unlink(log_file.c_str());
-  RunResult r = RunProgram({"/usr/bin/printenv", "PATH"},
-                    {{"LD_PRELOAD", kLib}, {"TF_PATH", "/a"},
-                     {"GPUSLICE_LOG_LEVEL", "debug"}, {"GPUSLICE_LOG_FILE", log_file}});
+  RunResult r = RunProgram({"/usr/bin/printenv", "PATH"}, {{"LD_PRELOAD", kLib},
+                                                           {"TF_PATH", "/a"},
+                                                           {"GPUSLICE_LOG_LEVEL", "debug"},
+                                                           {"GPUSLICE_LOG_FILE", log_file}});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, "/a\n");
   EXPECT_EQ(r.err, "");

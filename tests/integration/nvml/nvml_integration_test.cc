@@ -9,12 +9,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -53,6 +53,7 @@ std::string SmiPath() { return BuildDir() + "/sim/bin/nvidia-smi"; }
 
 struct Nvml {
   void* handle = nullptr;
+// NOLINTNEXTLINE(bugprone-macro-parentheses): `name` is the declared member's name
 #define GS_NVML_EXPORT(name) decltype(&::name) name = nullptr;
 #include "sim/nvml/nvml_exports.inc"
 #undef GS_NVML_EXPORT
@@ -272,7 +273,7 @@ class NvmlIntegrationTest : public ::testing::Test {
 
   std::vector<nvmlProcessInfo_t> Running() {
     std::vector<nvmlProcessInfo_t> infos(16);
-    unsigned int n = static_cast<unsigned int>(infos.size());
+    auto n = static_cast<unsigned int>(infos.size());
     EXPECT_EQ(Lib().nvmlDeviceGetComputeRunningProcesses_v3(dev_, &n, infos.data()), NVML_SUCCESS);
     infos.resize(n);
     return infos;
@@ -292,11 +293,11 @@ class NvmlIntegrationTest : public ::testing::Test {
     Truth before, after;
     double tolerance_pct;  // the sampling window's resolution over the span
     double TruthPct(pid_t pid) const {
-      const double dt = static_cast<double>(after.clock_ns - before.clock_ns);
+      const auto dt = static_cast<double>(after.clock_ns - before.clock_ns);
       return 100.0 * static_cast<double>(after.busy_ns.at(pid) - before.busy_ns.at(pid)) / dt;
     }
     double DeviceTruthPct() const {
-      const double dt = static_cast<double>(after.clock_ns - before.clock_ns);
+      const auto dt = static_cast<double>(after.clock_ns - before.clock_ns);
       return 100.0 * static_cast<double>(after.device_busy_ns - before.device_busy_ns) / dt;
     }
   };

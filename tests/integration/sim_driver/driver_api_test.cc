@@ -447,7 +447,7 @@ TEST_F(DriverApiTest, CopiesAndSetsMoveRealBytesAndRejectBadPointers) {
   c.Height = 4;
   EXPECT_EQ(CU(cuMemcpy2D_v2)(&c), CUDA_SUCCESS);
   EXPECT_EQ(CU(cuMemcpyDtoH_v2)(out.data(), b, 64), CUDA_SUCCESS);
-  for (int row = 0; row < 4; ++row) {
+  for (size_t row = 0; row < 4; ++row) {
     EXPECT_EQ(memcmp(&out[row * 16], &in[row * 64], 16), 0) << row;
   }
   c.Height = 1000;  // past the end of b
@@ -719,6 +719,7 @@ TEST_F(DriverApiTest, UnsupportedCallsFailCleanlyAndErrorsHaveNames) {
                            "cuMemcpyHtoA_v2", "cuLaunchHostFunc", "cuMemAlloc"}) {
     auto fn = reinterpret_cast<Any>(Sym(name));
     ASSERT_NE(fn, nullptr);
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): deliberately bogus pointer arguments
     EXPECT_EQ(fn(reinterpret_cast<void*>(1), nullptr, reinterpret_cast<void*>(-1), nullptr, nullptr,
                  nullptr),
               CUDA_ERROR_NOT_SUPPORTED)
@@ -742,10 +743,11 @@ TEST_F(DriverApiTest, ThreadsLaunchConcurrentlyWithTheirOwnCurrentContext) {
   CUfunction spin = Spin();
   const uint64_t before = KernelsRun();
   std::vector<std::thread> threads;
+  threads.reserve(4);
   std::atomic<int> failures{0};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
-      CUcontext cur = reinterpret_cast<CUcontext>(1);
+      auto cur = reinterpret_cast<CUcontext>(1);
       if (CU(cuCtxGetCurrent)(&cur) != CUDA_SUCCESS || cur != nullptr) ++failures;  // new thread
       if (CU(cuCtxSetCurrent)(ctx_) != CUDA_SUCCESS) ++failures;
       CUstream s = nullptr;
