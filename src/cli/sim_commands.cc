@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/exit_codes.h"
 #include "cli/paths.h"
 #include "sim/core/config.h"
 #include "sim/core/sim_gpu.h"
@@ -29,11 +30,6 @@ void AddTargetOptions(CLI::App* cmd, SimTarget* t) {
   cmd->add_option("--state", t->state,
                   "Simulation state file shared by its processes (default: $GPUSLICE_SIM_STATE "
                   "or /dev/shm/gpuslice-sim-<uid>.state)");
-}
-
-[[noreturn]] void Fail(const std::string& message, int code = 1) {
-  fprintf(stderr, "gpuslice: %s\n", message.c_str());
-  exit(code);
 }
 
 // The environment that selects the simulated GPU, as (name, value) pairs.
@@ -134,8 +130,9 @@ void Watch(sim::SimGpu& gpu, double interval_s, int count) {
 }  // namespace
 
 void AddSimCommands(CLI::App& app) {
-  CLI::App* sim = app.add_subcommand("sim", "The simulated GPU: run programs on it, read its "
-                                            "ground truth");
+  CLI::App* sim = app.add_subcommand("sim",
+                                     "The simulated GPU: run programs on it, read its "
+                                     "ground truth");
   sim->require_subcommand(1);
 
   {
@@ -150,7 +147,7 @@ void AddSimCommands(CLI::App& app) {
       for (auto& a : *argv) args.push_back(a.data());
       args.push_back(nullptr);
       execvp(args[0], args.data());
-      Fail("cannot run " + (*argv)[0] + ": " + strerror(errno), 127);
+      Fail("cannot run " + (*argv)[0] + ": " + strerror(errno), kExitCannotRun);
     });
   }
   {
@@ -170,12 +167,14 @@ void AddSimCommands(CLI::App& app) {
     auto* watch = new double(0);
     auto* count = new int(0);
     CLI::App* stats = sim->add_subcommand(
-        "stats", "Print the simulation's ground truth: per device and per process (exited ones "
-                 "kept until reset) busy time, kernels, memory, and the simulation clock");
+        "stats",
+        "Print the simulation's ground truth: per device and per process (exited ones "
+        "kept until reset) busy time, kernels, memory, and the simulation clock");
     stats->add_option("--state", t->state, "Simulation state file");
     stats->add_flag("--json", *json, "Machine-readable output (fields documented in the README)");
-    stats->add_option("--watch", *watch,
-                      "Instead, print every SECONDS each process's share of GPU time")
+    stats
+        ->add_option("--watch", *watch,
+                     "Instead, print every SECONDS each process's share of GPU time")
         ->check(CLI::Range(0.05, 3600.0));
     stats->add_option("--count", *count, "With --watch: stop after N lines (default: never)")
         ->check(CLI::NonNegativeNumber);
@@ -196,8 +195,9 @@ void AddSimCommands(CLI::App& app) {
     auto* t = new SimTarget;
     auto* remove = new bool(false);
     CLI::App* reset = sim->add_subcommand(
-        "reset", "Clear the ground truth (exited processes, counters); running programs keep "
-                 "their contexts and memory");
+        "reset",
+        "Clear the ground truth (exited processes, counters); running programs keep "
+        "their contexts and memory");
     reset->add_option("--state", t->state, "Simulation state file");
     reset->add_flag("--remove", *remove,
                     "Delete the state file instead (refused while programs use it)");
