@@ -1,9 +1,17 @@
 // gpuslice: the command-line interface (DESIGN.md section 1).
+//
+// Exit codes: 0 success, 1 the operation failed, 2 a bad command line (every
+// CLI11 parse or validation error), 127 `run` could not execute its command;
+// `run` and `sim run` otherwise end with the command's own status.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 
+#include "cli/exit_codes.h"
+#include "cli/limit_command.h"
+#include "cli/run_command.h"
 #include "cli/sim_commands.h"
+#include "cli/status_command.h"
 
 int main(int argc, char** argv) {
   // Anything a command throws ends the process with a message, not std::terminate.
@@ -11,11 +19,15 @@ int main(int argc, char** argv) {
     CLI::App app{"gpuslice: share NVIDIA GPUs between processes, containers and pods", "gpuslice"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "gpuslice 0.1.0");
+    gpuslice::cli::AddRunCommand(app);
+    gpuslice::cli::AddStatusCommand(app);
+    gpuslice::cli::AddLimitCommands(app);
     gpuslice::cli::AddSimCommands(app);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-      return app.exit(e);
+      const int code = app.exit(e);  // prints help, the version or the error
+      return code == 0 ? 0 : gpuslice::cli::kExitUsage;
     }
     return 0;
   } catch (const std::exception& e) {

@@ -5,6 +5,8 @@
 #include <climits>
 #include <cstdlib>
 
+#include "gpuslice/group_segment.h"
+
 namespace gpuslice::cli {
 namespace {
 bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
@@ -34,6 +36,27 @@ StatusOr<std::string> SimDir() {
   }
   return NotFound("cannot find the simulated GPU (lib/libcuda.so.1) next to " + exe +
                   "; build it, or set GPUSLICE_SIM_DIR");
+}
+
+StatusOr<std::string> LimiterPath() {
+  std::string path;
+  if (const char* p = getenv("GPUSLICE_LIMITER_PATH"); p != nullptr && *p != '\0') {
+    path = p;
+  } else {
+    path = ExecutableDir() + "/../lib/libgpuslice.so";
+  }
+  char real[PATH_MAX];
+  if (!Exists(path) || realpath(path.c_str(), real) == nullptr) {
+    return NotFound("cannot find the limiter at " + path +
+                    "; build it (target gpuslice_limiter), or set GPUSLICE_LIMITER_PATH");
+  }
+  return std::string(real);
+}
+
+std::string ShmDir(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* dir = getenv("GPUSLICE_SHM_DIR"); dir != nullptr && *dir != '\0') return dir;
+  return kDefaultGroupSegmentDir;
 }
 
 }  // namespace gpuslice::cli

@@ -16,4 +16,13 @@ std::string ExecutableDir();
 // <exe>/../lib/gpuslice/sim (installed).
 StatusOr<std::string> SimDir();
 
+// The limiter, libgpuslice.so, as an absolute path: $GPUSLICE_LIMITER_PATH, else
+// <exe>/../lib/libgpuslice.so (the build tree and an installed tree alike).
+// kNotFound, naming where it looked, if the file does not exist.
+StatusOr<std::string> LimiterPath();
+
+// The directory of group segments: `flag` if non-empty, else
+// $GPUSLICE_SHM_DIR if set and non-empty, else kDefaultGroupSegmentDir.
+std::string ShmDir(const std::string& flag);
+
 }  // namespace gpuslice::cli

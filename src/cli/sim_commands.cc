@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/exit_codes.h"
 #include "cli/paths.h"
 #include "sim/core/config.h"
 #include "sim/core/sim_gpu.h"
@@ -29,11 +30,6 @@ void AddTargetOptions(CLI::App* cmd, SimTarget* t) {
   cmd->add_option("--state", t->state,
                   "Simulation state file shared by its processes (default: $GPUSLICE_SIM_STATE "
                   "or /dev/shm/gpuslice-sim-<uid>.state)");
-}
-
-[[noreturn]] void Fail(const std::string& message, int code = 1) {
-  fprintf(stderr, "gpuslice: %s\n", message.c_str());
-  exit(code);
 }
 
 // The environment that selects the simulated GPU, as (name, value) pairs.
@@ -151,7 +147,7 @@ void AddSimCommands(CLI::App& app) {
       for (auto& a : *argv) args.push_back(a.data());
       args.push_back(nullptr);
       execvp(args[0], args.data());
-      Fail("cannot run " + (*argv)[0] + ": " + strerror(errno), 127);
+      Fail("cannot run " + (*argv)[0] + ": " + strerror(errno), kExitCannotRun);
     });
   }
   {

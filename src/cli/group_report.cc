@@ -1,0 +1,130 @@
+#include "cli/group_report.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+
+#include "common/quantity.h"
+
+namespace gpuslice::cli {
+namespace {
+
+template <typename T>
+T Load(const T& field) {
+  return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_acquire);
+}
+
+std::string MemoryLimitText(uint64_t bytes) {
+  return bytes == kUnlimitedBytes ? "unlimited" : FormatBytes(bytes);
+}
+
+std::string ComputeLimitText(uint32_t percent) {
+  return percent >= kUnlimitedPercent ? "unlimited" : std::to_string(percent) + "%";
+}
+
+}  // namespace
+
+std::string ShortUuid(const std::string& uuid) {
+  const size_t prefix = uuid.starts_with("GPU-") || uuid.starts_with("MIG-") ? 4 : 0;
+  const size_t dash = uuid.find('-', prefix);
+  return dash == std::string::npos ? uuid : uuid.substr(0, dash);
+}
+
+GroupReport ReadGroupReport(const GroupSegment& segment) {
+  const GroupSegmentLayout& s = segment.layout();
+  GroupReport r{segment.group(), segment.path(), {}, {}};
+  const int n = segment.device_count();
+  for (int d = 0; d < n; ++d) {
+    const GroupDevice& dev = s.devices[d];
+    r.devices.push_back({d, std::string(dev.uuid, strnlen(dev.uuid, sizeof dev.uuid)),
+                         segment.MemoryUsed(d), segment.MemoryLimit(d), Load(dev.memory_peak),
+                         Load(dev.alloc_failures), segment.ComputeLimit(d)});
+  }
+  for (int slot = 0; slot < kGroupMaxSlots; ++slot) {
+    const ProcessSlot& p = s.slots[slot];
+    const int32_t pid = Load(p.owner_pid);
+    if (pid == 0 || !segment.SlotLive(slot)) continue;
+    MemberReport m{slot, pid, std::string(p.name, strnlen(p.name, sizeof p.name)), {}};
+    for (int d = 0; d < n; ++d) m.memory.push_back(Load(p.memory[d]));
+    r.members.push_back(std::move(m));
+  }
+  return r;
+}
+
+nlohmann::json StatusJson(const std::vector<GroupReport>& groups) {
+  using nlohmann::json;
+  json out = {{"groups", json::array()}};
+  for (const GroupReport& g : groups) {
+    json devices = json::array();
+    for (const DeviceReport& d : g.devices) {
+      devices.push_back({
+          {"index", d.index},
+          {"uuid", d.uuid},
+          {"memory_used_bytes", d.memory_used},
+          {"memory_limit_bytes",
+           d.memory_limit == kUnlimitedBytes ? json(nullptr) : json(d.memory_limit)},
+          {"memory_peak_bytes", d.memory_peak},
+          {"alloc_failures", d.alloc_failures},
+          {"compute_limit_percent",
+           d.compute_limit >= kUnlimitedPercent ? json(nullptr) : json(d.compute_limit)},
+      });
+    }
+    json members = json::array();
+    for (const MemberReport& m : g.members) {
+      json per_device = json::array();
+      uint64_t total = 0;
+      for (size_t d = 0; d < m.memory.size(); ++d) {
+        per_device.push_back({{"index", d}, {"memory_bytes", m.memory[d]}});
+        total += m.memory[d];
+      }
+      members.push_back({{"slot", m.slot},
+                         {"pid", m.pid},
+                         {"name", m.name},
+                         {"memory_bytes", total},
+                         {"devices", per_device}});
+    }
+    out["groups"].push_back({{"group", g.group},
+                             {"path", g.path},
+                             {"live_members", g.members.size()},
+                             {"devices", devices},
+                             {"members", members}});
+  }
+  return out;
+}
+
+std::string StatusText(const std::vector<GroupReport>& groups) {
+  if (groups.empty()) return "no groups\n";
+  std::string out;
+  char line[512];
+  snprintf(line, sizeof line, "%-20s %-16s %-27s %-10s %s\n", "GROUP", "DEVICE",
+           "MEMORY USED / LIMIT", "COMPUTE", "MEMBERS");
+  out += line;
+  for (const GroupReport& g : groups) {
+    if (g.devices.empty()) {
+      snprintf(line, sizeof line, "%-20s %-16s %-27s %-10s %zu\n", g.group.c_str(), "-", "-", "-",
+               g.members.size());
+      out += line;
+    }
+    for (const DeviceReport& d : g.devices) {
+      const std::string device = std::to_string(d.index) + " " + ShortUuid(d.uuid);
+      const std::string memory =
+          FormatBytes(d.memory_used) + " / " + MemoryLimitText(d.memory_limit);
+      snprintf(line, sizeof line, "%-20s %-16s %-27s %-10s %zu\n", g.group.c_str(), device.c_str(),
+               memory.c_str(), ComputeLimitText(d.compute_limit).c_str(), g.members.size());
+      out += line;
+    }
+    for (const MemberReport& m : g.members) {
+      std::string memory;
+      for (size_t d = 0; d < m.memory.size(); ++d) {
+        if (!memory.empty()) memory += ", ";
+        memory += "GPU " + std::to_string(d) + " " + FormatBytes(m.memory[d]);
+      }
+      snprintf(line, sizeof line, "  pid %-8d %-16s %s\n", m.pid, m.name.c_str(),
+               memory.empty() ? "-" : memory.c_str());
+      out += line;
+    }
+  }
+  return out;
+}
+
+}  // namespace gpuslice::cli

@@ -1,0 +1,55 @@
+// A snapshot of one group segment as `gpuslice status` shows it: devices with
+// their limits and usage, and the live members with their memory. Reading is
+// separate from printing so both can be tested on a segment made in a test.
+//
+// Thread-compatible values; ReadGroupReport reads shared fields atomically but
+// not as one transaction (a member may allocate between two fields).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "shm/group_segment.h"
+
+namespace gpuslice::cli {
+
+struct DeviceReport {
+  int index;              // in the segment (not a CUDA ordinal)
+  std::string uuid;       // "GPU-…"
+  uint64_t memory_used;   // bytes
+  uint64_t memory_limit;  // bytes; kUnlimitedBytes when unset
+  uint64_t memory_peak;
+  uint64_t alloc_failures;
+  uint32_t compute_limit;  // percent; kUnlimitedPercent when unset
+};
+
+struct MemberReport {
+  int slot;
+  int32_t pid;  // in the member's pid namespace
+  std::string name;
+  std::vector<uint64_t> memory;  // bytes per device, parallel to GroupReport::devices
+};
+
+struct GroupReport {
+  std::string group;
+  std::string path;
+  std::vector<DeviceReport> devices;
+  std::vector<MemberReport> members;  // live ones only, by slot
+};
+
+// Reads `segment`. Only slots that SlotLive() reports are members; call
+// ReapDead() first so that dead members' memory is not counted in use.
+GroupReport ReadGroupReport(const GroupSegment& segment);
+
+// {"groups":[…]} with the fields documented in README.md ("The limiter").
+nlohmann::json StatusJson(const std::vector<GroupReport>& groups);
+
+// A table a person reads: one line per device, one per member.
+std::string StatusText(const std::vector<GroupReport>& groups);
+
+// "GPU-3430e1f2" from "GPU-3430e1f2-…": the UUID up to its first group.
+std::string ShortUuid(const std::string& uuid);
+
+}  // namespace gpuslice::cli

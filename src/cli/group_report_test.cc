@@ -1,0 +1,103 @@
+#include "cli/group_report.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace gpuslice::cli {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+constexpr char kUuid[] = "GPU-3430e1f2-1111-2222-3333-444444444444";
+
+class GroupReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-cli-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<GroupSegment> Open(bool create) {
+    auto seg = GroupSegment::Open(dir_, "g1", create);
+    EXPECT_TRUE(seg.ok()) << seg.status().ToString();
+    return seg.ok() ? std::move(seg).value() : nullptr;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(GroupReportTest, ShowsLimitsUsageAndLiveMembersSeenFromAnotherHandle) {
+  auto member = Open(true);
+  ASSERT_TRUE(member);
+  ASSERT_EQ(*member->AttachDevice(kUuid), 0);
+  member->SetMemoryLimit(0, 1024 * kMiB);
+  member->SetComputeLimit(0, 40);
+  int slot = *member->Join(getpid(), 1, "trainer");
+  ASSERT_TRUE(member->Reserve(slot, 0, 300 * kMiB));
+
+  auto reader = Open(false);  // like `gpuslice status`: its own open file description
+  ASSERT_TRUE(reader);
+  GroupReport r = ReadGroupReport(*reader);
+  EXPECT_EQ(r.group, "g1");
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_EQ(r.devices[0].uuid, kUuid);
+  EXPECT_EQ(r.devices[0].memory_used, 300 * kMiB);
+  EXPECT_EQ(r.devices[0].memory_limit, 1024 * kMiB);
+  EXPECT_EQ(r.devices[0].compute_limit, 40u);
+  ASSERT_EQ(r.members.size(), 1u);
+  EXPECT_EQ(r.members[0].pid, getpid());
+  EXPECT_EQ(r.members[0].name, "trainer");
+  EXPECT_EQ(r.members[0].memory, std::vector<uint64_t>{300 * kMiB});
+
+  nlohmann::json j = StatusJson({r});
+  const auto& g = j["groups"][0];
+  EXPECT_EQ(g["group"], "g1");
+  EXPECT_EQ(g["live_members"], 1);
+  EXPECT_EQ(g["devices"][0]["index"], 0);
+  EXPECT_EQ(g["devices"][0]["uuid"], kUuid);
+  EXPECT_EQ(g["devices"][0]["memory_used_bytes"], 300 * kMiB);
+  EXPECT_EQ(g["devices"][0]["memory_limit_bytes"], 1024 * kMiB);
+  EXPECT_EQ(g["devices"][0]["compute_limit_percent"], 40);
+  EXPECT_EQ(g["members"][0]["pid"], getpid());
+  EXPECT_EQ(g["members"][0]["name"], "trainer");
+  EXPECT_EQ(g["members"][0]["memory_bytes"], 300 * kMiB);
+  EXPECT_EQ(g["members"][0]["devices"][0]["memory_bytes"], 300 * kMiB);
+
+  const std::string text = StatusText({r});
+  EXPECT_NE(text.find("0 GPU-3430e1f2"), std::string::npos) << text;
+  EXPECT_NE(text.find("300.00 MiB / 1.00 GiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("40%"), std::string::npos) << text;
+  EXPECT_NE(text.find("trainer"), std::string::npos) << text;
+}
+
+TEST_F(GroupReportTest, UnlimitedIsNullInJsonAndWordedInText) {
+  auto seg = Open(true);
+  ASSERT_TRUE(seg);
+  ASSERT_TRUE(seg->AttachDevice(kUuid).ok());
+  GroupReport r = ReadGroupReport(*seg);
+  EXPECT_TRUE(r.members.empty());
+  nlohmann::json j = StatusJson({r});
+  EXPECT_TRUE(j["groups"][0]["devices"][0]["memory_limit_bytes"].is_null());
+  EXPECT_TRUE(j["groups"][0]["devices"][0]["compute_limit_percent"].is_null());
+  EXPECT_EQ(j["groups"][0]["live_members"], 0);
+  const std::string text = StatusText({r});
+  EXPECT_NE(text.find("0 B / unlimited"), std::string::npos) << text;
+}
+
+TEST(StatusText, NoGroups) {
+  EXPECT_EQ(StatusText({}), "no groups\n");
+  EXPECT_EQ(StatusJson({}).dump(), R"({"groups":[]})");
+}
+
+TEST(ShortUuid, FirstGroup) {
+  EXPECT_EQ(ShortUuid("GPU-3430e1f2-1111-2222"), "GPU-3430e1f2");
+  EXPECT_EQ(ShortUuid("GPU-3430e1f2"), "GPU-3430e1f2");
+  EXPECT_EQ(ShortUuid("MIG-abcd-ef"), "MIG-abcd");
+}
+
+}  // namespace
+}  // namespace gpuslice::cli

@@ -1,0 +1,317 @@
+// gpuslice run, status and limit set as an operator uses them: the gpuslice
+// binary started as a real process, limiting gpuslice-driver-probe on a
+// private simulated GPU, with a private segment directory per test.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gpuslice {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+std::string BuildDir() {
+  const char* dir = getenv("GPUSLICE_BUILD_DIR");
+  return dir != nullptr ? dir : ".";
+}
+
+// Polls `condition` every 20 ms until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return condition();
+}
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-cli-it-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    shm_ = dir_ + "/shm";
+  }
+  void TearDown() override {
+    for (pid_t pid : children_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Starts build/bin/gpuslice with `args`, a private simulation and segment
+  // directory, and PATH; stdout and stderr go to files numbered `n`.
+  pid_t Start(int n, const std::vector<std::string>& args,
+              const std::vector<std::string>& extra_env = {}) {
+    std::vector<std::string> argv = {Gpuslice()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const char* path = getenv("PATH");
+    std::vector<std::string> env = {"PATH=" + std::string(path != nullptr ? path : "/usr/bin:/bin"),
+                                    "GPUSLICE_SIM_STATE=" + dir_ + "/sim.state",
+                                    "GPUSLICE_SHM_DIR=" + shm_};
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> argv_c, env_c;
+    for (auto& a : argv) argv_c.push_back(a.data());
+    argv_c.push_back(nullptr);
+    for (auto& e : env) env_c.push_back(e.data());
+    env_c.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, File("out", n).c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&actions, 2, File("err", n).c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, argv_c[0], &actions, nullptr, argv_c.data(), env_c.data());
+    posix_spawn_file_actions_destroy(&actions);
+    EXPECT_EQ(rc, 0) << argv[0];
+    children_.push_back(pid);
+    return pid;
+  }
+
+  int Join(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::erase(children_, pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  // Runs gpuslice to completion.
+  Result Run(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
+    const int n = next_++;
+    const int code = Join(Start(n, args, extra_env));
+    return {code, Read(File("out", n)), Read(File("err", n))};
+  }
+
+  // `gpuslice status --json`, parsed; null if it failed.
+  json Status() {
+    Result r = Run({"status", "--json"});
+    if (r.code != 0) return nullptr;
+    return json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  }
+
+  static json Group(const json& status, const std::string& name) {
+    if (status.is_object()) {
+      for (const auto& g : status["groups"]) {
+        if (g["group"] == name) return g;
+      }
+    }
+    return nullptr;
+  }
+
+  // Starts gpuslice-driver-probe on the simulated GPU under `gpuslice run`,
+  // filling memory up to `memory` in 64 MiB chunks and holding it.
+  pid_t StartLimitedProbe(const std::string& memory, const std::string& group) {
+    return Start(next_++, {"sim", "run", "--", Gpuslice(), "run", "--memory", memory, "--group",
+                           group, "--", BuildDir() + "/bin/gpuslice-driver-probe", "fill",
+                           "--chunk", "67108864", "--hold-s", "30"});
+  }
+
+  static std::string Gpuslice() { return BuildDir() + "/bin/gpuslice"; }
+  static std::string Limiter() { return BuildDir() + "/lib/libgpuslice.so"; }
+  std::string File(const char* kind, int n) const { return dir_ + "/" + kind + std::to_string(n); }
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  // The value of `name` in `env`-style output, or "<unset>".
+  static std::string Var(const std::string& env_output, const std::string& name) {
+    std::istringstream in(env_output);
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with(name + "=")) return line.substr(name.size() + 1);
+    }
+    return "<unset>";
+  }
+
+  std::string dir_, shm_;
+  std::vector<pid_t> children_;
+  int next_ = 0;
+};
+
+TEST_F(CliTest, RunPreloadsTheLimiterAndSetsTheMemoryLimit) {
+  const std::string lib = std::filesystem::canonical(Limiter());
+  Result r = Run({"run", "--memory", "1GiB", "--", "env"}, {"LD_PRELOAD=/other.so"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Var(r.out, "LD_PRELOAD"), lib + ":/other.so");
+  EXPECT_EQ(Var(r.out, "GPUSLICE_MEMORY_LIMIT"), "1GiB");
+  EXPECT_EQ(Var(r.out, "GPUSLICE_COMPUTE_LIMIT"), "<unset>");
+  EXPECT_EQ(Var(r.out, "GPUSLICE_GROUP"), "<unset>");  // the limiter picks its default
+}
+
+TEST_F(CliTest, RunTranslatesPerDeviceFlagsToJson) {
+  Result r = Run({"run", "--memory", "0=1GiB,1=2GiB", "--compute", "0=50,1=25", "--group", "g7",
+                  "--shm-dir", shm_ + "/other", "--", "env"},
+                 {"LD_PRELOAD=" + Limiter()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Var(r.out, "GPUSLICE_MEMORY_LIMIT"), R"({"0":"1GiB","1":"2GiB"})");
+  EXPECT_EQ(Var(r.out, "GPUSLICE_COMPUTE_LIMIT"), R"({"0":50,"1":25})");
+  EXPECT_EQ(Var(r.out, "GPUSLICE_GROUP"), "g7");
+  EXPECT_EQ(Var(r.out, "GPUSLICE_SHM_DIR"), shm_ + "/other");
+  EXPECT_EQ(Var(r.out, "LD_PRELOAD"), std::string(std::filesystem::canonical(Limiter())));
+}
+
+TEST_F(CliTest, BadFlagsExitTwoNamingTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"run", "--memory", "lots", "--", "true"}, "--memory"},
+      {{"run", "--memory", "0=1GiB,0=2GiB", "--", "true"}, "--memory"},
+      {{"run", "--compute", "0", "--", "true"}, "--compute"},
+      {{"run", "--compute", "101", "--", "true"}, "--compute"},
+      {{"run", "--group", "a/b", "--", "true"}, "--group"},
+      {{"limit", "set", "--group", "g", "--memory", "0"}, "--memory"},
+      {{"status", "--group", ".hidden"}, "--group"},
+  };
+  for (const auto& [args, flag] : cases) {
+    Result r = Run(args);
+    EXPECT_EQ(r.code, 2) << args[1] << " " << args[2] << " " << args[3];
+    EXPECT_NE(r.err.find(flag), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(CliTest, AMissingCommandExits127) {
+  Result r = Run({"run", "--memory", "1GiB", "--", dir_ + "/no-such-program"});
+  EXPECT_EQ(r.code, 127);
+  EXPECT_NE(r.err.find("no-such-program"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, AMissingLimiterIsAClearError) {
+  Result r = Run({"run", "--", "true"}, {"GPUSLICE_LIMITER_PATH=" + dir_ + "/nothing.so"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("nothing.so"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, RunUnderSimRunKeepsTheSimulatorsLibraryPath) {
+  Result r = Run({"sim", "run", "--", Gpuslice(), "run", "--memory", "1GiB", "--", "env"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string sim_lib = std::filesystem::canonical(BuildDir() + "/sim/lib");
+  EXPECT_TRUE(Var(r.out, "LD_LIBRARY_PATH").starts_with(sim_lib)) << Var(r.out, "LD_LIBRARY_PATH");
+  EXPECT_NE(Var(r.out, "LD_PRELOAD").find("libgpuslice.so"), std::string::npos);
+}
+
+TEST_F(CliTest, StatusWithoutSegmentsSaysNoGroups) {
+  Result r = Run({"status"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "no groups\n");
+}
+
+TEST_F(CliTest, StatusShowsALimitedProcessAndForgetsItWhenKilled) {
+  pid_t probe = StartLimitedProbe("1GiB", "t1");
+  json group;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        group = Group(Status(), "t1");
+        // Filled: the probe reports its out-of-memory and holds what it got.
+        return !group.is_null() && group["live_members"] == 1 &&
+               Read(File("out", 0)).find("\"chunks\"") != std::string::npos;
+      },
+      std::chrono::seconds(20)))
+      << group.dump() << Read(File("err", 0));
+  ASSERT_EQ(group["devices"].size(), 1u);
+  const json& dev = group["devices"][0];
+  EXPECT_EQ(dev["memory_limit_bytes"], kGiB);
+  EXPECT_GT(dev["memory_used_bytes"].get<uint64_t>(), 0u);
+  EXPECT_LE(dev["memory_used_bytes"].get<uint64_t>(), kGiB);
+  EXPECT_TRUE(dev["compute_limit_percent"].is_null());
+  ASSERT_EQ(group["members"].size(), 1u);
+  EXPECT_EQ(group["members"][0]["pid"], probe);  // run and sim run exec, no fork
+  EXPECT_EQ(group["members"][0]["memory_bytes"], dev["memory_used_bytes"]);
+
+  Result text = Run({"status"});
+  EXPECT_NE(text.out.find("t1"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("/ 1.00 GiB"), std::string::npos) << text.out;
+
+  kill(probe, SIGKILL);
+  EXPECT_EQ(Join(probe), 128 + SIGKILL);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        group = Group(Status(), "t1");
+        return !group.is_null() && group["live_members"] == 0 &&
+               group["devices"][0]["memory_used_bytes"] == 0;
+      },
+      std::chrono::seconds(5)))
+      << group.dump();
+  EXPECT_TRUE(group["members"].empty());
+}
+
+TEST_F(CliTest, LimitSetChangesWhatStatusReports) {
+  EXPECT_EQ(Run({"limit", "set", "--group", "t1", "--memory", "2GiB"}).code, 1);  // no segment
+
+  pid_t probe = StartLimitedProbe("1GiB", "t1");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        json g = Group(Status(), "t1");
+        return !g.is_null() && g["live_members"] == 1;
+      },
+      std::chrono::seconds(20)))
+      << Read(File("err", 1));
+
+  Result set = Run({"limit", "set", "--group", "t1", "--memory", "2GiB", "--compute", "40"});
+  ASSERT_EQ(set.code, 0) << set.err;
+  EXPECT_NE(set.out.find("memory limit 1.00 GiB -> 2.00 GiB"), std::string::npos) << set.out;
+  EXPECT_NE(set.out.find("compute limit unlimited -> 40%"), std::string::npos) << set.out;
+  json dev = Group(Status(), "t1")["devices"][0];
+  EXPECT_EQ(dev["memory_limit_bytes"], 2 * kGiB);
+  EXPECT_EQ(dev["compute_limit_percent"], 40);
+
+  Result one = Run({"limit", "set", "--group", "t1", "--device", "0", "--memory", "unlimited",
+                    "--compute", "100"});
+  ASSERT_EQ(one.code, 0) << one.err;
+  dev = Group(Status(), "t1")["devices"][0];
+  EXPECT_TRUE(dev["memory_limit_bytes"].is_null());
+  EXPECT_TRUE(dev["compute_limit_percent"].is_null());
+
+  Result by_uuid = Run({"limit", "set", "--group", "t1", "--device", dev["uuid"].get<std::string>(),
+                        "--memory", "3GiB"});
+  ASSERT_EQ(by_uuid.code, 0) << by_uuid.err;
+  EXPECT_EQ(Group(Status(), "t1")["devices"][0]["memory_limit_bytes"], 3 * kGiB);
+
+  Result no_device = Run({"limit", "set", "--group", "t1", "--device", "5", "--memory", "1GiB"});
+  EXPECT_EQ(no_device.code, 1);
+  EXPECT_NE(no_device.err.find("no device '5'"), std::string::npos) << no_device.err;
+  kill(probe, SIGKILL);
+  Join(probe);
+}
+
+TEST_F(CliTest, AnInvalidSegmentIsAWarningAndTheOthersAreShown) {
+  pid_t probe = StartLimitedProbe("1GiB", "good");
+  ASSERT_TRUE(WaitFor([&] { return !Group(Status(), "good").is_null(); }, std::chrono::seconds(20)))
+      << Read(File("err", 0));
+  const std::string bad = shm_ + "/group-bad.v1";
+  std::ofstream(bad) << "not a segment";
+  Result r = Run({"status", "--json"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
+  json status = json::parse(r.out);
+  EXPECT_FALSE(Group(status, "good").is_null());
+  EXPECT_TRUE(Group(status, "bad").is_null());
+  kill(probe, SIGKILL);
+  Join(probe);
+}
+
+}  // namespace
+}  // namespace gpuslice
