@@ -18,8 +18,6 @@
 namespace gpuslice::limiter {
 namespace {
 
-constexpr char kDefaultShmDir[] = "/dev/shm/gpuslice";
-
 const char* Env(std::string_view name) { return getenv(std::string(name).c_str()); }
 
 // One line on stderr, whatever the log level: an operator must see why CUDA
@@ -181,7 +179,7 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
     return false;
   }
   const char* dir = Env("GPUSLICE_SHM_DIR");
-  auto segment = GroupSegment::Open(dir != nullptr && *dir != '\0' ? dir : kDefaultShmDir,
+  auto segment = GroupSegment::Open(dir != nullptr && *dir != '\0' ? dir : kDefaultGroupSegmentDir,
                                     config->group, /*create=*/true);
   if (!segment.ok()) {
     // Without a segment limits cannot be shared, and so cannot be honoured.
