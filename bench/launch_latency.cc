@@ -2,27 +2,39 @@
 //
 // Linked against libcuda.so.1 by soname like any CUDA program, so the library
 // search path picks the driver: the simulated one under `gpuslice sim run`,
-// and later the same program measures the limiter (LD_PRELOAD) on top of it.
-// Each call is timed on its own (clock_gettime around it, the timer's own
-// median cost subtracted), and the table reports percentiles per call:
+// and the same program measures the limiter (LD_PRELOAD) on top of it
+// (bench/limiter_overhead compares the two). Three figures:
 //
-//   gpuslice sim run -- build/release/bin/gpuslice-bench-launch [--launches N]
+// - cuLaunchKernel, each call timed on its own (clock_gettime around it, the
+//   timer's own median cost subtracted): p50, p90, p99, mean;
+// - a cuMemAlloc_v2 + cuMemFree_v2 pair of 1 MiB, timed the same way;
+// - launch throughput: launches per second in bursts of kBatch launches with
+//   one clock pair around each burst and none around single calls; the
+//   figure is the median burst's rate (a burst the scheduler cut into does
+//   not decide it), and the overall rate of all bursts is reported beside it.
+//
+//   gpuslice sim run -- build/release/bin/gpuslice-bench-launch
+//       [--launches N] [--allocs N] [--burst N] [--json]
 //
 // Launches go out in batches below the driver's queue limit, with a
-// synchronise between batches that is not timed, so the figure is the
-// uncontended launch path and never a wait for the device.
+// synchronise between batches that is not timed, so every figure is the
+// uncontended launch path and never a wait for the device. Kernels are the
+// simulator's spin kernel with a spin of 0 ns. `--json` prints one object
+// instead of the table, for scripts that compare runs.
 #include <cuda.h>
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <string>
 #include <vector>
 
 namespace {
+
+constexpr long kBatch = 512;  // below the simulated driver's max_pending (1024)
 
 int64_t NowNs() {
   timespec ts;
@@ -31,9 +43,11 @@ int64_t NowNs() {
 }
 
 struct Percentiles {
+  size_t calls;
   double p50, p90, p99, mean;
 };
 
+// REQUIRES: !samples.empty().
 Percentiles Summarize(std::vector<int64_t>& samples, int64_t timer_ns) {
   std::sort(samples.begin(), samples.end());
   auto at = [&](double q) {
@@ -43,7 +57,7 @@ Percentiles Summarize(std::vector<int64_t>& samples, int64_t timer_ns) {
   };
   double sum = 0;
   for (int64_t s : samples) sum += static_cast<double>(s - timer_ns);
-  return {at(0.50), at(0.90), at(0.99), sum / static_cast<double>(samples.size())};
+  return {samples.size(), at(0.50), at(0.90), at(0.99), sum / static_cast<double>(samples.size())};
 }
 
 void Check(CUresult rc, const char* what) {
@@ -54,31 +68,94 @@ void Check(CUresult rc, const char* what) {
   exit(1);
 }
 
-void PrintRow(const char* what, size_t calls, const Percentiles& p) {
-  printf("%-26s %9zu %9.0f %9.0f %9.0f %9.0f\n", what, calls, p.p50, p.p90, p.p99, p.mean);
+// `s` as a JSON string literal.
+std::string JsonString(const char* s) {
+  std::string out = "\"";
+  for (; *s != '\0'; ++s) {
+    const auto c = static_cast<unsigned char>(*s);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
 }
 
-}  // namespace
+void PrintRow(const char* what, const Percentiles& p) {
+  printf("%-26s %9zu %9.0f %9.0f %9.0f %9.0f\n", what, p.calls, p.p50, p.p90, p.p99, p.mean);
+}
 
-int main(int argc, char** argv) {
-  long launches = 200'000;
-  long allocs = 20'000;
-  const long kBatch = 512;  // below the simulated driver's max_pending (1024)
+void PrintJsonPercentiles(const char* key, const Percentiles& p) {
+  printf(
+      "  \"%s\": {\"calls\": %zu, \"p50_ns\": %.0f, \"p90_ns\": %.0f, \"p99_ns\": %.0f, "
+      "\"mean_ns\": %.1f},\n",
+      key, p.calls, p.p50, p.p90, p.p99, p.mean);
+}
+
+struct Options {
+  long launches = 200'000;  // timed one by one
+  long allocs = 20'000;     // alloc+free pairs
+  long burst = 1'000'000;   // launches for the throughput figure
+  bool json = false;
+};
+
+// Parses argv into `opts`; returns -1 to go on, else the exit code.
+int ParseArgs(int argc, char** argv, Options* opts) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if ((arg == "--launches" || arg == "--allocs") && i + 1 < argc) {
+    if ((arg == "--launches" || arg == "--allocs" || arg == "--burst") && i + 1 < argc) {
       char* end = nullptr;
       long value = strtol(argv[++i], &end, 10);
       if (*end != '\0' || value < 1) {
         fprintf(stderr, "gpuslice-bench-launch: %s needs a positive number\n", arg.c_str());
         return 2;
       }
-      (arg == "--launches" ? launches : allocs) = value;
+      if (arg == "--launches") {
+        opts->launches = value;
+      } else if (arg == "--allocs") {
+        opts->allocs = value;
+      } else {
+        opts->burst = value;
+      }
+    } else if (arg == "--json") {
+      opts->json = true;
     } else {
-      fprintf(stderr, "usage: gpuslice-bench-launch [--launches N] [--allocs N]\n");
+      fprintf(stderr,
+              "usage: gpuslice-bench-launch [--launches N] [--allocs N] [--burst N] [--json]\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }
+  return -1;
+}
+
+// Launches `n` spin kernels (n <= kBatch), timing each one into `samples`
+// when it is non-null; returns the time of the whole batch.
+int64_t LaunchBatch(CUfunction spin, void** params, long n, std::vector<int64_t>* samples) {
+  const int64_t start = NowNs();
+  for (long i = 0; i < n; ++i) {
+    if (samples != nullptr) {
+      int64_t a = NowNs();
+      CUresult rc = cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+      samples->push_back(NowNs() - a);
+      Check(rc, "cuLaunchKernel");
+    } else {
+      Check(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
+    }
+  }
+  return NowNs() - start;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opts;
+  if (int rc = ParseArgs(argc, argv, &opts); rc >= 0) return rc;
 
   Check(cuInit(0), "cuInit");
   CUdevice dev;
@@ -94,6 +171,8 @@ int main(int argc, char** argv) {
   CUfunction spin;
   Check(cuModuleGetFunction(&spin, module, "gpuslice_sim_spin"), "cuModuleGetFunction");
 
+  // Which library answers the program's own cuLaunchKernel: the driver, or
+  // the limiter when it is preloaded.
   Dl_info info{};
   dladdr(reinterpret_cast<void*>(&cuLaunchKernel), &info);
 
@@ -107,37 +186,74 @@ int main(int argc, char** argv) {
 
   uint64_t spin_ns = 0;
   void* params[] = {&spin_ns};
+
+  // Warm up: first-call lazy initialisation (the limiter attaches to its
+  // segment then), page faults, caches.
+  for (int i = 0; i < 8; ++i) {
+    LaunchBatch(spin, params, kBatch, nullptr);
+    Check(cuCtxSynchronize(), "cuCtxSynchronize");
+    CUdeviceptr ptr;
+    Check(cuMemAlloc(&ptr, 1 << 20), "cuMemAlloc");
+    Check(cuMemFree(ptr), "cuMemFree");
+  }
+
   std::vector<int64_t> launch_ns;
-  launch_ns.reserve(launches);
-  for (long done = 0; done < launches;) {
-    long n = std::min(kBatch, launches - done);
-    for (long i = 0; i < n; ++i) {
-      int64_t a = NowNs();
-      CUresult rc = cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
-      launch_ns.push_back(NowNs() - a);
-      Check(rc, "cuLaunchKernel");
-    }
+  launch_ns.reserve(opts.launches);
+  for (long done = 0; done < opts.launches;) {
+    long n = std::min(kBatch, opts.launches - done);
+    LaunchBatch(spin, params, n, &launch_ns);
     Check(cuCtxSynchronize(), "cuCtxSynchronize");
     done += n;
   }
 
+  const long bursts = (opts.burst + kBatch - 1) / kBatch;
+  std::vector<int64_t> burst_ns;
+  burst_ns.reserve(bursts);
+  int64_t total_ns = 0;
+  for (long b = 0; b < bursts; ++b) {
+    burst_ns.push_back(LaunchBatch(spin, params, kBatch, nullptr));
+    total_ns += burst_ns.back();
+    Check(cuCtxSynchronize(), "cuCtxSynchronize");
+  }
+  std::sort(burst_ns.begin(), burst_ns.end());
+  const double launches_per_s = static_cast<double>(kBatch) * 1e9 /
+                                static_cast<double>(std::max<int64_t>(burst_ns[bursts / 2], 1));
+  const double overall_per_s = static_cast<double>(bursts * kBatch) * 1e9 /
+                               static_cast<double>(std::max<int64_t>(total_ns, 1));
+
   std::vector<int64_t> alloc_ns;
-  alloc_ns.reserve(allocs);
-  for (long i = 0; i < allocs; ++i) {
+  alloc_ns.reserve(opts.allocs);
+  for (long i = 0; i < opts.allocs; ++i) {
     CUdeviceptr ptr;
     int64_t a = NowNs();
-    CUresult rc = cuMemAlloc(&ptr, 1 << 20);
+    CUresult rc = cuMemAlloc(&ptr, 1 << 20);  // cuMemAlloc_v2 through cuda.h
     CUresult rc_free = rc == CUDA_SUCCESS ? cuMemFree(ptr) : rc;
     alloc_ns.push_back(NowNs() - a);
     Check(rc, "cuMemAlloc");
     Check(rc_free, "cuMemFree");
   }
 
-  printf("driver: %s\n", info.dli_fname != nullptr ? info.dli_fname : "?");
-  printf("timer overhead %lld ns (subtracted)\n\n", static_cast<long long>(timer_ns));
-  printf("%-26s %9s %9s %9s %9s %9s\n", "call", "calls", "p50 ns", "p90 ns", "p99 ns", "mean ns");
-  PrintRow("cuLaunchKernel", launch_ns.size(), Summarize(launch_ns, timer_ns));
-  PrintRow("cuMemAlloc+cuMemFree 1MiB", alloc_ns.size(), Summarize(alloc_ns, timer_ns));
+  const Percentiles launch = Summarize(launch_ns, timer_ns);
+  const Percentiles alloc = Summarize(alloc_ns, timer_ns);
+  const char* driver = info.dli_fname != nullptr ? info.dli_fname : "?";
+  if (opts.json) {
+    printf("{\n  \"driver\": %s,\n  \"timer_ns\": %lld,\n", JsonString(driver).c_str(),
+           static_cast<long long>(timer_ns));
+    PrintJsonPercentiles("launch", launch);
+    PrintJsonPercentiles("alloc_free_1mib", alloc);
+    printf(
+        "  \"throughput\": {\"launches\": %ld, \"burst\": %ld, \"elapsed_ns\": %lld, "
+        "\"launches_per_s\": %.0f, \"overall_launches_per_s\": %.0f}\n}\n",
+        bursts * kBatch, kBatch, static_cast<long long>(total_ns), launches_per_s, overall_per_s);
+  } else {
+    printf("driver: %s\n", driver);
+    printf("timer overhead %lld ns (subtracted)\n\n", static_cast<long long>(timer_ns));
+    printf("%-26s %9s %9s %9s %9s %9s\n", "call", "calls", "p50 ns", "p90 ns", "p99 ns", "mean ns");
+    PrintRow("cuLaunchKernel", launch);
+    PrintRow("cuMemAlloc+cuMemFree 1MiB", alloc);
+    printf("\nthroughput: %.0f launches/s (median burst of %ld), %.0f overall (%ld launches)\n",
+           launches_per_s, kBatch, overall_per_s, bursts * kBatch);
+  }
   Check(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
   return 0;
 }
