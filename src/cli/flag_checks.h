@@ -24,14 +24,13 @@ CLI::Validator CheckedBy(Parse parse, const std::string& value_name) {
 
 // A group id (limiter::ValidGroupId).
 inline CLI::Validator GroupIdCheck() {
-  return CLI::Validator(
-      [](std::string& group) -> std::string {
-        if (limiter::ValidGroupId(group)) return "";
-        return "'" + group +
-               "' is not a group id (1-100 characters of A-Z a-z 0-9 . _ -, not starting "
-               "with '.')";
-      },
-      "GROUP");
+  return {[](std::string& group) -> std::string {
+            if (limiter::ValidGroupId(group)) return "";
+            return "'" + group +
+                   "' is not a group id (1-100 characters of A-Z a-z 0-9 . _ -, not starting "
+                   "with '.')";
+          },
+          "GROUP"};
 }
 
 }  // namespace gpuslice::cli

@@ -1,8 +1,8 @@
 #include "limiter/group_keeper.h"
 
 #include <pthread.h>
-#include <signal.h>
 
+#include <csignal>
 #include <thread>
 
 #include "common/clock.h"
@@ -36,7 +36,7 @@ bool GroupKeeper::Start(GroupSegment* segment) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
+  pthread_attr_setstacksize(&attr, size_t{256} * 1024);
   pthread_t thread;
   const int rc = pthread_create(&thread, &attr, &Run, segment);
   pthread_attr_destroy(&attr);

@@ -54,7 +54,7 @@ nvmlReturn_t FilteredProcesses(nvmlDevice_t device, unsigned int* count, Info* i
   std::vector<Info> all(64);
   nvmlReturn_t rc;
   for (;;) {
-    unsigned n = static_cast<unsigned>(all.size());
+    auto n = static_cast<unsigned>(all.size());
     rc = query(device, &n, all.data());
     if (rc == NVML_ERROR_INSUFFICIENT_SIZE && n > all.size() && n < (1u << 20)) {
       all.resize(n);
@@ -90,6 +90,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* me
   return rc;
 }
 
+// NOLINTBEGIN(bugprone-macro-parentheses): `Info` is a type.
 #define GS_FILTERED(name, Info)                                                                \
   nvmlReturn_t name(nvmlDevice_t device, unsigned int* infoCount, Info* infos) noexcept {      \
     return FilteredProcesses(                                                                  \
@@ -106,6 +107,7 @@ GS_FILTERED(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t)
 GS_FILTERED(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
 GS_FILTERED(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
 #undef GS_FILTERED
+// NOLINTEND(bugprone-macro-parentheses)
 
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                              nvmlProcessUtilizationSample_t* utilization,

@@ -58,7 +58,7 @@ std::string FormatUuid(const CUuuid& u) {
 }  // namespace
 
 Limiter& Limiter::Get() {
-  static Limiter* limiter = new Limiter();  // never destroyed: hooks may run during exit
+  static auto* limiter = new Limiter();  // never destroyed: hooks may run during exit
   return *limiter;
 }
 
@@ -105,7 +105,7 @@ CUresult Limiter::AttachWithCuda() {
       if (segment_->ReopenAfterFork().ok()) {
         GroupKeeper::Start(segment_.get());  // the parent's keeper did not survive the fork
       } else {
-        segment_.release();  // the mapping is the parent's too: never unmapped here
+        (void)segment_.release();  // the mapping is the parent's too: never unmapped here
         state_.store(kDetached);
       }
     }
@@ -159,6 +159,7 @@ bool Limiter::EnsureAttachedForNvml() {
 // REQUIRES: attach_mu_ held.
 bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
   std::vector<DeviceId> ids;
+  ids.reserve(devices.size());
   for (const auto& [index, uuid] : devices) ids.push_back(DeviceId{index, uuid});
   auto config =
       ParseLimitConfig(Env, ids, ReadFile("/proc/self/cgroup"), static_cast<int>(getpid()));

@@ -2,11 +2,11 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -120,6 +120,7 @@ TEST_F(GroupSegmentTest, ConcurrentReservationsNeverOvershoot) {
   const int s = *seg->Join(getpid(), 1, "test");
   std::atomic<int> granted{0};
   std::vector<std::thread> threads;
+  threads.reserve(8);
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < 500; ++i) {
@@ -135,7 +136,7 @@ TEST_F(GroupSegmentTest, ConcurrentReservationsNeverOvershoot) {
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(seg->MemoryUsed(d), granted.load() * 3 * kMiB);
+  EXPECT_EQ(seg->MemoryUsed(d), uint64_t{3} * granted.load() * kMiB);
   EXPECT_LE(seg->MemoryUsed(d), 1000 * kMiB);
   EXPECT_GT(seg->MemoryUsed(d), 1000 * kMiB - 3 * kMiB);  // the quota did fill
 }

@@ -221,7 +221,7 @@ CUresult AllocateOne(const std::string& api, CUdevice dev, uint64_t chunk, Held*
   }
   if (api == "array" || api == "array3d" || api == "mipmap") {
     // A float4 array of `chunk` bytes: 16 bytes a texel, 1024 texels a row.
-    const size_t rows = chunk / (16 * 1024);
+    const size_t rows = chunk / (size_t{16} * 1024);
     if (api == "array") {
       CUDA_ARRAY_DESCRIPTOR d{};
       d.Width = 1024;
@@ -258,6 +258,7 @@ CUresult AllocateOne(const std::string& api, CUdevice dev, uint64_t chunk, Held*
   Usage("unknown --api '" + api + "'");
 }
 
+// NOLINTBEGIN(performance-no-int-to-ptr): the probe keeps driver handles as integers.
 void Free(const Held& h) {
   switch (h.kind) {
     case 0:
@@ -280,6 +281,7 @@ void Free(const Held& h) {
       Check(g_api.cuCtxDestroy_v2(reinterpret_cast<CUcontext>(h.handle)), "cuCtxDestroy_v2");
   }
 }
+// NOLINTEND(performance-no-int-to-ptr)
 
 struct Options {
   std::string api = "alloc";
@@ -304,6 +306,7 @@ int Alloc(const Options& o) {
   std::vector<Held> held;
   CUresult last = CUDA_SUCCESS;
   std::vector<std::thread> threads;
+  threads.reserve(o.threads);
   for (int t = 0; t < o.threads; ++t) {
     threads.emplace_back([&] {
       CUcontext ctx;
@@ -327,7 +330,7 @@ int Alloc(const Options& o) {
   printf(
       "{\"api\":\"%s\",\"granted\":%zu,\"granted_bytes\":%llu,\"error\":\"%s\",\"free\":%zu,"
       "\"total\":%zu}\n",
-      o.api.c_str(), held.size(), static_cast<unsigned long long>(held.size() * o.chunk),
+      o.api.c_str(), held.size(), static_cast<unsigned long long>(held.size()) * o.chunk,
       last == CUDA_SUCCESS ? "" : Name(last), free, total);
   fflush(stdout);
   if (o.hold_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.hold_s));

@@ -18,6 +18,7 @@
 
 namespace gpuslice::limiter::real {
 
+// NOLINTBEGIN(bugprone-macro-parentheses): the X-macros expand to declarations.
 struct CudaTable {
   bool loaded = false;  // libcuda.so.1 was found
 #define GS_CUDA_HOOK(name, params, args) CUresult(*name) params = nullptr;
@@ -46,6 +47,7 @@ struct NvmlTable {
   decltype(&::nvmlDeviceGetCount_v2) nvmlDeviceGetCount_v2 = nullptr;
   decltype(&::nvmlDeviceGetHandleByIndex_v2) nvmlDeviceGetHandleByIndex_v2 = nullptr;
 };
+// NOLINTEND(bugprone-macro-parentheses)
 
 // The tables, loaded on first call.
 const CudaTable& Cuda();

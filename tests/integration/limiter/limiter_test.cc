@@ -4,9 +4,9 @@
 // memory comes back, forked children are members, configuration errors fail
 // closed, and the group's view reaches CUDA and nvidia-smi.
 #include <gtest/gtest.h>
-#include <signal.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -138,6 +138,7 @@ TEST_F(LimiterTest, TheLimitersCountAgreesWithTheDriversWithinOneGranule) {
 TEST_F(LimiterTest, ManyThreadsInSeveralProcessesNeverOvershoot) {
   const uint64_t limit = 2048 * kMiB;
   std::vector<pid_t> members;
+  members.reserve(3);
   const std::string go = dir_ + "/go";
   for (int i = 0; i < 3; ++i) {
     members.push_back(StartProgram("gpuslice-alloc-probe", i,
@@ -158,7 +159,7 @@ TEST_F(LimiterTest, ManyThreadsInSeveralProcessesNeverOvershoot) {
   for (pid_t p : members) driver += DriverPeak(p);
   EXPECT_LE(driver, limit);
   // The quota filled up: less than one step of every thread is left.
-  EXPECT_GT(granted + 3 * kContext, limit - 12 * 16 * kMiB);
+  EXPECT_GT(granted + 3 * kContext, limit - uint64_t{12 * 16} * kMiB);
   auto seg = Segment("race");
   ASSERT_NE(seg, nullptr);
   EXPECT_EQ(seg->MemoryUsed(0), granted + 3 * kContext);
@@ -179,7 +180,7 @@ TEST_F(LimiterTest, AKilledMembersMemoryReturnsToTheGroup) {
   EXPECT_EQ(out_b["granted"], 1);
   auto seg = Segment("reclaim");
   ASSERT_NE(seg, nullptr);
-  EXPECT_EQ(seg->MemoryUsed(0), 2 * kContext + 6 * 64 * kMiB);
+  EXPECT_EQ(seg->MemoryUsed(0), 2 * kContext + uint64_t{6 * 64} * kMiB);
   kill(a, SIGKILL);
   EXPECT_EQ(Join(a), 128 + SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
