@@ -159,7 +159,7 @@ TEST_F(LimiterTest, ManyThreadsInSeveralProcessesNeverOvershoot) {
   for (pid_t p : members) driver += DriverPeak(p);
   EXPECT_LE(driver, limit);
   // The quota filled up: less than one step of every thread is left.
-  EXPECT_GT(granted + 3 * kContext, limit - uint64_t{12 * 16} * kMiB);
+  EXPECT_GT(granted + 3 * kContext, limit - kMiB * 12 * 16);
   auto seg = Segment("race");
   ASSERT_NE(seg, nullptr);
   EXPECT_EQ(seg->MemoryUsed(0), granted + 3 * kContext);
@@ -180,7 +180,7 @@ TEST_F(LimiterTest, AKilledMembersMemoryReturnsToTheGroup) {
   EXPECT_EQ(out_b["granted"], 1);
   auto seg = Segment("reclaim");
   ASSERT_NE(seg, nullptr);
-  EXPECT_EQ(seg->MemoryUsed(0), 2 * kContext + uint64_t{6 * 64} * kMiB);
+  EXPECT_EQ(seg->MemoryUsed(0), 2 * kContext + kMiB * 6 * 64);
   kill(a, SIGKILL);
   EXPECT_EQ(Join(a), 128 + SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
