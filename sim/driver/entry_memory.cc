@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda_abi/array_format.h"
 #include "sim/driver/driver_state.h"
 
 namespace gpuslice::sim::driver {
@@ -73,27 +74,9 @@ CUresult AllocateHost(void** pp, size_t bytes, unsigned flags) {
   return CUDA_SUCCESS;
 }
 
-size_t FormatBytes(CUarray_format f) {
-  switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-      return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-      return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-      return 4;
-    default:
-      return 0;  // not simulated
-  }
-}
-
 // Bytes of one array level; 0 when the descriptor is invalid.
 uint64_t ArrayBytes(const CUDA_ARRAY3D_DESCRIPTOR& d) {
-  const size_t element = FormatBytes(d.Format);
+  const size_t element = cuda_abi::ArrayFormatBytes(d.Format);  // 0: not simulated
   if (element == 0 || d.Width == 0) return 0;
   if (d.NumChannels != 1 && d.NumChannels != 2 && d.NumChannels != 4) return 0;
   const uint64_t w = d.Width, h = std::max<size_t>(d.Height, 1), z = std::max<size_t>(d.Depth, 1);

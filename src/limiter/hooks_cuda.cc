@@ -12,6 +12,7 @@
 #include <climits>
 
 #include "common/log.h"
+#include "cuda_abi/array_format.h"
 #include "limiter/hooks.h"
 #include "limiter/limiter.h"
 #include "limiter/real/real_driver.h"
@@ -61,24 +62,6 @@ CUresult Legacy(const char* name) {
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-uint64_t FormatBytes(CUarray_format f) {
-  switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-      return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-      return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-      return 4;
-    default:
-      return 16;  // an upper bound for block-compressed and packed formats
-  }
-}
-
 // Bytes of an array (all `levels` of a mipmapped one) before alignment: the
 // estimate reserved ahead of the driver call.
 uint64_t ArrayBytes(CUDA_ARRAY3D_DESCRIPTOR d, unsigned levels) {
@@ -86,7 +69,10 @@ uint64_t ArrayBytes(CUDA_ARRAY3D_DESCRIPTOR d, unsigned levels) {
   for (unsigned i = 0; i < std::max(levels, 1u); ++i) {
     const uint64_t texels =
         uint64_t{d.Width} * std::max<size_t>(d.Height, 1) * std::max<size_t>(d.Depth, 1);
-    total += texels * FormatBytes(d.Format) * std::max(d.NumChannels, 1u);
+    // Formats the table does not size count 16 bytes a channel: an upper bound.
+    const size_t sized = cuda_abi::ArrayFormatBytes(d.Format);
+    const uint64_t element = sized != 0 ? sized : 16;
+    total += texels * element * std::max(d.NumChannels, 1u);
     d.Width = std::max<size_t>(d.Width / 2, 1);
     if (d.Height > 0) d.Height = std::max<size_t>(d.Height / 2, 1);
     if (d.Depth > 0) d.Depth = std::max<size_t>(d.Depth / 2, 1);
@@ -103,40 +89,19 @@ void TrueUpArray(Limiter& l, Resource kind, Handle handle, Query query) {
   if (Cuda().cuCtxGetDevice == nullptr || Cuda().cuCtxGetDevice(&dev) != CUDA_SUCCESS) return;
   CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
   if (query(&req, handle, dev) != CUDA_SUCCESS || req.size == 0) return;
-  const auto id = reinterpret_cast<uint64_t>(handle);
-  auto c = l.Untrack(kind, id);
-  if (!c) return;
-  const uint64_t actual = l.Rounded(req.size);
-  if (actual > c->bytes) {
-    l.ForceCharge(Charge{c->device, actual - c->bytes, 0});
-  } else if (actual < c->bytes) {
-    l.Release(Charge{c->device, c->bytes - actual, 0});
-  }
-  c->bytes = actual;
-  l.Track(kind, id, *c);
+  l.Settle(kind, reinterpret_cast<uint64_t>(handle), l.Rounded(req.size));
 }
 
-CUresult CreateArray(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& desc, bool three_d,
-                     const void* original) {
+// Creates an array through `create` (the real call) with its estimated size
+// reserved first, then settles on the driver's figure.
+CUresult CreateArray(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& desc, auto&& create) {
   Limiter& l = Limiter::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
-  if (handle == nullptr) {
-    return three_d ? GS_REAL(cuArray3DCreate_v2, handle,
-                             static_cast<const CUDA_ARRAY3D_DESCRIPTOR*>(original))
-                   : GS_REAL(cuArrayCreate_v2, handle,
-                             static_cast<const CUDA_ARRAY_DESCRIPTOR*>(original));
-  }
+  if (handle == nullptr) return create();
   uintptr_t ctx = 0;
   const int device = l.CurrentGroupDevice(&ctx);
-  const CUresult rc = Reserved(
-      l, device, l.Rounded(ArrayBytes(desc, 1)), ctx, Resource::kArray,
-      [&] {
-        return three_d ? GS_REAL(cuArray3DCreate_v2, handle,
-                                 static_cast<const CUDA_ARRAY3D_DESCRIPTOR*>(original))
-                       : GS_REAL(cuArrayCreate_v2, handle,
-                                 static_cast<const CUDA_ARRAY_DESCRIPTOR*>(original));
-      },
-      [&] { return reinterpret_cast<uint64_t>(*handle); });
+  const CUresult rc = Reserved(l, device, l.Rounded(ArrayBytes(desc, 1)), ctx, Resource::kArray,
+                               create, [&] { return reinterpret_cast<uint64_t>(*handle); });
   if (rc == CUDA_SUCCESS && device >= 0) {
     TrueUpArray(l, Resource::kArray, *handle, Cuda().cuArrayGetMemoryRequirements);
   }
@@ -367,16 +332,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInByt
   const CUresult rc = Reserved(l, device, estimate, ctx, Resource::kPointer, allocate,
                                [&] { return uint64_t{*dptr}; });
   if (rc == CUDA_SUCCESS && device >= 0) {
-    const uint64_t actual = l.Rounded(uint64_t{*pPitch} * Height);
-    if (actual != estimate) {
-      auto c = l.Untrack(Resource::kPointer, *dptr);
-      if (c) {
-        if (actual > estimate) l.ForceCharge(Charge{device, actual - estimate, 0});
-        if (actual < estimate) l.Release(Charge{device, estimate - actual, 0});
-        c->bytes = actual;
-        l.Track(Resource::kPointer, *dptr, *c);
-      }
-    }
+    l.Settle(Resource::kPointer, *dptr, l.Rounded(uint64_t{*pPitch} * Height));
   }
   return rc;
 }
@@ -434,13 +390,15 @@ CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* pAlloca
   desc.Height = pAllocateArray->Height;
   desc.Format = pAllocateArray->Format;
   desc.NumChannels = pAllocateArray->NumChannels;
-  return CreateArray(pHandle, desc, false, pAllocateArray);
+  return CreateArray(pHandle, desc,
+                     [&] { return GS_REAL(cuArrayCreate_v2, pHandle, pAllocateArray); });
 }
 
 CUresult cuArray3DCreate_v2(CUarray* pHandle,
                             const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) noexcept {
   if (pAllocateArray == nullptr) return GS_REAL(cuArray3DCreate_v2, pHandle, pAllocateArray);
-  return CreateArray(pHandle, *pAllocateArray, true, pAllocateArray);
+  return CreateArray(pHandle, *pAllocateArray,
+                     [&] { return GS_REAL(cuArray3DCreate_v2, pHandle, pAllocateArray); });
 }
 
 CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,

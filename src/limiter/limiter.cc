@@ -326,6 +326,15 @@ void Limiter::ReleaseContext(uintptr_t ctx) {
   for (const Charge& c : freed) Release(c);
 }
 
+void Limiter::Settle(Resource kind, uint64_t id, uint64_t actual) {
+  std::optional<Charge> c = Untrack(kind, id);
+  if (!c) return;
+  if (actual > c->bytes) ForceCharge(Charge{c->device, actual - c->bytes, 0});
+  if (actual < c->bytes) Release(Charge{c->device, c->bytes - actual, 0});
+  c->bytes = actual;
+  Track(kind, id, *c);
+}
+
 bool Limiter::PrimaryNeedsCharge(int device) {
   std::lock_guard lock(mu_);
   auto it = primary_.find(device);

@@ -87,6 +87,9 @@ class Limiter {
   void Track(Resource kind, uint64_t id, const Charge& c);
   // Forgets `id` and returns its charge, if the limiter saw it.
   std::optional<Charge> Untrack(Resource kind, uint64_t id);
+  // Settles the charge of tracked `id` at `actual` bytes (the driver's own
+  // figure, known after the call), charging or giving back the difference.
+  void Settle(Resource kind, uint64_t id, uint64_t actual);
 
   // Gives back everything tracked in context `ctx` (it was destroyed, and the
   // driver freed its memory with it).

@@ -71,7 +71,6 @@ void FillCuda(CudaTable* t, void* h) {
   Resolve(h, "cuCtxPopCurrent_v2", &t->cuCtxPopCurrent_v2);
   Resolve(h, "cuArrayGetMemoryRequirements", &t->cuArrayGetMemoryRequirements);
   Resolve(h, "cuMipmappedArrayGetMemoryRequirements", &t->cuMipmappedArrayGetMemoryRequirements);
-  Resolve(h, "cuMemPoolGetAccess", &t->cuMemPoolGetAccess);
 }
 
 void FillNvml(NvmlTable* t, void* h) {

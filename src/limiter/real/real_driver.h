@@ -35,7 +35,6 @@ struct CudaTable {
   decltype(&::cuArrayGetMemoryRequirements) cuArrayGetMemoryRequirements = nullptr;
   decltype(&::cuMipmappedArrayGetMemoryRequirements) cuMipmappedArrayGetMemoryRequirements =
       nullptr;
-  decltype(&::cuMemPoolGetAccess) cuMemPoolGetAccess = nullptr;
 };
 
 struct NvmlTable {

@@ -1,24 +1,19 @@
 // gpuslice run, status and limit set as an operator uses them: the gpuslice
 // binary started as a real process, limiting gpuslice-driver-probe on a
 // private simulated GPU, with a private segment directory per test.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
 namespace {
@@ -27,77 +22,28 @@ using nlohmann::json;
 
 constexpr uint64_t kGiB = 1ull << 30;
 
-std::string BuildDir() {
-  const char* dir = getenv("GPUSLICE_BUILD_DIR");
-  return dir != nullptr ? dir : ".";
-}
-
-// Polls `condition` every 20 ms until it holds or `timeout` passes.
-bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return condition();
-}
+using testing::BuildDir;
+using testing::WaitFor;
 
 struct Result {
   int code;
   std::string out, err;
 };
 
-class CliTest : public ::testing::Test {
+class CliTest : public testing::SimProcessTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/gpuslice-cli-it-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    shm_ = dir_ + "/shm";
-  }
-  void TearDown() override {
-    for (pid_t pid : children_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    std::filesystem::remove_all(dir_);
-  }
-
-  // Starts build/bin/gpuslice with `args`, a private simulation and segment
-  // directory, and PATH; stdout and stderr go to files numbered `n`.
+  // Starts build/bin/gpuslice with `args`, this test's simulation and segment
+  // directory, and PATH (no simulator library path: `sim run` sets that);
+  // stdout and stderr go to files numbered `n`.
   pid_t Start(int n, const std::vector<std::string>& args,
               const std::vector<std::string>& extra_env = {}) {
     std::vector<std::string> argv = {Gpuslice()};
     argv.insert(argv.end(), args.begin(), args.end());
     const char* path = getenv("PATH");
     std::vector<std::string> env = {"PATH=" + std::string(path != nullptr ? path : "/usr/bin:/bin"),
-                                    "GPUSLICE_SIM_STATE=" + dir_ + "/sim.state",
-                                    "GPUSLICE_SHM_DIR=" + shm_};
+                                    "GPUSLICE_SIM_STATE=" + state_, "GPUSLICE_SHM_DIR=" + shm_dir_};
     env.insert(env.end(), extra_env.begin(), extra_env.end());
-    std::vector<char*> argv_c, env_c;
-    for (auto& a : argv) argv_c.push_back(a.data());
-    argv_c.push_back(nullptr);
-    for (auto& e : env) env_c.push_back(e.data());
-    env_c.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, File("out", n).c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&actions, 2, File("err", n).c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid = -1;
-    int rc = posix_spawn(&pid, argv_c[0], &actions, nullptr, argv_c.data(), env_c.data());
-    posix_spawn_file_actions_destroy(&actions);
-    EXPECT_EQ(rc, 0) << argv[0];
-    children_.push_back(pid);
-    return pid;
-  }
-
-  int Join(pid_t pid) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    std::erase(children_, pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return Spawn(n, argv, env);
   }
 
   // Runs gpuslice to completion.
@@ -133,13 +79,7 @@ class CliTest : public ::testing::Test {
 
   static std::string Gpuslice() { return BuildDir() + "/bin/gpuslice"; }
   static std::string Limiter() { return BuildDir() + "/lib/libgpuslice.so"; }
-  std::string File(const char* kind, int n) const { return dir_ + "/" + kind + std::to_string(n); }
-  static std::string Read(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  static std::string File(const char* kind, int n) { return kind + std::to_string(n); }
   // The value of `name` in `env`-style output, or "<unset>".
   static std::string Var(const std::string& env_output, const std::string& name) {
     std::istringstream in(env_output);
@@ -149,8 +89,6 @@ class CliTest : public ::testing::Test {
     return "<unset>";
   }
 
-  std::string dir_, shm_;
-  std::vector<pid_t> children_;
   int next_ = 0;
 };
 
@@ -166,13 +104,13 @@ TEST_F(CliTest, RunPreloadsTheLimiterAndSetsTheMemoryLimit) {
 
 TEST_F(CliTest, RunTranslatesPerDeviceFlagsToJson) {
   Result r = Run({"run", "--memory", "0=1GiB,1=2GiB", "--compute", "0=50,1=25", "--group", "g7",
-                  "--shm-dir", shm_ + "/other", "--", "env"},
+                  "--shm-dir", shm_dir_ + "/other", "--", "env"},
                  {"LD_PRELOAD=" + Limiter()});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(Var(r.out, "GPUSLICE_MEMORY_LIMIT"), R"({"0":"1GiB","1":"2GiB"})");
   EXPECT_EQ(Var(r.out, "GPUSLICE_COMPUTE_LIMIT"), R"({"0":50,"1":25})");
   EXPECT_EQ(Var(r.out, "GPUSLICE_GROUP"), "g7");
-  EXPECT_EQ(Var(r.out, "GPUSLICE_SHM_DIR"), shm_ + "/other");
+  EXPECT_EQ(Var(r.out, "GPUSLICE_SHM_DIR"), shm_dir_ + "/other");
   EXPECT_EQ(Var(r.out, "LD_PRELOAD"), std::string(std::filesystem::canonical(Limiter())));
 }
 
@@ -301,7 +239,7 @@ TEST_F(CliTest, AnInvalidSegmentIsAWarningAndTheOthersAreShown) {
   pid_t probe = StartLimitedProbe("1GiB", "good");
   ASSERT_TRUE(WaitFor([&] { return !Group(Status(), "good").is_null(); }, std::chrono::seconds(20)))
       << Read(File("err", 0));
-  const std::string bad = shm_ + "/group-bad.v1";
+  const std::string bad = shm_dir_ + "/group-bad.v1";
   std::ofstream(bad) << "not a segment";
   Result r = Run({"status", "--json"});
   EXPECT_EQ(r.code, 0);

@@ -87,6 +87,12 @@ class SimProcessTest : public ::testing::Test {
     std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
                                     "GPUSLICE_SIM_STATE=" + state_};
     env.insert(env.end(), extra_env.begin(), extra_env.end());
+    return Spawn(n, argv, env);
+  }
+
+  // Starts argv[0] (a path) with exactly `env`; stdout and stderr go to the
+  // files "out<n>" and "err<n>" of this test's directory.
+  pid_t Spawn(int n, std::vector<std::string> argv, std::vector<std::string> env) {
     std::vector<char*> argv_c, env_c;
     for (auto& a : argv) argv_c.push_back(a.data());
     argv_c.push_back(nullptr);
