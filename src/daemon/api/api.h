@@ -1,0 +1,88 @@
+// The daemon's API surface, independent of HTTP: every part of gpusliced
+// (GPUs, MPS, ...) registers its routes on an ApiRouter; the HTTP server
+// (src/daemon/http) parses requests, identifies the caller, authorises
+// mutating routes, and hands the rest to the router.
+//
+// Thread safety: an ApiRouter is filled before the server starts and is
+// read-only afterwards; handlers may be called from several threads at once.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpuslice::daemon {
+
+// Who is calling. Over the Unix socket uid/gid/pid come from SO_PEERCRED;
+// over TCP they are unset and `token_ok` says whether a valid bearer token
+// was presented.
+struct Caller {
+  std::optional<uid_t> uid;
+  std::optional<gid_t> gid;
+  std::optional<pid_t> pid;
+  bool via_tcp = false;
+  bool token_ok = false;
+};
+
+struct ApiRequest {
+  std::string method;                         // "GET", "PUT", "POST", "DELETE"
+  std::string path;                           // "/v1/gpus/0/power-limit", no query
+  std::map<std::string, std::string> query;   // decoded ?key=value pairs
+  std::map<std::string, std::string> params;  // "{name}" segments of the route pattern
+  std::string body;
+  Caller caller;
+};
+
+struct ApiResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+
+  static ApiResponse Json(int status, const nlohmann::json& value);
+  // {"error": {"code": "INVALID_ARGUMENT", "message": ...}} with the HTTP status
+  // that matches the Status code (400, 404, 403, 409, 503, 500...).
+  static ApiResponse FromStatus(const Status& status);
+};
+
+// Whether a route changes state. Mutating routes are refused with 403 unless
+// the caller is root, in the configured group, or (TCP) holds a token.
+enum class Access { kRead, kMutate };
+
+class ApiRouter {
+ public:
+  using Handler = std::function<ApiResponse(const ApiRequest&)>;
+
+  // `pattern` is a path with "{name}" segments, e.g. "/v1/gpus/{ids}/{setting}";
+  // a "{name}" matches exactly one non-empty segment.
+  void Add(std::string method, std::string pattern, Access access, Handler handler);
+
+  struct Match {
+    const Handler* handler;
+    Access access;
+    std::map<std::string, std::string> params;
+  };
+  // The route for `method` + `path`; NotFound (404) when no pattern matches the
+  // path, FailedPrecondition with "method not allowed" when the path matches
+  // but the method does not (the server answers 405).
+  StatusOr<Match> Find(std::string_view method, std::string_view path) const;
+
+ private:
+  struct Route {
+    std::string method;
+    std::vector<std::string> segments;
+    Access access;
+    Handler handler;
+  };
+  std::vector<Route> routes_;
+};
+
+}  // namespace gpuslice::daemon
