@@ -23,7 +23,12 @@
 //  - The group controller (DESIGN.md section 3) is whoever holds the OFD lock
 //    on byte kControllerLockOffset.
 //  - Limits are written by any member at attach time (lowering only), by
-//    `gpuslice limit set`, or by the daemon, and read lock-free.
+//    `gpuslice limit set`, or by the daemon, and read lock-free. Every
+//    change bumps `change_word` and wakes its futex waiters.
+//  - Compute budgets (DeviceCompute) are lock-free: members advance
+//    `next_free_ns` with compare-and-swap on every launch of a limited device
+//    and wait on `change_word` (futex, with a timeout) while it is ahead of
+//    them; only the group controller writes the estimate fields.
 //
 // Invariants (restored by repair after a member dies mid-update):
 //  1. devices[d].memory_used == sum over slots s of slots[s].memory[d].
@@ -38,7 +43,7 @@
 namespace gpuslice {
 
 inline constexpr uint64_t kGroupSegmentMagic = 0x5052475f534c5047;  // "GPLS_GRP"
-inline constexpr uint32_t kGroupSegmentVersion = 1;
+inline constexpr uint32_t kGroupSegmentVersion = 2;
 
 // Where segments live when GPUSLICE_SHM_DIR is unset.
 inline constexpr char kDefaultGroupSegmentDir[] = "/dev/shm/gpuslice";
@@ -66,6 +71,31 @@ struct GroupSegmentHeader {
   uint32_t reserved;
 };
 
+// The compute budget of one device of the group (DESIGN.md sections 2, 3):
+// a pacer in the manner of the generic cell rate algorithm. Each admitted
+// launch pushes `next_free_ns` forward by charge_ns x 100 / compute_limit of
+// wall time (its estimated device time stretched by the limit); a launch is
+// admitted while next_free_ns <= now + the burst tolerance, otherwise its
+// thread waits until that holds. Device time is estimated per launch by the
+// group controller from NVML's per-process samples (busy time / launches).
+struct alignas(64) DeviceCompute {
+  // Written by every admitted launch of every member (a cache line of its own).
+  int64_t next_free_ns;  // CLOCK_MONOTONIC time the budget is next free
+  uint64_t launches;     // launches admitted on this device
+  uint64_t waits;        // launches that had to wait for budget
+  uint64_t wait_ns;      // total time those launches waited
+  uint32_t probes;       // bootstrap probes taken (see probe_ns)
+  uint32_t reserved0;
+  uint8_t pad0[24];
+  // Written by the group controller (probe_ns: by members, lowering only).
+  int64_t charge_ns;        // estimated device time of one launch; 0: not known yet
+  int64_t probe_ns;         // bootstrap: least launch-to-completion time measured; 0: none
+  uint32_t share_bp;        // measured share of the device, in basis points (1/100 %)
+  uint32_t reserved1;
+  int64_t measured_at_ns;   // CLOCK_MONOTONIC of the last estimate; 0: never
+  uint8_t pad1[32];
+};
+
 // One physical GPU, identified by UUID (CUDA ordinals differ between members
 // with different CUDA_VISIBLE_DEVICES).
 struct GroupDevice {
@@ -76,7 +106,7 @@ struct GroupDevice {
   uint64_t alloc_failures;  // allocations refused for the limit
   uint32_t compute_limit;   // percent 1..100; kUnlimitedPercent when unset
   uint32_t reserved0;
-  uint8_t controller[128];  // the compute controller's state (issue 4)
+  DeviceCompute compute;
 };
 
 struct ProcessSlot {
@@ -95,6 +125,8 @@ struct GroupSegmentLayout {
   alignas(64) uint32_t device_count;  // entries of devices[] in use
   uint32_t change_word;               // bumped (and futex-woken) on every limit change
   uint64_t limits_generation;         // bumped on every limit change
+  uint32_t compute_limited;           // bit d set: devices[d] has a compute limit below 100
+  uint32_t reserved1;
   int64_t controller_heartbeat_ns;    // last beat of the group controller
   int32_t controller_pid;             // its pid, 0 if none
   uint32_t reserved0;
@@ -104,7 +136,8 @@ struct GroupSegmentLayout {
 
 static_assert(std::is_trivially_copyable_v<GroupSegmentLayout>);
 static_assert(sizeof(GroupSegmentHeader) == 32);
-static_assert(sizeof(GroupDevice) == 216);
+static_assert(sizeof(DeviceCompute) == 128);
+static_assert(sizeof(GroupDevice) == 256);
 static_assert(sizeof(ProcessSlot) == 168);
 static_assert(sizeof(pthread_mutex_t) <= 64, "the mutex must fit its 64-byte line");
 static_assert(sizeof(GroupSegmentLayout) < kControllerLockOffset);

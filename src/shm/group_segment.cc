@@ -246,7 +246,22 @@ uint32_t GroupSegment::ComputeLimit(int dev) const {
   return Load(layout_->devices[dev].compute_limit);
 }
 
+uint32_t GroupSegment::ChangeWord() const { return Load(layout_->change_word); }
+
+void GroupSegment::WaitForChange(uint32_t seen, int64_t timeout_ns) const {
+  if (timeout_ns <= 0) return;
+  timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000),
+              static_cast<long>(timeout_ns % 1'000'000'000)};
+  // EAGAIN (the word moved), EINTR and ETIMEDOUT all mean: look again.
+  syscall(SYS_futex, &layout_->change_word, FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
 void GroupSegment::BumpLimits() {
+  uint32_t limited = 0;
+  for (int d = 0; d < kGroupMaxDevices; ++d) {
+    if (Load(layout_->devices[d].compute_limit) < kUnlimitedPercent) limited |= 1u << d;
+  }
+  Atomic(layout_->compute_limited).store(limited, std::memory_order_release);
   Atomic(layout_->limits_generation).fetch_add(1);
   Atomic(layout_->change_word).fetch_add(1);
   syscall(SYS_futex, &layout_->change_word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);

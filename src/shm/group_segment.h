@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -63,6 +64,21 @@ class GroupSegment {
   void SetMemoryLimit(int dev, uint64_t bytes);
   void LowerComputeLimit(int dev, uint32_t percent);
   void SetComputeLimit(int dev, uint32_t percent);
+
+  // Bit d set: device d has a compute limit below 100 (one load; the
+  // launch path's test for "nothing to pace").
+  uint32_t ComputeLimitedMask() const {
+    return std::atomic_ref<uint32_t>(layout_->compute_limited)
+        .load(std::memory_order_acquire);
+  }
+  // The compute budget of `dev` (fields are shared: use std::atomic_ref).
+  DeviceCompute& Compute(int dev) { return layout_->devices[dev].compute; }
+
+  // The word bumped on every limit change: read it, decide, then
+  // WaitForChange(seen, timeout) sleeps until it moves or the timeout passes
+  // (a futex on the shared segment; spurious returns are allowed).
+  uint32_t ChangeWord() const;
+  void WaitForChange(uint32_t seen, int64_t timeout_ns) const;
 
   uint64_t MemoryLimit(int dev) const;
   uint64_t MemoryUsed(int dev) const;

@@ -1,0 +1,80 @@
+#include "limiter/core/cost_estimator.h"
+
+#include <algorithm>
+
+namespace gpuslice::limiter {
+
+void CostEstimator::RecordLaunches(int64_t t_ns, uint64_t total) {
+  if (!history_.empty() && t_ns <= history_.back().t_ns) {
+    history_.back().total = std::max(history_.back().total, total);
+    return;
+  }
+  history_.push_back({t_ns, total});
+  while (history_.size() > 2 && history_[1].t_ns < t_ns - options_.history_ns) {
+    history_.pop_front();
+  }
+}
+
+double CostEstimator::LaunchesAt(int64_t t_ns) const {
+  if (history_.empty()) return 0;
+  if (t_ns <= history_.front().t_ns) return static_cast<double>(history_.front().total);
+  if (t_ns >= history_.back().t_ns) return static_cast<double>(history_.back().total);
+  auto hi = std::lower_bound(history_.begin(), history_.end(), t_ns,
+                             [](const Point& p, int64_t t) { return p.t_ns < t; });
+  auto lo = hi - 1;
+  const double f =
+      static_cast<double>(t_ns - lo->t_ns) / static_cast<double>(hi->t_ns - lo->t_ns);
+  return static_cast<double>(lo->total) +
+         f * (static_cast<double>(hi->total) - static_cast<double>(lo->total));
+}
+
+double CostEstimator::LaunchesBetween(int64_t start_ns, int64_t end_ns) const {
+  return std::max(0.0, LaunchesAt(end_ns) - LaunchesAt(start_ns));
+}
+
+void CostEstimator::AddBusy(int64_t start_ns, int64_t end_ns, double busy_fraction) {
+  if (end_ns <= start_ns) return;
+  busy_fraction = std::clamp(busy_fraction, 0.0, 1.0);
+  spans_.push_back({start_ns, end_ns, busy_fraction * static_cast<double>(end_ns - start_ns),
+                    LaunchesBetween(start_ns, end_ns)});
+  while (!spans_.empty() && spans_.front().end_ns < end_ns - options_.max_horizon_ns) {
+    spans_.pop_front();
+  }
+}
+
+int64_t CostEstimator::CostNs() const {
+  // Newest first, until the horizon holds enough evidence. Spans with neither
+  // launches nor busy time (the group idle) say nothing about the cost.
+  double busy = 0;
+  double launches = 0;
+  int64_t span = 0;
+  for (auto it = spans_.rbegin(); it != spans_.rend(); ++it) {
+    if (it->launches <= 0 && it->busy_ns <= 0) continue;
+    busy += it->busy_ns;
+    launches += it->launches;
+    span += it->end_ns - it->start_ns;
+    if (span >= options_.horizon_ns &&
+        launches >= static_cast<double>(options_.horizon_launches)) {
+      break;
+    }
+  }
+  if (span < options_.min_span_ns || launches < static_cast<double>(options_.min_launches) ||
+      busy <= 0) {
+    return 0;
+  }
+  return std::max<int64_t>(1, static_cast<int64_t>(busy / launches));
+}
+
+double CostEstimator::RecentShare(int64_t window_ns) const {
+  if (spans_.empty()) return -1;
+  const int64_t from = spans_.back().end_ns - window_ns;
+  double busy = 0;
+  int64_t span = 0;
+  for (auto it = spans_.rbegin(); it != spans_.rend() && it->end_ns > from; ++it) {
+    busy += it->busy_ns;
+    span += it->end_ns - it->start_ns;
+  }
+  return span > 0 ? busy / static_cast<double>(span) : -1;
+}
+
+}  // namespace gpuslice::limiter

@@ -1,0 +1,47 @@
+// Launch pacing against a compute budget (DESIGN.md section 2): the
+// arithmetic of DeviceCompute (include/gpuslice/group_segment.h), kept free of
+// CUDA and shared memory so it is unit-tested on plain integers.
+//
+// The budget is one timestamp, `next_free_ns`: the time at which the group's
+// device-time allowance is next free. Admitting a launch that is estimated to
+// use `charge_ns` of device time under a limit of L% advances it by
+// charge_ns x 100 / L of wall time, from now if it lags behind now (unused
+// allowance is not banked beyond the burst tolerance). A launch is admitted
+// while next_free_ns <= now + burst: the group may run up to `burst` of wall
+// time ahead, so an asynchronous stream keeps a short queue and the device
+// never idles for want of an admitted launch.
+//
+// Thread- and process-safe: the only shared state is the atomic timestamp.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+namespace gpuslice::limiter {
+
+// How far ahead of now a group may have admitted work (wall time): short
+// enough that no 1 s window can hold much more than its share, long enough
+// to keep a queue in front of the device for small kernels.
+inline constexpr int64_t kPacerBurstNs = 20'000'000;
+
+// Wall time one launch consumes: its device time stretched by the limit.
+// REQUIRES: 1 <= limit_percent <= 100.
+inline int64_t PacedIntervalNs(int64_t charge_ns, uint32_t limit_percent) {
+  return charge_ns * 100 / static_cast<int64_t>(limit_percent);
+}
+
+// Admits one launch of `interval_ns` at `now_ns` if the budget allows:
+// returns 0 and advances `next_free`; otherwise returns the nanoseconds to
+// wait before trying again, and changes nothing.
+inline int64_t TryAdmit(std::atomic_ref<int64_t> next_free, int64_t now_ns, int64_t interval_ns,
+                        int64_t burst_ns = kPacerBurstNs) {
+  int64_t seen = next_free.load(std::memory_order_relaxed);
+  for (;;) {
+    if (seen > now_ns + burst_ns) return seen - burst_ns - now_ns;
+    const int64_t next = std::max(seen, now_ns) + interval_ns;
+    if (next_free.compare_exchange_weak(seen, next, std::memory_order_acq_rel)) return 0;
+  }
+}
+
+}  // namespace gpuslice::limiter
