@@ -3,10 +3,11 @@
 #include <pthread.h>
 
 #include <csignal>
-#include <thread>
+#include <algorithm>
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "limiter/compute_controller.h"
 
 namespace gpuslice::limiter {
 namespace {
@@ -21,12 +22,24 @@ void* Run(void* arg) {
     return nullptr;
   }
   GS_LOG(kInfo, "limiter", "this process now keeps group '%s'", segment->group().c_str());
+  ComputeController compute(segment);
+  const int64_t period_ns = std::chrono::nanoseconds(GroupKeeper::kPeriod).count();
+  int64_t next_reap = 0;
   for (;;) {
-    if (int n = segment->ReapDead(); n > 0) {
-      GS_LOG(kInfo, "limiter", "reclaimed the memory of %d departed member(s)", n);
+    // Read before deciding, so a limit set meanwhile ends the wait at once.
+    const uint32_t seen = segment->ChangeWord();
+    const int64_t now = MonotonicNs();
+    if (now >= next_reap) {
+      if (int n = segment->ReapDead(); n > 0) {
+        GS_LOG(kInfo, "limiter", "reclaimed the memory of %d departed member(s)", n);
+      }
+      segment->Beat(now);
+      next_reap = now + period_ns;
     }
-    segment->Beat(MonotonicNs());
-    std::this_thread::sleep_for(GroupKeeper::kPeriod);
+    const int64_t tick_ns = compute.Tick()
+                                ? std::chrono::nanoseconds(ComputeController::kPeriod).count()
+                                : period_ns;
+    segment->WaitForChange(seen, std::min(tick_ns, next_reap - MonotonicNs()));
   }
 }
 

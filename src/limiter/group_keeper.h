@@ -4,8 +4,9 @@
 // holder dies otherwise); then, every kPeriod, it reclaims the memory of
 // members that died and beats the group's heartbeat. So a SIGKILLed member's
 // memory returns to the group within one period while any member lives.
-//
-// The compute controller (issue 4) will run on this thread too.
+// While a device has a compute limit it also runs the group's
+// ComputeController every ComputeController::kPeriod; a limit change wakes it
+// at once (it sleeps on the segment's change word).
 //
 // The thread blocks every signal (the host's handlers never run on it) and
 // is detached: it never delays the host's exit.

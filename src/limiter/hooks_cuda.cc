@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "cuda_abi/array_format.h"
+#include "limiter/compute_gate.h"
 #include "limiter/hooks.h"
 #include "limiter/limiter.h"
 #include "limiter/real/real_driver.h"
@@ -448,51 +449,58 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) noexcept {
                Resource::kMipmappedArray, reinterpret_cast<uint64_t>(hMipmappedArray));
 }
 
-// ---- launches (compute limits: the next step; today they pass through) ----
+// ---- launches: paced by the group's compute budget (compute_gate.h) ----
+
+#define GS_PACED(stream, per_thread, name, ...) \
+  ComputeGate::Paced(stream, per_thread, [&] { return GS_REAL(name, __VA_ARGS__); })
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                         void** kernelParams, void** extra) noexcept {
-  return GS_REAL(cuLaunchKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
-                 sharedMemBytes, hStream, kernelParams, extra);
+  return GS_PACED(hStream, false, cuLaunchKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX,
+                  blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
 }
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                              unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                              unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                              void** kernelParams, void** extra) noexcept {
-  return GS_REAL(cuLaunchKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
-                 blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+  return GS_PACED(hStream, true, cuLaunchKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX,
+                  blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
 }
 CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
                           void** extra) noexcept {
-  return GS_REAL(cuLaunchKernelEx, config, f, kernelParams, extra);
+  return GS_PACED(config != nullptr ? config->hStream : nullptr, false, cuLaunchKernelEx, config,
+                  f, kernelParams, extra);
 }
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
                                void** extra) noexcept {
-  return GS_REAL(cuLaunchKernelEx_ptsz, config, f, kernelParams, extra);
+  return GS_PACED(config != nullptr ? config->hStream : nullptr, true, cuLaunchKernelEx_ptsz,
+                  config, f, kernelParams, extra);
 }
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                    unsigned int gridDimZ, unsigned int blockDimX,
                                    unsigned int blockDimY, unsigned int blockDimZ,
                                    unsigned int sharedMemBytes, CUstream hStream,
                                    void** kernelParams) noexcept {
-  return GS_REAL(cuLaunchCooperativeKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
-                 blockDimZ, sharedMemBytes, hStream, kernelParams);
+  return GS_PACED(hStream, false, cuLaunchCooperativeKernel, f, gridDimX, gridDimY, gridDimZ,
+                  blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
 }
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                         unsigned int gridDimZ, unsigned int blockDimX,
                                         unsigned int blockDimY, unsigned int blockDimZ,
                                         unsigned int sharedMemBytes, CUstream hStream,
                                         void** kernelParams) noexcept {
-  return GS_REAL(cuLaunchCooperativeKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX,
-                 blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+  return GS_PACED(hStream, true, cuLaunchCooperativeKernel_ptsz, f, gridDimX, gridDimY, gridDimZ,
+                  blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
 }
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) noexcept {
-  return GS_REAL(cuGraphLaunch, hGraphExec, hStream);
+  return GS_PACED(hStream, false, cuGraphLaunch, hGraphExec, hStream);
 }
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) noexcept {
-  return GS_REAL(cuGraphLaunch_ptsz, hGraphExec, hStream);
+  return GS_PACED(hStream, true, cuGraphLaunch_ptsz, hGraphExec, hStream);
 }
+
+#undef GS_PACED
 
 }  // namespace gpuslice::limiter::hooks

@@ -12,6 +12,7 @@
 #include "common/process.h"
 #include "common/quantity.h"
 #include "limiter/core/limit_config.h"
+#include "limiter/compute_gate.h"
 #include "limiter/group_keeper.h"
 #include "limiter/real/real_driver.h"
 
@@ -105,6 +106,7 @@ CUresult Limiter::AttachWithCuda() {
       if (segment_->ReopenAfterFork().ok()) {
         GroupKeeper::Start(segment_.get());  // the parent's keeper did not survive the fork
       } else {
+        ComputeGate::Arm(nullptr);
         (void)segment_.release();  // the mapping is the parent's too: never unmapped here
         state_.store(kDetached);
       }
@@ -204,6 +206,7 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
   (*segment)->ReapDead();  // members that left since the last one looked
   segment_ = std::move(segment).value();
   GroupKeeper::Start(segment_.get());
+  ComputeGate::Arm(segment_.get());
   ordinal_to_device_ = std::move(map);
   GS_LOG(kInfo, "limiter", "attached to group '%s' (%zu devices)", segment_->group().c_str(),
          devices.size());

@@ -31,6 +31,15 @@ inline int64_t PacedIntervalNs(int64_t charge_ns, uint32_t limit_percent) {
   return charge_ns * 100 / static_cast<int64_t>(limit_percent);
 }
 
+// Charges `interval_ns` to the budget at `now_ns` whatever it holds (a
+// launch measured after the fact).
+inline void ChargeAfter(std::atomic_ref<int64_t> next_free, int64_t now_ns, int64_t interval_ns) {
+  int64_t seen = next_free.load(std::memory_order_relaxed);
+  while (!next_free.compare_exchange_weak(seen, std::max(seen, now_ns) + interval_ns,
+                                          std::memory_order_acq_rel)) {
+  }
+}
+
 // Admits one launch of `interval_ns` at `now_ns` if the budget allows:
 // returns 0 and advances `next_free`; otherwise returns the nanoseconds to
 // wait before trying again, and changes nothing.

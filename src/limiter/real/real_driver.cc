@@ -69,6 +69,8 @@ void FillCuda(CudaTable* t, void* h) {
   Resolve(h, "cuStreamGetCtx", &t->cuStreamGetCtx);
   Resolve(h, "cuCtxPushCurrent_v2", &t->cuCtxPushCurrent_v2);
   Resolve(h, "cuCtxPopCurrent_v2", &t->cuCtxPopCurrent_v2);
+  Resolve(h, "cuStreamSynchronize", &t->cuStreamSynchronize);
+  Resolve(h, "cuStreamIsCapturing", &t->cuStreamIsCapturing);
   Resolve(h, "cuArrayGetMemoryRequirements", &t->cuArrayGetMemoryRequirements);
   Resolve(h, "cuMipmappedArrayGetMemoryRequirements", &t->cuMipmappedArrayGetMemoryRequirements);
 }
@@ -80,6 +82,8 @@ void FillNvml(NvmlTable* t, void* h) {
   Resolve(h, "nvmlDeviceGetUUID", &t->nvmlDeviceGetUUID);
   Resolve(h, "nvmlDeviceGetCount_v2", &t->nvmlDeviceGetCount_v2);
   Resolve(h, "nvmlDeviceGetHandleByIndex_v2", &t->nvmlDeviceGetHandleByIndex_v2);
+  Resolve(h, "nvmlInit_v2", &t->nvmlInit_v2);
+  Resolve(h, "nvmlDeviceGetHandleByUUID", &t->nvmlDeviceGetHandleByUUID);
 }
 
 Loader<CudaTable>& CudaLoader() {

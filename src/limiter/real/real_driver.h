@@ -32,6 +32,8 @@ struct CudaTable {
   decltype(&::cuStreamGetCtx) cuStreamGetCtx = nullptr;
   decltype(&::cuCtxPushCurrent_v2) cuCtxPushCurrent_v2 = nullptr;
   decltype(&::cuCtxPopCurrent_v2) cuCtxPopCurrent_v2 = nullptr;
+  decltype(&::cuStreamSynchronize) cuStreamSynchronize = nullptr;
+  decltype(&::cuStreamIsCapturing) cuStreamIsCapturing = nullptr;
   decltype(&::cuArrayGetMemoryRequirements) cuArrayGetMemoryRequirements = nullptr;
   decltype(&::cuMipmappedArrayGetMemoryRequirements) cuMipmappedArrayGetMemoryRequirements =
       nullptr;
@@ -45,6 +47,8 @@ struct NvmlTable {
   decltype(&::nvmlDeviceGetUUID) nvmlDeviceGetUUID = nullptr;
   decltype(&::nvmlDeviceGetCount_v2) nvmlDeviceGetCount_v2 = nullptr;
   decltype(&::nvmlDeviceGetHandleByIndex_v2) nvmlDeviceGetHandleByIndex_v2 = nullptr;
+  decltype(&::nvmlInit_v2) nvmlInit_v2 = nullptr;
+  decltype(&::nvmlDeviceGetHandleByUUID) nvmlDeviceGetHandleByUUID = nullptr;
 };
 // NOLINTEND(bugprone-macro-parentheses)
 

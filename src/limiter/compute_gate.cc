@@ -1,0 +1,120 @@
+#include "limiter/compute_gate.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "common/clock.h"
+#include "limiter/core/launch_pacer.h"
+#include "limiter/limiter.h"
+#include "limiter/real/real_driver.h"
+
+namespace gpuslice::limiter {
+namespace {
+
+template <typename T>
+std::atomic_ref<T> Shared(T& field) {
+  return std::atomic_ref<T>(field);
+}
+
+// The stream handle the driver means: stream 0 of a _ptsz entry point is the
+// calling thread's default stream.
+CUstream Effective(CUstream stream, bool per_thread) {
+  return stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream;
+}
+
+bool Capturing(CUstream stream) {
+  const real::CudaTable& cu = real::Cuda();
+  if (cu.cuStreamIsCapturing == nullptr) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return cu.cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// Lowers `field` to `value` if it is 0 or higher.
+void LowerNonZero(int64_t& field, int64_t value) {
+  auto f = Shared(field);
+  int64_t seen = f.load();
+  while ((seen == 0 || value < seen) && !f.compare_exchange_weak(seen, value)) {
+  }
+}
+
+// Waits until the budget of `dev` admits a launch estimated at `charge_ns`
+// of device time (0: only until earlier charges are paid). False if the
+// limit was lifted meanwhile.
+bool Admit(const GroupSegment& segment, int dev, DeviceCompute& c, int64_t charge_ns) {
+  int64_t waiting_since = 0;
+  int64_t now = 0;
+  bool limited = true;
+  for (;;) {
+    const uint32_t seen = segment.ChangeWord();
+    const uint32_t limit = segment.ComputeLimit(dev);
+    now = MonotonicNs();
+    if (limit >= kUnlimitedPercent) {
+      limited = false;
+      break;
+    }
+    const int64_t wait = TryAdmit(Shared(c.next_free_ns), now, PacedIntervalNs(charge_ns, limit));
+    if (wait == 0) break;
+    if (waiting_since == 0) waiting_since = now;
+    segment.WaitForChange(seen, wait);
+    // The controller may have refined the estimate while this thread slept.
+    if (const int64_t fresh = Shared(c.charge_ns).load(std::memory_order_acquire); fresh > 0) {
+      charge_ns = fresh;
+    }
+  }
+  if (waiting_since != 0) {
+    Shared(c.waits).fetch_add(1, std::memory_order_relaxed);
+    Shared(c.wait_ns).fetch_add(static_cast<uint64_t>(now - waiting_since),
+                                std::memory_order_relaxed);
+  }
+  return limited;
+}
+
+// Runs the launch and waits for its stream: the wall time is an upper bound
+// of the launch's device time (other tenants' slices can only add to it). It
+// is charged to the budget afterwards and kept as the bootstrap estimate.
+CUresult Probe(const GroupSegment& segment, int dev, DeviceCompute& c, CUstream stream,
+               CUresult (*call)(void*), void* launch) {
+  const int64_t start = MonotonicNs();
+  const CUresult rc = call(launch);
+  if (rc != CUDA_SUCCESS) return rc;
+  Shared(c.launches).fetch_add(1, std::memory_order_relaxed);
+  const real::CudaTable& cu = real::Cuda();
+  if (cu.cuStreamSynchronize == nullptr || cu.cuStreamSynchronize(stream) != CUDA_SUCCESS) {
+    return rc;  // the launch's own error, if any, surfaces at the program's next sync
+  }
+  const int64_t measured = std::max<int64_t>(1, MonotonicNs() - start);
+  LowerNonZero(c.probe_ns, measured);
+  if (const uint32_t limit = segment.ComputeLimit(dev); limit < kUnlimitedPercent) {
+    ChargeAfter(Shared(c.next_free_ns), start, PacedIntervalNs(measured, limit));
+  }
+  return rc;
+}
+
+}  // namespace
+
+CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline call, void* launch) {
+  GroupSegment* segment = segment_.load(std::memory_order_acquire);
+  stream = Effective(stream, per_thread);
+  // Captured work runs (and is charged) when its graph is launched.
+  if (Capturing(stream)) return call(launch);
+  const int dev = Limiter::Get().StreamGroupDevice(stream);
+  if (dev < 0 || (segment->ComputeLimitedMask() & (1u << dev)) == 0) return call(launch);
+  DeviceCompute& c = segment->Compute(dev);
+
+  // Until the controller has an estimate, the first launches are measured.
+  int64_t charge = Shared(c.charge_ns).load(std::memory_order_acquire);
+  bool probe = false;
+  if (charge == 0) {
+    probe = Shared(c.probes).fetch_add(1) < kBootstrapProbes ||
+            Shared(c.probe_ns).load(std::memory_order_acquire) == 0;
+    charge = probe ? 0 : Shared(c.probe_ns).load(std::memory_order_acquire);
+  }
+  if (!Admit(*segment, dev, c, charge)) return call(launch);  // the limit was lifted
+  if (probe) return Probe(*segment, dev, c, stream, call, launch);
+  const CUresult rc = call(launch);
+  if (rc == CUDA_SUCCESS) Shared(c.launches).fetch_add(1, std::memory_order_relaxed);
+  return rc;
+}
+
+}  // namespace gpuslice::limiter
