@@ -18,8 +18,16 @@ std::string MemoryLimitText(uint64_t bytes) {
   return bytes == kUnlimitedBytes ? "unlimited" : FormatBytes(bytes);
 }
 
-std::string ComputeLimitText(uint32_t percent) {
-  return percent >= kUnlimitedPercent ? "unlimited" : std::to_string(percent) + "%";
+// "30% (29.7% used)": the limit and, once measured, the group's share.
+std::string ComputeText(const DeviceReport& d) {
+  std::string text =
+      d.compute_limit >= kUnlimitedPercent ? "unlimited" : std::to_string(d.compute_limit) + "%";
+  if (d.compute_share_percent >= 0) {
+    char used[32];
+    snprintf(used, sizeof used, " (%.1f%% used)", d.compute_share_percent);
+    text += used;
+  }
+  return text;
 }
 
 }  // namespace
@@ -36,9 +44,20 @@ GroupReport ReadGroupReport(const GroupSegment& segment) {
   const int n = segment.device_count();
   for (int d = 0; d < n; ++d) {
     const GroupDevice& dev = s.devices[d];
-    r.devices.push_back({d, std::string(dev.uuid, strnlen(dev.uuid, sizeof dev.uuid)),
-                         segment.MemoryUsed(d), segment.MemoryLimit(d), Load(dev.memory_peak),
-                         Load(dev.alloc_failures), segment.ComputeLimit(d)});
+    DeviceReport report{d,
+                        std::string(dev.uuid, strnlen(dev.uuid, sizeof dev.uuid)),
+                        segment.MemoryUsed(d),
+                        segment.MemoryLimit(d),
+                        Load(dev.memory_peak),
+                        Load(dev.alloc_failures),
+                        segment.ComputeLimit(d)};
+    const DeviceCompute& c = dev.compute;
+    if (Load(c.measured_at_ns) != 0) report.compute_share_percent = Load(c.share_bp) / 100.0;
+    report.launch_charge_ns = Load(c.charge_ns);
+    report.launches = Load(c.launches);
+    report.throttled_launches = Load(c.waits);
+    report.throttled_ns = Load(c.wait_ns);
+    r.devices.push_back(std::move(report));
   }
   for (int slot = 0; slot < kGroupMaxSlots; ++slot) {
     const ProcessSlot& p = s.slots[slot];
@@ -67,6 +86,12 @@ nlohmann::json StatusJson(const std::vector<GroupReport>& groups) {
           {"alloc_failures", d.alloc_failures},
           {"compute_limit_percent",
            d.compute_limit >= kUnlimitedPercent ? json(nullptr) : json(d.compute_limit)},
+          {"compute_share_percent",
+           d.compute_share_percent < 0 ? json(nullptr) : json(d.compute_share_percent)},
+          {"launch_charge_ns", d.launch_charge_ns > 0 ? json(d.launch_charge_ns) : json(nullptr)},
+          {"launches", d.launches},
+          {"throttled_launches", d.throttled_launches},
+          {"throttled_seconds", static_cast<double>(d.throttled_ns) / 1e9},
       });
     }
     json members = json::array();
@@ -96,12 +121,12 @@ std::string StatusText(const std::vector<GroupReport>& groups) {
   if (groups.empty()) return "no groups\n";
   std::string out;
   char line[512];
-  snprintf(line, sizeof line, "%-20s %-16s %-27s %-10s %s\n", "GROUP", "DEVICE",
+  snprintf(line, sizeof line, "%-20s %-16s %-27s %-22s %s\n", "GROUP", "DEVICE",
            "MEMORY USED / LIMIT", "COMPUTE", "MEMBERS");
   out += line;
   for (const GroupReport& g : groups) {
     if (g.devices.empty()) {
-      snprintf(line, sizeof line, "%-20s %-16s %-27s %-10s %zu\n", g.group.c_str(), "-", "-", "-",
+      snprintf(line, sizeof line, "%-20s %-16s %-27s %-22s %zu\n", g.group.c_str(), "-", "-", "-",
                g.members.size());
       out += line;
     }
@@ -109,8 +134,8 @@ std::string StatusText(const std::vector<GroupReport>& groups) {
       const std::string device = std::to_string(d.index) + " " + ShortUuid(d.uuid);
       const std::string memory =
           FormatBytes(d.memory_used) + " / " + MemoryLimitText(d.memory_limit);
-      snprintf(line, sizeof line, "%-20s %-16s %-27s %-10s %zu\n", g.group.c_str(), device.c_str(),
-               memory.c_str(), ComputeLimitText(d.compute_limit).c_str(), g.members.size());
+      snprintf(line, sizeof line, "%-20s %-16s %-27s %-22s %zu\n", g.group.c_str(), device.c_str(),
+               memory.c_str(), ComputeText(d).c_str(), g.members.size());
       out += line;
     }
     for (const MemberReport& m : g.members) {

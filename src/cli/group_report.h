@@ -23,6 +23,14 @@ struct DeviceReport {
   uint64_t memory_peak;
   uint64_t alloc_failures;
   uint32_t compute_limit;  // percent; kUnlimitedPercent when unset
+  // What the group controller measured (DeviceCompute): share of the device
+  // in the last second, -1 if never measured; estimated device time of one
+  // launch (0: not known yet); launches admitted, and those that waited.
+  double compute_share_percent = -1;
+  int64_t launch_charge_ns = 0;
+  uint64_t launches = 0;
+  uint64_t throttled_launches = 0;
+  uint64_t throttled_ns = 0;
 };
 
 struct MemberReport {

@@ -88,6 +88,41 @@ TEST_F(GroupReportTest, UnlimitedIsNullInJsonAndWordedInText) {
   EXPECT_NE(text.find("0 B / unlimited"), std::string::npos) << text;
 }
 
+TEST_F(GroupReportTest, ShowsTheMeasuredComputeShare) {
+  auto seg = Open(true);
+  ASSERT_TRUE(seg);
+  ASSERT_TRUE(seg->AttachDevice(kUuid).ok());
+  seg->SetComputeLimit(0, 30);
+  DeviceCompute& c = seg->Compute(0);
+  c.share_bp = 2975;
+  c.measured_at_ns = 1;
+  c.charge_ns = 2'000'000;
+  c.launches = 900;
+  c.waits = 880;
+  c.wait_ns = 1'500'000'000;
+  GroupReport r = ReadGroupReport(*seg);
+  EXPECT_DOUBLE_EQ(r.devices[0].compute_share_percent, 29.75);
+  const nlohmann::json status = StatusJson({r});
+  const auto& d = status["groups"][0]["devices"][0];
+  EXPECT_DOUBLE_EQ(d["compute_share_percent"].get<double>(), 29.75);
+  EXPECT_EQ(d["launch_charge_ns"], 2'000'000);
+  EXPECT_EQ(d["launches"], 900);
+  EXPECT_EQ(d["throttled_launches"], 880);
+  EXPECT_DOUBLE_EQ(d["throttled_seconds"].get<double>(), 1.5);
+  const std::string text = StatusText({r});
+  EXPECT_NE(text.find("30% (29.8% used)"), std::string::npos) << text;
+}
+
+TEST_F(GroupReportTest, AShareNeverMeasuredIsNull) {
+  auto seg = Open(true);
+  ASSERT_TRUE(seg);
+  ASSERT_TRUE(seg->AttachDevice(kUuid).ok());
+  const nlohmann::json status = StatusJson({ReadGroupReport(*seg)});
+  const auto& d = status["groups"][0]["devices"][0];
+  EXPECT_TRUE(d["compute_share_percent"].is_null());
+  EXPECT_TRUE(d["launch_charge_ns"].is_null());
+}
+
 TEST(StatusText, NoGroups) {
   EXPECT_EQ(StatusText({}), "no groups\n");
   EXPECT_EQ(StatusJson({}).dump(), R"({"groups":[]})");
