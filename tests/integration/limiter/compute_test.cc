@@ -1,0 +1,170 @@
+// Compute limits with real processes on the simulated GPU: every launch form
+// is paced to its group's limit, the processes of a group share one budget,
+// a live limit change is followed within a second, and the controller role
+// passes to a surviving member when its holder is killed.
+//
+// Shares come from the simulator's ground truth (busy time per process). The
+// bands are wide enough for a loaded 2-core machine and narrow enough that a
+// limiter that does nothing fails them: an unpaced workload takes ~100%.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shm/group_segment.h"
+#include "tests/integration/support/sim_process_test.h"
+
+namespace gpuslice {
+namespace {
+
+using testing::BuildDir;
+using testing::WaitFor;
+using json = nlohmann::json;
+using std::chrono::milliseconds;
+
+class ComputeTest : public testing::SimProcessTest {
+ protected:
+  std::vector<std::string> Limited(const std::string& group, const std::string& compute) {
+    return {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so", "GPUSLICE_SHM_DIR=" + shm_dir_,
+            "GPUSLICE_GROUP=" + group, "GPUSLICE_COMPUTE_LIMIT=" + compute};
+  }
+
+  // Starts a workload of 2 ms kernels for `seconds` with `more` arguments.
+  pid_t Tenant(int n, const std::vector<std::string>& env, int seconds,
+               std::vector<std::string> more = {}) {
+    std::vector<std::string> args = {"--kernel-us", "2000", "--duration-s",
+                                     std::to_string(seconds), "--quiet"};
+    args.insert(args.end(), more.begin(), more.end());
+    return Start(n, args, env);
+  }
+
+  // Waits until every pid in `pids` has run a kernel on the simulated GPU.
+  void WaitRunning(const std::vector<pid_t>& pids) {
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          const json s = Stats();
+          for (pid_t p : pids) {
+            const json proc = Process(s, p);
+            if (proc.empty() || proc["devices"][0]["kernels"].get<uint64_t>() == 0) return false;
+          }
+          return true;
+        },
+        std::chrono::seconds(20)))
+        << Read("err0");
+  }
+
+  // The share (percent) of device 0 that `pids` together took over the next
+  // `span`, from the simulator's ground truth.
+  double Share(const std::vector<pid_t>& pids, milliseconds span) {
+    auto busy = [&](const json& s) {
+      double sum = 0;
+      for (pid_t p : pids) {
+        const json proc = Process(s, p);
+        if (!proc.empty()) sum += proc["devices"][0]["busy_ns"].get<double>();
+      }
+      return sum;
+    };
+    const json a = Stats();
+    std::this_thread::sleep_for(span);
+    const json b = Stats();
+    const double elapsed = b["clock_ns"].get<double>() - a["clock_ns"].get<double>();
+    return elapsed > 0 ? 100.0 * (busy(b) - busy(a)) / elapsed : 0;
+  }
+
+  std::unique_ptr<GroupSegment> Segment(const std::string& group) {
+    auto seg = GroupSegment::Open(shm_dir_, group, /*create=*/false);
+    return seg.ok() ? std::move(seg).value() : nullptr;
+  }
+};
+
+TEST_F(ComputeTest, WithoutALimitNothingIsPaced) {
+  const pid_t p = Tenant(0, Limited("free", "100"), 6);
+  WaitRunning({p});
+  EXPECT_GT(Share({p}, milliseconds(1500)), 80);
+}
+
+class LaunchFormTest : public ComputeTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(LaunchFormTest, ThirtyPercentLandsNearThirty) {
+  const pid_t p = Tenant(0, Limited("g", "30"), 8, {"--launch", GetParam()});
+  WaitRunning({p});
+  std::this_thread::sleep_for(milliseconds(1500));  // past the bootstrap
+  const double share = Share({p}, milliseconds(3000));
+  EXPECT_GE(share, 20);
+  EXPECT_LE(share, 40);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryForm, LaunchFormTest,
+                         ::testing::Values("plain", "ex", "cooperative", "graph"));
+
+TEST_F(ComputeTest, ASynchronisingTenantIsPacedToo) {
+  const pid_t p = Tenant(0, Limited("g", "30"), 8, {"--sync"});
+  WaitRunning({p});
+  std::this_thread::sleep_for(milliseconds(1500));
+  const double share = Share({p}, milliseconds(3000));
+  EXPECT_GE(share, 20);
+  EXPECT_LE(share, 40);
+}
+
+TEST_F(ComputeTest, TheProcessesOfAGroupShareOneBudget) {
+  const pid_t a = Tenant(0, Limited("pod", "30"), 8);
+  const pid_t b = Tenant(1, Limited("pod", "30"), 8);
+  WaitRunning({a, b});
+  std::this_thread::sleep_for(milliseconds(1500));
+  const double share = Share({a, b}, milliseconds(3000));
+  EXPECT_GE(share, 20);
+  EXPECT_LE(share, 40);
+}
+
+TEST_F(ComputeTest, ALiveLimitChangeIsFollowedWithinASecond) {
+  const pid_t p = Tenant(0, Limited("live", "20"), 10);
+  WaitRunning({p});
+  std::this_thread::sleep_for(milliseconds(1500));
+  const double before = Share({p}, milliseconds(1500));
+  EXPECT_GE(before, 12);
+  EXPECT_LE(before, 28);
+
+  auto seg = Segment("live");
+  ASSERT_NE(seg, nullptr);
+  seg->SetComputeLimit(0, 60);
+  std::this_thread::sleep_for(milliseconds(1000));
+  const double after = Share({p}, milliseconds(1500));
+  EXPECT_GE(after, 48);
+  EXPECT_LE(after, 72);
+}
+
+TEST_F(ComputeTest, AnotherMemberTakesOverWhenTheControllerIsKilled) {
+  const pid_t a = Tenant(0, Limited("lead", "30"), 12);
+  WaitRunning({a});
+  const pid_t b = Tenant(1, Limited("lead", "30"), 12);
+  WaitRunning({b});
+  auto seg = Segment("lead");
+  ASSERT_NE(seg, nullptr);
+  auto controller = [&] {
+    return std::atomic_ref<int32_t>(seg->layout().controller_pid).load();
+  };
+  ASSERT_TRUE(WaitFor([&] { return controller() == a || controller() == b; },
+                      std::chrono::seconds(5)));
+  const pid_t leader = controller();
+  const pid_t survivor = leader == a ? b : a;
+  kill(leader, SIGKILL);
+  Join(leader);
+
+  ASSERT_TRUE(WaitFor([&] { return controller() == survivor; }, std::chrono::seconds(5)));
+  // The new controller keeps estimating...
+  DeviceCompute& c = seg->Compute(0);
+  const int64_t seen = std::atomic_ref<int64_t>(c.measured_at_ns).load();
+  EXPECT_TRUE(WaitFor([&] { return std::atomic_ref<int64_t>(c.measured_at_ns).load() > seen; },
+                      std::chrono::seconds(3)));
+  // ...and the survivor stays paced.
+  std::this_thread::sleep_for(milliseconds(1000));
+  const double share = Share({survivor}, milliseconds(2500));
+  EXPECT_GE(share, 20);
+  EXPECT_LE(share, 40);
+}
+
+}  // namespace
+}  // namespace gpuslice
