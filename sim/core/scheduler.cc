@@ -106,7 +106,6 @@ void Release(DeviceState& d) {
   d.running_ctx = -1;
 }
 
-
 // Executes the MPS group of the device's running context from `t` for one
 // step: until the first of its head kernels completes, the slice ends, or
 // `now_ns`. Model: every member with work runs concurrently; while the
@@ -136,8 +135,9 @@ int64_t StepGroup(SimState& s, int device, int64_t t, int64_t now_ns) {
   for (int k = 0; k < n; ++k) {
     ContextRecord& c = s.contexts[members[k]];
     QueuedOp& op = c.queue[c.head];
-    const int64_t progress =
-        wall_needed(members[k]) == run ? op.remaining_ns : std::min(op.remaining_ns, run * 100 / den);
+    const int64_t progress = wall_needed(members[k]) == run
+                                 ? op.remaining_ns
+                                 : std::min(op.remaining_ns, run * 100 / den);
     op.remaining_ns -= progress;
     AccountContext(s, members[k], run);
     if (op.remaining_ns == 0) CompleteReadyOps(s, members[k], t + run);

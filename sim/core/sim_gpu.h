@@ -44,10 +44,10 @@ StatusOr<OpenOptions> OptionsFromEnv();
 
 // What an MPS client context gets from its server (fixed at connect).
 struct MpsAttachment {
-  int32_t server_pid = 0;          // the nvidia-cuda-mps-server serving it
-  uint32_t thread_percent = 100;   // active thread percentage, 1..100
-  uint64_t pinned_limit_bytes = 0; // device memory cap for the context; 0 = none
-  uint32_t priority = 0;           // CUDA_MPS_CLIENT_PRIORITY
+  int32_t server_pid = 0;           // the nvidia-cuda-mps-server serving it
+  uint32_t thread_percent = 100;    // active thread percentage, 1..100
+  uint64_t pinned_limit_bytes = 0;  // device memory cap for the context; 0 = none
+  uint32_t priority = 0;            // CUDA_MPS_CLIENT_PRIORITY
 };
 
 // SMs an MPS client with `thread_percent` sees: floor(sms x percent / 100),

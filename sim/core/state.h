@@ -26,16 +26,16 @@
 namespace gpuslice::sim {
 
 inline constexpr uint64_t kStateMagic = 0x4d49535f534c5047;  // "GPLS_SIM"
-inline constexpr uint32_t kStateVersion = 2;  // 2: MPS fields in ContextRecord
+inline constexpr uint32_t kStateVersion = 2;                 // 2: MPS fields in ContextRecord
 
 inline constexpr int kMaxDevices = 8;
 inline constexpr int kMaxContexts = 128;
 inline constexpr int kMaxProcesses = 512;
 inline constexpr int kQueueCapacity = 1024;  // upper bound for config max_pending
 inline constexpr int kEventsPerContext = 1024;
-inline constexpr int kUtilWindows = 64;      // closed NVML sampling windows kept
-inline constexpr int kWindowProcesses = 16;  // per-process samples kept per window
-inline constexpr int kMaxFunctions = 64;     // per-function wave_ns overrides
+inline constexpr int kUtilWindows = 64;             // closed NVML sampling windows kept
+inline constexpr int kWindowProcesses = 16;         // per-process samples kept per window
+inline constexpr int kMaxFunctions = 64;            // per-function wave_ns overrides
 inline constexpr int kMaxMpsClientsPerDevice = 48;  // Volta+ MPS limit
 
 // ---- configuration (immutable after creation) ----
@@ -184,8 +184,8 @@ struct ContextRecord {
   uint64_t generation;  // bumped on every creation; handles carry it
   uint64_t reservation_bytes;
   uint64_t allocated_bytes;
-  uint32_t thread_percent;  // MPS active thread percentage (100 without MPS)
-  int32_t mps_server_pid;   // MPS clients: their server's pid; else 0
+  uint32_t thread_percent;      // MPS active thread percentage (100 without MPS)
+  int32_t mps_server_pid;       // MPS clients: their server's pid; else 0
   uint64_t pinned_limit_bytes;  // MPS clients: allocated_bytes cap; 0 = none
   uint32_t mps_priority;        // MPS clients: CUDA_MPS_CLIENT_PRIORITY (recorded only)
   int32_t report_slot;          // process slot NVML attributes its work to (server for MPS)

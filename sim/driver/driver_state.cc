@@ -227,9 +227,8 @@ CUresult EnqueueKernel(Context& ctx, Stream* stream, const Function& fn, uint64_
     }
   }
   const uint64_t blocks = uint64_t{grid[0]} * grid[1] * grid[2];
-  const int64_t duration =
-      D().gpu->KernelDurationNs(ctx.device, fn.name, blocks, static_cast<uint32_t>(threads),
-                                spin_ns, ctx.thread_percent);
+  const int64_t duration = D().gpu->KernelDurationNs(
+      ctx.device, fn.name, blocks, static_cast<uint32_t>(threads), spin_ns, ctx.thread_percent);
   auto seq = D().gpu->EnqueueKernel(ctx.id, duration);
   if (!seq.ok()) {
     return IsMpsClientTerminated(seq.status()) ? CUDA_ERROR_MPS_CLIENT_TERMINATED

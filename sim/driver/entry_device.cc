@@ -80,11 +80,9 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
       *out = I(info.sm_count);
       return true;
-    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED:
-      *out = 0;  // per process: see cuDeviceGetAttribute
-      return true;
     case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT:
     case CU_DEVICE_ATTRIBUTE_INTEGRATED:
+    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED:  // 0 here; 1 for an MPS client (cuDeviceGetAttribute)
       *out = 0;
       return true;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:

@@ -53,12 +53,12 @@ StatusOr<ClientEnvironment> ClientEnvironmentFromEnv() {
 
 StatusOr<MpsAttachment> ConnectClient(const ClientEnvironment& env, int device) {
   if (device < 0 || device >= kMaxDevices) return InvalidArgument("bad device");
-  std::string request = "__client_connect " + std::to_string(getpid()) + " " +
-                        std::to_string(getuid()) + " " + std::to_string(device) + " " +
-                        (env.thread_percent > 0 ? FormatPercent(env.thread_percent) : "-") + " " +
-                        (env.pinned_bytes[device] > 0 ? std::to_string(env.pinned_bytes[device])
-                                                      : "-") +
-                        " " + std::to_string(env.priority);
+  std::string request =
+      "__client_connect " + std::to_string(getpid()) + " " + std::to_string(getuid()) + " " +
+      std::to_string(device) + " " +
+      (env.thread_percent > 0 ? FormatPercent(env.thread_percent) : "-") + " " +
+      (env.pinned_bytes[device] > 0 ? std::to_string(env.pinned_bytes[device]) : "-") + " " +
+      std::to_string(env.priority);
   GS_ASSIGN_OR_RETURN(std::string reply, Request(env.pipe_dir, request));
   std::istringstream in(reply);
   std::string verdict;

@@ -17,7 +17,7 @@ namespace gpuslice::sim::mps {
 
 struct ClientEnvironment {
   std::string pipe_dir;
-  double thread_percent = 0;  // 0: not set (the server's applies)
+  double thread_percent = 0;                // 0: not set (the server's applies)
   uint64_t pinned_bytes[kMaxDevices] = {};  // 0: not set
   uint32_t priority = 0;
 };

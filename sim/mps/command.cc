@@ -99,7 +99,9 @@ constexpr Spec kSpecs[] = {
 
 StatusOr<uint64_t> ParsePinnedLimit(std::string_view text) {
   if (text == "0") return uint64_t{0};
-  if (text.size() < 2) return InvalidArgument("Error: invalid memory limit '" + std::string(text) + "' (an integer followed by G or M, e.g. 10G or 900M)");
+  if (text.size() < 2)
+    return InvalidArgument("Error: invalid memory limit '" + std::string(text) +
+                           "' (an integer followed by G or M, e.g. 10G or 900M)");
   const char unit = text.back();
   uint64_t n = 0;
   uint64_t scale = 0;

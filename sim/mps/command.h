@@ -43,8 +43,8 @@ struct Command {
   int32_t client_pid = 0;
   uint32_t uid = 0;
   int device = 0;
-  double percent = 0;   // thread percentages: (0, 100]
-  uint64_t bytes = 0;   // pinned memory limits
+  double percent = 0;  // thread percentages: (0, 100]
+  uint64_t bytes = 0;  // pinned memory limits
   uint32_t priority = 0;
 };
 

@@ -80,9 +80,8 @@ StatusOr<MpsControl::Server*> MpsControl::EnsureServer(uint32_t uid) {
   std::erase_if(servers_, [](const Server& s) { return s.state == ServerState::kFault; });
   for (Server& s : servers_) {
     if (s.uid == uid) return &s;
-    return FailedPrecondition("Error: the MPS server of user " + std::to_string(s.uid) +
-                              " (PID " + std::to_string(s.pid) +
-                              ") is running; one user's server at a time");
+    return FailedPrecondition("Error: the MPS server of user " + std::to_string(s.uid) + " (PID " +
+                              std::to_string(s.pid) + ") is running; one user's server at a time");
   }
   auto pid = host_->StartServer(uid);
   if (!pid.ok()) {
@@ -221,7 +220,8 @@ Reply MpsControl::Execute(const Command& c) {
     case CommandKind::kTerminateClient: {
       Server* s = FindServer(c.pid);
       if (s == nullptr) return Error(ServerNotFound(c.pid));
-      const auto n = std::erase_if(s->clients, [&](const Client& k) { return k.pid == c.client_pid; });
+      const auto n =
+          std::erase_if(s->clients, [&](const Client& k) { return k.pid == c.client_pid; });
       if (n == 0) {
         return Error("Error: no client with PID " + std::to_string(c.client_pid) +
                      " on MPS server " + std::to_string(c.pid));

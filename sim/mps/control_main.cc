@@ -10,7 +10,6 @@
 // (the daemon's devices: indices or UUIDs), and the simulator's variables.
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -19,10 +18,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -262,8 +263,10 @@ Status SetUp(Daemon* d) {
     return Unavailable(Errno("cannot write " + d->pid_path));
   }
   d->log->Write("Control", "Starting control daemon using socket " + d->socket_path);
-  d->log->Write("Control", "To connect CUDA applications to this daemon, set env "
-                           "CUDA_MPS_PIPE_DIRECTORY=" + d->pipe_dir);
+  d->log->Write("Control",
+                "To connect CUDA applications to this daemon, set env "
+                "CUDA_MPS_PIPE_DIRECTORY=" +
+                    d->pipe_dir);
   return Status::Ok();
 }
 
@@ -354,8 +357,8 @@ int Daemonize() {
     }
     waitpid(pid, nullptr, WNOHANG);
     if (verdict == "ok") return 0;
-    fprintf(stderr, "%s\n", verdict.empty() ? "MPS control daemon failed to start"
-                                            : verdict.c_str());
+    fprintf(stderr, "%s\n",
+            verdict.empty() ? "MPS control daemon failed to start" : verdict.c_str());
     return 1;
   }
   close(ready[0]);
@@ -421,10 +424,16 @@ int ClientMode() {
 
 int main(int argc, char** argv) {
   using namespace gpuslice::sim::mps;  // NOLINT(google-build-using-namespace)
-  if (argc == 1) return ClientMode();
-  const std::string arg = argv[1];
-  if (argc == 2 && arg == "-d") return Daemonize();
-  if (argc == 2 && arg == "-f") return Foreground();
+  // Anything thrown (only std::bad_alloc can be) ends the process with a message.
+  try {
+    if (argc == 1) return ClientMode();
+    const std::string arg = argv[1];
+    if (argc == 2 && arg == "-d") return Daemonize();
+    if (argc == 2 && arg == "-f") return Foreground();
+  } catch (const std::exception& e) {
+    fprintf(stderr, "nvidia-cuda-mps-control: %s\n", e.what());
+    return 1;
+  }
   fprintf(stderr,
           "usage: nvidia-cuda-mps-control [-d | -f]\n"
           "  -d  start the MPS control daemon in the background\n"

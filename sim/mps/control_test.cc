@@ -47,8 +47,8 @@ class MpsControlTest : public ::testing::Test {
   std::string Run(const std::string& line) { return control_.Handle(line).text; }
   std::string Connect(int pid, int device, const std::string& percent = "-",
                       const std::string& bytes = "-") {
-    return Run("__client_connect " + std::to_string(pid) + " 1000 " + std::to_string(device) +
-               " " + percent + " " + bytes + " 0");
+    return Run("__client_connect " + std::to_string(pid) + " 1000 " + std::to_string(device) + " " +
+               percent + " " + bytes + " 0");
   }
 
   FakeHost host_;
@@ -75,7 +75,7 @@ TEST_F(MpsControlTest, ThreadPercentageDefaultsAndOverrides) {
   EXPECT_EQ(Run("get_default_active_thread_percentage"), "100.0\n");
   EXPECT_EQ(Run("set_default_active_thread_percentage 40"), "");
   EXPECT_EQ(Run("get_default_active_thread_percentage"), "40.0\n");
-  EXPECT_EQ(Connect(100, 0), "OK 500 40 0 0\n");        // the server took the default
+  EXPECT_EQ(Connect(100, 0), "OK 500 40 0 0\n");          // the server took the default
   EXPECT_EQ(Connect(101, 0, "30.0"), "OK 500 30 0 0\n");  // the client's own wins
   EXPECT_EQ(Run("set_active_thread_percentage 500 60"), "");
   EXPECT_EQ(Run("get_active_thread_percentage 500"), "60.0\n");

@@ -29,7 +29,7 @@ void LogFile::Write(std::string_view who, std::string_view message) {
 
 std::string FormatLogLine(int64_t realtime_ns, std::string_view who, int pid,
                           std::string_view message) {
-  const time_t secs = static_cast<time_t>(realtime_ns / 1'000'000'000);
+  const auto secs = static_cast<time_t>(realtime_ns / 1'000'000'000);
   const int ms = static_cast<int>((realtime_ns / 1'000'000) % 1000);
   tm local{};
   localtime_r(&secs, &local);

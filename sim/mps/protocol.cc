@@ -40,8 +40,7 @@ std::string PipeDirectory() { return EnvOr("CUDA_MPS_PIPE_DIRECTORY", kDefaultPi
 std::string LogDirectory() { return EnvOr("CUDA_MPS_LOG_DIRECTORY", kDefaultLogDirectory); }
 std::string SocketPath(const std::string& pipe_dir) { return pipe_dir + "/control"; }
 
-StatusOr<std::string> Request(const std::string& pipe_dir, std::string_view line,
-                              int timeout_ms) {
+StatusOr<std::string> Request(const std::string& pipe_dir, std::string_view line, int timeout_ms) {
   const std::string path = SocketPath(pipe_dir);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;

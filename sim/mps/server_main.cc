@@ -5,9 +5,9 @@
 // writes "ready" (or "error: ...") on stdout once, then runs until its stdin
 // reaches EOF (the daemon closed it, or died) or SIGTERM.
 #include <poll.h>
-#include <signal.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>

@@ -1,8 +1,8 @@
 // MPS on the simulated GPU with real processes: the control daemon and its
 // client mode, the server, and CUDA programs as MPS clients.
-#include <signal.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -64,9 +64,9 @@ class SimMpsTest : public SimProcessTest {
       std::ofstream f(in);
       for (const auto& l : lines) f << l << "\n";
     }
-    pid_t pid = Spawn(n, {"/bin/sh", "-c", "exec '" + SimBin("nvidia-cuda-mps-control") + "' < '" +
-                                               in + "'"},
-                      Env());
+    pid_t pid = Spawn(
+        n, {"/bin/sh", "-c", "exec '" + SimBin("nvidia-cuda-mps-control") + "' < '" + in + "'"},
+        Env());
     const int rc = Join(pid);
     return {rc, Read("out" + std::to_string(n)), Read("err" + std::to_string(n))};
   }
@@ -136,9 +136,9 @@ TEST_F(SimMpsTest, StartsWithDashDAndQuits) {
 
   Result quit = Control({"quit"});
   EXPECT_EQ(quit.rc, 0) << quit.err;
-  EXPECT_TRUE(WaitFor([&] { return access((pipe_ + "/nvidia-cuda-mps-control.pid").c_str(),
-                                          F_OK) != 0; },
-                      kTimeout));
+  EXPECT_TRUE(
+      WaitFor([&] { return access((pipe_ + "/nvidia-cuda-mps-control.pid").c_str(), F_OK) != 0; },
+              kTimeout));
   EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(daemon, 0); }, kTimeout));
 }
 
@@ -290,10 +290,9 @@ TEST_F(SimMpsTest, NvmlAttributesClientsToTheServer) {
   const std::string servers = Ask("get_server_list");
   const std::string server = servers.substr(0, servers.find('\n'));
   const int n = next_++;
-  pid_t smi = Spawn(n,
-                    {SimBin("nvidia-smi"), "--query-compute-apps=pid,used_memory",
-                     "--format=csv,noheader"},
-                    Env());
+  pid_t smi = Spawn(
+      n, {SimBin("nvidia-smi"), "--query-compute-apps=pid,used_memory", "--format=csv,noheader"},
+      Env());
   ASSERT_EQ(Join(smi), 0) << Read("err" + std::to_string(n));
   const std::string apps = Read("out" + std::to_string(n));
   EXPECT_NE(apps.find(server + ","), std::string::npos) << apps;
@@ -308,7 +307,8 @@ TEST_F(SimMpsTest, ExclusiveProcessAdmitsTheServerAndItsClientsOnly) {
   {
     auto gpu = sim::SimGpu::Open({state_, "", /*observer=*/true});
     ASSERT_TRUE(gpu.ok()) << gpu.status().message();
-    (*gpu)->WithState([](sim::SimState& s) { s.devices[0].compute_mode = sim::kComputeExclusiveProcess; });
+    (*gpu)->WithState(
+        [](sim::SimState& s) { s.devices[0].compute_mode = sim::kComputeExclusiveProcess; });
   }
   ASSERT_EQ(StartDaemon().rc, 0);
   const std::string hold = dir_ + "/hold";
