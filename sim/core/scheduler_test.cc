@@ -47,6 +47,15 @@ class SchedulerTest : public ::testing::Test {
     return EnqueueOp(*state_, ctx, ns, -1, now);
   }
 
+  // Makes context `ctx` an MPS client of server pid `server` at `percent`.
+  void MakeMpsClient(int ctx, int32_t server, uint32_t percent) {
+    ContextRecord& c = state_->contexts[ctx];
+    c.flags |= kContextMpsClient;
+    c.mps_server_pid = server;
+    c.thread_percent = percent;
+    c.report_slot = c.process_slot;
+  }
+
   void AdvanceTo(int64_t t) { AdvanceDevice(*state_, 0, t); }
   const ContextRecord& Ctx(int i) { return state_->contexts[i]; }
   const DeviceState& Dev() { return state_->devices[0]; }
@@ -62,6 +71,58 @@ TEST_F(SchedulerTest, AloneAContextRunsBackToBackWithoutSwitches) {
   EXPECT_EQ(Ctx(a).kernels, 10u);
   EXPECT_EQ(Dev().busy_ns, 1 * kMs);
   EXPECT_EQ(Dev().switches, 0);
+}
+
+TEST_F(SchedulerTest, MpsClientsOfOneServerRunConcurrently) {
+  Init();
+  int a = AddContext(0), b = AddContext(1);
+  MakeMpsClient(a, 77, 30);
+  MakeMpsClient(b, 77, 60);
+  uint64_t sa = Kernel(a, 400 * kUs, 0);
+  uint64_t sb = Kernel(b, 300 * kUs, 0);
+  // 30 + 60 <= 100: both at full speed, side by side, no switch.
+  AdvanceTo(299 * kUs);
+  EXPECT_LT(Ctx(b).completed_seq, sb);
+  AdvanceTo(300 * kUs);
+  EXPECT_EQ(Ctx(b).completed_seq, sb);
+  AdvanceTo(400 * kUs);
+  EXPECT_EQ(Ctx(a).completed_seq, sa);
+  EXPECT_EQ(Dev().busy_ns, 400 * kUs);
+  EXPECT_EQ(Ctx(a).busy_ns, 400 * kUs);
+  EXPECT_EQ(Ctx(b).busy_ns, 300 * kUs);
+  EXPECT_EQ(Dev().switches, 0);
+}
+
+TEST_F(SchedulerTest, OversubscribedMpsClientsSlowDownInProportion) {
+  Init();
+  int a = AddContext(0), b = AddContext(1);
+  MakeMpsClient(a, 77, 100);
+  MakeMpsClient(b, 77, 100);
+  uint64_t sa = Kernel(a, 300 * kUs, 0);
+  uint64_t sb = Kernel(b, 300 * kUs, 0);
+  // 200% of the SMs asked for: each at half speed.
+  AdvanceTo(599 * kUs);
+  EXPECT_LT(Ctx(a).completed_seq, sa);
+  AdvanceTo(600 * kUs);
+  EXPECT_EQ(Ctx(a).completed_seq, sa);
+  EXPECT_EQ(Ctx(b).completed_seq, sb);
+  EXPECT_EQ(Dev().busy_ns, 600 * kUs);
+}
+
+TEST_F(SchedulerTest, AnMpsGroupIsTimeSlicedAgainstAPlainContext) {
+  Init();
+  int a = AddContext(0), b = AddContext(1), c = AddContext(2);
+  MakeMpsClient(a, 77, 50);
+  MakeMpsClient(c, 77, 50);
+  Kernel(a, 2000 * kUs, 0);
+  Kernel(c, 2000 * kUs, 0);
+  Kernel(b, 2000 * kUs, 0);
+  // Group {a, c} 0-1000, switch, b 1100-2100, switch, group 2200-3200.
+  AdvanceTo(3200 * kUs);
+  EXPECT_EQ(Ctx(a).kernels, 1u);
+  EXPECT_EQ(Ctx(c).kernels, 1u);
+  EXPECT_EQ(Ctx(b).busy_ns, 1000 * kUs);
+  EXPECT_EQ(Dev().switches, 2);
 }
 
 TEST_F(SchedulerTest, LongKernelsArePreemptedAndResumedWithSwitchCost) {

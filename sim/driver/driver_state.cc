@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "sim/mps/client.h"
 
 namespace gpuslice::sim::driver {
 
@@ -20,6 +21,7 @@ CUresult CheckDevice(CUdevice dev) {
 }
 
 CUresult FromStatus(const Status& s) {
+  if (IsMpsClientTerminated(s)) return CUDA_ERROR_MPS_CLIENT_TERMINATED;
   switch (s.code()) {
     case StatusCode::kOk:
       return CUDA_SUCCESS;
@@ -95,8 +97,37 @@ CUresult ResolveStream(CUstream stream, Context** ctx, Stream** s) {
 
 // ---- contexts ---------------------------------------------------------------------------
 
+CUresult ConnectMps(CUdevice dev, MpsAttachment* mps, bool* is_client) {
+  *is_client = false;
+  auto env = mps::ClientEnvironmentFromEnv();
+  if (!env.ok()) {
+    GS_LOG(kError, "sim-driver", "%s", env.status().message().c_str());
+    return CUDA_ERROR_MPS_CONNECTION_FAILED;
+  }
+  auto attachment = mps::ConnectClient(*env, dev);
+  if (!attachment.ok()) {
+    switch (attachment.status().code()) {
+      case StatusCode::kNotFound:  // no daemon: a plain context, as the real driver
+        return CUDA_SUCCESS;
+      case StatusCode::kResourceExhausted:
+        return CUDA_ERROR_MPS_MAX_CLIENTS_REACHED;
+      default:
+        GS_LOG(kWarn, "sim-driver", "MPS: %s", attachment.status().message().c_str());
+        return CUDA_ERROR_MPS_SERVER_NOT_READY;
+    }
+  }
+  *mps = *attachment;
+  *is_client = true;
+  D().mps_thread_percent[dev].store(attachment->thread_percent, std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+
 CUresult CreateContextOn(CUdevice dev, unsigned flags, bool primary, uint64_t* handle) {
-  auto id = D().gpu->CreateContext(dev, primary ? uint32_t{kContextPrimary} : 0u);
+  MpsAttachment mps;
+  bool is_client = false;
+  if (CUresult rc = ConnectMps(dev, &mps, &is_client); rc != CUDA_SUCCESS) return rc;
+  auto id = D().gpu->CreateContext(dev, primary ? uint32_t{kContextPrimary} : 0u,
+                                   is_client ? &mps : nullptr);
   if (!id.ok()) {
     GS_LOG(kInfo, "sim-driver", "context on device %d: %s", dev, id.status().message().c_str());
     return FromStatus(id.status());
@@ -107,6 +138,7 @@ CUresult CreateContextOn(CUdevice dev, unsigned flags, bool primary, uint64_t* h
   ctx.flags = flags;
   ctx.primary = primary;
   ctx.unique_id = D().next_unique_id.fetch_add(1);
+  ctx.thread_percent = is_client ? mps.thread_percent : 100;
   ctx.limits[CU_LIMIT_STACK_SIZE] = 1024;
   ctx.limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
   ctx.limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
@@ -123,8 +155,8 @@ CUresult CreateContextOn(CUdevice dev, unsigned flags, bool primary, uint64_t* h
 
 CUresult WaitContext(const Context& ctx, uint64_t seq) {
   if (seq == 0) seq = D().gpu->LastSeq(ctx.id);
-  if (seq == 0) return CUDA_SUCCESS;
-  Status s = D().gpu->Wait(ctx.id, seq);
+  Status s = D().gpu->Wait(ctx.id, seq);  // seq 0: only checks the context
+  if (IsMpsClientTerminated(s)) return CUDA_ERROR_MPS_CLIENT_TERMINATED;
   return s.ok() ? CUDA_SUCCESS : CUDA_ERROR_CONTEXT_IS_DESTROYED;
 }
 
@@ -195,10 +227,13 @@ CUresult EnqueueKernel(Context& ctx, Stream* stream, const Function& fn, uint64_
     }
   }
   const uint64_t blocks = uint64_t{grid[0]} * grid[1] * grid[2];
-  const int64_t duration = D().gpu->KernelDurationNs(ctx.device, fn.name, blocks,
-                                                     static_cast<uint32_t>(threads), spin_ns);
+  const int64_t duration = D().gpu->KernelDurationNs(
+      ctx.device, fn.name, blocks, static_cast<uint32_t>(threads), spin_ns, ctx.thread_percent);
   auto seq = D().gpu->EnqueueKernel(ctx.id, duration);
-  if (!seq.ok()) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  if (!seq.ok()) {
+    return IsMpsClientTerminated(seq.status()) ? CUDA_ERROR_MPS_CLIENT_TERMINATED
+                                               : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  }
   if (stream != nullptr) stream->last_seq.store(*seq, std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }

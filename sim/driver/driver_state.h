@@ -150,6 +150,7 @@ struct Context {
   bool primary = false;
   uint64_t unique_id = 0;  // cuCtxGetId
   size_t limits[kLimitCount] = {};
+  uint32_t thread_percent = 100;  // MPS active thread percentage (100 for plain contexts)
 };
 
 struct Stream {
@@ -292,6 +293,10 @@ struct Driver {
 
   std::map<uintptr_t, uint64_t> reservations;  // GUARDED_BY(mu): cuMemAddressReserve ranges
 
+  // MPS: the thread percentage this process got as an MPS client of each
+  // device (0: not a client there). Set when a context connects.
+  std::atomic<uint32_t> mps_thread_percent[kMaxDevices] = {};
+
   std::shared_mutex ranges_mu;
   std::map<uintptr_t, Range> ranges;  // GUARDED_BY(ranges_mu): base -> range
 
@@ -356,7 +361,15 @@ CUresult ResolveStream(CUstream stream, Context** ctx, Stream** s);
 
 // ---- contexts and work -------------------------------------------------------------------
 
-// Creates a context on `dev` (Ready and the device checked by the caller).
+// Connects this process as an MPS client for `dev` if a control daemon
+// listens in its CUDA_MPS_PIPE_DIRECTORY: *mps is set and *is_client true;
+// no daemon: *is_client false (a plain context). Errors: the CUDA error the
+// real driver gives (MPS_MAX_CLIENTS_REACHED, MPS_SERVER_NOT_READY,
+// MPS_CONNECTION_FAILED for a malformed CUDA_MPS_* variable).
+CUresult ConnectMps(CUdevice dev, MpsAttachment* mps, bool* is_client);
+
+// Creates a context on `dev` (Ready and the device checked by the caller);
+// an MPS client context when ConnectMps says so.
 CUresult CreateContextOn(CUdevice dev, unsigned flags, bool primary, uint64_t* handle);
 // Waits for the context's work, frees everything it owns and destroys it.
 void DestroyContext(uint64_t handle);

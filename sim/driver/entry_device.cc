@@ -82,6 +82,7 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       return true;
     case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT:
     case CU_DEVICE_ATTRIBUTE_INTEGRATED:
+    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED:  // 0 here; 1 for an MPS client (cuDeviceGetAttribute)
       *out = 0;
       return true;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
@@ -349,6 +350,24 @@ GS_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, C
     // Known to the toolkit but not modelled: 0, as a device without the feature.
     if (attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
     v = 0;
+  }
+  if (attrib == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ||
+      attrib == CU_DEVICE_ATTRIBUTE_MPS_ENABLED) {
+    // An MPS client sees the SMs its active thread percentage gives it; the
+    // real driver connects at initialisation, this one at the first question.
+    uint32_t percent = D().mps_thread_percent[dev].load(std::memory_order_relaxed);
+    if (percent == 0) {
+      MpsAttachment mps;
+      bool is_client = false;
+      if (ConnectMps(dev, &mps, &is_client) == CUDA_SUCCESS && is_client) {
+        percent = mps.thread_percent;
+      }
+    }
+    if (percent > 0) {
+      v = attrib == CU_DEVICE_ATTRIBUTE_MPS_ENABLED
+              ? 1
+              : I(MpsSmCount(D().gpu->device(dev).sm_count, percent));
+    }
   }
   *value = v;
   return CUDA_SUCCESS;

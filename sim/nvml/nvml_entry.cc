@@ -280,9 +280,10 @@ template <typename Info>
 nvmlReturn_t RunningProcesses(ProcessKind kind, nvmlDevice_t device, unsigned int* count,
                               Info* infos) {
   return WithDevice(device, [&](SimState& s, DeviceState&, int index) {
-    // The simulator runs compute work only; MPS servers come with the MPS issue.
+    // The simulator runs compute work only.
     std::vector<RunningProcess> procs;
     if (kind == ProcessKind::kCompute) procs = RunningComputeProcesses(s, index);
+    if (kind == ProcessKind::kMps) procs = MpsClientProcesses(s, index);
     return FillRunningProcesses(procs, count, infos);
   });
 }

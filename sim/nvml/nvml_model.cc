@@ -98,14 +98,60 @@ std::vector<ProcessSample> ProcessUtilization(const SimState& s, int device,
   return out;
 }
 
+namespace {
+
+bool IsLiveMpsClient(const ContextRecord& c, int device) {
+  return c.status == kContextActive && c.device == device && (c.flags & kContextMpsClient) != 0;
+}
+
+void Add(std::vector<RunningProcess>& out, int32_t pid, uint64_t bytes) {
+  for (RunningProcess& r : out) {
+    if (r.pid == pid) {
+      r.used_bytes += bytes;
+      return;
+    }
+  }
+  out.push_back({pid, bytes});
+}
+
+}  // namespace
+
 std::vector<RunningProcess> RunningComputeProcesses(const SimState& s, int device) {
   std::vector<RunningProcess> out;
   if (device < 0 || device >= static_cast<int>(s.device_count)) return out;
-  for (const ProcessRecord& p : s.processes) {
+  uint64_t mps_bytes[kMaxProcesses] = {};  // per process slot: its MPS clients' memory
+  bool any_mps = false;
+  for (const ContextRecord& c : s.contexts) {
+    if (IsLiveMpsClient(c, device) && c.process_slot >= 0) {
+      mps_bytes[c.process_slot] += c.reservation_bytes + c.allocated_bytes;
+      any_mps = true;
+    }
+  }
+  for (int i = 0; i < kMaxProcesses; ++i) {
+    const ProcessRecord& p = s.processes[i];
     if (p.status != kProcessAlive) continue;
-    const uint64_t bytes = p.devices[device].memory_bytes;
+    const uint64_t total = p.devices[device].memory_bytes;
+    const uint64_t bytes = total - std::min(total, mps_bytes[i]);
     if (bytes == 0) continue;
-    out.push_back({p.pid, bytes});
+    Add(out, p.pid, bytes);
+  }
+  if (!any_mps) return out;
+  for (const ContextRecord& c : s.contexts) {
+    if (IsLiveMpsClient(c, device) && c.mps_server_pid > 0) {
+      Add(out, c.mps_server_pid, c.reservation_bytes + c.allocated_bytes);
+    }
+  }
+  return out;
+}
+
+std::vector<RunningProcess> MpsClientProcesses(const SimState& s, int device) {
+  std::vector<RunningProcess> out;
+  if (device < 0 || device >= static_cast<int>(s.device_count)) return out;
+  for (const ContextRecord& c : s.contexts) {
+    if (IsLiveMpsClient(c, device) && c.process_slot >= 0 &&
+        s.processes[c.process_slot].status == kProcessAlive) {
+      Add(out, s.processes[c.process_slot].pid, c.reservation_bytes + c.allocated_bytes);
+    }
   }
   return out;
 }

@@ -74,7 +74,13 @@ struct RunningProcess {
   uint64_t used_bytes;
 };
 
-// Live processes holding memory on `device`, in process-slot order.
+// Live processes holding memory on `device`, in process-slot order. As on a
+// real GPU, an MPS client's memory is attributed to its MPS server process
+// (the clients themselves are not listed for it).
 std::vector<RunningProcess> RunningComputeProcesses(const SimState& s, int device);
+
+// The MPS clients with contexts on `device` and their memory
+// (nvmlDeviceGetMPSComputeRunningProcesses).
+std::vector<RunningProcess> MpsClientProcesses(const SimState& s, int device);
 
 }  // namespace gpuslice::sim::nvml
