@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "gpuslice/group_segment.h"
+
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -239,7 +241,7 @@ TEST_F(CliTest, AnInvalidSegmentIsAWarningAndTheOthersAreShown) {
   pid_t probe = StartLimitedProbe("1GiB", "good");
   ASSERT_TRUE(WaitFor([&] { return !Group(Status(), "good").is_null(); }, std::chrono::seconds(20)))
       << Read(File("err", 0));
-  const std::string bad = shm_dir_ + "/group-bad.v1";
+  const std::string bad = shm_dir_ + "/group-bad.v" + std::to_string(kGroupSegmentVersion);
   std::ofstream(bad) << "not a segment";
   Result r = Run({"status", "--json"});
   EXPECT_EQ(r.code, 0);
