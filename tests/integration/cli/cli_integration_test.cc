@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "gpuslice/group_segment.h"
-
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
