@@ -56,7 +56,10 @@ bool Admit(const GroupSegment& segment, int dev, DeviceCompute& c, int64_t charg
     const int64_t wait = TryAdmit(Shared(c.next_free_ns), now, PacedIntervalNs(charge_ns, limit));
     if (wait == 0) break;
     if (waiting_since == 0) waiting_since = now;
-    segment.WaitForChange(seen, wait);
+    // Sleep on until half the burst is free, so that one wake-up admits a
+    // batch of small launches rather than one (nothing is lost: the budget
+    // still runs ahead of now when this thread wakes).
+    segment.WaitForChange(seen, wait + kPacerBurstNs / 2);
     // The controller may have refined the estimate while this thread slept.
     if (const int64_t fresh = Shared(c.charge_ns).load(std::memory_order_acquire); fresh > 0) {
       charge_ns = fresh;
