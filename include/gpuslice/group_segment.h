@@ -88,11 +88,11 @@ struct alignas(64) DeviceCompute {
   uint32_t reserved0;
   uint8_t pad0[24];
   // Written by the group controller (probe_ns: by members, lowering only).
-  int64_t charge_ns;        // estimated device time of one launch; 0: not known yet
-  int64_t probe_ns;         // bootstrap: least launch-to-completion time measured; 0: none
-  uint32_t share_bp;        // measured share of the device, in basis points (1/100 %)
+  int64_t charge_ns;  // estimated device time of one launch; 0: not known yet
+  int64_t probe_ns;   // bootstrap: least launch-to-completion time measured; 0: none
+  uint32_t share_bp;  // measured share of the device, in basis points (1/100 %)
   uint32_t reserved1;
-  int64_t measured_at_ns;   // CLOCK_MONOTONIC of the last estimate; 0: never
+  int64_t measured_at_ns;  // CLOCK_MONOTONIC of the last estimate; 0: never
   uint8_t pad1[32];
 };
 
@@ -127,8 +127,8 @@ struct GroupSegmentLayout {
   uint64_t limits_generation;         // bumped on every limit change
   uint32_t compute_limited;           // bit d set: devices[d] has a compute limit below 100
   uint32_t reserved1;
-  int64_t controller_heartbeat_ns;    // last beat of the group controller
-  int32_t controller_pid;             // its pid, 0 if none
+  int64_t controller_heartbeat_ns;  // last beat of the group controller
+  int32_t controller_pid;           // its pid, 0 if none
   uint32_t reserved0;
   GroupDevice devices[kGroupMaxDevices];
   ProcessSlot slots[kGroupMaxSlots];

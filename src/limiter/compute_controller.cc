@@ -70,8 +70,8 @@ void ComputeController::TickDevice(int dev, Device& d) {
   }
   std::vector<nvmlProcessUtilizationSample_t> samples(64);
   unsigned n = static_cast<unsigned>(samples.size());
-  nvmlReturn_t rc = nv.nvmlDeviceGetProcessUtilization(d.handle, samples.data(), &n,
-                                                       d.last_seen_us);
+  nvmlReturn_t rc =
+      nv.nvmlDeviceGetProcessUtilization(d.handle, samples.data(), &n, d.last_seen_us);
   if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
     samples.resize(n);
     rc = nv.nvmlDeviceGetProcessUtilization(d.handle, samples.data(), &n, d.last_seen_us);

@@ -2,8 +2,8 @@
 
 #include <pthread.h>
 
-#include <csignal>
 #include <algorithm>
+#include <csignal>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -36,9 +36,8 @@ void* Run(void* arg) {
       segment->Beat(now);
       next_reap = now + period_ns;
     }
-    const int64_t tick_ns = compute.Tick()
-                                ? std::chrono::nanoseconds(ComputeController::kPeriod).count()
-                                : period_ns;
+    const int64_t tick_ns =
+        compute.Tick() ? std::chrono::nanoseconds(ComputeController::kPeriod).count() : period_ns;
     segment->WaitForChange(seen, std::min(tick_ns, next_reap - MonotonicNs()));
   }
 }

@@ -470,8 +470,8 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
 }
 CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
                           void** extra) noexcept {
-  return GS_PACED(config != nullptr ? config->hStream : nullptr, false, cuLaunchKernelEx, config,
-                  f, kernelParams, extra);
+  return GS_PACED(config != nullptr ? config->hStream : nullptr, false, cuLaunchKernelEx, config, f,
+                  kernelParams, extra);
 }
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
                                void** extra) noexcept {

@@ -11,8 +11,8 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "common/quantity.h"
-#include "limiter/core/limit_config.h"
 #include "limiter/compute_gate.h"
+#include "limiter/core/limit_config.h"
 #include "limiter/group_keeper.h"
 #include "limiter/real/real_driver.h"
 

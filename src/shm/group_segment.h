@@ -68,8 +68,7 @@ class GroupSegment {
   // Bit d set: device d has a compute limit below 100 (one load; the
   // launch path's test for "nothing to pace").
   uint32_t ComputeLimitedMask() const {
-    return std::atomic_ref<uint32_t>(layout_->compute_limited)
-        .load(std::memory_order_acquire);
+    return std::atomic_ref<uint32_t>(layout_->compute_limited).load(std::memory_order_acquire);
   }
   // The compute budget of `dev` (fields are shared: use std::atomic_ref).
   DeviceCompute& Compute(int dev) { return layout_->devices[dev].compute; }

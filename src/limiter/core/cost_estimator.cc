@@ -22,8 +22,7 @@ double CostEstimator::LaunchesAt(int64_t t_ns) const {
   auto hi = std::lower_bound(history_.begin(), history_.end(), t_ns,
                              [](const Point& p, int64_t t) { return p.t_ns < t; });
   auto lo = hi - 1;
-  const double f =
-      static_cast<double>(t_ns - lo->t_ns) / static_cast<double>(hi->t_ns - lo->t_ns);
+  const double f = static_cast<double>(t_ns - lo->t_ns) / static_cast<double>(hi->t_ns - lo->t_ns);
   return static_cast<double>(lo->total) +
          f * (static_cast<double>(hi->total) - static_cast<double>(lo->total));
 }
@@ -53,8 +52,7 @@ int64_t CostEstimator::CostNs() const {
     busy += it->busy_ns;
     launches += it->launches;
     span += it->end_ns - it->start_ns;
-    if (span >= options_.horizon_ns &&
-        launches >= static_cast<double>(options_.horizon_launches)) {
+    if (span >= options_.horizon_ns && launches >= static_cast<double>(options_.horizon_launches)) {
       break;
     }
   }

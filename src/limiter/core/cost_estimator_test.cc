@@ -25,10 +25,10 @@ struct PlantOptions {
   int64_t kernel_ns = 2 * kMs;
   bool sync = false;
   uint32_t limit = 30;
-  double competitor = 0;           // share of device time other tenants take
+  double competitor = 0;  // share of device time other tenants take
   int64_t nvml_window_ns = 166'666'667;
-  int64_t nvml_lag_ns = 0;         // extra delay before a closed window is visible
-  int64_t probe_ns = 0;            // bootstrap charge (0: 1.5 x kernel)
+  int64_t nvml_lag_ns = 0;  // extra delay before a closed window is visible
+  int64_t probe_ns = 0;     // bootstrap charge (0: 1.5 x kernel)
   int64_t step_ns = 10 * kUs;
 };
 
@@ -48,9 +48,8 @@ class Plant {
   // The tenant's ground-truth share of (from, to].
   double Share(int64_t from, int64_t to) const {
     int64_t busy = 0;
-    for (size_t i = static_cast<size_t>(from / o_.step_ns); i < static_cast<size_t>(to / o_.step_ns) &&
-                                                             i < busy_steps_.size();
-         ++i) {
+    for (size_t i = static_cast<size_t>(from / o_.step_ns);
+         i < static_cast<size_t>(to / o_.step_ns) && i < busy_steps_.size(); ++i) {
       busy += busy_steps_[i] ? o_.step_ns : 0;
     }
     return static_cast<double>(busy) / static_cast<double>(to - from);
@@ -73,11 +72,12 @@ class Plant {
   }
 
   void Launch() {
-    const int64_t charge = charge_ns_ > 0 ? charge_ns_
+    const int64_t charge = charge_ns_ > 0    ? charge_ns_
                            : o_.probe_ns > 0 ? o_.probe_ns
                                              : o_.kernel_ns * 3 / 2;
     while (running_ && (!o_.sync || queue_.empty()) && queue_.size() < 1024) {
-      if (TryAdmit(std::atomic_ref<int64_t>(next_free_), now_, PacedIntervalNs(charge, limit_)) != 0) {
+      if (TryAdmit(std::atomic_ref<int64_t>(next_free_), now_, PacedIntervalNs(charge, limit_)) !=
+          0) {
         return;
       }
       queue_.push_back(o_.kernel_ns);

@@ -35,8 +35,8 @@ class ComputeTest : public testing::SimProcessTest {
   // Starts a workload of 2 ms kernels for `seconds` with `more` arguments.
   pid_t Tenant(int n, const std::vector<std::string>& env, int seconds,
                std::vector<std::string> more = {}) {
-    std::vector<std::string> args = {"--kernel-us", "2000", "--duration-s",
-                                     std::to_string(seconds), "--quiet"};
+    std::vector<std::string> args = {"--kernel-us", "2000", "--duration-s", std::to_string(seconds),
+                                     "--quiet"};
     args.insert(args.end(), more.begin(), more.end());
     return Start(n, args, env);
   }
@@ -143,11 +143,9 @@ TEST_F(ComputeTest, AnotherMemberTakesOverWhenTheControllerIsKilled) {
   WaitRunning({b});
   auto seg = Segment("lead");
   ASSERT_NE(seg, nullptr);
-  auto controller = [&] {
-    return std::atomic_ref<int32_t>(seg->layout().controller_pid).load();
-  };
-  ASSERT_TRUE(WaitFor([&] { return controller() == a || controller() == b; },
-                      std::chrono::seconds(5)));
+  auto controller = [&] { return std::atomic_ref<int32_t>(seg->layout().controller_pid).load(); };
+  ASSERT_TRUE(
+      WaitFor([&] { return controller() == a || controller() == b; }, std::chrono::seconds(5)));
   const pid_t leader = controller();
   const pid_t survivor = leader == a ? b : a;
   kill(leader, SIGKILL);
