@@ -1,6 +1,7 @@
 #include "limiter/compute_controller.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "common/clock.h"
@@ -69,7 +70,7 @@ void ComputeController::TickDevice(int dev, Device& d) {
     }
   }
   std::vector<nvmlProcessUtilizationSample_t> samples(64);
-  unsigned n = static_cast<unsigned>(samples.size());
+  auto n = static_cast<unsigned>(samples.size());
   nvmlReturn_t rc =
       nv.nvmlDeviceGetProcessUtilization(d.handle, samples.data(), &n, d.last_seen_us);
   if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
@@ -114,7 +115,7 @@ void ComputeController::TickDevice(int dev, Device& d) {
     Shared(c.charge_ns).store(cost, std::memory_order_release);
   }
   if (const double share = d.estimator.RecentShare(1'000'000'000); share >= 0) {
-    Shared(c.share_bp).store(static_cast<uint32_t>(share * 10000 + 0.5));
+    Shared(c.share_bp).store(static_cast<uint32_t>(std::lround(share * 10000)));
   }
   Shared(c.measured_at_ns).store(MonotonicNs());
 

@@ -1,6 +1,7 @@
 #include "limiter/core/cost_estimator.h"
 
 #include <algorithm>
+#include <ranges>
 
 namespace gpuslice::limiter {
 
@@ -47,11 +48,11 @@ int64_t CostEstimator::CostNs() const {
   double busy = 0;
   double launches = 0;
   int64_t span = 0;
-  for (auto it = spans_.rbegin(); it != spans_.rend(); ++it) {
-    if (it->launches <= 0 && it->busy_ns <= 0) continue;
-    busy += it->busy_ns;
-    launches += it->launches;
-    span += it->end_ns - it->start_ns;
+  for (const Span& s : std::ranges::reverse_view(spans_)) {
+    if (s.launches <= 0 && s.busy_ns <= 0) continue;
+    busy += s.busy_ns;
+    launches += s.launches;
+    span += s.end_ns - s.start_ns;
     if (span >= options_.horizon_ns && launches >= static_cast<double>(options_.horizon_launches)) {
       break;
     }

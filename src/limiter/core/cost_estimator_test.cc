@@ -48,7 +48,7 @@ class Plant {
   // The tenant's ground-truth share of (from, to].
   double Share(int64_t from, int64_t to) const {
     int64_t busy = 0;
-    for (size_t i = static_cast<size_t>(from / o_.step_ns);
+    for (auto i = static_cast<size_t>(from / o_.step_ns);
          i < static_cast<size_t>(to / o_.step_ns) && i < busy_steps_.size(); ++i) {
       busy += busy_steps_[i] ? o_.step_ns : 0;
     }
