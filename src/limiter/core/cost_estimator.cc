@@ -1,7 +1,6 @@
 #include "limiter/core/cost_estimator.h"
 
 #include <algorithm>
-#include <ranges>
 
 namespace gpuslice::limiter {
 
@@ -48,7 +47,8 @@ int64_t CostEstimator::CostNs() const {
   double busy = 0;
   double launches = 0;
   int64_t span = 0;
-  for (const Span& s : std::ranges::reverse_view(spans_)) {
+  for (size_t i = spans_.size(); i-- > 0;) {
+    const Span& s = spans_[i];
     if (s.launches <= 0 && s.busy_ns <= 0) continue;
     busy += s.busy_ns;
     launches += s.launches;
