@@ -11,13 +11,34 @@ bool HasWork(const ContextRecord& c, int device) {
   return c.status == kContextActive && c.device == device && c.count > 0;
 }
 
+bool IsMpsClient(const ContextRecord& c) {
+  return (c.flags & kContextMpsClient) != 0 && c.mps_server_pid > 0;
+}
+
+// True when contexts a and b belong to one scheduling group (invariant 4):
+// the same context, or MPS clients of the same server.
+bool SameGroup(const SimState& s, int a, int b) {
+  if (a == b) return true;
+  const ContextRecord& x = s.contexts[a];
+  const ContextRecord& y = s.contexts[b];
+  return IsMpsClient(x) && IsMpsClient(y) && x.mps_server_pid == y.mps_server_pid;
+}
+
+// The process slot whose NVML samples carry the context's work: the server's
+// for an MPS client, else its own.
+int32_t ReportSlot(const ContextRecord& c) {
+  return IsMpsClient(c) && c.report_slot >= 0 ? c.report_slot : c.process_slot;
+}
+
 // The next context with work, round-robin from the device's cursor, skipping
-// `exclude`; -1 if none.
+// the group of `exclude` (-1: skip nothing); -1 if none.
 int PickNext(const SimState& s, int device, int exclude) {
   const DeviceState& d = s.devices[device];
   for (int k = 0; k < kMaxContexts; ++k) {
     int i = static_cast<int>((d.rr_next + k) % kMaxContexts);
-    if (i != exclude && HasWork(s.contexts[i], device)) return i;
+    if (!HasWork(s.contexts[i], device)) continue;
+    if (exclude >= 0 && SameGroup(s, i, exclude)) continue;
+    return i;
   }
   return -1;
 }
@@ -27,11 +48,10 @@ uint32_t Percent(int64_t part, int64_t whole) {
   return static_cast<uint32_t>(std::min<int64_t>(100, (part * 100 + whole / 2) / whole));
 }
 
-// Adds busy time [t0, t1) of context `ctx` to the device's open window(s),
-// closing windows as their end passes.
-void AccountBusy(SimState& s, int device, int ctx, int64_t t0, int64_t t1) {
+// Adds device busy time [t0, t1) to the device's open window(s), credited in
+// the per-process samples to `report_slot`, closing windows as their end passes.
+void AccountDevice(SimState& s, int device, int32_t report_slot, int64_t t0, int64_t t1) {
   DeviceState& d = s.devices[device];
-  ContextRecord& c = s.contexts[ctx];
   const int64_t total = t1 - t0;
   while (t0 < t1) {
     CloseWindows(s, device, t0);
@@ -40,17 +60,22 @@ void AccountBusy(SimState& s, int device, int ctx, int64_t t0, int64_t t1) {
     d.window_busy_ns += dt;
     uint32_t n = d.window_process_count;
     uint32_t i = 0;
-    while (i < n && d.window_processes[i].process_slot != c.process_slot) ++i;
+    while (i < n && d.window_processes[i].process_slot != report_slot) ++i;
     if (i == n && n < kWindowProcesses) {
-      d.window_processes[n] = {c.process_slot, 0, 0};
+      d.window_processes[n] = {report_slot, 0, 0};
       d.window_process_count = ++n;
     }
     if (i < n) d.window_processes[i].busy_ns += dt;
     t0 = seg_end;
   }
   d.busy_ns += total;
-  c.busy_ns += total;
-  if (c.process_slot >= 0) s.processes[c.process_slot].devices[device].busy_ns += total;
+}
+
+// Ground truth: context `ctx`'s kernel executed for `dt`.
+void AccountContext(SimState& s, int ctx, int64_t dt) {
+  ContextRecord& c = s.contexts[ctx];
+  c.busy_ns += dt;
+  if (c.process_slot >= 0) s.processes[c.process_slot].devices[c.device].busy_ns += dt;
 }
 
 // Marks ops at the head that are complete: the head kernel if done, then any
@@ -79,6 +104,57 @@ void Release(DeviceState& d) {
   d.last_ctx = d.running_ctx;
   d.rr_next = static_cast<uint32_t>((d.running_ctx + 1) % kMaxContexts);
   d.running_ctx = -1;
+}
+
+
+// Executes the MPS group of the device's running context from `t` for one
+// step: until the first of its head kernels completes, the slice ends, or
+// `now_ns`. Model: every member with work runs concurrently; while the
+// members' thread percentages sum to at most 100 each progresses at full
+// speed, beyond that all progress at 100/sum (the SMs are oversubscribed).
+// Returns the time reached; releases the device when the group ran dry.
+int64_t StepGroup(SimState& s, int device, int64_t t, int64_t now_ns) {
+  DeviceState& d = s.devices[device];
+  int members[kMaxContexts];
+  int n = 0;
+  int64_t percent_sum = 0;
+  for (int i = 0; i < kMaxContexts; ++i) {
+    if (HasWork(s.contexts[i], device) && SameGroup(s, i, d.running_ctx)) {
+      members[n++] = i;
+      percent_sum += std::max<uint32_t>(1, s.contexts[i].thread_percent);
+    }
+  }
+  assert(n > 0);
+  const int64_t den = std::max<int64_t>(100, percent_sum);
+  auto wall_needed = [&](int i) {  // wall time until member i's head kernel completes
+    const int64_t remaining = s.contexts[i].queue[s.contexts[i].head].remaining_ns;
+    return (remaining * den + 99) / 100;
+  };
+  int64_t run = std::min(d.slice_end_ns - t, now_ns - t);
+  for (int k = 0; k < n; ++k) run = std::min(run, wall_needed(members[k]));
+  AccountDevice(s, device, ReportSlot(s.contexts[d.running_ctx]), t, t + run);
+  for (int k = 0; k < n; ++k) {
+    ContextRecord& c = s.contexts[members[k]];
+    QueuedOp& op = c.queue[c.head];
+    const int64_t progress =
+        wall_needed(members[k]) == run ? op.remaining_ns : std::min(op.remaining_ns, run * 100 / den);
+    op.remaining_ns -= progress;
+    AccountContext(s, members[k], run);
+    if (op.remaining_ns == 0) CompleteReadyOps(s, members[k], t + run);
+  }
+  t += run;
+  if (s.contexts[d.running_ctx].count == 0) {  // keep a member with work in front
+    int next = -1;
+    for (int k = 0; k < n && next < 0; ++k) {
+      if (s.contexts[members[k]].count > 0) next = members[k];
+    }
+    if (next < 0) {
+      Release(d);
+    } else {
+      d.running_ctx = next;
+    }
+  }
+  return t;
 }
 
 }  // namespace
@@ -122,11 +198,13 @@ void AdvanceDevice(SimState& s, int device, int64_t now_ns) {
 
   while (t < now_ns) {
     if (d.running_ctx < 0) {
-      int next = PickNext(s, device, -1);
+      // Round-robin over groups: another group first, the last one only if alone.
+      int next = d.last_ctx >= 0 ? PickNext(s, device, d.last_ctx) : -1;
+      if (next < 0) next = PickNext(s, device, -1);
       if (next < 0) break;  // idle until now
       d.running_ctx = next;
       d.switch_end_ns = t;
-      if (d.last_ctx >= 0 && d.last_ctx != next && p.switch_ns > 0) {
+      if (d.last_ctx >= 0 && !SameGroup(s, d.last_ctx, next) && p.switch_ns > 0) {
         d.switch_end_ns = t + p.switch_ns;
         ++d.switches;
       }
@@ -136,18 +214,24 @@ void AdvanceDevice(SimState& s, int device, int64_t now_ns) {
       t = std::min(now_ns, d.switch_end_ns);
       continue;
     }
-    ContextRecord& c = s.contexts[d.running_ctx];
-    assert(c.count > 0 && c.queue[c.head].remaining_ns > 0);
-    QueuedOp& op = c.queue[c.head];
-    int64_t run = std::min({op.remaining_ns, d.slice_end_ns - t, now_ns - t});
-    AccountBusy(s, device, d.running_ctx, t, t + run);
-    t += run;
-    op.remaining_ns -= run;
-    if (op.remaining_ns == 0) {
-      CompleteReadyOps(s, d.running_ctx, t);
-      if (c.count == 0) {  // ran dry: yield early
-        Release(d);
-        continue;
+    if (IsMpsClient(s.contexts[d.running_ctx])) {
+      t = StepGroup(s, device, t, now_ns);
+      if (d.running_ctx < 0) continue;  // the group ran dry: yield early
+    } else {
+      ContextRecord& c = s.contexts[d.running_ctx];
+      assert(c.count > 0 && c.queue[c.head].remaining_ns > 0);
+      QueuedOp& op = c.queue[c.head];
+      int64_t run = std::min({op.remaining_ns, d.slice_end_ns - t, now_ns - t});
+      AccountDevice(s, device, ReportSlot(c), t, t + run);
+      AccountContext(s, d.running_ctx, run);
+      t += run;
+      op.remaining_ns -= run;
+      if (op.remaining_ns == 0) {
+        CompleteReadyOps(s, d.running_ctx, t);
+        if (c.count == 0) {  // ran dry: yield early
+          Release(d);
+          continue;
+        }
       }
     }
     if (t >= d.slice_end_ns) {

@@ -8,6 +8,14 @@
 // if another context has work; a context that runs dry yields early. Changing
 // the executing context costs `switch_ns`, during which nothing executes.
 // A context's ops run in FIFO order.
+//
+// MPS: the client contexts of one MPS server on a device form one scheduling
+// group, time-sliced against the other groups like a single context (the
+// server's context). Inside the group the clients' head kernels run
+// concurrently: each at full speed while the members with work have thread
+// percentages summing to <= 100, else each at 100/sum of full speed. Each
+// member's busy time counts the time its kernel executed; the device's busy
+// time counts the time any did; NVML samples credit the server's process.
 #pragma once
 
 #include <cstdint>

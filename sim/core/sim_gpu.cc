@@ -126,6 +126,21 @@ std::string LiveUsers(SimState* s) {
 
 }  // namespace
 
+uint32_t MpsSmCount(uint32_t sms, uint32_t thread_percent) {
+  if (thread_percent >= 100) return sms;
+  return std::max<uint32_t>(1, static_cast<uint32_t>(uint64_t{sms} * thread_percent / 100));
+}
+
+namespace {
+constexpr std::string_view kTerminatedMessage = "MPS client terminated by its server";
+}  // namespace
+
+Status MpsClientTerminatedError() { return Unavailable(std::string(kTerminatedMessage)); }
+
+bool IsMpsClientTerminated(const Status& status) {
+  return status.code() == StatusCode::kUnavailable && status.message() == kTerminatedMessage;
+}
+
 std::string DefaultStatePath() {
   if (const char* p = getenv("GPUSLICE_SIM_STATE"); p != nullptr && *p != '\0') return p;
   return "/dev/shm/gpuslice-sim-" + std::to_string(getuid()) + ".state";
@@ -290,6 +305,17 @@ void SimGpu::ReapDeadProcessesLocked(int64_t now, bool force) {
   }
 }
 
+ContextRecord* SimGpu::LookupLiveLocked(ContextId ctx, Status* status) {
+  ContextRecord* c = LookupLocked(ctx);
+  if (c == nullptr) {
+    *status = InvalidArgument("invalid or destroyed context");
+  } else if ((c->flags & kContextMpsTerminated) != 0) {
+    *status = MpsClientTerminatedError();
+    return nullptr;
+  }
+  return c;
+}
+
 ContextRecord* SimGpu::LookupLocked(ContextId ctx) {
   if (ctx.index < 0 || ctx.index >= kMaxContexts) return nullptr;
   ContextRecord& c = state_->contexts[ctx.index];
@@ -300,20 +326,35 @@ ContextRecord* SimGpu::LookupLocked(ContextId ctx) {
   return &c;
 }
 
-StatusOr<ContextId> SimGpu::CreateContext(int device, uint32_t flags) {
+StatusOr<ContextId> SimGpu::CreateContext(int device, uint32_t flags, const MpsAttachment* mps) {
   if (observer_) return FailedPrecondition("an observer of the simulation cannot create contexts");
   if (process_slot_ < 0) return ResourceExhausted("this process has no slot in the simulation");
   if (device < 0 || device >= device_count()) {
     return InvalidArgument("no simulated device " + std::to_string(device));
+  }
+  if (mps != nullptr) {
+    flags |= kContextMpsClient;
+    if (mps->server_pid <= 0 || mps->thread_percent < 1 || mps->thread_percent > 100) {
+      return InvalidArgument("bad MPS attachment");
+    }
   }
   Locked lock(*this);
   const int64_t now = NowNs();
   ReapDeadProcessesLocked(now, false);
   DeviceState& d = state_->devices[device];
 
+  // Whether context `c` of another process may share an exclusive device with
+  // the new one: only an MPS server and its clients share.
+  auto compatible = [&](const ContextRecord& c) {
+    if (mps == nullptr) return false;
+    const int32_t owner = state_->processes[c.process_slot].pid;
+    if ((c.flags & kContextMpsServer) != 0) return owner == mps->server_pid;
+    return (c.flags & kContextMpsClient) != 0 && c.mps_server_pid == mps->server_pid;
+  };
   auto other_user = [&]() -> int {
     for (const ContextRecord& c : state_->contexts) {
-      if (c.status == kContextActive && c.device == device && c.process_slot != process_slot_) {
+      if (c.status == kContextActive && c.device == device && c.process_slot != process_slot_ &&
+          !compatible(c)) {
         return state_->processes[c.process_slot].pid;
       }
     }
@@ -332,6 +373,24 @@ StatusOr<ContextId> SimGpu::CreateContext(int device, uint32_t flags) {
       return FailedPrecondition("GPU " + std::to_string(device) +
                                 " is in EXCLUSIVE_PROCESS compute mode and in use by pid " +
                                 std::to_string(pid));
+    }
+  }
+  int32_t server_slot = -1;
+  if (mps != nullptr) {
+    int clients = 0;
+    for (const ContextRecord& c : state_->contexts) {
+      if (c.status == kContextActive && c.device == device && (c.flags & kContextMpsClient) != 0 &&
+          (c.flags & kContextMpsTerminated) == 0) {
+        ++clients;
+      }
+    }
+    if (clients >= kMaxMpsClientsPerDevice) {
+      return ResourceExhausted("GPU " + std::to_string(device) + " already has " +
+                               std::to_string(kMaxMpsClientsPerDevice) + " MPS clients");
+    }
+    for (int i = 0; i < kMaxProcesses && server_slot < 0; ++i) {
+      const ProcessRecord& p = state_->processes[i];
+      if (p.status == kProcessAlive && p.pid == mps->server_pid) server_slot = i;
     }
   }
   const uint64_t reserve = state_->params.context_bytes;
@@ -358,9 +417,17 @@ StatusOr<ContextId> SimGpu::CreateContext(int device, uint32_t flags) {
   c.flags = flags;
   c.device = device;
   c.process_slot = process_slot_;
+  c.report_slot = process_slot_;
   c.generation = generation;
   c.reservation_bytes = reserve;
   c.thread_percent = 100;
+  if (mps != nullptr) {
+    c.thread_percent = mps->thread_percent;
+    c.mps_server_pid = mps->server_pid;
+    c.pinned_limit_bytes = mps->pinned_limit_bytes;
+    c.mps_priority = mps->priority;
+    if (server_slot >= 0) c.report_slot = server_slot;
+  }
   c.next_seq = 1;
   d.used_bytes += reserve;
   auto& pm = state_->processes[process_slot_].devices[device];
@@ -384,8 +451,14 @@ uint64_t SimGpu::RoundToGranularity(uint64_t bytes) const {
 Status SimGpu::Allocate(ContextId ctx, uint64_t bytes) {
   const uint64_t rounded = RoundToGranularity(bytes);
   Locked lock(*this);
-  ContextRecord* c = LookupLocked(ctx);
-  if (c == nullptr) return InvalidArgument("invalid or destroyed context");
+  Status why;
+  ContextRecord* c = LookupLiveLocked(ctx, &why);
+  if (c == nullptr) return why;
+  if (c->pinned_limit_bytes > 0 && c->allocated_bytes + rounded > c->pinned_limit_bytes) {
+    return ResourceExhausted("MPS pinned device memory limit of " +
+                             std::to_string(c->pinned_limit_bytes) + " bytes reached on GPU " +
+                             std::to_string(c->device));
+  }
   DeviceState& d = state_->devices[c->device];
   if (rounded > d.info.total_bytes - d.used_bytes) {
     ReapDeadProcessesLocked(NowNs(), true);
@@ -423,7 +496,8 @@ void SimGpu::MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes)
 }
 
 int64_t SimGpu::KernelDurationNs(int device, std::string_view function_name, uint64_t blocks,
-                                 uint32_t threads_per_block, uint64_t spin_ns) const {
+                                 uint32_t threads_per_block, uint64_t spin_ns,
+                                 uint32_t thread_percent) const {
   if (function_name == "gpuslice_sim_spin") {
     return std::max<int64_t>(1, static_cast<int64_t>(spin_ns));
   }
@@ -436,7 +510,7 @@ int64_t SimGpu::KernelDurationNs(int device, std::string_view function_name, uin
   const uint32_t tpb = std::max<uint32_t>(1, threads_per_block);
   const uint64_t per_sm =
       std::clamp<uint64_t>(d.info.max_threads_per_sm / tpb, 1, d.info.max_blocks_per_sm);
-  const uint64_t per_wave = per_sm * d.info.sm_count;
+  const uint64_t per_wave = per_sm * MpsSmCount(d.info.sm_count, thread_percent);
   const uint64_t waves = std::max<uint64_t>(1, (blocks + per_wave - 1) / per_wave);
   // Locked clocks slow kernels down in proportion (read racily: a setting).
   const uint32_t locked = __atomic_load_n(&d.locked_sm_max_mhz, __ATOMIC_RELAXED);
@@ -452,8 +526,9 @@ Status SimGpu::WaitUntil(ContextId ctx, WaitFor what, uint64_t seq) {
     int64_t now = NowNs();
     {
       Locked lock(*this);
-      ContextRecord* c = LookupLocked(ctx);
-      if (c == nullptr) return InvalidArgument("invalid or destroyed context");
+      Status why;
+      ContextRecord* c = LookupLiveLocked(ctx, &why);
+      if (c == nullptr) return why;
       ReapDeadProcessesLocked(now, false);
       AdvanceDevice(*state_, c->device, now);
       uint64_t target = seq;
@@ -479,8 +554,9 @@ StatusOr<uint64_t> SimGpu::EnqueueKernel(ContextId ctx, int64_t duration_ns) {
   for (;;) {
     {
       Locked lock(*this);
-      ContextRecord* c = LookupLocked(ctx);
-      if (c == nullptr) return InvalidArgument("invalid or destroyed context");
+      Status why;
+      ContextRecord* c = LookupLiveLocked(ctx, &why);
+      if (c == nullptr) return why;
       const int64_t now = NowNs();
       ReapDeadProcessesLocked(now, false);
       AdvanceDevice(*state_, c->device, now);
@@ -497,8 +573,9 @@ StatusOr<uint64_t> SimGpu::EnqueueEventRecord(ContextId ctx, int event_slot) {
   for (;;) {
     {
       Locked lock(*this);
-      ContextRecord* c = LookupLocked(ctx);
-      if (c == nullptr) return InvalidArgument("invalid or destroyed context");
+      Status why;
+      ContextRecord* c = LookupLiveLocked(ctx, &why);
+      if (c == nullptr) return why;
       const int64_t now = NowNs();
       AdvanceDevice(*state_, c->device, now);
       if (c->count < kQueueCapacity) return EnqueueOp(*state_, ctx.index, 0, event_slot, now);
@@ -554,6 +631,41 @@ bool SimGpu::EventTime(ContextId ctx, int slot, uint64_t seq, int64_t* time_ns) 
   if (c->completed_seq < seq || c->event_done_seq[slot] < seq) return false;
   *time_ns = c->event_time_ns[slot];
   return true;
+}
+
+void SimGpu::SetMpsServer(int device, bool serving) {
+  if (device < 0 || device >= device_count()) return;
+  Locked lock(*this);
+  uint32_t& server = state_->devices[device].mps_server_pid;
+  if (serving) {
+    server = static_cast<uint32_t>(pid_);
+  } else if (server == static_cast<uint32_t>(pid_)) {
+    server = 0;
+  }
+}
+
+int SimGpu::TerminateMpsClient(int32_t server_pid, int32_t client_pid) {
+  Locked lock(*this);
+  const int64_t now = NowNs();
+  int hit = 0;
+  for (int i = 0; i < kMaxContexts; ++i) {
+    ContextRecord& c = state_->contexts[i];
+    if (c.status != kContextActive || (c.flags & kContextMpsClient) == 0 ||
+        (c.flags & kContextMpsTerminated) != 0 || c.mps_server_pid != server_pid ||
+        state_->processes[c.process_slot].pid != client_pid) {
+      continue;
+    }
+    AdvanceDevice(*state_, c.device, now);
+    DropQueuedWork(*state_, i, now);
+    const uint64_t bytes = c.reservation_bytes + c.allocated_bytes;
+    state_->devices[c.device].used_bytes -= bytes;
+    state_->processes[c.process_slot].devices[c.device].memory_bytes -= bytes;
+    c.reservation_bytes = 0;
+    c.allocated_bytes = 0;
+    c.flags |= kContextMpsTerminated;
+    ++hit;
+  }
+  return hit;
 }
 
 void SimGpu::ResetStats() {

@@ -42,6 +42,23 @@ std::string DefaultStatePath();
 // Options from GPUSLICE_SIM_STATE and GPUSLICE_SIM_CONFIG.
 StatusOr<OpenOptions> OptionsFromEnv();
 
+// What an MPS client context gets from its server (fixed at connect).
+struct MpsAttachment {
+  int32_t server_pid = 0;          // the nvidia-cuda-mps-server serving it
+  uint32_t thread_percent = 100;   // active thread percentage, 1..100
+  uint64_t pinned_limit_bytes = 0; // device memory cap for the context; 0 = none
+  uint32_t priority = 0;           // CUDA_MPS_CLIENT_PRIORITY
+};
+
+// SMs an MPS client with `thread_percent` sees: floor(sms x percent / 100),
+// at least 1; all of them at 100.
+uint32_t MpsSmCount(uint32_t sms, uint32_t thread_percent);
+
+// The status operations return on a context whose MPS client was terminated
+// (the driver maps it to CUDA_ERROR_MPS_CLIENT_TERMINATED).
+Status MpsClientTerminatedError();
+bool IsMpsClientTerminated(const Status& status);
+
 // Names a context across processes: a slot and the generation it had when
 // created (a stale handle to a reused slot is detected).
 struct ContextId {
@@ -69,12 +86,18 @@ class SimGpu {
   // params.context_bytes. Errors: ResourceExhausted (memory or slots),
   // FailedPrecondition (compute mode forbids it; message says which),
   // InvalidArgument (no such device).
-  StatusOr<ContextId> CreateContext(int device, uint32_t flags = 0);
+  // With `mps`, the context is an MPS client of mps->server_pid (flag
+  // kContextMpsClient): EXCLUSIVE_PROCESS admits it beside that server and its
+  // other clients; at most kMaxMpsClientsPerDevice per device
+  // (ResourceExhausted). A kContextMpsServer context is the server's own.
+  StatusOr<ContextId> CreateContext(int device, uint32_t flags = 0,
+                                    const MpsAttachment* mps = nullptr);
   Status DestroyContext(ContextId ctx);
 
   // ---- memory accounting (callers back the bytes themselves) ----
   // Charges `bytes` rounded up to the granularity to the context's device.
-  // ResourceExhausted when the device has not that much free.
+  // ResourceExhausted when the device has not that much free, or an MPS
+  // client's pinned memory limit would be exceeded.
   Status Allocate(ContextId ctx, uint64_t bytes);
   void Free(ContextId ctx, uint64_t bytes);  // same rounding as Allocate
   uint64_t RoundToGranularity(uint64_t bytes) const;
@@ -84,8 +107,11 @@ class SimGpu {
   // Duration of a kernel launch per the model (DESIGN.md section 7): a kernel
   // named "gpuslice_sim_spin" takes `spin_ns`; others launch_ns + waves *
   // wave_ns * clock_factor.
+  // An MPS client passes its thread percentage: the waves are counted over
+  // MpsSmCount(SMs, thread_percent) SMs.
   int64_t KernelDurationNs(int device, std::string_view function_name, uint64_t blocks,
-                           uint32_t threads_per_block, uint64_t spin_ns) const;
+                           uint32_t threads_per_block, uint64_t spin_ns,
+                           uint32_t thread_percent = 100) const;
   // Queues a kernel; blocks while max_pending ops are in flight. Returns its seq.
   StatusOr<uint64_t> EnqueueKernel(ContextId ctx, int64_t duration_ns);
   // Queues an event marker for `event_slot`. Returns its seq.
@@ -102,6 +128,17 @@ class SimGpu {
   void FreeEventSlot(ContextId ctx, int slot);
   // Completion time of the marker with `seq` recorded for `slot`, if complete.
   bool EventTime(ContextId ctx, int slot, uint64_t seq, int64_t* time_ns);
+
+  // ---- MPS ----
+  // The server side: this process serves `device` (DeviceState::mps_server_pid)
+  // or stops serving it.
+  void SetMpsServer(int device, bool serving);
+  // terminate_client: every MPS client context of process `client_pid` (of
+  // server `server_pid`) drops its work, returns its memory and is marked
+  // kContextMpsTerminated; later operations on it return
+  // MpsClientTerminatedError(). Returns how many contexts it hit. Callable by
+  // observers.
+  int TerminateMpsClient(int32_t server_pid, int32_t client_pid);
 
   // ---- everything else (NVML, stats, settings) ----
   // Runs f(SimState&) under the lock after advancing every device to now and
@@ -136,6 +173,8 @@ class SimGpu {
   void ReapDeadProcessesLocked(int64_t now, bool force);
   int RegisterProcessLocked();
   ContextRecord* LookupLocked(ContextId ctx);
+  // LookupLocked, and not terminated: *status says why when it returns nullptr.
+  ContextRecord* LookupLiveLocked(ContextId ctx, Status* status);
   enum class WaitFor { kCompletion, kLaunchSlot, kQueueSlot };
   // Sleeps until op `seq` completed (kCompletion), or until the queue has room
   // for a kernel (kLaunchSlot: below max_pending) or a marker (kQueueSlot).

@@ -13,7 +13,9 @@
 //     event markers are completed as soon as everything before them is.
 //  3. DeviceState::used_bytes = sum over its active contexts of
 //     reservation_bytes + allocated_bytes; ProcessRecord memory likewise.
-//  4. At most one context of a device executes at any instant (time-slicing).
+//  4. At most one scheduling group of a device executes at any instant
+//     (time-slicing). A group is one plain context, or all MPS client contexts
+//     of one server on the device (their kernels run concurrently).
 #pragma once
 
 #include <pthread.h>
@@ -24,7 +26,7 @@
 namespace gpuslice::sim {
 
 inline constexpr uint64_t kStateMagic = 0x4d49535f534c5047;  // "GPLS_SIM"
-inline constexpr uint32_t kStateVersion = 1;
+inline constexpr uint32_t kStateVersion = 2;  // 2: MPS fields in ContextRecord
 
 inline constexpr int kMaxDevices = 8;
 inline constexpr int kMaxContexts = 128;
@@ -34,6 +36,7 @@ inline constexpr int kEventsPerContext = 1024;
 inline constexpr int kUtilWindows = 64;      // closed NVML sampling windows kept
 inline constexpr int kWindowProcesses = 16;  // per-process samples kept per window
 inline constexpr int kMaxFunctions = 64;     // per-function wave_ns overrides
+inline constexpr int kMaxMpsClientsPerDevice = 48;  // Volta+ MPS limit
 
 // ---- configuration (immutable after creation) ----
 
@@ -105,7 +108,7 @@ struct DeviceState {
   uint32_t compute_mode;  // ComputeMode
   uint32_t locked_sm_min_mhz, locked_sm_max_mhz;
   uint32_t locked_mem_min_mhz, locked_mem_max_mhz;
-  uint32_t mps_server_pid;  // reserved for MPS (later issue); 0 = none
+  uint32_t mps_server_pid;  // the MPS server serving this device; 0 = none
 
   uint64_t used_bytes;  // invariant 3
 
@@ -159,7 +162,12 @@ struct ProcessRecord {
 // ---- contexts ----
 
 enum ContextStatus : uint32_t { kContextFree = 0, kContextActive = 1 };
-enum ContextFlags : uint32_t { kContextPrimary = 1u << 0, kContextMpsClient = 1u << 1 };
+enum ContextFlags : uint32_t {
+  kContextPrimary = 1u << 0,
+  kContextMpsClient = 1u << 1,      // created through an MPS server (see mps_* fields)
+  kContextMpsServer = 1u << 2,      // an MPS server's own context on the device
+  kContextMpsTerminated = 1u << 3,  // terminate_client: work dropped, memory freed, calls fail
+};
 
 struct QueuedOp {
   uint64_t seq;
@@ -177,7 +185,10 @@ struct ContextRecord {
   uint64_t reservation_bytes;
   uint64_t allocated_bytes;
   uint32_t thread_percent;  // MPS active thread percentage (100 without MPS)
-  uint32_t pad;
+  int32_t mps_server_pid;   // MPS clients: their server's pid; else 0
+  uint64_t pinned_limit_bytes;  // MPS clients: allocated_bytes cap; 0 = none
+  uint32_t mps_priority;        // MPS clients: CUDA_MPS_CLIENT_PRIORITY (recorded only)
+  int32_t report_slot;          // process slot NVML attributes its work to (server for MPS)
   int64_t busy_ns;
   uint64_t kernels;
 

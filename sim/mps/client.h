@@ -1,0 +1,35 @@
+// The MPS client side of the simulated driver: whether a context a process
+// creates goes through an MPS server, and with which limits. A process is an
+// MPS client when a control daemon listens in its CUDA_MPS_PIPE_DIRECTORY
+// (default /tmp/nvidia-mps); otherwise its contexts are plain ones.
+//
+// Client environment (fixed at connect): CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=1G,1=512M"), CUDA_MPS_CLIENT_PRIORITY.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "sim/core/sim_gpu.h"
+
+namespace gpuslice::sim::mps {
+
+struct ClientEnvironment {
+  std::string pipe_dir;
+  double thread_percent = 0;  // 0: not set (the server's applies)
+  uint64_t pinned_bytes[kMaxDevices] = {};  // 0: not set
+  uint32_t priority = 0;
+};
+
+// Reads the variables above; InvalidArgument naming the variable when one is
+// malformed.
+StatusOr<ClientEnvironment> ClientEnvironmentFromEnv();
+
+// Connects this process to the daemon for `device`. NotFound: no daemon (use
+// a plain context). ResourceExhausted: the device has 48 clients.
+// Unavailable: the daemon refused or could not start a server. Otherwise what
+// the new context gets.
+StatusOr<MpsAttachment> ConnectClient(const ClientEnvironment& env, int device);
+
+}  // namespace gpuslice::sim::mps

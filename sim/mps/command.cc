@@ -1,0 +1,228 @@
+#include "sim/mps/command.h"
+
+#include <charconv>
+#include <cstdio>
+#include <vector>
+
+namespace gpuslice::sim::mps {
+namespace {
+
+std::vector<std::string_view> Split(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+    size_t j = i;
+    while (j < line.size() && line[j] != ' ' && line[j] != '\t' && line[j] != '\r') ++j;
+    if (j > i) out.push_back(line.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+template <typename T>
+bool ParseInt(std::string_view s, T* out) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+Status Bad(std::string_view what, std::string_view arg) {
+  return InvalidArgument("Error: invalid " + std::string(what) + " '" + std::string(arg) + "'");
+}
+
+StatusOr<int32_t> Pid(std::string_view s) {
+  int32_t pid = 0;
+  if (!ParseInt(s, &pid) || pid <= 0) return Bad("PID", s);
+  return pid;
+}
+
+StatusOr<int> Device(std::string_view s) {
+  int dev = 0;
+  if (!ParseInt(s, &dev) || dev < 0 || dev > 63) return Bad("device", s);
+  return dev;
+}
+
+StatusOr<double> Percent(std::string_view s) {
+  // from_chars for double is available in libstdc++ >= 11.
+  double p = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), p);
+  if (ec != std::errc() || end != s.data() + s.size() || !(p > 0) || p > 100) {
+    return InvalidArgument("Error: invalid active thread percentage '" + std::string(s) +
+                           "' (a number in (0, 100])");
+  }
+  return p;
+}
+
+struct Spec {
+  std::string_view name;
+  CommandKind kind;
+  size_t min_args, max_args;
+  std::string_view usage;
+};
+
+constexpr Spec kSpecs[] = {
+    {"get_server_list", CommandKind::kGetServerList, 0, 0, "get_server_list"},
+    {"get_server_status", CommandKind::kGetServerStatus, 1, 1, "get_server_status <PID>"},
+    {"start_server", CommandKind::kStartServer, 2, 2, "start_server -uid <uid>"},
+    {"get_client_list", CommandKind::kGetClientList, 1, 1, "get_client_list <PID>"},
+    {"get_device_client_list", CommandKind::kGetDeviceClientList, 0, 1,
+     "get_device_client_list [<PID>]"},
+    {"set_default_active_thread_percentage", CommandKind::kSetDefaultThreadPercent, 1, 1,
+     "set_default_active_thread_percentage <percentage>"},
+    {"get_default_active_thread_percentage", CommandKind::kGetDefaultThreadPercent, 0, 0,
+     "get_default_active_thread_percentage"},
+    {"set_active_thread_percentage", CommandKind::kSetThreadPercent, 2, 2,
+     "set_active_thread_percentage <PID> <percentage>"},
+    {"get_active_thread_percentage", CommandKind::kGetThreadPercent, 1, 1,
+     "get_active_thread_percentage <PID>"},
+    {"set_default_device_pinned_mem_limit", CommandKind::kSetDefaultPinnedLimit, 2, 2,
+     "set_default_device_pinned_mem_limit <dev> <value>"},
+    {"get_default_device_pinned_mem_limit", CommandKind::kGetDefaultPinnedLimit, 1, 1,
+     "get_default_device_pinned_mem_limit <dev>"},
+    {"set_device_pinned_mem_limit", CommandKind::kSetPinnedLimit, 3, 3,
+     "set_device_pinned_mem_limit <PID> <dev> <value>"},
+    {"get_device_pinned_mem_limit", CommandKind::kGetPinnedLimit, 2, 2,
+     "get_device_pinned_mem_limit <PID> <dev>"},
+    {"terminate_client", CommandKind::kTerminateClient, 2, 2,
+     "terminate_client <server PID> <client PID>"},
+    {"ps", CommandKind::kPs, 0, 2, "ps [-p <PID>]"},
+    {"set_default_client_priority", CommandKind::kSetDefaultClientPriority, 1, 1,
+     "set_default_client_priority <0|1>"},
+    {"get_default_client_priority", CommandKind::kGetDefaultClientPriority, 0, 0,
+     "get_default_client_priority"},
+    {"quit", CommandKind::kQuit, 0, 0, "quit"},
+    {"__client_connect", CommandKind::kClientConnect, 6, 6,
+     "__client_connect <pid> <uid> <device> <percent|-> <bytes|-> <priority>"},
+};
+
+}  // namespace
+
+StatusOr<uint64_t> ParsePinnedLimit(std::string_view text) {
+  if (text == "0") return uint64_t{0};
+  if (text.size() < 2) return InvalidArgument("Error: invalid memory limit '" + std::string(text) + "' (an integer followed by G or M, e.g. 10G or 900M)");
+  const char unit = text.back();
+  uint64_t n = 0;
+  uint64_t scale = 0;
+  if (unit == 'G' || unit == 'g') scale = uint64_t{1} << 30;
+  if (unit == 'M' || unit == 'm') scale = uint64_t{1} << 20;
+  if (scale == 0 || !ParseInt(text.substr(0, text.size() - 1), &n) || n > (uint64_t{1} << 33)) {
+    return InvalidArgument("Error: invalid memory limit '" + std::string(text) +
+                           "' (an integer followed by G or M, e.g. 10G or 900M)");
+  }
+  return n * scale;
+}
+
+std::string FormatPinnedLimit(uint64_t bytes) {
+  if (bytes == 0) return "0";
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  if (bytes % kGiB == 0) return std::to_string(bytes / kGiB) + "G";
+  return std::to_string(bytes >> 20) + "M";
+}
+
+std::string FormatPercent(double percent) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%.1f", percent);
+  return buf;
+}
+
+StatusOr<Command> ParseCommand(std::string_view line) {
+  std::vector<std::string_view> words = Split(line);
+  if (words.empty()) return InvalidArgument("Error: empty command");
+  const Spec* spec = nullptr;
+  for (const Spec& s : kSpecs) {
+    if (s.name == words[0]) spec = &s;
+  }
+  if (spec == nullptr) {
+    return InvalidArgument("Error: unrecognized command '" + std::string(words[0]) + "'");
+  }
+  const size_t n = words.size() - 1;
+  if (n < spec->min_args || n > spec->max_args) {
+    return InvalidArgument("Error: usage: " + std::string(spec->usage));
+  }
+  Command c;
+  c.kind = spec->kind;
+  auto arg = [&](size_t i) { return words[i + 1]; };
+  switch (c.kind) {
+    case CommandKind::kGetServerStatus:
+    case CommandKind::kGetClientList:
+    case CommandKind::kGetThreadPercent: {
+      GS_ASSIGN_OR_RETURN(c.pid, Pid(arg(0)));
+      break;
+    }
+    case CommandKind::kGetDeviceClientList:
+      if (n == 1) {
+        GS_ASSIGN_OR_RETURN(c.pid, Pid(arg(0)));
+      }
+      break;
+    case CommandKind::kStartServer:
+      if (arg(0) != "-uid" || !ParseInt(arg(1), &c.uid)) {
+        return InvalidArgument("Error: usage: " + std::string(spec->usage));
+      }
+      break;
+    case CommandKind::kSetDefaultThreadPercent: {
+      GS_ASSIGN_OR_RETURN(c.percent, Percent(arg(0)));
+      break;
+    }
+    case CommandKind::kSetThreadPercent: {
+      GS_ASSIGN_OR_RETURN(c.pid, Pid(arg(0)));
+      GS_ASSIGN_OR_RETURN(c.percent, Percent(arg(1)));
+      break;
+    }
+    case CommandKind::kSetDefaultPinnedLimit: {
+      GS_ASSIGN_OR_RETURN(c.device, Device(arg(0)));
+      GS_ASSIGN_OR_RETURN(c.bytes, ParsePinnedLimit(arg(1)));
+      break;
+    }
+    case CommandKind::kGetDefaultPinnedLimit: {
+      GS_ASSIGN_OR_RETURN(c.device, Device(arg(0)));
+      break;
+    }
+    case CommandKind::kSetPinnedLimit: {
+      GS_ASSIGN_OR_RETURN(c.pid, Pid(arg(0)));
+      GS_ASSIGN_OR_RETURN(c.device, Device(arg(1)));
+      GS_ASSIGN_OR_RETURN(c.bytes, ParsePinnedLimit(arg(2)));
+      break;
+    }
+    case CommandKind::kGetPinnedLimit: {
+      GS_ASSIGN_OR_RETURN(c.pid, Pid(arg(0)));
+      GS_ASSIGN_OR_RETURN(c.device, Device(arg(1)));
+      break;
+    }
+    case CommandKind::kTerminateClient: {
+      GS_ASSIGN_OR_RETURN(c.pid, Pid(arg(0)));
+      GS_ASSIGN_OR_RETURN(c.client_pid, Pid(arg(1)));
+      break;
+    }
+    case CommandKind::kPs:
+      if (n == 1 || (n == 2 && arg(0) != "-p")) {
+        return InvalidArgument("Error: usage: " + std::string(spec->usage));
+      }
+      if (n == 2) {
+        GS_ASSIGN_OR_RETURN(c.pid, Pid(arg(1)));
+      }
+      break;
+    case CommandKind::kSetDefaultClientPriority:
+      if (arg(0) != "0" && arg(0) != "1") return Bad("client priority (0 or 1)", arg(0));
+      c.priority = arg(0) == "1" ? 1 : 0;
+      break;
+    case CommandKind::kClientConnect: {
+      GS_ASSIGN_OR_RETURN(c.pid, Pid(arg(0)));
+      if (!ParseInt(arg(1), &c.uid)) return Bad("uid", arg(1));
+      GS_ASSIGN_OR_RETURN(c.device, Device(arg(2)));
+      if (arg(3) != "-") {
+        GS_ASSIGN_OR_RETURN(c.percent, Percent(arg(3)));
+      }
+      if (arg(4) != "-" && !ParseInt(arg(4), &c.bytes)) return Bad("byte count", arg(4));
+      if (!ParseInt(arg(5), &c.priority) || c.priority > 1) return Bad("priority", arg(5));
+      break;
+    }
+    case CommandKind::kGetServerList:
+    case CommandKind::kGetDefaultThreadPercent:
+    case CommandKind::kGetDefaultClientPriority:
+    case CommandKind::kQuit:
+      break;
+  }
+  return c;
+}
+
+}  // namespace gpuslice::sim::mps

@@ -1,0 +1,65 @@
+// The command language of nvidia-cuda-mps-control (DESIGN.md section 5): one
+// command per line on the control's stdin. Parsing is pure; the daemon
+// (control.h) executes what this returns.
+//
+// Besides NVIDIA's commands, the simulated driver speaks one internal command
+// on the same socket: `__client_connect <pid> <uid> <device> <percent|-> <pinned
+// bytes|-> <priority>` (an MPS client connecting; see client.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace gpuslice::sim::mps {
+
+enum class CommandKind {
+  kGetServerList,
+  kGetServerStatus,           // pid
+  kStartServer,               // uid
+  kGetClientList,             // pid
+  kGetDeviceClientList,       // pid (0: every server)
+  kSetDefaultThreadPercent,   // percent
+  kGetDefaultThreadPercent,   //
+  kSetThreadPercent,          // pid, percent
+  kGetThreadPercent,          // pid
+  kSetDefaultPinnedLimit,     // device, bytes
+  kGetDefaultPinnedLimit,     // device
+  kSetPinnedLimit,            // pid, device, bytes
+  kGetPinnedLimit,            // pid, device
+  kTerminateClient,           // pid (server), client_pid
+  kPs,                        // pid (0: every client)
+  kSetDefaultClientPriority,  // priority
+  kGetDefaultClientPriority,  //
+  kQuit,
+  kClientConnect,  // internal: pid, uid, device, percent (0: unset), bytes (0: unset), priority
+};
+
+struct Command {
+  CommandKind kind = CommandKind::kGetServerList;
+  int32_t pid = 0;
+  int32_t client_pid = 0;
+  uint32_t uid = 0;
+  int device = 0;
+  double percent = 0;   // thread percentages: (0, 100]
+  uint64_t bytes = 0;   // pinned memory limits
+  uint32_t priority = 0;
+};
+
+// Parses one line (surrounding whitespace ignored). InvalidArgument with a
+// message fit to print for an unknown command, a missing or extra argument,
+// or an argument out of range.
+StatusOr<Command> ParseCommand(std::string_view line);
+
+// A pinned memory limit as MPS writes it: an integer followed by G or M
+// ("10G", "900M"; case-insensitive). "0" (no unit) means no limit.
+StatusOr<uint64_t> ParsePinnedLimit(std::string_view text);
+// The inverse: "10G" when a whole number of GiB, else "<n>M" (rounded down to
+// MiB); "0" for no limit.
+std::string FormatPinnedLimit(uint64_t bytes);
+// A thread percentage as MPS prints it: one decimal ("100.0", "33.5").
+std::string FormatPercent(double percent);
+
+}  // namespace gpuslice::sim::mps
