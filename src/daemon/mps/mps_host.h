@@ -55,17 +55,17 @@ struct CommandSpec {
   std::map<std::string, std::string> env;
   std::string stdin_text;  // written to the command's stdin, which is then closed
   int64_t timeout_ns = 0;  // > 0: the command is killed (SIGKILL) when it runs longer
-  // True: stdout and stderr go to /dev/null instead of being captured. Needed
-  // for commands that daemonise: their background child keeps the inherited
-  // descriptors open.
-  bool discard_output = false;
+  // Non-empty: stdout and stderr are appended to this file (e.g. /dev/null)
+  // instead of being captured. Needed for commands that daemonise: their
+  // background child keeps the inherited descriptors open.
+  std::string output_file;
 };
 
 struct CommandResult {
   int exit_code = 0;       // exit status, or 128 + signal
   bool timed_out = false;  // killed after timeout_ns
-  std::string out;         // stdout (empty when discarded)
-  std::string err;         // stderr (empty when discarded)
+  std::string out;         // stdout (empty with output_file)
+  std::string err;         // stderr (empty with output_file)
 };
 
 class MpsHost {

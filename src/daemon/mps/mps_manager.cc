@@ -18,6 +18,9 @@ using json = nlohmann::json;
 
 constexpr char kPidFile[] = "nvidia-cuda-mps-control.pid";
 constexpr char kStateFile[] = "state.json";
+constexpr char kStartLog[] = "gpuslice-start.log";  // in the log directory
+// sun_path holds 108 bytes; the control socket is <pipe dir>/control.
+constexpr size_t kMaxSocketPath = 107;
 constexpr int kStateVersion = 1;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kGiB = uint64_t{1} << 30;
@@ -181,6 +184,15 @@ Status MpsManager::Probe() {
     Status set = gpus_.SetComputeMode(i, *mode);
     if (!set.ok()) {
       return set.WithContext("cannot set the compute mode of GPU " + std::to_string(i));
+    }
+  }
+  for (int i = 0; i < *count; ++i) {
+    GS_ASSIGN_OR_RETURN(std::string uuid, gpus_.Uuid(i));
+    const std::string socket = PipeDir(uuid) + "/control";
+    if (socket.size() > kMaxSocketPath) {
+      return InvalidArgument("MPS root " + options_.root + " is too long: the control socket " +
+                             socket + " would exceed " + std::to_string(kMaxSocketPath) +
+                             " bytes");
     }
   }
   Status dirs = host_.MakeDirs(options_.root);
@@ -373,13 +385,20 @@ Status MpsManager::StartDaemon(GpuState& gpu) {
   spec.argv = {binary_path_, "-d"};
   spec.env = ControlEnv(gpu);
   spec.timeout_ns = options_.start_timeout_ns;
-  spec.discard_output = true;
+  // What the foreground invocation says (its verdict on failure) goes to a
+  // file: the daemonised child inherits the descriptors.
+  const std::string start_log = LogDir(gpu.uuid) + "/" + kStartLog;
+  (void)host_.RemoveFile(start_log);
+  spec.output_file = start_log;
   GS_ASSIGN_OR_RETURN(CommandResult result, host_.Run(spec));
   const std::string what = "'" + binary_path_ + " -d' for GPU " + std::to_string(gpu.index);
   if (result.timed_out) return Unavailable(what + " did not return in time");
   if (result.exit_code != 0) {
-    return Unavailable(what + " exited with " + std::to_string(result.exit_code) + " (see " +
-                       LogDir(gpu.uuid) + "/control.log)");
+    auto said = host_.ReadFile(start_log);
+    const std::string_view message = said.ok() ? Trim(*said) : "";
+    return Unavailable(what + " exited with " + std::to_string(result.exit_code) + ": " +
+                       (message.empty() ? "see " + LogDir(gpu.uuid) + "/control.log"
+                                        : std::string(message)));
   }
   pid_t pid = 0;
   const bool up = WaitUntil(options_.start_timeout_ns, [&] {

@@ -220,7 +220,7 @@ TEST_F(MpsManagerTest, NewManagerStopsOrphanDaemons) {
   // A daemon under the root that the state does not know.
   const std::string orphan_pipe = std::string(kRoot) + "/" + gpus_.uuids[1] + "/pipe";
   CommandSpec start{{FakeHost::kBinary, "-d"}, {{"CUDA_MPS_PIPE_DIRECTORY", orphan_pipe}}, "", 0,
-                    true};
+                    "/dev/null"};
   ASSERT_TRUE(host_.Run(start).ok());
   const pid_t orphan = host_.DaemonOf(orphan_pipe);
   ASSERT_NE(orphan, 0);
@@ -291,6 +291,14 @@ TEST_F(MpsManagerTest, NoPermissionForComputeModeFallsBackToSharedTier) {
   EXPECT_EQ(r.tier, Tier::kShared);
   EXPECT_THAT(r.reason, HasSubstr("compute mode"));
   EXPECT_EQ(host_.starts, 0);
+}
+
+TEST_F(MpsManagerTest, RootTooLongForTheControlSocketFallsBackToSharedTier) {
+  MpsManager m({.root = "/" + std::string(80, 'r')}, gpus_, host_, clock_);
+  ASSERT_TRUE(m.Start().ok());
+  EXPECT_FALSE(m.GetStatus().available);
+  EXPECT_THAT(m.GetStatus().reason, HasSubstr("too long"));
+  EXPECT_EQ(m.Acquire({"alice", "0", {}})->tier, Tier::kShared);
 }
 
 TEST_F(MpsManagerTest, NotLinuxFallsBackToSharedTier) {

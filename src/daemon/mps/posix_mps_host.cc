@@ -99,7 +99,7 @@ StatusOr<CommandResult> PosixMpsHost::Run(const CommandSpec& spec) {
     }
   };
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) return Errno("socketpair");
-  if (!spec.discard_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) {
+  if (!!spec.output_file.empty() && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) {
     Status failed = Errno("pipe");
     close_all();
     return failed;
@@ -108,9 +108,10 @@ StatusOr<CommandResult> PosixMpsHost::Run(const CommandSpec& spec) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in[1], 0);
-  if (spec.discard_output) {
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  if (!spec.output_file.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 1, spec.output_file.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
   } else {
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
     posix_spawn_file_actions_adddup2(&actions, err[1], 2);

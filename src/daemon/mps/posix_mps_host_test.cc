@@ -73,7 +73,7 @@ TEST_F(PosixMpsHostTest, DaemonisingCommandReturnsWhileItsChildRuns) {
   const std::string pidfile = dir_ + "/pid";
   ASSERT_TRUE(host_.MakeDirs(dir_).ok());
   CommandSpec spec = Shell("sleep 600 & echo $! > " + pidfile);
-  spec.discard_output = true;
+  spec.output_file = "/dev/null";
   auto r = host_.Run(spec);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 0);
