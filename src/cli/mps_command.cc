@@ -121,8 +121,8 @@ void PrintEnvironment(std::ostream& out, const json& reply, bool exports_only) {
   if (reply.value("tier", "") == "mps" && gpus.size() > 1) {
     out << "  one process per GPU; the environment of each:\n";
     for (const json& gpu : gpus) {
-      out << "  GPU " << Text(gpu.value("index", json())) << " ("
-          << Text(gpu.value("uuid", json())) << "):\n";
+      out << "  GPU " << Text(gpu.value("index", json())) << " (" << Text(gpu.value("uuid", json()))
+          << "):\n";
       const json gpu_env = gpu.value("env", json::object());
       for (const auto& [name, value] : gpu_env.items()) {
         out << "    " << name << "=" << Text(value) << "\n";
@@ -130,7 +130,7 @@ void PrintEnvironment(std::ostream& out, const json& reply, bool exports_only) {
     }
     return;
   }
- for (const auto& [name, value] : env.items()) {
+  for (const auto& [name, value] : env.items()) {
     out << "  " << name << "=" << Text(value) << "\n";
   }
 }
@@ -148,8 +148,8 @@ void Status(MpsRun& run, const MpsOptions& o) {
     return;
   }
   if (status->value("available", false)) {
-    out << "MPS: available (control " << Text(status->value("control_binary", json()))
-        << ", root " << Text(status->value("root", json())) << ")\n";
+    out << "MPS: available (control " << Text(status->value("control_binary", json())) << ", root "
+        << Text(status->value("root", json())) << ")\n";
   } else {
     out << "MPS: unavailable: " << Text(status->value("reason", json()))
         << "; tenants get the shared tier\n";
@@ -158,8 +158,8 @@ void Status(MpsRun& run, const MpsOptions& o) {
   if (gpus.empty()) {
     out << "no MPS daemons running\n";
   } else {
-    out << std::left << std::setw(5) << "GPU" << std::setw(42) << "UUID" << std::setw(9)
-        << "PID" << std::setw(11) << "HEALTH" << std::setw(10) << "RESTARTS"
+    out << std::left << std::setw(5) << "GPU" << std::setw(42) << "UUID" << std::setw(9) << "PID"
+        << std::setw(11) << "HEALTH" << std::setw(10) << "RESTARTS"
         << "TENANTS\n";
     for (const json& g : gpus) {
       const bool running = g.value("running", false);
@@ -176,17 +176,17 @@ void Status(MpsRun& run, const MpsOptions& o) {
     out << "no tenants\n";
     return;
   }
-  out << std::left << std::setw(20) << "TENANT" << std::setw(8) << "TIER" << std::setw(8)
-      << "GPUS" << std::setw(9) << "THREADS" << std::setw(14) << "PINNED MEMORY"
+  out << std::left << std::setw(20) << "TENANT" << std::setw(8) << "TIER" << std::setw(8) << "GPUS"
+      << std::setw(9) << "THREADS" << std::setw(14) << "PINNED MEMORY"
       << "PRIORITY\n";
   for (const json& t : list) {
     const json s = t.value("settings", json::object());
     const std::string threads =
         s.contains("active_thread_percentage") ? Text(s["active_thread_percentage"]) + "%" : "-";
-    const std::string pinned = s.contains("pinned_memory_limit") &&
-                                       s["pinned_memory_limit"].is_number_unsigned()
-                                   ? FormatBytes(s["pinned_memory_limit"].get<uint64_t>())
-                                   : "-";
+    const std::string pinned =
+        s.contains("pinned_memory_limit") && s["pinned_memory_limit"].is_number_unsigned()
+            ? FormatBytes(s["pinned_memory_limit"].get<uint64_t>())
+            : "-";
     out << std::left << std::setw(20) << Text(t.value("name", json())) << std::setw(8)
         << Text(t.value("tier", json())) << std::setw(8) << Join(t.value("gpus", json::array()))
         << std::setw(9) << threads << std::setw(14) << pinned
@@ -250,12 +250,13 @@ CLI::Validator TenantCheck() {
   return {[](std::string& name) -> std::string {
             bool ok = !name.empty() && name.size() <= 100 && name.front() != '.';
             for (char c : name) {
-              ok = ok && (isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
-                          c == '-');
+              ok = ok &&
+                   (isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
             }
-            return ok ? "" : "'" + name +
-                                 "' is not a tenant name (1-100 characters of A-Z a-z 0-9 . _ -, "
-                                 "not starting with '.')";
+            return ok ? ""
+                      : "'" + name +
+                            "' is not a tenant name (1-100 characters of A-Z a-z 0-9 . _ -, "
+                            "not starting with '.')";
           },
           "TENANT"};
 }
@@ -281,12 +282,11 @@ void AddSettingsFlags(CLI::App* cmd, MpsOptions* o) {
 }  // namespace
 
 void AddMpsCommands(CLI::App& app, HttpCall call) {
-  AddMpsCommands(app, std::move(call),
-                 MpsCliIo{&std::cout, &std::cerr, [](int code) {
-                            std::cout.flush();
-                            std::cerr.flush();
-                            std::exit(code);
-                          }});
+  AddMpsCommands(app, std::move(call), MpsCliIo{&std::cout, &std::cerr, [](int code) {
+                                                  std::cout.flush();
+                                                  std::cerr.flush();
+                                                  std::exit(code);
+                                                }});
 }
 
 void AddMpsCommands(CLI::App& app, HttpCall call, MpsCliIo io) {
@@ -334,8 +334,9 @@ void AddMpsCommands(CLI::App& app, HttpCall call, MpsCliIo io) {
   CLI::App* terminate =
       mps->add_subcommand("terminate", "End one MPS client process (terminate_client)");
   terminate->add_option("--gpu", o->gpu, "GPU index or UUID")->required();
-  terminate->add_option("--pid", o->pid, "The client's pid")->required()->check(
-      CLI::Range(int64_t{1}, int64_t{INT32_MAX}));
+  terminate->add_option("--pid", o->pid, "The client's pid")
+      ->required()
+      ->check(CLI::Range(int64_t{1}, int64_t{INT32_MAX}));
   terminate->add_flag("--json", o->json, "Machine-readable output");
   terminate->callback(bind(Terminate));
 }

@@ -32,8 +32,8 @@ class MpsCommandTest : public ::testing::Test {
         app,
         [this](std::string_view method, std::string_view path,
                std::string_view body) -> StatusOr<HttpReply> {
-          requests_.push_back({std::string(method), std::string(path),
-                               body.empty() ? json() : json::parse(body)});
+          requests_.push_back(
+              {std::string(method), std::string(path), body.empty() ? json() : json::parse(body)});
           if (!reachable_) return Unavailable("connect /run/gpuslice.sock: No such file");
           auto it = replies_.find(std::string(path));
           if (it == replies_.end()) return HttpReply{404, R"({"error":{"message":"no route"}})"};
@@ -64,8 +64,7 @@ TEST_F(MpsCommandTest, AcquireSendsSettingsAndPrintsTheEnvironment) {
                                              {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "30"}}},
                                            {"gpus", json::array()}}
                                           .dump()};
-  ASSERT_EQ(Run("mps acquire --tenant t1 --gpus 0 --threads 30 --pinned-memory 4G --priority 1"),
-            0)
+  ASSERT_EQ(Run("mps acquire --tenant t1 --gpus 0 --threads 30 --pinned-memory 4G --priority 1"), 0)
       << err_.str();
   ASSERT_EQ(requests_.size(), 1u);
   EXPECT_EQ(requests_[0].method, "POST");
@@ -80,17 +79,18 @@ TEST_F(MpsCommandTest, AcquireSendsSettingsAndPrintsTheEnvironment) {
 
 TEST_F(MpsCommandTest, AcquireEnvPrintsExportsForEval) {
   replies_["/v1/mps/acquire"] = {
-      200, json{{"tier", "shared"}, {"reason", "x"}, {"env", {{"CUDA_VISIBLE_DEVICES", "a'b"}}}}
-               .dump()};
+      200,
+      json{{"tier", "shared"}, {"reason", "x"}, {"env", {{"CUDA_VISIBLE_DEVICES", "a'b"}}}}.dump()};
   ASSERT_EQ(Run("mps acquire --tenant t1 --gpus 0 --env"), 0);
   EXPECT_EQ(out_.str(), "export CUDA_VISIBLE_DEVICES='a'\\''b'\n");
 }
 
 TEST_F(MpsCommandTest, SharedTierShowsTheReason) {
-  replies_["/v1/mps/acquire"] = {
-      200, json{{"tenant", "t"}, {"tier", "shared"}, {"reason", "MPS unavailable: no binary"},
-                {"env", {{"CUDA_VISIBLE_DEVICES", "GPU-1"}}}}
-               .dump()};
+  replies_["/v1/mps/acquire"] = {200, json{{"tenant", "t"},
+                                           {"tier", "shared"},
+                                           {"reason", "MPS unavailable: no binary"},
+                                           {"env", {{"CUDA_VISIBLE_DEVICES", "GPU-1"}}}}
+                                          .dump()};
   ASSERT_EQ(Run("mps acquire --tenant t --gpus 0"), 0);
   EXPECT_THAT(out_.str(), HasSubstr("tier shared (MPS unavailable: no binary)"));
 }
@@ -103,19 +103,18 @@ TEST_F(MpsCommandTest, JsonPrintsTheReply) {
 }
 
 TEST_F(MpsCommandTest, StatusShowsDaemonsAndTenants) {
-  replies_["/v1/mps"] = {
-      200, json{{"available", true},
-                {"control_binary", "/usr/bin/nvidia-cuda-mps-control"},
-                {"root", "/run/gpuslice/mps"},
-                {"gpus",
-                 {{{"index", 0},
-                   {"uuid", "GPU-abc"},
-                   {"running", true},
-                   {"control_pid", 4321},
-                   {"health", "healthy"},
-                   {"restarts", 1},
-                   {"tenants", {"a", "b"}}}}}}
-               .dump()};
+  replies_["/v1/mps"] = {200, json{{"available", true},
+                                   {"control_binary", "/usr/bin/nvidia-cuda-mps-control"},
+                                   {"root", "/run/gpuslice/mps"},
+                                   {"gpus",
+                                    {{{"index", 0},
+                                      {"uuid", "GPU-abc"},
+                                      {"running", true},
+                                      {"control_pid", 4321},
+                                      {"health", "healthy"},
+                                      {"restarts", 1},
+                                      {"tenants", {"a", "b"}}}}}}
+                                  .dump()};
   replies_["/v1/mps/tenants"] = {
       200, json{{"tenants",
                  {{{"name", "a"},
@@ -141,9 +140,9 @@ TEST_F(MpsCommandTest, StatusShowsDaemonsAndTenants) {
 }
 
 TEST_F(MpsCommandTest, StatusWhenUnavailable) {
-  replies_["/v1/mps"] = {200, json{{"available", false}, {"reason", "MPS runs on Linux only"},
-                                   {"gpus", json::array()}}
-                                  .dump()};
+  replies_["/v1/mps"] = {
+      200, json{{"available", false}, {"reason", "MPS runs on Linux only"}, {"gpus", json::array()}}
+               .dump()};
   replies_["/v1/mps/tenants"] = {200, R"({"tenants": []})"};
   ASSERT_EQ(Run("mps status"), 0);
   EXPECT_THAT(out_.str(), HasSubstr("MPS: unavailable: MPS runs on Linux only"));

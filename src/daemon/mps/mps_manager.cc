@@ -1,9 +1,8 @@
 #include "daemon/mps/mps_manager.h"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <cctype>
+#include <csignal>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
@@ -49,8 +48,8 @@ std::string MpsQuantity(uint64_t bytes) {
 }
 
 bool AllDigits(std::string_view s) {
-  return !s.empty() &&
-         std::all_of(s.begin(), s.end(), [](char c) { return isdigit(static_cast<unsigned char>(c)); });
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [](char c) { return isdigit(static_cast<unsigned char>(c)); });
 }
 
 std::string Lower(std::string_view s) {
@@ -146,8 +145,7 @@ Status ValidateSettings(const TenantSettings& s) {
   return Status::Ok();
 }
 
-MpsManager::MpsManager(MpsOptions options, GpuModeControl& gpus, MpsHost& host,
-                       const Clock& clock)
+MpsManager::MpsManager(MpsOptions options, GpuModeControl& gpus, MpsHost& host, const Clock& clock)
     : options_(std::move(options)), gpus_(gpus), host_(host), clock_(clock) {}
 
 std::string MpsManager::StatePath() const { return options_.root + "/" + kStateFile; }
@@ -191,8 +189,7 @@ Status MpsManager::Probe() {
     const std::string socket = PipeDir(uuid) + "/control";
     if (socket.size() > kMaxSocketPath) {
       return InvalidArgument("MPS root " + options_.root + " is too long: the control socket " +
-                             socket + " would exceed " + std::to_string(kMaxSocketPath) +
-                             " bytes");
+                             socket + " would exceed " + std::to_string(kMaxSocketPath) + " bytes");
     }
   }
   Status dirs = host_.MakeDirs(options_.root);
@@ -309,8 +306,8 @@ StatusOr<std::vector<MpsManager::GpuRef>> MpsManager::ResolveGpus(std::string_vi
     if (AllDigits(item)) {
       const int index = item.size() <= 4 ? std::stoi(std::string(item)) : -1;
       if (index < 0 || index >= count) {
-        return NotFound("no GPU " + std::string(item) + " (this node has " +
-                        std::to_string(count) + ")");
+        return NotFound("no GPU " + std::string(item) + " (this node has " + std::to_string(count) +
+                        ")");
       }
       GS_ASSIGN_OR_RETURN(std::string uuid, gpus_.Uuid(index));
       ref = GpuRef{index, uuid};
@@ -396,9 +393,9 @@ Status MpsManager::StartDaemon(GpuState& gpu) {
   if (result.exit_code != 0) {
     auto said = host_.ReadFile(start_log);
     const std::string_view message = said.ok() ? Trim(*said) : "";
-    return Unavailable(what + " exited with " + std::to_string(result.exit_code) + ": " +
-                       (message.empty() ? "see " + LogDir(gpu.uuid) + "/control.log"
-                                        : std::string(message)));
+    return Unavailable(
+        what + " exited with " + std::to_string(result.exit_code) + ": " +
+        (message.empty() ? "see " + LogDir(gpu.uuid) + "/control.log" : std::string(message)));
   }
   pid_t pid = 0;
   const bool up = WaitUntil(options_.start_timeout_ns, [&] {
@@ -458,8 +455,7 @@ void MpsManager::TearDown(GpuState& gpu) {
   Status restored = gpus_.SetComputeMode(gpu.index, gpu.previous_mode);
   if (!restored.ok()) {
     GS_LOG(kWarn, "mps", "GPU %d: cannot restore compute mode %s: %s", gpu.index,
-           std::string(ComputeModeName(gpu.previous_mode)).c_str(),
-           restored.message().c_str());
+           std::string(ComputeModeName(gpu.previous_mode)).c_str(), restored.message().c_str());
   }
 }
 
@@ -506,8 +502,8 @@ StatusOr<AcquireResult> MpsManager::Acquire(const AcquireRequest& request) {
     auto same = [](const GpuRef& a, const GpuRef& b) { return a.uuid == b.uuid; };
     if (!std::is_permutation(refs.begin(), refs.end(), existing.gpus.begin(), existing.gpus.end(),
                              same)) {
-      return Status(StatusCode::kAlreadyExists, "tenant '" + request.tenant +
-                           "' already holds other GPUs; release it first");
+      return Status(StatusCode::kAlreadyExists,
+                    "tenant '" + request.tenant + "' already holds other GPUs; release it first");
     }
     existing.settings = request.settings;
     (void)Save();
@@ -729,7 +725,8 @@ Status MpsManager::Save() {
   json state = {{"version", kStateVersion}, {"tenants", json::array()}, {"gpus", json::array()}};
   for (const auto& [name, tenant] : tenants_) {
     json gpus = json::array();
-    for (const GpuRef& ref : tenant.gpus) gpus.push_back({{"index", ref.index}, {"uuid", ref.uuid}});
+    for (const GpuRef& ref : tenant.gpus)
+      gpus.push_back({{"index", ref.index}, {"uuid", ref.uuid}});
     state["tenants"].push_back({{"name", name},
                                 {"tier", TierName(tenant.tier)},
                                 {"reason", tenant.reason},

@@ -63,7 +63,7 @@ struct MpsOptions {
 // Per-tenant MPS settings, applied through the client environment.
 struct TenantSettings {
   std::optional<uint32_t> active_thread_percentage = std::nullopt;  // 1..100
-  std::optional<uint64_t> pinned_memory_limit = std::nullopt;  // bytes per device, > 0
+  std::optional<uint64_t> pinned_memory_limit = std::nullopt;       // bytes per device, > 0
   std::optional<int> client_priority = std::nullopt;  // 0 (normal) or 1 (below normal)
 };
 
@@ -94,7 +94,7 @@ struct TenantInfo {
   std::string name;
   Tier tier = Tier::kShared;
   std::string reason;
-  std::vector<int> gpus;            // indexes
+  std::vector<int> gpus;           // indexes
   std::vector<std::string> uuids;  // the same GPUs' UUIDs
   TenantSettings settings;
 };
@@ -216,9 +216,9 @@ class MpsManager {
   const Clock& clock_;
 
   mutable std::mutex mu_;
-  bool available_ = false;       // GUARDED_BY(mu_)
-  std::string unavailable_;      // GUARDED_BY(mu_)
-  std::string binary_path_;      // GUARDED_BY(mu_)
+  bool available_ = false;                     // GUARDED_BY(mu_)
+  std::string unavailable_;                    // GUARDED_BY(mu_)
+  std::string binary_path_;                    // GUARDED_BY(mu_)
   std::map<std::string, GpuState> gpu_state_;  // by UUID; GUARDED_BY(mu_)
   std::map<std::string, Tenant> tenants_;      // GUARDED_BY(mu_)
 };
@@ -226,7 +226,6 @@ class MpsManager {
 // Checks an API's tenant settings: percentage 1..100, pinned memory limit a
 // positive whole number of MiB, priority 0 or 1.
 Status ValidateSettings(const TenantSettings& settings);
-
 
 // Parses a tenant name (see AcquireRequest::tenant).
 Status ValidateTenantName(std::string_view name);

@@ -12,9 +12,9 @@ namespace gpuslice::daemon::mps {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::FakeGpus;
 using testing::FakeHost;
+using ::testing::HasSubstr;
 
 constexpr char kRoot[] = "/run/gpuslice/mps";
 
@@ -219,8 +219,8 @@ TEST_F(MpsManagerTest, NewManagerRestartsDaemonThatDiedMeanwhile) {
 TEST_F(MpsManagerTest, NewManagerStopsOrphanDaemons) {
   // A daemon under the root that the state does not know.
   const std::string orphan_pipe = std::string(kRoot) + "/" + gpus_.uuids[1] + "/pipe";
-  CommandSpec start{{FakeHost::kBinary, "-d"}, {{"CUDA_MPS_PIPE_DIRECTORY", orphan_pipe}}, "", 0,
-                    "/dev/null"};
+  CommandSpec start{
+      {FakeHost::kBinary, "-d"}, {{"CUDA_MPS_PIPE_DIRECTORY", orphan_pipe}}, "", 0, "/dev/null"};
   ASSERT_TRUE(host_.Run(start).ok());
   const pid_t orphan = host_.DaemonOf(orphan_pipe);
   ASSERT_NE(orphan, 0);

@@ -123,9 +123,9 @@ json AcquireJson(const std::string& tenant, const AcquireResult& r) {
 }  // namespace
 
 ApiResponse MpsErrorResponse(const Status& status) {
-  return JsonResponse(HttpStatusOf(status.code()),
-                      {{"error",
-                        {{"code", StatusCodeName(status.code())}, {"message", status.message()}}}});
+  return JsonResponse(
+      HttpStatusOf(status.code()),
+      {{"error", {{"code", StatusCodeName(status.code())}, {"message", status.message()}}}});
 }
 
 ApiResponse HandleStatus(MpsManager& manager, const ApiRequest& /*request*/) {

@@ -11,9 +11,9 @@ namespace gpuslice::daemon::mps {
 namespace {
 
 using json = nlohmann::json;
-using ::testing::HasSubstr;
 using testing::FakeGpus;
 using testing::FakeHost;
+using ::testing::HasSubstr;
 
 class MpsRoutesTest : public ::testing::Test {
  protected:
@@ -36,8 +36,8 @@ class MpsRoutesTest : public ::testing::Test {
 };
 
 TEST_F(MpsRoutesTest, AcquireReturnsTierAndEnvironment) {
-  ApiResponse r = HandleAcquire(
-      manager_, Post(R"({"tenant": "t1", "gpus": "0", "active_thread_percentage": 30,
+  ApiResponse r =
+      HandleAcquire(manager_, Post(R"({"tenant": "t1", "gpus": "0", "active_thread_percentage": 30,
                          "pinned_memory_limit": "4G", "client_priority": 0})"));
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.content_type, "application/json");

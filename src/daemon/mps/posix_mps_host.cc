@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -10,12 +9,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/process.h"
@@ -34,7 +35,7 @@ Status Errno(const std::string& what) {
 }
 
 bool Executable(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
 }
 
@@ -52,7 +53,12 @@ std::vector<std::string> MergedEnvironment(const std::map<std::string, std::stri
     const std::string name(entry.substr(0, entry.find('=')));
     if (!overrides.contains(name)) env.emplace_back(entry);
   }
-  for (const auto& [name, value] : overrides) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : overrides) {
+    std::string entry = name;
+    entry += '=';
+    entry += value;
+    env.push_back(std::move(entry));
+  }
   return env;
 }
 
@@ -79,7 +85,9 @@ StatusOr<std::string> PosixMpsHost::FindExecutable(std::string_view program) {
     const size_t colon = dirs.find(':');
     std::string dir(dirs.substr(0, colon));
     if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/" + name;
+    std::string candidate = std::move(dir);
+    candidate += '/';
+    candidate += name;
     if (Executable(candidate)) return candidate;
     if (colon == std::string_view::npos) break;
     dirs.remove_prefix(colon + 1);
@@ -119,8 +127,8 @@ StatusOr<CommandResult> PosixMpsHost::Run(const CommandSpec& spec) {
   // Its own process group: a terminal's Ctrl-C to the daemon does not reach it.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   posix_spawnattr_setpgroup(&attr, 0);
   sigset_t none;
   sigemptyset(&none);
@@ -134,6 +142,8 @@ StatusOr<CommandResult> PosixMpsHost::Run(const CommandSpec& spec) {
   std::vector<std::string> env_s = MergedEnvironment(spec.env);
   std::vector<char*> argv_c;
   std::vector<char*> env_c;
+  argv_c.reserve(argv_s.size() + 1);
+  env_c.reserve(env_s.size() + 1);
   for (auto& a : argv_s) argv_c.push_back(a.data());
   argv_c.push_back(nullptr);
   for (auto& e : env_s) env_c.push_back(e.data());
@@ -153,8 +163,7 @@ StatusOr<CommandResult> PosixMpsHost::Run(const CommandSpec& spec) {
   }
 
   CommandResult result;
-  const int64_t deadline =
-      spec.timeout_ns > 0 ? MonotonicNs() + spec.timeout_ns : INT64_MAX;
+  const int64_t deadline = spec.timeout_ns > 0 ? MonotonicNs() + spec.timeout_ns : INT64_MAX;
   size_t written = 0;
   if (spec.stdin_text.empty()) CloseFd(in[0]);
   int status = 0;

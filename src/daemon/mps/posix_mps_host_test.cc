@@ -91,8 +91,7 @@ TEST_F(PosixMpsHostTest, MissingProgramIsAnError) {
   auto r = host_.Run(spec);
   // posix_spawn may report the failure itself or as exit 127 of the child.
   EXPECT_TRUE(!r.ok() || r->exit_code == 127);
-  EXPECT_EQ(host_.FindExecutable(dir_ + "/no-such-program").status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(host_.FindExecutable(dir_ + "/no-such-program").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(host_.FindExecutable("gpuslice-no-such-tool-anywhere").status().code(),
             StatusCode::kNotFound);
   auto sh = host_.FindExecutable("sh");
