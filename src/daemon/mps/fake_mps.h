@@ -4,8 +4,7 @@
 // sleeps that advance a SimulatedClock. Test-only; not thread-safe.
 #pragma once
 
-#include <signal.h>
-
+#include <csignal>
 #include <map>
 #include <set>
 #include <sstream>
