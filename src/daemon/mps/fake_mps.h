@@ -1,0 +1,178 @@
+// Test fakes for the MPS manager: GPUs with compute modes in memory, and a
+// host whose `nvidia-cuda-mps-control` is a model of NVIDIA's (a daemon per
+// pipe directory, a pid file, commands on stdin), with files in memory and
+// sleeps that advance a SimulatedClock. Test-only; not thread-safe.
+#pragma once
+
+#include <csignal>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "daemon/mps/mps_host.h"
+
+namespace gpuslice::daemon::mps::testing {
+
+class FakeGpus final : public GpuModeControl {
+ public:
+  explicit FakeGpus(int count) {
+    for (int i = 0; i < count; ++i) {
+      uuids.push_back("GPU-0000000" + std::to_string(i) + "-aaaa-bbbb-cccc-dddddddddddd");
+      modes.push_back(ComputeMode::kDefault);
+    }
+  }
+  StatusOr<int> DeviceCount() override { return static_cast<int>(uuids.size()); }
+  StatusOr<std::string> Uuid(int index) override { return uuids.at(index); }
+  StatusOr<ComputeMode> GetComputeMode(int index) override { return modes.at(index); }
+  Status SetComputeMode(int index, ComputeMode mode) override {
+    if (deny_set) return PermissionDenied("NVML_ERROR_NO_PERMISSION");
+    modes.at(index) = mode;
+    return Status::Ok();
+  }
+
+  std::vector<std::string> uuids;
+  std::vector<ComputeMode> modes;
+  bool deny_set = false;
+};
+
+class FakeHost final : public MpsHost {
+ public:
+  static constexpr char kBinary[] = "/usr/bin/nvidia-cuda-mps-control";
+
+  explicit FakeHost(SimulatedClock& clock) : clock_(clock) {}
+
+  // --- MpsHost ---
+  bool IsLinux() override { return linux; }
+  StatusOr<std::string> FindExecutable(std::string_view program) override {
+    if (!binary_installed) return NotFound(std::string(program) + " not found on PATH");
+    return std::string(kBinary);
+  }
+  StatusOr<CommandResult> Run(const CommandSpec& spec) override {
+    CommandResult result;
+    const std::string pipe = spec.env.at("CUDA_MPS_PIPE_DIRECTORY");
+    if (spec.argv.size() == 2 && spec.argv[1] == "-d") {
+      ++starts;
+      start_env = spec.env;
+      if (fail_start || starts > fail_after_starts) {
+        result.exit_code = 1;
+        return result;
+      }
+      const pid_t pid = next_pid++;
+      alive.insert(pid);
+      files[pipe + "/nvidia-cuda-mps-control.pid"] = std::to_string(pid) + "\n";
+      return result;
+    }
+    const pid_t pid = DaemonOf(pipe);
+    if (pid == 0) {
+      result.exit_code = 1;
+      result.err = "Cannot find MPS control daemon process\n";
+      return result;
+    }
+    if (hung.contains(pid)) {
+      clock_.Advance(spec.timeout_ns);
+      result.timed_out = true;
+      result.exit_code = 128 + SIGKILL;
+      return result;
+    }
+    std::istringstream lines(spec.stdin_text);
+    std::string line;
+    while (std::getline(lines, line)) {
+      commands.push_back(line);
+      std::istringstream words(line);
+      std::string verb;
+      words >> verb;
+      if (verb == "quit") {
+        if (!ignore_quit) {
+          alive.erase(pid);
+          files.erase(pipe + "/nvidia-cuda-mps-control.pid");
+        }
+      } else if (verb == "get_server_list") {
+        for (const auto& [server, clients] : servers[pipe]) {
+          result.out += std::to_string(server) + "\n";
+        }
+      } else if (verb == "get_client_list") {
+        pid_t server = 0;
+        words >> server;
+        for (pid_t client : servers[pipe][server]) result.out += std::to_string(client) + "\n";
+      }
+    }
+    return result;
+  }
+  bool ProcessAlive(pid_t pid) override { return alive.contains(pid); }
+  Status Kill(pid_t pid, int signal) override {
+    kills.push_back(pid);
+    if (signal == SIGKILL) alive.erase(pid);
+    return Status::Ok();
+  }
+  StatusOr<std::string> ReadFile(const std::string& path) override {
+    auto it = files.find(path);
+    if (it == files.end()) return NotFound(path + ": No such file or directory");
+    return it->second;
+  }
+  Status WriteFileAtomic(const std::string& path, std::string_view contents) override {
+    if (fail_writes) return PermissionDenied(path + ": Permission denied");
+    files[path] = std::string(contents);
+    return Status::Ok();
+  }
+  Status RemoveFile(const std::string& path) override {
+    files.erase(path);
+    return Status::Ok();
+  }
+  Status MakeDirs(const std::string& path) override {
+    dirs.insert(path);
+    return Status::Ok();
+  }
+  StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
+    std::set<std::string> names;
+    auto add = [&](const std::string& p) {
+      if (p.size() > path.size() + 1 && p.starts_with(path + "/")) {
+        const std::string rest = p.substr(path.size() + 1);
+        names.insert(rest.substr(0, rest.find('/')));
+      }
+    };
+    for (const auto& [p, contents] : files) add(p);
+    for (const auto& d : dirs) add(d);
+    return std::vector<std::string>(names.begin(), names.end());
+  }
+  void SleepNs(int64_t ns) override { clock_.Advance(ns); }
+
+  // --- test helpers ---
+  // The live daemon whose pid file is in `pipe`, or 0.
+  pid_t DaemonOf(const std::string& pipe) {
+    auto it = files.find(pipe + "/nvidia-cuda-mps-control.pid");
+    if (it == files.end()) return 0;
+    const pid_t pid = std::stoi(it->second);
+    return alive.contains(pid) ? pid : 0;
+  }
+  int CountCommands(const std::string& prefix) const {
+    int n = 0;
+    for (const auto& c : commands) n += c.starts_with(prefix) ? 1 : 0;
+    return n;
+  }
+
+  bool linux = true;
+  bool binary_installed = true;
+  bool fail_start = false;
+  int fail_after_starts = 1 << 30;  // starts after this many fail
+  bool ignore_quit = false;
+  bool fail_writes = false;
+  std::set<pid_t> alive;
+  std::set<pid_t> hung;  // daemons whose control channel does not answer
+  std::map<std::string, std::string> files;
+  std::set<std::string> dirs;
+  // pipe dir -> server pid -> client pids
+  std::map<std::string, std::map<pid_t, std::vector<pid_t>>> servers;
+  std::vector<std::string> commands;
+  std::vector<pid_t> kills;
+  std::map<std::string, std::string> start_env;
+  int starts = 0;
+  pid_t next_pid = 1000;
+
+ private:
+  SimulatedClock& clock_;
+};
+
+}  // namespace gpuslice::daemon::mps::testing

@@ -1,0 +1,752 @@
+#include "daemon/mps/mps_manager.h"
+
+#include <algorithm>
+#include <cctype>
+#include <csignal>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <utility>
+
+#include "common/log.h"
+#include "common/quantity.h"
+
+namespace gpuslice::daemon::mps {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr char kPidFile[] = "nvidia-cuda-mps-control.pid";
+constexpr char kStateFile[] = "state.json";
+constexpr char kStartLog[] = "gpuslice-start.log";  // in the log directory
+// sun_path holds 108 bytes; the control socket is <pipe dir>/control.
+constexpr size_t kMaxSocketPath = 107;
+constexpr int kStateVersion = 1;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+// Whitespace-separated integers of a control reply ("1234\n5678\n"); words
+// that are not numbers are skipped.
+std::vector<pid_t> ParsePids(std::string_view text) {
+  std::vector<pid_t> pids;
+  std::istringstream in{std::string(text)};
+  std::string word;
+  while (in >> word) {
+    if (word.empty() || word.size() > 9 ||
+        !std::all_of(word.begin(), word.end(), [](char c) { return isdigit(c) != 0; })) {
+      continue;
+    }
+    const int pid = std::stoi(word);
+    if (pid > 0) pids.push_back(pid);
+  }
+  return pids;
+}
+
+// "4G", "512M": how MPS takes a pinned memory limit. REQUIRES: whole MiB.
+std::string MpsQuantity(uint64_t bytes) {
+  if (bytes % kGiB == 0) return std::to_string(bytes / kGiB) + "G";
+  return std::to_string(bytes / kMiB) + "M";
+}
+
+bool AllDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [](char c) { return isdigit(static_cast<unsigned char>(c)); });
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+json SettingsToJson(const TenantSettings& s) {
+  json j = json::object();
+  if (s.active_thread_percentage) j["active_thread_percentage"] = *s.active_thread_percentage;
+  if (s.pinned_memory_limit) j["pinned_memory_limit"] = *s.pinned_memory_limit;
+  if (s.client_priority) j["client_priority"] = *s.client_priority;
+  return j;
+}
+
+TenantSettings SettingsFromJson(const json& j) {
+  TenantSettings s;
+  if (j.contains("active_thread_percentage")) {
+    s.active_thread_percentage = j.at("active_thread_percentage").get<uint32_t>();
+  }
+  if (j.contains("pinned_memory_limit")) {
+    s.pinned_memory_limit = j.at("pinned_memory_limit").get<uint64_t>();
+  }
+  if (j.contains("client_priority")) s.client_priority = j.at("client_priority").get<int>();
+  return s;
+}
+
+}  // namespace
+
+std::string_view ComputeModeName(ComputeMode mode) {
+  switch (mode) {
+    case ComputeMode::kDefault:
+      return "DEFAULT";
+    case ComputeMode::kExclusiveThread:
+      return "EXCLUSIVE_THREAD";
+    case ComputeMode::kProhibited:
+      return "PROHIBITED";
+    case ComputeMode::kExclusiveProcess:
+      return "EXCLUSIVE_PROCESS";
+  }
+  return "UNKNOWN";
+}
+
+StatusOr<ComputeMode> ParseComputeMode(std::string_view name) {
+  for (ComputeMode m : {ComputeMode::kDefault, ComputeMode::kExclusiveThread,
+                        ComputeMode::kProhibited, ComputeMode::kExclusiveProcess}) {
+    if (ComputeModeName(m) == name) return m;
+  }
+  return InvalidArgument("unknown compute mode '" + std::string(name) + "'");
+}
+
+std::string_view TierName(Tier tier) { return tier == Tier::kMps ? "mps" : "shared"; }
+
+std::string_view HealthName(Health health) {
+  switch (health) {
+    case Health::kHealthy:
+      return "healthy";
+    case Health::kUnhealthy:
+      return "unhealthy";
+    case Health::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+Status ValidateTenantName(std::string_view name) {
+  const bool chars_ok = std::all_of(name.begin(), name.end(), [](char c) {
+    return isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+  if (name.empty() || name.size() > 100 || !chars_ok || name.front() == '.') {
+    return InvalidArgument("'" + std::string(name) +
+                           "' is not a tenant name (1-100 characters of A-Z a-z 0-9 . _ -, not "
+                           "starting with '.')");
+  }
+  return Status::Ok();
+}
+
+Status ValidateSettings(const TenantSettings& s) {
+  if (s.active_thread_percentage &&
+      (*s.active_thread_percentage < 1 || *s.active_thread_percentage > 100)) {
+    return InvalidArgument("active_thread_percentage must be 1-100, not " +
+                           std::to_string(*s.active_thread_percentage));
+  }
+  if (s.pinned_memory_limit && (*s.pinned_memory_limit == 0 || *s.pinned_memory_limit % kMiB)) {
+    return InvalidArgument("pinned_memory_limit must be a positive whole number of MiB, not " +
+                           std::to_string(*s.pinned_memory_limit) + " bytes");
+  }
+  if (s.client_priority && *s.client_priority != 0 && *s.client_priority != 1) {
+    return InvalidArgument("client_priority must be 0 (normal) or 1 (below normal), not " +
+                           std::to_string(*s.client_priority));
+  }
+  return Status::Ok();
+}
+
+MpsManager::MpsManager(MpsOptions options, GpuModeControl& gpus, MpsHost& host, const Clock& clock)
+    : options_(std::move(options)), gpus_(gpus), host_(host), clock_(clock) {}
+
+std::string MpsManager::StatePath() const { return options_.root + "/" + kStateFile; }
+std::string MpsManager::PipeDir(const std::string& uuid) const {
+  return options_.root + "/" + uuid + "/pipe";
+}
+std::string MpsManager::LogDir(const std::string& uuid) const {
+  return options_.root + "/" + uuid + "/log";
+}
+
+Status MpsManager::Start() {
+  std::lock_guard lock(mu_);
+  Status probe = Probe();
+  if (!probe.ok()) {
+    available_ = false;
+    unavailable_ = probe.message();
+    GS_LOG(kWarn, "mps", "MPS unavailable, tenants get the shared tier: %s", unavailable_.c_str());
+  }
+  return Recover();
+}
+
+Status MpsManager::Probe() {
+  if (!host_.IsLinux()) return Unavailable("MPS runs on Linux only");
+  auto path = host_.FindExecutable(options_.control_binary);
+  if (!path.ok()) return path.status().WithContext("MPS control binary");
+  binary_path_ = *path;
+  auto count = gpus_.DeviceCount();
+  if (!count.ok()) return count.status().WithContext("cannot count GPUs");
+  if (*count == 0) return Unavailable("no GPUs");
+  for (int i = 0; i < *count; ++i) {
+    // Setting the mode a GPU already has tests the permission without a change.
+    auto mode = gpus_.GetComputeMode(i);
+    if (!mode.ok()) return mode.status().WithContext("GPU " + std::to_string(i) + " compute mode");
+    Status set = gpus_.SetComputeMode(i, *mode);
+    if (!set.ok()) {
+      return set.WithContext("cannot set the compute mode of GPU " + std::to_string(i));
+    }
+  }
+  for (int i = 0; i < *count; ++i) {
+    GS_ASSIGN_OR_RETURN(std::string uuid, gpus_.Uuid(i));
+    const std::string socket = PipeDir(uuid) + "/control";
+    if (socket.size() > kMaxSocketPath) {
+      return InvalidArgument("MPS root " + options_.root + " is too long: the control socket " +
+                             socket + " would exceed " + std::to_string(kMaxSocketPath) + " bytes");
+    }
+  }
+  Status dirs = host_.MakeDirs(options_.root);
+  if (!dirs.ok()) return dirs.WithContext("MPS root " + options_.root);
+  available_ = true;
+  unavailable_.clear();
+  return Status::Ok();
+}
+
+Status MpsManager::Recover() {
+  auto text = host_.ReadFile(StatePath());
+  if (!text.ok() && text.status().code() != StatusCode::kNotFound) {
+    return text.status().WithContext("MPS state " + StatePath());
+  }
+  if (text.ok()) {
+    try {
+      const json state = json::parse(*text);
+      if (state.at("version").get<int>() != kStateVersion) {
+        return InvalidArgument("MPS state " + StatePath() + ": unknown version " +
+                               state.at("version").dump());
+      }
+      for (const json& t : state.at("tenants")) {
+        Tenant tenant;
+        tenant.tier = t.at("tier").get<std::string>() == "mps" ? Tier::kMps : Tier::kShared;
+        tenant.reason = t.value("reason", "");
+        for (const json& g : t.at("gpus")) {
+          tenant.gpus.push_back({g.at("index").get<int>(), g.at("uuid").get<std::string>()});
+        }
+        tenant.settings = SettingsFromJson(t.value("settings", json::object()));
+        tenants_[t.at("name").get<std::string>()] = std::move(tenant);
+      }
+      for (const json& g : state.at("gpus")) {
+        GpuState gpu;
+        gpu.index = g.at("index").get<int>();
+        gpu.uuid = g.at("uuid").get<std::string>();
+        gpu.control_pid = g.at("control_pid").get<pid_t>();
+        auto mode = ParseComputeMode(g.at("previous_compute_mode").get<std::string>());
+        if (!mode.ok()) return mode.status().WithContext("MPS state " + StatePath());
+        gpu.previous_mode = *mode;
+        gpu.restarts = g.value("restarts", 0);
+        for (const json& t : g.at("tenants")) gpu.tenants.insert(t.get<std::string>());
+        gpu_state_[gpu.uuid] = std::move(gpu);
+      }
+    } catch (const json::exception& e) {
+      gpu_state_.clear();
+      tenants_.clear();
+      return InvalidArgument("MPS state " + StatePath() + " is corrupt: " + e.what());
+    }
+  }
+
+  // Re-adopt what is alive, restart what died under tenants, stop the rest.
+  for (auto it = gpu_state_.begin(); it != gpu_state_.end();) {
+    GpuState& gpu = it->second;
+    auto pid = ReadPidFile(gpu.uuid);
+    gpu.control_pid = pid.ok() && host_.ProcessAlive(*pid) ? *pid : 0;
+    if (gpu.tenants.empty()) {
+      GS_LOG(kInfo, "mps", "GPU %s: no tenants after restart, stopping its MPS daemon",
+             gpu.uuid.c_str());
+      TearDown(gpu);
+      it = gpu_state_.erase(it);
+      continue;
+    }
+    if (gpu.control_pid != 0) {
+      GS_LOG(kInfo, "mps", "GPU %s: re-adopted MPS control daemon pid %d", gpu.uuid.c_str(),
+             static_cast<int>(gpu.control_pid));
+    } else if (available_) {
+      Status started = StartDaemon(gpu);
+      if (started.ok()) {
+        ++gpu.restarts;
+      } else {
+        gpu.health = Health::kUnhealthy;
+        gpu.last_error = started.message();
+      }
+    } else {
+      gpu.health = Health::kUnhealthy;
+      gpu.last_error = "MPS daemon gone and MPS is unavailable: " + unavailable_;
+    }
+    ++it;
+  }
+
+  // Daemons under the root that the state does not know (a crash between
+  // starting one and saving): nobody uses them.
+  auto entries = host_.ListDir(options_.root);
+  if (entries.ok()) {
+    for (const std::string& uuid : *entries) {
+      if (uuid == kStateFile || uuid.starts_with(".") || gpu_state_.contains(uuid)) continue;
+      auto pid = ReadPidFile(uuid);
+      if (!pid.ok() || !host_.ProcessAlive(*pid)) continue;
+      GS_LOG(kWarn, "mps", "stopping orphan MPS control daemon pid %d of %s",
+             static_cast<int>(*pid), uuid.c_str());
+      GpuState orphan;
+      orphan.uuid = uuid;
+      orphan.control_pid = *pid;
+      StopDaemon(orphan);
+    }
+  }
+  (void)Save();  // logged; an unwritable root leaves MPS unavailable, not the daemon down
+  return Status::Ok();
+}
+
+StatusOr<std::vector<MpsManager::GpuRef>> MpsManager::ResolveGpus(std::string_view list) const {
+  GS_ASSIGN_OR_RETURN(const int count, gpus_.DeviceCount());
+  std::vector<GpuRef> refs;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string_view item = Trim(list.substr(start, comma - start));
+    start = comma + 1;
+    if (item.empty()) {
+      return InvalidArgument("'" + std::string(list) +
+                             "' is not a GPU list (indexes or UUIDs, comma-separated)");
+    }
+    std::optional<GpuRef> ref;
+    if (AllDigits(item)) {
+      const int index = item.size() <= 4 ? std::stoi(std::string(item)) : -1;
+      if (index < 0 || index >= count) {
+        return NotFound("no GPU " + std::string(item) + " (this node has " + std::to_string(count) +
+                        ")");
+      }
+      GS_ASSIGN_OR_RETURN(std::string uuid, gpus_.Uuid(index));
+      ref = GpuRef{index, uuid};
+    } else {
+      const std::string wanted = Lower(item);
+      for (int i = 0; i < count && !ref; ++i) {
+        GS_ASSIGN_OR_RETURN(std::string uuid, gpus_.Uuid(i));
+        const std::string lower = Lower(uuid);
+        if (lower == wanted || lower == "gpu-" + wanted) ref = GpuRef{i, uuid};
+      }
+      if (!ref) return NotFound("no GPU with UUID '" + std::string(item) + "'");
+    }
+    const bool duplicate = std::any_of(refs.begin(), refs.end(),
+                                       [&](const GpuRef& r) { return r.index == ref->index; });
+    if (duplicate) return InvalidArgument("GPU " + std::string(item) + " is listed twice");
+    refs.push_back(*ref);
+  }
+  return refs;
+}
+
+std::map<std::string, std::string> MpsManager::ControlEnv(const GpuState& gpu) const {
+  return {{"CUDA_VISIBLE_DEVICES", gpu.uuid},
+          {"CUDA_MPS_PIPE_DIRECTORY", PipeDir(gpu.uuid)},
+          {"CUDA_MPS_LOG_DIRECTORY", LogDir(gpu.uuid)}};
+}
+
+StatusOr<std::string> MpsManager::Control(const GpuState& gpu, const std::string& command) {
+  CommandSpec spec;
+  spec.argv = {binary_path_.empty() ? options_.control_binary : binary_path_};
+  spec.env = ControlEnv(gpu);
+  spec.stdin_text = command + "\n";
+  spec.timeout_ns = options_.command_timeout_ns;
+  auto result = host_.Run(spec);
+  if (!result.ok()) return result.status().WithContext("MPS control '" + command + "'");
+  if (result->timed_out) {
+    return Unavailable("MPS control '" + command + "' on " + gpu.uuid + " timed out after " +
+                       std::to_string(options_.command_timeout_ns / 1'000'000) + " ms");
+  }
+  if (result->exit_code != 0) {
+    return Unavailable("MPS control '" + command + "' on " + gpu.uuid + " exited with " +
+                       std::to_string(result->exit_code) + ": " +
+                       std::string(Trim(result->err.empty() ? result->out : result->err)));
+  }
+  return std::move(result->out);
+}
+
+StatusOr<pid_t> MpsManager::ReadPidFile(const std::string& uuid) {
+  GS_ASSIGN_OR_RETURN(std::string text, host_.ReadFile(PipeDir(uuid) + "/" + kPidFile));
+  const std::vector<pid_t> pids = ParsePids(text);
+  if (pids.size() != 1) return InvalidArgument("pid file of " + uuid + " holds '" + text + "'");
+  return pids.front();
+}
+
+bool MpsManager::WaitUntil(int64_t timeout_ns, const std::function<bool()>& condition) {
+  const int64_t deadline = clock_.NowNs() + timeout_ns;
+  // The attempt bound keeps a clock that does not move (a fake) from spinning.
+  const int64_t attempts = timeout_ns / std::max<int64_t>(options_.poll_interval_ns, 1) + 1;
+  for (int64_t i = 0; i < attempts; ++i) {
+    if (condition()) return true;
+    if (clock_.NowNs() >= deadline) break;
+    host_.SleepNs(options_.poll_interval_ns);
+  }
+  return condition();
+}
+
+Status MpsManager::StartDaemon(GpuState& gpu) {
+  gpu.control_pid = 0;
+  GS_RETURN_IF_ERROR(host_.MakeDirs(PipeDir(gpu.uuid)));
+  GS_RETURN_IF_ERROR(host_.MakeDirs(LogDir(gpu.uuid)));
+  GS_RETURN_IF_ERROR(host_.RemoveFile(PipeDir(gpu.uuid) + "/" + kPidFile));  // stale
+  CommandSpec spec;
+  spec.argv = {binary_path_, "-d"};
+  spec.env = ControlEnv(gpu);
+  spec.timeout_ns = options_.start_timeout_ns;
+  // What the foreground invocation says (its verdict on failure) goes to a
+  // file: the daemonised child inherits the descriptors.
+  const std::string start_log = LogDir(gpu.uuid) + "/" + kStartLog;
+  (void)host_.RemoveFile(start_log);
+  spec.output_file = start_log;
+  GS_ASSIGN_OR_RETURN(CommandResult result, host_.Run(spec));
+  const std::string what = "'" + binary_path_ + " -d' for GPU " + std::to_string(gpu.index);
+  if (result.timed_out) return Unavailable(what + " did not return in time");
+  if (result.exit_code != 0) {
+    auto said = host_.ReadFile(start_log);
+    const std::string_view message = said.ok() ? Trim(*said) : "";
+    return Unavailable(
+        what + " exited with " + std::to_string(result.exit_code) + ": " +
+        (message.empty() ? "see " + LogDir(gpu.uuid) + "/control.log" : std::string(message)));
+  }
+  pid_t pid = 0;
+  const bool up = WaitUntil(options_.start_timeout_ns, [&] {
+    auto read = ReadPidFile(gpu.uuid);
+    if (!read.ok() || !host_.ProcessAlive(*read)) return false;
+    pid = *read;
+    return true;
+  });
+  if (!up) return Unavailable(what + ": no live pid in " + PipeDir(gpu.uuid) + "/" + kPidFile);
+  gpu.control_pid = pid;
+  gpu.health = Health::kHealthy;
+  gpu.last_error.clear();
+  gpu.last_check_ns = clock_.NowNs();
+  GS_LOG(kInfo, "mps", "GPU %d (%s): MPS control daemon pid %d", gpu.index, gpu.uuid.c_str(),
+         static_cast<int>(pid));
+  return Status::Ok();
+}
+
+void MpsManager::StopDaemon(GpuState& gpu) {
+  pid_t pid = gpu.control_pid;
+  if (pid == 0) {
+    auto read = ReadPidFile(gpu.uuid);
+    if (read.ok()) pid = *read;
+  }
+  if (pid != 0 && host_.ProcessAlive(pid)) {
+    auto quit = Control(gpu, "quit");
+    if (!quit.ok()) GS_LOG(kWarn, "mps", "%s", quit.status().message().c_str());
+    if (!WaitUntil(options_.stop_timeout_ns, [&] { return !host_.ProcessAlive(pid); })) {
+      GS_LOG(kWarn, "mps", "MPS control daemon pid %d ignored quit; killing it",
+             static_cast<int>(pid));
+      (void)host_.Kill(pid, SIGKILL);
+      WaitUntil(options_.stop_timeout_ns, [&] { return !host_.ProcessAlive(pid); });
+    }
+  }
+  (void)host_.RemoveFile(PipeDir(gpu.uuid) + "/" + kPidFile);
+  gpu.control_pid = 0;
+}
+
+Status MpsManager::BringUp(GpuState& gpu) {
+  GS_ASSIGN_OR_RETURN(gpu.previous_mode, gpus_.GetComputeMode(gpu.index));
+  GS_RETURN_IF_ERROR(gpus_.SetComputeMode(gpu.index, ComputeMode::kExclusiveProcess));
+  // Saved before the daemon starts, so a crash in between leaves enough to
+  // restore the compute mode.
+  gpu_state_[gpu.uuid] = gpu;
+  (void)Save();
+  Status started = StartDaemon(gpu);
+  gpu_state_.erase(gpu.uuid);
+  if (!started.ok()) {
+    TearDown(gpu);
+    (void)Save();
+  }
+  return started;
+}
+
+void MpsManager::TearDown(GpuState& gpu) {
+  StopDaemon(gpu);
+  Status restored = gpus_.SetComputeMode(gpu.index, gpu.previous_mode);
+  if (!restored.ok()) {
+    GS_LOG(kWarn, "mps", "GPU %d: cannot restore compute mode %s: %s", gpu.index,
+           std::string(ComputeModeName(gpu.previous_mode)).c_str(), restored.message().c_str());
+  }
+}
+
+AcquireResult MpsManager::EnvFor(const Tenant& tenant) const {
+  AcquireResult result;
+  result.tier = tenant.tier;
+  result.reason = tenant.reason;
+  std::string all_uuids;
+  for (const GpuRef& ref : tenant.gpus) {
+    all_uuids += (all_uuids.empty() ? "" : ",") + ref.uuid;
+    GpuEnv gpu_env{ref.index, ref.uuid, {{"CUDA_VISIBLE_DEVICES", ref.uuid}}};
+    if (tenant.tier == Tier::kMps) {
+      auto& env = gpu_env.env;
+      env["CUDA_MPS_PIPE_DIRECTORY"] = PipeDir(ref.uuid);
+      env["CUDA_MPS_LOG_DIRECTORY"] = LogDir(ref.uuid);
+      const TenantSettings& s = tenant.settings;
+      if (s.active_thread_percentage) {
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(*s.active_thread_percentage);
+      }
+      // The daemon sees one GPU, so to its clients it is device 0.
+      if (s.pinned_memory_limit) {
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + MpsQuantity(*s.pinned_memory_limit);
+      }
+      if (s.client_priority) env["CUDA_MPS_CLIENT_PRIORITY"] = std::to_string(*s.client_priority);
+    }
+    result.per_gpu.push_back(std::move(gpu_env));
+  }
+  if (tenant.tier == Tier::kMps) {
+    if (!result.per_gpu.empty()) result.env = result.per_gpu.front().env;
+  } else {
+    result.env["CUDA_VISIBLE_DEVICES"] = all_uuids;
+  }
+  return result;
+}
+
+StatusOr<AcquireResult> MpsManager::Acquire(const AcquireRequest& request) {
+  GS_RETURN_IF_ERROR(ValidateTenantName(request.tenant));
+  GS_RETURN_IF_ERROR(ValidateSettings(request.settings));
+  std::lock_guard lock(mu_);
+  GS_ASSIGN_OR_RETURN(std::vector<GpuRef> refs, ResolveGpus(request.gpus));
+
+  if (auto it = tenants_.find(request.tenant); it != tenants_.end()) {
+    Tenant& existing = it->second;
+    auto same = [](const GpuRef& a, const GpuRef& b) { return a.uuid == b.uuid; };
+    if (!std::is_permutation(refs.begin(), refs.end(), existing.gpus.begin(), existing.gpus.end(),
+                             same)) {
+      return Status(StatusCode::kAlreadyExists,
+                    "tenant '" + request.tenant + "' already holds other GPUs; release it first");
+    }
+    existing.settings = request.settings;
+    (void)Save();
+    return EnvFor(existing);
+  }
+
+  Tenant tenant;
+  tenant.gpus = refs;
+  tenant.settings = request.settings;
+  if (!available_) {
+    tenant.reason = "MPS unavailable: " + unavailable_;
+  } else {
+    std::vector<std::string> brought_up;
+    Status failed;
+    for (const GpuRef& ref : refs) {
+      if (gpu_state_.contains(ref.uuid)) continue;  // shared; the health check heals it
+      GpuState gpu;
+      gpu.index = ref.index;
+      gpu.uuid = ref.uuid;
+      failed = BringUp(gpu);
+      if (!failed.ok()) break;
+      gpu_state_[gpu.uuid] = std::move(gpu);
+      brought_up.push_back(ref.uuid);
+    }
+    if (failed.ok()) {
+      tenant.tier = Tier::kMps;
+      for (const GpuRef& ref : refs) gpu_state_[ref.uuid].tenants.insert(request.tenant);
+    } else {
+      for (const std::string& uuid : brought_up) {
+        TearDown(gpu_state_[uuid]);
+        gpu_state_.erase(uuid);
+      }
+      tenant.reason = "MPS could not start: " + failed.message();
+      GS_LOG(kWarn, "mps", "tenant %s gets the shared tier: %s", request.tenant.c_str(),
+             tenant.reason.c_str());
+    }
+  }
+  Tenant& stored = tenants_[request.tenant] = std::move(tenant);
+  (void)Save();
+  return EnvFor(stored);
+}
+
+Status MpsManager::Release(std::string_view name) {
+  std::lock_guard lock(mu_);
+  auto it = tenants_.find(std::string(name));
+  if (it == tenants_.end()) return NotFound("no MPS tenant '" + std::string(name) + "'");
+  for (const GpuRef& ref : it->second.gpus) {
+    auto gpu = gpu_state_.find(ref.uuid);
+    if (gpu == gpu_state_.end()) continue;
+    gpu->second.tenants.erase(it->first);
+    if (gpu->second.tenants.empty()) {
+      TearDown(gpu->second);
+      gpu_state_.erase(gpu);
+    }
+  }
+  tenants_.erase(it);
+  (void)Save();
+  return Status::Ok();
+}
+
+StatusOr<AcquireResult> MpsManager::UpdateSettings(std::string_view name,
+                                                   const TenantSettings& settings) {
+  std::lock_guard lock(mu_);
+  auto it = tenants_.find(std::string(name));
+  if (it == tenants_.end()) return NotFound("no MPS tenant '" + std::string(name) + "'");
+  TenantSettings merged = it->second.settings;
+  if (settings.active_thread_percentage) {
+    merged.active_thread_percentage = settings.active_thread_percentage;
+  }
+  if (settings.pinned_memory_limit) merged.pinned_memory_limit = settings.pinned_memory_limit;
+  if (settings.client_priority) merged.client_priority = settings.client_priority;
+  GS_RETURN_IF_ERROR(ValidateSettings(merged));
+  Tenant& tenant = it->second;
+  tenant.settings = merged;
+
+  if (tenant.tier == Tier::kMps) {
+    for (const GpuRef& ref : tenant.gpus) {
+      auto gpu = gpu_state_.find(ref.uuid);
+      if (gpu == gpu_state_.end() || gpu->second.tenants.size() != 1 ||
+          gpu->second.control_pid == 0) {
+        continue;  // other tenants share its servers: their limits must not change
+      }
+      auto servers = Control(gpu->second, "get_server_list");
+      if (!servers.ok()) {
+        GS_LOG(kWarn, "mps", "%s", servers.status().message().c_str());
+        continue;
+      }
+      for (pid_t server : ParsePids(*servers)) {
+        std::vector<std::string> commands;
+        if (settings.active_thread_percentage) {
+          commands.push_back("set_active_thread_percentage " + std::to_string(server) + " " +
+                             std::to_string(*merged.active_thread_percentage));
+        }
+        if (settings.pinned_memory_limit) {
+          commands.push_back("set_device_pinned_mem_limit " + std::to_string(server) + " 0 " +
+                             MpsQuantity(*merged.pinned_memory_limit));
+        }
+        for (const std::string& command : commands) {
+          auto done = Control(gpu->second, command);
+          if (!done.ok()) GS_LOG(kWarn, "mps", "%s", done.status().message().c_str());
+        }
+      }
+    }
+  }
+  (void)Save();
+  return EnvFor(tenant);
+}
+
+Status MpsManager::TerminateClient(std::string_view gpu_text, pid_t client_pid) {
+  if (client_pid <= 0) {
+    return InvalidArgument("client_pid must be a positive pid, not " + std::to_string(client_pid));
+  }
+  std::lock_guard lock(mu_);
+  GS_ASSIGN_OR_RETURN(std::vector<GpuRef> refs, ResolveGpus(gpu_text));
+  if (refs.size() != 1) return InvalidArgument("terminate takes one GPU");
+  auto gpu = gpu_state_.find(refs.front().uuid);
+  if (gpu == gpu_state_.end() || gpu->second.control_pid == 0) {
+    return NotFound("no MPS daemon runs on GPU " + std::to_string(refs.front().index));
+  }
+  GS_ASSIGN_OR_RETURN(std::string servers, Control(gpu->second, "get_server_list"));
+  for (pid_t server : ParsePids(servers)) {
+    GS_ASSIGN_OR_RETURN(std::string clients,
+                        Control(gpu->second, "get_client_list " + std::to_string(server)));
+    const std::vector<pid_t> pids = ParsePids(clients);
+    if (std::find(pids.begin(), pids.end(), client_pid) == pids.end()) continue;
+    GS_ASSIGN_OR_RETURN(std::string reply,
+                        Control(gpu->second, "terminate_client " + std::to_string(server) + " " +
+                                                 std::to_string(client_pid)));
+    (void)reply;
+    return Status::Ok();
+  }
+  return NotFound("no MPS client " + std::to_string(client_pid) + " on GPU " +
+                  std::to_string(refs.front().index));
+}
+
+void MpsManager::CheckHealth() {
+  std::lock_guard lock(mu_);
+  bool changed = false;
+  for (auto& [uuid, gpu] : gpu_state_) {
+    gpu.last_check_ns = clock_.NowNs();
+    if (gpu.control_pid != 0 && host_.ProcessAlive(gpu.control_pid)) {
+      auto reply = Control(gpu, "get_server_list");
+      if (reply.ok()) {
+        gpu.health = Health::kHealthy;
+        gpu.last_error.clear();
+        continue;
+      }
+      gpu.last_error = reply.status().message();
+      GS_LOG(kWarn, "mps", "GPU %d: MPS control unresponsive, restarting it: %s", gpu.index,
+             gpu.last_error.c_str());
+      const pid_t pid = gpu.control_pid;
+      (void)host_.Kill(pid, SIGKILL);
+      WaitUntil(options_.stop_timeout_ns, [&] { return !host_.ProcessAlive(pid); });
+    } else {
+      gpu.last_error = gpu.control_pid != 0 ? "MPS control daemon pid " +
+                                                  std::to_string(gpu.control_pid) + " is gone"
+                                            : "MPS control daemon not running";
+      GS_LOG(kWarn, "mps", "GPU %d: %s, restarting it", gpu.index, gpu.last_error.c_str());
+    }
+    gpu.health = Health::kUnhealthy;
+    changed = true;
+    if (!available_) continue;  // nothing to start it with
+    const std::string why = gpu.last_error;
+    Status started = StartDaemon(gpu);
+    if (started.ok()) {
+      ++gpu.restarts;
+      gpu.last_error = "restarted: " + why;
+    } else {
+      gpu.health = Health::kUnhealthy;
+      gpu.last_error = started.message();
+    }
+  }
+  if (changed) (void)Save();
+}
+
+MpsStatus MpsManager::GetStatus() const {
+  std::lock_guard lock(mu_);
+  MpsStatus status;
+  status.available = available_;
+  status.reason = unavailable_;
+  status.control_binary = binary_path_.empty() ? options_.control_binary : binary_path_;
+  status.root = options_.root;
+  for (const auto& [uuid, gpu] : gpu_state_) {
+    GpuMpsStatus g;
+    g.index = gpu.index;
+    g.uuid = uuid;
+    g.running = gpu.control_pid != 0;
+    g.control_pid = gpu.control_pid;
+    g.pipe_dir = PipeDir(uuid);
+    g.log_dir = LogDir(uuid);
+    g.previous_compute_mode = gpu.previous_mode;
+    g.tenants.assign(gpu.tenants.begin(), gpu.tenants.end());
+    g.health = gpu.health;
+    g.last_error = gpu.last_error;
+    g.restarts = gpu.restarts;
+    g.last_check_ns = gpu.last_check_ns;
+    status.gpus.push_back(std::move(g));
+  }
+  std::sort(status.gpus.begin(), status.gpus.end(),
+            [](const GpuMpsStatus& a, const GpuMpsStatus& b) { return a.index < b.index; });
+  return status;
+}
+
+std::vector<TenantInfo> MpsManager::Tenants() const {
+  std::lock_guard lock(mu_);
+  std::vector<TenantInfo> out;
+  for (const auto& [name, tenant] : tenants_) {
+    TenantInfo info{name, tenant.tier, tenant.reason, {}, {}, tenant.settings};
+    for (const GpuRef& ref : tenant.gpus) {
+      info.gpus.push_back(ref.index);
+      info.uuids.push_back(ref.uuid);
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+Status MpsManager::Save() {
+  json state = {{"version", kStateVersion}, {"tenants", json::array()}, {"gpus", json::array()}};
+  for (const auto& [name, tenant] : tenants_) {
+    json gpus = json::array();
+    for (const GpuRef& ref : tenant.gpus)
+      gpus.push_back({{"index", ref.index}, {"uuid", ref.uuid}});
+    state["tenants"].push_back({{"name", name},
+                                {"tier", TierName(tenant.tier)},
+                                {"reason", tenant.reason},
+                                {"gpus", gpus},
+                                {"settings", SettingsToJson(tenant.settings)}});
+  }
+  for (const auto& [uuid, gpu] : gpu_state_) {
+    state["gpus"].push_back({{"index", gpu.index},
+                             {"uuid", uuid},
+                             {"control_pid", gpu.control_pid},
+                             {"previous_compute_mode", ComputeModeName(gpu.previous_mode)},
+                             {"restarts", gpu.restarts},
+                             {"tenants", gpu.tenants}});
+  }
+  Status written = host_.WriteFileAtomic(StatePath(), state.dump(2) + "\n");
+  if (!written.ok()) {
+    GS_LOG(kError, "mps", "cannot save MPS state (a daemon restart will lose it): %s",
+           written.message().c_str());
+  }
+  return written;
+}
+
+}  // namespace gpuslice::daemon::mps

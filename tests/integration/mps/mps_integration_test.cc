@@ -1,0 +1,146 @@
+// The MPS manager's real implementation (PosixMpsHost: posix_spawn, pid
+// files, /proc) driving the simulated nvidia-cuda-mps-control: start on first
+// acquire, sharing, stop after the last release, restart of a killed daemon,
+// and recovery by a new manager on the same root. Compute modes come from an
+// in-memory fake (the simulated NVML needs root to set them).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "common/clock.h"
+#include "daemon/mps/fake_mps.h"
+#include "daemon/mps/mps_manager.h"
+#include "daemon/mps/posix_mps_host.h"
+#include "tests/integration/support/sim_process_test.h"
+
+namespace gpuslice::daemon::mps {
+namespace {
+
+using ::gpuslice::testing::BuildDir;
+using ::gpuslice::testing::WaitFor;
+using std::chrono::seconds;
+
+class MpsIntegrationTest : public gpuslice::testing::SimProcessTest {
+ protected:
+  void SetUp() override {
+    SimProcessTest::SetUp();
+    // The control daemon inherits this process's environment (its simulation).
+    setenv("GPUSLICE_SIM_STATE", state_.c_str(), 1);
+    auto gpu = sim::SimGpu::Open({state_, "", /*observer=*/true});
+    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+    gpus_.uuids[0] = (*gpu)->device(0).uuid;
+    // Short: the control socket's path must fit in sun_path.
+    static int counter = 0;
+    options_.root = "/tmp/gs-mps." + std::to_string(getpid()) + "." + std::to_string(counter++);
+    std::filesystem::remove_all(options_.root);
+    options_.control_binary = BuildDir() + "/sim/bin/nvidia-cuda-mps-control";
+    // Generous: the machine may be loaded.
+    options_.command_timeout_ns = 20'000'000'000;
+    options_.start_timeout_ns = 30'000'000'000;
+    options_.stop_timeout_ns = 20'000'000'000;
+  }
+  void TearDown() override {
+    // Whatever a failed test left running.
+    auto pid = host_.ReadFile(PidFile());
+    if (pid.ok()) kill(std::stoi(*pid), SIGKILL);
+    unsetenv("GPUSLICE_SIM_STATE");
+    std::filesystem::remove_all(options_.root);
+    SimProcessTest::TearDown();
+  }
+
+  std::unique_ptr<MpsManager> NewManager() {
+    auto m = std::make_unique<MpsManager>(options_, gpus_, host_, clock_);
+    Status started = m->Start();
+    EXPECT_TRUE(started.ok()) << started.ToString();
+    EXPECT_TRUE(m->GetStatus().available) << m->GetStatus().reason;
+    return m;
+  }
+
+  std::string PidFile() const {
+    return options_.root + "/" + gpus_.uuids[0] + "/pipe/nvidia-cuda-mps-control.pid";
+  }
+  pid_t ControlPid(const MpsManager& m) {
+    auto status = m.GetStatus();
+    return status.gpus.empty() ? 0 : status.gpus[0].control_pid;
+  }
+
+  MpsOptions options_;
+  testing::FakeGpus gpus_{1};
+  PosixMpsHost host_;
+  MonotonicClock clock_;
+};
+
+TEST_F(MpsIntegrationTest, StartsOnFirstAcquireSharesAndStopsAfterLastRelease) {
+  auto m = NewManager();
+  auto a = m->Acquire({"a", "0", {.active_thread_percentage = 50}});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_EQ(a->tier, Tier::kMps) << a->reason;
+  EXPECT_EQ(gpus_.modes[0], ComputeMode::kExclusiveProcess);
+  const pid_t pid = ControlPid(*m);
+  ASSERT_GT(pid, 0);
+  EXPECT_TRUE(host_.ProcessAlive(pid));
+  EXPECT_EQ(std::stoi(*host_.ReadFile(PidFile())), pid);
+  EXPECT_EQ(a->env.at("CUDA_MPS_PIPE_DIRECTORY"), options_.root + "/" + gpus_.uuids[0] + "/pipe");
+
+  auto b = m->Acquire({"b", gpus_.uuids[0], {}});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->tier, Tier::kMps);
+  EXPECT_EQ(ControlPid(*m), pid);
+  EXPECT_EQ(m->GetStatus().gpus[0].tenants.size(), 2u);
+
+  m->CheckHealth();  // a real control round trip
+  EXPECT_EQ(m->GetStatus().gpus[0].health, Health::kHealthy) << m->GetStatus().gpus[0].last_error;
+  EXPECT_EQ(m->GetStatus().gpus[0].restarts, 0);
+
+  ASSERT_TRUE(m->Release("a").ok());
+  EXPECT_TRUE(host_.ProcessAlive(pid));
+  ASSERT_TRUE(m->Release("b").ok());
+  EXPECT_TRUE(WaitFor([&] { return !host_.ProcessAlive(pid); }, seconds(20)));
+  EXPECT_EQ(host_.ReadFile(PidFile()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(gpus_.modes[0], ComputeMode::kDefault);
+}
+
+TEST_F(MpsIntegrationTest, HealthCheckRestartsAKilledDaemon) {
+  auto m = NewManager();
+  ASSERT_EQ(m->Acquire({"a", "0", {}})->tier, Tier::kMps);
+  const pid_t old_pid = ControlPid(*m);
+  ASSERT_GT(old_pid, 0);
+  ASSERT_EQ(kill(old_pid, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return !host_.ProcessAlive(old_pid); }, seconds(20)));
+
+  m->CheckHealth();
+  const pid_t new_pid = ControlPid(*m);
+  EXPECT_GT(new_pid, 0);
+  EXPECT_NE(new_pid, old_pid);
+  EXPECT_TRUE(host_.ProcessAlive(new_pid));
+  EXPECT_EQ(m->GetStatus().gpus[0].restarts, 1);
+  m->CheckHealth();
+  EXPECT_EQ(m->GetStatus().gpus[0].health, Health::kHealthy) << m->GetStatus().gpus[0].last_error;
+
+  ASSERT_TRUE(m->Release("a").ok());
+  EXPECT_TRUE(WaitFor([&] { return !host_.ProcessAlive(new_pid); }, seconds(20)));
+}
+
+TEST_F(MpsIntegrationTest, NewManagerOnTheSameRootKeepsTenantsAndDaemon) {
+  auto first = NewManager();
+  ASSERT_EQ(first->Acquire({"a", "0", {}})->tier, Tier::kMps);
+  const pid_t pid = ControlPid(*first);
+  first.reset();  // gpusliced restarts; MPS keeps running
+
+  auto second = NewManager();
+  EXPECT_EQ(ControlPid(*second), pid);
+  ASSERT_EQ(second->Tenants().size(), 1u);
+  EXPECT_EQ(second->Tenants()[0].name, "a");
+  EXPECT_EQ(second->Tenants()[0].tier, Tier::kMps);
+
+  ASSERT_TRUE(second->Release("a").ok());
+  EXPECT_TRUE(WaitFor([&] { return !host_.ProcessAlive(pid); }, seconds(20)));
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon::mps
