@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "cli/exit_codes.h"
+#include "cli/gpu_commands.h"
 #include "cli/limit_command.h"
 #include "cli/run_command.h"
 #include "cli/sim_commands.h"
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
     gpuslice::cli::AddStatusCommand(app);
     gpuslice::cli::AddLimitCommands(app);
     gpuslice::cli::AddSimCommands(app);
+    gpuslice::cli::AddGpuCommands(app);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
