@@ -49,7 +49,8 @@ bool ReadResponse(int fd, std::string& buf, int* status) {
     if (end != std::string::npos) {
       size_t length = 0;
       const size_t cl = buf.find("Content-Length: ");
-      if (cl != std::string::npos && cl < end) length = strtoull(buf.c_str() + cl + 16, nullptr, 10);
+      if (cl != std::string::npos && cl < end)
+        length = strtoull(buf.c_str() + cl + 16, nullptr, 10);
       if (buf.size() >= end + 4 + length) {
         *status = atoi(buf.c_str() + 9);
         buf.erase(0, end + 4 + length);
@@ -100,7 +101,8 @@ void RunClient(const std::string& socket_path, const std::string& request, Clock
 
 double Percentile(const std::vector<int64_t>& sorted, double p) {
   if (sorted.empty()) return 0;
-  const size_t i = std::min(sorted.size() - 1, static_cast<size_t>(p * static_cast<double>(sorted.size())));
+  const size_t i =
+      std::min(sorted.size() - 1, static_cast<size_t>(p * static_cast<double>(sorted.size())));
   return static_cast<double>(sorted[i]) / 1000.0;  // microseconds
 }
 
@@ -121,7 +123,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   app.add_option("--idle", idle, "Idle connections held open meanwhile (default 500)")
       ->check(CLI::Range(0, 100000));
-  app.add_option("--duration", duration, "Seconds measured (default 5)")->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--duration", duration, "Seconds measured (default 5)")
+      ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--warmup", warmup, "Seconds not measured first (default 0.5)")
       ->check(CLI::Range(0.0, 60.0));
   app.add_flag("--json", json, "One JSON line instead of the table");
@@ -144,8 +147,8 @@ int main(int argc, char** argv) {
   const std::string request = "GET " + path + " HTTP/1.1\r\nHost: gpusliced\r\n\r\n";
   const auto start = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(warmup));
-  const auto end = start + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(duration));
+  const auto end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration));
   std::vector<ClientResult> results(static_cast<size_t>(clients));
   std::vector<std::thread> threads;
   for (int i = 0; i < clients; ++i) {
@@ -170,11 +173,12 @@ int main(int argc, char** argv) {
   std::sort(all.begin(), all.end());
   const double rps = static_cast<double>(all.size()) / duration;
   if (json) {
-    printf("{\"clients\":%d,\"idle\":%d,\"requests\":%zu,\"errors\":%lld,\"rps\":%.0f,"
-           "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f,\"idle_closed\":%d}\n",
-           clients, idle, all.size(), static_cast<long long>(errors), rps, Percentile(all, 0.5),
-           Percentile(all, 0.9), Percentile(all, 0.99),
-           all.empty() ? 0.0 : static_cast<double>(all.back()) / 1000.0, idle_closed);
+    printf(
+        "{\"clients\":%d,\"idle\":%d,\"requests\":%zu,\"errors\":%lld,\"rps\":%.0f,"
+        "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f,\"idle_closed\":%d}\n",
+        clients, idle, all.size(), static_cast<long long>(errors), rps, Percentile(all, 0.5),
+        Percentile(all, 0.9), Percentile(all, 0.99),
+        all.empty() ? 0.0 : static_cast<double>(all.back()) / 1000.0, idle_closed);
   } else {
     printf("%-8s %-6s %-10s %-7s %-10s %-9s %-9s %-9s %-9s %s\n", "clients", "idle", "requests",
            "errors", "req/s", "p50 us", "p90 us", "p99 us", "max us", "idle closed");

@@ -35,9 +35,10 @@ void AddCommon(CLI::App* cmd, Common* c) {
 void AddSetOptions(CLI::App* cmd, SetOptions* o) {
   AddCommon(cmd, &o->common);
   cmd->add_option("ids", o->ids, "GPUs: an index, a list (0,2), a UUID, or all")->required();
-  auto* lease = cmd->add_option("--lease", o->lease_s,
-                                "Seconds until the change is reverted (default: the daemon's, 3600)")
-                    ->check(CLI::Range(int64_t{1}, int64_t{366} * 24 * 3600));
+  auto* lease =
+      cmd->add_option("--lease", o->lease_s,
+                      "Seconds until the change is reverted (default: the daemon's, 3600)")
+          ->check(CLI::Range(int64_t{1}, int64_t{366} * 24 * 3600));
   cmd->add_flag("--permanent", o->permanent, "Never revert this change")->excludes(lease);
   cmd->add_flag("--no-wait", o->no_wait, "Return once queued (HTTP 202)");
   cmd->add_option("--holder", o->holder, "A label for this lease (default: your uid only)");
@@ -53,7 +54,8 @@ HttpResponse Call(const Common& c, const std::string& method, const std::string&
 
 json ParseBody(const HttpResponse& r) {
   json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) Fail("the daemon answered HTTP " + std::to_string(r.status) + ": " + r.body);
+  if (j.is_discarded())
+    Fail("the daemon answered HTTP " + std::to_string(r.status) + ": " + r.body);
   return j;
 }
 
@@ -87,8 +89,7 @@ void Put(const SetOptions& o, const std::string& setting, json body, const std::
   if (o.permanent) body["permanent"] = true;
   if (o.lease_s > 0) body["lease_s"] = o.lease_s;
   if (!o.holder.empty()) body["holder"] = o.holder;
-  const std::string target =
-      "/v1/gpus/" + o.ids + "/" + setting + (o.no_wait ? "?wait=false" : "");
+  const std::string target = "/v1/gpus/" + o.ids + "/" + setting + (o.no_wait ? "?wait=false" : "");
   HttpResponse r = Call(o.common, "PUT", target, body.dump());
   json j = ParseBody(r);
   if (o.common.json) {
@@ -97,15 +98,13 @@ void Put(const SetOptions& o, const std::string& setting, json body, const std::
     return;
   }
   FailOnError(r, j);
-  std::string suffix = o.permanent ? " (permanent)"
-                                   : " (lease " + j["lease_s"].dump() + " s, holder " +
-                                         j.value("holder", "?") + ")";
+  std::string suffix =
+      o.permanent ? " (permanent)"
+                  : " (lease " + j["lease_s"].dump() + " s, holder " + j.value("holder", "?") + ")";
   PrintResults(r, j, what + suffix);
 }
 
-std::string Mib(const json& bytes) {
-  return std::to_string(bytes.get<uint64_t>() >> 20) + "MiB";
-}
+std::string Mib(const json& bytes) { return std::to_string(bytes.get<uint64_t>() >> 20) + "MiB"; }
 
 void PrintGpuTable(const json& j) {
   printf("%-4s %-24s %-20s %-5s %-16s %-14s %-8s %-18s %s\n", "GPU", "NAME", "MEMORY USED/TOTAL",
@@ -156,8 +155,9 @@ void AddGpuCommands(CLI::App& app) {
     auto* watts = new double(0);
     CLI::App* cmd = gpu->add_subcommand("set-power-limit", "Set the power limit (watts)");
     AddSetOptions(cmd, o);
-    cmd->add_option("watts", *watts, "Power limit in watts")->required()->check(
-        CLI::PositiveNumber);
+    cmd->add_option("watts", *watts, "Power limit in watts")
+        ->required()
+        ->check(CLI::PositiveNumber);
     cmd->callback([o, watts] {
       char what[64];
       snprintf(what, sizeof what, "power limit %g W", *watts);
@@ -205,7 +205,9 @@ void AddGpuCommands(CLI::App& app) {
     cmd->add_option("mode", *mode, "DEFAULT, EXCLUSIVE_PROCESS or PROHIBITED")
         ->required()
         ->check(CLI::IsMember({"DEFAULT", "EXCLUSIVE_PROCESS", "PROHIBITED"}));
-    cmd->callback([o, mode] { Put(*o, "compute-mode", {{"mode", *mode}}, "compute mode " + *mode); });
+    cmd->callback([o, mode] {
+      Put(*o, "compute-mode", {{"mode", *mode}}, "compute mode " + *mode);
+    });
   }
   {
     auto* c = new Common;
@@ -241,9 +243,9 @@ void AddGpuCommands(CLI::App& app) {
         ->required();
     cmd->add_option("--holder", *holder, "The label the lease was taken with");
     cmd->callback([c, ids, setting, holder] {
-      HttpResponse r = Call(*c, "DELETE",
-                            "/v1/gpus/" + *ids + "/" + *setting +
-                                (holder->empty() ? "" : "?holder=" + *holder));
+      HttpResponse r =
+          Call(*c, "DELETE",
+               "/v1/gpus/" + *ids + "/" + *setting + (holder->empty() ? "" : "?holder=" + *holder));
       json j = ParseBody(r);
       if (c->json) {
         printf("%s\n", j.dump(2).c_str());
@@ -266,14 +268,13 @@ void AddGpuCommands(CLI::App& app) {
         printf("%s\n", j.dump(2).c_str());
         return;
       }
-      printf("%-4s %-14s %-22s %-24s %-10s %s\n", "GPU", "SETTING", "HOLDER", "VALUE",
-             "EFFECTIVE", "EXPIRES IN");
+      printf("%-4s %-14s %-22s %-24s %-10s %s\n", "GPU", "SETTING", "HOLDER", "VALUE", "EFFECTIVE",
+             "EXPIRES IN");
       for (const auto& l : j["leases"]) {
         printf("%-4d %-14s %-22s %-24s %-10s %s\n", l["gpu"].get<int>(),
                l["setting"].get<std::string>().c_str(), l["holder"].get<std::string>().c_str(),
                l["value"].dump().c_str(), l["effective"].get<bool>() ? "yes" : "no",
-               l["expires_in_s"].is_null() ? "never"
-                                           : (l["expires_in_s"].dump() + " s").c_str());
+               l["expires_in_s"].is_null() ? "never" : (l["expires_in_s"].dump() + " s").c_str());
       }
     });
   }

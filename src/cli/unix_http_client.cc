@@ -42,8 +42,7 @@ std::string DaemonSocket(const std::string& flag) {
   return "/run/gpuslice/gpusliced.sock";
 }
 
-StatusOr<HttpResponse> UnixHttpClient::Request(const std::string& method,
-                                               const std::string& target,
+StatusOr<HttpResponse> UnixHttpClient::Request(const std::string& method, const std::string& target,
                                                const std::string& body) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   const std::string where = "gpusliced at " + socket_path_;
@@ -63,8 +62,8 @@ StatusOr<HttpResponse> UnixHttpClient::Request(const std::string& method,
                         " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
                         "User-Agent: gpuslice\r\nAccept: application/json\r\n";
   if (!body.empty() || method == "PUT" || method == "POST") {
-    request += "Content-Type: application/json\r\nContent-Length: " +
-               std::to_string(body.size()) + "\r\n";
+    request +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   }
   request += "\r\n" + body;
   size_t sent = 0;

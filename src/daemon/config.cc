@@ -28,11 +28,11 @@ Status ApplyConfigJson(const json& j, DaemonConfig& c) {
   if (!j.is_object()) return InvalidArgument("the config must be a JSON object");
   for (const auto& [key, value] : j.items()) {
     Status s;
-#define GS_CONFIG_KEY(name) \
-  if (key == #name) {       \
+#define GS_CONFIG_KEY(name)       \
+  if (key == #name) {             \
     s = Take(value, key, c.name); \
-    if (!s.ok()) return s;  \
-    continue;               \
+    if (!s.ok()) return s;        \
+    continue;                     \
   }
     GS_CONFIG_KEY(socket)
     GS_CONFIG_KEY(socket_mode)
@@ -109,8 +109,9 @@ Status ValidateConfig(const DaemonConfig& c) {
   if (!c.listen_tcp.empty()) {
     GS_RETURN_IF_ERROR(ParseHostPort(c.listen_tcp).status().WithContext("--listen-tcp"));
     if (c.token_file.empty()) {
-      return InvalidArgument("--listen-tcp needs --token-file (mutating calls over TCP need a "
-                             "bearer token)");
+      return InvalidArgument(
+          "--listen-tcp needs --token-file (mutating calls over TCP need a "
+          "bearer token)");
     }
   }
   struct Range {

@@ -26,7 +26,7 @@ struct DaemonConfig {
   std::string token_file;            // bearer tokens for TCP (required with listen_tcp)
   std::string log_level = "info";    // off, error, warn, info, debug, trace
   std::string nvml_library = "libnvidia-ml.so.1";
-  int64_t poll_interval_ms = 500;    // GPU sampling period
+  int64_t poll_interval_ms = 500;  // GPU sampling period
   int64_t default_lease_s = 3600;
   int64_t max_connections = 1024;
   int64_t max_body_bytes = 65536;

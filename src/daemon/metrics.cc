@@ -1,8 +1,8 @@
 #include "daemon/metrics.h"
 
 #include <charconv>
-#include <vector>
 #include <functional>
+#include <vector>
 
 namespace gpuslice::daemon {
 namespace {
@@ -75,8 +75,8 @@ std::string FormatMetrics(const Snapshot& snapshot) {
   out.reserve(256 + snapshot.gpus.size() * kFamilies.size() * 96);
   std::vector<std::string> labels;
   for (const GpuInfo& g : snapshot.gpus) {
-    labels.push_back("{gpu=\"" + std::to_string(g.index) + "\",uuid=\"" +
-                     EscapeLabelValue(g.uuid) + "\"}");
+    labels.push_back("{gpu=\"" + std::to_string(g.index) + "\",uuid=\"" + EscapeLabelValue(g.uuid) +
+                     "\"}");
   }
   for (const Family& f : kFamilies) {
     out += std::string("# HELP ") + f.name + " " + f.help + "\n";

@@ -58,10 +58,10 @@ ApiResponse ApiResponse::Json(int status, const nlohmann::json& value) {
 }
 
 ApiResponse ApiResponse::FromStatus(const Status& status) {
-  return Json(HttpStatusOf(status.code()),
-              {{"error",
-                {{"code", std::string(StatusCodeName(status.code()))},
-                 {"message", status.message()}}}});
+  return Json(
+      HttpStatusOf(status.code()),
+      {{"error",
+        {{"code", std::string(StatusCodeName(status.code()))}, {"message", status.message()}}}});
 }
 
 void ApiRouter::Add(std::string method, std::string pattern, Access access, Handler handler) {

@@ -116,12 +116,12 @@ ApiResponse PutSetting(const ApiRequest& req, GpuManager& manager, GpuMonitor& m
       return ApiResponse::FromStatus(s);
     }
   }
-  json out = {{"setting", SettingName(*kind)},
-              {"value", SettingValueJson(*value)},
-              {"holder", lease->holder},
-              {"permanent", lease->permanent},
-              {"lease_s", lease->duration_ns ? json(*lease->duration_ns / 1'000'000'000)
-                                             : json(nullptr)}};
+  json out = {
+      {"setting", SettingName(*kind)},
+      {"value", SettingValueJson(*value)},
+      {"holder", lease->holder},
+      {"permanent", lease->permanent},
+      {"lease_s", lease->duration_ns ? json(*lease->duration_ns / 1'000'000'000) : json(nullptr)}};
   auto futures = manager.Set(*gpus, *value, *lease);
   if (!*wait) {
     out["queued"] = true;
@@ -179,16 +179,15 @@ json LeasesJson(const GpuManager& manager) {
   json list = json::array();
   const int64_t now = manager.clock().NowNs();
   for (const LeaseInfo& l : manager.Leases()) {
-    list.push_back(
-        {{"gpu", l.gpu},
-         {"setting", SettingName(l.kind)},
-         {"holder", l.holder},
-         {"value", SettingValueJson(l.value)},
-         {"baseline", SettingValueJson(l.baseline)},
-         {"effective", l.effective},
-         {"expires_in_s",
-          l.expires_ns ? json(std::max<int64_t>(0, (*l.expires_ns - now) / 1'000'000'000))
-                       : json(nullptr)}});
+    list.push_back({{"gpu", l.gpu},
+                    {"setting", SettingName(l.kind)},
+                    {"holder", l.holder},
+                    {"value", SettingValueJson(l.value)},
+                    {"baseline", SettingValueJson(l.baseline)},
+                    {"effective", l.effective},
+                    {"expires_in_s", l.expires_ns ? json(std::max<int64_t>(
+                                                        0, (*l.expires_ns - now) / 1'000'000'000))
+                                                  : json(nullptr)}});
   }
   return {{"leases", std::move(list)}};
 }
@@ -247,8 +246,9 @@ StatusOr<std::string> HolderFor(const Caller& caller, std::string_view label) {
 
 void AddGpuRoutes(ApiRouter& router, GpuManager& manager, GpuMonitor& monitor,
                   const GpuRoutesOptions& options) {
-  router.Add("GET", "/healthz", Access::kRead, Dispatch::kInline,
-             [](const ApiRequest&) { return ApiResponse::Json(200, {{"status", "ok"}}); });
+  router.Add("GET", "/healthz", Access::kRead, Dispatch::kInline, [](const ApiRequest&) {
+    return ApiResponse::Json(200, {{"status", "ok"}});
+  });
   router.Add("GET", "/readyz", Access::kRead, Dispatch::kInline, [&monitor](const ApiRequest&) {
     const bool ready = monitor.Current()->generation > 0;
     return ApiResponse::Json(ready ? 200 : 503, {{"ready", ready}});
@@ -273,21 +273,18 @@ void AddGpuRoutes(ApiRouter& router, GpuManager& manager, GpuMonitor& monitor,
                for (uint32_t g : *gpus) list.push_back(GpuJson(snapshot->gpus[g]));
                return ApiResponse::Json(200, {{"gpus", std::move(list)}});
              });
-  router.Add("GET", "/v1/gpus/{ids}/energy", Access::kRead, Dispatch::kBlocking,
-             [&manager, &monitor](const ApiRequest& req) {
-               return GetEnergy(req, manager, monitor);
-             });
+  router.Add(
+      "GET", "/v1/gpus/{ids}/energy", Access::kRead, Dispatch::kBlocking,
+      [&manager, &monitor](const ApiRequest& req) { return GetEnergy(req, manager, monitor); });
   router.Add("PUT", "/v1/gpus/{ids}/{setting}", Access::kMutate, Dispatch::kBlocking,
              [&manager, &monitor, options](const ApiRequest& req) {
                return PutSetting(req, manager, monitor, options);
              });
-  router.Add("DELETE", "/v1/gpus/{ids}/{setting}", Access::kMutate, Dispatch::kBlocking,
-             [&manager, &monitor](const ApiRequest& req) {
-               return DeleteSetting(req, manager, monitor);
-             });
-  router.Add("GET", "/v1/leases", Access::kRead, Dispatch::kInline, [&manager](const ApiRequest&) {
-    return ApiResponse::Json(200, LeasesJson(manager));
-  });
+  router.Add(
+      "DELETE", "/v1/gpus/{ids}/{setting}", Access::kMutate, Dispatch::kBlocking,
+      [&manager, &monitor](const ApiRequest& req) { return DeleteSetting(req, manager, monitor); });
+  router.Add("GET", "/v1/leases", Access::kRead, Dispatch::kInline,
+             [&manager](const ApiRequest&) { return ApiResponse::Json(200, LeasesJson(manager)); });
 }
 
 }  // namespace gpuslice::daemon

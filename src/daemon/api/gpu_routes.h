@@ -14,7 +14,7 @@
 namespace gpuslice::daemon {
 
 struct GpuRoutesOptions {
-  int64_t default_lease_s = 3600;          // when a PUT names no lease_s
+  int64_t default_lease_s = 3600;           // when a PUT names no lease_s
   int64_t max_lease_s = 366LL * 24 * 3600;  // longer needs "permanent": true
 };
 
@@ -28,8 +28,7 @@ void AddGpuRoutes(ApiRouter& router, GpuManager& manager, GpuMonitor& monitor,
 // "0", "0,2", a UUID (any case), "all" or a mix ("0,GPU-..."): GPU indexes in
 // the order given, duplicates dropped. kNotFound names an unknown GPU,
 // kInvalidArgument an empty or malformed element.
-StatusOr<std::vector<uint32_t>> ParseGpuIds(std::string_view ids,
-                                            const std::vector<GpuInfo>& gpus);
+StatusOr<std::vector<uint32_t>> ParseGpuIds(std::string_view ids, const std::vector<GpuInfo>& gpus);
 
 // The lease holder for a caller: "uid:<uid>" (Unix socket) or "tcp" (bearer
 // token), plus "/<label>" when the client names one. kInvalidArgument for a

@@ -28,22 +28,19 @@ Status ValidateSetting(const GpuInfo& gpu, const SettingValue& value) {
   if (const auto* p = std::get_if<PowerLimit>(&value)) {
     if (gpu.power_max_mw == 0) return Status::Ok();  // constraints unknown: the driver decides
     if (p->milliwatts < gpu.power_min_mw || p->milliwatts > gpu.power_max_mw) {
-      return InvalidArgument("power limit " + Watts(p->milliwatts) +
-                             " W is out of range for GPU " + std::to_string(gpu.index) +
-                             " (valid: " + Watts(gpu.power_min_mw) + "-" +
-                             Watts(gpu.power_max_mw) + " W)");
+      return InvalidArgument("power limit " + Watts(p->milliwatts) + " W is out of range for GPU " +
+                             std::to_string(gpu.index) + " (valid: " + Watts(gpu.power_min_mw) +
+                             "-" + Watts(gpu.power_max_mw) + " W)");
     }
   } else if (const auto* c = std::get_if<GpuClocks>(&value)) {
     return CheckClock(c->locked, gpu.max_sm_clock_mhz, "locked GPU clock range", gpu.index);
   } else if (const auto* m = std::get_if<MemoryClocks>(&value)) {
-    return CheckClock(m->locked, gpu.max_memory_clock_mhz, "locked memory clock range",
-                      gpu.index);
+    return CheckClock(m->locked, gpu.max_memory_clock_mhz, "locked memory clock range", gpu.index);
   }
   return Status::Ok();
 }
 
-GpuManager::GpuManager(GpuBackend& backend, const Clock& clock)
-    : backend_(backend), clock_(clock) {
+GpuManager::GpuManager(GpuBackend& backend, const Clock& clock) : backend_(backend), clock_(clock) {
   for (uint32_t i = 0; i < backend.DeviceCount(); ++i) {
     executors_.push_back(std::make_unique<SerialExecutor>());
   }
@@ -91,9 +88,8 @@ std::vector<std::future<Status>> GpuManager::Set(const std::vector<uint32_t>& gp
       out.push_back(p.get_future());
       continue;
     }
-    out.push_back(Run<Status>(gpu, [this, gpu, value, lease, expires] {
-      return SetOnGpu(gpu, value, lease, expires);
-    }));
+    out.push_back(Run<Status>(
+        gpu, [this, gpu, value, lease, expires] { return SetOnGpu(gpu, value, lease, expires); }));
   }
   return out;
 }
@@ -174,8 +170,8 @@ Status GpuManager::ReleaseOnGpu(uint32_t gpu, SettingKind kind, const std::strin
     }
     if (leases == nullptr || i == leases->size()) {
       if (lease_id) return Status::Ok();  // an expiry raced with a release or renewal
-      return NotFound(holder + " holds no " + std::string(SettingName(kind)) +
-                      " lease on GPU " + std::to_string(gpu));
+      return NotFound(holder + " holds no " + std::string(SettingName(kind)) + " lease on GPU " +
+                      std::to_string(gpu));
     }
     id = (*leases)[i].id;
     if (i + 1 == leases->size()) {
@@ -191,12 +187,12 @@ Status GpuManager::ReleaseOnGpu(uint32_t gpu, SettingKind kind, const std::strin
     }
   }
   if (s.ok()) {
-    GS_LOG(kInfo, "gpusliced", "event=lease_ended gpu=%u setting=%s holder=%s reverted_to=%s",
-           gpu, SettingName(kind).data(), holder.c_str(),
+    GS_LOG(kInfo, "gpusliced", "event=lease_ended gpu=%u setting=%s holder=%s reverted_to=%s", gpu,
+           SettingName(kind).data(), holder.c_str(),
            next ? SettingValueText(*next).c_str() : "(unchanged)");
   } else {
-    GS_LOG(kError, "gpusliced", "event=revert_failed gpu=%u setting=%s holder=%s error=\"%s\"",
-           gpu, SettingName(kind).data(), holder.c_str(), s.message().c_str());
+    GS_LOG(kError, "gpusliced", "event=revert_failed gpu=%u setting=%s holder=%s error=\"%s\"", gpu,
+           SettingName(kind).data(), holder.c_str(), s.message().c_str());
   }
   if (next) Changed(gpu);
   return s;

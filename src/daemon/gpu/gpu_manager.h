@@ -37,9 +37,9 @@
 namespace gpuslice::daemon {
 
 struct LeaseOptions {
-  std::string holder;                    // who holds the change, e.g. "uid:1000"
-  std::optional<int64_t> duration_ns;    // none: held until released or the daemon stops
-  bool permanent = false;                // no lease, no revert (rule 5)
+  std::string holder;                  // who holds the change, e.g. "uid:1000"
+  std::optional<int64_t> duration_ns;  // none: held until released or the daemon stops
+  bool permanent = false;              // no lease, no revert (rule 5)
 };
 
 struct LeaseInfo {
@@ -69,8 +69,8 @@ class GpuManager {
 
   // Queues `value` on each GPU in `gpus`; one future per GPU, in that order,
   // ready when that GPU's command has run. REQUIRES: every index < DeviceCount().
-  std::vector<std::future<Status>> Set(const std::vector<uint32_t>& gpus,
-                                       const SettingValue& value, const LeaseOptions& lease);
+  std::vector<std::future<Status>> Set(const std::vector<uint32_t>& gpus, const SettingValue& value,
+                                       const LeaseOptions& lease);
   // Ends `holder`'s lease of `kind` on each GPU (rule 4); kNotFound for a GPU
   // where it holds none.
   std::vector<std::future<Status>> Release(const std::vector<uint32_t>& gpus, SettingKind kind,

@@ -21,9 +21,9 @@
 namespace gpuslice::daemon {
 
 struct Snapshot {
-  uint64_t generation = 0;      // 0: nothing sampled yet
-  std::vector<GpuInfo> gpus;    // by index; a GPU that failed to read keeps its last sample
-  std::string gpus_json;        // the body of GET /v1/gpus, serialised once per sample
+  uint64_t generation = 0;    // 0: nothing sampled yet
+  std::vector<GpuInfo> gpus;  // by index; a GPU that failed to read keeps its last sample
+  std::string gpus_json;      // the body of GET /v1/gpus, serialised once per sample
 };
 
 class GpuMonitor {

@@ -7,31 +7,31 @@
 namespace gpuslice::daemon {
 
 // X(name, return, arguments): every NVML entry point the daemon calls.
-#define GS_NVML_FUNCTIONS(X)                                                                   \
-  X(nvmlInit_v2, (void))                                                                       \
-  X(nvmlShutdown, (void))                                                                      \
-  X(nvmlErrorString, (nvmlReturn_t))                                                           \
-  X(nvmlDeviceGetCount_v2, (unsigned int*))                                                    \
-  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int, nvmlDevice_t*))                              \
-  X(nvmlDeviceGetName, (nvmlDevice_t, char*, unsigned int))                                    \
-  X(nvmlDeviceGetUUID, (nvmlDevice_t, char*, unsigned int))                                    \
-  X(nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t*))                                    \
-  X(nvmlDeviceGetUtilizationRates, (nvmlDevice_t, nvmlUtilization_t*))                         \
-  X(nvmlDeviceGetPowerUsage, (nvmlDevice_t, unsigned int*))                                    \
-  X(nvmlDeviceGetPowerManagementLimit, (nvmlDevice_t, unsigned int*))                          \
+#define GS_NVML_FUNCTIONS(X)                                                                    \
+  X(nvmlInit_v2, (void))                                                                        \
+  X(nvmlShutdown, (void))                                                                       \
+  X(nvmlErrorString, (nvmlReturn_t))                                                            \
+  X(nvmlDeviceGetCount_v2, (unsigned int*))                                                     \
+  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int, nvmlDevice_t*))                               \
+  X(nvmlDeviceGetName, (nvmlDevice_t, char*, unsigned int))                                     \
+  X(nvmlDeviceGetUUID, (nvmlDevice_t, char*, unsigned int))                                     \
+  X(nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t*))                                     \
+  X(nvmlDeviceGetUtilizationRates, (nvmlDevice_t, nvmlUtilization_t*))                          \
+  X(nvmlDeviceGetPowerUsage, (nvmlDevice_t, unsigned int*))                                     \
+  X(nvmlDeviceGetPowerManagementLimit, (nvmlDevice_t, unsigned int*))                           \
   X(nvmlDeviceGetPowerManagementLimitConstraints, (nvmlDevice_t, unsigned int*, unsigned int*)) \
-  X(nvmlDeviceGetPowerManagementDefaultLimit, (nvmlDevice_t, unsigned int*))                   \
-  X(nvmlDeviceGetTotalEnergyConsumption, (nvmlDevice_t, unsigned long long*))                  \
-  X(nvmlDeviceGetClockInfo, (nvmlDevice_t, nvmlClockType_t, unsigned int*))                    \
-  X(nvmlDeviceGetMaxClockInfo, (nvmlDevice_t, nvmlClockType_t, unsigned int*))                 \
-  X(nvmlDeviceGetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t*))                          \
-  X(nvmlDeviceGetComputeMode, (nvmlDevice_t, nvmlComputeMode_t*))                              \
-  X(nvmlDeviceSetPowerManagementLimit, (nvmlDevice_t, unsigned int))                           \
-  X(nvmlDeviceSetGpuLockedClocks, (nvmlDevice_t, unsigned int, unsigned int))                  \
-  X(nvmlDeviceResetGpuLockedClocks, (nvmlDevice_t))                                            \
-  X(nvmlDeviceSetMemoryLockedClocks, (nvmlDevice_t, unsigned int, unsigned int))               \
-  X(nvmlDeviceResetMemoryLockedClocks, (nvmlDevice_t))                                         \
-  X(nvmlDeviceSetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t))                           \
+  X(nvmlDeviceGetPowerManagementDefaultLimit, (nvmlDevice_t, unsigned int*))                    \
+  X(nvmlDeviceGetTotalEnergyConsumption, (nvmlDevice_t, unsigned long long*))                   \
+  X(nvmlDeviceGetClockInfo, (nvmlDevice_t, nvmlClockType_t, unsigned int*))                     \
+  X(nvmlDeviceGetMaxClockInfo, (nvmlDevice_t, nvmlClockType_t, unsigned int*))                  \
+  X(nvmlDeviceGetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t*))                           \
+  X(nvmlDeviceGetComputeMode, (nvmlDevice_t, nvmlComputeMode_t*))                               \
+  X(nvmlDeviceSetPowerManagementLimit, (nvmlDevice_t, unsigned int))                            \
+  X(nvmlDeviceSetGpuLockedClocks, (nvmlDevice_t, unsigned int, unsigned int))                   \
+  X(nvmlDeviceResetGpuLockedClocks, (nvmlDevice_t))                                             \
+  X(nvmlDeviceSetMemoryLockedClocks, (nvmlDevice_t, unsigned int, unsigned int))                \
+  X(nvmlDeviceResetMemoryLockedClocks, (nvmlDevice_t))                                          \
+  X(nvmlDeviceSetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t))                            \
   X(nvmlDeviceSetComputeMode, (nvmlDevice_t, nvmlComputeMode_t))
 
 struct NvmlBackend::Api {
@@ -73,9 +73,9 @@ StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Open(const char* library) {
                        (err != nullptr ? err : "unknown error"));
   }
   b->api_ = std::make_unique<Api>();
-#define GS_NVML_RESOLVE(name, args)                                                        \
-  b->api_->name = reinterpret_cast<decltype(&::name)>(dlsym(b->handle_, #name));           \
-  if (b->api_->name == nullptr) {                                                          \
+#define GS_NVML_RESOLVE(name, args)                                                            \
+  b->api_->name = reinterpret_cast<decltype(&::name)>(dlsym(b->handle_, #name));               \
+  if (b->api_->name == nullptr) {                                                              \
     return Unavailable(std::string(library) + " does not export " #name " (driver too old?)"); \
   }
   GS_NVML_FUNCTIONS(GS_NVML_RESOLVE)
@@ -123,8 +123,7 @@ StatusOr<GpuInfo> NvmlBackend::Read(uint32_t index) {
   GS_RETURN_IF_ERROR(Check(a.nvmlDeviceGetName(d, buf, sizeof buf), "nvmlDeviceGetName", index));
   g.name = buf;
   nvmlMemory_t mem{};
-  GS_RETURN_IF_ERROR(
-      Check(a.nvmlDeviceGetMemoryInfo(d, &mem), "nvmlDeviceGetMemoryInfo", index));
+  GS_RETURN_IF_ERROR(Check(a.nvmlDeviceGetMemoryInfo(d, &mem), "nvmlDeviceGetMemoryInfo", index));
   g.memory_total_bytes = mem.total;
   g.memory_used_bytes = mem.used;
   g.memory_free_bytes = mem.free;
@@ -184,8 +183,8 @@ StatusOr<SettingValue> NvmlBackend::Get(uint32_t index, SettingKind kind) {
     }
     case SettingKind::kPersistence: {
       nvmlEnableState_t p{};
-      GS_RETURN_IF_ERROR(Check(api_->nvmlDeviceGetPersistenceMode(d, &p),
-                               "nvmlDeviceGetPersistenceMode", index));
+      GS_RETURN_IF_ERROR(
+          Check(api_->nvmlDeviceGetPersistenceMode(d, &p), "nvmlDeviceGetPersistenceMode", index));
       return SettingValue(Persistence{p == NVML_FEATURE_ENABLED});
     }
     case SettingKind::kComputeMode: {
@@ -209,11 +208,12 @@ Status NvmlBackend::Set(uint32_t index, const SettingValue& value) {
           return Check(a.nvmlDeviceSetPowerManagementLimit(d, v.milliwatts),
                        "nvmlDeviceSetPowerManagementLimit", index);
         } else if constexpr (std::is_same_v<T, GpuClocks>) {
-          Status s = v.locked ? Check(a.nvmlDeviceSetGpuLockedClocks(d, v.locked->min_mhz,
-                                                                     v.locked->max_mhz),
-                                      "nvmlDeviceSetGpuLockedClocks", index)
-                              : Check(a.nvmlDeviceResetGpuLockedClocks(d),
-                                      "nvmlDeviceResetGpuLockedClocks", index);
+          Status s =
+              v.locked
+                  ? Check(a.nvmlDeviceSetGpuLockedClocks(d, v.locked->min_mhz, v.locked->max_mhz),
+                          "nvmlDeviceSetGpuLockedClocks", index)
+                  : Check(a.nvmlDeviceResetGpuLockedClocks(d), "nvmlDeviceResetGpuLockedClocks",
+                          index);
           if (s.ok()) {
             std::lock_guard lock(mu_);
             locked_gpu_[index] = v.locked;

@@ -49,7 +49,8 @@ struct ComputeModeSetting {
   bool operator==(const ComputeModeSetting&) const = default;
 };
 
-using SettingValue = std::variant<PowerLimit, GpuClocks, MemoryClocks, Persistence, ComputeModeSetting>;
+using SettingValue =
+    std::variant<PowerLimit, GpuClocks, MemoryClocks, Persistence, ComputeModeSetting>;
 
 // One per alternative of SettingValue, in the same order.
 enum class SettingKind : int {

@@ -84,11 +84,11 @@ Status Authorize(const Caller& caller, Access access, const AuthPolicy& policy) 
       policy.in_group(*caller.uid, *caller.gid, *policy.admin_gid)) {
     return Status::Ok();
   }
-  return PermissionDenied("uid " + std::to_string(*caller.uid) +
-                          " may not change settings: this needs root" +
-                          (policy.admin_gid ? " or membership of the admin group (gid " +
-                                                  std::to_string(*policy.admin_gid) + ")"
-                                            : std::string()));
+  return PermissionDenied(
+      "uid " + std::to_string(*caller.uid) + " may not change settings: this needs root" +
+      (policy.admin_gid
+           ? " or membership of the admin group (gid " + std::to_string(*policy.admin_gid) + ")"
+           : std::string()));
 }
 
 bool UserInGroup(uid_t uid, gid_t gid, gid_t group) {

@@ -119,8 +119,10 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
 
   void OnReadError(beast::error_code ec) {
     if (ec == http::error::body_limit) {
-      return Reply(413, "request body larger than " +
-                            std::to_string(server_.options.max_body_bytes) + " bytes", false);
+      return Reply(
+          413,
+          "request body larger than " + std::to_string(server_.options.max_body_bytes) + " bytes",
+          false);
     }
     if (ec == http::error::header_limit) return Reply(431, "request header too large", false);
     if (ec.category() == beast::error_code(http::error::bad_target).category() &&
@@ -153,9 +155,10 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
     Caller caller = caller_;
     if (caller.via_tcp) {
       auto auth = req.find(http::field::authorization);
-      caller.token_ok = auth != req.end() &&
-                        BearerTokenValid(std::string_view(auth->value().data(), auth->value().size()),
-                                         server_.options.tokens);
+      caller.token_ok =
+          auth != req.end() &&
+          BearerTokenValid(std::string_view(auth->value().data(), auth->value().size()),
+                           server_.options.tokens);
     }
     if (Status s = Authorize(caller, match->access, server_.options.auth); !s.ok()) {
       GS_LOG(kInfo, "gpusliced", "event=request_denied method=%s path=%s uid=%d reason=\"%s\"",
@@ -163,10 +166,9 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
              s.message().c_str());
       return Send(ApiResponse::FromStatus(s), keep_alive_);
     }
-    auto api_req = std::make_shared<ApiRequest>(ApiRequest{method, std::move(target->path),
-                                                           std::move(target->query),
-                                                           std::move(match->params),
-                                                           parser_->release().body(), caller});
+    auto api_req = std::make_shared<ApiRequest>(
+        ApiRequest{method, std::move(target->path), std::move(target->query),
+                   std::move(match->params), parser_->release().body(), caller});
     const ApiRouter::Handler* handler = match->handler;
     if (match->dispatch == Dispatch::kInline) return Send((*handler)(*api_req), keep_alive_);
     asio::post(*server_.workers, [self = this->shared_from_this(), handler, api_req] {
@@ -211,10 +213,9 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
         "Cache-Control: no-cache\r\nConnection: close\r\n\r\n: connected\n\n"));
     ScheduleKeepAlive();
     // A read that completes only when the client goes away.
-    stream_.socket().async_read_some(asio::buffer(sink_),
-                                     [self = this->shared_from_this()](beast::error_code, size_t) {
-                                       self->Close();
-                                     });
+    stream_.socket().async_read_some(
+        asio::buffer(sink_),
+        [self = this->shared_from_this()](beast::error_code, size_t) { self->Close(); });
   }
 
   void ScheduleKeepAlive() {
@@ -340,31 +341,29 @@ void HttpServer::Impl::RetryAccept(bool tcp) {
 }
 
 void HttpServer::Impl::AcceptUnix() {
-  unix_acceptor->async_accept(asio::make_strand(*ioc),
-                              [this](beast::error_code ec, UnixProtocol::socket socket) {
-                                if (ec == asio::error::operation_aborted) return;
-                                if (ec) {
-                                  GS_LOG(kWarn, "gpusliced", "event=accept_failed error=\"%s\"",
-                                         ec.message().c_str());
-                                  return RetryAccept(false);
-                                }
-                                OnAccept<UnixProtocol>(std::move(socket), false);
-                                AcceptUnix();
-                              });
+  unix_acceptor->async_accept(
+      asio::make_strand(*ioc), [this](beast::error_code ec, UnixProtocol::socket socket) {
+        if (ec == asio::error::operation_aborted) return;
+        if (ec) {
+          GS_LOG(kWarn, "gpusliced", "event=accept_failed error=\"%s\"", ec.message().c_str());
+          return RetryAccept(false);
+        }
+        OnAccept<UnixProtocol>(std::move(socket), false);
+        AcceptUnix();
+      });
 }
 
 void HttpServer::Impl::AcceptTcp() {
-  tcp_acceptor->async_accept(asio::make_strand(*ioc),
-                             [this](beast::error_code ec, TcpProtocol::socket socket) {
-                               if (ec == asio::error::operation_aborted) return;
-                               if (ec) {
-                                 GS_LOG(kWarn, "gpusliced", "event=accept_failed error=\"%s\"",
-                                        ec.message().c_str());
-                                 return RetryAccept(true);
-                               }
-                               OnAccept<TcpProtocol>(std::move(socket), true);
-                               AcceptTcp();
-                             });
+  tcp_acceptor->async_accept(
+      asio::make_strand(*ioc), [this](beast::error_code ec, TcpProtocol::socket socket) {
+        if (ec == asio::error::operation_aborted) return;
+        if (ec) {
+          GS_LOG(kWarn, "gpusliced", "event=accept_failed error=\"%s\"", ec.message().c_str());
+          return RetryAccept(true);
+        }
+        OnAccept<TcpProtocol>(std::move(socket), true);
+        AcceptTcp();
+      });
 }
 
 HttpServer::HttpServer(ServerOptions options, const ApiRouter& router, EventHub& hub)

@@ -38,8 +38,8 @@ class DaemonTest : public testing::SimProcessTest {
 
   // Starts gpusliced on this test's simulation and waits until /readyz is 200.
   pid_t StartDaemon(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {"--socket",           socket_,  "--socket-mode", "0666",
-                                     "--poll-interval-ms", "100",    "--log-level",   "debug",
+    std::vector<std::string> args = {"--socket",           socket_, "--socket-mode", "0666",
+                                     "--poll-interval-ms", "100",   "--log-level",   "debug",
                                      "--sse-keepalive-ms", "200"};
     args.insert(args.end(), extra.begin(), extra.end());
     daemon_ = StartProgram("gpusliced", 0, args, {R"(GPUSLICE_SIM_CONFIG={"device_count":2})"});
@@ -132,8 +132,9 @@ TEST_F(DaemonTest, ServesGpusHealthAndMetricsFromTheSimulatedGpu) {
   EXPECT_EQ(metrics->headers["content-type"].rfind("text/plain; version=0.0.4", 0), 0u);
   EXPECT_NE(metrics->body.find("# TYPE gpuslice_gpu_energy_joules_total counter"),
             std::string::npos);
-  EXPECT_NE(metrics->body.find("gpuslice_gpu_power_limit_watts{gpu=\"1\",uuid=\"" + uuid + "\"} 700"),
-            std::string::npos);
+  EXPECT_NE(
+      metrics->body.find("gpuslice_gpu_power_limit_watts{gpu=\"1\",uuid=\"" + uuid + "\"} 700"),
+      std::string::npos);
   auto energy = Call("GET", "/v1/gpus/0,1/energy");
   EXPECT_EQ(energy.first, 200);
   EXPECT_GT(energy.second["gpus"][1]["energy_joules"].get<double>(), 0.0);
@@ -270,7 +271,8 @@ TEST_F(DaemonTest, StalledClientsAreCutOffAndOthersServed) {
   ASSERT_EQ(write(slow, partial.data(), partial.size()), static_cast<ssize_t>(partial.size()));
   EXPECT_EQ(Call("GET", "/healthz").first, 200);
   bool closed = false;
-  ReadUntil(slow, [](const std::string&) { return false; }, 10s, &closed);
+  ReadUntil(
+      slow, [](const std::string&) { return false; }, 10s, &closed);
   EXPECT_TRUE(closed) << "the daemon kept a stalled request open";
   close(slow);
   // An oversized body is refused.
