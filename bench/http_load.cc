@@ -108,7 +108,7 @@ double Percentile(const std::vector<int64_t>& sorted, double p) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Run(int argc, char** argv) {
   CLI::App app{"gpuslice-bench-http: HTTP load on gpusliced's Unix socket"};
   std::string socket_path;
   std::string path = "/v1/gpus";
@@ -151,6 +151,7 @@ int main(int argc, char** argv) {
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration));
   std::vector<ClientResult> results(static_cast<size_t>(clients));
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(clients));
   for (int i = 0; i < clients; ++i) {
     threads.emplace_back(RunClient, socket_path, request, start, end, &results[i]);
   }
@@ -188,4 +189,13 @@ int main(int argc, char** argv) {
            all.empty() ? 0.0 : static_cast<double>(all.back()) / 1000.0, idle_closed);
   }
   return errors == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    fprintf(stderr, "gpuslice-bench-http: %s\n", e.what());
+    return 1;
+  }
 }

@@ -4,11 +4,11 @@
 // 0 after a clean shutdown (SIGTERM/SIGINT), 1 when it cannot start (no
 // NVML, socket in use, ...), 2 for a bad command line or config file.
 #include <grp.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <functional>
 #include <vector>

@@ -64,11 +64,13 @@ ApiResponse ApiResponse::FromStatus(const Status& status) {
         {{"code", std::string(StatusCodeName(status.code()))}, {"message", status.message()}}}});
 }
 
+// NOLINTNEXTLINE(performance-unnecessary-value-param): api.h's contract, kept as written.
 void ApiRouter::Add(std::string method, std::string pattern, Access access, Handler handler) {
-  Add(std::move(method), std::move(pattern), access, Dispatch::kBlocking, std::move(handler));
+  Add(std::move(method), std::string_view(pattern), access, Dispatch::kBlocking,
+      std::move(handler));
 }
 
-void ApiRouter::Add(std::string method, std::string pattern, Access access, Dispatch dispatch,
+void ApiRouter::Add(std::string method, std::string_view pattern, Access access, Dispatch dispatch,
                     Handler handler) {
   routes_.push_back(
       Route{std::move(method), SplitPath(pattern), access, std::move(handler), dispatch});

@@ -69,7 +69,7 @@ class ApiRouter {
   // `pattern` is a path with "{name}" segments, e.g. "/v1/gpus/{ids}/{setting}";
   // a "{name}" matches exactly one non-empty segment.
   void Add(std::string method, std::string pattern, Access access, Handler handler);
-  void Add(std::string method, std::string pattern, Access access, Dispatch dispatch,
+  void Add(std::string method, std::string_view pattern, Access access, Dispatch dispatch,
            Handler handler);
 
   struct Match {

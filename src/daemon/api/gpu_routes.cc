@@ -82,7 +82,7 @@ StatusOr<LeaseOptions> ParseLease(const json& body, const Caller& caller,
   }
   int64_t lease_s = opts.default_lease_s;
   if (auto it = body.find("lease_s"); it != body.end()) {
-    if (lease.permanent) return InvalidArgument("\"lease_s\" and \"permanent\" exclude each other");
+    if (lease.permanent) return InvalidArgument(R"("lease_s" and "permanent" exclude each other)");
     if (!it->is_number_integer() || it->get<int64_t>() <= 0 ||
         it->get<int64_t>() > opts.max_lease_s) {
       return InvalidArgument("\"lease_s\" must be an integer from 1 to " +

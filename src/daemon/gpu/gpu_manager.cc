@@ -81,6 +81,7 @@ std::vector<std::future<Status>> GpuManager::Set(const std::vector<uint32_t>& gp
     stopping = stopping_;
   }
   std::vector<std::future<Status>> out;
+  out.reserve(gpus.size());
   for (uint32_t gpu : gpus) {
     if (stopping) {
       std::promise<Status> p;
@@ -147,6 +148,7 @@ Status GpuManager::SetOnGpu(uint32_t gpu, const SettingValue& value, const Lease
 std::vector<std::future<Status>> GpuManager::Release(const std::vector<uint32_t>& gpus,
                                                      SettingKind kind, const std::string& holder) {
   std::vector<std::future<Status>> out;
+  out.reserve(gpus.size());
   for (uint32_t gpu : gpus) {
     out.push_back(Run<Status>(
         gpu, [this, gpu, kind, holder] { return ReleaseOnGpu(gpu, kind, holder, std::nullopt); }));

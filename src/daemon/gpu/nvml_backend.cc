@@ -34,6 +34,7 @@ namespace gpuslice::daemon {
   X(nvmlDeviceSetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t))                            \
   X(nvmlDeviceSetComputeMode, (nvmlDevice_t, nvmlComputeMode_t))
 
+// NOLINTBEGIN(bugprone-macro-parentheses): `name` is a declarator and a symbol name.
 struct NvmlBackend::Api {
 #define GS_NVML_MEMBER(name, args) decltype(&::name) name = nullptr;
   GS_NVML_FUNCTIONS(GS_NVML_MEMBER)
@@ -80,6 +81,7 @@ StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Open(const char* library) {
   }
   GS_NVML_FUNCTIONS(GS_NVML_RESOLVE)
 #undef GS_NVML_RESOLVE
+  // NOLINTEND(bugprone-macro-parentheses)
   nvmlReturn_t rc = b->api_->nvmlInit_v2();
   if (rc != NVML_SUCCESS) {
     b->api_->nvmlShutdown = nullptr;  // nothing to shut down

@@ -37,7 +37,7 @@ struct ServerOptions {
   uint16_t tcp_port = 0;
   std::set<std::string> tokens;  // bearer tokens accepted on TCP
   size_t max_connections = 1024;
-  size_t max_body_bytes = 64 * 1024;
+  size_t max_body_bytes = size_t{64} * 1024;
   std::chrono::milliseconds header_timeout{10'000};
   std::chrono::milliseconds body_timeout{10'000};
   std::chrono::milliseconds idle_timeout{60'000};   // keep-alive: between requests
