@@ -218,9 +218,12 @@ int Run(int argc, char** argv) {
     break;
   }
   sd_notify(0, "STOPPING=1");
+  // In this order: no request, then no sampling or expiry, then the reverts;
+  // the executors end before the monitor their callbacks poke is destroyed.
   server.Stop();
-  manager.RevertAll();
   monitor.Stop();
+  manager.RevertAll();
+  manager.Stop();
   GS_LOG(kInfo, "gpusliced", "event=stopped");
   return 0;
 }

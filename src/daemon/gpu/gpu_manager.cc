@@ -46,7 +46,9 @@ GpuManager::GpuManager(GpuBackend& backend, const Clock& clock) : backend_(backe
   }
 }
 
-GpuManager::~GpuManager() {
+GpuManager::~GpuManager() { Stop(); }
+
+void GpuManager::Stop() {
   for (auto& e : executors_) e->Stop();
 }
 

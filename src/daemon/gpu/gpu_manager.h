@@ -88,6 +88,9 @@ class GpuManager {
   // Reverts every leased setting to its baseline and waits; afterwards Set
   // is refused with kUnavailable. For daemon shutdown.
   void RevertAll();
+  // Runs the commands already queued, then ends the executors; later
+  // commands fail with kUnavailable. After it no callback runs. Idempotent.
+  void Stop();
 
   std::vector<LeaseInfo> Leases() const;
   // Called (on an executor thread) after a command changed a GPU's settings.

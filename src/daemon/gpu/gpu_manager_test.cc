@@ -159,6 +159,15 @@ TEST_F(GpuManagerTest, RevertAllRestoresEveryBaselineAndRefusesNewSets) {
   EXPECT_EQ(SetPower(manager_, 0, 300, Lease("a", 1)).code(), StatusCode::kUnavailable);
 }
 
+TEST_F(GpuManagerTest, StopRunsWhatIsQueuedThenRefuses) {
+  auto queued = manager_.Set({0}, PowerLimit{300'000}, Lease("a", 100));
+  manager_.Stop();
+  EXPECT_TRUE(queued[0].get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
+  EXPECT_EQ(SetPower(manager_, 0, 400, Lease("a", 1)).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(manager_.Energy(1).get().status().code(), StatusCode::kUnavailable);
+}
+
 TEST_F(GpuManagerTest, ComputeModeEntryPointForMps) {
   ASSERT_TRUE(manager_.SetComputeMode(0, ComputeMode::kExclusiveProcess, "mps").ok());
   EXPECT_EQ(backend_.Read(0)->compute_mode, 3u);
