@@ -8,10 +8,13 @@
 #include <exception>
 
 #include "cli/exit_codes.h"
+#include "cli/gpu_commands.h"
 #include "cli/limit_command.h"
+#include "cli/mps_command.h"
 #include "cli/run_command.h"
 #include "cli/sim_commands.h"
 #include "cli/status_command.h"
+#include "cli/unix_http_client.h"
 
 int main(int argc, char** argv) {
   // Anything a command throws ends the process with a message, not std::terminate.
@@ -23,6 +26,17 @@ int main(int argc, char** argv) {
     gpuslice::cli::AddStatusCommand(app);
     gpuslice::cli::AddLimitCommands(app);
     gpuslice::cli::AddSimCommands(app);
+    gpuslice::cli::AddGpuCommands(app);
+    // `gpuslice mps` reaches the daemon at $GPUSLICE_SOCKET or the default path.
+    gpuslice::cli::AddMpsCommands(
+        app,
+        [](std::string_view method, std::string_view path,
+           std::string_view body) -> gpuslice::StatusOr<gpuslice::cli::HttpReply> {
+          auto r = gpuslice::cli::UnixHttpClient(gpuslice::cli::DaemonSocket(""))
+                       .Request(std::string(method), std::string(path), std::string(body));
+          if (!r.ok()) return r.status();
+          return gpuslice::cli::HttpReply{r->status, std::move(r->body)};
+        });
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

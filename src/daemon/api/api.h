@@ -57,6 +57,11 @@ struct ApiResponse {
 // the caller is root, in the configured group, or (TCP) holds a token.
 enum class Access { kRead, kMutate };
 
+// Where the server runs a handler. kInline: on the I/O thread, for handlers
+// that only read memory (snapshots) and return at once. kBlocking (the
+// default): on a worker pool, for handlers that wait (GPU commands, MPS).
+enum class Dispatch { kInline, kBlocking };
+
 class ApiRouter {
  public:
   using Handler = std::function<ApiResponse(const ApiRequest&)>;
@@ -64,15 +69,19 @@ class ApiRouter {
   // `pattern` is a path with "{name}" segments, e.g. "/v1/gpus/{ids}/{setting}";
   // a "{name}" matches exactly one non-empty segment.
   void Add(std::string method, std::string pattern, Access access, Handler handler);
+  void Add(std::string method, std::string_view pattern, Access access, Dispatch dispatch,
+           Handler handler);
 
   struct Match {
     const Handler* handler;
     Access access;
     std::map<std::string, std::string> params;
+    Dispatch dispatch = Dispatch::kBlocking;
   };
   // The route for `method` + `path`; NotFound (404) when no pattern matches the
   // path, FailedPrecondition with "method not allowed" when the path matches
-  // but the method does not (the server answers 405).
+  // but the method does not (the server answers 405). When several patterns
+  // match, the one with the most literal segments wins.
   StatusOr<Match> Find(std::string_view method, std::string_view path) const;
 
  private:
@@ -81,6 +90,7 @@ class ApiRouter {
     std::vector<std::string> segments;
     Access access;
     Handler handler;
+    Dispatch dispatch = Dispatch::kBlocking;
   };
   std::vector<Route> routes_;
 };

@@ -1,0 +1,283 @@
+#include "cli/gpu_commands.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/exit_codes.h"
+#include "cli/unix_http_client.h"
+
+namespace gpuslice::cli {
+namespace {
+
+using json = nlohmann::json;
+
+struct Common {
+  std::string socket;
+  bool json = false;
+};
+
+struct SetOptions {
+  Common common;
+  std::string ids;
+  int64_t lease_s = 0;  // 0: the daemon's default
+  bool permanent = false;
+  bool no_wait = false;
+  std::string holder;
+};
+
+void AddCommon(CLI::App* cmd, Common* c) {
+  cmd->add_option("--socket", c->socket,
+                  "Daemon socket (default: $GPUSLICE_SOCKET or /run/gpuslice/gpusliced.sock)");
+  cmd->add_flag("--json", c->json, "Print the daemon's JSON answer");
+}
+
+void AddSetOptions(CLI::App* cmd, SetOptions* o) {
+  AddCommon(cmd, &o->common);
+  cmd->add_option("ids", o->ids, "GPUs: an index, a list (0,2), a UUID, or all")->required();
+  auto* lease =
+      cmd->add_option("--lease", o->lease_s,
+                      "Seconds until the change is reverted (default: the daemon's, 3600)")
+          ->check(CLI::Range(int64_t{1}, int64_t{366} * 24 * 3600));
+  cmd->add_flag("--permanent", o->permanent, "Never revert this change")->excludes(lease);
+  cmd->add_flag("--no-wait", o->no_wait, "Return once queued (HTTP 202)");
+  cmd->add_option("--holder", o->holder, "A label for this lease (default: your uid only)");
+}
+
+// Sends a request; exits with a message when the daemon is unreachable.
+HttpResponse Call(const Common& c, const std::string& method, const std::string& target,
+                  const std::string& body = "") {
+  auto r = UnixHttpClient(DaemonSocket(c.socket)).Request(method, target, body);
+  if (!r.ok()) Fail(r.status().message());
+  return std::move(*r);
+}
+
+json ParseBody(const HttpResponse& r) {
+  json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    Fail("the daemon answered HTTP " + std::to_string(r.status) + ": " + r.body);
+  return j;
+}
+
+// Exits 1 with the daemon's error message unless the request succeeded.
+void FailOnError(const HttpResponse& r, const json& j) {
+  if (r.status < 300) return;
+  if (j.contains("results")) return;  // per-GPU results are printed by the caller
+  std::string message = j.contains("error") ? j["error"].value("message", r.body) : r.body;
+  Fail(message);
+}
+
+void PrintResults(const HttpResponse& r, const json& j, const std::string& what) {
+  if (r.status == 202) {
+    printf("queued %s on GPU %s\n", what.c_str(), j["gpus"].dump().c_str());
+    return;
+  }
+  bool failed = false;
+  for (const auto& res : j.value("results", json::array())) {
+    if (res.value("ok", false)) {
+      printf("GPU %d: %s\n", res["gpu"].get<int>(), what.c_str());
+    } else {
+      failed = true;
+      fprintf(stderr, "GPU %d: %s\n", res["gpu"].get<int>(),
+              res["error"].value("message", "failed").c_str());
+    }
+  }
+  if (failed) exit(kExitFailure);
+}
+
+void Put(const SetOptions& o, const std::string& setting, json body, const std::string& what) {
+  if (o.permanent) body["permanent"] = true;
+  if (o.lease_s > 0) body["lease_s"] = o.lease_s;
+  if (!o.holder.empty()) body["holder"] = o.holder;
+  const std::string target = "/v1/gpus/" + o.ids + "/" + setting + (o.no_wait ? "?wait=false" : "");
+  HttpResponse r = Call(o.common, "PUT", target, body.dump());
+  json j = ParseBody(r);
+  if (o.common.json) {
+    printf("%s\n", j.dump(2).c_str());
+    if (r.status >= 300) exit(kExitFailure);
+    return;
+  }
+  FailOnError(r, j);
+  std::string suffix =
+      o.permanent ? " (permanent)"
+                  : " (lease " + j["lease_s"].dump() + " s, holder " + j.value("holder", "?") + ")";
+  PrintResults(r, j, what + suffix);
+}
+
+std::string Mib(const json& bytes) { return std::to_string(bytes.get<uint64_t>() >> 20) + "MiB"; }
+
+void PrintGpuTable(const json& j) {
+  printf("%-4s %-24s %-20s %-5s %-16s %-14s %-8s %-18s %s\n", "GPU", "NAME", "MEMORY USED/TOTAL",
+         "UTIL", "POWER DRAW/LIMIT", "LOCKED CLOCKS", "PERSIST", "COMPUTE MODE", "MPS");
+  for (const auto& g : j["gpus"]) {
+    char power[32];
+    snprintf(power, sizeof power, "%.0fW/%.0fW", g["power"]["draw_watts"].get<double>(),
+             g["power"]["limit_watts"].get<double>());
+    const json& locked = g["clocks"]["locked_gpu"];
+    std::string clocks = locked.is_null() ? "-"
+                                          : std::to_string(locked["min_mhz"].get<int>()) + "-" +
+                                                std::to_string(locked["max_mhz"].get<int>());
+    const std::string memory =
+        Mib(g["memory"]["used_bytes"]) + "/" + Mib(g["memory"]["total_bytes"]);
+    printf("%-4d %-24s %-20s %3d%%  %-16s %-14s %-8s %-18s %s\n", g["index"].get<int>(),
+           g["name"].get<std::string>().substr(0, 24).c_str(), memory.c_str(),
+           g["utilization"]["gpu_percent"].get<int>(), power, clocks.c_str(),
+           g["persistence"].get<bool>() ? "on" : "off",
+           g["compute_mode"].get<std::string>().c_str(), g["mps"].get<std::string>().c_str());
+  }
+}
+
+}  // namespace
+
+void AddGpuCommands(CLI::App& app) {
+  CLI::App* gpu = app.add_subcommand("gpu", "GPU status and settings through gpusliced");
+  gpu->require_subcommand(1);
+
+  {
+    auto* c = new Common;
+    auto* ids = new std::string("all");
+    CLI::App* cmd = gpu->add_subcommand("list", "Show every GPU (or IDS) as the daemon sees it");
+    AddCommon(cmd, c);
+    cmd->add_option("ids", *ids, "GPUs: an index, a list, a UUID, or all (default)");
+    cmd->callback([c, ids] {
+      HttpResponse r = Call(*c, "GET", *ids == "all" ? "/v1/gpus" : "/v1/gpus/" + *ids);
+      json j = ParseBody(r);
+      FailOnError(r, j);
+      if (c->json) {
+        printf("%s\n", j.dump(2).c_str());
+      } else {
+        PrintGpuTable(j);
+      }
+    });
+  }
+  {
+    auto* o = new SetOptions;
+    auto* watts = new double(0);
+    CLI::App* cmd = gpu->add_subcommand("set-power-limit", "Set the power limit (watts)");
+    AddSetOptions(cmd, o);
+    cmd->add_option("watts", *watts, "Power limit in watts")
+        ->required()
+        ->check(CLI::PositiveNumber);
+    cmd->callback([o, watts] {
+      char what[64];
+      snprintf(what, sizeof what, "power limit %g W", *watts);
+      Put(*o, "power-limit", {{"watts", *watts}}, what);
+    });
+  }
+  for (const bool memory : {false, true}) {
+    auto* o = new SetOptions;
+    auto* lo = new int(0);
+    auto* hi = new int(0);
+    const std::string setting = memory ? "memory-clocks" : "gpu-clocks";
+    CLI::App* cmd = gpu->add_subcommand(memory ? "lock-memory-clocks" : "lock-clocks",
+                                        memory ? "Lock the memory clock to [MIN, MAX] MHz"
+                                               : "Lock the GPU (SM) clock to [MIN, MAX] MHz");
+    AddSetOptions(cmd, o);
+    cmd->add_option("min_mhz", *lo, "Lowest clock, MHz")->required()->check(CLI::PositiveNumber);
+    cmd->add_option("max_mhz", *hi, "Highest clock, MHz")->required()->check(CLI::PositiveNumber);
+    cmd->callback([o, lo, hi, setting] {
+      Put(*o, setting, {{"min_mhz", *lo}, {"max_mhz", *hi}},
+          setting + " locked to " + std::to_string(*lo) + "-" + std::to_string(*hi) + " MHz");
+    });
+    auto* r = new SetOptions;
+    CLI::App* reset =
+        gpu->add_subcommand(memory ? "reset-memory-clocks" : "reset-clocks",
+                            memory ? "Unlock the memory clock (leased like any setting)"
+                                   : "Unlock the GPU clock (leased like any setting)");
+    AddSetOptions(reset, r);
+    reset->callback([r, setting] { Put(*r, setting, {{"reset", true}}, setting + " unlocked"); });
+  }
+  {
+    auto* o = new SetOptions;
+    auto* state = new std::string;
+    CLI::App* cmd = gpu->add_subcommand("persistence", "Turn persistence mode on or off");
+    AddSetOptions(cmd, o);
+    cmd->add_option("state", *state, "on or off")->required()->check(CLI::IsMember({"on", "off"}));
+    cmd->callback([o, state] {
+      Put(*o, "persistence", {{"enabled", *state == "on"}}, "persistence " + *state);
+    });
+  }
+  {
+    auto* o = new SetOptions;
+    auto* mode = new std::string;
+    CLI::App* cmd = gpu->add_subcommand("compute-mode", "Set the compute mode");
+    AddSetOptions(cmd, o);
+    cmd->add_option("mode", *mode, "DEFAULT, EXCLUSIVE_PROCESS or PROHIBITED")
+        ->required()
+        ->check(CLI::IsMember({"DEFAULT", "EXCLUSIVE_PROCESS", "PROHIBITED"}));
+    cmd->callback([o, mode] {
+      Put(*o, "compute-mode", {{"mode", *mode}}, "compute mode " + *mode);
+    });
+  }
+  {
+    auto* c = new Common;
+    auto* ids = new std::string;
+    CLI::App* cmd = gpu->add_subcommand("energy", "Total energy and instant power");
+    AddCommon(cmd, c);
+    cmd->add_option("ids", *ids, "GPUs: an index, a list, a UUID, or all")->required();
+    cmd->callback([c, ids] {
+      HttpResponse r = Call(*c, "GET", "/v1/gpus/" + *ids + "/energy");
+      json j = ParseBody(r);
+      FailOnError(r, j);
+      if (c->json) {
+        printf("%s\n", j.dump(2).c_str());
+        return;
+      }
+      printf("%-4s %-16s %s\n", "GPU", "ENERGY (J)", "POWER (W)");
+      for (const auto& g : j["gpus"]) {
+        printf("%-4d %-16.3f %.1f\n", g["index"].get<int>(), g["energy_joules"].get<double>(),
+               g["power_watts"].get<double>());
+      }
+    });
+  }
+  {
+    auto* c = new Common;
+    auto* ids = new std::string;
+    auto* setting = new std::string;
+    auto* holder = new std::string;
+    CLI::App* cmd = gpu->add_subcommand("release", "End your lease of a setting; it is reverted");
+    AddCommon(cmd, c);
+    cmd->add_option("ids", *ids, "GPUs: an index, a list, a UUID, or all")->required();
+    cmd->add_option("setting", *setting,
+                    "power-limit, gpu-clocks, memory-clocks, persistence or compute-mode")
+        ->required();
+    cmd->add_option("--holder", *holder, "The label the lease was taken with");
+    cmd->callback([c, ids, setting, holder] {
+      HttpResponse r =
+          Call(*c, "DELETE",
+               "/v1/gpus/" + *ids + "/" + *setting + (holder->empty() ? "" : "?holder=" + *holder));
+      json j = ParseBody(r);
+      if (c->json) {
+        printf("%s\n", j.dump(2).c_str());
+        if (r.status >= 300) exit(kExitFailure);
+        return;
+      }
+      FailOnError(r, j);
+      PrintResults(r, j, *setting + " released");
+    });
+  }
+  {
+    auto* c = new Common;
+    CLI::App* cmd = gpu->add_subcommand("leases", "Show the settings held under leases");
+    AddCommon(cmd, c);
+    cmd->callback([c] {
+      HttpResponse r = Call(*c, "GET", "/v1/leases");
+      json j = ParseBody(r);
+      FailOnError(r, j);
+      if (c->json) {
+        printf("%s\n", j.dump(2).c_str());
+        return;
+      }
+      printf("%-4s %-14s %-22s %-24s %-10s %s\n", "GPU", "SETTING", "HOLDER", "VALUE", "EFFECTIVE",
+             "EXPIRES IN");
+      for (const auto& l : j["leases"]) {
+        printf("%-4d %-14s %-22s %-24s %-10s %s\n", l["gpu"].get<int>(),
+               l["setting"].get<std::string>().c_str(), l["holder"].get<std::string>().c_str(),
+               l["value"].dump().c_str(), l["effective"].get<bool>() ? "yes" : "no",
+               l["expires_in_s"].is_null() ? "never" : (l["expires_in_s"].dump() + " s").c_str());
+      }
+    });
+  }
+}
+
+}  // namespace gpuslice::cli

@@ -1,0 +1,115 @@
+#include "daemon/api/api.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+std::vector<std::string> SplitPath(std::string_view path) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < path.size()) {
+    if (path[i] == '/') {
+      ++i;
+      continue;
+    }
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    out.emplace_back(path.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+bool IsParam(const std::string& segment) {
+  return segment.size() > 2 && segment.front() == '{' && segment.back() == '}';
+}
+
+int HttpStatusOf(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kFailedPrecondition:
+      return 409;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kResourceExhausted:
+      return 429;
+    case StatusCode::kUnavailable:
+      return 503;
+    case StatusCode::kUnimplemented:
+      return 501;
+    case StatusCode::kInternal:
+      return 500;
+  }
+  return 500;
+}
+
+}  // namespace
+
+ApiResponse ApiResponse::Json(int status, const nlohmann::json& value) {
+  ApiResponse r;
+  r.status = status;
+  r.body = value.dump();
+  return r;
+}
+
+ApiResponse ApiResponse::FromStatus(const Status& status) {
+  return Json(
+      HttpStatusOf(status.code()),
+      {{"error",
+        {{"code", std::string(StatusCodeName(status.code()))}, {"message", status.message()}}}});
+}
+
+// NOLINTNEXTLINE(performance-unnecessary-value-param): api.h's contract, kept as written.
+void ApiRouter::Add(std::string method, std::string pattern, Access access, Handler handler) {
+  Add(std::move(method), std::string_view(pattern), access, Dispatch::kBlocking,
+      std::move(handler));
+}
+
+void ApiRouter::Add(std::string method, std::string_view pattern, Access access, Dispatch dispatch,
+                    Handler handler) {
+  routes_.push_back(
+      Route{std::move(method), SplitPath(pattern), access, std::move(handler), dispatch});
+}
+
+StatusOr<ApiRouter::Match> ApiRouter::Find(std::string_view method, std::string_view path) const {
+  const std::vector<std::string> segments = SplitPath(path);
+  const Route* best = nullptr;
+  int best_literals = -1;
+  bool path_matched = false;
+  for (const Route& r : routes_) {
+    if (r.segments.size() != segments.size()) continue;
+    int literals = 0;
+    bool ok = true;
+    for (size_t i = 0; i < segments.size() && ok; ++i) {
+      if (IsParam(r.segments[i])) continue;
+      ok = r.segments[i] == segments[i];
+      ++literals;
+    }
+    if (!ok) continue;
+    path_matched = true;
+    if (r.method == method && literals > best_literals) {
+      best = &r;
+      best_literals = literals;
+    }
+  }
+  if (best == nullptr) {
+    if (path_matched) {
+      return FailedPrecondition("method not allowed: " + std::string(method) + " " +
+                                std::string(path));
+    }
+    return NotFound("no such endpoint: " + std::string(path));
+  }
+  Match m{&best->handler, best->access, {}, best->dispatch};
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const std::string& s = best->segments[i];
+    if (IsParam(s)) m.params[s.substr(1, s.size() - 2)] = segments[i];
+  }
+  return m;
+}
+
+}  // namespace gpuslice::daemon

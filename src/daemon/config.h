@@ -1,0 +1,61 @@
+// gpusliced's configuration: defaults, then an optional JSON file
+// (--config), then the environment (GPUSLICE_SOCKET), then flags; a later
+// source wins. Parsing and validation are pure functions (unit-tested).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+
+namespace gpuslice::daemon {
+
+inline constexpr const char* kDefaultSocket = "/run/gpuslice/gpusliced.sock";
+
+struct DaemonConfig {
+  std::string socket = kDefaultSocket;
+  std::string socket_mode = "0660";  // octal
+  std::string socket_group;          // group name or number owning the socket; empty: ours
+  std::string admin_group;           // members may change settings; empty: root only
+  std::string listen_tcp;            // "HOST:PORT"; empty: no TCP
+  std::string token_file;            // bearer tokens for TCP (required with listen_tcp)
+  std::string log_level = "info";    // off, error, warn, info, debug, trace
+  std::string nvml_library = "libnvidia-ml.so.1";
+  std::string mps_root = "/run/gpuslice/mps";               // MPS pipe/log dirs and state
+  std::string mps_control = "nvidia-cuda-mps-control";      // a path, or a name on PATH
+  int64_t poll_interval_ms = 500;  // GPU sampling period
+  int64_t default_lease_s = 3600;
+  int64_t max_connections = 1024;
+  int64_t max_body_bytes = 65536;
+  int64_t header_timeout_ms = 10000;
+  int64_t body_timeout_ms = 10000;
+  int64_t idle_timeout_ms = 60000;
+  int64_t sse_keepalive_ms = 15000;
+  int64_t io_threads = 1;
+  int64_t worker_threads = 4;
+};
+
+// Applies the keys of a JSON object (the names of DaemonConfig's fields) to
+// `config`. kInvalidArgument naming the key for an unknown key or a wrong type.
+Status ApplyConfigJson(const nlohmann::json& json, DaemonConfig& config);
+// Reads and applies a config file; errors name the file.
+Status ApplyConfigFile(const std::string& path, DaemonConfig& config);
+// Ranges and formats (mode is octal, listen_tcp is HOST:PORT, numbers > 0, ...).
+Status ValidateConfig(const DaemonConfig& config);
+
+struct HostPort {
+  std::string host;
+  uint16_t port;
+};
+StatusOr<HostPort> ParseHostPort(const std::string& text);
+StatusOr<mode_t> ParseMode(const std::string& text);
+// A group name or number; `lookup` maps names to gids (getgrnam_r in production).
+StatusOr<gid_t> ResolveGroup(const std::string& text,
+                             const std::function<std::optional<gid_t>(const std::string&)>& lookup);
+
+}  // namespace gpuslice::daemon

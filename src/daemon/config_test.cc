@@ -1,0 +1,53 @@
+#include "daemon/config.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuslice::daemon {
+namespace {
+
+TEST(ConfigTest, AppliesKnownKeysAndRejectsOthers) {
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyConfigJson({{"socket", "/tmp/x.sock"}, {"poll_interval_ms", 250}}, c).ok());
+  EXPECT_EQ(c.socket, "/tmp/x.sock");
+  EXPECT_EQ(c.poll_interval_ms, 250);
+  Status unknown = ApplyConfigJson({{"sockett", "/x"}}, c);
+  EXPECT_NE(unknown.message().find("sockett"), std::string::npos);
+  Status type = ApplyConfigJson({{"poll_interval_ms", "fast"}}, c);
+  EXPECT_NE(type.message().find("poll_interval_ms"), std::string::npos);
+}
+
+TEST(ConfigTest, ValidatesRangesAndFormats) {
+  DaemonConfig c;
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.socket_mode = "0999";
+  EXPECT_FALSE(ValidateConfig(c).ok());
+  c = DaemonConfig{};
+  c.listen_tcp = "127.0.0.1:8080";
+  EXPECT_NE(ValidateConfig(c).message().find("token-file"), std::string::npos);
+  c.token_file = "/etc/tokens";
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.poll_interval_ms = 0;
+  EXPECT_NE(ValidateConfig(c).message().find("poll_interval_ms"), std::string::npos);
+  c = DaemonConfig{};
+  c.log_level = "loud";
+  EXPECT_FALSE(ValidateConfig(c).ok());
+}
+
+TEST(ConfigTest, ParsesHostPortModeAndGroups) {
+  EXPECT_EQ(ParseHostPort("127.0.0.1:9400")->port, 9400);
+  EXPECT_EQ(ParseHostPort("[::1]:80")->host, "::1");
+  EXPECT_FALSE(ParseHostPort("localhost").ok());
+  EXPECT_FALSE(ParseHostPort("h:70000").ok());
+  EXPECT_EQ(*ParseMode("0660"), 0660u);
+  EXPECT_FALSE(ParseMode("rw").ok());
+  auto lookup = [](const std::string& n) -> std::optional<gid_t> {
+    if (n == "gpuadmin") return 77;
+    return std::nullopt;
+  };
+  EXPECT_EQ(*ResolveGroup("gpuadmin", lookup), 77u);
+  EXPECT_EQ(*ResolveGroup("12", lookup), 12u);
+  EXPECT_FALSE(ResolveGroup("nobody-here", lookup).ok());
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon

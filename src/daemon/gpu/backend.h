@@ -1,0 +1,68 @@
+// GpuBackend: the one way the daemon reaches GPUs. NvmlBackend (NVML loaded
+// by soname at run time) in production and on the simulated GPU; FakeBackend
+// in unit tests.
+//
+// Thread safety: implementations are safe to call from several threads at
+// once (the monitor samples while executors apply settings).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "daemon/gpu/setting.h"
+
+namespace gpuslice::daemon {
+
+// Everything the daemon reports about one GPU at one instant.
+struct GpuInfo {
+  uint32_t index = 0;
+  std::string uuid;
+  std::string name;
+  uint64_t memory_total_bytes = 0;
+  uint64_t memory_used_bytes = 0;
+  uint64_t memory_free_bytes = 0;
+  uint32_t utilization_gpu_percent = 0;
+  uint32_t utilization_memory_percent = 0;
+  uint32_t power_draw_mw = 0;
+  uint32_t power_limit_mw = 0;
+  uint32_t power_min_mw = 0;  // constraints of the power limit
+  uint32_t power_max_mw = 0;
+  uint32_t power_default_mw = 0;
+  uint64_t energy_mj = 0;  // total since driver load, millijoules
+  uint32_t sm_clock_mhz = 0;
+  uint32_t memory_clock_mhz = 0;
+  uint32_t max_sm_clock_mhz = 0;
+  uint32_t max_memory_clock_mhz = 0;
+  std::optional<ClockRange> locked_gpu_clocks;     // what the daemon locked (NVML has no getter)
+  std::optional<ClockRange> locked_memory_clocks;  // likewise
+  bool persistence = false;
+  uint32_t compute_mode = 0;  // NVML value (0 default, 2 prohibited, 3 exclusive process)
+  std::string mps = "off";    // filled by the MPS provider, when there is one
+
+  bool operator==(const GpuInfo&) const = default;
+};
+
+struct EnergyReading {
+  uint64_t energy_mj = 0;
+  uint32_t power_mw = 0;
+};
+
+class GpuBackend {
+ public:
+  virtual ~GpuBackend() = default;
+
+  virtual uint32_t DeviceCount() const = 0;
+  // A full sample of GPU `index`. REQUIRES: index < DeviceCount().
+  virtual StatusOr<GpuInfo> Read(uint32_t index) = 0;
+  // The current value of one setting (locked clocks: the last range this
+  // backend set, since NVML cannot read it back).
+  virtual StatusOr<SettingValue> Get(uint32_t index, SettingKind kind) = 0;
+  // Applies `value`. kPermissionDenied when the daemon lacks the privilege,
+  // kInvalidArgument when the driver refuses the value.
+  virtual Status Set(uint32_t index, const SettingValue& value) = 0;
+  virtual StatusOr<EnergyReading> Energy(uint32_t index) = 0;
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,118 @@
+#include "daemon/gpu/fake_backend.h"
+
+namespace gpuslice::daemon {
+
+FakeBackend::FakeBackend(uint32_t count) {
+  for (uint32_t i = 0; i < count; ++i) {
+    GpuInfo g;
+    g.index = i;
+    g.uuid = "GPU-fake-" + std::to_string(i);
+    g.name = "Fake H100";
+    g.memory_total_bytes = 80ull << 30;
+    g.memory_free_bytes = g.memory_total_bytes;
+    g.power_draw_mw = 70'000;
+    g.power_limit_mw = 700'000;
+    g.power_min_mw = 200'000;
+    g.power_max_mw = 700'000;
+    g.power_default_mw = 700'000;
+    g.sm_clock_mhz = 1980;
+    g.memory_clock_mhz = 2619;
+    g.max_sm_clock_mhz = 1980;
+    g.max_memory_clock_mhz = 2619;
+    gpus_.push_back(g);
+  }
+}
+
+uint32_t FakeBackend::DeviceCount() const {
+  std::lock_guard lock(mu_);
+  return static_cast<uint32_t>(gpus_.size());
+}
+
+StatusOr<GpuInfo> FakeBackend::Read(uint32_t index) {
+  std::lock_guard lock(mu_);
+  if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  return gpus_[index];
+}
+
+StatusOr<SettingValue> FakeBackend::Get(uint32_t index, SettingKind kind) {
+  std::lock_guard lock(mu_);
+  if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  const GpuInfo& g = gpus_[index];
+  switch (kind) {
+    case SettingKind::kPowerLimit:
+      return SettingValue(PowerLimit{g.power_limit_mw});
+    case SettingKind::kGpuClocks:
+      return SettingValue(GpuClocks{g.locked_gpu_clocks});
+    case SettingKind::kMemoryClocks:
+      return SettingValue(MemoryClocks{g.locked_memory_clocks});
+    case SettingKind::kPersistence:
+      return SettingValue(Persistence{g.persistence});
+    case SettingKind::kComputeMode:
+      return SettingValue(ComputeModeSetting{static_cast<ComputeMode>(g.compute_mode)});
+  }
+  return Internal("unhandled setting kind");
+}
+
+Status FakeBackend::Set(uint32_t index, const SettingValue& value) {
+  std::function<void(uint32_t, const SettingValue&)> hook;
+  {
+    std::lock_guard lock(mu_);
+    hook = hook_;
+  }
+  if (hook) hook(index, value);
+  std::lock_guard lock(mu_);
+  if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  calls_.push_back({index, value});
+  for (auto it = failures_.begin(); it != failures_.end(); ++it) {
+    if (it->index != index) continue;
+    Status s = it->status;
+    if (!it->sticky) failures_.erase(it);
+    return s;
+  }
+  GpuInfo& g = gpus_[index];
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, PowerLimit>) {
+          g.power_limit_mw = v.milliwatts;
+        } else if constexpr (std::is_same_v<T, GpuClocks>) {
+          g.locked_gpu_clocks = v.locked;
+        } else if constexpr (std::is_same_v<T, MemoryClocks>) {
+          g.locked_memory_clocks = v.locked;
+        } else if constexpr (std::is_same_v<T, Persistence>) {
+          g.persistence = v.enabled;
+        } else {
+          g.compute_mode = static_cast<uint32_t>(v.mode);
+        }
+      },
+      value);
+  return Status::Ok();
+}
+
+StatusOr<EnergyReading> FakeBackend::Energy(uint32_t index) {
+  std::lock_guard lock(mu_);
+  if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  return EnergyReading{gpus_[index].energy_mj, gpus_[index].power_draw_mw};
+}
+
+std::vector<FakeBackend::Call> FakeBackend::Calls() const {
+  std::lock_guard lock(mu_);
+  return calls_;
+}
+
+void FakeBackend::SetHook(std::function<void(uint32_t, const SettingValue&)> hook) {
+  std::lock_guard lock(mu_);
+  hook_ = std::move(hook);
+}
+
+void FakeBackend::FailSets(uint32_t index, Status status, bool sticky) {
+  std::lock_guard lock(mu_);
+  failures_.push_back({index, std::move(status), sticky});
+}
+
+void FakeBackend::Mutate(uint32_t index, const std::function<void(GpuInfo&)>& f) {
+  std::lock_guard lock(mu_);
+  if (index < gpus_.size()) f(gpus_[index]);
+}
+
+}  // namespace gpuslice::daemon

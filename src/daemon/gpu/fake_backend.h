@@ -1,0 +1,53 @@
+// FakeBackend: an in-process GpuBackend for unit tests. GPUs are plain
+// GpuInfo records; every Set is logged in order; failures can be injected.
+//
+// Thread-safe (one mutex).
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/gpu/backend.h"
+
+namespace gpuslice::daemon {
+
+class FakeBackend final : public GpuBackend {
+ public:
+  // `count` GPUs shaped like an H100: power 200-700 W (limit 700 W), clocks up
+  // to 1980/2619 MHz, UUIDs "GPU-fake-0", ...
+  explicit FakeBackend(uint32_t count);
+
+  uint32_t DeviceCount() const override;
+  StatusOr<GpuInfo> Read(uint32_t index) override;
+  StatusOr<SettingValue> Get(uint32_t index, SettingKind kind) override;
+  Status Set(uint32_t index, const SettingValue& value) override;
+  StatusOr<EnergyReading> Energy(uint32_t index) override;
+
+  struct Call {
+    uint32_t index;
+    SettingValue value;
+  };
+  std::vector<Call> Calls() const;
+  // Runs inside every Set before it applies (e.g. to block or record order).
+  void SetHook(std::function<void(uint32_t index, const SettingValue&)> hook);
+  // The next Set on `index` (every Set while `sticky`) fails with `status`.
+  void FailSets(uint32_t index, Status status, bool sticky = false);
+  // Direct access to a GPU's record (tests change sampled values).
+  void Mutate(uint32_t index, const std::function<void(GpuInfo&)>& f);
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<GpuInfo> gpus_;
+  std::vector<Call> calls_;
+  std::function<void(uint32_t, const SettingValue&)> hook_;
+  struct Failure {
+    uint32_t index;
+    Status status;
+    bool sticky;
+  };
+  std::vector<Failure> failures_;
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,88 @@
+#include "daemon/gpu/gpu_monitor.h"
+
+#include "common/log.h"
+#include "daemon/gpu/gpu_json.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+bool SameStatus(GpuInfo a, const GpuInfo& b) {
+  a.energy_mj = b.energy_mj;  // a counter: it moves whenever the GPU draws power
+  return a == b;
+}
+
+}  // namespace
+
+GpuMonitor::GpuMonitor(GpuBackend& backend, std::chrono::milliseconds interval)
+    : backend_(backend), interval_(interval), current_(std::make_shared<Snapshot>()) {}
+
+GpuMonitor::~GpuMonitor() { Stop(); }
+
+void GpuMonitor::Sample() {
+  std::lock_guard sample_lock(sample_mu_);
+  std::shared_ptr<const Snapshot> prev = Current();
+  auto next = std::make_shared<Snapshot>();
+  next->generation = prev->generation + 1;
+  nlohmann::json list = nlohmann::json::array();
+  for (uint32_t i = 0; i < backend_.DeviceCount(); ++i) {
+    StatusOr<GpuInfo> info = backend_.Read(i);
+    GpuInfo g;
+    if (info.ok()) {
+      g = std::move(*info);
+      g.mps = mps_ ? mps_(g) : "off";
+    } else {
+      GS_LOG(kWarn, "gpusliced", "event=sample_failed gpu=%u error=\"%s\"", i,
+             info.status().message().c_str());
+      if (i < prev->gpus.size()) g = prev->gpus[i];
+      g.index = i;
+    }
+    if (listener_ && (i >= prev->gpus.size() || !SameStatus(g, prev->gpus[i]))) listener_(g);
+    list.push_back(GpuJson(g));
+    next->gpus.push_back(std::move(g));
+  }
+  next->gpus_json = nlohmann::json{{"gpus", std::move(list)}}.dump();
+  std::lock_guard lock(mu_);
+  current_ = std::move(next);
+}
+
+void GpuMonitor::Start() {
+  Sample();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void GpuMonitor::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void GpuMonitor::Poke() {
+  {
+    std::lock_guard lock(mu_);
+    poked_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::shared_ptr<const Snapshot> GpuMonitor::Current() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+void GpuMonitor::Loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, interval_, [&] { return stop_ || poked_; });
+      if (stop_) return;
+      poked_ = false;
+    }
+    Sample();
+    if (tick_) tick_();
+  }
+}
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,74 @@
+// GpuMonitor: samples every GPU through the backend on its own thread and
+// publishes an immutable Snapshot that readers (GET /v1/gpus, /metrics) use
+// without touching NVML. Reports each GPU whose status changed.
+//
+// Thread safety: Current() and Poke() from any thread; Sample() runs on the
+// monitor thread (or the caller's, in tests). Set the callbacks before Start.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/gpu/backend.h"
+
+namespace gpuslice::daemon {
+
+struct Snapshot {
+  uint64_t generation = 0;    // 0: nothing sampled yet
+  std::vector<GpuInfo> gpus;  // by index; a GPU that failed to read keeps its last sample
+  std::string gpus_json;      // the body of GET /v1/gpus, serialised once per sample
+};
+
+class GpuMonitor {
+ public:
+  // Fills GpuInfo::mps for a GPU ("off" when no provider is set).
+  using MpsProvider = std::function<std::string(const GpuInfo&)>;
+  // Called on the sampling thread for each GPU whose status differs from the
+  // previous sample (anything but the energy counter).
+  using ChangeListener = std::function<void(const GpuInfo&)>;
+
+  GpuMonitor(GpuBackend& backend, std::chrono::milliseconds interval);
+  ~GpuMonitor();
+  GpuMonitor(const GpuMonitor&) = delete;
+  GpuMonitor& operator=(const GpuMonitor&) = delete;
+
+  void SetMpsProvider(MpsProvider provider) { mps_ = std::move(provider); }
+  void SetChangeListener(ChangeListener listener) { listener_ = std::move(listener); }
+  // Runs on the monitor thread after every sample (the daemon expires leases there).
+  void SetTickHook(std::function<void()> hook) { tick_ = std::move(hook); }
+
+  // One sampling round, synchronously.
+  void Sample();
+  // Samples now and then every interval until Stop.
+  void Start();
+  void Stop();
+  // Asks the monitor thread to sample as soon as possible.
+  void Poke();
+
+  std::shared_ptr<const Snapshot> Current() const;
+
+ private:
+  void Loop();
+
+  GpuBackend& backend_;
+  const std::chrono::milliseconds interval_;
+  MpsProvider mps_;
+  ChangeListener listener_;
+  std::function<void()> tick_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<const Snapshot> current_;  // GUARDED_BY(mu_)
+  bool poked_ = false;                       // GUARDED_BY(mu_)
+  bool stop_ = false;                        // GUARDED_BY(mu_)
+  std::mutex sample_mu_;                     // one Sample at a time
+  std::thread thread_;
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,261 @@
+#include "daemon/gpu/nvml_backend.h"
+
+#include <dlfcn.h>
+
+#include <string>
+
+namespace gpuslice::daemon {
+
+// X(name, return, arguments): every NVML entry point the daemon calls.
+#define GS_NVML_FUNCTIONS(X)                                                                    \
+  X(nvmlInit_v2, (void))                                                                        \
+  X(nvmlShutdown, (void))                                                                       \
+  X(nvmlErrorString, (nvmlReturn_t))                                                            \
+  X(nvmlDeviceGetCount_v2, (unsigned int*))                                                     \
+  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int, nvmlDevice_t*))                               \
+  X(nvmlDeviceGetName, (nvmlDevice_t, char*, unsigned int))                                     \
+  X(nvmlDeviceGetUUID, (nvmlDevice_t, char*, unsigned int))                                     \
+  X(nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t*))                                     \
+  X(nvmlDeviceGetUtilizationRates, (nvmlDevice_t, nvmlUtilization_t*))                          \
+  X(nvmlDeviceGetPowerUsage, (nvmlDevice_t, unsigned int*))                                     \
+  X(nvmlDeviceGetPowerManagementLimit, (nvmlDevice_t, unsigned int*))                           \
+  X(nvmlDeviceGetPowerManagementLimitConstraints, (nvmlDevice_t, unsigned int*, unsigned int*)) \
+  X(nvmlDeviceGetPowerManagementDefaultLimit, (nvmlDevice_t, unsigned int*))                    \
+  X(nvmlDeviceGetTotalEnergyConsumption, (nvmlDevice_t, unsigned long long*))                   \
+  X(nvmlDeviceGetClockInfo, (nvmlDevice_t, nvmlClockType_t, unsigned int*))                     \
+  X(nvmlDeviceGetMaxClockInfo, (nvmlDevice_t, nvmlClockType_t, unsigned int*))                  \
+  X(nvmlDeviceGetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t*))                           \
+  X(nvmlDeviceGetComputeMode, (nvmlDevice_t, nvmlComputeMode_t*))                               \
+  X(nvmlDeviceSetPowerManagementLimit, (nvmlDevice_t, unsigned int))                            \
+  X(nvmlDeviceSetGpuLockedClocks, (nvmlDevice_t, unsigned int, unsigned int))                   \
+  X(nvmlDeviceResetGpuLockedClocks, (nvmlDevice_t))                                             \
+  X(nvmlDeviceSetMemoryLockedClocks, (nvmlDevice_t, unsigned int, unsigned int))                \
+  X(nvmlDeviceResetMemoryLockedClocks, (nvmlDevice_t))                                          \
+  X(nvmlDeviceSetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t))                            \
+  X(nvmlDeviceSetComputeMode, (nvmlDevice_t, nvmlComputeMode_t))
+
+// NOLINTBEGIN(bugprone-macro-parentheses): `name` is a declarator and a symbol name.
+struct NvmlBackend::Api {
+#define GS_NVML_MEMBER(name, args) decltype(&::name) name = nullptr;
+  GS_NVML_FUNCTIONS(GS_NVML_MEMBER)
+#undef GS_NVML_MEMBER
+};
+
+namespace {
+
+StatusCode CodeOf(nvmlReturn_t rc) {
+  switch (rc) {
+    case NVML_ERROR_NO_PERMISSION:
+      return StatusCode::kPermissionDenied;
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return StatusCode::kInvalidArgument;
+    case NVML_ERROR_NOT_SUPPORTED:
+      return StatusCode::kFailedPrecondition;
+    case NVML_ERROR_NOT_FOUND:
+      return StatusCode::kNotFound;
+    case NVML_ERROR_GPU_IS_LOST:
+    case NVML_ERROR_TIMEOUT:
+    case NVML_ERROR_UNINITIALIZED:
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return StatusCode::kUnavailable;
+    default:
+      return StatusCode::kInternal;
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Open(const char* library) {
+  std::unique_ptr<NvmlBackend> b(new NvmlBackend);
+  b->handle_ = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (b->handle_ == nullptr) {
+    const char* err = dlerror();
+    return Unavailable(std::string("cannot load ") + library + ": " +
+                       (err != nullptr ? err : "unknown error"));
+  }
+  b->api_ = std::make_unique<Api>();
+#define GS_NVML_RESOLVE(name, args)                                                            \
+  b->api_->name = reinterpret_cast<decltype(&::name)>(dlsym(b->handle_, #name));               \
+  if (b->api_->name == nullptr) {                                                              \
+    return Unavailable(std::string(library) + " does not export " #name " (driver too old?)"); \
+  }
+  GS_NVML_FUNCTIONS(GS_NVML_RESOLVE)
+#undef GS_NVML_RESOLVE
+  // NOLINTEND(bugprone-macro-parentheses)
+  nvmlReturn_t rc = b->api_->nvmlInit_v2();
+  if (rc != NVML_SUCCESS) {
+    b->api_->nvmlShutdown = nullptr;  // nothing to shut down
+    return Unavailable(std::string("nvmlInit failed: ") + b->api_->nvmlErrorString(rc));
+  }
+  unsigned int count = 0;
+  GS_RETURN_IF_ERROR(b->Check(b->api_->nvmlDeviceGetCount_v2(&count), "nvmlDeviceGetCount", 0));
+  for (unsigned int i = 0; i < count; ++i) {
+    nvmlDevice_t d = nullptr;
+    GS_RETURN_IF_ERROR(
+        b->Check(b->api_->nvmlDeviceGetHandleByIndex_v2(i, &d), "nvmlDeviceGetHandleByIndex", i));
+    b->devices_.push_back(d);
+  }
+  b->locked_gpu_.resize(count);
+  b->locked_mem_.resize(count);
+  return b;
+}
+
+NvmlBackend::~NvmlBackend() {
+  if (api_ != nullptr && api_->nvmlShutdown != nullptr) api_->nvmlShutdown();
+  if (handle_ != nullptr) dlclose(handle_);
+}
+
+Status NvmlBackend::Check(nvmlReturn_t rc, const char* what, uint32_t index) const {
+  if (rc == NVML_SUCCESS) return Status::Ok();
+  return {CodeOf(rc), std::string(what) + " on GPU " + std::to_string(index) + ": " +
+                          api_->nvmlErrorString(rc)};
+}
+
+uint32_t NvmlBackend::DeviceCount() const { return static_cast<uint32_t>(devices_.size()); }
+
+StatusOr<GpuInfo> NvmlBackend::Read(uint32_t index) {
+  if (index >= devices_.size()) return NotFound("no GPU " + std::to_string(index));
+  const nvmlDevice_t d = devices_[index];
+  const Api& a = *api_;
+  GpuInfo g;
+  g.index = index;
+  char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+  GS_RETURN_IF_ERROR(Check(a.nvmlDeviceGetUUID(d, buf, sizeof buf), "nvmlDeviceGetUUID", index));
+  g.uuid = buf;
+  GS_RETURN_IF_ERROR(Check(a.nvmlDeviceGetName(d, buf, sizeof buf), "nvmlDeviceGetName", index));
+  g.name = buf;
+  nvmlMemory_t mem{};
+  GS_RETURN_IF_ERROR(Check(a.nvmlDeviceGetMemoryInfo(d, &mem), "nvmlDeviceGetMemoryInfo", index));
+  g.memory_total_bytes = mem.total;
+  g.memory_used_bytes = mem.used;
+  g.memory_free_bytes = mem.free;
+  // Optional readings: a GPU that does not support one reports 0.
+  if (nvmlUtilization_t u{}; a.nvmlDeviceGetUtilizationRates(d, &u) == NVML_SUCCESS) {
+    g.utilization_gpu_percent = u.gpu;
+    g.utilization_memory_percent = u.memory;
+  }
+  unsigned int v = 0;
+  if (a.nvmlDeviceGetPowerUsage(d, &v) == NVML_SUCCESS) g.power_draw_mw = v;
+  if (a.nvmlDeviceGetPowerManagementLimit(d, &v) == NVML_SUCCESS) g.power_limit_mw = v;
+  if (a.nvmlDeviceGetPowerManagementDefaultLimit(d, &v) == NVML_SUCCESS) g.power_default_mw = v;
+  unsigned int lo = 0;
+  unsigned int hi = 0;
+  if (a.nvmlDeviceGetPowerManagementLimitConstraints(d, &lo, &hi) == NVML_SUCCESS) {
+    g.power_min_mw = lo;
+    g.power_max_mw = hi;
+  }
+  if (unsigned long long e = 0; a.nvmlDeviceGetTotalEnergyConsumption(d, &e) == NVML_SUCCESS) {
+    g.energy_mj = e;
+  }
+  if (a.nvmlDeviceGetClockInfo(d, NVML_CLOCK_SM, &v) == NVML_SUCCESS) g.sm_clock_mhz = v;
+  if (a.nvmlDeviceGetClockInfo(d, NVML_CLOCK_MEM, &v) == NVML_SUCCESS) g.memory_clock_mhz = v;
+  if (a.nvmlDeviceGetMaxClockInfo(d, NVML_CLOCK_SM, &v) == NVML_SUCCESS) g.max_sm_clock_mhz = v;
+  if (a.nvmlDeviceGetMaxClockInfo(d, NVML_CLOCK_MEM, &v) == NVML_SUCCESS) {
+    g.max_memory_clock_mhz = v;
+  }
+  if (nvmlEnableState_t p{}; a.nvmlDeviceGetPersistenceMode(d, &p) == NVML_SUCCESS) {
+    g.persistence = p == NVML_FEATURE_ENABLED;
+  }
+  if (nvmlComputeMode_t m{}; a.nvmlDeviceGetComputeMode(d, &m) == NVML_SUCCESS) {
+    g.compute_mode = static_cast<uint32_t>(m);
+  }
+  std::lock_guard lock(mu_);
+  g.locked_gpu_clocks = locked_gpu_[index];
+  g.locked_memory_clocks = locked_mem_[index];
+  return g;
+}
+
+StatusOr<SettingValue> NvmlBackend::Get(uint32_t index, SettingKind kind) {
+  if (index >= devices_.size()) return NotFound("no GPU " + std::to_string(index));
+  const nvmlDevice_t d = devices_[index];
+  switch (kind) {
+    case SettingKind::kPowerLimit: {
+      unsigned int mw = 0;
+      GS_RETURN_IF_ERROR(Check(api_->nvmlDeviceGetPowerManagementLimit(d, &mw),
+                               "nvmlDeviceGetPowerManagementLimit", index));
+      return SettingValue(PowerLimit{mw});
+    }
+    case SettingKind::kGpuClocks: {
+      std::lock_guard lock(mu_);
+      return SettingValue(GpuClocks{locked_gpu_[index]});
+    }
+    case SettingKind::kMemoryClocks: {
+      std::lock_guard lock(mu_);
+      return SettingValue(MemoryClocks{locked_mem_[index]});
+    }
+    case SettingKind::kPersistence: {
+      nvmlEnableState_t p{};
+      GS_RETURN_IF_ERROR(
+          Check(api_->nvmlDeviceGetPersistenceMode(d, &p), "nvmlDeviceGetPersistenceMode", index));
+      return SettingValue(Persistence{p == NVML_FEATURE_ENABLED});
+    }
+    case SettingKind::kComputeMode: {
+      nvmlComputeMode_t m{};
+      GS_RETURN_IF_ERROR(
+          Check(api_->nvmlDeviceGetComputeMode(d, &m), "nvmlDeviceGetComputeMode", index));
+      return SettingValue(ComputeModeSetting{static_cast<ComputeMode>(m)});
+    }
+  }
+  return Internal("unhandled setting kind");
+}
+
+Status NvmlBackend::Set(uint32_t index, const SettingValue& value) {
+  if (index >= devices_.size()) return NotFound("no GPU " + std::to_string(index));
+  const nvmlDevice_t d = devices_[index];
+  const Api& a = *api_;
+  return std::visit(
+      [&](const auto& v) -> Status {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, PowerLimit>) {
+          return Check(a.nvmlDeviceSetPowerManagementLimit(d, v.milliwatts),
+                       "nvmlDeviceSetPowerManagementLimit", index);
+        } else if constexpr (std::is_same_v<T, GpuClocks>) {
+          Status s =
+              v.locked
+                  ? Check(a.nvmlDeviceSetGpuLockedClocks(d, v.locked->min_mhz, v.locked->max_mhz),
+                          "nvmlDeviceSetGpuLockedClocks", index)
+                  : Check(a.nvmlDeviceResetGpuLockedClocks(d), "nvmlDeviceResetGpuLockedClocks",
+                          index);
+          if (s.ok()) {
+            std::lock_guard lock(mu_);
+            locked_gpu_[index] = v.locked;
+          }
+          return s;
+        } else if constexpr (std::is_same_v<T, MemoryClocks>) {
+          Status s = v.locked ? Check(a.nvmlDeviceSetMemoryLockedClocks(d, v.locked->min_mhz,
+                                                                        v.locked->max_mhz),
+                                      "nvmlDeviceSetMemoryLockedClocks", index)
+                              : Check(a.nvmlDeviceResetMemoryLockedClocks(d),
+                                      "nvmlDeviceResetMemoryLockedClocks", index);
+          if (s.ok()) {
+            std::lock_guard lock(mu_);
+            locked_mem_[index] = v.locked;
+          }
+          return s;
+        } else if constexpr (std::is_same_v<T, Persistence>) {
+          return Check(a.nvmlDeviceSetPersistenceMode(
+                           d, v.enabled ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED),
+                       "nvmlDeviceSetPersistenceMode", index);
+        } else {
+          return Check(a.nvmlDeviceSetComputeMode(d, static_cast<nvmlComputeMode_t>(v.mode)),
+                       "nvmlDeviceSetComputeMode", index);
+        }
+      },
+      value);
+}
+
+StatusOr<EnergyReading> NvmlBackend::Energy(uint32_t index) {
+  if (index >= devices_.size()) return NotFound("no GPU " + std::to_string(index));
+  EnergyReading r;
+  unsigned long long e = 0;
+  GS_RETURN_IF_ERROR(Check(api_->nvmlDeviceGetTotalEnergyConsumption(devices_[index], &e),
+                           "nvmlDeviceGetTotalEnergyConsumption", index));
+  r.energy_mj = e;
+  unsigned int mw = 0;
+  GS_RETURN_IF_ERROR(
+      Check(api_->nvmlDeviceGetPowerUsage(devices_[index], &mw), "nvmlDeviceGetPowerUsage", index));
+  r.power_mw = mw;
+  return r;
+}
+
+}  // namespace gpuslice::daemon

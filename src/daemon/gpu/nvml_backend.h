@@ -1,0 +1,46 @@
+// NvmlBackend: GpuBackend over NVML. libnvidia-ml.so.1 is loaded by soname
+// with dlopen at run time (never linked), so the library search path chooses
+// between the real driver and the simulated GPU.
+//
+// Thread-safe: NVML itself is; the locked-clock record has its own mutex.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "daemon/gpu/backend.h"
+#include "nvml_abi/nvml.h"
+
+namespace gpuslice::daemon {
+
+class NvmlBackend final : public GpuBackend {
+ public:
+  // Loads NVML (`library`, default the soname), initialises it and finds every
+  // GPU. kUnavailable naming the library when it cannot be loaded or started.
+  static StatusOr<std::unique_ptr<NvmlBackend>> Open(const char* library = "libnvidia-ml.so.1");
+  ~NvmlBackend() override;
+  NvmlBackend(const NvmlBackend&) = delete;
+  NvmlBackend& operator=(const NvmlBackend&) = delete;
+
+  uint32_t DeviceCount() const override;
+  StatusOr<GpuInfo> Read(uint32_t index) override;
+  StatusOr<SettingValue> Get(uint32_t index, SettingKind kind) override;
+  Status Set(uint32_t index, const SettingValue& value) override;
+  StatusOr<EnergyReading> Energy(uint32_t index) override;
+
+  struct Api;  // the resolved entry points (nvml_backend.cc)
+
+ private:
+  NvmlBackend() = default;
+  Status Check(nvmlReturn_t rc, const char* what, uint32_t index) const;
+
+  void* handle_ = nullptr;
+  std::unique_ptr<Api> api_;
+  std::vector<nvmlDevice_t> devices_;
+  mutable std::mutex mu_;
+  std::vector<std::optional<ClockRange>> locked_gpu_;  // GUARDED_BY(mu_)
+  std::vector<std::optional<ClockRange>> locked_mem_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace gpuslice::daemon

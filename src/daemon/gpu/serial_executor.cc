@@ -1,0 +1,42 @@
+#include "daemon/gpu/serial_executor.h"
+
+namespace gpuslice::daemon {
+
+SerialExecutor::SerialExecutor() : thread_([this] { Loop(); }) {}
+
+SerialExecutor::~SerialExecutor() { Stop(); }
+
+bool SerialExecutor::Submit(std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return false;
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void SerialExecutor::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+void SerialExecutor::Loop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything ran
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,268 @@
+// gpusliced: the node daemon (DESIGN.md sections 4-5, docs/daemon.md).
+//
+// Runs in the foreground (systemd Type=notify, or a container). Exit codes:
+// 0 after a clean shutdown (SIGTERM/SIGINT), 1 when it cannot start (no
+// NVML, socket in use, ...), 2 for a bad command line or config file.
+#include <grp.h>
+#include <sys/resource.h>
+#include <systemd/sd-daemon.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "daemon/api/gpu_routes.h"
+#include "daemon/config.h"
+#include "daemon/event_hub.h"
+#include "daemon/gpu/gpu_json.h"
+#include "daemon/gpu/gpu_manager.h"
+#include "daemon/gpu/gpu_monitor.h"
+#include "daemon/gpu/nvml_backend.h"
+#include "daemon/mps/health_checker.h"
+#include "daemon/mps/mps_manager.h"
+#include "daemon/mps/mps_routes.h"
+#include "daemon/mps/posix_mps_host.h"
+#include "daemon/mps_gpu_control.h"
+#include "daemon/http/server.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+std::optional<gid_t> LookupGroup(const std::string& name) {
+  std::vector<char> buf(16384);
+  group g{};
+  group* result = nullptr;
+  if (getgrnam_r(name.c_str(), &g, buf.data(), buf.size(), &result) != 0 || result == nullptr) {
+    return std::nullopt;
+  }
+  return g.gr_gid;
+}
+
+LogLevel LevelOf(const std::string& name) {
+  if (name == "off") return LogLevel::kOff;
+  if (name == "error") return LogLevel::kError;
+  if (name == "warn") return LogLevel::kWarn;
+  if (name == "debug") return LogLevel::kDebug;
+  if (name == "trace") return LogLevel::kTrace;
+  return LogLevel::kInfo;
+}
+
+// So that the connection cap, not the descriptor limit, is what bounds clients.
+void RaiseFileLimit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+// Parses flags over the config file over the environment over defaults.
+// Returns the exit code to use when the daemon must not start.
+std::optional<int> Configure(int argc, char** argv, DaemonConfig& config) {
+  CLI::App app{"gpusliced: the gpuslice node daemon (GPU monitoring and management, HTTP API)",
+               "gpusliced"};
+  app.set_version_flag("--version", "gpusliced 0.1.0");
+  DaemonConfig flags;
+  std::string config_file;
+  std::vector<std::pair<CLI::Option*, std::function<void()>>> overrides;
+  auto bind = [&](const char* name, auto member, const char* help) {
+    CLI::Option* o = app.add_option(name, flags.*member, help);
+    overrides.emplace_back(o, [&config, &flags, member] { config.*member = flags.*member; });
+  };
+  app.add_option("--config", config_file, "JSON config file (keys: the flag names with _)");
+  bind("--socket", &DaemonConfig::socket,
+       "Unix socket of the API (env GPUSLICE_SOCKET; default /run/gpuslice/gpusliced.sock)");
+  bind("--socket-mode", &DaemonConfig::socket_mode, "Socket file mode, octal (default 0660)");
+  bind("--socket-group", &DaemonConfig::socket_group, "Group owning the socket file");
+  bind("--admin-group", &DaemonConfig::admin_group,
+       "Group whose members may change settings (besides root)");
+  bind("--listen-tcp", &DaemonConfig::listen_tcp, "Also serve HOST:PORT over TCP (off by default)");
+  bind("--token-file", &DaemonConfig::token_file,
+       "Bearer tokens (one per line) that TCP clients need for mutating calls");
+  bind("--log-level", &DaemonConfig::log_level, "off, error, warn, info (default), debug, trace");
+  bind("--nvml-library", &DaemonConfig::nvml_library, "NVML to load (default libnvidia-ml.so.1)");
+  bind("--mps-root", &DaemonConfig::mps_root,
+       "MPS pipe and log directories and state (default /run/gpuslice/mps)");
+  bind("--mps-control", &DaemonConfig::mps_control,
+       "nvidia-cuda-mps-control to run: a path or a name on PATH");
+  bind("--poll-interval-ms", &DaemonConfig::poll_interval_ms, "GPU sampling period (default 500)");
+  bind("--default-lease-s", &DaemonConfig::default_lease_s,
+       "Lease of a setting when the request names none (default 3600)");
+  bind("--max-connections", &DaemonConfig::max_connections, "Open connections cap (default 1024)");
+  bind("--max-body-bytes", &DaemonConfig::max_body_bytes, "Request body limit (default 65536)");
+  bind("--header-timeout-ms", &DaemonConfig::header_timeout_ms,
+       "Deadline for a request header (default 10000)");
+  bind("--body-timeout-ms", &DaemonConfig::body_timeout_ms,
+       "Deadline for a request body and for each write (default 10000)");
+  bind("--idle-timeout-ms", &DaemonConfig::idle_timeout_ms,
+       "Keep-alive connections idle longer are closed (default 60000)");
+  bind("--sse-keepalive-ms", &DaemonConfig::sse_keepalive_ms,
+       "Period of keep-alive comments on event streams (default 15000)");
+  bind("--io-threads", &DaemonConfig::io_threads, "HTTP I/O threads (default 1)");
+  bind("--worker-threads", &DaemonConfig::worker_threads,
+       "Threads for blocking requests (default 4)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+  if (!config_file.empty()) {
+    if (Status s = ApplyConfigFile(config_file, config); !s.ok()) {
+      fprintf(stderr, "gpusliced: %s\n", s.message().c_str());
+      return kExitUsage;
+    }
+  }
+  if (const char* env = getenv("GPUSLICE_SOCKET"); env != nullptr && *env != '\0') {
+    config.socket = env;
+  }
+  for (const auto& [option, apply] : overrides) {
+    if (option->count() > 0) apply();
+  }
+  if (Status s = ValidateConfig(config); !s.ok()) {
+    fprintf(stderr, "gpusliced: %s\n", s.message().c_str());
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
+StatusOr<ServerOptions> MakeServerOptions(const DaemonConfig& c) {
+  ServerOptions o;
+  o.socket_path = c.socket;
+  GS_ASSIGN_OR_RETURN(o.socket_mode, ParseMode(c.socket_mode));
+  if (!c.socket_group.empty()) {
+    GS_ASSIGN_OR_RETURN(gid_t gid, ResolveGroup(c.socket_group, LookupGroup));
+    o.socket_gid = gid;
+  }
+  if (!c.admin_group.empty()) {
+    GS_ASSIGN_OR_RETURN(gid_t gid, ResolveGroup(c.admin_group, LookupGroup));
+    o.auth.admin_gid = gid;
+  }
+  o.auth.in_group = UserInGroup;
+  if (!c.listen_tcp.empty()) {
+    GS_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(c.listen_tcp));
+    o.tcp_host = hp.host;
+    o.tcp_port = hp.port;
+    GS_ASSIGN_OR_RETURN(o.tokens, LoadTokens(c.token_file));
+  }
+  o.max_connections = static_cast<size_t>(c.max_connections);
+  o.max_body_bytes = static_cast<size_t>(c.max_body_bytes);
+  o.header_timeout = std::chrono::milliseconds(c.header_timeout_ms);
+  o.body_timeout = std::chrono::milliseconds(c.body_timeout_ms);
+  o.idle_timeout = std::chrono::milliseconds(c.idle_timeout_ms);
+  o.sse_keepalive = std::chrono::milliseconds(c.sse_keepalive_ms);
+  o.io_threads = static_cast<int>(c.io_threads);
+  o.worker_threads = static_cast<int>(c.worker_threads);
+  return o;
+}
+
+int Run(int argc, char** argv) {
+  // Every thread inherits this mask; the main thread takes the signals with sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  InitLogging(LogLevel::kInfo);
+  DaemonConfig config;
+  if (auto code = Configure(argc, argv, config)) return *code;
+  SetLogLevel(LevelOf(config.log_level));
+  RaiseFileLimit();
+
+  auto server_options = MakeServerOptions(config);
+  if (!server_options.ok()) {
+    fprintf(stderr, "gpusliced: %s\n", server_options.status().message().c_str());
+    return kExitUsage;
+  }
+  auto backend = NvmlBackend::Open(config.nvml_library.c_str());
+  if (!backend.ok()) {
+    GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"",
+           backend.status().message().c_str());
+    return kExitFailure;
+  }
+  MonotonicClock clock;
+  EventHub hub;
+  GpuManager manager(**backend, clock);
+  GpuMonitor monitor(**backend, std::chrono::milliseconds(config.poll_interval_ms));
+  monitor.SetChangeListener(
+      [&hub](const GpuInfo& gpu) { hub.Publish("gpu", GpuJson(gpu).dump()); });
+  monitor.SetTickHook([&manager] { manager.ExpireDue(); });
+  manager.SetChangeListener([&monitor](uint32_t) { monitor.Poke(); });
+
+  // MPS: started per GPU on first demand, kept across daemon restarts (the
+  // manager re-adopts its daemons from its state file at start).
+  MpsGpuControl mps_gpus(**backend);
+  mps::PosixMpsHost mps_host;
+  mps::MpsManager mps(mps::MpsOptions{.root = config.mps_root, .control_binary = config.mps_control},
+                      mps_gpus, mps_host, clock);
+  if (Status s = mps.Start(); !s.ok()) {
+    GS_LOG(kError, "gpusliced", "event=mps_unavailable error=\"%s\"", s.message().c_str());
+  }
+  monitor.SetMpsProvider([&mps](const GpuInfo& gpu) -> std::string {
+    for (const mps::GpuMpsStatus& g : mps.GetStatus().gpus) {
+      if (g.uuid == gpu.uuid) return g.running ? "on" : "restarting";
+    }
+    return "off";
+  });
+  mps::MpsHealthChecker mps_health(mps, std::chrono::seconds(5));
+
+  ApiRouter router;
+  GpuRoutesOptions route_options;
+  route_options.default_lease_s = config.default_lease_s;
+  AddGpuRoutes(router, manager, monitor, route_options);
+  mps::RegisterMpsRoutes(router, mps);
+
+  monitor.Start();
+  HttpServer server(std::move(*server_options), router, hub);
+  if (Status s = server.Start(); !s.ok()) {
+    GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"", s.message().c_str());
+    monitor.Stop();
+    return kExitFailure;
+  }
+  GS_LOG(kInfo, "gpusliced", "event=ready socket=%s tcp=%s gpus=%u pid=%d", config.socket.c_str(),
+         config.listen_tcp.empty() ? "off" : config.listen_tcp.c_str(), manager.DeviceCount(),
+         static_cast<int>(getpid()));
+  sd_notify(0, "READY=1");
+
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      GS_LOG(kInfo, "gpusliced", "event=signal signal=SIGHUP action=ignored");
+      continue;
+    }
+    GS_LOG(kInfo, "gpusliced", "event=stopping signal=%s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    break;
+  }
+  sd_notify(0, "STOPPING=1");
+  // In this order: no request, then no sampling or expiry, then the reverts;
+  // the executors end before the monitor their callbacks poke is destroyed.
+  server.Stop();
+  monitor.Stop();
+  manager.RevertAll();
+  manager.Stop();
+  GS_LOG(kInfo, "gpusliced", "event=stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon
+
+int main(int argc, char** argv) {
+  try {
+    return gpuslice::daemon::Run(argc, argv);
+  } catch (const std::exception& e) {
+    fprintf(stderr, "gpusliced: %s\n", e.what());
+    return 1;
+  }
+}
