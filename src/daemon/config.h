@@ -26,9 +26,9 @@ struct DaemonConfig {
   std::string token_file;            // bearer tokens for TCP (required with listen_tcp)
   std::string log_level = "info";    // off, error, warn, info, debug, trace
   std::string nvml_library = "libnvidia-ml.so.1";
-  std::string mps_root = "/run/gpuslice/mps";               // MPS pipe/log dirs and state
-  std::string mps_control = "nvidia-cuda-mps-control";      // a path, or a name on PATH
-  int64_t poll_interval_ms = 500;  // GPU sampling period
+  std::string mps_root = "/run/gpuslice/mps";           // MPS pipe/log dirs and state
+  std::string mps_control = "nvidia-cuda-mps-control";  // a path, or a name on PATH
+  int64_t poll_interval_ms = 500;                       // GPU sampling period
   int64_t default_lease_s = 3600;
   int64_t max_connections = 1024;
   int64_t max_body_bytes = 65536;

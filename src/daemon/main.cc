@@ -22,12 +22,12 @@
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/gpu/gpu_monitor.h"
 #include "daemon/gpu/nvml_backend.h"
+#include "daemon/http/server.h"
 #include "daemon/mps/health_checker.h"
 #include "daemon/mps/mps_manager.h"
 #include "daemon/mps/mps_routes.h"
 #include "daemon/mps/posix_mps_host.h"
 #include "daemon/mps_gpu_control.h"
-#include "daemon/http/server.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -203,8 +203,9 @@ int Run(int argc, char** argv) {
   // manager re-adopts its daemons from its state file at start).
   MpsGpuControl mps_gpus(**backend);
   mps::PosixMpsHost mps_host;
-  mps::MpsManager mps(mps::MpsOptions{.root = config.mps_root, .control_binary = config.mps_control},
-                      mps_gpus, mps_host, clock);
+  mps::MpsManager mps(
+      mps::MpsOptions{.root = config.mps_root, .control_binary = config.mps_control}, mps_gpus,
+      mps_host, clock);
   if (Status s = mps.Start(); !s.ok()) {
     GS_LOG(kError, "gpusliced", "event=mps_unavailable error=\"%s\"", s.message().c_str());
   }

@@ -29,7 +29,8 @@ StatusOr<mps::ComputeMode> MpsGpuControl::GetComputeMode(int index) {
   auto value = backend_.Get(static_cast<uint32_t>(index), SettingKind::kComputeMode);
   if (!value.ok()) return value.status();
   const auto* mode = std::get_if<ComputeModeSetting>(&*value);
-  if (mode == nullptr) return Internal("the backend answered a compute-mode query with another setting");
+  if (mode == nullptr)
+    return Internal("the backend answered a compute-mode query with another setting");
   return static_cast<mps::ComputeMode>(static_cast<int>(mode->mode));
 }
 

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -344,6 +345,69 @@ TEST_F(DaemonTest, CliRoundTrip) {
   Result down = RunCli({"gpu", "list"});
   EXPECT_EQ(down.code, 1);
   EXPECT_NE(down.err.find("cannot reach gpusliced"), std::string::npos) << down.err;
+}
+
+// MPS through the real daemon on the simulated GPU: the first acquire starts
+// nvidia-cuda-mps-control (EXCLUSIVE_PROCESS), a second tenant shares it, a
+// killed control daemon is restarted, a daemon restart keeps the tenants, and
+// the last release stops it and restores the compute mode.
+TEST_F(DaemonTest, MpsLifecycleThroughTheApi) {
+  const std::vector<std::string> mps_flags = {"--mps-root", dir_ + "/mps", "--mps-control",
+                                              BuildDir() + "/sim/bin/nvidia-cuda-mps-control"};
+  StartDaemon(mps_flags);
+  auto mps_gpu = [&]() -> json {
+    auto [code, status] = Call("GET", "/v1/mps");
+    EXPECT_EQ(code, 200);
+    return status["gpus"].empty() ? json(nullptr) : status["gpus"][0];
+  };
+
+  auto [code_a, a] = Call("POST", "/v1/mps/acquire", R"({"tenant": "a", "gpus": "0"})");
+  ASSERT_EQ(code_a, 200) << a.dump();
+  ASSERT_EQ(a["tier"], "mps") << a.dump();
+  const std::string pipe = a["env"]["CUDA_MPS_PIPE_DIRECTORY"];
+  EXPECT_TRUE(std::filesystem::exists(pipe + "/nvidia-cuda-mps-control.pid"));
+  EXPECT_EQ(SimDevice(0)["compute_mode"], 3);  // EXCLUSIVE_PROCESS
+
+  auto [code_b, b] = Call("POST", "/v1/mps/acquire", R"({"tenant": "b", "gpus": "0"})");
+  ASSERT_EQ(code_b, 200) << b.dump();
+  EXPECT_EQ(b["env"]["CUDA_MPS_PIPE_DIRECTORY"], pipe);  // shared
+  json gpu = mps_gpu();
+  EXPECT_EQ(gpu["tenants"].size(), 2u) << gpu.dump();
+  const pid_t control = gpu["control_pid"];
+  ASSERT_GT(control, 0);
+
+  // Bad requests change nothing.
+  EXPECT_EQ(Call("POST", "/v1/mps/acquire", R"({"tenant": "c", "gpus": "7"})").first, 404);
+  EXPECT_EQ(Call("POST", "/v1/mps/acquire", "{not json").first, 400);
+  EXPECT_EQ(mps_gpu()["tenants"].size(), 2u);
+
+  // A killed control daemon is restarted by the health check.
+  kill(control, SIGKILL);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        json g = mps_gpu();
+        return !g.is_null() && g["running"] == true && g["control_pid"] != control &&
+               g["control_pid"] != 0;
+      },
+      20s))
+      << mps_gpu().dump();
+
+  // A daemon restart keeps the tenants and re-adopts their MPS daemon.
+  const pid_t adopted = mps_gpu()["control_pid"];
+  kill(daemon_, SIGTERM);
+  ASSERT_EQ(Join(daemon_), 0);
+  StartDaemon(mps_flags);
+  gpu = mps_gpu();
+  EXPECT_EQ(gpu["control_pid"], adopted) << gpu.dump();
+  EXPECT_EQ(gpu["tenants"].size(), 2u) << gpu.dump();
+
+  // The last release stops MPS and restores the compute mode.
+  EXPECT_EQ(Call("POST", "/v1/mps/release", R"({"tenant": "a"})").first, 200);
+  EXPECT_TRUE(std::filesystem::exists(pipe + "/nvidia-cuda-mps-control.pid"));
+  EXPECT_EQ(Call("POST", "/v1/mps/release", R"({"tenant": "b"})").first, 200);
+  EXPECT_TRUE(WaitFor(
+      [&] { return !std::filesystem::exists(pipe + "/nvidia-cuda-mps-control.pid"); }, 10s));
+  EXPECT_EQ(SimDevice(0)["compute_mode"], 0);
 }
 
 }  // namespace
