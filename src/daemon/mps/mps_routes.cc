@@ -9,35 +9,6 @@ namespace {
 
 using json = nlohmann::json;
 
-int HttpStatusOf(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk:
-      return 200;
-    case StatusCode::kInvalidArgument:
-      return 400;
-    case StatusCode::kNotFound:
-      return 404;
-    case StatusCode::kAlreadyExists:
-    case StatusCode::kFailedPrecondition:
-      return 409;
-    case StatusCode::kPermissionDenied:
-      return 403;
-    case StatusCode::kResourceExhausted:
-      return 429;
-    case StatusCode::kUnavailable:
-      return 503;
-    case StatusCode::kUnimplemented:
-      return 501;
-    case StatusCode::kInternal:
-      break;
-  }
-  return 500;
-}
-
-ApiResponse JsonResponse(int status, const json& body) {
-  return ApiResponse{status, "application/json", body.dump() + "\n"};
-}
-
 // The request body as a JSON object whose keys are all in `allowed`.
 StatusOr<json> ParseBody(const std::string& body, const std::set<std::string>& allowed) {
   json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -122,12 +93,6 @@ json AcquireJson(const std::string& tenant, const AcquireResult& r) {
 
 }  // namespace
 
-ApiResponse MpsErrorResponse(const Status& status) {
-  return JsonResponse(
-      HttpStatusOf(status.code()),
-      {{"error", {{"code", StatusCodeName(status.code())}, {"message", status.message()}}}});
-}
-
 ApiResponse HandleStatus(MpsManager& manager, const ApiRequest& /*request*/) {
   const MpsStatus s = manager.GetStatus();
   json gpus = json::array();
@@ -150,7 +115,7 @@ ApiResponse HandleStatus(MpsManager& manager, const ApiRequest& /*request*/) {
                {"root", s.root},
                {"gpus", gpus}};
   if (!s.available) body["reason"] = s.reason;
-  return JsonResponse(200, body);
+  return ApiResponse::Json(200, body);
 }
 
 ApiResponse HandleTenants(MpsManager& manager, const ApiRequest& /*request*/) {
@@ -164,61 +129,74 @@ ApiResponse HandleTenants(MpsManager& manager, const ApiRequest& /*request*/) {
     if (!t.reason.empty()) tenant["reason"] = t.reason;
     tenants.push_back(std::move(tenant));
   }
-  return JsonResponse(200, {{"tenants", tenants}});
+  return ApiResponse::Json(200, {{"tenants", tenants}});
 }
 
 ApiResponse HandleAcquire(MpsManager& manager, const ApiRequest& request) {
   auto body = ParseBody(request.body, {"tenant", "gpus", "active_thread_percentage",
                                        "pinned_memory_limit", "client_priority"});
-  if (!body.ok()) return MpsErrorResponse(body.status());
+  if (!body.ok()) return ApiResponse::FromStatus(body.status());
   auto tenant = RequiredString(*body, "tenant");
-  if (!tenant.ok()) return MpsErrorResponse(tenant.status());
+  if (!tenant.ok()) return ApiResponse::FromStatus(tenant.status());
   auto gpus = GpuField(*body, "gpus");
-  if (!gpus.ok()) return MpsErrorResponse(gpus.status());
+  if (!gpus.ok()) return ApiResponse::FromStatus(gpus.status());
   auto settings = ParseSettings(*body);
-  if (!settings.ok()) return MpsErrorResponse(settings.status());
+  if (!settings.ok()) return ApiResponse::FromStatus(settings.status());
   auto result = manager.Acquire({*tenant, *gpus, *settings});
-  if (!result.ok()) return MpsErrorResponse(result.status());
-  return JsonResponse(200, AcquireJson(*tenant, *result));
+  if (!result.ok()) return ApiResponse::FromStatus(result.status());
+  return ApiResponse::Json(200, AcquireJson(*tenant, *result));
 }
 
 ApiResponse HandleRelease(MpsManager& manager, const ApiRequest& request) {
   auto body = ParseBody(request.body, {"tenant"});
-  if (!body.ok()) return MpsErrorResponse(body.status());
+  if (!body.ok()) return ApiResponse::FromStatus(body.status());
   auto tenant = RequiredString(*body, "tenant");
-  if (!tenant.ok()) return MpsErrorResponse(tenant.status());
+  if (!tenant.ok()) return ApiResponse::FromStatus(tenant.status());
   Status released = manager.Release(*tenant);
-  if (!released.ok()) return MpsErrorResponse(released);
-  return JsonResponse(200, {{"tenant", *tenant}, {"released", true}});
+  if (!released.ok()) return ApiResponse::FromStatus(released);
+  return ApiResponse::Json(200, {{"tenant", *tenant}, {"released", true}});
 }
 
 ApiResponse HandleSettings(MpsManager& manager, const ApiRequest& request) {
   auto param = request.params.find("tenant");
   if (param == request.params.end()) {
-    return MpsErrorResponse(InvalidArgument("no tenant in the path"));
+    return ApiResponse::FromStatus(InvalidArgument("no tenant in the path"));
   }
   auto body = ParseBody(request.body.empty() ? "{}" : request.body,
                         {"active_thread_percentage", "pinned_memory_limit", "client_priority"});
-  if (!body.ok()) return MpsErrorResponse(body.status());
+  if (!body.ok()) return ApiResponse::FromStatus(body.status());
   auto settings = ParseSettings(*body);
-  if (!settings.ok()) return MpsErrorResponse(settings.status());
+  if (!settings.ok()) return ApiResponse::FromStatus(settings.status());
   auto result = manager.UpdateSettings(param->second, *settings);
-  if (!result.ok()) return MpsErrorResponse(result.status());
-  return JsonResponse(200, AcquireJson(param->second, *result));
+  if (!result.ok()) return ApiResponse::FromStatus(result.status());
+  return ApiResponse::Json(200, AcquireJson(param->second, *result));
 }
 
 ApiResponse HandleTerminate(MpsManager& manager, const ApiRequest& request) {
   auto body = ParseBody(request.body, {"gpu", "client_pid"});
-  if (!body.ok()) return MpsErrorResponse(body.status());
+  if (!body.ok()) return ApiResponse::FromStatus(body.status());
   auto gpu = GpuField(*body, "gpu");
-  if (!gpu.ok()) return MpsErrorResponse(gpu.status());
+  if (!gpu.ok()) return ApiResponse::FromStatus(gpu.status());
   const json pid = body->value("client_pid", json());
   if (!pid.is_number_integer() || pid.get<int64_t>() <= 0 || pid.get<int64_t>() > INT32_MAX) {
-    return MpsErrorResponse(InvalidArgument("'client_pid' must be a positive pid"));
+    return ApiResponse::FromStatus(InvalidArgument("'client_pid' must be a positive pid"));
   }
   Status done = manager.TerminateClient(*gpu, static_cast<pid_t>(pid.get<int64_t>()));
-  if (!done.ok()) return MpsErrorResponse(done);
-  return JsonResponse(200, {{"gpu", *gpu}, {"client_pid", pid}, {"terminated", true}});
+  if (!done.ok()) return ApiResponse::FromStatus(done);
+  return ApiResponse::Json(200, {{"gpu", *gpu}, {"client_pid", pid}, {"terminated", true}});
+}
+
+void RegisterMpsRoutes(ApiRouter& router, MpsManager& manager) {
+  using Fn = ApiResponse (*)(MpsManager&, const ApiRequest&);
+  auto bind = [&manager](Fn fn) {
+    return [&manager, fn](const ApiRequest& request) { return fn(manager, request); };
+  };
+  router.Add("GET", "/v1/mps", Access::kRead, bind(HandleStatus));
+  router.Add("GET", "/v1/mps/tenants", Access::kRead, bind(HandleTenants));
+  router.Add("POST", "/v1/mps/acquire", Access::kMutate, bind(HandleAcquire));
+  router.Add("POST", "/v1/mps/release", Access::kMutate, bind(HandleRelease));
+  router.Add("POST", "/v1/mps/tenants/{tenant}/settings", Access::kMutate, bind(HandleSettings));
+  router.Add("POST", "/v1/mps/terminate", Access::kMutate, bind(HandleTerminate));
 }
 
 }  // namespace gpuslice::daemon::mps

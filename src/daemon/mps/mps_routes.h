@@ -6,7 +6,7 @@
 //   POST /v1/mps/tenants/{tenant}/settings    {settings...} -> new env
 //   POST /v1/mps/terminate                    {"gpu", "client_pid"}
 // Handlers are free functions of the manager and a request, so they are
-// unit-tested without the HTTP server. Errors answer
+// unit-tested without the HTTP server. Errors are ApiResponse::FromStatus:
 // {"error": {"code": "INVALID_ARGUMENT", "message": ...}} with 400 (bad input),
 // 404 (unknown GPU or tenant), 409 (tenant holds other GPUs), 503, or 500.
 //
@@ -24,9 +24,6 @@ ApiResponse HandleAcquire(MpsManager& manager, const ApiRequest& request);
 ApiResponse HandleRelease(MpsManager& manager, const ApiRequest& request);
 ApiResponse HandleSettings(MpsManager& manager, const ApiRequest& request);
 ApiResponse HandleTerminate(MpsManager& manager, const ApiRequest& request);
-
-// The error body and HTTP status for `status` (REQUIRES: not OK).
-ApiResponse MpsErrorResponse(const Status& status);
 
 // Adds the routes above to `router` (mutating ones with Access::kMutate).
 // `manager` must outlive the router.
