@@ -44,6 +44,7 @@ Status ApplyConfigJson(const json& j, DaemonConfig& c) {
     GS_CONFIG_KEY(nvml_library)
     GS_CONFIG_KEY(mps_root)
     GS_CONFIG_KEY(mps_control)
+    GS_CONFIG_KEY(state_dir)
     GS_CONFIG_KEY(poll_interval_ms)
     GS_CONFIG_KEY(default_lease_s)
     GS_CONFIG_KEY(max_connections)
@@ -107,6 +108,7 @@ StatusOr<gid_t> ResolveGroup(
 
 Status ValidateConfig(const DaemonConfig& c) {
   if (c.socket.empty()) return InvalidArgument("--socket must not be empty");
+  if (c.state_dir.empty()) return InvalidArgument("--state-dir must not be empty");
   GS_RETURN_IF_ERROR(ParseMode(c.socket_mode).status());
   if (!c.listen_tcp.empty()) {
     GS_RETURN_IF_ERROR(ParseHostPort(c.listen_tcp).status().WithContext("--listen-tcp"));

@@ -16,6 +16,7 @@
 namespace gpuslice::daemon {
 
 inline constexpr const char* kDefaultSocket = "/run/gpuslice/gpusliced.sock";
+inline constexpr const char* kDefaultStateDir = "/var/lib/gpuslice";
 
 struct DaemonConfig {
   std::string socket = kDefaultSocket;
@@ -28,6 +29,7 @@ struct DaemonConfig {
   std::string nvml_library = "libnvidia-ml.so.1";
   std::string mps_root = "/run/gpuslice/mps";           // MPS pipe/log dirs and state
   std::string mps_control = "nvidia-cuda-mps-control";  // a path, or a name on PATH
+  std::string state_dir = kDefaultStateDir;             // durable records (leases, tenants)
   int64_t poll_interval_ms = 500;                       // GPU sampling period
   int64_t default_lease_s = 3600;
   int64_t max_connections = 1024;

@@ -28,6 +28,7 @@
 #include "daemon/mps/mps_routes.h"
 #include "daemon/mps/posix_mps_host.h"
 #include "daemon/mps_gpu_control.h"
+#include "daemon/state/state_store.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -92,6 +93,8 @@ std::optional<int> Configure(int argc, char** argv, DaemonConfig& config) {
        "MPS pipe and log directories and state (default /run/gpuslice/mps)");
   bind("--mps-control", &DaemonConfig::mps_control,
        "nvidia-cuda-mps-control to run: a path or a name on PATH");
+  bind("--state-dir", &DaemonConfig::state_dir,
+       "Durable records: leases, groups, tenants (default /var/lib/gpuslice)");
   bind("--poll-interval-ms", &DaemonConfig::poll_interval_ms, "GPU sampling period (default 500)");
   bind("--default-lease-s", &DaemonConfig::default_lease_s,
        "Lease of a setting when the request names none (default 3600)");
@@ -188,6 +191,13 @@ int Run(int argc, char** argv) {
   if (!backend.ok()) {
     GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"",
            backend.status().message().c_str());
+    return kExitFailure;
+  }
+  // Durable records: a daemon that cannot keep its promises must not make them.
+  auto state = StateStore::Open(config.state_dir);
+  if (!state.ok()) {
+    GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"",
+           state.status().message().c_str());
     return kExitFailure;
   }
   MonotonicClock clock;

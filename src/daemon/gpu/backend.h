@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "daemon/gpu/setting.h"
@@ -44,6 +45,26 @@ struct GpuInfo {
   bool operator==(const GpuInfo&) const = default;
 };
 
+// A process using a GPU, as the driver sees it (host pid: NVML reports the
+// pids of the host's pid namespace, whatever container the process is in).
+struct GpuProcess {
+  uint32_t pid = 0;
+  std::optional<uint64_t> used_memory_bytes;  // none when the driver withholds it
+
+  bool operator==(const GpuProcess&) const = default;
+};
+
+// One NVML per-process utilization sample: the process kept the SMs busy
+// `sm_percent` of the sampling window that closed at `timestamp_us`
+// (CLOCK_REALTIME microseconds).
+struct ProcessUtilization {
+  uint32_t pid = 0;
+  uint64_t timestamp_us = 0;
+  uint32_t sm_percent = 0;
+
+  bool operator==(const ProcessUtilization&) const = default;
+};
+
 struct EnergyReading {
   uint64_t energy_mj = 0;
   uint32_t power_mw = 0;
@@ -63,6 +84,12 @@ class GpuBackend {
   // kInvalidArgument when the driver refuses the value.
   virtual Status Set(uint32_t index, const SettingValue& value) = 0;
   virtual StatusOr<EnergyReading> Energy(uint32_t index) = 0;
+  // The compute processes on GPU `index` (MPS clients appear as their server).
+  virtual StatusOr<std::vector<GpuProcess>> Processes(uint32_t index) = 0;
+  // Per-process utilization samples newer than `since_us` (CLOCK_REALTIME
+  // microseconds); empty when no sampling window closed since.
+  virtual StatusOr<std::vector<ProcessUtilization>> ProcessUtilizationSince(uint32_t index,
+                                                                            uint64_t since_us) = 0;
 };
 
 }  // namespace gpuslice::daemon

@@ -21,6 +21,8 @@ FakeBackend::FakeBackend(uint32_t count) {
     g.max_memory_clock_mhz = 2619;
     gpus_.push_back(g);
   }
+  processes_.resize(count);
+  utilization_.resize(count);
 }
 
 uint32_t FakeBackend::DeviceCount() const {
@@ -93,6 +95,35 @@ StatusOr<EnergyReading> FakeBackend::Energy(uint32_t index) {
   std::lock_guard lock(mu_);
   if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
   return EnergyReading{gpus_[index].energy_mj, gpus_[index].power_draw_mw};
+}
+
+StatusOr<std::vector<GpuProcess>> FakeBackend::Processes(uint32_t index) {
+  std::lock_guard lock(mu_);
+  if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  return processes_[index];
+}
+
+StatusOr<std::vector<ProcessUtilization>> FakeBackend::ProcessUtilizationSince(uint32_t index,
+                                                                               uint64_t since_us) {
+  std::lock_guard lock(mu_);
+  if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  std::vector<ProcessUtilization> out;
+  for (const ProcessUtilization& s : utilization_[index]) {
+    if (s.timestamp_us > since_us) out.push_back(s);
+  }
+  return out;
+}
+
+void FakeBackend::SetProcesses(uint32_t index, std::vector<GpuProcess> processes) {
+  std::lock_guard lock(mu_);
+  if (index < gpus_.size()) processes_[index] = std::move(processes);
+}
+
+void FakeBackend::AddUtilization(uint32_t index, const std::vector<ProcessUtilization>& samples) {
+  std::lock_guard lock(mu_);
+  if (index < gpus_.size()) {
+    utilization_[index].insert(utilization_[index].end(), samples.begin(), samples.end());
+  }
 }
 
 std::vector<FakeBackend::Call> FakeBackend::Calls() const {

@@ -24,6 +24,9 @@ class FakeBackend final : public GpuBackend {
   StatusOr<SettingValue> Get(uint32_t index, SettingKind kind) override;
   Status Set(uint32_t index, const SettingValue& value) override;
   StatusOr<EnergyReading> Energy(uint32_t index) override;
+  StatusOr<std::vector<GpuProcess>> Processes(uint32_t index) override;
+  StatusOr<std::vector<ProcessUtilization>> ProcessUtilizationSince(uint32_t index,
+                                                                    uint64_t since_us) override;
 
   struct Call {
     uint32_t index;
@@ -34,12 +37,19 @@ class FakeBackend final : public GpuBackend {
   void SetHook(std::function<void(uint32_t index, const SettingValue&)> hook);
   // The next Set on `index` (every Set while `sticky`) fails with `status`.
   void FailSets(uint32_t index, Status status, bool sticky = false);
+  // What Processes(index) reports from now on.
+  void SetProcesses(uint32_t index, std::vector<GpuProcess> processes);
+  // Adds NVML utilization samples of GPU `index` (returned by
+  // ProcessUtilizationSince when newer than its argument).
+  void AddUtilization(uint32_t index, const std::vector<ProcessUtilization>& samples);
   // Direct access to a GPU's record (tests change sampled values).
   void Mutate(uint32_t index, const std::function<void(GpuInfo&)>& f);
 
  private:
   mutable std::mutex mu_;
   std::vector<GpuInfo> gpus_;
+  std::vector<std::vector<GpuProcess>> processes_;
+  std::vector<std::vector<ProcessUtilization>> utilization_;
   std::vector<Call> calls_;
   std::function<void(uint32_t, const SettingValue&)> hook_;
   struct Failure {

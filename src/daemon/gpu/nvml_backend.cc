@@ -26,6 +26,9 @@ namespace gpuslice::daemon {
   X(nvmlDeviceGetMaxClockInfo, (nvmlDevice_t, nvmlClockType_t, unsigned int*))                  \
   X(nvmlDeviceGetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t*))                           \
   X(nvmlDeviceGetComputeMode, (nvmlDevice_t, nvmlComputeMode_t*))                               \
+  X(nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*)) \
+  X(nvmlDeviceGetProcessUtilization,                                                            \
+    (nvmlDevice_t, nvmlProcessUtilizationSample_t*, unsigned int*, unsigned long long))         \
   X(nvmlDeviceSetPowerManagementLimit, (nvmlDevice_t, unsigned int))                            \
   X(nvmlDeviceSetGpuLockedClocks, (nvmlDevice_t, unsigned int, unsigned int))                   \
   X(nvmlDeviceResetGpuLockedClocks, (nvmlDevice_t))                                             \
@@ -163,6 +166,58 @@ StatusOr<GpuInfo> NvmlBackend::Read(uint32_t index) {
   g.locked_gpu_clocks = locked_gpu_[index];
   g.locked_memory_clocks = locked_mem_[index];
   return g;
+}
+
+StatusOr<std::vector<GpuProcess>> NvmlBackend::Processes(uint32_t index) {
+  if (index >= devices_.size()) return NotFound("no GPU " + std::to_string(index));
+  std::vector<nvmlProcessInfo_t> infos(64);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    auto n = static_cast<unsigned int>(infos.size());
+    const nvmlReturn_t rc =
+        api_->nvmlDeviceGetComputeRunningProcesses_v3(devices_[index], &n, infos.data());
+    if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {  // processes started meanwhile: grow and ask again
+      infos.resize(n + 16);
+      continue;
+    }
+    GS_RETURN_IF_ERROR(Check(rc, "nvmlDeviceGetComputeRunningProcesses_v3", index));
+    std::vector<GpuProcess> out;
+    out.reserve(n);
+    for (unsigned int i = 0; i < n; ++i) {
+      GpuProcess p{.pid = infos[i].pid, .used_memory_bytes = std::nullopt};
+      if (infos[i].usedGpuMemory != static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE)) {
+        p.used_memory_bytes = infos[i].usedGpuMemory;
+      }
+      out.push_back(p);
+    }
+    return out;
+  }
+  return Unavailable("nvmlDeviceGetComputeRunningProcesses_v3 on GPU " + std::to_string(index) +
+                     ": the process list kept growing");
+}
+
+StatusOr<std::vector<ProcessUtilization>> NvmlBackend::ProcessUtilizationSince(uint32_t index,
+                                                                               uint64_t since_us) {
+  if (index >= devices_.size()) return NotFound("no GPU " + std::to_string(index));
+  std::vector<nvmlProcessUtilizationSample_t> samples(64);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    auto n = static_cast<unsigned int>(samples.size());
+    const nvmlReturn_t rc =
+        api_->nvmlDeviceGetProcessUtilization(devices_[index], samples.data(), &n, since_us);
+    if (rc == NVML_ERROR_NOT_FOUND) return std::vector<ProcessUtilization>{};  // nothing newer
+    if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
+      samples.resize(n + 16);
+      continue;
+    }
+    GS_RETURN_IF_ERROR(Check(rc, "nvmlDeviceGetProcessUtilization", index));
+    std::vector<ProcessUtilization> out;
+    out.reserve(n);
+    for (unsigned int i = 0; i < n; ++i) {
+      out.push_back({samples[i].pid, samples[i].timeStamp, samples[i].smUtil});
+    }
+    return out;
+  }
+  return Unavailable("nvmlDeviceGetProcessUtilization on GPU " + std::to_string(index) +
+                     ": the sample list kept growing");
 }
 
 StatusOr<SettingValue> NvmlBackend::Get(uint32_t index, SettingKind kind) {

@@ -28,6 +28,9 @@ class NvmlBackend final : public GpuBackend {
   StatusOr<SettingValue> Get(uint32_t index, SettingKind kind) override;
   Status Set(uint32_t index, const SettingValue& value) override;
   StatusOr<EnergyReading> Energy(uint32_t index) override;
+  StatusOr<std::vector<GpuProcess>> Processes(uint32_t index) override;
+  StatusOr<std::vector<ProcessUtilization>> ProcessUtilizationSince(uint32_t index,
+                                                                    uint64_t since_us) override;
 
   struct Api;  // the resolved entry points (nvml_backend.cc)
 

@@ -39,9 +39,10 @@ class DaemonTest : public testing::SimProcessTest {
 
   // Starts gpusliced on this test's simulation and waits until /readyz is 200.
   pid_t StartDaemon(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {"--socket",           socket_, "--socket-mode", "0666",
-                                     "--poll-interval-ms", "100",   "--log-level",   "debug",
-                                     "--sse-keepalive-ms", "200"};
+    std::vector<std::string> args = {
+        "--socket",           socket_, "--socket-mode", "0666",
+        "--poll-interval-ms", "100",   "--log-level",   "debug",
+        "--sse-keepalive-ms", "200",   "--state-dir",   dir_ + "/state"};
     args.insert(args.end(), extra.begin(), extra.end());
     daemon_ = StartProgram("gpusliced", 0, args, {R"(GPUSLICE_SIM_CONFIG={"device_count":2})"});
     const bool ready = WaitFor(

@@ -1,0 +1,150 @@
+#include "daemon/state/state_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/clock.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+constexpr char kFormat[] = "gpuslice-state";
+
+std::string Errno(const std::string& what) { return what + ": " + strerror(errno); }
+
+// `doc[key]` if it is a string, else "".
+std::string StringField(const nlohmann::json& doc, const char* key) {
+  const auto it = doc.find(key);
+  return it != doc.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+bool ValidName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
+  }
+  return true;
+}
+
+// Writes all of `text` to `fd`.
+bool WriteAll(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+Status SyncDir(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Unavailable(Errno("cannot open " + dir));
+  const int rc = fsync(fd);
+  close(fd);
+  return rc == 0 ? Status::Ok() : Unavailable(Errno("cannot fsync " + dir));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<StateStore>> StateStore::Open(std::string dir) {
+  if (dir.empty()) return InvalidArgument("the state directory is empty");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Unavailable("cannot create state directory " + dir + ": " + ec.message());
+  chmod(dir.c_str(), 0700);
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    return Unavailable(Errno("cannot write state directory " + dir));
+  }
+  return std::unique_ptr<StateStore>(new StateStore(std::move(dir)));
+}
+
+std::string StateStore::PathOf(std::string_view name) const {
+  return dir_ + "/" + std::string(name) + ".json";
+}
+
+Status StateStore::Save(std::string_view name, const nlohmann::json& data) {
+  if (!ValidName(name)) return InvalidArgument("bad state record name '" + std::string(name) + "'");
+  const nlohmann::json doc = {{"format", kFormat},
+                              {"version", kStateFormatVersion},
+                              {"record", std::string(name)},
+                              {"saved_at_ns", RealtimeNs()},
+                              {"data", data}};
+  const std::string text = doc.dump() + "\n";
+  const std::string path = PathOf(name);
+  const std::string tmp = path + ".tmp";
+  std::lock_guard lock(save_mu_);
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Unavailable(Errno("cannot create " + tmp));
+  const bool written = WriteAll(fd, text) && fsync(fd) == 0;
+  const int saved_errno = errno;
+  close(fd);
+  if (!written) {
+    unlink(tmp.c_str());
+    errno = saved_errno;
+    return Unavailable(Errno("cannot write " + tmp));
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    Status s = Unavailable(Errno("cannot rename " + tmp + " to " + path));
+    unlink(tmp.c_str());
+    return s;
+  }
+  return SyncDir(dir_);
+}
+
+Status StateStore::Quarantine(std::string_view name, const std::string& problem) const {
+  const std::string path = PathOf(name);
+  const std::string bad = path + ".bad";
+  if (rename(path.c_str(), bad.c_str()) != 0) {
+    return FailedPrecondition(path + ": " + problem +
+                              " (and it cannot be moved aside: " + strerror(errno) + ")");
+  }
+  return FailedPrecondition(path + ": " + problem + "; moved to " + bad);
+}
+
+StatusOr<nlohmann::json> StateStore::Load(std::string_view name) {
+  if (!ValidName(name)) return InvalidArgument("bad state record name '" + std::string(name) + "'");
+  const std::string path = PathOf(name);
+  std::ifstream in(path);
+  if (!in) {
+    if (errno == ENOENT) return NotFound("no state record " + path);
+    return Unavailable(Errno("cannot read " + path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return Quarantine(name, "not a complete JSON document (truncated?)");
+  if (!doc.is_object() || StringField(doc, "format") != kFormat) {
+    return Quarantine(name, "not a gpuslice state record");
+  }
+  const auto version = doc.find("version");
+  if (version == doc.end() || !version->is_number_integer() ||
+      version->get<int>() != kStateFormatVersion) {
+    return Quarantine(name, "state format version " +
+                                (version == doc.end() ? std::string("missing") : version->dump()) +
+                                ", this daemon reads version " +
+                                std::to_string(kStateFormatVersion));
+  }
+  if (StringField(doc, "record") != name || !doc.contains("data")) {
+    return Quarantine(
+        name, "holds record '" + StringField(doc, "record") + "', not '" + std::string(name) + "'");
+  }
+  return doc.at("data");
+}
+
+Status StateStore::Remove(std::string_view name) {
+  if (!ValidName(name)) return InvalidArgument("bad state record name '" + std::string(name) + "'");
+  const std::string path = PathOf(name);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT)
+    return Unavailable(Errno("cannot remove " + path));
+  return SyncDir(dir_);
+}
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,67 @@
+// StateStore: the daemon's durable records (DESIGN.md section 4,
+// "Durability"). Each record is one JSON document in a file of the state
+// directory, replaced atomically: written to a temporary file, fsync'ed,
+// renamed over the old one, and the directory fsync'ed, so after a crash or
+// SIGKILL a record is either the old document or the new one, never a mix.
+//
+// File format (docs/daemon.md, "State"):
+//   {"format": "gpuslice-state", "version": 1, "record": "<name>",
+//    "saved_at_ns": <CLOCK_REALTIME>, "data": <the record>}
+// A file that is not that (truncated, another program's, another version) is
+// never half-read: Load moves it aside to "<name>.json.bad" (replacing an
+// older one) and says so, so the next Save starts clean and the evidence is
+// kept for the operator.
+//
+// Thread-safe: Save and Load may be called from any thread; saves of one
+// record are serialised, so the last Save to return is the one on disk.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace gpuslice::daemon {
+
+inline constexpr int kStateFormatVersion = 1;
+
+class StateStore {
+ public:
+  // Uses `dir`, creating it (mode 0700, parents included) if needed.
+  // kUnavailable naming the directory when it cannot be created or written.
+  static StatusOr<std::unique_ptr<StateStore>> Open(std::string dir);
+
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  // The file that holds record `name`.
+  std::string PathOf(std::string_view name) const;
+
+  // Replaces record `name` (1-64 of [a-z0-9_-]) with `data`, durably.
+  // On error the previous document is still in place.
+  Status Save(std::string_view name, const nlohmann::json& data);
+
+  // The data of record `name`. kNotFound when it was never saved (or was
+  // removed); kFailedPrecondition when the file is unreadable as a record of
+  // this format and version: the message names the problem and where the
+  // file was moved.
+  StatusOr<nlohmann::json> Load(std::string_view name);
+
+  // Removes record `name` (no error if absent).
+  Status Remove(std::string_view name);
+
+ private:
+  explicit StateStore(std::string dir) : dir_(std::move(dir)) {}
+  // Moves the bad file of `name` aside; returns the error that says so.
+  Status Quarantine(std::string_view name, const std::string& problem) const;
+
+  std::string dir_;
+  std::mutex save_mu_;  // one Save at a time: temporary file names never collide
+};
+
+}  // namespace gpuslice::daemon
