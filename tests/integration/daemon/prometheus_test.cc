@@ -1,0 +1,144 @@
+// The daemon's metrics as Prometheus sees them: `promtool check metrics` (the
+// linter of Debian's prometheus package) accepts GET /metrics, and a real
+// Prometheus server on loopback scrapes the daemon over TCP and answers
+// queries for its series.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/unix_http_client.h"
+#include "tests/integration/support/sim_process_test.h"
+
+namespace gpuslice {
+namespace {
+
+using nlohmann::json;
+using testing::WaitFor;
+using namespace std::chrono_literals;
+
+// A TCP port on loopback that nobody listens on right now.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// GET http://127.0.0.1:`port``target`; the body, or "" when nothing answers.
+std::string HttpGet(int port, const std::string& target) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string request =
+        "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buf[8192];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof buf)) > 0) response.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+class PrometheusTest : public testing::SimProcessTest {
+ protected:
+  void SetUp() override {
+    SimProcessTest::SetUp();
+    socket_ = dir_ + "/gpusliced.sock";
+  }
+
+  void StartDaemon(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--socket", socket_,       "--poll-interval-ms",
+                                     "100",      "--state-dir", dir_ + "/state"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    StartProgram("gpusliced", 0, args, {R"(GPUSLICE_SIM_CONFIG={"device_count":2})"});
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
+          return r.ok() && r->status == 200;
+        },
+        20s))
+        << Read("err0");
+  }
+
+  std::string Metrics() {
+    auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/metrics");
+    EXPECT_TRUE(r.ok() && r->status == 200);
+    return r.ok() ? r->body : "";
+  }
+
+  std::string socket_;
+};
+
+TEST_F(PrometheusTest, PromtoolAcceptsTheDaemonsMetrics) {
+  ASSERT_EQ(access("/usr/bin/promtool", X_OK), 0) << "promtool is missing: run scripts/setup";
+  StartDaemon();
+  const std::string file = dir_ + "/metrics.txt";
+  std::ofstream(file) << Metrics();
+  const std::string out = dir_ + "/promtool.out";
+  const int rc = system(("promtool check metrics < " + file + " > " + out + " 2>&1").c_str());
+  std::ifstream in(out);
+  const std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rc, 0) << report;
+  EXPECT_EQ(report, "") << "promtool found problems";
+}
+
+TEST_F(PrometheusTest, ARealPrometheusServerScrapesTheDaemon) {
+  ASSERT_EQ(access("/usr/bin/prometheus", X_OK), 0) << "prometheus is missing: run scripts/setup";
+  const int daemon_port = FreePort();
+  std::ofstream(dir_ + "/tokens") << "secret-token\n";
+  StartDaemon({"--listen-tcp", "127.0.0.1:" + std::to_string(daemon_port), "--token-file",
+               dir_ + "/tokens"});
+  const int prom_port = FreePort();
+  std::ofstream(dir_ + "/prometheus.yml")
+      << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+      << "scrape_configs:\n  - job_name: gpusliced\n    static_configs:\n"
+      << "      - targets: ['127.0.0.1:" << daemon_port << "']\n";
+  StartProgram(
+      "/usr/bin/prometheus", 1,
+      {"--config.file=" + dir_ + "/prometheus.yml", "--storage.tsdb.path=" + dir_ + "/tsdb",
+       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)});
+  auto query = [&](const std::string& expr) {
+    return json::parse(HttpGet(prom_port, "/api/v1/query?query=" + expr), nullptr, false);
+  };
+  // The target is up and the GPU series arrived, with the daemon's labels.
+  json result;
+  const bool scraped = WaitFor(
+      [&] {
+        result = query("gpuslice_gpu_power_limit_watts");
+        return result.is_object() && result.value("status", "") == "success" &&
+               result["data"]["result"].size() == 2;
+      },
+      60s);
+  ASSERT_TRUE(scraped) << "prometheus answered: " << result.dump() << "\nits log:\n"
+                       << Read("err1");
+  EXPECT_EQ(result["data"]["result"][0]["metric"]["job"], "gpusliced");
+  EXPECT_EQ(result["data"]["result"][0]["value"][1], "700");
+  const json up = query("up");
+  ASSERT_EQ(up["data"]["result"].size(), 1u) << up.dump();
+  EXPECT_EQ(up["data"]["result"][0]["value"][1], "1");
+}
+
+}  // namespace
+}  // namespace gpuslice
