@@ -21,7 +21,14 @@
 //    without pids (which differ between the containers of a pod). Whoever
 //    takes a slot's lock may reclaim what a dead owner left.
 //  - The group controller (DESIGN.md section 3) is whoever holds the OFD lock
-//    on byte kControllerLockOffset.
+//    on byte kControllerLockOffset. gpusliced claims a group by beating
+//    daemon_heartbeat_ns; a member holding the role gives it up while that
+//    beat is fresh (kDaemonStaleNs), and takes it back when it goes stale.
+//  - Every process attached to the group (a limiter, from its first call to
+//    its exit) holds a shared OFD lock on byte kAttachLockOffset. Removing a
+//    segment takes that byte exclusively first, so a segment is only ever
+//    unlinked when nobody is attached; an attacher that finds the file it
+//    opened already unlinked opens the path again.
 //  - Limits are written by any member at attach time (lowering only), by
 //    `gpuslice limit set`, or by the daemon, and read lock-free. Every
 //    change bumps `change_word` and wakes its futex waiters.
@@ -43,7 +50,7 @@
 namespace gpuslice {
 
 inline constexpr uint64_t kGroupSegmentMagic = 0x5052475f534c5047;  // "GPLS_GRP"
-inline constexpr uint32_t kGroupSegmentVersion = 2;
+inline constexpr uint32_t kGroupSegmentVersion = 3;
 
 // Where segments live when GPUSLICE_SHM_DIR is unset.
 inline constexpr char kDefaultGroupSegmentDir[] = "/dev/shm/gpuslice";
@@ -53,6 +60,10 @@ inline constexpr int kGroupMaxSlots = 256;
 inline constexpr int kGroupIdBytes = 128;
 inline constexpr int kUuidBytes = 48;
 
+// A daemon heartbeat older than this no longer keeps members from
+// controlling their group (DESIGN.md section 3).
+inline constexpr int64_t kDaemonStaleNs = 2'000'000'000;
+
 // Value of a limit that is not set.
 inline constexpr uint64_t kUnlimitedBytes = UINT64_MAX;
 inline constexpr uint32_t kUnlimitedPercent = 100;
@@ -60,13 +71,14 @@ inline constexpr uint32_t kUnlimitedPercent = 100;
 // Byte offsets of the OFD locks (beyond the end of the data; locking bytes
 // past EOF is allowed and touches no data).
 inline constexpr int64_t kControllerLockOffset = 1 << 24;
+inline constexpr int64_t kAttachLockOffset = kControllerLockOffset - 1;
 inline constexpr int64_t kSlotLockOffset = kControllerLockOffset + 1;
 
 struct GroupSegmentHeader {
   uint64_t magic;
   uint32_t version;
   uint32_t size;       // sizeof(GroupSegmentLayout)
-  int64_t created_ns;  // CLOCK_MONOTONIC
+  int64_t created_ns;  // CLOCK_MONOTONIC (as every *_ns time of the segment)
   uint32_t ready;      // 1 once initialised; readers ignore a segment with 0
   uint32_t reserved;
 };
@@ -129,7 +141,9 @@ struct GroupSegmentLayout {
   uint32_t reserved1;
   int64_t controller_heartbeat_ns;  // last beat of the group controller
   int32_t controller_pid;           // its pid, 0 if none
-  uint32_t reserved0;
+  int32_t daemon_pid;               // gpusliced, while it controls (or claims) the group
+  int64_t daemon_heartbeat_ns;      // its last beat; members yield to a fresh one
+  uint64_t reserved2;
   GroupDevice devices[kGroupMaxDevices];
   ProcessSlot slots[kGroupMaxSlots];
 };
@@ -140,6 +154,6 @@ static_assert(sizeof(DeviceCompute) == 128);
 static_assert(sizeof(GroupDevice) == 256);
 static_assert(sizeof(ProcessSlot) == 168);
 static_assert(sizeof(pthread_mutex_t) <= 64, "the mutex must fit its 64-byte line");
-static_assert(sizeof(GroupSegmentLayout) < kControllerLockOffset);
+static_assert(sizeof(GroupSegmentLayout) < kAttachLockOffset);
 
 }  // namespace gpuslice

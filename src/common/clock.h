@@ -33,6 +33,13 @@ class MonotonicClock final : public Clock {
   int64_t NowNs() const override { return MonotonicNs(); }
 };
 
+// Wall-clock time (CLOCK_REALTIME): NVML's sample timestamps, and expiries
+// that must survive a reboot.
+class RealtimeClock final : public Clock {
+ public:
+  int64_t NowNs() const override { return RealtimeNs(); }
+};
+
 // A clock that moves only when told to. Not thread-safe.
 class SimulatedClock final : public Clock {
  public:

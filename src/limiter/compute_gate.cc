@@ -4,12 +4,16 @@
 #include <type_traits>
 
 #include "common/clock.h"
-#include "limiter/core/launch_pacer.h"
+#include "control/launch_pacer.h"
 #include "limiter/limiter.h"
 #include "limiter/real/real_driver.h"
 
 namespace gpuslice::limiter {
 namespace {
+using control::ChargeAfter;
+using control::kPacerBurstNs;
+using control::PacedIntervalNs;
+using control::TryAdmit;
 
 template <typename T>
 std::atomic_ref<T> Shared(T& field) {

@@ -13,7 +13,7 @@
 #include "common/quantity.h"
 #include "limiter/compute_gate.h"
 #include "limiter/core/limit_config.h"
-#include "limiter/group_keeper.h"
+#include "limiter/keeper_thread.h"
 #include "limiter/real/real_driver.h"
 
 namespace gpuslice::limiter {
@@ -104,7 +104,7 @@ CUresult Limiter::AttachWithCuda() {
     slot_.store(-1);
     if (segment_ != nullptr) {
       if (segment_->ReopenAfterFork().ok()) {
-        GroupKeeper::Start(segment_.get());  // the parent's keeper did not survive the fork
+        StartKeeperThread(segment_.get());  // the parent's keeper did not survive the fork
       } else {
         ComputeGate::Arm(nullptr);
         (void)segment_.release();  // the mapping is the parent's too: never unmapped here
@@ -205,7 +205,7 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
   }
   (*segment)->ReapDead();  // members that left since the last one looked
   segment_ = std::move(segment).value();
-  GroupKeeper::Start(segment_.get());
+  StartKeeperThread(segment_.get());
   ComputeGate::Arm(segment_.get());
   ordinal_to_device_ = std::move(map);
   GS_LOG(kInfo, "limiter", "attached to group '%s' (%zu devices)", segment_->group().c_str(),

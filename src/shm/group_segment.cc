@@ -47,10 +47,11 @@ int OfdLock(int fd, int64_t offset, short type, bool wait) {
   return 0;
 }
 
-// True if another open file description holds a lock on the byte at `offset`.
-bool LockedByOther(int fd, int64_t offset) {
+// True if another open file description holds a lock on the byte at `offset`
+// that conflicts with taking it as `type` (F_WRLCK: any lock; F_RDLCK: a write lock).
+bool LockedByOther(int fd, int64_t offset, short type) {
   struct flock fl {};
-  fl.l_type = F_WRLCK;
+  fl.l_type = type;
   fl.l_whence = SEEK_SET;
   fl.l_start = offset;
   fl.l_len = 1;
@@ -121,10 +122,25 @@ StatusOr<std::unique_ptr<GroupSegment>> GroupSegment::Open(const std::string& di
                                                            std::string_view group, bool create) {
   if (create) GS_RETURN_IF_ERROR(MakeDir(dir));
   const std::string path = PathFor(dir, group);
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0666);
-  if (fd < 0) {
-    if (errno == ENOENT) return NotFound("group '" + std::string(group) + "' has no segment");
-    return Unavailable(Errno("cannot open " + path));
+  int fd = -1;
+  // An attacher holds the attach lock for its life; a segment unlinked by a
+  // collector between our open and our lock is stale: open the path again.
+  for (int attempt = 0;; ++attempt) {
+    fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0666);
+    if (fd < 0) {
+      if (errno == ENOENT) return NotFound("group '" + std::string(group) + "' has no segment");
+      return Unavailable(Errno("cannot open " + path));
+    }
+    if (!create) break;
+    if (int err = OfdLock(fd, kAttachLockOffset, F_RDLCK, true); err != 0) {
+      close(fd);
+      errno = err;
+      return Unavailable(Errno("cannot take the attach lock of " + path));
+    }
+    struct stat linked {};
+    if (fstat(fd, &linked) == 0 && linked.st_nlink > 0) break;
+    close(fd);
+    if (attempt == 8) return Unavailable(path + " keeps being removed while it is opened");
   }
   // Creation and validation are serialised by flock (independent of the OFD
   // byte locks that members hold for their slots).
@@ -161,11 +177,17 @@ StatusOr<std::unique_ptr<GroupSegment>> GroupSegment::Open(const std::string& di
     Initialize(layout, group);
   }
   flock(fd, LOCK_UN);
-  return std::unique_ptr<GroupSegment>(new GroupSegment(std::string(group), path, fd, layout));
+  return std::unique_ptr<GroupSegment>(
+      new GroupSegment(std::string(group), path, fd, layout, /*attached=*/create));
 }
 
-GroupSegment::GroupSegment(std::string group, std::string path, int fd, GroupSegmentLayout* layout)
-    : group_(std::move(group)), path_(std::move(path)), fd_(fd), layout_(layout) {}
+GroupSegment::GroupSegment(std::string group, std::string path, int fd, GroupSegmentLayout* layout,
+                           bool attached)
+    : group_(std::move(group)),
+      path_(std::move(path)),
+      fd_(fd),
+      layout_(layout),
+      attached_(attached) {}
 
 GroupSegment::~GroupSegment() {
   munmap(layout_, sizeof(GroupSegmentLayout));
@@ -291,7 +313,7 @@ void GroupSegment::RepairLedger() const {
 
 bool GroupSegment::SlotLive(int slot) const {
   if (slot == own_slot_) return true;
-  return LockedByOther(fd_, kSlotLockOffset + slot);
+  return LockedByOther(fd_, kSlotLockOffset + slot, F_WRLCK);
 }
 
 void GroupSegment::ClearSlotLocked(int s) {
@@ -399,25 +421,134 @@ uint64_t GroupSegment::SlotMemory(int slot, int dev) const {
   return Load(layout_->slots[slot].memory[dev]);
 }
 
+// ---- what the group controller reads and publishes ----
+
+std::string GroupSegment::DeviceUuid(int dev) const {
+  const char* uuid = layout_->devices[dev].uuid;
+  return {uuid, strnlen(uuid, kUuidBytes)};
+}
+
+uint64_t GroupSegment::Launches(int dev) const {
+  return std::atomic_ref<uint64_t>(layout_->devices[dev].compute.launches)
+      .load(std::memory_order_relaxed);
+}
+
+void GroupSegment::PublishEstimate(int dev, const Estimate& estimate) {
+  DeviceCompute& c = layout_->devices[dev].compute;
+  if (estimate.charge_ns > 0) {
+    Atomic(c.charge_ns).store(estimate.charge_ns, std::memory_order_release);
+  }
+  if (estimate.share_bp >= 0) Atomic(c.share_bp).store(static_cast<uint32_t>(estimate.share_bp));
+  Atomic(c.measured_at_ns).store(estimate.measured_at_ns);
+}
+
+std::vector<int32_t> GroupSegment::MemberPids() const {
+  std::vector<int32_t> pids;
+  for (const ProcessSlot& slot : layout_->slots) {
+    if (const int32_t pid = Load(slot.owner_pid); pid != 0) pids.push_back(pid);
+  }
+  return pids;
+}
+
 // ---- the group controller ----
 
 bool GroupSegment::TryBecomeController() {
+  if (controller_) return true;
   if (OfdLock(fd_, kControllerLockOffset, F_WRLCK, false) != 0) return false;
+  controller_ = true;
   Atomic(layout_->controller_pid).store(getpid());
   return true;
 }
 
 Status GroupSegment::WaitToBecomeController() {
+  if (controller_) return Status::Ok();
   if (int err = OfdLock(fd_, kControllerLockOffset, F_WRLCK, true); err != 0) {
     errno = err;
     return Unavailable(Errno("cannot take the controller lock of " + path_));
   }
+  controller_ = true;
   Atomic(layout_->controller_pid).store(getpid());
   return Status::Ok();
 }
 
+void GroupSegment::ResignController() {
+  if (!controller_) return;
+  int32_t me = getpid();
+  Atomic(layout_->controller_pid).compare_exchange_strong(me, 0);
+  OfdLock(fd_, kControllerLockOffset, F_UNLCK, false);
+  controller_ = false;
+}
+
+void GroupSegment::BeatAsDaemon(pid_t pid, int64_t now_ns) {
+  Atomic(layout_->daemon_pid).store(pid);
+  Atomic(layout_->daemon_heartbeat_ns).store(now_ns, std::memory_order_release);
+}
+
+bool GroupSegment::DaemonClaims(int64_t now_ns) const {
+  if (Load(layout_->daemon_pid) == 0) return false;
+  return now_ns - Load(layout_->daemon_heartbeat_ns) < kDaemonStaleNs;
+}
+
+void GroupSegment::EndDaemonClaim(pid_t pid) {
+  int32_t expected = pid;
+  Atomic(layout_->daemon_pid).compare_exchange_strong(expected, 0);
+}
+
 void GroupSegment::Beat(int64_t now_ns) {
   Atomic(layout_->controller_heartbeat_ns).store(now_ns, std::memory_order_release);
+}
+
+// ---- liveness and collection ----
+
+bool GroupSegment::HasAttachedProcess() const {
+  return LockedByOther(fd_, kAttachLockOffset, F_WRLCK);
+}
+
+int64_t GroupSegment::LastAliveNs() const {
+  return std::max(Load(layout_->header.created_ns), Load(layout_->controller_heartbeat_ns));
+}
+
+StatusOr<bool> GroupSegment::RemoveIfAbandoned(const std::string& dir, std::string_view group,
+                                               int64_t grace_ns, int64_t now_ns) {
+  const std::string path = PathFor(dir, group);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ENOENT) return false;  // already gone
+    return Unavailable(Errno("cannot open " + path));
+  }
+  // Held until the file is unlinked: no process can attach meanwhile.
+  if (OfdLock(fd, kAttachLockOffset, F_WRLCK, false) != 0) {
+    close(fd);
+    return false;  // a process is attached
+  }
+  struct stat st {};
+  bool remove = false;
+  if (fstat(fd, &st) == 0 && st.st_nlink > 0) {
+    int64_t last_alive_ns = 0;
+    bool valid = false;
+    if (static_cast<size_t>(st.st_size) == sizeof(GroupSegmentLayout)) {
+      void* p = mmap(nullptr, sizeof(GroupSegmentLayout), PROT_READ, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) {
+        const auto* layout = static_cast<const GroupSegmentLayout*>(p);
+        if (HeaderValid(layout)) {
+          valid = true;
+          last_alive_ns =
+              std::max(Load(layout->header.created_ns), Load(layout->controller_heartbeat_ns));
+        }
+        munmap(p, sizeof(GroupSegmentLayout));
+      }
+    }
+    // Not a segment (a creator died before initialising it): nobody can be
+    // attached to it, and there is no heartbeat to wait for.
+    remove = !valid || now_ns - last_alive_ns >= grace_ns;
+  }
+  Status result = Status::Ok();
+  if (remove && unlink(path.c_str()) != 0 && errno != ENOENT) {
+    result = Unavailable(Errno("cannot remove " + path));
+  }
+  close(fd);  // drops the exclusive lock: a waiting attacher finds the file unlinked
+  if (!result.ok()) return result;
+  return remove;
 }
 
 // ---- fork ----
@@ -425,9 +556,18 @@ void GroupSegment::Beat(int64_t now_ns) {
 Status GroupSegment::ReopenAfterFork() {
   int fd = open(path_.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Unavailable(Errno("cannot reopen " + path_));
+  // The parent, attached, keeps the file linked until the child holds its own lock.
+  if (attached_) {
+    if (int err = OfdLock(fd, kAttachLockOffset, F_RDLCK, true); err != 0) {
+      close(fd);
+      errno = err;
+      return Unavailable(Errno("cannot take the attach lock of " + path_));
+    }
+  }
   close(fd_);  // the parent's open file description, and its locks, stay with the parent
   fd_ = fd;
   own_slot_ = -1;
+  controller_ = false;
   return Status::Ok();
 }
 

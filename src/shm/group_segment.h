@@ -26,12 +26,21 @@
 
 namespace gpuslice {
 
+// Idle time after which a group's segment is removed (by `gpuslice status
+// --gc` and by gpusliced): no process attached and no controller heartbeat.
+inline constexpr int64_t kDefaultGroupGcGraceS = 600;
+
 class GroupSegment {
  public:
   // Opens the segment of `group` under `dir`, creating both when `create`.
   // A file with a wrong magic, version or size is re-initialised (a crashed
   // creator's leftovers are never trusted). Fails with kNotFound when the
   // group has no segment and `create` is false.
+  //
+  // With `create` the handle is *attached*: it holds the group's attach lock
+  // until it is destroyed (or its process dies), which keeps the segment from
+  // being collected (RemoveIfAbandoned). Members open with `create`;
+  // observers (status, limit set, the daemon's readers) without.
   static StatusOr<std::unique_ptr<GroupSegment>> Open(const std::string& dir,
                                                       std::string_view group, bool create);
 
@@ -72,6 +81,22 @@ class GroupSegment {
   }
   // The compute budget of `dev` (fields are shared: use std::atomic_ref).
   DeviceCompute& Compute(int dev) { return layout_->devices[dev].compute; }
+  // The UUID of `dev` ("GPU-…"). REQUIRES: dev < device_count().
+  std::string DeviceUuid(int dev) const;
+
+  // ---- what the group controller reads and publishes ----
+
+  // Launches admitted on `dev` so far (all members).
+  uint64_t Launches(int dev) const;
+  struct Estimate {
+    int64_t charge_ns;       // device time of one launch; 0: not known (keep the last)
+    int32_t share_bp;        // the group's share of the device, basis points; -1: unknown
+    int64_t measured_at_ns;  // CLOCK_MONOTONIC
+  };
+  // Publishes the controller's estimate for `dev` to the launch path and to readers.
+  void PublishEstimate(int dev, const Estimate& estimate);
+  // The pids of the members' slots (in each member's own pid namespace).
+  std::vector<int32_t> MemberPids() const;
 
   // The word bumped on every limit change: read it, decide, then
   // WaitForChange(seen, timeout) sleeps until it moves or the timeout passes
@@ -114,8 +139,37 @@ class GroupSegment {
   bool TryBecomeController();
   // Blocks until this handle holds the controller role (or an error).
   Status WaitToBecomeController();
+  // Gives up the controller role if this handle holds it.
+  void ResignController();
+  bool is_controller() const { return controller_; }
   // Records a heartbeat of the controller.
   void Beat(int64_t now_ns);
+
+  // ---- gpusliced's claim (DESIGN.md section 3) ----
+
+  // gpusliced (`pid`) controls, or wants to control, the group at `now_ns`.
+  void BeatAsDaemon(pid_t pid, int64_t now_ns);
+  // True if gpusliced beat within kDaemonStaleNs before `now_ns`.
+  bool DaemonClaims(int64_t now_ns) const;
+  // Ends `pid`'s claim (a daemon stopping cleanly): members take over at once.
+  void EndDaemonClaim(pid_t pid);
+
+  // ---- liveness and collection ----
+
+  // True if a process other than this handle's is attached to the group.
+  bool HasAttachedProcess() const;
+  // When the group was last known alive: its controller's last heartbeat, or
+  // its creation if it never had one (CLOCK_MONOTONIC ns).
+  int64_t LastAliveNs() const;
+
+  // Removes the segment of `group` under `dir` if no process is attached to
+  // it and it has not been alive for `grace_ns` at `now_ns` (CLOCK_MONOTONIC);
+  // a file that is not a valid segment and has nobody attached is removed at
+  // once. True if it removed the file; false if it is in use, within its
+  // grace period, or already gone. Safe against concurrent attachers: they
+  // either keep it alive or open a fresh segment after it is gone.
+  static StatusOr<bool> RemoveIfAbandoned(const std::string& dir, std::string_view group,
+                                          int64_t grace_ns, int64_t now_ns);
 
   // ---- fork ----
 
@@ -129,7 +183,8 @@ class GroupSegment {
   GroupSegmentLayout& layout() { return *layout_; }
 
  private:
-  GroupSegment(std::string group, std::string path, int fd, GroupSegmentLayout* layout);
+  GroupSegment(std::string group, std::string path, int fd, GroupSegmentLayout* layout,
+               bool attached);
 
   // Locks the accounting mutex, repairing state a dead holder left behind.
   void LockLedger() const;
@@ -145,7 +200,9 @@ class GroupSegment {
   std::string path_;
   int fd_;
   GroupSegmentLayout* layout_;
-  int own_slot_ = -1;  // the slot this handle's fd holds a lock on
+  bool attached_;            // holds the attach lock (opened with `create`)
+  int own_slot_ = -1;        // the slot this handle's fd holds a lock on
+  bool controller_ = false;  // this handle holds the controller lock
 };
 
 }  // namespace gpuslice

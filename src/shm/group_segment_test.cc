@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,8 @@
 #include <filesystem>
 #include <thread>
 #include <vector>
+
+#include "common/clock.h"
 
 namespace gpuslice {
 namespace {
@@ -279,6 +282,117 @@ TEST_F(GroupSegmentTest, SlotsRunOutClearly) {
   EXPECT_NE(s.status().message().find("no free process slot"), std::string::npos);
   members.pop_back();  // one member leaves (its handle closes)
   EXPECT_TRUE(seg->Join(getpid(), 1, "late").ok());
+}
+
+TEST_F(GroupSegmentTest, AnAttachedGroupIsNeverCollected) {
+  auto member = OpenGroup();
+  const int64_t alive = member->LastAliveNs();
+  // Far past any grace period, but a process (this one) is attached.
+  auto removed = GroupSegment::RemoveIfAbandoned(dir_, "g1", 0, alive + 3'600'000'000'000);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_FALSE(*removed);
+  EXPECT_EQ(GroupSegment::ListGroups(dir_), std::vector<std::string>{"g1"});
+  // Observers do not attach: they keep nothing alive and see the member.
+  auto observer = GroupSegment::Open(dir_, "g1", false);
+  ASSERT_TRUE(observer.ok());
+  EXPECT_TRUE((*observer)->HasAttachedProcess());
+}
+
+TEST_F(GroupSegmentTest, AnAbandonedGroupIsCollectedOnlyAfterItsGrace) {
+  int64_t last_alive = 0;
+  {
+    auto member = OpenGroup();
+    member->Beat(member->LastAliveNs() + 5'000'000'000);  // a controller beat 5 s in
+    last_alive = member->LastAliveNs();
+  }  // the member exits
+  auto observer = GroupSegment::Open(dir_, "g1", false);
+  ASSERT_TRUE(observer.ok());
+  EXPECT_FALSE((*observer)->HasAttachedProcess());
+  EXPECT_EQ((*observer)->LastAliveNs(), last_alive);
+  constexpr int64_t kGrace = 600'000'000'000;
+  auto kept = GroupSegment::RemoveIfAbandoned(dir_, "g1", kGrace, last_alive + kGrace - 1);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_FALSE(*kept);
+  auto removed = GroupSegment::RemoveIfAbandoned(dir_, "g1", kGrace, last_alive + kGrace);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_TRUE(*removed);
+  EXPECT_TRUE(GroupSegment::ListGroups(dir_).empty());
+  auto again = GroupSegment::RemoveIfAbandoned(dir_, "g1", 0, last_alive + kGrace);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(*again);  // already gone
+}
+
+TEST_F(GroupSegmentTest, AMemberKilledBySigkillNoLongerKeepsItsGroup) {
+  InChildThenKill([&] {
+    auto seg = GroupSegment::Open(dir_, "g1", true);
+    if (!seg.ok() || !(*seg)->Join(getpid(), 1, "child").ok()) _exit(1);
+  });
+  auto removed = GroupSegment::RemoveIfAbandoned(dir_, "g1", 0, MonotonicNs());
+  ASSERT_TRUE(removed.ok());
+  EXPECT_TRUE(*removed);
+}
+
+TEST_F(GroupSegmentTest, AForkedMemberKeepsTheGroupAfterItsParentLeaves) {
+  auto seg = OpenGroup();
+  int ready[2], release[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(release), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (!seg->ReopenAfterFork().ok()) _exit(1);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1 || read(release[0], &c, 1) != 1) _exit(1);
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  seg.reset();  // the parent's handle closes; the child's stays attached
+  auto kept = GroupSegment::RemoveIfAbandoned(dir_, "g1", 0, MonotonicNs());
+  ASSERT_TRUE(kept.ok());
+  EXPECT_FALSE(*kept);
+  ASSERT_EQ(write(release[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  auto removed = GroupSegment::RemoveIfAbandoned(dir_, "g1", 0, MonotonicNs());
+  ASSERT_TRUE(removed.ok());
+  EXPECT_TRUE(*removed);
+  for (int fd : {ready[0], ready[1], release[0], release[1]}) close(fd);
+}
+
+TEST_F(GroupSegmentTest, AttachersRacingTheCollectorNeverShareAnUnlinkedFile) {
+  // Members come and go while a collector with no grace sweeps: every member
+  // must end up in the file the path names (never in an unlinked one).
+  std::atomic<bool> stop{false};
+  std::thread collector([&] {
+    while (!stop.load()) (void)GroupSegment::RemoveIfAbandoned(dir_, "g1", 0, MonotonicNs());
+  });
+  for (int i = 0; i < 300; ++i) {
+    auto seg = OpenGroup();
+    ASSERT_NE(seg, nullptr);
+    struct stat by_path {
+    }, by_handle{};
+    ASSERT_EQ(stat(seg->path().c_str(), &by_path), 0) << "attached segment was removed";
+    const int fd = open(seg->path().c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(fstat(fd, &by_handle), 0);
+    close(fd);
+    EXPECT_EQ(by_path.st_ino, by_handle.st_ino);
+    EXPECT_TRUE(seg->Join(getpid(), 1, "m").ok());
+  }
+  stop = true;
+  collector.join();
+}
+
+TEST_F(GroupSegmentTest, AFileThatIsNotASegmentIsCollectedAtOnce) {
+  const std::string path = GroupSegment::PathFor(dir_, "junk");
+  int fd = open(path.c_str(), O_CREAT | O_WRONLY, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "garbage", 7), 7);
+  close(fd);
+  auto removed = GroupSegment::RemoveIfAbandoned(dir_, "junk", 600'000'000'000, 0);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_TRUE(*removed);
 }
 
 }  // namespace

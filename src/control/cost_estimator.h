@@ -26,7 +26,7 @@
 #include <cstdint>
 #include <deque>
 
-namespace gpuslice::limiter {
+namespace gpuslice::control {
 
 class CostEstimator {
  public:
@@ -77,4 +77,4 @@ class CostEstimator {
   std::deque<Span> spans_;
 };
 
-}  // namespace gpuslice::limiter
+}  // namespace gpuslice::control

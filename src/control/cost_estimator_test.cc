@@ -4,7 +4,7 @@
 // that other tenants' slices take away from it, and NVML windows that close
 // late and round to whole percent. Each case checks the share the model's
 // ground truth says the tenant got.
-#include "limiter/core/cost_estimator.h"
+#include "control/cost_estimator.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include <deque>
 #include <vector>
 
-#include "limiter/core/launch_pacer.h"
+#include "control/launch_pacer.h"
 
-namespace gpuslice::limiter {
+namespace gpuslice::control {
 namespace {
 
 constexpr int64_t kUs = 1000;
@@ -285,4 +285,4 @@ TEST(LaunchPacer, AdmitsWithinTheBurstThenSpacesLaunches) {
 }
 
 }  // namespace
-}  // namespace gpuslice::limiter
+}  // namespace gpuslice::control

@@ -1,8 +1,8 @@
-#include "limiter/core/cost_estimator.h"
+#include "control/cost_estimator.h"
 
 #include <algorithm>
 
-namespace gpuslice::limiter {
+namespace gpuslice::control {
 
 void CostEstimator::RecordLaunches(int64_t t_ns, uint64_t total) {
   if (!history_.empty() && t_ns <= history_.back().t_ns) {
@@ -76,4 +76,4 @@ double CostEstimator::RecentShare(int64_t window_ns) const {
   return span > 0 ? busy / static_cast<double>(span) : -1;
 }
 
-}  // namespace gpuslice::limiter
+}  // namespace gpuslice::control

@@ -18,7 +18,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace gpuslice::limiter {
+namespace gpuslice::control {
 
 // How far ahead of now a group may have admitted work (wall time): short
 // enough that no 1 s window can hold much more than its share, long enough
@@ -53,4 +53,4 @@ inline int64_t TryAdmit(std::atomic_ref<int64_t> next_free, int64_t now_ns, int6
   }
 }
 
-}  // namespace gpuslice::limiter
+}  // namespace gpuslice::control

@@ -1,0 +1,124 @@
+#include "control/compute_controller.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <string>
+
+namespace gpuslice::control {
+namespace {
+
+constexpr char kUuid[] = "GPU-00000000-1111-2222-3333-444444444444";
+constexpr int64_t kMs = 1'000'000;
+
+// Samples scripted by the test; answers those newer than asked, like NVML.
+class ScriptedSource final : public UtilizationSource {
+ public:
+  StatusOr<std::vector<UtilizationSample>> SamplesSince(std::string_view uuid,
+                                                        uint64_t since_us) override {
+    ++calls;
+    if (!available) return Unavailable("no NVML in this test");
+    std::vector<UtilizationSample> out;
+    for (const UtilizationSample& s : samples[std::string(uuid)]) {
+      if (s.timestamp_us > since_us) out.push_back(s);
+    }
+    return out;
+  }
+  std::map<std::string, std::vector<UtilizationSample>> samples;
+  bool available = true;
+  int calls = 0;
+};
+
+class ComputeControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-control-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto seg = GroupSegment::Open(dir_, "g", true);
+    ASSERT_TRUE(seg.ok());
+    segment_ = std::move(seg).value();
+    ASSERT_EQ(*segment_->AttachDevice(kUuid), 0);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  ComputeController MakeController(const std::vector<int32_t>& members) {
+    return ComputeController(*segment_, source_, [members] { return members; },
+                             {realtime_, monotonic_});
+  }
+
+  // Runs `seconds` of simulated time: the group launches `launches_per_s`
+  // kernels and NVML closes a window every 200 ms in which each pid of
+  // `busy` kept the GPU busy for its percentage.
+  void Simulate(ComputeController& c, double seconds, int launches_per_s,
+                const std::map<uint32_t, uint32_t>& busy) {
+    const int ticks = static_cast<int>(seconds * 20);
+    for (int i = 1; i <= ticks; ++i) {
+      realtime_.Advance(50 * kMs);
+      monotonic_.Advance(50 * kMs);
+      std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += launches_per_s / 20;
+      if (i % 4 == 0) {
+        for (const auto& [pid, percent] : busy) {
+          source_.samples[kUuid].push_back(
+              {pid, static_cast<uint64_t>(realtime_.NowNs() / 1000), percent});
+        }
+      }
+      c.Tick();
+    }
+  }
+
+  std::string dir_;
+  std::unique_ptr<GroupSegment> segment_;
+  ScriptedSource source_;
+  SimulatedClock realtime_{1'800'000'000'000'000'000};
+  SimulatedClock monotonic_{5'000'000'000};
+};
+
+TEST_F(ComputeControllerTest, LearnsTheDeviceTimeOfALaunchFromItsMembersSamples) {
+  segment_->SetComputeLimit(0, 50);
+  ComputeController c = MakeController({4242});
+  // 100 launches a second keeping the GPU 40% busy: 4 ms of device time each.
+  Simulate(c, 3.0, 100, {{4242, 40}});
+  const DeviceCompute& budget = segment_->Compute(0);
+  EXPECT_NEAR(budget.charge_ns, 4 * kMs, 0.4 * kMs);
+  EXPECT_NEAR(budget.share_bp, 4000, 200);
+  EXPECT_EQ(budget.measured_at_ns, monotonic_.NowNs());
+}
+
+TEST_F(ComputeControllerTest, OtherProcessesSamplesDoNotCount) {
+  segment_->SetComputeLimit(0, 50);
+  ComputeController c = MakeController({4242, 4243});
+  Simulate(c, 3.0, 100, {{4242, 10}, {4243, 10}, {999, 70}});
+  EXPECT_NEAR(segment_->Compute(0).share_bp, 2000, 200);
+  EXPECT_NEAR(segment_->Compute(0).charge_ns, 2 * kMs, 0.2 * kMs);
+}
+
+TEST_F(ComputeControllerTest, WithoutSamplesTheBootstrapChargeStays) {
+  segment_->SetComputeLimit(0, 50);
+  segment_->Compute(0).charge_ns = 7 * kMs;  // what the members measured
+  source_.available = false;
+  ComputeController c = MakeController({4242});
+  Simulate(c, 2.0, 100, {});
+  EXPECT_EQ(segment_->Compute(0).charge_ns, 7 * kMs);
+  EXPECT_EQ(segment_->Compute(0).measured_at_ns, 0);
+
+  // Samples that match no member publish a share of zero, never a charge.
+  source_.available = true;
+  ComputeController unmatched = MakeController({1});
+  Simulate(unmatched, 2.0, 100, {{4242, 50}});
+  EXPECT_EQ(segment_->Compute(0).charge_ns, 7 * kMs);
+}
+
+TEST_F(ComputeControllerTest, NothingToDoWithoutAComputeLimit) {
+  ComputeController c = MakeController({4242});
+  EXPECT_FALSE(c.Tick());
+  EXPECT_EQ(source_.calls, 0);
+  segment_->SetComputeLimit(0, 30);
+  EXPECT_TRUE(c.Tick());
+  EXPECT_EQ(source_.calls, 1);
+}
+
+}  // namespace
+}  // namespace gpuslice::control

@@ -1,0 +1,66 @@
+#include "control/group_keeper.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "common/log.h"
+
+namespace gpuslice::control {
+
+GroupKeeper::GroupKeeper(GroupSegment& segment, ComputeController& compute, const Clock& monotonic)
+    : segment_(segment), compute_(compute), clock_(monotonic) {}
+
+int64_t GroupKeeper::Step() {
+  const int64_t period_ns = std::chrono::nanoseconds(kPeriod).count();
+  const int64_t now = clock_.NowNs();
+  if (now >= next_reap_ns_) {
+    if (int n = segment_.ReapDead(); n > 0) {
+      GS_LOG(kInfo, "control", "group '%s': reclaimed the memory of %d departed member(s)",
+             segment_.group().c_str(), n);
+    }
+    segment_.Beat(now);
+    next_reap_ns_ = now + period_ns;
+  }
+  const int64_t tick_ns =
+      compute_.Tick() ? std::chrono::nanoseconds(ComputeController::kPeriod).count() : period_ns;
+  return std::max<int64_t>(0, std::min(tick_ns, next_reap_ns_ - clock_.NowNs()));
+}
+
+void GroupKeeper::RunForever() {
+  const int64_t period_ns = std::chrono::nanoseconds(kPeriod).count();
+  bool yielded = false;  // last seen: gpusliced controls the group
+  for (;;) {
+    // Read before deciding, so a limit set meanwhile ends the wait at once.
+    const uint32_t seen = segment_.ChangeWord();
+    const int64_t now = clock_.NowNs();
+    if (segment_.DaemonClaims(now)) {
+      if (!yielded) {
+        GS_LOG(kInfo, "control", "gpusliced controls group '%s'", segment_.group().c_str());
+        yielded = true;
+      }
+      segment_.ResignController();
+      segment_.WaitForChange(seen, period_ns);
+      continue;
+    }
+    const bool was_controller = segment_.is_controller();
+    if (segment_.TryBecomeController() || HeldByStaleDaemon()) {
+      if (!was_controller || yielded) {
+        GS_LOG(kInfo, "control", "this process now keeps group '%s'", segment_.group().c_str());
+      }
+      yielded = false;
+      segment_.WaitForChange(seen, Step());
+      continue;
+    }
+    // Another member keeps the group: look again within a period (if it
+    // dies, its lock is gone and the next look takes the role).
+    segment_.WaitForChange(seen, period_ns);
+  }
+}
+
+bool GroupKeeper::HeldByStaleDaemon() const {
+  const GroupSegmentLayout& s = segment_.layout();
+  const int32_t daemon = std::atomic_ref<const int32_t>(s.daemon_pid).load();
+  return daemon != 0 && std::atomic_ref<const int32_t>(s.controller_pid).load() == daemon;
+}
+
+}  // namespace gpuslice::control
