@@ -1,5 +1,6 @@
 #include "cli/group_report.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -38,9 +39,11 @@ std::string ShortUuid(const std::string& uuid) {
   return dash == std::string::npos ? uuid : uuid.substr(0, dash);
 }
 
-GroupReport ReadGroupReport(const GroupSegment& segment) {
+GroupReport ReadGroupReport(const GroupSegment& segment, int64_t now_ns) {
   const GroupSegmentLayout& s = segment.layout();
-  GroupReport r{segment.group(), segment.path(), {}, {}};
+  GroupReport r{.group = segment.group(), .path = segment.path(), .devices = {}, .members = {}};
+  r.live = segment.HasAttachedProcess();
+  if (!r.live) r.idle_ns = std::max<int64_t>(0, now_ns - segment.LastAliveNs());
   const int n = segment.device_count();
   for (int d = 0; d < n; ++d) {
     const GroupDevice& dev = s.devices[d];
@@ -108,13 +111,26 @@ nlohmann::json StatusJson(const std::vector<GroupReport>& groups) {
                          {"memory_bytes", total},
                          {"devices", per_device}});
     }
-    out["groups"].push_back({{"group", g.group},
-                             {"path", g.path},
-                             {"live_members", g.members.size()},
-                             {"devices", devices},
-                             {"members", members}});
+    out["groups"].push_back(
+        {{"group", g.group},
+         {"path", g.path},
+         {"live", g.live},
+         {"idle_seconds", g.live ? json(nullptr) : json(g.idle_ns / 1'000'000'000)},
+         {"live_members", g.members.size()},
+         {"devices", devices},
+         {"members", members}});
   }
   return out;
+}
+
+std::string IdleText(int64_t ns) {
+  constexpr int64_t kHour = 3600;
+  constexpr int64_t kDay = 24 * kHour;
+  const int64_t s = ns / 1'000'000'000;
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 2 * kHour) return std::to_string(s / 60) + "m";
+  if (s < 2 * kDay) return std::to_string(s / kHour) + "h";
+  return std::to_string(s / kDay) + "d";
 }
 
 std::string StatusText(const std::vector<GroupReport>& groups) {
@@ -125,17 +141,19 @@ std::string StatusText(const std::vector<GroupReport>& groups) {
            "MEMORY USED / LIMIT", "COMPUTE", "MEMBERS");
   out += line;
   for (const GroupReport& g : groups) {
+    const std::string members =
+        g.live ? std::to_string(g.members.size()) : "none, idle " + IdleText(g.idle_ns);
     if (g.devices.empty()) {
-      snprintf(line, sizeof line, "%-20s %-16s %-27s %-22s %zu\n", g.group.c_str(), "-", "-", "-",
-               g.members.size());
+      snprintf(line, sizeof line, "%-20s %-16s %-27s %-22s %s\n", g.group.c_str(), "-", "-", "-",
+               members.c_str());
       out += line;
     }
     for (const DeviceReport& d : g.devices) {
       const std::string device = std::to_string(d.index) + " " + ShortUuid(d.uuid);
       const std::string memory =
           FormatBytes(d.memory_used) + " / " + MemoryLimitText(d.memory_limit);
-      snprintf(line, sizeof line, "%-20s %-16s %-27s %-22s %zu\n", g.group.c_str(), device.c_str(),
-               memory.c_str(), ComputeText(d).c_str(), g.members.size());
+      snprintf(line, sizeof line, "%-20s %-16s %-27s %-22s %s\n", g.group.c_str(), device.c_str(),
+               memory.c_str(), ComputeText(d).c_str(), members.c_str());
       out += line;
     }
     for (const MemberReport& m : g.members) {

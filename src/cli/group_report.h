@@ -43,16 +43,24 @@ struct MemberReport {
 struct GroupReport {
   std::string group;
   std::string path;
+  // A process is attached to the group (a limiter holds it open). When none
+  // is, how long since the group was last alive (its controller's heartbeat).
+  bool live = false;
+  int64_t idle_ns = 0;
   std::vector<DeviceReport> devices;
   std::vector<MemberReport> members;  // live ones only, by slot
 };
 
-// Reads `segment`. Only slots that SlotLive() reports are members; call
-// ReapDead() first so that dead members' memory is not counted in use.
-GroupReport ReadGroupReport(const GroupSegment& segment);
+// Reads `segment` at `now_ns` (CLOCK_MONOTONIC). Only slots that SlotLive()
+// reports are members; call ReapDead() first so that dead members' memory is
+// not counted in use.
+GroupReport ReadGroupReport(const GroupSegment& segment, int64_t now_ns);
 
 // {"groups":[…]} with the fields documented in README.md ("The limiter").
 nlohmann::json StatusJson(const std::vector<GroupReport>& groups);
+
+// "45s", "12m", "3h", "2d": an idle time as `status` shows it.
+std::string IdleText(int64_t ns);
 
 // A table a person reads: one line per device, one per member.
 std::string StatusText(const std::vector<GroupReport>& groups);

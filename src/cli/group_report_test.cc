@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "common/clock.h"
+
 namespace gpuslice::cli {
 namespace {
 
@@ -41,7 +43,7 @@ TEST_F(GroupReportTest, ShowsLimitsUsageAndLiveMembersSeenFromAnotherHandle) {
 
   auto reader = Open(false);  // like `gpuslice status`: its own open file description
   ASSERT_TRUE(reader);
-  GroupReport r = ReadGroupReport(*reader);
+  GroupReport r = ReadGroupReport(*reader, MonotonicNs());
   EXPECT_EQ(r.group, "g1");
   ASSERT_EQ(r.devices.size(), 1u);
   EXPECT_EQ(r.devices[0].uuid, kUuid);
@@ -56,6 +58,8 @@ TEST_F(GroupReportTest, ShowsLimitsUsageAndLiveMembersSeenFromAnotherHandle) {
   nlohmann::json j = StatusJson({r});
   const auto& g = j["groups"][0];
   EXPECT_EQ(g["group"], "g1");
+  EXPECT_EQ(g["live"], true);
+  EXPECT_TRUE(g["idle_seconds"].is_null());
   EXPECT_EQ(g["live_members"], 1);
   EXPECT_EQ(g["devices"][0]["index"], 0);
   EXPECT_EQ(g["devices"][0]["uuid"], kUuid);
@@ -78,7 +82,7 @@ TEST_F(GroupReportTest, UnlimitedIsNullInJsonAndWordedInText) {
   auto seg = Open(true);
   ASSERT_TRUE(seg);
   ASSERT_TRUE(seg->AttachDevice(kUuid).ok());
-  GroupReport r = ReadGroupReport(*seg);
+  GroupReport r = ReadGroupReport(*seg, MonotonicNs());
   EXPECT_TRUE(r.members.empty());
   nlohmann::json j = StatusJson({r});
   EXPECT_TRUE(j["groups"][0]["devices"][0]["memory_limit_bytes"].is_null());
@@ -100,7 +104,7 @@ TEST_F(GroupReportTest, ShowsTheMeasuredComputeShare) {
   c.launches = 900;
   c.waits = 880;
   c.wait_ns = 1'500'000'000;
-  GroupReport r = ReadGroupReport(*seg);
+  GroupReport r = ReadGroupReport(*seg, MonotonicNs());
   EXPECT_DOUBLE_EQ(r.devices[0].compute_share_percent, 29.75);
   const nlohmann::json status = StatusJson({r});
   const auto& d = status["groups"][0]["devices"][0];
@@ -117,10 +121,39 @@ TEST_F(GroupReportTest, AShareNeverMeasuredIsNull) {
   auto seg = Open(true);
   ASSERT_TRUE(seg);
   ASSERT_TRUE(seg->AttachDevice(kUuid).ok());
-  const nlohmann::json status = StatusJson({ReadGroupReport(*seg)});
+  const nlohmann::json status = StatusJson({ReadGroupReport(*seg, MonotonicNs())});
   const auto& d = status["groups"][0]["devices"][0];
   EXPECT_TRUE(d["compute_share_percent"].is_null());
   EXPECT_TRUE(d["launch_charge_ns"].is_null());
+}
+
+TEST_F(GroupReportTest, AGroupNobodyIsAttachedToShowsHowLongItHasBeenIdle) {
+  int64_t last_alive = 0;
+  {
+    auto member = Open(true);
+    ASSERT_TRUE(member);
+    ASSERT_TRUE(member->AttachDevice(kUuid).ok());
+    last_alive = member->LastAliveNs();
+  }
+  auto reader = Open(false);
+  ASSERT_TRUE(reader);
+  GroupReport r = ReadGroupReport(*reader, last_alive + 754'000'000'000);
+  EXPECT_FALSE(r.live);
+  EXPECT_EQ(r.idle_ns, 754'000'000'000);
+  const nlohmann::json j = StatusJson({r});
+  EXPECT_EQ(j["groups"][0]["live"], false);
+  EXPECT_EQ(j["groups"][0]["idle_seconds"], 754);
+  const std::string text = StatusText({r});
+  EXPECT_NE(text.find("none, idle 12m"), std::string::npos) << text;
+}
+
+TEST(IdleText, PicksAReadableUnit) {
+  constexpr int64_t kS = 1'000'000'000;
+  EXPECT_EQ(IdleText(45 * kS), "45s");
+  EXPECT_EQ(IdleText(119 * kS), "119s");
+  EXPECT_EQ(IdleText(kS * 12 * 60), "12m");
+  EXPECT_EQ(IdleText(kS * 5 * 3600), "5h");
+  EXPECT_EQ(IdleText(kS * 3 * 86400), "3d");
 }
 
 TEST(StatusText, NoGroups) {

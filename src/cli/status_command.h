@@ -6,10 +6,13 @@
 
 namespace gpuslice::cli {
 
-// Registers `status [--shm-dir D] [--group G] [--json]` under `app`. Reclaims
-// dead members' memory first (ReapDead), so what it shows is live. A segment
-// that cannot be opened is a warning on stderr naming its file; the others are
-// still shown. Exit 1 only if --group names a group without a segment.
+// Registers `status [--shm-dir D] [--group G] [--json] [--all] [--gc
+// [--gc-grace-s S]]` under `app`. Reclaims dead members' memory first
+// (ReapDead), so what it shows is live. Shows groups a process is attached to;
+// `--all` (or `--group`) idle ones too; `--gc` first removes the segments of
+// groups idle for the grace period. A segment that cannot be opened is a
+// warning on stderr naming its file; the others are still shown. Exit 1 only
+// if --group names a group without a segment.
 void AddStatusCommand(CLI::App& app);
 
 }  // namespace gpuslice::cli

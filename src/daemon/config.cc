@@ -45,6 +45,8 @@ Status ApplyConfigJson(const json& j, DaemonConfig& c) {
     GS_CONFIG_KEY(mps_root)
     GS_CONFIG_KEY(mps_control)
     GS_CONFIG_KEY(state_dir)
+    GS_CONFIG_KEY(shm_dir)
+    GS_CONFIG_KEY(group_gc_grace_s)
     GS_CONFIG_KEY(poll_interval_ms)
     GS_CONFIG_KEY(default_lease_s)
     GS_CONFIG_KEY(max_connections)
@@ -124,6 +126,7 @@ Status ValidateConfig(const DaemonConfig& c) {
   };
   for (const Range& r : {Range{"poll_interval_ms", c.poll_interval_ms, 10, 3'600'000},
                          Range{"default_lease_s", c.default_lease_s, 1, 366LL * 24 * 3600},
+                         Range{"group_gc_grace_s", c.group_gc_grace_s, 0, 366LL * 24 * 3600},
                          Range{"max_connections", c.max_connections, 1, 1'000'000},
                          Range{"max_body_bytes", c.max_body_bytes, 64, 64 << 20},
                          Range{"header_timeout_ms", c.header_timeout_ms, 10, 3'600'000},

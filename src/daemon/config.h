@@ -1,5 +1,5 @@
 // gpusliced's configuration: defaults, then an optional JSON file
-// (--config), then the environment (GPUSLICE_SOCKET), then flags; a later
+// (--config), then the environment (GPUSLICE_SOCKET, GPUSLICE_SHM_DIR), then flags; a later
 // source wins. Parsing and validation are pure functions (unit-tested).
 #pragma once
 
@@ -30,7 +30,9 @@ struct DaemonConfig {
   std::string mps_root = "/run/gpuslice/mps";           // MPS pipe/log dirs and state
   std::string mps_control = "nvidia-cuda-mps-control";  // a path, or a name on PATH
   std::string state_dir = kDefaultStateDir;             // durable records (leases, tenants)
-  int64_t poll_interval_ms = 500;                       // GPU sampling period
+  std::string shm_dir;             // group segments; empty: $GPUSLICE_SHM_DIR or the default
+  int64_t group_gc_grace_s = 600;  // idle groups' segments are removed after this
+  int64_t poll_interval_ms = 500;  // GPU sampling period
   int64_t default_lease_s = 3600;
   int64_t max_connections = 1024;
   int64_t max_body_bytes = 65536;

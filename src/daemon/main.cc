@@ -6,8 +6,10 @@
 #include <grp.h>
 #include <sys/resource.h>
 #include <systemd/sd-daemon.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <functional>
@@ -22,6 +24,10 @@
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/gpu/gpu_monitor.h"
 #include "daemon/gpu/nvml_backend.h"
+#include "daemon/groups/backend_utilization.h"
+#include "daemon/groups/control_loop.h"
+#include "daemon/groups/group_controllers.h"
+#include "daemon/groups/segment_collector.h"
 #include "daemon/http/server.h"
 #include "daemon/mps/health_checker.h"
 #include "daemon/mps/mps_manager.h"
@@ -29,6 +35,7 @@
 #include "daemon/mps/posix_mps_host.h"
 #include "daemon/mps_gpu_control.h"
 #include "daemon/state/state_store.h"
+#include "gpuslice/group_segment.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -95,6 +102,10 @@ std::optional<int> Configure(int argc, char** argv, DaemonConfig& config) {
        "nvidia-cuda-mps-control to run: a path or a name on PATH");
   bind("--state-dir", &DaemonConfig::state_dir,
        "Durable records: leases, groups, tenants (default /var/lib/gpuslice)");
+  bind("--shm-dir", &DaemonConfig::shm_dir,
+       "Group segments (default $GPUSLICE_SHM_DIR, else /dev/shm/gpuslice)");
+  bind("--group-gc-grace-s", &DaemonConfig::group_gc_grace_s,
+       "Idle groups' segments are removed after this many seconds (default 600)");
   bind("--poll-interval-ms", &DaemonConfig::poll_interval_ms, "GPU sampling period (default 500)");
   bind("--default-lease-s", &DaemonConfig::default_lease_s,
        "Lease of a setting when the request names none (default 3600)");
@@ -125,6 +136,9 @@ std::optional<int> Configure(int argc, char** argv, DaemonConfig& config) {
   }
   if (const char* env = getenv("GPUSLICE_SOCKET"); env != nullptr && *env != '\0') {
     config.socket = env;
+  }
+  if (const char* env = getenv("GPUSLICE_SHM_DIR"); env != nullptr && *env != '\0') {
+    config.shm_dir = env;
   }
   for (const auto& [option, apply] : overrides) {
     if (option->count() > 0) apply();
@@ -206,7 +220,22 @@ int Run(int argc, char** argv) {
   GpuMonitor monitor(**backend, std::chrono::milliseconds(config.poll_interval_ms));
   monitor.SetChangeListener(
       [&hub](const GpuInfo& gpu) { hub.Publish("gpu", GpuJson(gpu).dump()); });
-  monitor.SetTickHook([&manager] { manager.ExpireDue(); });
+  // Segments of groups idle past the grace period (DESIGN.md section 3).
+  const std::string shm_dir = config.shm_dir.empty() ? kDefaultGroupSegmentDir : config.shm_dir;
+  const int64_t grace_ns = config.group_gc_grace_s * 1'000'000'000;
+  SegmentCollector collector(
+      shm_dir, grace_ns, std::clamp<int64_t>(grace_ns / 4, 1'000'000'000, 10'000'000'000), clock);
+  monitor.SetTickHook([&manager, &collector, &hub] {
+    manager.ExpireDue();
+    SegmentCollector::Sweep sweep = collector.MaybeSweep();
+    for (const std::string& group : sweep.removed) {
+      GS_LOG(kInfo, "gpusliced", "event=group_removed group=%s reason=idle", group.c_str());
+      hub.Publish("group_removed", nlohmann::json{{"group", group}, {"reason", "idle"}}.dump());
+    }
+    for (const std::string& error : sweep.errors) {
+      GS_LOG(kWarn, "gpusliced", "event=group_gc_failed error=\"%s\"", error.c_str());
+    }
+  });
   manager.SetChangeListener([&monitor](uint32_t) { monitor.Poke(); });
 
   // MPS: started per GPU on first demand, kept across daemon restarts (the
@@ -233,10 +262,21 @@ int Run(int argc, char** argv) {
   AddGpuRoutes(router, manager, monitor, route_options);
   mps::RegisterMpsRoutes(router, mps);
 
+  // Every group's controller (DESIGN.md section 3), on a thread of its own:
+  // members yield to the daemon's claim and take over when it goes stale.
+  RealtimeClock realtime;
+  BackendUtilization utilization(**backend, realtime);
+  GroupControllers controllers(GroupControllers::Options{.shm_dir = shm_dir, .self = getpid()},
+                               utilization,
+                               /*host_pids=*/nullptr, GroupControllers::Clocks{realtime, clock});
+  ControlLoop control_loop([&controllers] { return controllers.Tick(); });
+
   monitor.Start();
+  control_loop.Start();
   HttpServer server(std::move(*server_options), router, hub);
   if (Status s = server.Start(); !s.ok()) {
     GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"", s.message().c_str());
+    control_loop.Stop();
     monitor.Stop();
     return kExitFailure;
   }
@@ -259,6 +299,8 @@ int Run(int argc, char** argv) {
   // In this order: no request, then no sampling or expiry, then the reverts;
   // the executors end before the monitor their callbacks poke is destroyed.
   server.Stop();
+  control_loop.Stop();
+  controllers.Stop();  // members take their groups back at once
   monitor.Stop();
   manager.RevertAll();
   manager.Stop();

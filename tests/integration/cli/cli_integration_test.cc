@@ -54,9 +54,11 @@ class CliTest : public testing::SimProcessTest {
     return {code, Read(File("out", n)), Read(File("err", n))};
   }
 
-  // `gpuslice status --json`, parsed; null if it failed.
-  json Status() {
-    Result r = Run({"status", "--json"});
+  // `gpuslice status --json [extra...]`, parsed; null if it failed.
+  json Status(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"status", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Result r = Run(args);
     if (r.code != 0) return nullptr;
     return json::parse(r.out, nullptr, /*allow_exceptions=*/false);
   }
@@ -186,15 +188,43 @@ TEST_F(CliTest, StatusShowsALimitedProcessAndForgetsItWhenKilled) {
 
   kill(probe, SIGKILL);
   EXPECT_EQ(Join(probe), 128 + SIGKILL);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        group = Group(Status(), "t1");
-        return !group.is_null() && group["live_members"] == 0 &&
-               group["devices"][0]["memory_used_bytes"] == 0;
-      },
-      std::chrono::seconds(5)))
-      << group.dump();
+  // Idle now: hidden by default, shown by --all with its memory reclaimed.
+  EXPECT_TRUE(Group(Status(), "t1").is_null());
+  group = Group(Status({"--all"}), "t1");
+  ASSERT_FALSE(group.is_null());
+  EXPECT_EQ(group["live"], false);
+  EXPECT_GE(group["idle_seconds"].get<int64_t>(), 0);
+  EXPECT_EQ(group["live_members"], 0);
+  EXPECT_EQ(group["devices"][0]["memory_used_bytes"], 0);
   EXPECT_TRUE(group["members"].empty());
+  Result hint = Run({"status"});
+  EXPECT_NE(hint.out.find("1 idle group not shown"), std::string::npos) << hint.out;
+  EXPECT_NE(Run({"status", "--all"}).out.find("none, idle"), std::string::npos);
+
+  // --gc keeps it within the grace period and removes it after.
+  Result kept = Run({"status", "--gc"});
+  EXPECT_EQ(kept.code, 0) << kept.err;
+  EXPECT_FALSE(Group(Status({"--all"}), "t1").is_null());
+  Result removed = Run({"status", "--gc", "--gc-grace-s", "0"});
+  EXPECT_EQ(removed.code, 0) << removed.err;
+  EXPECT_NE(removed.err.find("removed group 't1'"), std::string::npos) << removed.err;
+  EXPECT_TRUE(Group(Status({"--all"}), "t1").is_null());
+  EXPECT_FALSE(
+      std::filesystem::exists(shm_dir_ + "/group-t1.v" + std::to_string(kGroupSegmentVersion)));
+}
+
+TEST_F(CliTest, GcNeverRemovesAGroupAProcessIsAttachedTo) {
+  pid_t probe = StartLimitedProbe("1GiB", "busy");
+  ASSERT_TRUE(WaitFor([&] { return !Group(Status(), "busy").is_null(); }, std::chrono::seconds(20)))
+      << Read(File("err", 0));
+  Result r = Run({"status", "--gc", "--gc-grace-s", "0", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json group = Group(json::parse(r.out), "busy");
+  ASSERT_FALSE(group.is_null()) << r.out;
+  EXPECT_EQ(group["live"], true);
+  EXPECT_EQ(group["live_members"], 1);
+  kill(probe, SIGKILL);
+  Join(probe);
 }
 
 TEST_F(CliTest, LimitSetChangesWhatStatusReports) {

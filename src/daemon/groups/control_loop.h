@@ -1,0 +1,49 @@
+// ControlLoop: a thread that calls `tick` again after the nanoseconds each
+// call returns, until Stop(). The daemon runs GroupControllers::Tick on it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace gpuslice::daemon {
+
+class ControlLoop {
+ public:
+  explicit ControlLoop(std::function<int64_t()> tick) : tick_(std::move(tick)) {}
+  ~ControlLoop() { Stop(); }
+  ControlLoop(const ControlLoop&) = delete;
+  ControlLoop& operator=(const ControlLoop&) = delete;
+
+  void Start() {
+    thread_ = std::thread([this] {
+      std::unique_lock lock(mu_);
+      while (!stopping_) {
+        lock.unlock();
+        const int64_t next_ns = tick_();
+        lock.lock();
+        cv_.wait_for(lock, std::chrono::nanoseconds(next_ns), [this] { return stopping_; });
+      }
+    });
+  }
+  // Waits for the running tick to end; no tick runs after it. Idempotent.
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::function<int64_t()> tick_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,111 @@
+#include "daemon/groups/group_controllers.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "common/log.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+ino_t InodeOf(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+}  // namespace
+
+GroupControllers::GroupControllers(Options options, control::UtilizationSource& source,
+                                   HostPids host_pids, Clocks clocks)
+    : options_(std::move(options)),
+      source_(source),
+      host_pids_(std::move(host_pids)),
+      clocks_(clocks) {}
+
+GroupControllers::~GroupControllers() { Stop(); }
+
+std::vector<int32_t> GroupControllers::MembersOf(const std::string& group,
+                                                 const GroupSegment& segment) const {
+  if (host_pids_) {
+    if (std::optional<std::vector<int32_t>> pids = host_pids_(group)) return *pids;
+  }
+  return segment.MemberPids();
+}
+
+void GroupControllers::Rescan() {
+  // Release groups nobody is attached to any more (so that they go idle and
+  // are collected) and those whose file is gone or was replaced.
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    GroupSegment& segment = *it->second.segment;
+    const char* reason = InodeOf(segment.path()) != it->second.inode ? "segment_gone"
+                         : !segment.HasAttachedProcess()             ? "idle"
+                                                                     : nullptr;
+    if (reason == nullptr) {
+      ++it;
+      continue;
+    }
+    GS_LOG(kInfo, "gpusliced", "event=group_released group=%s reason=%s", it->first.c_str(),
+           reason);
+    segment.EndDaemonClaim(options_.self);
+    segment.ResignController();
+    it = groups_.erase(it);
+  }
+  for (const std::string& name : GroupSegment::ListGroups(options_.shm_dir)) {
+    if (groups_.contains(name)) continue;
+    auto segment = GroupSegment::Open(options_.shm_dir, name, /*create=*/false);
+    if (!segment.ok() || !(*segment)->HasAttachedProcess()) continue;  // idle or not a segment
+    Group g;
+    g.inode = InodeOf((*segment)->path());
+    g.segment = std::move(segment).value();
+    GroupSegment* seg = g.segment.get();
+    g.compute = std::make_unique<control::ComputeController>(
+        *seg, source_, [this, name, seg] { return MembersOf(name, *seg); },
+        control::ComputeController::Clocks{clocks_.realtime, clocks_.monotonic});
+    g.keeper = std::make_unique<control::GroupKeeper>(*seg, *g.compute, clocks_.monotonic);
+    GS_LOG(kInfo, "gpusliced", "event=group_adopted group=%s", name.c_str());
+    groups_.emplace(name, std::move(g));
+  }
+}
+
+int64_t GroupControllers::Tick() {
+  const int64_t now = clocks_.monotonic.NowNs();
+  if (!scanned_ || now - last_scan_ns_ >= options_.rescan_ns) {
+    Rescan();
+    scanned_ = true;
+    last_scan_ns_ = now;
+  }
+  int64_t next = std::chrono::nanoseconds(control::GroupKeeper::kPeriod).count();
+  std::vector<GroupControl> snapshot;
+  for (auto& [name, g] : groups_) {
+    g.segment->BeatAsDaemon(options_.self, clocks_.monotonic.NowNs());
+    const bool was = g.segment->is_controller();
+    if (g.segment->TryBecomeController()) {
+      if (!was) GS_LOG(kInfo, "gpusliced", "event=group_controlled group=%s", name.c_str());
+      next = std::min(next, g.keeper->Step());
+    }
+    snapshot.push_back({name, g.segment->is_controller()});
+  }
+  std::lock_guard lock(snapshot_mu_);
+  snapshot_ = std::move(snapshot);
+  return next;
+}
+
+void GroupControllers::Stop() {
+  for (auto& [name, g] : groups_) {
+    g.segment->EndDaemonClaim(options_.self);
+    g.segment->ResignController();
+  }
+  groups_.clear();
+  std::lock_guard lock(snapshot_mu_);
+  snapshot_.clear();
+}
+
+std::vector<GroupControllers::GroupControl> GroupControllers::Snapshot() const {
+  std::lock_guard lock(snapshot_mu_);
+  return snapshot_;
+}
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,92 @@
+// GroupControllers: gpusliced runs the controller of every group on the node
+// (DESIGN.md sections 3-4), the same control::GroupKeeper and
+// ComputeController a member runs, fed with NVML's samples matched to host
+// pids (which a member inside a container cannot do).
+//
+// Protocol with the members (include/gpuslice/group_segment.h): for each
+// group a process is attached to, every tick it beats the segment's daemon
+// heartbeat (its claim) and, once the member that held the controller role
+// has given it up (members yield to a fresh claim within a keeper period),
+// holds the role and steps the group's keeper. If the daemon dies the role's
+// lock goes with it and members take over when the claim goes stale (2 s);
+// Stop() ends every claim at once. After a restart it re-adopts every group.
+//
+// Thread-compatible: Tick() and Stop() from one thread (the daemon's control
+// loop); Snapshot() from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "control/compute_controller.h"
+#include "control/group_keeper.h"
+#include "control/utilization_source.h"
+#include "shm/group_segment.h"
+
+namespace gpuslice::daemon {
+
+class GroupControllers {
+ public:
+  // The host pids of `group`'s processes, if the registry knows the group;
+  // nullopt: use the pids in the segment's slots.
+  using HostPids = std::function<std::optional<std::vector<int32_t>>(const std::string& group)>;
+
+  struct Options {
+    std::string shm_dir;
+    pid_t self = 0;                     // the daemon's pid, written in its claims
+    int64_t rescan_ns = 1'000'000'000;  // how often the directory is listed
+  };
+  struct Clocks {
+    const Clock& realtime;   // NVML's sample time base
+    const Clock& monotonic;  // the segments' time base
+  };
+
+  // REQUIRES: `source`, the clocks, and whatever `host_pids` uses outlive this.
+  GroupControllers(Options options, control::UtilizationSource& source, HostPids host_pids,
+                   Clocks clocks);
+  ~GroupControllers();  // ends every claim (Stop)
+
+  // Adopts new groups (at most once per rescan), drops groups whose segment
+  // is gone, claims and steps every adopted group. Returns the nanoseconds
+  // until it is next due.
+  int64_t Tick();
+  // Ends every claim and gives up every role: members control their groups
+  // again at once. Idempotent.
+  void Stop();
+
+  struct GroupControl {
+    std::string group;
+    bool controlling;  // holds the controller role (else a member still does)
+  };
+  std::vector<GroupControl> Snapshot() const;
+
+ private:
+  struct Group {
+    std::unique_ptr<GroupSegment> segment;
+    std::unique_ptr<control::ComputeController> compute;
+    std::unique_ptr<control::GroupKeeper> keeper;
+    ino_t inode = 0;  // of the file adopted; another inode: the segment was replaced
+  };
+  void Rescan();
+  std::vector<int32_t> MembersOf(const std::string& group, const GroupSegment& segment) const;
+
+  const Options options_;
+  control::UtilizationSource& source_;
+  HostPids host_pids_;
+  Clocks clocks_;
+  std::map<std::string, Group> groups_;
+  int64_t last_scan_ns_ = 0;
+  bool scanned_ = false;
+  mutable std::mutex snapshot_mu_;
+  std::vector<GroupControl> snapshot_;  // GUARDED_BY(snapshot_mu_)
+};
+
+}  // namespace gpuslice::daemon
