@@ -10,8 +10,7 @@
 // state file of GPUSLICE_SIM_STATE (or the default state). Prints one line
 // "serving PATH" once it answers, then serves until SIGTERM or SIGINT.
 // Exit codes: 0 stopped by a signal, 1 cannot serve, 2 bad arguments.
-#include <signal.h>
-
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>

@@ -10,10 +10,10 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -60,7 +60,7 @@ pid_t ChildOf(pid_t parent) {
   if (proc == nullptr) return 0;
   pid_t found = 0;
   while (dirent* e = readdir(proc)) {
-    const pid_t pid = static_cast<pid_t>(atoi(e->d_name));
+    const auto pid = static_cast<pid_t>(atoi(e->d_name));
     if (pid > 0 && ParentOf(pid) == parent) {
       found = pid;
       break;
