@@ -19,6 +19,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "nvml_abi/nvml.h"
@@ -111,11 +112,14 @@ class PidNamespaceTest : public SimProcessTest {
         << Read("err" + std::to_string(n));
   }
 
-  // Starts gpuslice-workload as pid 1 of a new PID namespace with its own
-  // /proc. Returns the unshare process; the workload is its child.
-  pid_t StartInNamespace(int n, const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {"--pid", "--fork", "--mount-proc", "--kill-child",
-                                     BuildDir() + "/bin/gpuslice-workload"};
+  // Starts gpuslice-workload as pid 1 of a new PID namespace, with a /proc of
+  // its own (`mount_proc`) or the host's. Returns the unshare process; the
+  // workload is its child.
+  pid_t StartInNamespace(int n, const std::vector<std::string>& args, bool mount_proc = true) {
+    std::vector<std::string> argv = {"--pid", "--fork"};
+    if (mount_proc) argv.emplace_back("--mount-proc");
+    argv.emplace_back("--kill-child");
+    argv.push_back(BuildDir() + "/bin/gpuslice-workload");
     argv.insert(argv.end(), args.begin(), args.end());
     return StartProgram(kUnshare, n, argv);
   }
@@ -148,10 +152,14 @@ class PidNamespaceTest : public SimProcessTest {
   }
 };
 
-// (a) NVML lists a namespaced tenant under its host pid, not as pid 1.
-TEST_F(PidNamespaceTest, NvmlReportsTheHostPidOfANamespacedTenant) {
+// (a) NVML lists a namespaced tenant under its host pid, not as pid 1, whether
+// the tenant's /proc is its namespace's own or the host's.
+class PidNamespaceNvmlTest : public PidNamespaceTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(PidNamespaceNvmlTest, NvmlReportsTheHostPidOfANamespacedTenant) {
   StartNodeHelper(0);
-  const pid_t unshare_pid = StartInNamespace(1, {"--alloc", "67108864", "--hold-s", "60"});
+  const pid_t unshare_pid =
+      StartInNamespace(1, {"--alloc", "67108864", "--hold-s", "60"}, /*mount_proc=*/GetParam());
   const pid_t tenant = TenantOf(unshare_pid);
   ASSERT_GT(tenant, 1) << "no child of unshare: " << Read("err1");
   ASSERT_TRUE(WaitFor([&] { return NvmlComputePids().contains(static_cast<unsigned>(tenant)); },
@@ -168,18 +176,23 @@ TEST_F(PidNamespaceTest, NvmlReportsTheHostPidOfANamespacedTenant) {
   EXPECT_GE(p["devices"][0]["memory_bytes"].get<uint64_t>(), 64u << 20);
 }
 
+INSTANTIATE_TEST_SUITE_P(Proc, PidNamespaceNvmlTest, ::testing::Bool(),
+                         [](const auto& p) { return p.param ? "OwnProc" : "HostProc"; });
+
 // (b) A namespaced tenant and a host process launch side by side; neither is
 // taken for dead by the other (the namespaced one is pid 1 in its namespace,
 // and the host's pid 1 is another process). With and without the node helper
-// (without it the tenant is recorded by its namespace pid and namespace).
+// (without it the tenant is recorded by its namespace pid and namespace), and
+// with the namespace's own /proc or the host's.
 class PidNamespaceSideBySideTest : public PidNamespaceTest,
-                                   public ::testing::WithParamInterface<bool> {};
+                                   public ::testing::WithParamInterface<std::tuple<bool, bool>> {};
 
 TEST_P(PidNamespaceSideBySideTest, NamespacedTenantSurvivesBesideAHostProcess) {
-  if (GetParam()) StartNodeHelper(0);
+  const auto [with_helper, mount_proc] = GetParam();
+  if (with_helper) StartNodeHelper(0);
   const std::vector<std::string> args = {"--kernel-us", "500", "--duration-s", "1.5", "--quiet"};
   const pid_t host = Start(1, args);
-  const pid_t unshare_pid = StartInNamespace(2, args);
+  const pid_t unshare_pid = StartInNamespace(2, args, mount_proc);
   // Both registered at once: from here on each one's reaper looks at the other.
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -198,8 +211,12 @@ TEST_P(PidNamespaceSideBySideTest, NamespacedTenantSurvivesBesideAHostProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(NodeHelper, PidNamespaceSideBySideTest, ::testing::Bool(),
-                         [](const auto& p) { return p.param ? "WithHelper" : "NoHelper"; });
+INSTANTIATE_TEST_SUITE_P(NodeHelper, PidNamespaceSideBySideTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const auto& p) {
+                           return std::string(std::get<0>(p.param) ? "WithHelper" : "NoHelper") +
+                                  (std::get<1>(p.param) ? "OwnProc" : "HostProc");
+                         });
 
 // (c) A namespaced tenant that dies is reclaimed by a process of the host's
 // view (here this test, reading the stats) like any dead process.
