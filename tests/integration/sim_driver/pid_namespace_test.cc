@@ -78,6 +78,7 @@ struct Nvml {
   decltype(&::nvmlShutdown) shutdown = nullptr;
   decltype(&::nvmlDeviceGetHandleByIndex_v2) handle = nullptr;
   decltype(&::nvmlDeviceGetComputeRunningProcesses_v3) processes = nullptr;
+  decltype(&::nvmlSystemGetProcessName) name = nullptr;
 };
 
 const Nvml& LoadNvml() {
@@ -90,6 +91,7 @@ const Nvml& LoadNvml() {
     n.handle = reinterpret_cast<decltype(n.handle)>(dlsym(n.lib, "nvmlDeviceGetHandleByIndex_v2"));
     n.processes = reinterpret_cast<decltype(n.processes)>(
         dlsym(n.lib, "nvmlDeviceGetComputeRunningProcesses_v3"));
+    n.name = reinterpret_cast<decltype(n.name)>(dlsym(n.lib, "nvmlSystemGetProcessName"));
     return n;
   }();
   return nvml;
@@ -166,6 +168,13 @@ TEST_P(PidNamespaceNvmlTest, NvmlReportsTheHostPidOfANamespacedTenant) {
                       milliseconds(10000)))
       << "NVML lists no pid " << tenant << ": " << Read("err1");
   EXPECT_FALSE(NvmlComputePids().contains(1u));
+  // The driver's record names it, whatever this process's /proc shows.
+  const Nvml& nvml = LoadNvml();
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  char name[64] = "";
+  EXPECT_EQ(nvml.name(static_cast<unsigned>(tenant), name, sizeof name), NVML_SUCCESS);
+  EXPECT_STREQ(name, "gpuslice-worklo");  // comm: 15 characters
+  nvml.shutdown();
   // Ground truth: the record holds the host pid, learned from the helper, and
   // the tenant's own view of itself.
   const json p = Process(Stats(), tenant);
