@@ -113,13 +113,15 @@ StatusOr<bool> CreateStateFile(const std::string& path, const SimConfig& config,
   return won;
 }
 
-// Pids of live processes registered in `s` (for error messages); empty if none.
-std::string LiveUsers(SimState* s) {
+// Pids of live processes registered in `s` other than `self` (for error
+// messages); empty if none. A record this process cannot judge (another pid
+// namespace) counts as live.
+std::string LiveUsers(SimState* s, const ProcessIdentity& self, uint64_t view_ns) {
   std::string pids;
   for (const ProcessRecord& p : s->processes) {
-    if (p.status == kProcessAlive && p.pid != getpid() && ProcessAlive(p.pid, p.start_time)) {
-      pids += (pids.empty() ? "" : ", ") + std::to_string(p.pid);
-    }
+    if (p.status != kProcessAlive || (p.pid == self.pid && p.pid_ns == self.pid_ns)) continue;
+    if (view_ns != 0 && p.pid_ns == view_ns && !ProcessAlive(p.pid, p.start_time)) continue;
+    pids += (pids.empty() ? "" : ", ") + std::to_string(p.pid);
   }
   return pids;
 }
@@ -182,7 +184,8 @@ StatusOr<std::unique_ptr<SimGpu>> SimGpu::Open(const OpenOptions& options) {
       continue;
     }
     if (s->header.config_hash != hash && !options.observer) {
-      std::string users = LiveUsers(s);
+      const ProcessIdentity self = LearnProcessIdentity(NodeSocketPath(path));
+      std::string users = LiveUsers(s, self, ProcViewNamespace(self));
       munmap(s, sizeof(SimState));
       if (!users.empty()) {
         // NOLINTBEGIN(performance-inefficient-string-concatenation): once, leaving the loop
@@ -195,6 +198,7 @@ StatusOr<std::unique_ptr<SimGpu>> SimGpu::Open(const OpenOptions& options) {
       continue;
     }
     std::unique_ptr<SimGpu> gpu(new SimGpu(path, s, sizeof(SimState), options.observer));
+    gpu->AdoptIdentity(LearnProcessIdentity(gpu->node_socket_));
     if (!options.observer) {
       Locked lock(*gpu);
       if (gpu->RegisterProcessLocked() < 0) {
@@ -214,11 +218,32 @@ SimGpu::SimGpu(std::string path, SimState* state, size_t mapped_size, bool obser
       state_(state),
       mapped_size_(mapped_size),
       pid_(getpid()),
+      node_socket_(NodeSocketPath(path_)),
       observer_(observer) {}
+
+void SimGpu::AdoptIdentity(const ProcessIdentity& self) {
+  self_ = self;
+  view_ns_ = ProcViewNamespace(self_);
+}
+
+bool SimGpu::IsSelf(const ProcessRecord& p) const {
+  return p.pid == self_.pid && p.pid_ns == self_.pid_ns;
+}
+
+bool SimGpu::KnownDead(const ProcessRecord& p) const {
+  if (view_ns_ == 0 || p.pid_ns != view_ns_ || IsSelf(p)) return false;
+  return !ProcessAlive(p.pid, p.start_time);
+}
 
 SimGpu::~SimGpu() { munmap(state_, mapped_size_); }
 
 SimGpu::Locked::Locked(SimGpu& gpu) : gpu_(gpu) {
+  const uint64_t generation = g_fork_generation.load(std::memory_order_relaxed);
+  const bool forked = generation != gpu.fork_generation_ && getpid() != gpu.pid_;
+  // A forked child is a new process of the simulation: it learns its own
+  // identity (talking to the node helper) before taking the lock.
+  ProcessIdentity child;
+  if (forked) child = LearnProcessIdentity(gpu.node_socket_);
   int r = pthread_mutex_lock(&gpu.state_->mutex);
   if (r == EOWNERDEAD) {
     // Its holder died mid-operation. The state stays usable: operations keep
@@ -226,10 +251,9 @@ SimGpu::Locked::Locked(SimGpu& gpu) : gpu_(gpu) {
     pthread_mutex_consistent(&gpu.state_->mutex);
     gpu.state_->header.last_reap_ns = 0;  // find the dead process soon
   }
-  const uint64_t generation = g_fork_generation.load(std::memory_order_relaxed);
-  if (generation != gpu.fork_generation_ && getpid() != gpu.pid_) {
-    // A forked child: a new process of the simulation.
+  if (forked) {
     gpu.pid_ = getpid();
+    gpu.AdoptIdentity(child);
     gpu.process_slot_ = -1;
     if (!gpu.observer_) gpu.RegisterProcessLocked();
   }
@@ -243,11 +267,11 @@ const DeviceInfo& SimGpu::device(int index) const { return state_->devices[index
 const SimParams& SimGpu::params() const { return state_->params; }
 
 int SimGpu::RegisterProcessLocked() {
-  const uint64_t start = ProcessStartTime(pid_);
+  const uint64_t start = self_.start_time;
   int free_slot = -1, oldest_exited = -1;
   for (int i = 0; i < kMaxProcesses; ++i) {
     ProcessRecord& p = state_->processes[i];
-    if (p.status == kProcessAlive && p.pid == pid_ && p.start_time == start) {
+    if (p.status == kProcessAlive && IsSelf(p) && p.start_time == start) {
       return process_slot_ = i;
     }
     if (p.status == kProcessFree && free_slot < 0) free_slot = i;
@@ -260,11 +284,14 @@ int SimGpu::RegisterProcessLocked() {
   if (slot < 0) return -1;
   ProcessRecord& p = state_->processes[slot];
   memset(&p, 0, sizeof p);
-  p.pid = pid_;
+  p.pid = self_.pid;
   p.status = kProcessAlive;
   p.start_time = start;
+  p.pid_ns = self_.pid_ns;
+  p.local_pid = self_.local_pid;
+  p.flags = self_.host_known ? uint32_t{kProcessHostPid} : 0u;
   p.first_seen_ns = MonotonicNs();
-  ProcessName(pid_, p.name, sizeof p.name);
+  OwnProcessName(p.name, sizeof p.name);
   return process_slot_ = slot;
 }
 
@@ -293,7 +320,7 @@ void SimGpu::ReapDeadProcessesLocked(int64_t now, bool force) {
   state_->header.last_reap_ns = now;
   for (int i = 0; i < kMaxProcesses; ++i) {
     ProcessRecord& p = state_->processes[i];
-    if (p.status != kProcessAlive || p.pid == pid_ || ProcessAlive(p.pid, p.start_time)) continue;
+    if (p.status != kProcessAlive || !KnownDead(p)) continue;
     // As the driver does when a process dies: its contexts and memory go.
     for (int c = 0; c < kMaxContexts; ++c) {
       if (state_->contexts[c].status == kContextActive && state_->contexts[c].process_slot == i) {
@@ -638,8 +665,8 @@ void SimGpu::SetMpsServer(int device, bool serving) {
   Locked lock(*this);
   uint32_t& server = state_->devices[device].mps_server_pid;
   if (serving) {
-    server = static_cast<uint32_t>(pid_);
-  } else if (server == static_cast<uint32_t>(pid_)) {
+    server = static_cast<uint32_t>(self_.pid);
+  } else if (server == static_cast<uint32_t>(self_.pid)) {
     server = 0;
   }
 }

@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "sim/core/config.h"
+#include "sim/core/process_identity.h"
 #include "sim/core/state.h"
 
 namespace gpuslice::sim {
@@ -155,6 +156,9 @@ class SimGpu {
   int64_t NowNs() const { return MonotonicNs(); }
   // This process's slot in state.processes.
   int process_slot() const { return process_slot_; }
+  // How this process is named in the records (its host pid when the node
+  // helper told it; see process_identity.h).
+  const ProcessIdentity& identity() const { return self_; }
 
  private:
   class Locked {
@@ -169,8 +173,16 @@ class SimGpu {
   };
 
   SimGpu(std::string path, SimState* state, size_t mapped_size, bool observer);
+  // Takes `self` as this process's identity (at open, and in a forked child).
+  void AdoptIdentity(const ProcessIdentity& self);
   void AdvanceAllLocked(int64_t now);
+  // Destroys the contexts of processes found dead. Only records whose pid
+  // namespace this process's /proc shows are judged (view_ns_).
   void ReapDeadProcessesLocked(int64_t now, bool force);
+  // Whether record `p` names this process.
+  bool IsSelf(const ProcessRecord& p) const;
+  // Whether this process can tell that record `p`'s process is gone.
+  bool KnownDead(const ProcessRecord& p) const;
   int RegisterProcessLocked();
   ContextRecord* LookupLocked(ContextId ctx);
   // LookupLocked, and not terminated: *status says why when it returns nullptr.
@@ -183,9 +195,12 @@ class SimGpu {
   std::string path_;
   SimState* state_;
   size_t mapped_size_;
-  int process_slot_ = -1;  // -1 for observers
-  pid_t pid_;
+  int process_slot_ = -1;         // -1 for observers
+  pid_t pid_;                     // getpid() as of the last fork check
   uint64_t fork_generation_ = 0;  // g_fork_generation when pid_ was last checked
+  std::string node_socket_;       // the node helper's socket (NodeSocketPath)
+  ProcessIdentity self_;          // this process's record identity
+  uint64_t view_ns_ = 0;          // pid namespace this process's /proc shows; 0 = unknown
   bool observer_;
 };
 

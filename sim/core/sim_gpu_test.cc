@@ -146,6 +146,50 @@ TEST_F(SimGpuTest, ADeadProcessesMemoryAndContextsAreReclaimed) {
   EXPECT_TRUE(exited);
 }
 
+// A pid means something only in its pid namespace: a record of another
+// namespace (a container's pid 1, or a host pid this process cannot see) is
+// never taken for dead, while a dead one of this namespace is reclaimed.
+TEST_F(SimGpuTest, OnlyRecordsOfTheNamespaceThisProcSeesAreJudged) {
+  auto gpu = Open();
+  ASSERT_TRUE(gpu);
+  EXPECT_EQ(gpu->identity().pid, getpid());
+  EXPECT_EQ(gpu->identity().pid_ns, OwnPidNamespace());
+  const pid_t dead = Fork([] { return 0; });
+  ASSERT_EQ(Join(dead), 0);
+  const uint64_t here = OwnPidNamespace();
+  ASSERT_NE(here, 0u);
+  gpu->WithState([&](SimState& s) {
+    int added = 0;
+    for (ProcessRecord& p : s.processes) {
+      if (p.status != kProcessFree) continue;
+      p.status = kProcessAlive;
+      p.pid = added == 0 ? dead : 1;  // this namespace's dead child; a container's pid 1
+      p.pid_ns = added == 0 ? here : here + 1;
+      p.start_time = 12345;
+      if (++added == 2) break;
+    }
+    return added;
+  });
+  gpu->ResetStats();  // reaps at once
+  gpu->WithState([&](SimState& s) {
+    int seen = 0;
+    for (const ProcessRecord& p : s.processes) {
+      if (p.pid == dead && p.pid_ns == here) {
+        EXPECT_EQ(p.status, kProcessFree) << "reaped, then dropped by the reset";
+        ++seen;
+      } else if (p.pid == 1 && p.pid_ns == here + 1) {
+        EXPECT_EQ(p.status, kProcessAlive) << "another namespace's pid 1 is not judged";
+        ++seen;
+      } else if (p.pid == getpid()) {
+        EXPECT_EQ(p.status, kProcessAlive);
+        ++seen;
+      }
+    }
+    EXPECT_EQ(seen, 2);  // the reaped record was cleared
+    return 0;
+  });
+}
+
 TEST_F(SimGpuTest, ExclusiveProcessModeRefusesASecondProcess) {
   auto gpu = Open();
   gpu->WithState([](SimState& s) { s.devices[0].compute_mode = kComputeExclusiveProcess; });

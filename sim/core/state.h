@@ -26,7 +26,7 @@
 namespace gpuslice::sim {
 
 inline constexpr uint64_t kStateMagic = 0x4d49535f534c5047;  // "GPLS_SIM"
-inline constexpr uint32_t kStateVersion = 2;                 // 2: MPS fields in ContextRecord
+inline constexpr uint32_t kStateVersion = 3;  // 2: MPS fields; 3: host pids (ProcessRecord)
 
 inline constexpr int kMaxDevices = 8;
 inline constexpr int kMaxContexts = 128;
@@ -144,11 +144,21 @@ struct DeviceState {
 // ---- processes ----
 
 enum ProcessStatus : uint32_t { kProcessFree = 0, kProcessAlive = 1, kProcessExited = 2 };
+enum ProcessFlags : uint32_t {
+  kProcessHostPid = 1u << 0,  // pid was learned from the node helper (see process_identity.h)
+};
 
+// A process is named by its host pid, as NVIDIA's driver names it; `pid_ns`
+// says in which pid namespace `pid` is valid (the node helper's, or the
+// process's own when it could not learn its host pid). Only a process whose
+// /proc shows `pid_ns` judges whether the record's process is alive.
 struct ProcessRecord {
   int32_t pid;
   uint32_t status;      // ProcessStatus
   uint64_t start_time;  // from /proc/<pid>/stat; tells a reused pid apart
+  uint64_t pid_ns;      // inode of the pid namespace `pid` belongs to; 0 = unknown
+  int32_t local_pid;    // getpid() of the process: its pid in its own namespace
+  uint32_t flags;       // ProcessFlags
   char name[32];
   int64_t first_seen_ns, exit_ns;
   struct {

@@ -36,6 +36,8 @@ nlohmann::json StatsJson(const SimState& s, int64_t now_ns) {
                             {"peak_memory_bytes", pd.peak_memory_bytes}});
     }
     processes.push_back({{"pid", p.pid},
+                         {"local_pid", p.local_pid},
+                         {"host_pid", (p.flags & kProcessHostPid) != 0},
                          {"name", p.name},
                          {"status", p.status == kProcessAlive ? "running" : "exited"},
                          {"first_seen_ns", p.first_seen_ns},

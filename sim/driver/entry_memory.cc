@@ -27,6 +27,25 @@ CUresult AllocateCurrent(CUdeviceptr* dptr, uint64_t bytes) {
   return AllocateDevice(CurrentHandle(), bytes, 0, dptr);
 }
 
+// The device's default pool, created on first use. REQUIRES: D().mu held.
+uint64_t DefaultPoolLocked(int dev) {
+  Driver& d = D();
+  if (d.default_pool[dev] == 0) {
+    Pool p;
+    p.device = dev;
+    p.is_default = true;
+    d.default_pool[dev] = d.pools.Add(std::move(p));
+    if (d.current_pool[dev] == 0) d.current_pool[dev] = d.default_pool[dev];
+  }
+  return d.default_pool[dev];
+}
+
+// A stream-ordered allocation from `pool`, or (pool 0) from the device's
+// current pool, which is the default pool unless cuDeviceSetMemPool chose
+// another. The default pool exists from the first allocation on, so its
+// reserved/used attributes count every allocation made from it, whether or
+// not it had been queried before (as on hardware, where the pool is created
+// with the context).
 CUresult AllocateOnStream(CUdeviceptr* dptr, uint64_t bytes, CUstream stream, uint64_t pool) {
   if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -36,6 +55,7 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, uint64_t bytes, CUstream stream, ui
   const uint64_t ctx_handle = st != nullptr ? st->ctx : CurrentHandle();
   if (pool == 0) {
     std::lock_guard lock(D().mu);
+    DefaultPoolLocked(ctx->device);  // sets the current pool on first use
     pool = D().current_pool[ctx->device];
   }
   return AllocateDevice(ctx_handle, bytes, pool, dptr);
@@ -147,19 +167,6 @@ bool ValidDeviceLocation(const CUmemLocation& loc) {
 }
 
 Pool* PoolOf(CUmemoryPool pool) { return D().pools.Get(Raw(pool)); }
-
-// The device's default pool, created on first use. REQUIRES: D().mu held.
-uint64_t DefaultPoolLocked(int dev) {
-  Driver& d = D();
-  if (d.default_pool[dev] == 0) {
-    Pool p;
-    p.device = dev;
-    p.is_default = true;
-    d.default_pool[dev] = d.pools.Add(std::move(p));
-    if (d.current_pool[dev] == 0) d.current_pool[dev] = d.default_pool[dev];
-  }
-  return d.default_pool[dev];
-}
 
 }  // namespace
 }  // namespace gpuslice::sim::driver

@@ -460,10 +460,17 @@ GS_NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* version) {
 
 GS_NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char* name,
                                                   unsigned int length) {
-  return ns::WithSim([&](SimState&) {
+  return ns::WithSim([&](SimState& s) {
     if (name == nullptr || length == 0) return NVML_ERROR_INVALID_ARGUMENT;
-    char comm[64];
-    gpuslice::ProcessName(static_cast<pid_t>(pid), comm, sizeof comm);
+    // A process of the simulation is known by its host pid, as the driver
+    // knows it (the caller's /proc may be a container's); others by /proc.
+    char comm[64] = "";
+    for (const gpuslice::sim::ProcessRecord& p : s.processes) {
+      if (p.status == gpuslice::sim::kProcessAlive && p.pid == static_cast<int32_t>(pid)) {
+        snprintf(comm, sizeof comm, "%.*s", static_cast<int>(sizeof p.name), p.name);
+      }
+    }
+    if (comm[0] == '\0') gpuslice::ProcessName(static_cast<pid_t>(pid), comm, sizeof comm);
     if (comm[0] == '\0') return NVML_ERROR_NOT_FOUND;
     snprintf(name, length, "%s", comm);  // truncates, as NVML does
     return NVML_SUCCESS;

@@ -327,8 +327,17 @@ class NvmlIntegrationTest : public ::testing::Test {
 
 // ---- the library's surface ----
 
+// The names of nvml_unsupported.inc: every other name the real library exports.
+std::set<std::string> UnsupportedNames() {
+  std::set<std::string> names;
+#define GS_NVML_UNSUPPORTED(name) names.insert(#name);
+#include "sim/nvml/nvml_unsupported.inc"
+#undef GS_NVML_UNSUPPORTED
+  return names;
+}
+
 TEST_F(NvmlIntegrationTest, ExportsExactlyTheListedNames) {
-  std::set<std::string> listed;
+  std::set<std::string> listed = UnsupportedNames();
 #define GS_NVML_EXPORT(name) listed.insert(#name);
 #include "sim/nvml/nvml_exports.inc"
 #undef GS_NVML_EXPORT
@@ -343,6 +352,32 @@ TEST_F(NvmlIntegrationTest, ExportsExactlyTheListedNames) {
     if (parts.size() == 3 && (parts[1] == "T" || parts[1] == "W")) exported.insert(parts[2]);
   }
   EXPECT_EQ(exported, listed);
+}
+
+// Every name the real library exports and the simulator does not implement
+// resolves, and answers NVML_ERROR_NOT_SUPPORTED whatever the caller passes
+// (the stubs read no arguments: called here with none).
+TEST_F(NvmlIntegrationTest, EveryUnsupportedNameResolvesAndAnswersNotSupported) {
+  const std::set<std::string> names = UnsupportedNames();
+  ASSERT_GT(names.size(), 300u);  // the real library exports ~400 names; ~70 are simulated
+  for (const char* known : {"nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetBrand",
+                            "nvmlUnitGetCount", "nvmlGpmSampleAlloc", "nvmlDeviceGetFanSpeed_v2"}) {
+    EXPECT_TRUE(names.contains(known)) << known;
+  }
+  for (const std::string& name : names) {
+    void* sym = dlsym(Lib().handle, name.c_str());
+    ASSERT_NE(sym, nullptr) << name;
+    EXPECT_EQ(reinterpret_cast<int (*)()>(sym)(), NVML_ERROR_NOT_SUPPORTED) << name;
+  }
+  // A typed call through the documented signature answers the same.
+  using GetEncoderUtilization = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, unsigned int*);
+  auto get = reinterpret_cast<GetEncoderUtilization>(
+      dlsym(Lib().handle, "nvmlDeviceGetEncoderUtilization"));
+  ASSERT_NE(get, nullptr);
+  unsigned utilization = 7, period_us = 7;
+  EXPECT_EQ(get(dev_, &utilization, &period_us), NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(utilization, 7u);  // untouched
+  EXPECT_EQ(period_us, 7u);
 }
 
 TEST_F(NvmlIntegrationTest, InitIsReferenceCounted) {

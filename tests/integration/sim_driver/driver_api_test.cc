@@ -386,6 +386,38 @@ TEST_F(DriverApiTest, EveryDeviceAllocationFormIsAccountedAndFreed) {
   EXPECT_EQ(CU(cuMemFreeHost)(host), CUDA_ERROR_INVALID_VALUE);
 }
 
+// The default pool accounts the process's very first cuMemAllocAsync, before
+// anything asked for the pool (CTest runs this case in a fresh process, so the
+// pool has not been queried yet).
+TEST_F(DriverApiTest, DefaultPoolCountsAsyncAllocationsMadeBeforeItIsQueried) {
+  CUstream s = nullptr;
+  ASSERT_EQ(CU(cuStreamCreate)(&s, 0), CUDA_SUCCESS);
+  CUdeviceptr p = 0, q = 0;
+  ASSERT_EQ(CU(cuMemAllocAsync)(&p, 3 * kMiB, s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuMemAllocAsync_ptsz)(&q, kMiB, nullptr), CUDA_SUCCESS);
+
+  CUmemoryPool pool = nullptr;
+  ASSERT_EQ(CU(cuDeviceGetDefaultMemPool)(&pool, 0), CUDA_SUCCESS);
+  CUmemoryPool current = nullptr;
+  ASSERT_EQ(CU(cuDeviceGetMemPool)(&current, 0), CUDA_SUCCESS);
+  EXPECT_EQ(current, pool);
+  auto attr = [&](CUmemPool_attribute a) {
+    cuuint64_t v = 0;
+    EXPECT_EQ(CU(cuMemPoolGetAttribute)(pool, a, &v), CUDA_SUCCESS);
+    return v;
+  };
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 6 * kMiB);  // 4 + 2 (2 MiB granularity)
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 6 * kMiB);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_HIGH), 6 * kMiB);
+
+  EXPECT_EQ(CU(cuMemFreeAsync)(p, s), CUDA_SUCCESS);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 2 * kMiB);
+  EXPECT_EQ(CU(cuMemFreeAsync)(q, s), CUDA_SUCCESS);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0u);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_HIGH), 6 * kMiB);
+  EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+}
+
 TEST_F(DriverApiTest, OutOfMemoryFailsAndChangesNothing) {
   const size_t before = FreeBytes();
   CUdeviceptr p = 0;
