@@ -8,8 +8,11 @@
 //
 // PATH defaults to GPUSLICE_SIM_NODE_SOCKET, else "<state file>.node" for the
 // state file of GPUSLICE_SIM_STATE (or the default state). Prints one line
-// "serving PATH" once it answers, then serves until SIGTERM or SIGINT.
+// "serving PATH" once it answers, then serves until SIGTERM or SIGINT, or
+// until its socket file is removed or replaced (checked every second).
 // Exit codes: 0 stopped by a signal, 1 cannot serve, 2 bad arguments.
+#include <sys/stat.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -46,8 +49,16 @@ int main(int argc, char** argv) {
   }
   printf("serving %s\n", path.c_str());
   fflush(stdout);
-  int sig = 0;
-  sigwait(&stop, &sig);
+  // A helper whose socket file is gone (its directory removed, a new helper
+  // took the path) can no longer be reached: it ends too.
+  const timespec second{1, 0};
+  struct stat served {};
+  stat(path.c_str(), &served);
+  for (;;) {
+    if (sigtimedwait(&stop, nullptr, &second) > 0) break;
+    struct stat now {};
+    if (stat(path.c_str(), &now) != 0 || now.st_ino != served.st_ino) break;
+  }
   (*helper)->Stop();
   return 0;
 }

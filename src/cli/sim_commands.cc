@@ -1,10 +1,15 @@
 #include "cli/sim_commands.h"
 
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <thread>
@@ -13,6 +18,7 @@
 #include "cli/exit_codes.h"
 #include "cli/paths.h"
 #include "sim/core/config.h"
+#include "sim/core/process_identity.h"
 #include "sim/core/sim_gpu.h"
 #include "sim/core/stats.h"
 
@@ -54,6 +60,59 @@ std::vector<std::pair<std::string, std::string>> SimEnvironment(const SimTarget&
   }
   if (!t.state.empty()) env.emplace_back("GPUSLICE_SIM_STATE", t.state);
   return env;
+}
+
+// True if something accepts connections on the Unix socket `path`.
+bool Answers(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path) return false;
+  addr.sun_family = AF_UNIX;
+  memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
+
+// Starts the simulation's node helper (docs/sim.md, "Processes and PID
+// namespaces") unless one answers, detached from this process so that it
+// outlives the command; waits up to 2 s for it to answer. Without it,
+// programs in PID namespaces fall back to their namespace's pid: a warning,
+// not an error.
+void EnsureNodeHelper(const std::string& sim_dir) {
+  auto options = sim::OptionsFromEnv();
+  if (!options.ok()) return;
+  const std::string socket_path = sim::NodeSocketPath(options->state_path);
+  if (Answers(socket_path)) return;
+  const std::string helper = sim_dir + "/bin/gpuslice-sim-node";
+  const pid_t child = fork();
+  if (child < 0) return;
+  if (child == 0) {
+    setsid();
+    if (fork() != 0) _exit(0);  // the helper is nobody's child: init reaps it
+    const int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      dup2(null, 0);
+      dup2(null, 1);
+      dup2(null, 2);
+    }
+    execl(helper.c_str(), helper.c_str(), "--socket", socket_path.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  waitpid(child, nullptr, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!Answers(socket_path)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      fprintf(stderr,
+              "gpuslice: warning: the simulator's node helper (%s) did not start; programs in "
+              "PID namespaces will be listed under their namespace's pid\n",
+              helper.c_str());
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 std::string ShellQuote(const std::string& s) {
@@ -143,6 +202,7 @@ void AddSimCommands(CLI::App& app) {
     run->add_option("command", *argv, "The command and its arguments (after --)")->required();
     run->callback([t, argv] {
       for (const auto& [name, value] : SimEnvironment(*t)) setenv(name.c_str(), value.c_str(), 1);
+      if (auto dir = SimDir(); dir.ok()) EnsureNodeHelper(*dir);
       std::vector<char*> args;
       for (auto& a : *argv) args.push_back(a.data());
       args.push_back(nullptr);

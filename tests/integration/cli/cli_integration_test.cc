@@ -2,10 +2,14 @@
 // binary started as a real process, limiting gpuslice-driver-probe on a
 // private simulated GPU, with a private segment directory per test.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -280,6 +284,45 @@ TEST_F(CliTest, AnInvalidSegmentIsAWarningAndTheOthersAreShown) {
   EXPECT_TRUE(Group(status, "bad").is_null());
   kill(probe, SIGKILL);
   Join(probe);
+}
+
+// The pid of whoever serves the Unix socket `path` (SO_PEERCRED); 0 if nobody.
+pid_t ServerOf(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  pid_t pid = 0;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) pid = cred.pid;
+  }
+  close(fd);
+  return pid;
+}
+
+// True while `pid` runs (a zombie whose parent does not reap it has ended).
+bool Running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
+}
+
+TEST_F(CliTest, SimRunStartsTheNodeHelperWhichEndsWithItsSocket) {
+  Result r = Run({"sim", "run", "--", "true"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string socket = state_ + ".node";
+  const pid_t helper = ServerOf(socket);
+  ASSERT_GT(helper, 0) << "nothing serves " << socket << "; " << r.err;
+  EXPECT_TRUE(Running(helper));
+  // A second run uses the helper that answers.
+  ASSERT_EQ(Run({"sim", "run", "--", "true"}).code, 0);
+  EXPECT_EQ(ServerOf(socket), helper);
+  // Its socket removed (as when the test's directory goes), the helper ends.
+  ASSERT_EQ(unlink(socket.c_str()), 0);
+  EXPECT_TRUE(WaitFor([&] { return !Running(helper); }, std::chrono::seconds(10)));
 }
 
 }  // namespace
