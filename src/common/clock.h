@@ -33,6 +33,14 @@ class MonotonicClock final : public Clock {
   int64_t NowNs() const override { return MonotonicNs(); }
 };
 
+// CLOCK_REALTIME: for instants that must mean the same after a reboot (a
+// lease's expiry in the daemon's durable records), since the monotonic clock
+// starts again with the machine. It can jump (NTP, an operator).
+class RealtimeClock final : public Clock {
+ public:
+  int64_t NowNs() const override { return RealtimeNs(); }
+};
+
 // A clock that moves only when told to. Not thread-safe.
 class SimulatedClock final : public Clock {
  public:
