@@ -90,16 +90,21 @@ class GpuManagerDurabilityTest : public ::testing::Test {
   Status SetPower(DaemonRun& r, uint32_t gpu, uint32_t watts, const LeaseOptions& lease) {
     return r.manager.Set({gpu}, PowerLimit{watts * 1000}, lease)[0].get();
   }
-  // The saved record as the device was about to change, per Set call.
-  std::vector<std::vector<LeaseStackRecord>> RecordAtEachSet() {
+  // The saved record as the device was about to change, per Set call (on
+  // `gpu` only, when given).
+  std::vector<std::vector<LeaseStackRecord>> RecordAtEachSet(std::optional<uint32_t> gpu = {}) {
     std::lock_guard lock(mu_);
-    return at_set_;
+    std::vector<std::vector<LeaseStackRecord>> out;
+    for (const auto& [g, stacks] : at_set_) {
+      if (!gpu || g == *gpu) out.push_back(stacks);
+    }
+    return out;
   }
   void WatchSets() {
-    backend_.SetHook([this](uint32_t, const SettingValue&) {
+    backend_.SetHook([this](uint32_t gpu, const SettingValue&) {
       auto stacks = Stacks(journal_.Saved());
       std::lock_guard lock(mu_);
-      at_set_.push_back(std::move(stacks));
+      at_set_.emplace_back(gpu, std::move(stacks));
     });
   }
 
@@ -107,7 +112,7 @@ class GpuManagerDurabilityTest : public ::testing::Test {
   FakeJournal journal_;
   SimulatedClock wall_{kWallStart};
   std::mutex mu_;
-  std::vector<std::vector<LeaseStackRecord>> at_set_;
+  std::vector<std::pair<uint32_t, std::vector<LeaseStackRecord>>> at_set_;
 };
 
 TEST_F(GpuManagerDurabilityTest, TheLeaseIsSavedBeforeTheDeviceChanges) {
@@ -284,11 +289,18 @@ TEST_F(GpuManagerDurabilityTest, RestoreRevertsLeasesThatExpiredWhileDown) {
   EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
   // GPU 1: back to its baseline at once; the record kept the revert until done.
   EXPECT_EQ(PowerMw(backend_, 1), 700'000u);
-  for (const auto& at : RecordAtEachSet()) {
-    ASSERT_EQ(at.size(), 2u);
-    EXPECT_EQ(at[0].leases.size(), 1u);  // GPU 0: a only
-    EXPECT_TRUE(at[1].leases.empty());   // GPU 1: reverting
+  // GPU 0 went to a's value with b gone from the record.
+  for (const auto& at : RecordAtEachSet(0)) {
+    ASSERT_FALSE(at.empty());
+    EXPECT_EQ(at[0].gpu_uuid, "GPU-fake-0");
+    EXPECT_EQ(at[0].leases.size(), 1u);
   }
+  // GPU 1 went back while the record said "reverting" (rule 7).
+  auto at_gpu1 = RecordAtEachSet(1);
+  ASSERT_EQ(at_gpu1.size(), 1u);
+  ASSERT_FALSE(at_gpu1[0].empty());
+  EXPECT_EQ(at_gpu1[0].back().gpu_uuid, "GPU-fake-1");
+  EXPECT_TRUE(at_gpu1[0].back().leases.empty());
   ASSERT_EQ(run->manager.Leases().size(), 1u);
   EXPECT_EQ(run->manager.Leases()[0].holder, "a");
   auto stacks = Stacks(journal_.Saved());
