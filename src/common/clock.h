@@ -33,8 +33,10 @@ class MonotonicClock final : public Clock {
   int64_t NowNs() const override { return MonotonicNs(); }
 };
 
-// Wall-clock time (CLOCK_REALTIME): NVML's sample timestamps, and expiries
-// that must survive a reboot.
+// CLOCK_REALTIME: NVML's sample timestamps, and instants that must mean the
+// same after a reboot (a lease's expiry in the daemon's durable records), since
+// the monotonic clock starts again with the machine. It can jump (NTP, an
+// operator).
 class RealtimeClock final : public Clock {
  public:
   int64_t NowNs() const override { return RealtimeNs(); }

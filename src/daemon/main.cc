@@ -215,8 +215,15 @@ int Run(int argc, char** argv) {
     return kExitFailure;
   }
   MonotonicClock clock;
+  RealtimeClock wall_clock;
   EventHub hub;
   GpuManager manager(**backend, clock);
+  // Leases survive a crash: saved before each change, reconciled before the
+  // API serves (docs/daemon.md, "State").
+  manager.SetPersistence(LeasePersistence{
+      [&state](const nlohmann::json& data) { return (*state)->Save(kLeaseRecordName, data); },
+      &wall_clock});
+  manager.Restore((*state)->Load(kLeaseRecordName));
   GpuMonitor monitor(**backend, std::chrono::milliseconds(config.poll_interval_ms));
   monitor.SetChangeListener(
       [&hub](const GpuInfo& gpu) { hub.Publish("gpu", GpuJson(gpu).dump()); });

@@ -65,6 +65,29 @@ TEST_F(GpuRoutesTest, AllFailedTakesTheErrorsStatus) {
   EXPECT_EQ(r.status, 403);
 }
 
+TEST_F(GpuRoutesTest, ALeaseThatCannotBeSavedAnswers503AndChangesNothing) {
+  SimulatedClock wall(1'790'000'000'000'000'000);
+  bool disk_ok = false;
+  manager_.SetPersistence(LeasePersistence{
+      [&disk_ok](const json&) { return disk_ok ? Status::Ok() : Unavailable("disk full"); },
+      &wall});
+  auto r = Call("PUT", "/v1/gpus/0/power-limit", R"({"watts": 300, "lease_s": 60})");
+  EXPECT_EQ(r.status, 503);
+  json b = Body(r);
+  EXPECT_EQ(b["error"]["code"], "UNAVAILABLE");
+  EXPECT_NE(b["error"]["message"].get<std::string>().find("could not be saved"), std::string::npos)
+      << b.dump();
+  EXPECT_TRUE(backend_.Calls().empty());
+  EXPECT_TRUE(Body(Call("GET", "/v1/leases"))["leases"].empty());
+  // A release that cannot be saved keeps the lease.
+  disk_ok = true;
+  ASSERT_EQ(Call("PUT", "/v1/gpus/0/power-limit", R"({"watts": 300, "lease_s": 60})").status, 200);
+  disk_ok = false;
+  EXPECT_EQ(Call("DELETE", "/v1/gpus/0/power-limit").status, 503);
+  EXPECT_EQ(Body(Call("GET", "/v1/leases"))["leases"].size(), 1u);
+  EXPECT_EQ(backend_.Read(0)->power_limit_mw, 300'000u);
+}
+
 TEST_F(GpuRoutesTest, NoWaitAnswers202) {
   auto r = Call("PUT", "/v1/gpus/0,1/compute-mode", R"({"mode": "EXCLUSIVE_PROCESS"})",
                 {{"wait", "false"}});

@@ -1,6 +1,9 @@
 #include "daemon/gpu/gpu_manager.h"
 
+#include <algorithm>
+#include <cassert>
 #include <cstdio>
+#include <utility>
 
 #include "common/log.h"
 
@@ -75,8 +78,13 @@ std::future<R> GpuManager::Run(uint32_t gpu, F f) {
 std::vector<std::future<Status>> GpuManager::Set(const std::vector<uint32_t>& gpus,
                                                  const SettingValue& value,
                                                  const LeaseOptions& lease) {
-  std::optional<int64_t> expires;
-  if (lease.duration_ns && !lease.permanent) expires = clock_.NowNs() + *lease.duration_ns;
+  Expiry expiry;
+  if (lease.duration_ns && !lease.permanent) {
+    expiry.ns = clock_.NowNs() + *lease.duration_ns;
+    if (persistence_.wall_clock != nullptr) {
+      expiry.wall_ns = persistence_.wall_clock->NowNs() + *lease.duration_ns;
+    }
+  }
   bool stopping;
   {
     std::lock_guard lock(mu_);
@@ -92,52 +100,53 @@ std::vector<std::future<Status>> GpuManager::Set(const std::vector<uint32_t>& gp
       continue;
     }
     out.push_back(Run<Status>(
-        gpu, [this, gpu, value, lease, expires] { return SetOnGpu(gpu, value, lease, expires); }));
+        gpu, [this, gpu, value, lease, expiry] { return SetOnGpu(gpu, value, lease, expiry); }));
   }
   return out;
 }
 
 Status GpuManager::SetOnGpu(uint32_t gpu, const SettingValue& value, const LeaseOptions& lease,
-                            std::optional<int64_t> expires_ns) {
+                            Expiry expiry) {
   const SettingKind kind = KindOf(value);
   const Key key{gpu, static_cast<int>(kind)};
   GS_ASSIGN_OR_RETURN(GpuInfo info, backend_.Read(gpu));
   GS_RETURN_IF_ERROR(ValidateSetting(info, value));
+  const std::optional<Stack> before = StackOf(key);
   if (lease.permanent) {
-    GS_RETURN_IF_ERROR(backend_.Set(gpu, value));
-    size_t dropped = 0;
-    {
-      std::lock_guard lock(mu_);
-      if (auto it = stacks_.find(key); it != stacks_.end()) {
-        dropped = it->second.leases.size();
-        stacks_.erase(it);
-      }
+    // Saved as the new baseline of a reverting stack (rule 7): should the
+    // daemon die before the device changes, the restore applies it.
+    GS_RETURN_IF_ERROR(Commit(key, Stack{info.uuid, value, {}}));
+    if (Status s = backend_.Set(gpu, value); !s.ok()) {
+      CommitAnyway(key, before, "permanent change failed");
+      return s;
     }
+    CommitAnyway(key, std::nullopt, "permanent change applied");
     GS_LOG(kInfo, "gpusliced",
            "event=setting_applied gpu=%u setting=%s value=%s holder=%s permanent=true "
            "dropped_leases=%zu",
            gpu, SettingName(kind).data(), SettingValueText(value).c_str(), lease.holder.c_str(),
-           dropped);
+           before ? before->leases.size() : size_t{0});
     Changed(gpu);
     return Status::Ok();
   }
-  bool has_stack;
-  {
-    std::lock_guard lock(mu_);
-    has_stack = stacks_.count(key) != 0;
-  }
-  std::optional<SettingValue> baseline;
-  if (!has_stack) {
+  Stack after;
+  if (before) {
+    after = *before;
+  } else {
     GS_ASSIGN_OR_RETURN(SettingValue current, backend_.Get(gpu, kind));
-    baseline = current;
+    after = Stack{info.uuid, current, {}};
   }
-  GS_RETURN_IF_ERROR(backend_.Set(gpu, value));
+  std::erase_if(after.leases, [&](const Lease& l) { return l.holder == lease.holder; });
+  uint64_t id;
   {
     std::lock_guard lock(mu_);
-    auto [it, inserted] = stacks_.try_emplace(key, Stack{baseline.value_or(value), {}});
-    auto& leases = it->second.leases;
-    std::erase_if(leases, [&](const Lease& l) { return l.holder == lease.holder; });
-    leases.push_back(Lease{next_id_++, lease.holder, value, expires_ns});
+    id = next_id_++;
+  }
+  after.leases.push_back(Lease{id, lease.holder, value, expiry.ns, expiry.wall_ns});
+  GS_RETURN_IF_ERROR(Commit(key, std::move(after)));
+  if (Status s = backend_.Set(gpu, value); !s.ok()) {
+    CommitAnyway(key, before, "setting failed");
+    return s;
   }
   GS_LOG(kInfo, "gpusliced",
          "event=setting_applied gpu=%u setting=%s value=%s holder=%s lease_ns=%lld", gpu,
@@ -161,35 +170,39 @@ std::vector<std::future<Status>> GpuManager::Release(const std::vector<uint32_t>
 Status GpuManager::ReleaseOnGpu(uint32_t gpu, SettingKind kind, const std::string& holder,
                                 std::optional<uint64_t> lease_id) {
   const Key key{gpu, static_cast<int>(kind)};
+  const std::optional<Stack> before = StackOf(key);
+  auto match = [&](const Lease& l) {
+    return l.holder == holder && (!lease_id || l.id == *lease_id);
+  };
+  const auto found = before ? std::find_if(before->leases.begin(), before->leases.end(), match)
+                            : std::vector<Lease>::const_iterator();
+  if (!before || found == before->leases.end()) {
+    if (lease_id) return Status::Ok();  // an expiry raced with a release or renewal
+    return NotFound(holder + " holds no " + std::string(SettingName(kind)) + " lease on GPU " +
+                    std::to_string(gpu));
+  }
+  const bool was_effective = found + 1 == before->leases.end();
+  Stack after = *before;
+  after.leases.erase(after.leases.begin() + (found - before->leases.begin()));
   std::optional<SettingValue> next;  // what the device must show after, if it changes
-  uint64_t id = 0;
-  {
-    std::lock_guard lock(mu_);
-    auto it = stacks_.find(key);
-    const std::vector<Lease>* leases = it == stacks_.end() ? nullptr : &it->second.leases;
-    size_t i = 0;
-    while (leases != nullptr && i < leases->size() &&
-           ((*leases)[i].holder != holder || (lease_id && (*leases)[i].id != *lease_id))) {
-      ++i;
+  if (was_effective) next = after.leases.empty() ? after.baseline : after.leases.back().value;
+  const bool emptied = after.leases.empty();
+  // An emptied stack stays in the record until the device is back (rule 7).
+  if (Status saved = Commit(key, std::move(after)); !saved.ok()) {
+    if (lease_id) {  // an expiry: let the next ExpireDue try again
+      std::lock_guard lock(mu_);
+      if (auto it = stacks_.find(key); it != stacks_.end()) {
+        for (Lease& l : it->second.leases) {
+          if (l.id == *lease_id) l.expiring = false;
+        }
+      }
     }
-    if (leases == nullptr || i == leases->size()) {
-      if (lease_id) return Status::Ok();  // an expiry raced with a release or renewal
-      return NotFound(holder + " holds no " + std::string(SettingName(kind)) + " lease on GPU " +
-                      std::to_string(gpu));
-    }
-    id = (*leases)[i].id;
-    if (i + 1 == leases->size()) {
-      next = leases->size() > 1 ? (*leases)[i - 1].value : it->second.baseline;
-    }
+    GS_LOG(kError, "gpusliced", "event=lease_end_refused gpu=%u setting=%s holder=%s error=\"%s\"",
+           gpu, SettingName(kind).data(), holder.c_str(), saved.message().c_str());
+    return saved;
   }
   Status s = next ? backend_.Set(gpu, *next) : Status::Ok();
-  {
-    std::lock_guard lock(mu_);
-    if (auto it = stacks_.find(key); it != stacks_.end()) {
-      std::erase_if(it->second.leases, [&](const Lease& l) { return l.id == id; });
-      if (it->second.leases.empty()) stacks_.erase(it);
-    }
-  }
+  if (emptied) CommitAnyway(key, std::nullopt, "lease ended");
   if (s.ok()) {
     GS_LOG(kInfo, "gpusliced", "event=lease_ended gpu=%u setting=%s holder=%s reverted_to=%s", gpu,
            SettingName(kind).data(), holder.c_str(),
@@ -251,13 +264,13 @@ void GpuManager::RevertAll() {
     for (const auto& [key, stack] : stacks_) {
       const uint32_t gpu = key.first;
       const SettingValue baseline = stack.baseline;
+      const std::string uuid = stack.uuid;
       const Key k = key;
-      pending.push_back(Run<Status>(gpu, [this, gpu, baseline, k] {
+      pending.push_back(Run<Status>(gpu, [this, gpu, baseline, uuid, k] {
+        // Shutdown is never refused: the reverts happen whatever the record.
+        CommitAnyway(k, Stack{uuid, baseline, {}}, "revert on stop");
         Status s = backend_.Set(gpu, baseline);
-        {
-          std::lock_guard inner(mu_);
-          stacks_.erase(k);
-        }
+        CommitAnyway(k, std::nullopt, "reverted on stop");
         GS_LOG(kInfo, "gpusliced", "event=revert_on_stop gpu=%u setting=%s value=%s status=\"%s\"",
                gpu, SettingName(static_cast<SettingKind>(k.second)).data(),
                SettingValueText(baseline).c_str(), s.ToString().c_str());
@@ -267,6 +280,186 @@ void GpuManager::RevertAll() {
     }
   }
   for (auto& f : pending) f.wait();
+}
+
+void GpuManager::SetPersistence(LeasePersistence persistence) {
+  assert(persistence.wall_clock != nullptr);
+  persistence_ = std::move(persistence);
+}
+
+std::optional<GpuManager::Stack> GpuManager::StackOf(const Key& key) const {
+  std::lock_guard lock(mu_);
+  auto it = stacks_.find(key);
+  if (it == stacks_.end()) return std::nullopt;
+  return it->second;
+}
+
+nlohmann::json GpuManager::RecordsWith(const std::optional<Key>& key,
+                                       const std::optional<Stack>& after) const {
+  std::vector<LeaseStackRecord> records;
+  auto add = [&](const Key& k, const Stack& stack) {
+    LeaseStackRecord r{stack.uuid, k.first, static_cast<SettingKind>(k.second), stack.baseline, {}};
+    for (const Lease& l : stack.leases) r.leases.push_back({l.holder, l.value, l.expires_wall_ns});
+    records.push_back(std::move(r));
+  };
+  for (const auto& [k, stack] : stacks_) {
+    if (k != key) add(k, stack);
+  }
+  if (key && after) add(*key, *after);
+  return LeaseRecordsJson(records);
+}
+
+Status GpuManager::Commit(const Key& key, std::optional<Stack> after) {
+  std::lock_guard persist(persist_mu_);
+  if (persistence_.save) {
+    nlohmann::json data;
+    {
+      std::lock_guard lock(mu_);
+      data = RecordsWith(key, after);
+    }
+    if (Status s = persistence_.save(data); !s.ok()) {
+      return Unavailable("the lease record could not be saved, so nothing was changed: " +
+                         s.message());
+    }
+  }
+  std::lock_guard lock(mu_);
+  if (after) {
+    stacks_[key] = std::move(*after);
+  } else {
+    stacks_.erase(key);
+  }
+  return Status::Ok();
+}
+
+void GpuManager::CommitAnyway(const Key& key, std::optional<Stack> after, const char* why) {
+  if (Status s = Commit(key, after); !s.ok()) {
+    GS_LOG(kError, "gpusliced",
+           "event=lease_record_stale gpu=%u setting=%s step=\"%s\" error=\"%s\"", key.first,
+           SettingName(static_cast<SettingKind>(key.second)).data(), why, s.message().c_str());
+    std::lock_guard lock(mu_);
+    if (after) {
+      stacks_[key] = std::move(*after);
+    } else {
+      stacks_.erase(key);
+    }
+  }
+}
+
+RestoreReport GpuManager::Restore(const StatusOr<nlohmann::json>& loaded) {
+  assert(persistence_.wall_clock != nullptr);
+  RestoreReport report;
+  if (!loaded.ok()) {
+    if (loaded.status().code() == StatusCode::kNotFound) {
+      GS_LOG(kInfo, "gpusliced", "event=lease_restore records=none");
+      return report;
+    }
+    GS_LOG(kError, "gpusliced",
+           "event=lease_restore_refused error=\"%s\" action=start_without_leases",
+           loaded.status().message().c_str());
+    report.refused = true;
+    return report;
+  }
+  auto records = ParseLeaseRecords(*loaded);
+  if (!records.ok()) {
+    GS_LOG(kError, "gpusliced",
+           "event=lease_restore_refused error=\"malformed lease record: %s\" "
+           "action=start_without_leases",
+           records.status().message().c_str());
+    report.refused = true;
+    return report;
+  }
+  std::map<std::string, uint32_t> by_uuid;
+  for (uint32_t i = 0; i < DeviceCount(); ++i) {
+    if (auto info = backend_.Read(i); info.ok()) {
+      by_uuid[info->uuid] = i;
+    } else {
+      GS_LOG(kError, "gpusliced", "event=lease_restore gpu=%u error=\"%s\"", i,
+             info.status().message().c_str());
+    }
+  }
+  const int64_t wall_now = persistence_.wall_clock->NowNs();
+  const int64_t now = clock_.NowNs();
+  std::map<Key, Stack> restored;
+  for (const LeaseStackRecord& r : *records) {
+    const char* setting = SettingName(r.kind).data();
+    auto gpu = by_uuid.find(r.gpu_uuid);
+    if (gpu == by_uuid.end()) {
+      for (const LeaseEntry& l : r.leases) {
+        GS_LOG(kWarn, "gpusliced",
+               "event=lease_restored action=dropped reason=gpu_missing uuid=%s setting=%s "
+               "holder=%s value=%s",
+               r.gpu_uuid.c_str(), setting, l.holder.c_str(), SettingValueText(l.value).c_str());
+        ++report.dropped;
+      }
+      continue;
+    }
+    Stack stack{r.gpu_uuid, r.baseline, {}};
+    for (const LeaseEntry& l : r.leases) {
+      if (l.expires_at_ns && *l.expires_at_ns <= wall_now) {
+        GS_LOG(kInfo, "gpusliced",
+               "event=lease_restored action=reverted reason=expired gpu=%u uuid=%s setting=%s "
+               "holder=%s value=%s expired_s_ago=%lld",
+               gpu->second, r.gpu_uuid.c_str(), setting, l.holder.c_str(),
+               SettingValueText(l.value).c_str(),
+               static_cast<long long>((wall_now - *l.expires_at_ns) / 1'000'000'000));
+        ++report.reverted;
+        continue;
+      }
+      std::optional<int64_t> expires;
+      if (l.expires_at_ns) expires = now + (*l.expires_at_ns - wall_now);
+      GS_LOG(kInfo, "gpusliced",
+             "event=lease_restored action=kept gpu=%u uuid=%s setting=%s holder=%s value=%s "
+             "remaining_s=%lld",
+             gpu->second, r.gpu_uuid.c_str(), setting, l.holder.c_str(),
+             SettingValueText(l.value).c_str(),
+             static_cast<long long>(l.expires_at_ns ? (*l.expires_at_ns - wall_now) / 1'000'000'000
+                                                    : -1));
+      stack.leases.push_back(Lease{0, l.holder, l.value, expires, l.expires_at_ns});
+      ++report.kept;
+    }
+    restored[{gpu->second, static_cast<int>(r.kind)}] = std::move(stack);
+  }
+  // Saved before the devices change (rule 6): the reverts stay in the record
+  // as emptied stacks until done (rule 7). A failed save is logged, not fatal:
+  // the old record still asks for the same reconciliation.
+  {
+    std::lock_guard persist(persist_mu_);
+    std::lock_guard lock(mu_);
+    for (auto& [key, stack] : restored) {
+      for (Lease& l : stack.leases) l.id = next_id_++;
+    }
+    stacks_ = restored;
+    if (persistence_.save) {
+      if (Status s = persistence_.save(RecordsWith(std::nullopt, std::nullopt)); !s.ok()) {
+        GS_LOG(kError, "gpusliced", "event=lease_record_stale step=restore error=\"%s\"",
+               s.message().c_str());
+      }
+    }
+  }
+  std::vector<std::future<Status>> pending;
+  for (const auto& [key, stack] : restored) {
+    const uint32_t gpu = key.first;
+    const SettingValue target = stack.leases.empty() ? stack.baseline : stack.leases.back().value;
+    const Key k = key;
+    const bool emptied = stack.leases.empty();
+    pending.push_back(Run<Status>(gpu, [this, gpu, target, k, emptied] {
+      Status s = backend_.Set(gpu, target);
+      const char* setting = SettingName(static_cast<SettingKind>(k.second)).data();
+      if (s.ok()) {
+        GS_LOG(kInfo, "gpusliced", "event=lease_restored action=applied gpu=%u setting=%s value=%s",
+               gpu, setting, SettingValueText(target).c_str());
+      } else {
+        GS_LOG(kError, "gpusliced",
+               "event=lease_restored action=apply_failed gpu=%u setting=%s value=%s error=\"%s\"",
+               gpu, setting, SettingValueText(target).c_str(), s.message().c_str());
+      }
+      if (emptied) CommitAnyway(k, std::nullopt, "restore reverted");
+      Changed(gpu);
+      return s;
+    }));
+  }
+  for (auto& f : pending) f.wait();
+  return report;
 }
 
 std::vector<LeaseInfo> GpuManager::Leases() const {

@@ -12,6 +12,15 @@
 //  5. A permanent change applies its value and drops every lease of that
 //     setting on that GPU: nothing is reverted later, it is the new normal.
 //
+// Durability (docs/daemon.md, "State"), with SetPersistence:
+//  6. Every change to the lease records (set, release, expiry, permanent
+//     change, RevertAll) is saved before the device changes; a failed save
+//     refuses the change with kUnavailable and changes nothing.
+//  7. A revert is saved as a stack with no leases (its baseline kept) until
+//     the device is back, so a crash between the two still reverts at start.
+//  8. Expiries are saved on the wall clock (CLOCK_REALTIME); Restore turns
+//     them back into the manager's clock by the wall time that remains.
+//
 // Thread safety: all public methods are thread-safe. Device commands run on
 // one SerialExecutor per GPU; lease records are guarded by a mutex. The clock
 // is read only by the calling thread (Set, ExpireDue), never by executors, so
@@ -24,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +41,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "daemon/gpu/backend.h"
+#include "daemon/gpu/lease_record.h"
 #include "daemon/gpu/serial_executor.h"
 #include "daemon/gpu/setting.h"
 
@@ -52,6 +63,24 @@ struct LeaseInfo {
   bool effective;                     // the most recent lease: its value is on the device
 };
 
+// Where GpuManager keeps its lease records.
+struct LeasePersistence {
+  // Durably replaces the lease record with `data` (LeaseRecordsJson); an
+  // error means nothing was saved. Called on executor threads, one at a time.
+  std::function<Status(const nlohmann::json& data)> save;
+  // The wall clock (RealtimeClock) expiries are saved on; read only by the
+  // threads that call Set and Restore. REQUIRES: outlives the manager.
+  const Clock* wall_clock = nullptr;
+};
+
+// What Restore found and did, one count per lease.
+struct RestoreReport {
+  bool refused = false;  // the record was unreadable: nothing restored
+  int kept = 0;          // still running: the device shows the value again
+  int reverted = 0;      // expired while the daemon was down: reverted
+  int dropped = 0;       // its GPU is gone
+};
+
 // kInvalidArgument naming the valid range when `value` is outside what `gpu`
 // supports (power limit constraints, maximum clocks); OK otherwise.
 Status ValidateSetting(const GpuInfo& gpu, const SettingValue& value);
@@ -69,6 +98,7 @@ class GpuManager {
 
   // Queues `value` on each GPU in `gpus`; one future per GPU, in that order,
   // ready when that GPU's command has run. REQUIRES: every index < DeviceCount().
+  // kUnavailable when the lease record cannot be saved (rule 6).
   std::vector<std::future<Status>> Set(const std::vector<uint32_t>& gpus, const SettingValue& value,
                                        const LeaseOptions& lease);
   // Ends `holder`'s lease of `kind` on each GPU (rule 4); kNotFound for a GPU
@@ -82,6 +112,25 @@ class GpuManager {
   // ReleaseComputeMode or the daemon stops. Blocking.
   Status SetComputeMode(uint32_t gpu, ComputeMode mode, const std::string& holder);
   Status ReleaseComputeMode(uint32_t gpu, const std::string& holder);
+
+  // Saves the lease records through `persistence` from now on (rules 6-8).
+  // REQUIRES: called before the first command; persistence.wall_clock set.
+  void SetPersistence(LeasePersistence persistence);
+
+  // Reconciles the GPUs with the records an earlier run saved (`loaded`: the
+  // record's data as StateStore::Load returns it), logging each decision as
+  // event=lease_restored:
+  //  - a lease still running is kept with the wall time it has left, and the
+  //    device is set to its stack's effective value again;
+  //  - a lease that expired is dropped; the device goes to the next lease's
+  //    value or the baseline;
+  //  - a stack whose GPU UUID is not on this node is dropped;
+  //  - kNotFound: no record, nothing to do; any other error, or data that
+  //    ParseLeaseRecords refuses: logged, nothing restored (report.refused).
+  // The reconciled records are saved before the devices change.
+  // REQUIRES: SetPersistence was called; no other command has run yet.
+  // Blocking.
+  RestoreReport Restore(const StatusOr<nlohmann::json>& loaded);
 
   // Ends every lease whose expiry is at or before the clock's now.
   void ExpireDue();
@@ -102,17 +151,39 @@ class GpuManager {
     uint64_t id;
     std::string holder;
     SettingValue value;
-    std::optional<int64_t> expires_ns;
-    bool expiring = false;  // an expiry release is queued
+    std::optional<int64_t> expires_ns;       // on clock_
+    std::optional<int64_t> expires_wall_ns;  // the same instant on the wall clock
+    bool expiring = false;                   // an expiry release is queued
   };
   struct Stack {
+    std::string uuid;  // of the GPU, for the records
     SettingValue baseline;
-    std::vector<Lease> leases;  // oldest first; back() is effective
+    std::vector<Lease> leases;  // oldest first; back() is effective; empty: reverting (rule 7)
   };
   using Key = std::pair<uint32_t, int>;  // (gpu, SettingKind)
 
+  // Invariant: the stack of key (gpu, kind) changes only on gpu's executor
+  // (or in Restore, before any executor runs), so an executor can copy it,
+  // edit the copy and put it back with Commit without losing a change.
+  std::optional<Stack> StackOf(const Key& key) const;
+  // Makes `after` (none: no stack) the stack of `key`, saving the records
+  // first; kUnavailable, and nothing changed, when the save fails.
+  Status Commit(const Key& key, std::optional<Stack> after);
+  // Like Commit, but the change is made even when the save fails (logged):
+  // for rollbacks and for steps that must not be refused. The next saved
+  // change rewrites the whole record.
+  void CommitAnyway(const Key& key, std::optional<Stack> after, const char* why);
+  // REQUIRES: mu_ held. The records with `key`'s stack replaced by `after`
+  // (no key: the records as they are).
+  nlohmann::json RecordsWith(const std::optional<Key>& key,
+                             const std::optional<Stack>& after) const;
+
+  struct Expiry {
+    std::optional<int64_t> ns;       // on clock_
+    std::optional<int64_t> wall_ns;  // on the wall clock
+  };
   Status SetOnGpu(uint32_t gpu, const SettingValue& value, const LeaseOptions& lease,
-                  std::optional<int64_t> expires_ns);
+                  Expiry expiry);
   Status ReleaseOnGpu(uint32_t gpu, SettingKind kind, const std::string& holder,
                       std::optional<uint64_t> lease_id);
   // Runs `f` on `gpu`'s executor; the future holds its result (kUnavailable
@@ -124,6 +195,8 @@ class GpuManager {
   GpuBackend& backend_;
   const Clock& clock_;
   std::vector<std::unique_ptr<SerialExecutor>> executors_;
+  LeasePersistence persistence_;
+  std::mutex persist_mu_;  // one save at a time, in the order of the changes; before mu_
   mutable std::mutex mu_;
   std::map<Key, Stack> stacks_;  // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;         // GUARDED_BY(mu_)

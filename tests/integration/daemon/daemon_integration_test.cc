@@ -14,11 +14,13 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli/unix_http_client.h"
+#include "common/clock.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -38,20 +40,22 @@ class DaemonTest : public testing::SimProcessTest {
   }
 
   // Starts gpusliced on this test's simulation and waits until /readyz is 200.
-  pid_t StartDaemon(const std::vector<std::string>& extra = {}) {
+  // Its output goes to "err<n>" (a restart can keep the first run's log).
+  pid_t StartDaemon(const std::vector<std::string>& extra = {}, int n = 0) {
     std::vector<std::string> args = {
         "--socket",           socket_, "--socket-mode", "0666",
         "--poll-interval-ms", "100",   "--log-level",   "debug",
         "--sse-keepalive-ms", "200",   "--state-dir",   dir_ + "/state"};
     args.insert(args.end(), extra.begin(), extra.end());
-    daemon_ = StartProgram("gpusliced", 0, args, {R"(GPUSLICE_SIM_CONFIG={"device_count":2})"});
+    daemon_ = StartProgram("gpusliced", n, args, {R"(GPUSLICE_SIM_CONFIG={"device_count":2})"});
     const bool ready = WaitFor(
         [&] {
           auto r = Client().Request("GET", "/readyz");
           return r.ok() && r->status == 200;
         },
         20s);
-    EXPECT_TRUE(ready) << "gpusliced did not become ready; its log:\n" << Read("err0");
+    EXPECT_TRUE(ready) << "gpusliced did not become ready; its log:\n"
+                       << Read("err" + std::to_string(n));
     return daemon_;
   }
 
@@ -179,6 +183,86 @@ TEST_F(DaemonTest, SigtermRevertsEveryLeaseAndRemovesTheSocket) {
   EXPECT_EQ(SimDevice(0)["power_limit_mw"], 450000);  // permanent: kept
   EXPECT_NE(access(socket_.c_str(), F_OK), 0);
   EXPECT_NE(Read("err0").find("event=revert_on_stop"), std::string::npos);
+  // Nothing is left to restore.
+  std::ifstream file(dir_ + "/state/leases.json");
+  const json record = json::parse(file, nullptr, false);
+  ASSERT_FALSE(record.is_discarded());
+  EXPECT_EQ(record["data"], json::parse(R"({"stacks": []})"));
+}
+
+// The lease of `setting` on GPU `gpu` in a GET /v1/leases body, or null.
+json FindLease(const json& leases, int gpu, const std::string& setting) {
+  for (const json& l : leases["leases"]) {
+    if (l["gpu"] == gpu && l["setting"] == setting) return l;
+  }
+  return nullptr;
+}
+
+TEST_F(DaemonTest, LeasesSurviveSigkillAndStillExpireOnTime) {
+  StartDaemon();
+  ASSERT_EQ(Call("PUT", "/v1/gpus/0/power-limit", R"({"watts": 300, "lease_s": 5})").first, 200);
+  ASSERT_EQ(Call("PUT", "/v1/gpus/1/power-limit", R"({"watts": 250, "lease_s": 600})").first, 200);
+  ASSERT_GT(daemon_, 0);  // never kill(-1, ...)
+  kill(daemon_, SIGKILL);
+  Join(daemon_);
+  // Nobody reverted anything.
+  EXPECT_EQ(SimDevice(0)["power_limit_mw"], 300000);
+
+  StartDaemon({}, 1);
+  auto [status, leases] = Call("GET", "/v1/leases");
+  ASSERT_EQ(status, 200);
+  const json short_lease = FindLease(leases, 0, "power-limit");
+  const json long_lease = FindLease(leases, 1, "power-limit");
+  ASSERT_FALSE(short_lease.is_null()) << leases.dump() << Read("err1");
+  ASSERT_FALSE(long_lease.is_null()) << leases.dump();
+  EXPECT_EQ(short_lease["value"]["watts"], 300.0);
+  EXPECT_EQ(short_lease["baseline"]["watts"], 700.0);
+  EXPECT_LE(short_lease["expires_in_s"].get<int>(), 5);
+  EXPECT_GT(long_lease["expires_in_s"].get<int>(), 500);
+  EXPECT_EQ(SimDevice(0)["power_limit_mw"], 300000);
+  EXPECT_EQ(SimDevice(1)["power_limit_mw"], 250000);
+  EXPECT_NE(Read("err1").find("event=lease_restored action=kept"), std::string::npos);
+
+  // The restored lease still ends, on its original expiry.
+  EXPECT_TRUE(WaitFor([&] { return SimDevice(0)["power_limit_mw"] == 700000; }, 15s));
+  EXPECT_TRUE(FindLease(Call("GET", "/v1/leases").second, 0, "power-limit").is_null());
+  EXPECT_EQ(SimDevice(1)["power_limit_mw"], 250000);
+}
+
+TEST_F(DaemonTest, ALeaseThatExpiredWhileTheDaemonWasDownIsRevertedAtStart) {
+  StartDaemon();
+  ASSERT_EQ(Call("PUT", "/v1/gpus/0/power-limit", R"({"watts": 300, "lease_s": 1})").first, 200);
+  ASSERT_GT(daemon_, 0);  // never kill(-1, ...)
+  kill(daemon_, SIGKILL);
+  Join(daemon_);
+  // Wait, daemon down, until the saved expiry has passed on the wall clock.
+  std::ifstream file(dir_ + "/state/leases.json");
+  const json record = json::parse(file, nullptr, false);
+  ASSERT_FALSE(record.is_discarded());
+  const int64_t expires = record["data"]["stacks"][0]["leases"][0]["expires_at_ns"];
+  ASSERT_TRUE(WaitFor([&] { return RealtimeNs() > expires; }, 10s));
+  EXPECT_EQ(SimDevice(0)["power_limit_mw"], 300000);
+
+  StartDaemon({}, 1);  // ready means restored: the revert came before the API
+  EXPECT_EQ(SimDevice(0)["power_limit_mw"], 700000);
+  EXPECT_TRUE(Call("GET", "/v1/leases").second["leases"].empty());
+  EXPECT_NE(Read("err1").find("event=lease_restored action=reverted reason=expired"),
+            std::string::npos)
+      << Read("err1");
+}
+
+TEST_F(DaemonTest, ATruncatedStateFileIsSetAsideAndTheDaemonServes) {
+  std::filesystem::create_directories(dir_ + "/state");
+  { std::ofstream(dir_ + "/state/leases.json") << R"({"format": "gpuslice-state", "vers)"; }
+  StartDaemon();
+  EXPECT_NE(Read("err0").find("event=lease_restore_refused"), std::string::npos) << Read("err0");
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/state/leases.json.bad"));
+  EXPECT_TRUE(Call("GET", "/v1/leases").second["leases"].empty());
+  ASSERT_EQ(Call("PUT", "/v1/gpus/0/power-limit", R"({"watts": 300, "lease_s": 60})").first, 200);
+  std::ifstream file(dir_ + "/state/leases.json");
+  const json record = json::parse(file, nullptr, false);
+  ASSERT_FALSE(record.is_discarded());
+  EXPECT_EQ(record["data"]["stacks"].size(), 1u);
 }
 
 TEST_F(DaemonTest, MalformedRequestsGet4xxAndChangeNothing) {

@@ -1,0 +1,363 @@
+// GpuManager's durable lease records (gpu_manager.h rules 6-8): saved before
+// the device changes, refused when they cannot be saved, restored after a
+// crash. FakeBackend plays the GPUs, which keep their settings across a
+// daemon's death; a SimulatedClock each plays the monotonic and wall clocks.
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+#include "daemon/gpu/fake_backend.h"
+#include "daemon/gpu/gpu_manager.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int64_t kSecond = 1'000'000'000;
+constexpr int64_t kWallStart = 1'790'000'000 * kSecond;
+
+LeaseOptions Lease(const std::string& holder, int64_t seconds) {
+  return LeaseOptions{holder, seconds * kSecond, false};
+}
+
+uint32_t PowerMw(FakeBackend& b, uint32_t gpu) { return b.Read(gpu)->power_limit_mw; }
+
+// The state directory, in memory: the last saved record, and failures on demand.
+class FakeJournal {
+ public:
+  Status Save(const json& data) {
+    std::lock_guard lock(mu_);
+    if (fail_) return Unavailable("disk full");
+    saved_ = data;
+    ++saves_;
+    return Status::Ok();
+  }
+  std::optional<json> Saved() const {
+    std::lock_guard lock(mu_);
+    return saved_;
+  }
+  int saves() const {
+    std::lock_guard lock(mu_);
+    return saves_;
+  }
+  void Fail(bool fail) {
+    std::lock_guard lock(mu_);
+    fail_ = fail;
+  }
+  // What StateStore::Load would answer.
+  StatusOr<json> Load() const {
+    std::lock_guard lock(mu_);
+    if (!saved_) return NotFound("no record");
+    return *saved_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::optional<json> saved_;
+  int saves_ = 0;
+  bool fail_ = false;
+};
+
+// The stacks of the saved record, parsed (asserts it parses).
+std::vector<LeaseStackRecord> Stacks(const std::optional<json>& data) {
+  if (!data) return {};
+  auto parsed = ParseLeaseRecords(*data);
+  EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+  return parsed.ok() ? *parsed : std::vector<LeaseStackRecord>{};
+}
+
+// One daemon run: a manager on the shared backend, journal and wall clock,
+// with its own monotonic clock (which starts again at each run).
+struct DaemonRun {
+  DaemonRun(FakeBackend& backend, FakeJournal& journal, const SimulatedClock& wall,
+            int64_t mono_start)
+      : clock(mono_start), manager(backend, clock) {
+    manager.SetPersistence(
+        LeasePersistence{[&journal](const json& d) { return journal.Save(d); }, &wall});
+  }
+  SimulatedClock clock;
+  GpuManager manager;
+};
+
+class GpuManagerDurabilityTest : public ::testing::Test {
+ protected:
+  // A run that dies without reverting anything (SIGKILL): the manager is
+  // destroyed, which stops its executors but never touches a device.
+  std::unique_ptr<DaemonRun> Start(int64_t mono_start = 1000 * kSecond) {
+    return std::make_unique<DaemonRun>(backend_, journal_, wall_, mono_start);
+  }
+  Status SetPower(DaemonRun& r, uint32_t gpu, uint32_t watts, const LeaseOptions& lease) {
+    return r.manager.Set({gpu}, PowerLimit{watts * 1000}, lease)[0].get();
+  }
+  // The saved record as the device was about to change, per Set call (on
+  // `gpu` only, when given).
+  std::vector<std::vector<LeaseStackRecord>> RecordAtEachSet(std::optional<uint32_t> gpu = {}) {
+    std::lock_guard lock(mu_);
+    std::vector<std::vector<LeaseStackRecord>> out;
+    for (const auto& [g, stacks] : at_set_) {
+      if (!gpu || g == *gpu) out.push_back(stacks);
+    }
+    return out;
+  }
+  void WatchSets() {
+    backend_.SetHook([this](uint32_t gpu, const SettingValue&) {
+      auto stacks = Stacks(journal_.Saved());
+      std::lock_guard lock(mu_);
+      at_set_.emplace_back(gpu, std::move(stacks));
+    });
+  }
+
+  FakeBackend backend_{2};
+  FakeJournal journal_;
+  SimulatedClock wall_{kWallStart};
+  std::mutex mu_;
+  std::vector<std::pair<uint32_t, std::vector<LeaseStackRecord>>> at_set_;
+};
+
+TEST_F(GpuManagerDurabilityTest, TheLeaseIsSavedBeforeTheDeviceChanges) {
+  WatchSets();
+  auto run = Start();
+  ASSERT_TRUE(SetPower(*run, 0, 300, Lease("uid:0", 60)).ok());
+  auto at_set = RecordAtEachSet();
+  ASSERT_EQ(at_set.size(), 1u);
+  const std::vector<LeaseStackRecord> expected = {
+      {"GPU-fake-0",
+       0,
+       SettingKind::kPowerLimit,
+       PowerLimit{700'000},
+       {{"uid:0", PowerLimit{300'000}, kWallStart + 60 * kSecond}}}};
+  EXPECT_EQ(at_set[0], expected);
+  EXPECT_EQ(Stacks(journal_.Saved()), expected);
+}
+
+TEST_F(GpuManagerDurabilityTest, AReleaseIsSavedAsARevertBeforeTheDeviceChanges) {
+  auto run = Start();
+  ASSERT_TRUE(SetPower(*run, 0, 300, Lease("uid:0", 60)).ok());
+  WatchSets();
+  ASSERT_TRUE(run->manager.Release({0}, SettingKind::kPowerLimit, "uid:0")[0].get().ok());
+  auto at_set = RecordAtEachSet();
+  ASSERT_EQ(at_set.size(), 1u);
+  // While the device goes back, the record still knows where to (rule 7).
+  const std::vector<LeaseStackRecord> reverting = {
+      {"GPU-fake-0", 0, SettingKind::kPowerLimit, PowerLimit{700'000}, {}}};
+  EXPECT_EQ(at_set[0], reverting);
+  EXPECT_TRUE(Stacks(journal_.Saved()).empty());
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+}
+
+TEST_F(GpuManagerDurabilityTest, ExpiryAndPermanentChangesAreSavedBeforeTheDevice) {
+  auto run = Start();
+  ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 100)).ok());
+  ASSERT_TRUE(SetPower(*run, 0, 400, Lease("b", 10)).ok());
+  WatchSets();
+  run->clock.Advance(10 * kSecond);
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());  // drains GPU 0's queue
+  // b (effective) expired: the record lost b before the device went to a's value.
+  EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
+  auto at_set = RecordAtEachSet();
+  ASSERT_EQ(at_set.size(), 1u);
+  ASSERT_EQ(at_set[0].size(), 1u);
+  ASSERT_EQ(at_set[0][0].leases.size(), 1u);
+  EXPECT_EQ(at_set[0][0].leases[0].holder, "a");
+
+  ASSERT_TRUE(SetPower(*run, 1, 300, Lease("a", 10)).ok());
+  const size_t before = RecordAtEachSet().size();
+  ASSERT_TRUE(SetPower(*run, 1, 450, LeaseOptions{"op", std::nullopt, true}).ok());
+  at_set = RecordAtEachSet();
+  ASSERT_EQ(at_set.size(), before + 1);
+  // GPU 1's stack became the permanent value as a baseline to go to (rule 7).
+  const LeaseStackRecord permanent{
+      "GPU-fake-1", 1, SettingKind::kPowerLimit, PowerLimit{450'000}, {}};
+  ASSERT_EQ(at_set.back().size(), 2u);
+  EXPECT_EQ(at_set.back()[1], permanent);
+  EXPECT_EQ(Stacks(journal_.Saved()).size(), 1u);  // GPU 0's lease a only
+  EXPECT_EQ(PowerMw(backend_, 1), 450'000u);
+}
+
+TEST_F(GpuManagerDurabilityTest, AFailedSaveRefusesTheChangeAndChangesNothing) {
+  auto run = Start();
+  journal_.Fail(true);
+  Status s = SetPower(*run, 0, 300, Lease("a", 60));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("could not be saved"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("disk full"), std::string::npos) << s.message();
+  EXPECT_TRUE(backend_.Calls().empty());
+  EXPECT_TRUE(run->manager.Leases().empty());
+  EXPECT_EQ(run->manager.Set({0}, PowerLimit{450'000}, LeaseOptions{"op", std::nullopt, true})[0]
+                .get()
+                .code(),
+            StatusCode::kUnavailable);
+  EXPECT_TRUE(backend_.Calls().empty());
+
+  // A release and an expiry that cannot be saved keep the lease and the device.
+  journal_.Fail(false);
+  ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 60)).ok());
+  journal_.Fail(true);
+  EXPECT_EQ(run->manager.Release({0}, SettingKind::kPowerLimit, "a")[0].get().code(),
+            StatusCode::kUnavailable);
+  run->clock.Advance(60 * kSecond);
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
+  EXPECT_EQ(run->manager.Leases().size(), 1u);
+  EXPECT_EQ(Stacks(journal_.Saved()).size(), 1u);
+  // Once the disk is back, the next tick ends the lease.
+  journal_.Fail(false);
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+  EXPECT_TRUE(run->manager.Leases().empty());
+  EXPECT_TRUE(Stacks(journal_.Saved()).empty());
+}
+
+TEST_F(GpuManagerDurabilityTest, ADeviceFailureLeavesTheRecordAsBefore) {
+  auto run = Start();
+  backend_.FailSets(0, PermissionDenied("no permission"));
+  EXPECT_EQ(SetPower(*run, 0, 300, Lease("a", 60)).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(run->manager.Leases().empty());
+  EXPECT_TRUE(Stacks(journal_.Saved()).empty());
+}
+
+TEST_F(GpuManagerDurabilityTest, RevertAllLeavesAnEmptyRecord) {
+  auto run = Start();
+  ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 60)).ok());
+  ASSERT_TRUE(run->manager.SetComputeMode(1, ComputeMode::kExclusiveProcess, "mps").ok());
+  EXPECT_EQ(Stacks(journal_.Saved()).size(), 2u);
+  run->manager.RevertAll();
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+  EXPECT_EQ(backend_.Read(1)->compute_mode, 0u);
+  ASSERT_TRUE(journal_.Saved().has_value());
+  EXPECT_TRUE(Stacks(journal_.Saved()).empty());
+}
+
+TEST_F(GpuManagerDurabilityTest, RestoreKeepsRunningLeasesOnTheWallTimeLeft) {
+  {
+    auto run = Start();
+    ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 600)).ok());
+    ASSERT_TRUE(run->manager.SetComputeMode(1, ComputeMode::kExclusiveProcess, "mps").ok());
+  }  // SIGKILL
+  // Someone reset the device while the daemon was down; 100 s passed; the
+  // machine rebooted (the monotonic clock starts again).
+  backend_.Mutate(0, [](GpuInfo& g) { g.power_limit_mw = 700'000; });
+  wall_.Advance(100 * kSecond);
+  auto run = Start(/*mono_start=*/5 * kSecond);
+  RestoreReport report = run->manager.Restore(journal_.Load());
+  EXPECT_FALSE(report.refused);
+  EXPECT_EQ(report.kept, 2);
+  EXPECT_EQ(report.reverted, 0);
+  EXPECT_EQ(PowerMw(backend_, 0), 300'000u);  // set again
+  EXPECT_EQ(backend_.Read(1)->compute_mode, 3u);
+  auto leases = run->manager.Leases();
+  ASSERT_EQ(leases.size(), 2u);
+  EXPECT_EQ(leases[0].holder, "a");
+  EXPECT_EQ(leases[0].baseline, SettingValue(PowerLimit{700'000}));
+  EXPECT_EQ(leases[0].expires_ns, 5 * kSecond + 500 * kSecond);
+  EXPECT_EQ(leases[1].holder, "mps");
+  EXPECT_EQ(leases[1].expires_ns, std::nullopt);
+  // The expiry is the original one, on the wall clock.
+  auto stacks = Stacks(journal_.Saved());
+  ASSERT_EQ(stacks.size(), 2u);
+  EXPECT_EQ(stacks[0].leases[0].expires_at_ns, kWallStart + 600 * kSecond);
+  // And it still ends on time.
+  run->clock.Advance(499 * kSecond);
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
+  run->clock.Advance(1 * kSecond);
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+  EXPECT_EQ(Stacks(journal_.Saved()).size(), 1u);  // the compute-mode hold
+}
+
+TEST_F(GpuManagerDurabilityTest, RestoreRevertsLeasesThatExpiredWhileDown) {
+  {
+    auto run = Start();
+    ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 600)).ok());
+    ASSERT_TRUE(SetPower(*run, 0, 400, Lease("b", 10)).ok());
+    ASSERT_TRUE(SetPower(*run, 1, 250, Lease("a", 10)).ok());
+  }
+  wall_.Advance(11 * kSecond);
+  auto run = Start(/*mono_start=*/0);
+  WatchSets();
+  RestoreReport report = run->manager.Restore(journal_.Load());
+  EXPECT_EQ(report.kept, 1);
+  EXPECT_EQ(report.reverted, 2);
+  // GPU 0: b expired, a is still running: the device goes to a's value.
+  EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
+  // GPU 1: back to its baseline at once; the record kept the revert until done.
+  EXPECT_EQ(PowerMw(backend_, 1), 700'000u);
+  // GPU 0 went to a's value with b gone from the record.
+  for (const auto& at : RecordAtEachSet(0)) {
+    ASSERT_FALSE(at.empty());
+    EXPECT_EQ(at[0].gpu_uuid, "GPU-fake-0");
+    EXPECT_EQ(at[0].leases.size(), 1u);
+  }
+  // GPU 1 went back while the record said "reverting" (rule 7).
+  auto at_gpu1 = RecordAtEachSet(1);
+  ASSERT_EQ(at_gpu1.size(), 1u);
+  ASSERT_FALSE(at_gpu1[0].empty());
+  EXPECT_EQ(at_gpu1[0].back().gpu_uuid, "GPU-fake-1");
+  EXPECT_TRUE(at_gpu1[0].back().leases.empty());
+  ASSERT_EQ(run->manager.Leases().size(), 1u);
+  EXPECT_EQ(run->manager.Leases()[0].holder, "a");
+  auto stacks = Stacks(journal_.Saved());
+  ASSERT_EQ(stacks.size(), 1u);
+  EXPECT_EQ(stacks[0].gpu_uuid, "GPU-fake-0");
+}
+
+TEST_F(GpuManagerDurabilityTest, RestoreFindsGpusByUuidAndDropsMissingOnes) {
+  const std::vector<LeaseStackRecord> records = {
+      // GPU-fake-1 was index 0 in the run that saved this.
+      {"GPU-fake-1",
+       0,
+       SettingKind::kPowerLimit,
+       PowerLimit{700'000},
+       {{"a", PowerLimit{300'000}, kWallStart + 60 * kSecond}}},
+      {"GPU-gone",
+       1,
+       SettingKind::kPowerLimit,
+       PowerLimit{700'000},
+       {{"a", PowerLimit{250'000}, kWallStart + 60 * kSecond}, {"b", PowerLimit{260'000}, {}}}},
+  };
+  auto run = Start();
+  RestoreReport report = run->manager.Restore(LeaseRecordsJson(records));
+  EXPECT_EQ(report.kept, 1);
+  EXPECT_EQ(report.dropped, 2);
+  EXPECT_EQ(PowerMw(backend_, 1), 300'000u);
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+  ASSERT_EQ(run->manager.Leases().size(), 1u);
+  EXPECT_EQ(run->manager.Leases()[0].gpu, 1u);
+  auto stacks = Stacks(journal_.Saved());
+  ASSERT_EQ(stacks.size(), 1u);
+  EXPECT_EQ(stacks[0].gpu_uuid, "GPU-fake-1");
+  EXPECT_EQ(stacks[0].gpu_index, 1u);
+}
+
+TEST_F(GpuManagerDurabilityTest, RestoreRefusesAMalformedRecordAndStartsEmpty) {
+  auto run = Start();
+  json bad = LeaseRecordsJson({{"GPU-fake-0",
+                                0,
+                                SettingKind::kPowerLimit,
+                                PowerLimit{700'000},
+                                {{"a", PowerLimit{300'000}, std::nullopt}}}});
+  bad["stacks"][0]["leases"][0]["value"] = {{"watts", "lots"}};
+  RestoreReport report = run->manager.Restore(bad);
+  EXPECT_TRUE(report.refused);
+  EXPECT_EQ(report.kept + report.reverted + report.dropped, 0);
+  // What StateStore answers for a truncated or other-version file.
+  report = run->manager.Restore(FailedPrecondition("state file leases.json is truncated"));
+  EXPECT_TRUE(report.refused);
+  report = run->manager.Restore(NotFound("no record"));
+  EXPECT_FALSE(report.refused);
+  EXPECT_TRUE(backend_.Calls().empty());
+  EXPECT_TRUE(run->manager.Leases().empty());
+  // The daemon works as usual afterwards.
+  ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 60)).ok());
+  EXPECT_EQ(Stacks(journal_.Saved()).size(), 1u);
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon
