@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -90,8 +91,12 @@ class SimProcessTest : public ::testing::Test {
     return Spawn(n, argv, env);
   }
 
+  // Above the kernel's largest pid_max (2^22): never a process.
+  static constexpr pid_t kNoProcess = 1 << 23;
+
   // Starts argv[0] (a path) with exactly `env`; stdout and stderr go to the
-  // files "out<n>" and "err<n>" of this test's directory.
+  // files "out<n>" and "err<n>" of this test's directory. If it cannot be
+  // started the test fails and the result is kNoProcess.
   pid_t Spawn(int n, std::vector<std::string> argv, std::vector<std::string> env) {
     std::vector<char*> argv_c, env_c;
     for (auto& a : argv) argv_c.push_back(a.data());
@@ -107,7 +112,12 @@ class SimProcessTest : public ::testing::Test {
     pid_t pid = -1;
     int rc = posix_spawn(&pid, argv_c[0], &actions, nullptr, argv_c.data(), env_c.data());
     posix_spawn_file_actions_destroy(&actions);
-    EXPECT_EQ(rc, 0) << argv[0];
+    if (rc != 0 || pid <= 0) {
+      // A pid no process has: a test that goes on to kill() it (or -1, or 0,
+      // which would signal every process, or this group) harms nothing.
+      ADD_FAILURE() << "cannot start " << argv[0] << ": " << strerror(rc);
+      return kNoProcess;
+    }
     children_.push_back(pid);
     return pid;
   }
