@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "daemon/api/gpu_routes.h"
+#include "daemon/api/tenant_routes.h"
 #include "daemon/config.h"
 #include "daemon/event_hub.h"
 #include "daemon/gpu/gpu_json.h"
@@ -29,6 +30,10 @@
 #include "daemon/mps/posix_mps_host.h"
 #include "daemon/mps_gpu_control.h"
 #include "daemon/state/state_store.h"
+#include "daemon/tenants/gpu_usage.h"
+#include "daemon/tenants/pid_watcher.h"
+#include "daemon/tenants/registry.h"
+#include "daemon/tenants/tenant_metrics.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -206,7 +211,32 @@ int Run(int argc, char** argv) {
   GpuMonitor monitor(**backend, std::chrono::milliseconds(config.poll_interval_ms));
   monitor.SetChangeListener(
       [&hub](const GpuInfo& gpu) { hub.Publish("gpu", GpuJson(gpu).dump()); });
-  monitor.SetTickHook([&manager] { manager.ExpireDue(); });
+  // Tenants and groups (docs/daemon.md "Tenants and groups"): exits by pidfd,
+  // the checkpoint re-adopted at start, the driver's per-process usage
+  // refreshed after each sample.
+  PidWatcher pid_watcher;
+  TenantRegistry registry({}, clock, pid_watcher, state->get(),
+                          [&hub](std::string_view type, const nlohmann::json& data) {
+                            hub.Publish(type, data.dump());
+                          });
+  pid_watcher.SetExitCallback(
+      [&registry](const std::vector<pid_t>& pids) { registry.OnExited(pids); });
+  struct WatcherStop {  // the watcher's thread ends before the registry it calls
+    PidWatcher& watcher;
+    ~WatcherStop() { watcher.Stop(); }
+  } watcher_stop{pid_watcher};
+  if (Status s = pid_watcher.Start(); !s.ok()) {
+    GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"", s.message().c_str());
+    return kExitFailure;
+  }
+  if (Status s = registry.Restore(); !s.ok()) {
+    GS_LOG(kError, "gpusliced", "event=checkpoint_failed error=\"%s\"", s.message().c_str());
+  }
+  GpuUsageCache usage(**backend);
+  monitor.SetTickHook([&manager, &usage, &monitor] {
+    manager.ExpireDue();
+    usage.Refresh(*monitor.Current());
+  });
   manager.SetChangeListener([&monitor](uint32_t) { monitor.Poke(); });
 
   // MPS: started per GPU on first demand, kept across daemon restarts (the
@@ -230,7 +260,14 @@ int Run(int argc, char** argv) {
   ApiRouter router;
   GpuRoutesOptions route_options;
   route_options.default_lease_s = config.default_lease_s;
+  route_options.extra_metrics = [&registry, &usage] {
+    return FormatTenantMetrics(registry, *usage.Current());
+  };
   AddGpuRoutes(router, manager, monitor, route_options);
+  AddTenantRoutes(router, registry, monitor, usage,
+                  TenantRoutesOptions{.is_admin = [auth = server_options->auth](const Caller& c) {
+                    return Authorize(c, Access::kMutate, auth).ok();
+                  }});
   mps::RegisterMpsRoutes(router, mps);
 
   monitor.Start();

@@ -1,5 +1,6 @@
-// FakeProc: a fake /proc tree in a temporary directory, for tests of code
-// that takes a proc root (identity.h, the registry). Test-only; header-only.
+// Test doubles for the tenant registry, header-only: FakeProc, a fake /proc
+// tree in a temporary directory (for code that takes a proc root), and
+// FakeWatcher, liveness in the test's hands.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,7 +8,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
+
+#include "daemon/tenants/pid_watcher.h"
 
 namespace gpuslice::daemon {
 
@@ -47,6 +51,18 @@ class FakeProc {
     std::ofstream(path, std::ios::binary) << text;
   }
   std::string root_;
+};
+
+// Watch fails for pids in `dead`; exits are the test's calls to OnExited.
+class FakeWatcher final : public LivenessWatcher {
+ public:
+  Status Watch(pid_t pid, uint64_t /*start_time*/) override {
+    if (dead.contains(pid)) return NotFound("no process " + std::to_string(pid));
+    watched.insert(pid);
+    return Status::Ok();
+  }
+  void Unwatch(pid_t pid) override { watched.erase(pid); }
+  std::set<pid_t> watched, dead;
 };
 
 }  // namespace gpuslice::daemon

@@ -41,6 +41,7 @@ class PidWatcherTest : public ::testing::Test {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
     }
+    watcher_.Stop();  // no callback may run once the members it touches are gone
   }
   pid_t Child() {
     children_.push_back(ForkSleeper());

@@ -23,18 +23,6 @@ using namespace std::string_literals;
 constexpr const char* kPodA = "aaaaaaaa-1111-2222-3333-444444444444";
 constexpr const char* kPodB = "bbbbbbbb-1111-2222-3333-444444444444";
 
-// Liveness in the tests' hands: Watch fails for pids marked dead.
-class FakeWatcher final : public LivenessWatcher {
- public:
-  Status Watch(pid_t pid, uint64_t) override {
-    if (dead.contains(pid)) return NotFound("no process " + std::to_string(pid));
-    watched.insert(pid);
-    return Status::Ok();
-  }
-  void Unwatch(pid_t pid) override { watched.erase(pid); }
-  std::set<pid_t> watched, dead;
-};
-
 class RegistryTest : public ::testing::Test {
  protected:
   void SetUp() override {
