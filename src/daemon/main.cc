@@ -260,8 +260,8 @@ int Run(int argc, char** argv) {
   ApiRouter router;
   GpuRoutesOptions route_options;
   route_options.default_lease_s = config.default_lease_s;
-  route_options.extra_metrics = [&registry, &usage] {
-    return FormatTenantMetrics(registry, *usage.Current());
+  route_options.extra_metrics = [&registry, &usage, &monitor] {
+    return FormatTenantMetrics(registry, UsageOfEach(*monitor.Current(), *usage.Current()));
   };
   AddGpuRoutes(router, manager, monitor, route_options);
   AddTenantRoutes(router, registry, monitor, usage,

@@ -1,5 +1,6 @@
 #include "daemon/api/tenant_routes.h"
 
+#include <algorithm>
 #include <charconv>
 #include <set>
 
@@ -313,13 +314,13 @@ void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonit
                return PostTenant(req, registry, monitor, options);
              });
   router.Add("GET", "/v1/tenants", Access::kRead, Dispatch::kBlocking,
-             [&registry, &usage](const ApiRequest& req) {
-               auto u = usage.Current();
+             [&registry, &monitor, &usage](const ApiRequest& req) {
+               const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
                auto group = req.query.find("group");
                json list = json::array();
                for (const Tenant& t : registry.Tenants()) {
                  if (group != req.query.end() && t.group != group->second) continue;
-                 list.push_back(TenantView(registry, t, *u));
+                 list.push_back(TenantView(registry, t, u));
                }
                return ApiResponse::Json(200, {{"tenants", std::move(list)}});
              });
@@ -347,21 +348,22 @@ void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonit
                return ApiResponse::Json(200, {{"unregistered", pid}, {"group", tenant->group}});
              });
   router.Add("GET", "/v1/groups", Access::kRead, Dispatch::kBlocking,
-             [&registry, &usage](const ApiRequest&) {
-               auto u = usage.Current();
+             [&registry, &monitor, &usage](const ApiRequest&) {
+               const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
                auto members = MembersByGroup(registry);
                json list = json::array();
-               for (const Group& g : registry.Groups())
-                 list.push_back(GroupView(g, members[g.id], *u));
+               for (const Group& g : registry.Groups()) {
+                 list.push_back(GroupView(g, members[g.id], u));
+               }
                return ApiResponse::Json(200, {{"groups", std::move(list)}});
              });
   router.Add("GET", "/v1/groups/{id}", Access::kRead, Dispatch::kBlocking,
-             [&registry, &usage](const ApiRequest& req) {
+             [&registry, &monitor, &usage](const ApiRequest& req) {
                const std::string& id = req.params.at("id");
                auto g = registry.GroupOf(id);
                if (!g) return ApiResponse::FromStatus(NotFound("no group \"" + id + "\""));
-               return ApiResponse::Json(
-                   200, GroupView(*g, MembersByGroup(registry)[id], *usage.Current()));
+               const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
+               return ApiResponse::Json(200, GroupView(*g, MembersByGroup(registry)[id], u));
              });
   router.Add(
       "PUT", "/v1/groups/{id}", Access::kMutate, Dispatch::kBlocking,

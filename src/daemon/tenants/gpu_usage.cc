@@ -52,4 +52,15 @@ std::shared_ptr<const std::vector<GpuUsage>> GpuUsageCache::Current() const {
   return current_;
 }
 
+std::vector<GpuUsage> UsageOfEach(const Snapshot& snapshot, const std::vector<GpuUsage>& usage) {
+  std::vector<GpuUsage> out;
+  out.reserve(snapshot.gpus.size());
+  for (const GpuInfo& g : snapshot.gpus) {
+    auto it = std::find_if(usage.begin(), usage.end(),
+                           [&](const GpuUsage& u) { return u.uuid == g.uuid; });
+    out.push_back(it != usage.end() ? *it : GpuUsage{g.index, g.uuid, {}, {}});
+  }
+  return out;
+}
+
 }  // namespace gpuslice::daemon

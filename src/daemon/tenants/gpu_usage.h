@@ -44,4 +44,8 @@ class GpuUsageCache {
       std::make_shared<const std::vector<GpuUsage>>();  // GUARDED_BY(mu_)
 };
 
+// One entry per GPU of `snapshot`, in its order: the cached usage, or an
+// empty one for a GPU whose processes were not read yet.
+std::vector<GpuUsage> UsageOfEach(const Snapshot& snapshot, const std::vector<GpuUsage>& usage);
+
 }  // namespace gpuslice::daemon
