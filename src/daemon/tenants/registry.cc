@@ -224,6 +224,7 @@ Status TenantRegistry::Restore() {
       tenants_[t.host_pid] = std::move(t);
     }
     version = ++version_;
+    groups_version_ = version_;
   }
   for (const Tenant& t : dropped) {
     GS_LOG(kInfo, "gpusliced", "event=tenant_exited pid=%d group=%s reason=gone_at_restart",
@@ -318,13 +319,16 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg) {
       g = groups_.emplace(reg.group, std::move(group)).first;
       created = true;
     }
+    bool group_changed = created;
     if (!g->second.owner_uid) {
       g->second.owner_uid = t.uid;
       g->second.owner_pod_uid = t.cgroup.pod_uid;
+      group_changed = true;
     }
     t.tier = g->second.tier;
     tenants_[t.host_pid] = t;
     version = ++version_;
+    if (group_changed) groups_version_ = version_;
   }
   if (Status s = Persist(version); !s.ok()) {
     // Not durable: not promised. Undo what this call added.
@@ -340,7 +344,7 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg) {
         }
       }
       if (created && CountMembersLocked(reg.group) == 0) groups_.erase(reg.group);
-      ++version_;
+      groups_version_ = ++version_;
     }
     return Refuse(reg, Unavailable("the registration could not be saved: " + s.message()));
   }
@@ -468,6 +472,7 @@ StatusOr<Group> TenantRegistry::SetGroup(const std::string& id, const Limits& li
     it->second.limits = limits;
     result = it->second;
     version = ++version_;
+    groups_version_ = version_;
   }
   GS_RETURN_IF_ERROR(Persist(version));
   GS_LOG(kInfo, "gpusliced", "event=group_limits_changed group=%s limits=%s", id.c_str(),
@@ -488,6 +493,7 @@ Status TenantRegistry::ForgetGroup(const std::string& id) {
     }
     groups_.erase(it);
     version = ++version_;
+    groups_version_ = version_;
   }
   GS_RETURN_IF_ERROR(Persist(version));
   Emit("group_forgotten", {{"group", id}});
@@ -510,20 +516,27 @@ Status TenantRegistry::Persist(uint64_t version) {
   }
   saving_ = true;
   lock.unlock();
+  // Only the saver (saving_) touches groups_saved_version_.
   json groups = json::array();
   json tenants = json::array();
   uint64_t snapshot = 0;
+  bool save_groups = false;
   {
     std::lock_guard state(mu_);
     snapshot = version_;
-    for (const auto& [id, g] : groups_) groups.push_back(GroupJson(g));
+    save_groups = groups_version_ > groups_saved_version_;
+    if (save_groups) {
+      for (const auto& [id, g] : groups_) groups.push_back(GroupJson(g));
+    }
     for (const auto& [pid, t] : tenants_) tenants.push_back(TenantJson(t));
   }
-  Status s = store_->Save("groups", {{"groups", std::move(groups)}});
+  Status s;
+  if (save_groups) s = store_->Save("groups", {{"groups", std::move(groups)}});
   if (s.ok()) s = store_->Save("tenants", {{"tenants", std::move(tenants)}});
   lock.lock();
   saving_ = false;
   if (s.ok()) {
+    if (save_groups) groups_saved_version_ = snapshot;
     saved_version_ = std::max(saved_version_, snapshot);
   } else {
     failed_version_ = std::max(failed_version_, snapshot);

@@ -166,16 +166,18 @@ class TenantRegistry {
   std::map<std::string, Group> groups_;  // GUARDED_BY(mu_)
   std::map<pid_t, Tenant> tenants_;      // GUARDED_BY(mu_)
   uint64_t version_ = 0;                 // GUARDED_BY(mu_): bumped by every change
+  uint64_t groups_version_ = 0;          // GUARDED_BY(mu_): the last change of groups_
   uint64_t refused_ = 0;                 // GUARDED_BY(mu_)
 
   // Group commit of checkpoints: one save at a time saves the newest state;
   // every caller whose version it covers returns with it.
   std::mutex persist_mu_;
   std::condition_variable persisted_;
-  bool saving_ = false;          // GUARDED_BY(persist_mu_)
-  uint64_t saved_version_ = 0;   // GUARDED_BY(persist_mu_)
-  uint64_t failed_version_ = 0;  // GUARDED_BY(persist_mu_): the last failed save covered this
-  Status last_error_;            // GUARDED_BY(persist_mu_): and failed so
+  bool saving_ = false;                // GUARDED_BY(persist_mu_)
+  uint64_t saved_version_ = 0;         // GUARDED_BY(persist_mu_)
+  uint64_t groups_saved_version_ = 0;  // the one saver's (saving_) only
+  uint64_t failed_version_ = 0;        // GUARDED_BY(persist_mu_): the last failed save covered this
+  Status last_error_;                  // GUARDED_BY(persist_mu_): and failed so
 };
 
 // A group id: 1-64 of [A-Za-z0-9._-], not starting with '.'.
