@@ -221,7 +221,7 @@ Status TenantRegistry::Restore() {
       }
       GS_LOG(kInfo, "gpusliced", "event=tenant_readopted pid=%d group=%s", t.host_pid,
              t.group.c_str());
-      tenants_[t.host_pid] = std::move(t);
+      PutTenantLocked(t);
     }
     version = ++version_;
     groups_version_ = version_;
@@ -326,7 +326,7 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg) {
       group_changed = true;
     }
     t.tier = g->second.tier;
-    tenants_[t.host_pid] = t;
+    PutTenantLocked(t);
     version = ++version_;
     if (group_changed) groups_version_ = version_;
   }
@@ -337,9 +337,9 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg) {
       auto it = tenants_.find(t.host_pid);
       if (it != tenants_.end() && it->second.registered_at_ns == t.registered_at_ns) {
         if (replaced) {
-          it->second = *replaced;
+          PutTenantLocked(*replaced);
         } else {
-          tenants_.erase(it);
+          EraseTenantLocked(t.host_pid);
           watcher_.Unwatch(t.host_pid);
         }
       }
@@ -364,7 +364,7 @@ Status TenantRegistry::Unregister(pid_t pid) {
     auto it = tenants_.find(pid);
     if (it == tenants_.end()) return NotFound("no tenant with pid " + std::to_string(pid));
     gone = std::move(it->second);
-    tenants_.erase(it);
+    EraseTenantLocked(pid);
     watcher_.Unwatch(pid);
     version = ++version_;
   }
@@ -382,7 +382,7 @@ void TenantRegistry::OnExited(const std::vector<pid_t>& pids) {
       auto it = tenants_.find(pid);
       if (it == tenants_.end()) continue;
       gone.push_back(std::move(it->second));
-      tenants_.erase(it);
+      EraseTenantLocked(pid);
     }
     if (gone.empty()) return;
     version = ++version_;
@@ -500,6 +500,16 @@ Status TenantRegistry::ForgetGroup(const std::string& id) {
   return Status::Ok();
 }
 
+void TenantRegistry::PutTenantLocked(const Tenant& t) {
+  tenants_[t.host_pid] = t;
+  tenant_text_[t.host_pid] = TenantJson(t).dump();
+}
+
+void TenantRegistry::EraseTenantLocked(pid_t pid) {
+  tenants_.erase(pid);
+  tenant_text_.erase(pid);
+}
+
 uint64_t TenantRegistry::refused_count() const {
   std::lock_guard lock(mu_);
   return refused_;
@@ -518,7 +528,7 @@ Status TenantRegistry::Persist(uint64_t version) {
   lock.unlock();
   // Only the saver (saving_) touches groups_saved_version_.
   json groups = json::array();
-  json tenants = json::array();
+  std::string tenants = "{\"tenants\":[";
   uint64_t snapshot = 0;
   bool save_groups = false;
   {
@@ -528,11 +538,18 @@ Status TenantRegistry::Persist(uint64_t version) {
     if (save_groups) {
       for (const auto& [id, g] : groups_) groups.push_back(GroupJson(g));
     }
-    for (const auto& [pid, t] : tenants_) tenants.push_back(TenantJson(t));
+    size_t size = tenants.size() + 2;
+    for (const auto& [pid, text] : tenant_text_) size += text.size() + 1;
+    tenants.reserve(size);
+    for (const auto& [pid, text] : tenant_text_) {
+      if (tenants.back() != '[') tenants += ',';
+      tenants += text;
+    }
+    tenants += "]}";
   }
   Status s;
   if (save_groups) s = store_->Save("groups", {{"groups", std::move(groups)}});
-  if (s.ok()) s = store_->Save("tenants", {{"tenants", std::move(tenants)}});
+  if (s.ok()) s = store_->SaveSerialized("tenants", tenants);
   lock.lock();
   saving_ = false;
   if (s.ok()) {

@@ -155,6 +155,9 @@ class TenantRegistry {
   Status Refuse(const Registration& reg, Status why);
   void Emit(std::string_view type, const nlohmann::json& data) const;
   size_t CountMembersLocked(const std::string& group) const;  // REQUIRES: mu_ held
+  // Both REQUIRE mu_ held; they keep tenant_text_ in step with tenants_.
+  void PutTenantLocked(const Tenant& t);
+  void EraseTenantLocked(pid_t pid);
 
   const Options options_;
   const Clock& clock_;
@@ -165,9 +168,12 @@ class TenantRegistry {
   mutable std::mutex mu_;
   std::map<std::string, Group> groups_;  // GUARDED_BY(mu_)
   std::map<pid_t, Tenant> tenants_;      // GUARDED_BY(mu_)
-  uint64_t version_ = 0;                 // GUARDED_BY(mu_): bumped by every change
-  uint64_t groups_version_ = 0;          // GUARDED_BY(mu_): the last change of groups_
-  uint64_t refused_ = 0;                 // GUARDED_BY(mu_)
+  // GUARDED_BY(mu_): each tenant's checkpoint JSON, serialised once, so that
+  // a checkpoint of N tenants is a concatenation, not N serialisations.
+  std::map<pid_t, std::string> tenant_text_;
+  uint64_t version_ = 0;         // GUARDED_BY(mu_): bumped by every change
+  uint64_t groups_version_ = 0;  // GUARDED_BY(mu_): the last change of groups_
+  uint64_t refused_ = 0;         // GUARDED_BY(mu_)
 
   // Group commit of checkpoints: one save at a time saves the newest state;
   // every caller whose version it covers returns with it.
