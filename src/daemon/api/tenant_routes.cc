@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <set>
 
 #include "common/quantity.h"
@@ -201,27 +202,32 @@ ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const Gp
   return ApiResponse::Json(201, out);
 }
 
-// A tenant with what the driver says it uses on each GPU.
-json TenantView(const TenantRegistry& registry, const Tenant& t,
-                const std::vector<GpuUsage>& usage) {
-  json j = TenantJson(t);
-  const auto limits = registry.EffectiveLimits(t);
+// A tenant with what the driver says it uses on each GPU: its record's JSON
+// (`text`, TenantJson serialised) with "gpus" added, appended to `out`.
+void AppendTenantView(const Tenant& t, const std::string& text,
+                      const std::map<std::string, Group>& groups,
+                      const std::vector<GpuUsage>& usage, std::string& out) {
+  auto group = groups.find(t.group);
   json gpus = json::array();
   for (const GpuUsage& u : usage) {
     const bool declared = std::find(t.devices.begin(), t.devices.end(), u.uuid) != t.devices.end();
     auto mem = u.memory_bytes.find(static_cast<uint32_t>(t.host_pid));
     if (!declared && mem == u.memory_bytes.end()) continue;
     auto sm = u.sm_percent.find(static_cast<uint32_t>(t.host_pid));
-    auto limit = limits.find(u.uuid);
+    // As TenantRegistry::EffectiveLimits: the group's, lowered by the tenant's own.
+    const GpuLimit limit = Lower(
+        group == groups.end() ? GpuLimit{} : LimitOn(group->second.limits, u.uuid), t.requested);
     gpus.push_back(
         {{"index", u.index},
          {"uuid", u.uuid},
          {"memory_used_bytes", mem == u.memory_bytes.end() ? json(0) : json(mem->second)},
          {"share", sm == u.sm_percent.end() ? json(nullptr) : json(sm->second / 100.0)},
-         {"limit", GpuLimitJson(limit == limits.end() ? GpuLimit{} : limit->second)}});
+         {"limit", declared ? GpuLimitJson(limit) : GpuLimitJson(GpuLimit{})}});
   }
-  j["gpus"] = std::move(gpus);
-  return j;
+  out.append(text, 0, text.size() - 1);  // the record without its closing '}'
+  out += ",\"gpus\":";
+  out += gpus.dump();
+  out += '}';
 }
 
 json GroupView(const Group& g, const std::vector<Tenant>& members,
@@ -317,12 +323,17 @@ void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonit
              [&registry, &monitor, &usage](const ApiRequest& req) {
                const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
                auto group = req.query.find("group");
-               json list = json::array();
-               for (const Tenant& t : registry.Tenants()) {
+               std::map<std::string, Group> groups;
+               for (Group& g : registry.Groups()) groups.emplace(g.id, std::move(g));
+               ApiResponse r;
+               r.body = "{\"tenants\":[";
+               for (const auto& [t, text] : registry.TenantsWithJson()) {
                  if (group != req.query.end() && t.group != group->second) continue;
-                 list.push_back(TenantView(registry, t, u));
+                 if (r.body.back() != '[') r.body += ',';
+                 AppendTenantView(t, text, groups, u, r.body);
                }
-               return ApiResponse::Json(200, {{"tenants", std::move(list)}});
+               r.body += "]}";
+               return r;
              });
   router.Add("DELETE", "/v1/tenants/{pid}", Access::kRead, Dispatch::kBlocking,
              [&registry, options](const ApiRequest& req) {

@@ -404,6 +404,14 @@ std::vector<Tenant> TenantRegistry::Tenants() const {
   return out;
 }
 
+std::vector<std::pair<Tenant, std::string>> TenantRegistry::TenantsWithJson() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<Tenant, std::string>> out;
+  out.reserve(tenants_.size());
+  for (const auto& [pid, t] : tenants_) out.emplace_back(t, tenant_text_.at(pid));
+  return out;
+}
+
 std::optional<Tenant> TenantRegistry::TenantOf(pid_t pid) const {
   std::lock_guard lock(mu_);
   auto it = tenants_.find(pid);

@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -133,6 +134,8 @@ class TenantRegistry {
   void OnExited(const std::vector<pid_t>& pids);
 
   std::vector<Tenant> Tenants() const;
+  // Every tenant with TenantJson(tenant).dump(), kept since its last change.
+  std::vector<std::pair<Tenant, std::string>> TenantsWithJson() const;
   std::optional<Tenant> TenantOf(pid_t pid) const;
   std::vector<Group> Groups() const;
   std::optional<Group> GroupOf(const std::string& id) const;
