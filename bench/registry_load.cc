@@ -9,7 +9,6 @@
 //   gpuslice-bench-registry --socket S --daemon-pid P [--groups 200]
 //       [--processes 1000] [--gets 200] [--idle-s 5] [--tick-ms 50]
 // bench/registry starts a daemon on the simulated GPU and runs this.
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -18,6 +17,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -37,7 +38,7 @@ using gpuslice::cli::UnixHttpClient;
 int64_t Percentile(std::vector<int64_t> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  const auto i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  const auto i = static_cast<size_t>(std::lround(p * static_cast<double>(v.size() - 1)));
   return v[std::min(i, v.size() - 1)];
 }
 

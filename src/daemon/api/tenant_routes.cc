@@ -18,7 +18,11 @@ Status UnknownFields(const json& obj, const std::set<std::string>& known,
                      const std::string& where) {
   for (const auto& [key, value] : obj.items()) {
     if (!known.contains(key)) {
-      return InvalidArgument("unknown field \"" + where + key + "\"");
+      std::string message = "unknown field \"";
+      message += where;
+      message += key;
+      message += '"';
+      return InvalidArgument(message);
     }
   }
   return Status::Ok();
@@ -289,7 +293,7 @@ ApiResponse PutGroup(const ApiRequest& req, TenantRegistry& registry, const GpuM
         auto ids = ParseGpuIds(gpu, snapshot->gpus);
         if (!ids.ok() || ids->size() != 1) {
           return ApiResponse::FromStatus(InvalidArgument(
-              "\"limits." + gpu + "\": name one GPU (an index or a UUID) or \"all\""));
+              "\"limits." + gpu + R"(": name one GPU (an index or a UUID) or "all")"));
         }
         key = snapshot->gpus[ids->front()].uuid;
       }
@@ -312,7 +316,7 @@ ApiResponse PutGroup(const ApiRequest& req, TenantRegistry& registry, const GpuM
 }  // namespace
 
 void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonitor& monitor,
-                     const GpuUsageCache& usage, TenantRoutesOptions options) {
+                     const GpuUsageCache& usage, const TenantRoutesOptions& options) {
   // Registration waits for the checkpoint (fsync): a worker thread. Anyone
   // who reaches the socket may register itself (Access::kRead at the server).
   router.Add("POST", "/v1/tenants", Access::kRead, Dispatch::kBlocking,

@@ -32,6 +32,6 @@ struct TenantRoutesOptions {
 // Registers POST/GET /v1/tenants, DELETE /v1/tenants/{pid}, GET /v1/groups,
 // GET/PUT/DELETE /v1/groups/{id}. REQUIRES: the arguments outlive the router.
 void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonitor& monitor,
-                     const GpuUsageCache& usage, TenantRoutesOptions options);
+                     const GpuUsageCache& usage, const TenantRoutesOptions& options);
 
 }  // namespace gpuslice::daemon

@@ -37,7 +37,7 @@ std::string_view TierName(Tier tier) { return tier == Tier::kMps ? "mps" : "shar
 StatusOr<Tier> ParseTier(std::string_view name) {
   if (name == "shared") return Tier::kShared;
   if (name == "mps") return Tier::kMps;
-  return InvalidArgument("tier must be \"shared\" or \"mps\", not \"" + std::string(name) + "\"");
+  return InvalidArgument(R"(tier must be "shared" or "mps", not ")" + std::string(name) + "\"");
 }
 
 GpuLimit Lower(const GpuLimit& a, const GpuLimit& b) {

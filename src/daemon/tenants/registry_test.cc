@@ -1,11 +1,11 @@
 #include "daemon/tenants/registry.h"
 
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -221,7 +221,7 @@ TEST_F(RegistryTest, RestoreReadoptsLiveTenantsAndDropsDeadOnes) {
 }
 
 TEST_F(RegistryTest, AnUnreadableCheckpointStartsEmptyAndIsSetAside) {
-  std::ofstream(store_->PathOf("tenants")) << "{\"format\": \"gpuslice-state\", \"vers";
+  std::ofstream(store_->PathOf("tenants")) << R"({"format": "gpuslice-state", "vers)";
   ASSERT_TRUE(registry_->Restore().ok());
   EXPECT_TRUE(registry_->Tenants().empty());
   EXPECT_TRUE(std::filesystem::exists(store_->PathOf("tenants") + ".bad"));

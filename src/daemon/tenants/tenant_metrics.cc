@@ -65,6 +65,7 @@ std::string FormatTenantMetrics(const TenantRegistry& registry,
   std::map<std::string, std::vector<Tenant>> members;
   for (Tenant& t : registry.Tenants()) members[t.group].push_back(std::move(t));
   std::vector<std::string> gpu_labels;  // by position in usage
+  gpu_labels.reserve(usage.size());
   for (const GpuUsage& u : usage) {
     gpu_labels.push_back(Label("gpu", std::to_string(u.index)) + "," + Label("uuid", u.uuid));
   }

@@ -5,6 +5,7 @@
 // daemon re-adopting its live tenants from --state-dir.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -75,6 +76,7 @@ class TenantRegistryTest : public testing::SimProcessTest {
     return out;
   }
 
+  // NOLINTNEXTLINE(bugprone-exception-escape): nlohmann::json members; a test helper.
   struct Tenant {
     pid_t pid = -1;    // the process that registered (host pid)
     pid_t child = -1;  // our direct child (differs in a pid namespace)
@@ -189,6 +191,45 @@ TEST_F(TenantRegistryTest, TwoProcessesRegisterAndAKilledOneIsGoneWithinASecond)
   EXPECT_TRUE(Listed().contains(b.pid));
   EXPECT_NE(Read("err0").find("event=tenant_exited pid=" + std::to_string(a.pid)),
             std::string::npos);
+}
+
+TEST_F(TenantRegistryTest, TheEventStreamAnnouncesRegistrationsExitsAndRefusals) {
+  StartDaemon();
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, socket_.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string req = "GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  std::string events;
+  // Reads until `needle` arrived (or 10 s passed).
+  auto read_until = [&](const std::string& needle) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (events.find(needle) == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      events.append(buf, static_cast<size_t>(n));
+    }
+    return events.find(needle) != std::string::npos;
+  };
+  ASSERT_TRUE(read_until(": connected"));
+  Tenant t = StartTenant(R"({"group": "ev"})");
+  ASSERT_EQ(t.status, 201);
+  EXPECT_TRUE(read_until("event: tenant_registered\ndata: {")) << events;
+  ASSERT_EQ(Call("PUT", "/v1/groups/ev", R"({"limits": {"all": {"memory": "1GiB"}}})").first, 200);
+  EXPECT_TRUE(read_until("event: group_limits_changed\n")) << events;
+  EXPECT_EQ(Call("POST", "/v1/tenants", R"({"group": "bad group"})").first, 400);
+  EXPECT_TRUE(read_until("event: registration_refused\n")) << events;
+  kill(t.pid, SIGKILL);
+  EXPECT_TRUE(read_until("event: tenant_exited\ndata: {\"group\":\"ev\",\"host_pid\":" +
+                         std::to_string(t.pid)))
+      << events;
+  close(fd);
 }
 
 TEST_F(TenantRegistryTest, ATenantInAPidNamespaceIsListedByItsHostPid) {
