@@ -226,8 +226,8 @@ int Run(int argc, char** argv) {
     ~WatcherStop() { watcher.Stop(); }
   } watcher_stop{pid_watcher};
   if (Status s = pid_watcher.Start(); !s.ok()) {
-    GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"", s.message().c_str());
-    return kExitFailure;
+    // Everything else still works; registrations are refused (503) saying why.
+    GS_LOG(kError, "gpusliced", "event=registry_unavailable error=\"%s\"", s.message().c_str());
   }
   if (Status s = registry.Restore(); !s.ok()) {
     GS_LOG(kError, "gpusliced", "event=checkpoint_failed error=\"%s\"", s.message().c_str());
