@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "daemon/api/gpu_routes.h"
+#include "daemon/api/tenant_routes.h"
 #include "daemon/config.h"
 #include "daemon/event_hub.h"
 #include "daemon/gpu/gpu_json.h"
@@ -35,6 +36,10 @@
 #include "daemon/mps/posix_mps_host.h"
 #include "daemon/mps_gpu_control.h"
 #include "daemon/state/state_store.h"
+#include "daemon/tenants/gpu_usage.h"
+#include "daemon/tenants/pid_watcher.h"
+#include "daemon/tenants/registry.h"
+#include "daemon/tenants/tenant_metrics.h"
 #include "gpuslice/group_segment.h"
 
 namespace gpuslice::daemon {
@@ -227,13 +232,36 @@ int Run(int argc, char** argv) {
   GpuMonitor monitor(**backend, std::chrono::milliseconds(config.poll_interval_ms));
   monitor.SetChangeListener(
       [&hub](const GpuInfo& gpu) { hub.Publish("gpu", GpuJson(gpu).dump()); });
+  // Tenants and groups (docs/daemon.md "Tenants and groups"): exits by pidfd,
+  // the checkpoint re-adopted at start, the driver's per-process usage
+  // refreshed after each sample.
+  PidWatcher pid_watcher;
+  TenantRegistry registry({}, clock, pid_watcher, state->get(),
+                          [&hub](std::string_view type, const nlohmann::json& data) {
+                            hub.Publish(type, data.dump());
+                          });
+  pid_watcher.SetExitCallback(
+      [&registry](const std::vector<pid_t>& pids) { registry.OnExited(pids); });
+  struct WatcherStop {  // the watcher's thread ends before the registry it calls
+    PidWatcher& watcher;
+    ~WatcherStop() { watcher.Stop(); }
+  } watcher_stop{pid_watcher};
+  if (Status s = pid_watcher.Start(); !s.ok()) {
+    // Everything else still works; registrations are refused (503) saying why.
+    GS_LOG(kError, "gpusliced", "event=registry_unavailable error=\"%s\"", s.message().c_str());
+  }
+  if (Status s = registry.Restore(); !s.ok()) {
+    GS_LOG(kError, "gpusliced", "event=checkpoint_failed error=\"%s\"", s.message().c_str());
+  }
+  GpuUsageCache usage(**backend);
   // Segments of groups idle past the grace period (DESIGN.md section 3).
   const std::string shm_dir = config.shm_dir.empty() ? kDefaultGroupSegmentDir : config.shm_dir;
   const int64_t grace_ns = config.group_gc_grace_s * 1'000'000'000;
   SegmentCollector collector(
       shm_dir, grace_ns, std::clamp<int64_t>(grace_ns / 4, 1'000'000'000, 10'000'000'000), clock);
-  monitor.SetTickHook([&manager, &collector, &hub] {
+  monitor.SetTickHook([&manager, &usage, &monitor, &collector, &hub] {
     manager.ExpireDue();
+    usage.Refresh(*monitor.Current());
     SegmentCollector::Sweep sweep = collector.MaybeSweep();
     for (const std::string& group : sweep.removed) {
       GS_LOG(kInfo, "gpusliced", "event=group_removed group=%s reason=idle", group.c_str());
@@ -266,16 +294,38 @@ int Run(int argc, char** argv) {
   ApiRouter router;
   GpuRoutesOptions route_options;
   route_options.default_lease_s = config.default_lease_s;
+  route_options.extra_metrics = [&registry, &usage, &monitor] {
+    return FormatTenantMetrics(registry, UsageOfEach(*monitor.Current(), *usage.Current()));
+  };
   AddGpuRoutes(router, manager, monitor, route_options);
+  AddTenantRoutes(router, registry, monitor, usage,
+                  TenantRoutesOptions{.is_admin = [auth = server_options->auth](const Caller& c) {
+                    return Authorize(c, Access::kMutate, auth).ok();
+                  }});
   mps::RegisterMpsRoutes(router, mps);
 
   // Every group's controller (DESIGN.md section 3), on a thread of its own:
   // members yield to the daemon's claim and take over when it goes stale.
   RealtimeClock realtime;
   BackendUtilization utilization(**backend, realtime);
-  GroupControllers controllers(GroupControllers::Options{.shm_dir = shm_dir, .self = getpid()},
-                               utilization,
-                               /*host_pids=*/nullptr, GroupControllers::Clocks{realtime, clock});
+  // NVML's samples are matched to the registry's host pids; the registry's
+  // limits (the group's, lowered by its tenants' own) are the daemon's word.
+  GroupControllers controllers(
+      GroupControllers::Options{.shm_dir = shm_dir, .self = getpid()}, utilization,
+      [&registry](const std::string& group) -> std::optional<std::vector<int32_t>> {
+        auto control = registry.ControlOf(group);
+        if (!control || control->host_pids.empty()) return std::nullopt;
+        return control->host_pids;
+      },
+      [&registry](const std::string& group,
+                  const std::string& uuid) -> std::optional<GroupControllers::DeviceLimit> {
+        auto control = registry.ControlOf(group);
+        if (!control) return std::nullopt;
+        const GpuLimit limit = Lower(LimitOn(control->limits, uuid), control->requested);
+        return GroupControllers::DeviceLimit{.memory_bytes = limit.memory_bytes,
+                                             .compute_percent = limit.compute_percent};
+      },
+      GroupControllers::Clocks{realtime, clock});
   ControlLoop control_loop([&controllers] { return controllers.Tick(); });
 
   monitor.Start();

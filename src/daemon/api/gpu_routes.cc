@@ -253,12 +253,14 @@ void AddGpuRoutes(ApiRouter& router, GpuManager& manager, GpuMonitor& monitor,
     const bool ready = monitor.Current()->generation > 0;
     return ApiResponse::Json(ready ? 200 : 503, {{"ready", ready}});
   });
-  router.Add("GET", "/metrics", Access::kRead, Dispatch::kInline, [&monitor](const ApiRequest&) {
-    ApiResponse r;
-    r.content_type = kMetricsContentType;
-    r.body = FormatMetrics(*monitor.Current());
-    return r;
-  });
+  router.Add("GET", "/metrics", Access::kRead, Dispatch::kInline,
+             [&monitor, extra = options.extra_metrics](const ApiRequest&) {
+               ApiResponse r;
+               r.content_type = kMetricsContentType;
+               r.body = FormatMetrics(*monitor.Current());
+               if (extra) r.body += extra();
+               return r;
+             });
   router.Add("GET", "/v1/gpus", Access::kRead, Dispatch::kInline, [&monitor](const ApiRequest&) {
     ApiResponse r;
     r.body = monitor.Current()->gpus_json;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +17,8 @@ namespace gpuslice::daemon {
 struct GpuRoutesOptions {
   int64_t default_lease_s = 3600;           // when a PUT names no lease_s
   int64_t max_lease_s = 366LL * 24 * 3600;  // longer needs "permanent": true
+  // More series appended to GET /metrics (the tenant registry's); may be empty.
+  std::function<std::string()> extra_metrics;
 };
 
 // Registers GET /v1/gpus, GET /v1/gpus/{ids}, GET /v1/gpus/{ids}/energy,

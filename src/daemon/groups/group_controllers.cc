@@ -19,11 +19,30 @@ ino_t InodeOf(const std::string& path) {
 }  // namespace
 
 GroupControllers::GroupControllers(Options options, control::UtilizationSource& source,
-                                   HostPids host_pids, Clocks clocks)
+                                   HostPids host_pids, LimitsOf limits_of, Clocks clocks)
     : options_(std::move(options)),
       source_(source),
       host_pids_(std::move(host_pids)),
+      limits_of_(std::move(limits_of)),
       clocks_(clocks) {}
+
+void GroupControllers::ApplyLimits(const std::string& name, GroupSegment& segment) {
+  if (!limits_of_) return;
+  for (int d = 0; d < segment.device_count(); ++d) {
+    const std::string uuid = segment.DeviceUuid(d);
+    const std::optional<DeviceLimit> want = limits_of_(name, uuid);
+    if (!want) continue;
+    const bool memory = want->memory_bytes && segment.MemoryLimit(d) != *want->memory_bytes;
+    const bool compute = want->compute_percent && segment.ComputeLimit(d) != *want->compute_percent;
+    if (!memory && !compute) continue;
+    if (memory) segment.SetMemoryLimit(d, *want->memory_bytes);
+    if (compute) segment.SetComputeLimit(d, *want->compute_percent);
+    const std::string bytes = memory ? std::to_string(*want->memory_bytes) : "-";
+    const std::string percent = compute ? std::to_string(*want->compute_percent) : "-";
+    GS_LOG(kInfo, "gpusliced", "event=group_limits_applied group=%s gpu=%s memory=%s compute=%s",
+           name.c_str(), uuid.c_str(), bytes.c_str(), percent.c_str());
+  }
+}
 
 GroupControllers::~GroupControllers() { Stop(); }
 
@@ -77,6 +96,7 @@ int64_t GroupControllers::Tick() {
     scanned_ = true;
     last_scan_ns_ = now;
   }
+  const bool rescanned = last_scan_ns_ == now;
   int64_t next = std::chrono::nanoseconds(control::GroupKeeper::kPeriod).count();
   std::vector<GroupControl> snapshot;
   for (auto& [name, g] : groups_) {
@@ -84,6 +104,7 @@ int64_t GroupControllers::Tick() {
     const bool was = g.segment->is_controller();
     if (g.segment->TryBecomeController()) {
       if (!was) GS_LOG(kInfo, "gpusliced", "event=group_controlled group=%s", name.c_str());
+      if (rescanned || !was) ApplyLimits(name, *g.segment);
       next = std::min(next, g.keeper->Step());
     }
     snapshot.push_back({name, g.segment->is_controller()});

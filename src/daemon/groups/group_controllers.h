@@ -11,6 +11,9 @@
 // lock goes with it and members take over when the claim goes stale (2 s);
 // Stop() ends every claim at once. After a restart it re-adopts every group.
 //
+// Limits: where the registry has a word on a group's limits, the daemon
+// writes them into the segment (and sets them back if a member changes them).
+//
 // Thread-compatible: Tick() and Stop() from one thread (the daemon's control
 // loop); Snapshot() from any thread.
 #pragma once
@@ -38,6 +41,18 @@ class GroupControllers {
   // The host pids of `group`'s processes, if the registry knows the group;
   // nullopt: use the pids in the segment's slots.
   using HostPids = std::function<std::optional<std::vector<int32_t>>(const std::string& group)>;
+  // The limits the daemon holds `group` to on the GPU with `uuid`, if it has
+  // a word on them (the registry knows the group); nullopt: the segment's
+  // limits stand. The daemon's word wins (DESIGN.md section 4): a member
+  // that changes the segment's limits is set back within a rescan period.
+  // An unset field: no word on it (the segment's value stands), so that a
+  // limit a member set for itself is never raised.
+  struct DeviceLimit {
+    std::optional<uint64_t> memory_bytes;
+    std::optional<uint32_t> compute_percent;
+  };
+  using LimitsOf =
+      std::function<std::optional<DeviceLimit>(const std::string& group, const std::string& uuid)>;
 
   struct Options {
     std::string shm_dir;
@@ -49,9 +64,10 @@ class GroupControllers {
     const Clock& monotonic;  // the segments' time base
   };
 
-  // REQUIRES: `source`, the clocks, and whatever `host_pids` uses outlive this.
+  // REQUIRES: `source`, the clocks, and whatever `host_pids` and `limits_of`
+  // use outlive this. Either function may be null.
   GroupControllers(Options options, control::UtilizationSource& source, HostPids host_pids,
-                   Clocks clocks);
+                   LimitsOf limits_of, Clocks clocks);
   ~GroupControllers();  // ends every claim (Stop)
 
   // Adopts new groups (at most once per rescan), drops groups whose segment
@@ -76,11 +92,14 @@ class GroupControllers {
     ino_t inode = 0;  // of the file adopted; another inode: the segment was replaced
   };
   void Rescan();
+  // Holds `g` to the daemon's limits, where it has a word on them.
+  void ApplyLimits(const std::string& name, GroupSegment& segment);
   std::vector<int32_t> MembersOf(const std::string& group, const GroupSegment& segment) const;
 
   const Options options_;
   control::UtilizationSource& source_;
   HostPids host_pids_;
+  LimitsOf limits_of_;
   Clocks clocks_;
   std::map<std::string, Group> groups_;
   int64_t last_scan_ns_ = 0;

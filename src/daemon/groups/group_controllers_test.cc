@@ -35,11 +35,12 @@ class GroupControllersTest : public ::testing::Test {
   std::unique_ptr<GroupControllers> Controllers() {
     return std::make_unique<GroupControllers>(
         GroupControllers::Options{.shm_dir = dir_, .self = kDaemonPid, .rescan_ns = 0}, source_,
-        nullptr, GroupControllers::Clocks{clock_, clock_});
+        nullptr, limits_of_, GroupControllers::Clocks{clock_, clock_});
   }
 
   std::string dir_;
   NoSamples source_;
+  GroupControllers::LimitsOf limits_of_;
   SimulatedClock clock_{MonotonicNs() + 1000 * kMs};  // the segments' time base, after creation
 };
 
@@ -76,6 +77,31 @@ TEST_F(GroupControllersTest, LeavesIdleGroupsAloneAndReleasesGroupsThatGoIdle) {
   auto observer = GroupSegment::Open(dir_, "busy", false);
   ASSERT_TRUE(observer.ok());
   EXPECT_FALSE((*observer)->DaemonClaims(clock_.NowNs()));  // nothing keeps it looking alive
+}
+
+TEST_F(GroupControllersTest, HoldsAGroupToTheDaemonsLimitsAndSetsBackAMembersChange) {
+  constexpr char kUuid[] = "GPU-00000000-1111-2222-3333-444444444444";
+  limits_of_ = [&](const std::string& group,
+                   const std::string& uuid) -> std::optional<GroupControllers::DeviceLimit> {
+    if (group != "ruled" || uuid != kUuid) return std::nullopt;
+    return GroupControllers::DeviceLimit{.memory_bytes = 1u << 30, .compute_percent = {}};
+  };
+  auto ruled = Member("ruled");
+  auto free = Member("free");
+  ASSERT_TRUE(ruled->AttachDevice(kUuid).ok());
+  ASSERT_TRUE(free->AttachDevice(kUuid).ok());
+  free->SetMemoryLimit(0, 3ull << 30);
+  ruled->SetComputeLimit(0, 40);  // a member's own word, where the daemon has none
+  auto controllers = Controllers();
+  controllers->Tick();
+  EXPECT_EQ(ruled->MemoryLimit(0), 1u << 30);
+  EXPECT_EQ(ruled->ComputeLimit(0), 40u);
+  EXPECT_EQ(free->MemoryLimit(0), 3ull << 30);  // no word on it: its own limits stand
+
+  ruled->SetMemoryLimit(0, kUnlimitedBytes);  // a member raises its group's limit
+  clock_.Advance(1000 * kMs);
+  controllers->Tick();
+  EXPECT_EQ(ruled->MemoryLimit(0), 1u << 30);
 }
 
 TEST_F(GroupControllersTest, StopHandsEveryGroupBackAtOnce) {

@@ -77,7 +77,25 @@ Status StateStore::Save(std::string_view name, const nlohmann::json& data) {
                               {"record", std::string(name)},
                               {"saved_at_ns", RealtimeNs()},
                               {"data", data}};
-  const std::string text = doc.dump() + "\n";
+  return WriteAtomically(name, doc.dump() + "\n");
+}
+
+Status StateStore::SaveSerialized(std::string_view name, std::string_view data_json) {
+  if (!ValidName(name)) return InvalidArgument("bad state record name '" + std::string(name) + "'");
+  const nlohmann::json head = {{"format", kFormat},
+                               {"version", kStateFormatVersion},
+                               {"record", std::string(name)},
+                               {"saved_at_ns", RealtimeNs()}};
+  std::string text = head.dump();  // {...}: reopen it to append the data
+  text.pop_back();
+  text.reserve(text.size() + data_json.size() + 16);
+  text += ",\"data\":";
+  text += data_json;
+  text += "}\n";
+  return WriteAtomically(name, text);
+}
+
+Status StateStore::WriteAtomically(std::string_view name, const std::string& text) {
   const std::string path = PathOf(name);
   const std::string tmp = path + ".tmp";
   std::lock_guard lock(save_mu_);

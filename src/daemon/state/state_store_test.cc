@@ -37,6 +37,15 @@ class StateStoreTest : public ::testing::Test {
   std::unique_ptr<StateStore> store_;
 };
 
+TEST_F(StateStoreTest, SerializedSaveLoadsAsTheSameDocument) {
+  const nlohmann::json data = {{"tenants", {{{"host_pid", 7}, {"group", "g\"x"}}}}};
+  ASSERT_TRUE(store_->SaveSerialized("tenants", data.dump()).ok());
+  auto loaded = store_->Load("tenants");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(*loaded, data);
+  EXPECT_EQ(store_->SaveSerialized("Bad/Name", "{}").code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(StateStoreTest, SaveThenLoadRoundTrips) {
   const nlohmann::json data = {{"leases", {{{"gpu", 0}, {"watts", 300}}}}};
   ASSERT_TRUE(store_->Save("leases", data).ok());

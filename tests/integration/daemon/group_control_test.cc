@@ -92,6 +92,30 @@ TEST_F(GroupControlTest, TheDaemonControlsAGroupAndItsMemberTakesOverWhenTheDaem
   EXPECT_TRUE(WaitFor([&] { return ControllerOf("g") == member; }, 10s)) << Read("err1");
 }
 
+TEST_F(GroupControlTest, TheDaemonsLimitsWinOverTheSegments) {
+  const pid_t daemon = StartDaemon();  // err0
+  StartMember("ruled");                // err1, no limit of its own
+  ASSERT_TRUE(WaitFor([&] { return ControllerOf("ruled") == daemon; }, 10s)) << Read("err1");
+  auto put = cli::UnixHttpClient(dir_ + "/d.sock", 5s)
+                 .Request("PUT", "/v1/groups/ruled", R"({"limits": {"all": {"memory": "1GiB"}}})");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  ASSERT_EQ(put->status, 200) << put->body;
+  auto limit = [&] {
+    auto seg = GroupSegment::Open(shm_dir_, "ruled", /*create=*/false);
+    return seg.ok() ? (*seg)->MemoryLimit(0) : 0;
+  };
+  EXPECT_TRUE(WaitFor([&] { return limit() == (1ull << 30); }, 5s)) << limit();
+
+  // Raised behind the daemon's back (any writer of the segment): set back.
+  {
+    auto seg = GroupSegment::Open(shm_dir_, "ruled", /*create=*/false);
+    ASSERT_TRUE(seg.ok());
+    (*seg)->SetMemoryLimit(0, kUnlimitedBytes);
+  }
+  EXPECT_TRUE(WaitFor([&] { return limit() == (1ull << 30); }, 5s)) << limit();
+  EXPECT_NE(Read("err0").find("event=group_limits_applied group=ruled"), std::string::npos);
+}
+
 TEST_F(GroupControlTest, TheDaemonCollectsAGroupOnceItsLastProcessIsGone) {
   const pid_t daemon = StartDaemon({"--group-gc-grace-s", "0"});  // err0
   const pid_t member = StartMember("short");

@@ -1,7 +1,7 @@
 // The daemon's metrics as Prometheus sees them: `promtool check metrics` (the
 // linter of Debian's prometheus package) accepts GET /metrics, and a real
 // Prometheus server on loopback scrapes the daemon over TCP and answers
-// queries for its series.
+// queries for its series, the GPU ones and those of a registered group.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -82,6 +82,16 @@ class PrometheusTest : public testing::SimProcessTest {
         << Read("err0");
   }
 
+  // A group with limits and this test process as its one tenant.
+  void RegisterGroup() {
+    cli::UnixHttpClient client(socket_, 5s);
+    auto put = client.Request("PUT", "/v1/groups/prom-g",
+                              R"({"limits": {"all": {"memory": "2GiB", "compute_percent": 40}}})");
+    ASSERT_TRUE(put.ok() && put->status == 200) << (put.ok() ? put->body : put.status().ToString());
+    auto reg = client.Request("POST", "/v1/tenants", R"({"group": "prom-g", "devices": [0]})");
+    ASSERT_TRUE(reg.ok() && reg->status == 201) << (reg.ok() ? reg->body : reg.status().ToString());
+  }
+
   std::string Metrics() {
     auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/metrics");
     EXPECT_TRUE(r.ok() && r->status == 200);
@@ -94,8 +104,14 @@ class PrometheusTest : public testing::SimProcessTest {
 TEST_F(PrometheusTest, PromtoolAcceptsTheDaemonsMetrics) {
   ASSERT_EQ(access("/usr/bin/promtool", X_OK), 0) << "promtool is missing: run scripts/setup";
   StartDaemon();
+  RegisterGroup();
+  const std::string metrics = Metrics();
+  EXPECT_NE(metrics.find("gpuslice_group_tenants{group=\"prom-g\",pod=\"\",namespace=\"\"} 1\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("gpuslice_tenant_memory_used_bytes{group=\"prom-g\""), std::string::npos);
   const std::string file = dir_ + "/metrics.txt";
-  std::ofstream(file) << Metrics();
+  std::ofstream(file) << metrics;
   const std::string out = dir_ + "/promtool.out";
   const int rc = system(("promtool check metrics < " + file + " > " + out + " 2>&1").c_str());
   std::ifstream in(out);
@@ -138,6 +154,26 @@ TEST_F(PrometheusTest, ARealPrometheusServerScrapesTheDaemon) {
   const json up = query("up");
   ASSERT_EQ(up["data"]["result"].size(), 1u) << up.dump();
   EXPECT_EQ(up["data"]["result"][0]["value"][1], "1");
+
+  // The group's series: its limit on each GPU, its tenant count.
+  RegisterGroup();
+  const bool group_scraped = WaitFor(
+      [&] {
+        result = query("gpuslice_group_memory_limit_bytes%7Bgroup%3D%22prom-g%22%7D");
+        return result.is_object() && result.value("status", "") == "success" &&
+               result["data"]["result"].size() == 2;
+      },
+      60s);
+  ASSERT_TRUE(group_scraped) << "prometheus answered: " << result.dump();
+  EXPECT_EQ(result["data"]["result"][0]["value"][1], "2147483648");
+  EXPECT_EQ(result["data"]["result"][0]["metric"]["namespace"], nullptr);  // "" is no label
+  const json tenants = query("gpuslice_group_tenants%7Bgroup%3D%22prom-g%22%7D");
+  ASSERT_EQ(tenants["data"]["result"].size(), 1u) << tenants.dump();
+  EXPECT_EQ(tenants["data"]["result"][0]["value"][1], "1");
+  const json compute =
+      query("gpuslice_group_compute_limit_ratio%7Bgroup%3D%22prom-g%22%2Cgpu%3D%221%22%7D");
+  ASSERT_EQ(compute["data"]["result"].size(), 1u) << compute.dump();
+  EXPECT_EQ(compute["data"]["result"][0]["value"][1], "0.4");
 }
 
 }  // namespace

@@ -1,0 +1,394 @@
+#include "daemon/api/tenant_routes.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
+
+#include "common/quantity.h"
+#include "daemon/api/gpu_routes.h"
+#include "daemon/tenants/identity.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+using json = nlohmann::json;
+
+Status UnknownFields(const json& obj, const std::set<std::string>& known,
+                     const std::string& where) {
+  for (const auto& [key, value] : obj.items()) {
+    if (!known.contains(key)) {
+      std::string message = "unknown field \"";
+      message += where;
+      message += key;
+      message += '"';
+      return InvalidArgument(message);
+    }
+  }
+  return Status::Ok();
+}
+
+// {"memory_bytes": N} or {"memory": N | "8GiB"}, {"compute_percent": P} or
+// {"compute": P | "50%"}; `where` prefixes field names in errors.
+StatusOr<GpuLimit> ParseLimit(const json& j, const std::string& where) {
+  if (!j.is_object()) return InvalidArgument("\"" + where + "\" must be an object");
+  GS_RETURN_IF_ERROR(
+      UnknownFields(j, {"memory_bytes", "memory", "compute_percent", "compute"}, where + "."));
+  GpuLimit limit;
+  for (const char* key : {"memory_bytes", "memory"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (it->is_number_unsigned()) {
+      limit.memory_bytes = it->get<uint64_t>();
+    } else if (it->is_string() && std::string(key) == "memory") {
+      auto bytes = ParseBytes(it->get<std::string>());
+      if (!bytes.ok())
+        return InvalidArgument("\"" + where + ".memory\": " + bytes.status().message());
+      limit.memory_bytes = *bytes;
+    } else {
+      return InvalidArgument("\"" + where + "." + key + "\" must be a number of bytes" +
+                             (std::string(key) == "memory" ? " or a quantity like \"8GiB\"" : ""));
+    }
+  }
+  for (const char* key : {"compute_percent", "compute"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    StatusOr<uint32_t> p = InvalidArgument("");
+    if (it->is_number_unsigned() && it->get<uint64_t>() >= 1 && it->get<uint64_t>() <= 100) {
+      p = static_cast<uint32_t>(it->get<uint64_t>());
+    } else if (it->is_string() && std::string(key) == "compute") {
+      p = ParsePercent(it->get<std::string>());
+    }
+    if (!p.ok() || *p < 1) {
+      return InvalidArgument("\"" + where + "." + key + "\" must be a percentage from 1 to 100");
+    }
+    limit.compute_percent = *p;
+  }
+  return limit;
+}
+
+// Devices as the client names them (UUIDs, indexes as numbers or strings);
+// none or an empty list: every GPU.
+StatusOr<std::vector<std::string>> ParseDevices(const json& body, const Snapshot& snapshot) {
+  std::vector<std::string> out;
+  auto it = body.find("devices");
+  if (it == body.end() || it->is_null() || (it->is_array() && it->empty())) {
+    for (const GpuInfo& g : snapshot.gpus) out.push_back(g.uuid);
+    return out;
+  }
+  if (!it->is_array()) return InvalidArgument("\"devices\" must be a list of GPU UUIDs or indexes");
+  for (const json& d : *it) {
+    std::string id;
+    if (d.is_number_unsigned()) {
+      id = std::to_string(d.get<uint64_t>());
+    } else if (d.is_string()) {
+      id = d.get<std::string>();
+    } else {
+      return InvalidArgument("\"devices\" must be a list of GPU UUIDs or indexes");
+    }
+    auto gpus = ParseGpuIds(id, snapshot.gpus);
+    if (!gpus.ok()) return InvalidArgument("\"devices\": " + gpus.status().message());
+    for (uint32_t g : *gpus) {
+      if (std::find(out.begin(), out.end(), snapshot.gpus[g].uuid) == out.end()) {
+        out.push_back(snapshot.gpus[g].uuid);
+      }
+    }
+  }
+  return out;
+}
+
+StatusOr<ClaimedHints> ParseHints(const json& body) {
+  ClaimedHints h;
+  auto it = body.find("hints");
+  if (it == body.end() || it->is_null()) return h;
+  if (!it->is_object()) return InvalidArgument("\"hints\" must be an object");
+  GS_RETURN_IF_ERROR(
+      UnknownFields(*it, {"pod_name", "pod_namespace", "container_name", "pod_uid"}, "hints."));
+  for (auto [key, field] :
+       {std::pair{"pod_name", &h.pod_name}, std::pair{"pod_namespace", &h.pod_namespace},
+        std::pair{"container_name", &h.container_name}, std::pair{"pod_uid", &h.pod_uid}}) {
+    auto v = it->find(key);
+    if (v == it->end() || v->is_null()) continue;
+    if (!v->is_string() || v->get<std::string>().size() > 253) {
+      return InvalidArgument(std::string("\"hints.") + key + "\" must be a string (at most 253)");
+    }
+    *field = v->get<std::string>();
+  }
+  return h;
+}
+
+// Which process a registration is for (see the header's rules).
+StatusOr<Registration> WhoRegisters(const ApiRequest& req, const json& body,
+                                    const TenantRoutesOptions& options) {
+  Registration reg;
+  std::optional<int64_t> named;
+  if (auto it = body.find("pid"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > INT32_MAX) {
+      return InvalidArgument("\"pid\" must be a positive integer");
+    }
+    named = it->get<int64_t>();
+  }
+  if (req.caller.via_tcp) {
+    if (!req.caller.token_ok) {
+      return PermissionDenied("registering over TCP needs a valid bearer token");
+    }
+    if (!named) return InvalidArgument("\"pid\" is required over TCP (the host pid to register)");
+    reg.pid = static_cast<pid_t>(*named);
+    return reg;  // the registry identifies it, and refuses a pid that does not exist
+  }
+  if (!req.caller.pid || *req.caller.pid <= 0 || !req.caller.uid) {
+    return PermissionDenied("the caller could not be identified (no SO_PEERCRED)");
+  }
+  reg.pid = *req.caller.pid;
+  reg.uid = req.caller.uid;
+  if (named && *named != reg.pid) {
+    // The client may number itself in its own pid namespace.
+    auto id = IdentifyProcess(options.proc_root, reg.pid);
+    if (!id.ok() || id->container_pid != *named) {
+      return PermissionDenied("a client on the Unix socket can only register itself (pid " +
+                              std::to_string(reg.pid) + "), not pid " + std::to_string(*named));
+    }
+  }
+  return reg;
+}
+
+json LimitsByGpu(const std::map<std::string, GpuLimit>& limits) {
+  json out = json::object();
+  for (const auto& [uuid, l] : limits) out[uuid] = GpuLimitJson(l);
+  return out;
+}
+
+ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const GpuMonitor& monitor,
+                       const TenantRoutesOptions& options) {
+  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    return ApiResponse::FromStatus(InvalidArgument("the request body is not valid JSON"));
+  }
+  if (!body.is_object()) {
+    return ApiResponse::FromStatus(InvalidArgument("the request body must be a JSON object"));
+  }
+  if (Status s = UnknownFields(body, {"group", "devices", "tier", "limits", "hints", "pid"}, "");
+      !s.ok()) {
+    return ApiResponse::FromStatus(s);
+  }
+  auto group = body.find("group");
+  if (group == body.end() || !group->is_string()) {
+    return ApiResponse::FromStatus(InvalidArgument("\"group\" is required (a string)"));
+  }
+  auto snapshot = monitor.Current();
+  auto reg = WhoRegisters(req, body, options);
+  if (!reg.ok()) return ApiResponse::FromStatus(reg.status());
+  reg->group = group->get<std::string>();
+  auto devices = ParseDevices(body, *snapshot);
+  if (!devices.ok()) return ApiResponse::FromStatus(devices.status());
+  reg->devices = std::move(*devices);
+  if (auto tier = body.find("tier"); tier != body.end() && !tier->is_null()) {
+    if (!tier->is_string())
+      return ApiResponse::FromStatus(InvalidArgument("\"tier\" must be a string"));
+    auto t = ParseTier(tier->get<std::string>());
+    if (!t.ok())
+      return ApiResponse::FromStatus(InvalidArgument("\"tier\": " + t.status().message()));
+    reg->tier = *t;
+  }
+  if (auto limits = body.find("limits"); limits != body.end() && !limits->is_null()) {
+    auto l = ParseLimit(*limits, "limits");
+    if (!l.ok()) return ApiResponse::FromStatus(l.status());
+    reg->limits = *l;
+  }
+  auto hints = ParseHints(body);
+  if (!hints.ok()) return ApiResponse::FromStatus(hints.status());
+  reg->hints = std::move(*hints);
+  auto tenant = registry.Register(*reg);
+  if (!tenant.ok()) return ApiResponse::FromStatus(tenant.status());
+  json out = {{"tenant", TenantJson(*tenant)},
+              {"effective_limits", LimitsByGpu(registry.EffectiveLimits(*tenant))}};
+  if (auto g = registry.GroupOf(tenant->group)) out["group"] = GroupJson(*g);
+  return ApiResponse::Json(201, out);
+}
+
+// A tenant with what the driver says it uses on each GPU: its record's JSON
+// (`text`, TenantJson serialised) with "gpus" added, appended to `out`.
+void AppendTenantView(const Tenant& t, const std::string& text,
+                      const std::map<std::string, Group>& groups,
+                      const std::vector<GpuUsage>& usage, std::string& out) {
+  auto group = groups.find(t.group);
+  json gpus = json::array();
+  for (const GpuUsage& u : usage) {
+    const bool declared = std::find(t.devices.begin(), t.devices.end(), u.uuid) != t.devices.end();
+    auto mem = u.memory_bytes.find(static_cast<uint32_t>(t.host_pid));
+    if (!declared && mem == u.memory_bytes.end()) continue;
+    auto sm = u.sm_percent.find(static_cast<uint32_t>(t.host_pid));
+    // As TenantRegistry::EffectiveLimits: the group's, lowered by the tenant's own.
+    const GpuLimit limit = Lower(
+        group == groups.end() ? GpuLimit{} : LimitOn(group->second.limits, u.uuid), t.requested);
+    gpus.push_back(
+        {{"index", u.index},
+         {"uuid", u.uuid},
+         {"memory_used_bytes", mem == u.memory_bytes.end() ? json(0) : json(mem->second)},
+         {"share", sm == u.sm_percent.end() ? json(nullptr) : json(sm->second / 100.0)},
+         {"limit", declared ? GpuLimitJson(limit) : GpuLimitJson(GpuLimit{})}});
+  }
+  out.append(text, 0, text.size() - 1);  // the record without its closing '}'
+  out += ",\"gpus\":";
+  out += gpus.dump();
+  out += '}';
+}
+
+json GroupView(const Group& g, const std::vector<Tenant>& members,
+               const std::vector<GpuUsage>& usage) {
+  json j = GroupJson(g);
+  json pids = json::array();
+  for (const Tenant& t : members) pids.push_back(t.host_pid);
+  j["members"] = std::move(pids);
+  json gpus = json::array();
+  for (const GpuUsage& u : usage) {
+    uint64_t used = 0;
+    double share = 0;
+    for (const Tenant& t : members) {
+      if (auto m = u.memory_bytes.find(static_cast<uint32_t>(t.host_pid));
+          m != u.memory_bytes.end()) {
+        used += m->second;
+      }
+      if (auto s = u.sm_percent.find(static_cast<uint32_t>(t.host_pid)); s != u.sm_percent.end()) {
+        share += s->second / 100.0;
+      }
+    }
+    gpus.push_back({{"index", u.index},
+                    {"uuid", u.uuid},
+                    {"memory_used_bytes", used},
+                    {"share", share},
+                    {"limit", GpuLimitJson(LimitOn(g.limits, u.uuid))}});
+  }
+  j["gpus"] = std::move(gpus);
+  return j;
+}
+
+std::map<std::string, std::vector<Tenant>> MembersByGroup(const TenantRegistry& registry) {
+  std::map<std::string, std::vector<Tenant>> out;
+  for (Tenant& t : registry.Tenants()) out[t.group].push_back(std::move(t));
+  return out;
+}
+
+ApiResponse PutGroup(const ApiRequest& req, TenantRegistry& registry, const GpuMonitor& monitor) {
+  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    return ApiResponse::FromStatus(InvalidArgument("the request body must be a JSON object"));
+  }
+  if (Status s = UnknownFields(body, {"limits", "tier"}, ""); !s.ok()) {
+    return ApiResponse::FromStatus(s);
+  }
+  auto snapshot = monitor.Current();
+  Limits limits;
+  if (auto it = body.find("limits"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return ApiResponse::FromStatus(
+          InvalidArgument("\"limits\" must be an object: {\"all\" | GPU index | UUID: {\"memory\", "
+                          "\"compute_percent\"}}"));
+    }
+    for (const auto& [gpu, value] : it->items()) {
+      auto limit = ParseLimit(value, "limits." + gpu);
+      if (!limit.ok()) return ApiResponse::FromStatus(limit.status());
+      std::string key = kAllGpus;
+      if (gpu != kAllGpus) {
+        auto ids = ParseGpuIds(gpu, snapshot->gpus);
+        if (!ids.ok() || ids->size() != 1) {
+          return ApiResponse::FromStatus(InvalidArgument(
+              "\"limits." + gpu + R"(": name one GPU (an index or a UUID) or "all")"));
+        }
+        key = snapshot->gpus[ids->front()].uuid;
+      }
+      limits[key] = *limit;
+    }
+  }
+  std::optional<Tier> tier;
+  if (auto it = body.find("tier"); it != body.end() && !it->is_null()) {
+    auto t = it->is_string() ? ParseTier(it->get<std::string>())
+                             : StatusOr<Tier>(InvalidArgument("\"tier\" must be a string"));
+    if (!t.ok())
+      return ApiResponse::FromStatus(InvalidArgument("\"tier\": " + t.status().message()));
+    tier = *t;
+  }
+  auto g = registry.SetGroup(req.params.at("id"), limits, tier);
+  if (!g.ok()) return ApiResponse::FromStatus(g.status());
+  return ApiResponse::Json(200, GroupJson(*g));
+}
+
+}  // namespace
+
+void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonitor& monitor,
+                     const GpuUsageCache& usage, const TenantRoutesOptions& options) {
+  // Registration waits for the checkpoint (fsync): a worker thread. Anyone
+  // who reaches the socket may register itself (Access::kRead at the server).
+  router.Add("POST", "/v1/tenants", Access::kRead, Dispatch::kBlocking,
+             [&registry, &monitor, options](const ApiRequest& req) {
+               return PostTenant(req, registry, monitor, options);
+             });
+  router.Add("GET", "/v1/tenants", Access::kRead, Dispatch::kBlocking,
+             [&registry, &monitor, &usage](const ApiRequest& req) {
+               const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
+               auto group = req.query.find("group");
+               std::map<std::string, Group> groups;
+               for (Group& g : registry.Groups()) groups.emplace(g.id, std::move(g));
+               ApiResponse r;
+               r.body = "{\"tenants\":[";
+               for (const auto& [t, text] : registry.TenantsWithJson()) {
+                 if (group != req.query.end() && t.group != group->second) continue;
+                 if (r.body.back() != '[') r.body += ',';
+                 AppendTenantView(t, text, groups, u, r.body);
+               }
+               r.body += "]}";
+               return r;
+             });
+  router.Add("DELETE", "/v1/tenants/{pid}", Access::kRead, Dispatch::kBlocking,
+             [&registry, options](const ApiRequest& req) {
+               const std::string& text = req.params.at("pid");
+               pid_t pid = 0;
+               auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), pid);
+               if (ec != std::errc() || end != text.data() + text.size() || pid <= 0) {
+                 return ApiResponse::FromStatus(InvalidArgument("\"" + text + "\" is not a pid"));
+               }
+               auto tenant = registry.TenantOf(pid);
+               if (!tenant) {
+                 return ApiResponse::FromStatus(NotFound("no tenant with pid " + text));
+               }
+               const Caller& c = req.caller;
+               const bool self =
+                   !c.via_tcp && ((c.pid && *c.pid == pid) || (c.uid && *c.uid == tenant->uid));
+               if (!self && !(options.is_admin && options.is_admin(c))) {
+                 return ApiResponse::FromStatus(PermissionDenied(
+                     "only the tenant itself (pid or uid " + std::to_string(tenant->uid) +
+                     ") or an admin may unregister pid " + text));
+               }
+               if (Status s = registry.Unregister(pid); !s.ok()) return ApiResponse::FromStatus(s);
+               return ApiResponse::Json(200, {{"unregistered", pid}, {"group", tenant->group}});
+             });
+  router.Add("GET", "/v1/groups", Access::kRead, Dispatch::kBlocking,
+             [&registry, &monitor, &usage](const ApiRequest&) {
+               const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
+               auto members = MembersByGroup(registry);
+               json list = json::array();
+               for (const Group& g : registry.Groups()) {
+                 list.push_back(GroupView(g, members[g.id], u));
+               }
+               return ApiResponse::Json(200, {{"groups", std::move(list)}});
+             });
+  router.Add("GET", "/v1/groups/{id}", Access::kRead, Dispatch::kBlocking,
+             [&registry, &monitor, &usage](const ApiRequest& req) {
+               const std::string& id = req.params.at("id");
+               auto g = registry.GroupOf(id);
+               if (!g) return ApiResponse::FromStatus(NotFound("no group \"" + id + "\""));
+               const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
+               return ApiResponse::Json(200, GroupView(*g, MembersByGroup(registry)[id], u));
+             });
+  router.Add(
+      "PUT", "/v1/groups/{id}", Access::kMutate, Dispatch::kBlocking,
+      [&registry, &monitor](const ApiRequest& req) { return PutGroup(req, registry, monitor); });
+  router.Add("DELETE", "/v1/groups/{id}", Access::kMutate, Dispatch::kBlocking,
+             [&registry](const ApiRequest& req) {
+               const std::string& id = req.params.at("id");
+               if (Status s = registry.ForgetGroup(id); !s.ok()) return ApiResponse::FromStatus(s);
+               return ApiResponse::Json(200, {{"forgotten", id}});
+             });
+}
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,37 @@
+// The tenants-and-groups part of the API (docs/daemon.md "Tenants and
+// groups"): registration, the tenant list with the driver's per-process
+// usage, and group limits. Registered on an ApiRouter by AddTenantRoutes.
+//
+// Who may do what:
+//  - POST /v1/tenants: on the Unix socket a process registers itself (the
+//    daemon takes its pid from SO_PEERCRED; a "pid" in the body must be that
+//    process, as the host or its own pid namespace numbers it). Over TCP a
+//    bearer token is needed and the body must name a host pid that exists.
+//  - DELETE /v1/tenants/{pid}: the tenant itself (same pid or uid) or an admin.
+//  - PUT and DELETE /v1/groups/{id}: admins only (the server checks).
+//  - Every GET: anyone who reaches the socket.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "daemon/api/api.h"
+#include "daemon/gpu/gpu_monitor.h"
+#include "daemon/tenants/gpu_usage.h"
+#include "daemon/tenants/registry.h"
+
+namespace gpuslice::daemon {
+
+struct TenantRoutesOptions {
+  // Whether the caller is root, in the admin group, or a TCP client with a
+  // valid token (the server's Authorize for a mutating route).
+  std::function<bool(const Caller&)> is_admin;
+  std::string proc_root = "/proc";  // to read the container pid of a Unix caller
+};
+
+// Registers POST/GET /v1/tenants, DELETE /v1/tenants/{pid}, GET /v1/groups,
+// GET/PUT/DELETE /v1/groups/{id}. REQUIRES: the arguments outlive the router.
+void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonitor& monitor,
+                     const GpuUsageCache& usage, const TenantRoutesOptions& options);
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,252 @@
+#include "daemon/api/tenant_routes.h"
+
+#include <gtest/gtest.h>
+
+#include "daemon/gpu/fake_backend.h"
+#include "daemon/tenants/fake_proc.h"
+#include "daemon/tenants/tenant_metrics.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+using nlohmann::json;
+using namespace std::string_literals;
+
+constexpr const char* kPod = "aaaaaaaa-1111-2222-3333-444444444444";
+
+class TenantRoutesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // 100: container pid 1 of a pod, uid 1000; 101: same pod; 300: uid 65534, no pod.
+    const std::string cgroup = "0::/kubepods/pod"s + kPod + "/" + std::string(64, 'a') + "\n";
+    proc_.Add(100, "100\t1", 1000, 11, cgroup, "POD_NAME=web-0\0POD_NAMESPACE=prod\0"s);
+    proc_.Add(101, "101\t7", 1000, 12, cgroup);
+    proc_.Add(300, "300", 65534, 31, "0::/user.slice/user-65534.slice/s.scope\n");
+    monitor_.Sample();
+    TenantRoutesOptions options;
+    options.is_admin = [](const Caller& c) {
+      return c.via_tcp ? c.token_ok : c.uid && *c.uid == 0;
+    };
+    options.proc_root = proc_.root();
+    AddTenantRoutes(router_, registry_, monitor_, usage_, options);
+  }
+
+  ApiResponse Call(const std::string& method, const std::string& path, const std::string& body,
+                   const Caller& caller, std::map<std::string, std::string> query = {}) {
+    auto m = router_.Find(method, path);
+    if (!m.ok()) return ApiResponse::FromStatus(m.status());
+    ApiRequest req{method, path, std::move(query), m->params, body, caller};
+    return (*m->handler)(req);
+  }
+  static Caller Unix(pid_t pid, uid_t uid) { return Caller{uid, uid, pid, false, false}; }
+  static Caller Root() { return Caller{0, 0, 1, false, false}; }
+  static json Body(const ApiResponse& r) { return json::parse(r.body); }
+  std::vector<std::string> EventTypes() const {
+    std::vector<std::string> out;
+    for (const auto& [type, data] : events_) out.push_back(type);
+    return out;
+  }
+
+  FakeProc proc_;
+  FakeBackend backend_{2};
+  SimulatedClock clock_;
+  FakeWatcher watcher_;
+  std::vector<std::pair<std::string, json>> events_;
+  TenantRegistry registry_{TenantRegistry::Options{proc_.root()}, clock_, watcher_, nullptr,
+                           [this](std::string_view type, const json& data) {
+                             events_.emplace_back(std::string(type), data);
+                           }};
+  GpuMonitor monitor_{backend_, std::chrono::milliseconds(1000)};
+  GpuUsageCache usage_{backend_};
+  ApiRouter router_;
+};
+
+TEST_F(TenantRoutesTest, AProcessRegistersItselfAndGetsItsEffectiveLimits) {
+  ASSERT_EQ(Call("PUT", "/v1/groups/train",
+                 R"({"limits": {"all": {"memory": "8GiB", "compute_percent": 50}}})", Root())
+                .status,
+            200);
+  auto r = Call("POST", "/v1/tenants",
+                R"({"group": "train", "devices": [1], "tier": "shared",
+                    "limits": {"memory_bytes": 1073741824, "compute_percent": 80},
+                    "hints": {"pod_name": "web-0", "pod_namespace": "prod"}})",
+                Unix(100, 1000));
+  ASSERT_EQ(r.status, 201) << r.body;
+  json b = Body(r);
+  EXPECT_EQ(b["tenant"]["host_pid"], 100);
+  EXPECT_EQ(b["tenant"]["container_pid"], 1);
+  EXPECT_EQ(b["tenant"]["pod_uid"], kPod);
+  EXPECT_EQ(b["tenant"]["pod"], "web-0");
+  EXPECT_EQ(b["tenant"]["hint_conflicts"].size(), 0u);
+  EXPECT_EQ(b["tenant"]["devices"], json::array({"GPU-fake-1"}));
+  // Memory lowered by the tenant, compute kept at the group's 50.
+  EXPECT_EQ(b["effective_limits"]["GPU-fake-1"]["memory_bytes"], 1u << 30);
+  EXPECT_EQ(b["effective_limits"]["GPU-fake-1"]["compute_percent"], 50);
+  EXPECT_EQ(b["group"]["owner"]["uid"], 1000);
+  EXPECT_EQ(EventTypes(), (std::vector<std::string>{"group_limits_changed", "tenant_registered"}));
+  // No devices named: every GPU. The body may number the process in its own namespace.
+  auto all = Call("POST", "/v1/tenants", R"({"group": "train", "pid": 7})", Unix(101, 1000));
+  ASSERT_EQ(all.status, 201) << all.body;
+  EXPECT_EQ(Body(all)["tenant"]["devices"].size(), 2u);
+}
+
+TEST_F(TenantRoutesTest, MalformedRegistrationsAre400NamingTheField) {
+  struct Case {
+    std::string body, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"{group: ", "not valid JSON"},
+           {"[1]", "must be a JSON object"},
+           {R"({"devices": [0]})", "\"group\" is required"},
+           {R"({"group": 5})", "\"group\" is required"},
+           {R"({"group": "a b"})", "must be 1-64 characters"},
+           {R"({"group": "g", "devices": "0"})", "\"devices\""},
+           {R"({"group": "g", "devices": [7]})", "\"devices\": no GPU 7"},
+           {R"({"group": "g", "tier": "gold"})", "\"tier\""},
+           {R"({"group": "g", "limits": {"compute_percent": 0}})", "limits.compute_percent"},
+           {R"({"group": "g", "limits": {"memory": "lots"}})", "limits.memory"},
+           {R"({"group": "g", "limits": {"gpu_memory": 1}})",
+            "unknown field \"limits.gpu_memory\""},
+           {R"({"group": "g", "hints": {"pod_name": 3}})", "hints.pod_name"},
+           {R"({"group": "g", "pid": -4})", "\"pid\""},
+           {R"({"group": "g", "colour": "red"})", "unknown field \"colour\""},
+       }) {
+    auto r = Call("POST", "/v1/tenants", c.body, Unix(100, 1000));
+    EXPECT_EQ(r.status, 400) << c.body << ": " << r.body;
+    const std::string message = json::parse(r.body)["error"]["message"];
+    EXPECT_NE(message.find(c.message), std::string::npos) << c.body << ": " << message;
+  }
+  EXPECT_TRUE(registry_.Tenants().empty());
+  EXPECT_TRUE(registry_.Groups().empty());
+}
+
+TEST_F(TenantRoutesTest, AUnixClientRegistersOnlyItselfAndTcpNeedsATokenAndAPid) {
+  auto other = Call("POST", "/v1/tenants", R"({"group": "g", "pid": 101})", Unix(100, 1000));
+  EXPECT_EQ(other.status, 403);
+  EXPECT_NE(other.body.find("can only register itself"), std::string::npos) << other.body;
+  Caller tcp{std::nullopt, std::nullopt, std::nullopt, true, false};
+  EXPECT_EQ(Call("POST", "/v1/tenants", R"({"group": "g", "pid": 100})", tcp).status, 403);
+  tcp.token_ok = true;
+  EXPECT_EQ(Call("POST", "/v1/tenants", R"({"group": "g"})", tcp).status, 400);
+  EXPECT_EQ(Call("POST", "/v1/tenants", R"({"group": "g", "pid": 999})", tcp).status, 404);
+  auto ok = Call("POST", "/v1/tenants", R"({"group": "g", "pid": 100})", tcp);
+  ASSERT_EQ(ok.status, 201) << ok.body;
+  EXPECT_EQ(Body(ok)["tenant"]["uid"], 1000);  // the process's, from /proc
+}
+
+TEST_F(TenantRoutesTest, AnotherUidIsRefusedFromAnotherUsersGroup) {
+  ASSERT_EQ(Call("POST", "/v1/tenants", R"({"group": "g"})", Unix(100, 1000)).status, 201);
+  auto r = Call("POST", "/v1/tenants", R"({"group": "g"})", Unix(300, 65534));
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(r.body.find("belongs to uid 1000"), std::string::npos) << r.body;
+  EXPECT_EQ(events_.back().first, "registration_refused");
+  EXPECT_EQ(registry_.MemberCount("g"), 1u);
+}
+
+TEST_F(TenantRoutesTest, ForgedHintsAreFlaggedInTheRecord) {
+  auto r = Call(
+      "POST", "/v1/tenants",
+      R"({"group": "g", "hints": {"pod_name": "db-0", "pod_uid": "bbbbbbbb-1111-2222-3333-444444444444"}})",
+      Unix(100, 1000));
+  ASSERT_EQ(r.status, 201);
+  json t = Body(r)["tenant"];
+  EXPECT_EQ(t["pod_uid"], kPod);
+  EXPECT_EQ(t["pod"], "db-0");
+  EXPECT_EQ(t["hint_conflicts"].size(), 2u);
+}
+
+TEST_F(TenantRoutesTest, ListsTenantsWithTheDriversMemoryAndShare) {
+  ASSERT_EQ(
+      Call("POST", "/v1/tenants", R"({"group": "g", "devices": ["GPU-fake-0"]})", Unix(100, 1000))
+          .status,
+      201);
+  ASSERT_EQ(
+      Call("POST", "/v1/tenants", R"({"group": "g", "devices": [1]})", Unix(101, 1000)).status,
+      201);
+  backend_.SetProcesses(0, {{100, 3u << 20}, {4242, 1u << 20}});
+  backend_.SetProcesses(1, {{101, 5u << 20}});
+  backend_.AddUtilization(0, {{100, 10, 40}});
+  usage_.Refresh(*monitor_.Current());
+  auto r = Call("GET", "/v1/tenants", "", Unix(300, 65534));
+  ASSERT_EQ(r.status, 200);
+  json list = Body(r)["tenants"];
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0]["host_pid"], 100);
+  EXPECT_EQ(list[0]["container_pid"], 1);
+  EXPECT_EQ(list[0]["namespace"], "");
+  ASSERT_EQ(list[0]["gpus"].size(), 1u);
+  EXPECT_EQ(list[0]["gpus"][0]["memory_used_bytes"], 3u << 20);
+  EXPECT_EQ(list[0]["gpus"][0]["share"], 0.4);
+  EXPECT_EQ(list[1]["gpus"][0]["uuid"], "GPU-fake-1");
+  EXPECT_EQ(list[1]["gpus"][0]["memory_used_bytes"], 5u << 20);
+  EXPECT_EQ(list[1]["gpus"][0]["share"], nullptr);
+  EXPECT_EQ(Body(Call("GET", "/v1/tenants", "", Root(), {{"group", "none"}}))["tenants"].size(),
+            0u);
+  json g = Body(Call("GET", "/v1/groups/g", "", Root()));
+  EXPECT_EQ(g["members"], json::array({100, 101}));
+  EXPECT_EQ(g["gpus"][0]["memory_used_bytes"], 3u << 20);
+
+  const std::string metrics = FormatTenantMetrics(registry_, *usage_.Current());
+  EXPECT_NE(metrics.find("gpuslice_group_tenants{group=\"g\",pod=\"\",namespace=\"\"} 2\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("gpuslice_group_memory_used_bytes{group=\"g\",pod=\"\",namespace=\"\","
+                         "gpu=\"0\",uuid=\"GPU-fake-0\"} 3145728\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("gpuslice_tenant_memory_used_bytes{group=\"g\",pod=\"\",namespace=\"\","
+                         "container=\"\",pid=\"101\",gpu=\"1\",uuid=\"GPU-fake-1\"} 5242880\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("gpuslice_registrations_refused_total 0\n"), std::string::npos);
+}
+
+TEST_F(TenantRoutesTest, OnlyTheTenantItselfOrAnAdminUnregisters) {
+  ASSERT_EQ(Call("POST", "/v1/tenants", R"({"group": "g"})", Unix(100, 1000)).status, 201);
+  ASSERT_EQ(Call("POST", "/v1/tenants", R"({"group": "g"})", Unix(101, 1000)).status, 201);
+  EXPECT_EQ(Call("DELETE", "/v1/tenants/100", "", Unix(300, 65534)).status, 403);
+  EXPECT_EQ(Call("DELETE", "/v1/tenants/abc", "", Root()).status, 400);
+  EXPECT_EQ(Call("DELETE", "/v1/tenants/555", "", Root()).status, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/tenants/100", "", Unix(100, 1000)).status, 200);
+  EXPECT_EQ(Call("DELETE", "/v1/tenants/101", "", Root()).status, 200);
+  EXPECT_TRUE(registry_.Tenants().empty());
+  EXPECT_EQ(events_.back().first, "tenant_exited");
+}
+
+TEST_F(TenantRoutesTest, GroupsAreSetByAdminsAndForgottenWhenEmpty) {
+  // The server lets only admins through to these routes.
+  EXPECT_EQ(router_.Find("PUT", "/v1/groups/g")->access, Access::kMutate);
+  EXPECT_EQ(router_.Find("DELETE", "/v1/groups/g")->access, Access::kMutate);
+  EXPECT_EQ(router_.Find("POST", "/v1/tenants")->access, Access::kRead);
+  auto put = Call(
+      "PUT", "/v1/groups/g",
+      R"({"limits": {"all": {"compute_percent": 30}, "1": {"memory": "2GiB"}}, "tier": "mps"})",
+      Root());
+  ASSERT_EQ(put.status, 200) << put.body;
+  json g = Body(put);
+  EXPECT_EQ(g["tier"], "mps");
+  EXPECT_EQ(g["limits"]["GPU-fake-1"]["memory_bytes"], 2u << 30);
+  EXPECT_EQ(g["owner"]["uid"], nullptr);
+  EXPECT_EQ(Call("PUT", "/v1/groups/g", R"({"limits": {"9": {"memory": 1}}})", Root()).status, 400);
+  EXPECT_EQ(
+      Call("PUT", "/v1/groups/g", R"({"limits": {"all": {"compute": "150%"}}})", Root()).status,
+      400);
+  EXPECT_EQ(Call("PUT", "/v1/groups/g", R"({"max": 1})", Root()).status, 400);
+  ASSERT_EQ(Call("POST", "/v1/tenants", R"({"group": "g"})", Unix(100, 1000)).status, 201);
+  usage_.Refresh(*monitor_.Current());
+  json listed = Body(Call("GET", "/v1/groups", "", Root()))["groups"];
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0]["owner"]["uid"], 1000);
+  EXPECT_EQ(listed[0]["gpus"][1]["limit"]["memory_bytes"], 2u << 30);
+  EXPECT_EQ(listed[0]["gpus"][1]["limit"]["compute_percent"], 30);
+  auto busy = Call("DELETE", "/v1/groups/g", "", Root());
+  EXPECT_EQ(busy.status, 409);
+  EXPECT_NE(busy.body.find("1 live member"), std::string::npos) << busy.body;
+  registry_.OnExited({100});
+  EXPECT_EQ(Call("DELETE", "/v1/groups/g", "", Root()).status, 200);
+  EXPECT_EQ(Call("GET", "/v1/groups/g", "", Root()).status, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/groups/g", "", Root()).status, 404);
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon

@@ -1,0 +1,66 @@
+#include "daemon/tenants/gpu_usage.h"
+
+#include <algorithm>
+
+namespace gpuslice::daemon {
+
+void GpuUsageCache::Refresh(const Snapshot& snapshot) {
+  auto previous = Current();
+  auto next = std::make_shared<std::vector<GpuUsage>>();
+  for (const GpuInfo& gpu : snapshot.gpus) {
+    const GpuUsage* old = nullptr;
+    for (const GpuUsage& u : *previous) {
+      if (u.index == gpu.index) old = &u;
+    }
+    GpuUsage usage;
+    usage.index = gpu.index;
+    usage.uuid = gpu.uuid;
+    auto processes = backend_.Processes(gpu.index);
+    if (!processes.ok()) {
+      if (old != nullptr) next->push_back(*old);
+      continue;
+    }
+    for (const GpuProcess& p : *processes) {
+      usage.memory_bytes[p.pid] = p.used_memory_bytes.value_or(0);
+    }
+    // Utilization: the newest sample per process; a process NVML no longer
+    // lists is dropped, one with no new sample keeps its last share.
+    uint64_t& since = last_sample_us_[gpu.index];
+    if (old != nullptr) {
+      for (const auto& [pid, percent] : old->sm_percent) {
+        if (usage.memory_bytes.contains(pid)) usage.sm_percent[pid] = percent;
+      }
+    }
+    std::map<uint32_t, uint64_t> newest;
+    if (auto samples = backend_.ProcessUtilizationSince(gpu.index, since); samples.ok()) {
+      for (const ProcessUtilization& s : *samples) {
+        since = std::max(since, s.timestamp_us);
+        if (s.timestamp_us >= newest[s.pid]) {
+          newest[s.pid] = s.timestamp_us;
+          usage.sm_percent[s.pid] = s.sm_percent;
+        }
+      }
+    }
+    next->push_back(std::move(usage));
+  }
+  std::lock_guard lock(mu_);
+  current_ = std::move(next);
+}
+
+std::shared_ptr<const std::vector<GpuUsage>> GpuUsageCache::Current() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+std::vector<GpuUsage> UsageOfEach(const Snapshot& snapshot, const std::vector<GpuUsage>& usage) {
+  std::vector<GpuUsage> out;
+  out.reserve(snapshot.gpus.size());
+  for (const GpuInfo& g : snapshot.gpus) {
+    auto it = std::find_if(usage.begin(), usage.end(),
+                           [&](const GpuUsage& u) { return u.uuid == g.uuid; });
+    out.push_back(it != usage.end() ? *it : GpuUsage{g.index, g.uuid, {}, {}});
+  }
+  return out;
+}
+
+}  // namespace gpuslice::daemon

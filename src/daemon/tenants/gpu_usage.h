@@ -1,0 +1,51 @@
+// GpuUsageCache: what the driver says each process uses on each GPU (NVML's
+// per-process memory and SM utilization, in host pids), refreshed on the
+// monitor thread after each GPU sample so that GET /v1/tenants and /metrics
+// read it without an NVML call per request.
+//
+// Thread safety: Refresh from one thread (the monitor's); Current from any.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/gpu/backend.h"
+#include "daemon/gpu/gpu_monitor.h"
+
+namespace gpuslice::daemon {
+
+struct GpuUsage {
+  uint32_t index = 0;
+  std::string uuid;
+  std::map<uint32_t, uint64_t> memory_bytes;  // host pid -> used (pids NVML lists)
+  std::map<uint32_t, uint32_t> sm_percent;    // host pid -> latest sample's SM share
+};
+
+class GpuUsageCache {
+ public:
+  // REQUIRES: `backend` outlives the cache.
+  explicit GpuUsageCache(GpuBackend& backend) : backend_(backend) {}
+
+  // Reads the processes and the new utilization samples of every GPU of
+  // `snapshot`. A GPU whose read fails keeps its previous entry.
+  void Refresh(const Snapshot& snapshot);
+  // The latest refresh (empty before the first).
+  std::shared_ptr<const std::vector<GpuUsage>> Current() const;
+
+ private:
+  GpuBackend& backend_;
+  std::map<uint32_t, uint64_t> last_sample_us_;  // per GPU; Refresh's thread only
+  mutable std::mutex mu_;
+  std::shared_ptr<const std::vector<GpuUsage>> current_ =
+      std::make_shared<const std::vector<GpuUsage>>();  // GUARDED_BY(mu_)
+};
+
+// One entry per GPU of `snapshot`, in its order: the cached usage, or an
+// empty one for a GPU whose processes were not read yet.
+std::vector<GpuUsage> UsageOfEach(const Snapshot& snapshot, const std::vector<GpuUsage>& usage);
+
+}  // namespace gpuslice::daemon

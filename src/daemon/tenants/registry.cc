@@ -1,0 +1,588 @@
+#include "daemon/tenants/registry.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "common/log.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+using json = nlohmann::json;
+
+template <typename T>
+json Optional(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+// Reads an optional unsigned field of `j`; false if present and malformed.
+template <typename T>
+bool ReadOptional(const json& j, const char* key, std::optional<T>& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return true;
+  if (!it->is_number_unsigned()) return false;
+  out = it->get<T>();
+  return true;
+}
+
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
+
+std::string_view TierName(Tier tier) { return tier == Tier::kMps ? "mps" : "shared"; }
+
+StatusOr<Tier> ParseTier(std::string_view name) {
+  if (name == "shared") return Tier::kShared;
+  if (name == "mps") return Tier::kMps;
+  return InvalidArgument(R"(tier must be "shared" or "mps", not ")" + std::string(name) + "\"");
+}
+
+GpuLimit Lower(const GpuLimit& a, const GpuLimit& b) {
+  auto min = [](const auto& x, const auto& y) {
+    if (!x) return y;
+    if (!y) return x;
+    return std::min(x, y);
+  };
+  return GpuLimit{min(a.memory_bytes, b.memory_bytes), min(a.compute_percent, b.compute_percent)};
+}
+
+GpuLimit LimitOn(const Limits& limits, const std::string& uuid) {
+  GpuLimit out;
+  if (auto all = limits.find(kAllGpus); all != limits.end()) out = all->second;
+  if (auto own = limits.find(uuid); own != limits.end()) {
+    if (own->second.memory_bytes) out.memory_bytes = own->second.memory_bytes;
+    if (own->second.compute_percent) out.compute_percent = own->second.compute_percent;
+  }
+  return out;
+}
+
+Status ValidateGroupId(std::string_view id) {
+  const bool ok =
+      !id.empty() && id.size() <= 64 && id.front() != '.' &&
+      std::all_of(id.begin(), id.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-';
+      });
+  if (ok) return Status::Ok();
+  return InvalidArgument("group \"" + std::string(id) +
+                         "\" must be 1-64 characters of [A-Za-z0-9._-], not starting with '.'");
+}
+
+json GpuLimitJson(const GpuLimit& limit) {
+  return {{"memory_bytes", Optional(limit.memory_bytes)},
+          {"compute_percent", Optional(limit.compute_percent)}};
+}
+
+json GroupJson(const Group& g) {
+  json limits = json::object();
+  for (const auto& [gpu, limit] : g.limits) limits[gpu] = GpuLimitJson(limit);
+  return {{"id", g.id},
+          {"limits", std::move(limits)},
+          {"tier", TierName(g.tier)},
+          {"owner", {{"uid", Optional(g.owner_uid)}, {"pod_uid", g.owner_pod_uid}}},
+          {"created_at_ns", g.created_at_ns}};
+}
+
+json TenantJson(const Tenant& t) {
+  return {{"host_pid", t.host_pid},
+          {"container_pid", t.container_pid},
+          {"start_time", t.start_time},
+          {"uid", t.uid},
+          {"group", t.group},
+          {"pod_uid", t.cgroup.pod_uid},
+          {"container_id", t.cgroup.container_id},
+          {"runtime", t.cgroup.runtime},
+          {"qos", t.cgroup.qos},
+          {"cgroup", t.cgroup.path},
+          {"pod", t.hints.pod_name},
+          {"namespace", t.hints.pod_namespace},
+          {"container", t.hints.container_name},
+          {"claimed_pod_uid", t.hints.pod_uid},
+          {"hint_conflicts", t.hint_conflicts},
+          {"tier", TierName(t.tier)},
+          {"devices", t.devices},
+          {"requested_limits", GpuLimitJson(t.requested)},
+          {"registered_at_ns", t.registered_at_ns}};
+}
+
+StatusOr<Group> GroupFromJson(const json& j) {
+  if (!j.is_object()) return InvalidArgument("a group is not an object");
+  Group g;
+  g.id = Str(j, "id");
+  GS_RETURN_IF_ERROR(ValidateGroupId(g.id));
+  GS_ASSIGN_OR_RETURN(g.tier, ParseTier(Str(j, "tier")));
+  if (auto limits = j.find("limits"); limits != j.end() && limits->is_object()) {
+    for (const auto& [gpu, l] : limits->items()) {
+      GpuLimit limit;
+      if (!l.is_object() || !ReadOptional(l, "memory_bytes", limit.memory_bytes) ||
+          !ReadOptional(l, "compute_percent", limit.compute_percent)) {
+        return InvalidArgument("group " + g.id + ": a malformed limit for " + gpu);
+      }
+      g.limits[gpu] = limit;
+    }
+  }
+  if (auto owner = j.find("owner"); owner != j.end() && owner->is_object()) {
+    if (!ReadOptional(*owner, "uid", g.owner_uid)) return InvalidArgument("a malformed owner uid");
+    g.owner_pod_uid = Str(*owner, "pod_uid");
+  }
+  g.created_at_ns = j.value("created_at_ns", int64_t{0});
+  return g;
+}
+
+StatusOr<Tenant> TenantFromJson(const json& j) {
+  if (!j.is_object()) return InvalidArgument("a tenant is not an object");
+  try {
+    Tenant t;
+    t.host_pid = j.at("host_pid").get<pid_t>();
+    t.container_pid = j.at("container_pid").get<pid_t>();
+    t.start_time = j.at("start_time").get<uint64_t>();
+    t.uid = j.at("uid").get<uid_t>();
+    t.group = j.at("group").get<std::string>();
+    t.cgroup = CgroupInfo{Str(j, "cgroup"), Str(j, "pod_uid"), Str(j, "container_id"),
+                          Str(j, "runtime"), Str(j, "qos")};
+    t.hints = ClaimedHints{Str(j, "pod"), Str(j, "namespace"), Str(j, "container"),
+                           Str(j, "claimed_pod_uid")};
+    t.hint_conflicts = j.value("hint_conflicts", std::vector<std::string>{});
+    GS_ASSIGN_OR_RETURN(t.tier, ParseTier(Str(j, "tier")));
+    t.devices = j.value("devices", std::vector<std::string>{});
+    if (auto r = j.find("requested_limits"); r != j.end() && r->is_object()) {
+      ReadOptional(*r, "memory_bytes", t.requested.memory_bytes);
+      ReadOptional(*r, "compute_percent", t.requested.compute_percent);
+    }
+    t.registered_at_ns = j.value("registered_at_ns", int64_t{0});
+    return t;
+  } catch (const json::exception& e) {
+    return InvalidArgument(std::string("a malformed tenant: ") + e.what());
+  }
+}
+
+TenantRegistry::TenantRegistry(Options options, const Clock& clock, LivenessWatcher& watcher,
+                               StateStore* store, EventSink sink)
+    : options_(std::move(options)),
+      clock_(clock),
+      watcher_(watcher),
+      store_(store),
+      sink_(std::move(sink)) {}
+
+void TenantRegistry::Emit(std::string_view type, const json& data) const {
+  if (sink_) sink_(type, data);
+}
+
+Status TenantRegistry::Restore() {
+  if (store_ == nullptr) return Status::Ok();
+  std::vector<Group> groups;
+  std::vector<Tenant> saved;
+  auto load = [&](const char* record, const char* key, auto parse, auto& out) {
+    auto data = store_->Load(record);
+    if (!data.ok()) {
+      if (data.status().code() != StatusCode::kNotFound) {
+        GS_LOG(kError, "gpusliced", "event=state_unreadable record=%s error=\"%s\"", record,
+               data.status().message().c_str());
+      }
+      return;
+    }
+    auto list = data->find(key);
+    if (list == data->end() || !list->is_array()) return;
+    for (const json& item : *list) {
+      auto v = parse(item);
+      if (v.ok()) {
+        out.push_back(std::move(*v));
+      } else {
+        GS_LOG(kWarn, "gpusliced", "event=state_record_skipped record=%s error=\"%s\"", record,
+               v.status().message().c_str());
+      }
+    }
+  };
+  load("groups", "groups", GroupFromJson, groups);
+  load("tenants", "tenants", TenantFromJson, saved);
+  std::vector<Tenant> dropped;
+  uint64_t version = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (Group& g : groups) groups_[g.id] = std::move(g);
+    for (Tenant& t : saved) {
+      // Alive and the same process (a reused pid has another start time).
+      const bool same = ReadStartTime(options_.proc_root, t.host_pid) == t.start_time &&
+                        watcher_.Watch(t.host_pid, t.start_time).ok();
+      if (!same) {
+        dropped.push_back(std::move(t));
+        continue;
+      }
+      if (!groups_.contains(t.group)) {  // a groups record older than the tenants one
+        Group g;
+        g.id = t.group;
+        g.tier = t.tier;
+        g.owner_uid = t.uid;
+        g.owner_pod_uid = t.cgroup.pod_uid;
+        g.created_at_ns = clock_.NowNs();
+        groups_[g.id] = std::move(g);
+      }
+      GS_LOG(kInfo, "gpusliced", "event=tenant_readopted pid=%d group=%s", t.host_pid,
+             t.group.c_str());
+      PutTenantLocked(t);
+    }
+    version = ++version_;
+    groups_version_ = version_;
+  }
+  for (const Tenant& t : dropped) {
+    GS_LOG(kInfo, "gpusliced", "event=tenant_exited pid=%d group=%s reason=gone_at_restart",
+           t.host_pid, t.group.c_str());
+    Emit("tenant_exited",
+         {{"host_pid", t.host_pid}, {"group", t.group}, {"reason", "gone_at_restart"}});
+  }
+  return Persist(version);
+}
+
+Status TenantRegistry::Refuse(const Registration& reg, Status why) {
+  {
+    std::lock_guard lock(mu_);
+    ++refused_;
+  }
+  GS_LOG(kInfo, "gpusliced", "event=registration_refused pid=%d uid=%d group=%s reason=\"%s\"",
+         reg.pid, reg.uid ? static_cast<int>(*reg.uid) : -1, reg.group.c_str(),
+         why.message().c_str());
+  Emit("registration_refused", {{"pid", reg.pid},
+                                {"uid", Optional(reg.uid)},
+                                {"group", reg.group},
+                                {"code", std::string(StatusCodeName(why.code()))},
+                                {"reason", why.message()}});
+  return why;
+}
+
+StatusOr<Tenant> TenantRegistry::Register(const Registration& reg) {
+  if (Status s = ValidateGroupId(reg.group); !s.ok()) return Refuse(reg, s);
+  if (const uint32_t p = reg.limits.compute_percent.value_or(100); p < 1 || p > 100) {
+    return Refuse(reg, InvalidArgument("limits.compute_percent must be 1-100"));
+  }
+  auto identity = IdentifyProcess(options_.proc_root, reg.pid);
+  if (!identity.ok()) return Refuse(reg, identity.status());
+  Tenant t;
+  t.host_pid = reg.pid;
+  t.container_pid = identity->container_pid;
+  t.start_time = identity->start_time;
+  t.uid = reg.uid.value_or(identity->uid);
+  t.group = reg.group;
+  t.cgroup = identity->cgroup;
+  t.hints = reg.hints;
+  t.hint_conflicts = CheckHints(*identity, reg.hints);
+  t.devices = reg.devices;
+  t.requested = reg.limits;
+  t.registered_at_ns = clock_.NowNs();
+
+  uint64_t version = 0;
+  bool created = false;
+  std::optional<Tenant> replaced;
+  {
+    std::unique_lock lock(mu_);
+    auto g = groups_.find(reg.group);
+    if (g != groups_.end()) {
+      const Group& group = g->second;
+      if (group.owner_uid &&
+          (*group.owner_uid != t.uid || group.owner_pod_uid != t.cgroup.pod_uid)) {
+        auto who = [](uid_t uid, const std::string& pod) {
+          return "uid " + std::to_string(uid) + (pod.empty() ? " (no pod)" : " in pod " + pod);
+        };
+        lock.unlock();
+        return Refuse(
+            reg, PermissionDenied("group \"" + reg.group + "\" belongs to " +
+                                  who(*group.owner_uid, group.owner_pod_uid) + "; a process of " +
+                                  who(t.uid, t.cgroup.pod_uid) + " may not join it"));
+      }
+      if (reg.tier && *reg.tier != group.tier) {
+        lock.unlock();
+        return Refuse(reg, FailedPrecondition("group \"" + reg.group + "\" is of tier " +
+                                              std::string(TierName(group.tier)) + ", not " +
+                                              std::string(TierName(*reg.tier))));
+      }
+    }
+    if (auto old = tenants_.find(reg.pid); old != tenants_.end()) {
+      if (old->second.start_time == t.start_time && old->second.group != reg.group) {
+        lock.unlock();
+        return Refuse(reg, FailedPrecondition("process " + std::to_string(reg.pid) +
+                                              " is registered in group \"" + old->second.group +
+                                              "\"; DELETE /v1/tenants/" + std::to_string(reg.pid) +
+                                              " first"));
+      }
+      replaced = old->second;
+    }
+    if (Status s = watcher_.Watch(reg.pid, t.start_time); !s.ok()) {
+      lock.unlock();
+      return Refuse(reg, s);
+    }
+    if (g == groups_.end()) {
+      Group group;
+      group.id = reg.group;
+      group.tier = reg.tier.value_or(Tier::kShared);
+      group.created_at_ns = t.registered_at_ns;
+      g = groups_.emplace(reg.group, std::move(group)).first;
+      created = true;
+    }
+    bool group_changed = created;
+    if (!g->second.owner_uid) {
+      g->second.owner_uid = t.uid;
+      g->second.owner_pod_uid = t.cgroup.pod_uid;
+      group_changed = true;
+    }
+    t.tier = g->second.tier;
+    PutTenantLocked(t);
+    version = ++version_;
+    if (group_changed) groups_version_ = version_;
+  }
+  if (Status s = Persist(version); !s.ok()) {
+    // Not durable: not promised. Undo what this call added.
+    {
+      std::lock_guard lock(mu_);
+      auto it = tenants_.find(t.host_pid);
+      if (it != tenants_.end() && it->second.registered_at_ns == t.registered_at_ns) {
+        if (replaced) {
+          PutTenantLocked(*replaced);
+        } else {
+          EraseTenantLocked(t.host_pid);
+          watcher_.Unwatch(t.host_pid);
+        }
+      }
+      if (created && CountMembersLocked(reg.group) == 0) groups_.erase(reg.group);
+      groups_version_ = ++version_;
+    }
+    return Refuse(reg, Unavailable("the registration could not be saved: " + s.message()));
+  }
+  GS_LOG(kInfo, "gpusliced",
+         "event=tenant_registered pid=%d container_pid=%d uid=%u group=%s pod_uid=%s conflicts=%zu",
+         t.host_pid, t.container_pid, t.uid, t.group.c_str(), t.cgroup.pod_uid.c_str(),
+         t.hint_conflicts.size());
+  Emit("tenant_registered", TenantJson(t));
+  return t;
+}
+
+Status TenantRegistry::Unregister(pid_t pid) {
+  std::optional<Tenant> gone;
+  uint64_t version = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = tenants_.find(pid);
+    if (it == tenants_.end()) return NotFound("no tenant with pid " + std::to_string(pid));
+    gone = std::move(it->second);
+    EraseTenantLocked(pid);
+    watcher_.Unwatch(pid);
+    version = ++version_;
+  }
+  Status s = Persist(version);
+  Emit("tenant_exited", {{"host_pid", pid}, {"group", gone->group}, {"reason", "unregistered"}});
+  return s;
+}
+
+void TenantRegistry::OnExited(const std::vector<pid_t>& pids) {
+  std::vector<Tenant> gone;
+  uint64_t version = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (pid_t pid : pids) {
+      auto it = tenants_.find(pid);
+      if (it == tenants_.end()) continue;
+      gone.push_back(std::move(it->second));
+      EraseTenantLocked(pid);
+    }
+    if (gone.empty()) return;
+    version = ++version_;
+  }
+  for (const Tenant& t : gone) {
+    GS_LOG(kInfo, "gpusliced", "event=tenant_exited pid=%d group=%s", t.host_pid, t.group.c_str());
+    Emit("tenant_exited", {{"host_pid", t.host_pid}, {"group", t.group}, {"reason", "exited"}});
+  }
+  if (Status s = Persist(version); !s.ok()) {
+    GS_LOG(kError, "gpusliced", "event=checkpoint_failed error=\"%s\"", s.message().c_str());
+  }
+}
+
+std::vector<Tenant> TenantRegistry::Tenants() const {
+  std::lock_guard lock(mu_);
+  std::vector<Tenant> out;
+  out.reserve(tenants_.size());
+  for (const auto& [pid, t] : tenants_) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<Tenant, std::string>> TenantRegistry::TenantsWithJson() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<Tenant, std::string>> out;
+  out.reserve(tenants_.size());
+  for (const auto& [pid, t] : tenants_) out.emplace_back(t, tenant_text_.at(pid));
+  return out;
+}
+
+std::optional<Tenant> TenantRegistry::TenantOf(pid_t pid) const {
+  std::lock_guard lock(mu_);
+  auto it = tenants_.find(pid);
+  if (it == tenants_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<Group> TenantRegistry::Groups() const {
+  std::lock_guard lock(mu_);
+  std::vector<Group> out;
+  out.reserve(groups_.size());
+  for (const auto& [id, g] : groups_) out.push_back(g);
+  return out;
+}
+
+std::optional<Group> TenantRegistry::GroupOf(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto it = groups_.find(id);
+  if (it == groups_.end()) return std::nullopt;
+  return it->second;
+}
+
+size_t TenantRegistry::MemberCount(const std::string& group) const {
+  std::lock_guard lock(mu_);
+  return CountMembersLocked(group);
+}
+
+size_t TenantRegistry::CountMembersLocked(const std::string& group) const {
+  size_t n = 0;
+  for (const auto& [pid, t] : tenants_) n += t.group == group ? 1 : 0;
+  return n;
+}
+
+std::map<std::string, GpuLimit> TenantRegistry::EffectiveLimits(const Tenant& tenant) const {
+  std::map<std::string, GpuLimit> out;
+  std::optional<Group> group = GroupOf(tenant.group);
+  for (const std::string& uuid : tenant.devices) {
+    out[uuid] = Lower(group ? LimitOn(group->limits, uuid) : GpuLimit{}, tenant.requested);
+  }
+  return out;
+}
+
+std::optional<TenantRegistry::GroupControl> TenantRegistry::ControlOf(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto group = groups_.find(id);
+  if (group == groups_.end()) return std::nullopt;
+  GroupControl control{.host_pids = {}, .limits = group->second.limits, .requested = {}};
+  for (const auto& [pid, tenant] : tenants_) {
+    if (tenant.group != id) continue;
+    control.host_pids.push_back(pid);
+    control.requested = Lower(control.requested, tenant.requested);
+  }
+  return control;
+}
+
+StatusOr<Group> TenantRegistry::SetGroup(const std::string& id, const Limits& limits,
+                                         std::optional<Tier> tier) {
+  GS_RETURN_IF_ERROR(ValidateGroupId(id));
+  for (const auto& [gpu, l] : limits) {
+    if (l.compute_percent && (*l.compute_percent < 1 || *l.compute_percent > 100)) {
+      return InvalidArgument("limits." + gpu + ".compute_percent must be 1-100");
+    }
+  }
+  Group result;
+  uint64_t version = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = groups_.find(id);
+    if (it == groups_.end()) {
+      Group g;
+      g.id = id;
+      g.created_at_ns = clock_.NowNs();
+      it = groups_.emplace(id, std::move(g)).first;
+    }
+    if (tier && *tier != it->second.tier && CountMembersLocked(id) > 0) {
+      return FailedPrecondition("group \"" + id + "\" has live members: its tier cannot change");
+    }
+    if (tier) it->second.tier = *tier;
+    it->second.limits = limits;
+    result = it->second;
+    version = ++version_;
+    groups_version_ = version_;
+  }
+  GS_RETURN_IF_ERROR(Persist(version));
+  GS_LOG(kInfo, "gpusliced", "event=group_limits_changed group=%s limits=%s", id.c_str(),
+         GroupJson(result)["limits"].dump().c_str());
+  Emit("group_limits_changed", GroupJson(result));
+  return result;
+}
+
+Status TenantRegistry::ForgetGroup(const std::string& id) {
+  uint64_t version = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = groups_.find(id);
+    if (it == groups_.end()) return NotFound("no group \"" + id + "\"");
+    if (const size_t n = CountMembersLocked(id); n > 0) {
+      return FailedPrecondition("group \"" + id + "\" has " + std::to_string(n) +
+                                " live member(s); it is forgotten once they exit");
+    }
+    groups_.erase(it);
+    version = ++version_;
+    groups_version_ = version_;
+  }
+  GS_RETURN_IF_ERROR(Persist(version));
+  Emit("group_forgotten", {{"group", id}});
+  return Status::Ok();
+}
+
+void TenantRegistry::PutTenantLocked(const Tenant& t) {
+  tenants_[t.host_pid] = t;
+  tenant_text_[t.host_pid] = TenantJson(t).dump();
+}
+
+void TenantRegistry::EraseTenantLocked(pid_t pid) {
+  tenants_.erase(pid);
+  tenant_text_.erase(pid);
+}
+
+uint64_t TenantRegistry::refused_count() const {
+  std::lock_guard lock(mu_);
+  return refused_;
+}
+
+Status TenantRegistry::Persist(uint64_t version) {
+  if (store_ == nullptr) return Status::Ok();
+  std::unique_lock lock(persist_mu_);
+  for (;;) {
+    if (saved_version_ >= version) return Status::Ok();
+    if (failed_version_ >= version) return last_error_;
+    if (!saving_) break;
+    persisted_.wait(lock);
+  }
+  saving_ = true;
+  lock.unlock();
+  // Only the saver (saving_) touches groups_saved_version_.
+  json groups = json::array();
+  std::string tenants = "{\"tenants\":[";
+  uint64_t snapshot = 0;
+  bool save_groups = false;
+  {
+    std::lock_guard state(mu_);
+    snapshot = version_;
+    save_groups = groups_version_ > groups_saved_version_;
+    if (save_groups) {
+      for (const auto& [id, g] : groups_) groups.push_back(GroupJson(g));
+    }
+    size_t size = tenants.size() + 2;
+    for (const auto& [pid, text] : tenant_text_) size += text.size() + 1;
+    tenants.reserve(size);
+    for (const auto& [pid, text] : tenant_text_) {
+      if (tenants.back() != '[') tenants += ',';
+      tenants += text;
+    }
+    tenants += "]}";
+  }
+  Status s;
+  if (save_groups) s = store_->Save("groups", {{"groups", std::move(groups)}});
+  if (s.ok()) s = store_->SaveSerialized("tenants", tenants);
+  lock.lock();
+  saving_ = false;
+  if (s.ok()) {
+    if (save_groups) groups_saved_version_ = snapshot;
+    saved_version_ = std::max(saved_version_, snapshot);
+  } else {
+    failed_version_ = std::max(failed_version_, snapshot);
+    last_error_ = s;
+    GS_LOG(kError, "gpusliced", "event=checkpoint_failed error=\"%s\"", s.message().c_str());
+  }
+  persisted_.notify_all();
+  return s;
+}
+
+}  // namespace gpuslice::daemon

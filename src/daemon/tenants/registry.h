@@ -1,0 +1,204 @@
+// TenantRegistry: the daemon's record of its tenants and their groups
+// (DESIGN.md section 4, "Registry" and "Durability"; docs/daemon.md
+// "Tenants and groups").
+//
+// A tenant is one process that registered (POST /v1/tenants); the daemon
+// identifies it from /proc (identity.h), never from what it says. A group is
+// a set of tenants that share limits per GPU (memory bytes, compute percent)
+// and an isolation tier. Rules:
+//  1. A group's owner is its first registrant's uid and pod UID ("" outside a
+//     pod). A later registrant of another uid or another pod is refused
+//     (kPermissionDenied naming both), so no tenant can join, and so read or
+//     spend, another user's or pod's group.
+//  2. Group limits are set by an admin (SetGroupLimits, PUT /v1/groups/{id});
+//     a registrant's own limits can only lower its effective limits.
+//  3. A tenant that exits is removed within a second (LivenessWatcher) and
+//     its group is kept; an admin forgets a group with no member.
+//  4. Every change is checkpointed (records "groups" and "tenants" of the
+//     StateStore) before the call that made it returns; a registration whose
+//     checkpoint fails is undone and refused. Restore re-adopts at start the
+//     tenants that still run (same pid and start time) and drops the rest.
+//
+// Thread-safe. Events go to the sink after the registry's lock is released.
+#pragma once
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "daemon/state/state_store.h"
+#include "daemon/tenants/identity.h"
+#include "daemon/tenants/pid_watcher.h"
+
+namespace gpuslice::daemon {
+
+enum class Tier { kShared, kMps };
+std::string_view TierName(Tier tier);
+StatusOr<Tier> ParseTier(std::string_view name);
+
+// A limit on one GPU; an unset field is no limit.
+struct GpuLimit {
+  std::optional<uint64_t> memory_bytes;
+  std::optional<uint32_t> compute_percent;  // 1..100
+
+  bool operator==(const GpuLimit&) const = default;
+};
+// The tighter of each field.
+GpuLimit Lower(const GpuLimit& a, const GpuLimit& b);
+
+// Limits by GPU UUID; the key kAllGpus applies to every GPU, and a GPU's own
+// entry overrides its fields.
+inline constexpr const char* kAllGpus = "all";
+using Limits = std::map<std::string, GpuLimit>;
+GpuLimit LimitOn(const Limits& limits, const std::string& uuid);
+
+struct Group {
+  std::string id;
+  Limits limits;
+  Tier tier = Tier::kShared;
+  std::optional<uid_t> owner_uid;  // unset: made by an admin, no registrant yet
+  std::string owner_pod_uid;
+  int64_t created_at_ns = 0;  // the registry's clock
+};
+
+struct Tenant {
+  pid_t host_pid = 0;
+  pid_t container_pid = 0;
+  uint64_t start_time = 0;  // with host_pid, names the process
+  uid_t uid = 0;
+  std::string group;
+  CgroupInfo cgroup;                        // pod UID, container id, runtime
+  ClaimedHints hints;                       // what the client said (unverified)
+  std::vector<std::string> hint_conflicts;  // where the hints contradict the host
+  Tier tier = Tier::kShared;
+  std::vector<std::string> devices;  // GPU UUIDs
+  GpuLimit requested;                // the tenant's own (lowering) limits
+  int64_t registered_at_ns = 0;      // the registry's clock
+};
+
+// A registration as the API hands it over, after parsing.
+struct Registration {
+  pid_t pid = 0;             // host pid, from SO_PEERCRED (or checked to exist, over TCP)
+  std::optional<uid_t> uid;  // the caller's uid (SO_PEERCRED); unset: the process's
+  std::string group;
+  std::vector<std::string> devices;  // GPU UUIDs
+  std::optional<Tier> tier;          // unset: the group's (shared for a new group)
+  GpuLimit limits;
+  ClaimedHints hints;
+};
+
+nlohmann::json GpuLimitJson(const GpuLimit& limit);
+nlohmann::json GroupJson(const Group& group);
+nlohmann::json TenantJson(const Tenant& tenant);
+StatusOr<Group> GroupFromJson(const nlohmann::json& j);
+StatusOr<Tenant> TenantFromJson(const nlohmann::json& j);
+
+class TenantRegistry {
+ public:
+  struct Options {
+    std::string proc_root = "/proc";
+  };
+  // `type` is the SSE event name; `data` one JSON object.
+  using EventSink = std::function<void(std::string_view type, const nlohmann::json& data)>;
+
+  // REQUIRES: `clock`, `watcher` and `store` (may be null: nothing is
+  // saved) outlive the registry. The watcher's exits must reach OnExited.
+  TenantRegistry(Options options, const Clock& clock, LivenessWatcher& watcher, StateStore* store,
+                 EventSink sink);
+
+  // Loads the checkpoint and reconciles it with the running processes.
+  // A missing checkpoint is an empty registry; an unreadable one is set
+  // aside by the store, reported, and the registry starts empty (OK).
+  Status Restore();
+
+  // Registers reg.pid. Errors: kInvalidArgument (a bad group id),
+  // kNotFound (no such process), kPermissionDenied (the group belongs to
+  // another uid or pod), kFailedPrecondition (another tier than the group's,
+  // or the pid is registered in another group), kUnavailable (not saved).
+  StatusOr<Tenant> Register(const Registration& reg);
+  // Removes the tenant `pid` (it stays alive). kNotFound if not registered.
+  Status Unregister(pid_t pid);
+  // The watcher's report: these processes exited.
+  void OnExited(const std::vector<pid_t>& pids);
+
+  std::vector<Tenant> Tenants() const;
+  // Every tenant with TenantJson(tenant).dump(), kept since its last change.
+  std::vector<std::pair<Tenant, std::string>> TenantsWithJson() const;
+  std::optional<Tenant> TenantOf(pid_t pid) const;
+  std::vector<Group> Groups() const;
+  std::optional<Group> GroupOf(const std::string& id) const;
+  size_t MemberCount(const std::string& group) const;
+  // The tenant's limit on each of its devices: its group's, lowered by its own.
+  std::map<std::string, GpuLimit> EffectiveLimits(const Tenant& tenant) const;
+
+  // For the group controllers: what the registry says of group `id`, or
+  // nullopt when it does not know the group.
+  struct GroupControl {
+    std::vector<int32_t> host_pids;  // its tenants
+    Limits limits;                   // the group's
+    GpuLimit requested;              // its tenants' own limits, the tightest of each
+  };
+  std::optional<GroupControl> ControlOf(const std::string& id) const;
+
+  // Replaces group `id`'s limits (and tier, if given), creating the group
+  // (without owner) if absent. kFailedPrecondition for a tier change while
+  // the group has members; kInvalidArgument for a bad id or percent.
+  StatusOr<Group> SetGroup(const std::string& id, const Limits& limits, std::optional<Tier> tier);
+  // Forgets group `id`. kNotFound if absent; kFailedPrecondition if it has members.
+  Status ForgetGroup(const std::string& id);
+
+  uint64_t refused_count() const;
+
+ private:
+  // Saves the state of `version` or later; returns once it is on disk.
+  Status Persist(uint64_t version);
+  Status Refuse(const Registration& reg, Status why);
+  void Emit(std::string_view type, const nlohmann::json& data) const;
+  size_t CountMembersLocked(const std::string& group) const;  // REQUIRES: mu_ held
+  // Both REQUIRE mu_ held; they keep tenant_text_ in step with tenants_.
+  void PutTenantLocked(const Tenant& t);
+  void EraseTenantLocked(pid_t pid);
+
+  const Options options_;
+  const Clock& clock_;
+  LivenessWatcher& watcher_;
+  StateStore* const store_;
+  const EventSink sink_;
+
+  mutable std::mutex mu_;
+  std::map<std::string, Group> groups_;  // GUARDED_BY(mu_)
+  std::map<pid_t, Tenant> tenants_;      // GUARDED_BY(mu_)
+  // GUARDED_BY(mu_): each tenant's checkpoint JSON, serialised once, so that
+  // a checkpoint of N tenants is a concatenation, not N serialisations.
+  std::map<pid_t, std::string> tenant_text_;
+  uint64_t version_ = 0;         // GUARDED_BY(mu_): bumped by every change
+  uint64_t groups_version_ = 0;  // GUARDED_BY(mu_): the last change of groups_
+  uint64_t refused_ = 0;         // GUARDED_BY(mu_)
+
+  // Group commit of checkpoints: one save at a time saves the newest state;
+  // every caller whose version it covers returns with it.
+  std::mutex persist_mu_;
+  std::condition_variable persisted_;
+  bool saving_ = false;                // GUARDED_BY(persist_mu_)
+  uint64_t saved_version_ = 0;         // GUARDED_BY(persist_mu_)
+  uint64_t groups_saved_version_ = 0;  // the one saver's (saving_) only
+  uint64_t failed_version_ = 0;        // GUARDED_BY(persist_mu_): the last failed save covered this
+  Status last_error_;                  // GUARDED_BY(persist_mu_): and failed so
+};
+
+// A group id: 1-64 of [A-Za-z0-9._-], not starting with '.'.
+Status ValidateGroupId(std::string_view id);
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,271 @@
+#include "daemon/tenants/registry.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "daemon/tenants/fake_proc.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+using namespace std::string_literals;
+
+constexpr const char* kPodA = "aaaaaaaa-1111-2222-3333-444444444444";
+constexpr const char* kPodB = "bbbbbbbb-1111-2222-3333-444444444444";
+
+class RegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_dir_ = proc_.root() + "-state";
+    std::filesystem::remove_all(state_dir_);
+    store_ = std::move(StateStore::Open(state_dir_).value());
+    registry_ = MakeRegistry();
+    // Tenants: 100 and 101 in pod A (uid 1000), 200 in pod B (uid 1000),
+    // 300 a plain process of uid 65534, 301 a plain process of uid 1000.
+    proc_.Add(100, "100\t1", 1000, 11, Cgroup(kPodA, "1"), "POD_NAME=a-0\0"s);
+    proc_.Add(101, "101\t2", 1000, 12, Cgroup(kPodA, "2"));
+    proc_.Add(200, "200\t1", 1000, 21, Cgroup(kPodB, "3"));
+    proc_.Add(300, "300", 65534, 31, "0::/user.slice/user-65534.slice/session-1.scope\n");
+    proc_.Add(301, "301", 1000, 32, "0::/user.slice/user-1000.slice/session-2.scope\n");
+  }
+  void TearDown() override { std::filesystem::remove_all(state_dir_); }
+
+  static std::string Cgroup(const char* pod, const std::string& id) {
+    return std::string("0::/kubepods/pod") + pod + "/" + std::string(64, id[0]) + "\n";
+  }
+  std::unique_ptr<TenantRegistry> MakeRegistry() {
+    return std::make_unique<TenantRegistry>(TenantRegistry::Options{proc_.root()}, clock_, watcher_,
+                                            store_.get(),
+                                            [this](std::string_view type, const json& data) {
+                                              events_.emplace_back(std::string(type), data);
+                                            });
+  }
+  static Registration Reg(pid_t pid, uid_t uid, const std::string& group) {
+    Registration r;
+    r.pid = pid;
+    r.uid = uid;
+    r.group = group;
+    r.devices = {"GPU-0", "GPU-1"};
+    return r;
+  }
+  std::vector<std::string> EventTypes() const {
+    std::vector<std::string> out;
+    for (const auto& [type, data] : events_) out.push_back(type);
+    return out;
+  }
+
+  FakeProc proc_;
+  SimulatedClock clock_{1'000};
+  FakeWatcher watcher_;
+  std::string state_dir_;
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<TenantRegistry> registry_;
+  std::vector<std::pair<std::string, json>> events_;
+};
+
+TEST_F(RegistryTest, TheFirstRegistrantOwnsTheGroupAndItsPodMayJoin) {
+  auto a = registry_->Register(Reg(100, 1000, "train"));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->container_pid, 1);
+  EXPECT_EQ(a->cgroup.pod_uid, kPodA);
+  EXPECT_EQ(a->tier, Tier::kShared);
+  EXPECT_EQ(a->registered_at_ns, 1'000);
+  auto g = registry_->GroupOf("train");
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->owner_uid, 1000u);
+  EXPECT_EQ(g->owner_pod_uid, kPodA);
+  ASSERT_TRUE(registry_->Register(Reg(101, 1000, "train")).ok());
+  EXPECT_EQ(registry_->MemberCount("train"), 2u);
+  EXPECT_EQ(watcher_.watched, (std::set<pid_t>{100, 101}));
+  EXPECT_EQ(EventTypes(), (std::vector<std::string>{"tenant_registered", "tenant_registered"}));
+  EXPECT_EQ(events_[0].second["host_pid"], 100);
+}
+
+TEST_F(RegistryTest, AnotherUidOrAnotherPodIsRefused) {
+  ASSERT_TRUE(registry_->Register(Reg(100, 1000, "train")).ok());
+  auto other_uid = registry_->Register(Reg(300, 65534, "train"));
+  EXPECT_EQ(other_uid.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(other_uid.status().message().find("belongs to uid 1000 in pod " + std::string(kPodA)),
+            std::string::npos)
+      << other_uid.status().message();
+  EXPECT_NE(other_uid.status().message().find("uid 65534 (no pod)"), std::string::npos);
+  // Same uid, other pod; same uid, no pod.
+  EXPECT_EQ(registry_->Register(Reg(200, 1000, "train")).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(registry_->Register(Reg(301, 1000, "train")).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(registry_->MemberCount("train"), 1u);
+  EXPECT_EQ(registry_->refused_count(), 3u);
+  EXPECT_EQ(events_.back().first, "registration_refused");
+  EXPECT_EQ(events_.back().second["code"], "PERMISSION_DENIED");
+}
+
+TEST_F(RegistryTest, BadRequestsAreRefusedAndChangeNothing) {
+  EXPECT_EQ(registry_->Register(Reg(100, 1000, "a/b")).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_->Register(Reg(999, 1000, "g")).status().code(), StatusCode::kNotFound);
+  Registration bad = Reg(100, 1000, "g");
+  bad.limits.compute_percent = 0;
+  EXPECT_EQ(registry_->Register(bad).status().code(), StatusCode::kInvalidArgument);
+  watcher_.dead.insert(101);  // exits between identification and watch
+  EXPECT_EQ(registry_->Register(Reg(101, 1000, "g")).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(registry_->Tenants().empty());
+  EXPECT_TRUE(registry_->Groups().empty());
+}
+
+TEST_F(RegistryTest, TierAndGroupConflicts) {
+  Registration mps = Reg(100, 1000, "g");
+  mps.tier = Tier::kMps;
+  ASSERT_TRUE(registry_->Register(mps).ok());
+  Registration shared = Reg(101, 1000, "g");
+  shared.tier = Tier::kShared;
+  EXPECT_EQ(registry_->Register(shared).status().code(), StatusCode::kFailedPrecondition);
+  shared.tier.reset();
+  auto joined = registry_->Register(shared);
+  ASSERT_TRUE(joined.ok());
+  EXPECT_EQ(joined->tier, Tier::kMps);
+  // One process, one group; registering again in the same group is fine.
+  EXPECT_EQ(registry_->Register(Reg(100, 1000, "other")).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(registry_->Register(Reg(100, 1000, "g")).ok());
+  EXPECT_EQ(registry_->MemberCount("g"), 2u);
+}
+
+TEST_F(RegistryTest, ForgedHintsAreKeptAsClaimedAndFlagged) {
+  Registration r = Reg(100, 1000, "g");
+  r.hints = {"b-0", "prod", "app", kPodB};
+  auto t = registry_->Register(r);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->cgroup.pod_uid, kPodA);  // the host's word, not the client's
+  EXPECT_EQ(t->hints.pod_name, "b-0");
+  ASSERT_EQ(t->hint_conflicts.size(), 2u);
+  EXPECT_NE(t->hint_conflicts[0].find("pod_uid"), std::string::npos);
+  EXPECT_NE(t->hint_conflicts[1].find("pod_name: claimed \"b-0\""), std::string::npos);
+}
+
+TEST_F(RegistryTest, LimitsComeFromTheGroupAndATenantCanOnlyLowerThem) {
+  ASSERT_TRUE(
+      registry_
+          ->SetGroup("g", {{kAllGpus, {8ull << 30, 50}}, {"GPU-1", {4ull << 30, {}}}}, std::nullopt)
+          .ok());
+  EXPECT_EQ(events_.back().first, "group_limits_changed");
+  Registration r = Reg(100, 1000, "g");
+  r.limits = {16ull << 30, 30};  // more memory than the group's: ignored; less compute: kept
+  auto t = registry_->Register(r);
+  ASSERT_TRUE(t.ok());
+  auto eff = registry_->EffectiveLimits(*t);
+  EXPECT_EQ(eff["GPU-0"], (GpuLimit{8ull << 30, 30}));
+  EXPECT_EQ(eff["GPU-1"], (GpuLimit{4ull << 30, 30}));
+  // The group made by an admin is owned by its first registrant.
+  EXPECT_EQ(registry_->GroupOf("g")->owner_uid, 1000u);
+  EXPECT_EQ(registry_->SetGroup("g", {{kAllGpus, {{}, 101}}}, std::nullopt).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_->SetGroup("g", {}, Tier::kMps).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST_F(RegistryTest, ExitsRemoveTenantsAndKeepGroups) {
+  ASSERT_TRUE(registry_->Register(Reg(100, 1000, "g")).ok());
+  ASSERT_TRUE(registry_->Register(Reg(101, 1000, "g")).ok());
+  EXPECT_EQ(registry_->ForgetGroup("g").code(), StatusCode::kFailedPrecondition);
+  registry_->OnExited({100, 4242});
+  EXPECT_FALSE(registry_->TenantOf(100).has_value());
+  EXPECT_EQ(events_.back().first, "tenant_exited");
+  EXPECT_EQ(events_.back().second["host_pid"], 100);
+  ASSERT_TRUE(registry_->Unregister(101).ok());
+  EXPECT_EQ(registry_->Unregister(101).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(watcher_.watched.empty() || watcher_.watched == std::set<pid_t>{100});
+  ASSERT_TRUE(registry_->GroupOf("g").has_value());
+  EXPECT_TRUE(registry_->ForgetGroup("g").ok());
+  EXPECT_EQ(registry_->ForgetGroup("g").code(), StatusCode::kNotFound);
+}
+
+TEST_F(RegistryTest, RestoreReadoptsLiveTenantsAndDropsDeadOnes) {
+  ASSERT_TRUE(registry_->SetGroup("g", {{kAllGpus, {1ull << 30, 40}}}, std::nullopt).ok());
+  ASSERT_TRUE(registry_->Register(Reg(100, 1000, "g")).ok());
+  ASSERT_TRUE(registry_->Register(Reg(101, 1000, "g")).ok());
+  ASSERT_TRUE(registry_->Register(Reg(200, 1000, "h")).ok());
+  registry_.reset();  // the daemon is killed: nothing is cleaned up
+  // While it was down: 101's pid was reused by another process, 200 exited.
+  proc_.Add(101, "101", 1000, 99, Cgroup(kPodA, "2"));
+  proc_.Remove(200);
+  watcher_.watched.clear();
+  events_.clear();
+  registry_ = MakeRegistry();
+  ASSERT_TRUE(registry_->Restore().ok());
+  auto tenants = registry_->Tenants();
+  ASSERT_EQ(tenants.size(), 1u);
+  EXPECT_EQ(tenants[0].host_pid, 100);
+  EXPECT_EQ(tenants[0].container_pid, 1);
+  EXPECT_EQ(watcher_.watched, std::set<pid_t>{100});
+  auto g = registry_->GroupOf("g");
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(LimitOn(g->limits, "GPU-0"), (GpuLimit{1ull << 30, 40}));
+  EXPECT_EQ(g->owner_uid, 1000u);
+  EXPECT_TRUE(registry_->GroupOf("h").has_value());  // groups are kept
+  EXPECT_EQ(EventTypes(), (std::vector<std::string>{"tenant_exited", "tenant_exited"}));
+  // The reconciled state was saved: a second restart agrees.
+  registry_ = MakeRegistry();
+  ASSERT_TRUE(registry_->Restore().ok());
+  EXPECT_EQ(registry_->Tenants().size(), 1u);
+}
+
+TEST_F(RegistryTest, AnUnreadableCheckpointStartsEmptyAndIsSetAside) {
+  std::ofstream(store_->PathOf("tenants")) << R"({"format": "gpuslice-state", "vers)";
+  ASSERT_TRUE(registry_->Restore().ok());
+  EXPECT_TRUE(registry_->Tenants().empty());
+  EXPECT_TRUE(std::filesystem::exists(store_->PathOf("tenants") + ".bad"));
+  EXPECT_TRUE(registry_->Register(Reg(100, 1000, "g")).ok());
+}
+
+TEST_F(RegistryTest, ARegistrationThatCannotBeSavedIsUndone) {
+  std::filesystem::remove_all(state_dir_);
+  std::ofstream(state_dir_) << "not a directory";  // every save now fails
+  auto t = registry_->Register(Reg(100, 1000, "g"));
+  EXPECT_EQ(t.status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(registry_->Tenants().empty());
+  EXPECT_FALSE(registry_->GroupOf("g").has_value());
+  EXPECT_TRUE(watcher_.watched.empty());
+  std::filesystem::remove(state_dir_);
+}
+
+// With the real /proc and the real pidfd watcher: a killed tenant is gone
+// within a second.
+TEST(RegistryLivenessTest, AKilledTenantIsRemovedWithinASecond) {
+  SimulatedClock clock;
+  PidWatcher watcher;
+  TenantRegistry registry({}, clock, watcher, nullptr, nullptr);
+  watcher.SetExitCallback([&](const std::vector<pid_t>& pids) { registry.OnExited(pids); });
+  ASSERT_TRUE(watcher.Start().ok());
+  const pid_t child = fork();
+  if (child == 0) {
+    for (;;) pause();
+  }
+  Registration r;
+  r.pid = child;
+  r.group = "live";
+  auto t = registry.Register(r);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->uid, geteuid());
+  kill(child, SIGKILL);
+  const auto deadline = std::chrono::steady_clock::now() + 1s;
+  while (registry.TenantOf(child) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_FALSE(registry.TenantOf(child).has_value()) << "still registered after 1 s";
+  waitpid(child, nullptr, 0);
+  watcher.Stop();
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon
