@@ -57,6 +57,7 @@ Status ApplyConfigJson(const json& j, DaemonConfig& c) {
     GS_CONFIG_KEY(sse_keepalive_ms)
     GS_CONFIG_KEY(io_threads)
     GS_CONFIG_KEY(worker_threads)
+    GS_CONFIG_KEY(memory_backstop)
 #undef GS_CONFIG_KEY
     return InvalidArgument("unknown config key \"" + key + "\"");
   }
@@ -144,6 +145,10 @@ Status ValidateConfig(const DaemonConfig& c) {
   if (std::find(std::begin(kLevels), std::end(kLevels), c.log_level) == std::end(kLevels)) {
     return InvalidArgument("log level \"" + c.log_level +
                            "\" is not one of off, error, warn, info, debug, trace");
+  }
+  if (c.memory_backstop != "off" && c.memory_backstop != "report" && c.memory_backstop != "kill") {
+    return InvalidArgument("memory_backstop \"" + c.memory_backstop +
+                           "\" is not one of off, report, kill");
   }
   return Status::Ok();
 }

@@ -42,6 +42,8 @@ struct DaemonConfig {
   int64_t sse_keepalive_ms = 15000;
   int64_t io_threads = 1;
   int64_t worker_threads = 4;
+  // The NVML memory backstop (docs/daemon.md "Backstop"): off, report, kill.
+  std::string memory_backstop = "report";
 };
 
 // Applies the keys of a JSON object (the names of DaemonConfig's fields) to

@@ -31,6 +31,12 @@ TEST(ConfigTest, ValidatesRangesAndFormats) {
   c = DaemonConfig{};
   c.log_level = "loud";
   EXPECT_FALSE(ValidateConfig(c).ok());
+  c = DaemonConfig{};
+  EXPECT_EQ(c.memory_backstop, "report");
+  ASSERT_TRUE(ApplyConfigJson({{"memory_backstop", "kill"}}, c).ok());
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.memory_backstop = "stop";
+  EXPECT_NE(ValidateConfig(c).message().find("memory_backstop"), std::string::npos);
 }
 
 TEST(ConfigTest, ParsesHostPortModeAndGroups) {
