@@ -200,8 +200,21 @@ ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const Gp
   reg->hints = std::move(*hints);
   auto tenant = registry.Register(*reg);
   if (!tenant.ok()) return ApiResponse::FromStatus(tenant.status());
+  GroupTiers::Grant grant;
+  if (options.tiers != nullptr) {
+    grant = options.tiers->GrantFor(*tenant);
+  } else if (tenant->tier == Tier::kMps) {
+    grant.reason = "this daemon does not manage MPS";
+  }
   json out = {{"tenant", TenantJson(*tenant)},
-              {"effective_limits", LimitsByGpu(registry.EffectiveLimits(*tenant))}};
+              {"effective_limits", LimitsByGpu(registry.EffectiveLimits(*tenant))},
+              {"tier", TierName(grant.tier)},
+              {"tier_reason", grant.reason},
+              {"env", grant.env},
+              {"mps_gpus", json::array()}};
+  for (const mps::GpuEnv& e : grant.per_gpu) {
+    out["mps_gpus"].push_back({{"index", e.index}, {"uuid", e.uuid}, {"env", e.env}});
+  }
   if (auto g = registry.GroupOf(tenant->group)) out["group"] = GroupJson(*g);
   return ApiResponse::Json(201, out);
 }
@@ -210,8 +223,15 @@ ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const Gp
 // (`text`, TenantJson serialised) with "gpus" added, appended to `out`.
 void AppendTenantView(const Tenant& t, const std::string& text,
                       const std::map<std::string, Group>& groups,
+                      const std::map<std::string, GroupTiers::GroupGrant>& grants,
                       const std::vector<GpuUsage>& usage, std::string& out) {
   auto group = groups.find(t.group);
+  GroupTiers::Grant tier;
+  if (group != groups.end()) {
+    auto grant = grants.find(t.group);
+    tier = GroupTiers::Describe(
+        t, group->second, grant == grants.end() ? std::nullopt : std::optional(grant->second));
+  }
   json gpus = json::array();
   for (const GpuUsage& u : usage) {
     const bool declared = std::find(t.devices.begin(), t.devices.end(), u.uuid) != t.devices.end();
@@ -231,12 +251,33 @@ void AppendTenantView(const Tenant& t, const std::string& text,
   out.append(text, 0, text.size() - 1);  // the record without its closing '}'
   out += ",\"gpus\":";
   out += gpus.dump();
+  out += ",\"tier_granted\":";
+  out += json(TierName(tier.tier)).dump();
+  out += ",\"tier_reason\":";
+  out += json(tier.reason).dump();
   out += '}';
 }
 
 json GroupView(const Group& g, const std::vector<Tenant>& members,
-               const std::vector<GpuUsage>& usage) {
+               const std::vector<GpuUsage>& usage, const GroupTiers* tiers) {
   json j = GroupJson(g);
+  // The tier its members run on: for an `mps` group, what the MPS tenant
+  // gives (null while it holds none: no member).
+  j["tier_granted"] = TierName(Tier::kShared);
+  j["tier_reason"] = "";
+  j["mps_gpus"] = json::array();
+  if (g.tier == Tier::kMps) {
+    auto grant = tiers != nullptr ? tiers->GroupState(g.id) : std::nullopt;
+    if (grant) {
+      j["tier_granted"] = TierName(grant->tier);
+      j["tier_reason"] = grant->reason;
+      j["mps_gpus"] = grant->uuids;
+    } else {
+      j["tier_granted"] = nullptr;
+      j["tier_reason"] = tiers != nullptr ? "no MPS tenant is held for the group (no member)"
+                                          : "this daemon does not manage MPS";
+    }
+  }
   json pids = json::array();
   for (const Tenant& t : members) pids.push_back(t.host_pid);
   j["members"] = std::move(pids);
@@ -324,17 +365,20 @@ void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonit
                return PostTenant(req, registry, monitor, options);
              });
   router.Add("GET", "/v1/tenants", Access::kRead, Dispatch::kBlocking,
-             [&registry, &monitor, &usage](const ApiRequest& req) {
+             [&registry, &monitor, &usage, tiers = options.tiers](const ApiRequest& req) {
                const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
                auto group = req.query.find("group");
                std::map<std::string, Group> groups;
                for (Group& g : registry.Groups()) groups.emplace(g.id, std::move(g));
+               const auto grants = tiers != nullptr
+                                       ? tiers->GroupStates()
+                                       : std::map<std::string, GroupTiers::GroupGrant>{};
                ApiResponse r;
                r.body = "{\"tenants\":[";
                for (const auto& [t, text] : registry.TenantsWithJson()) {
                  if (group != req.query.end() && t.group != group->second) continue;
                  if (r.body.back() != '[') r.body += ',';
-                 AppendTenantView(t, text, groups, u, r.body);
+                 AppendTenantView(t, text, groups, grants, u, r.body);
                }
                r.body += "]}";
                return r;
@@ -363,22 +407,22 @@ void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonit
                return ApiResponse::Json(200, {{"unregistered", pid}, {"group", tenant->group}});
              });
   router.Add("GET", "/v1/groups", Access::kRead, Dispatch::kBlocking,
-             [&registry, &monitor, &usage](const ApiRequest&) {
+             [&registry, &monitor, &usage, tiers = options.tiers](const ApiRequest&) {
                const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
                auto members = MembersByGroup(registry);
                json list = json::array();
                for (const Group& g : registry.Groups()) {
-                 list.push_back(GroupView(g, members[g.id], u));
+                 list.push_back(GroupView(g, members[g.id], u, tiers));
                }
                return ApiResponse::Json(200, {{"groups", std::move(list)}});
              });
   router.Add("GET", "/v1/groups/{id}", Access::kRead, Dispatch::kBlocking,
-             [&registry, &monitor, &usage](const ApiRequest& req) {
+             [&registry, &monitor, &usage, tiers = options.tiers](const ApiRequest& req) {
                const std::string& id = req.params.at("id");
                auto g = registry.GroupOf(id);
                if (!g) return ApiResponse::FromStatus(NotFound("no group \"" + id + "\""));
                const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
-               return ApiResponse::Json(200, GroupView(*g, MembersByGroup(registry)[id], u));
+               return ApiResponse::Json(200, GroupView(*g, MembersByGroup(registry)[id], u, tiers));
              });
   router.Add(
       "PUT", "/v1/groups/{id}", Access::kMutate, Dispatch::kBlocking,

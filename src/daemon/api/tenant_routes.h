@@ -18,6 +18,7 @@
 #include "daemon/api/api.h"
 #include "daemon/gpu/gpu_monitor.h"
 #include "daemon/tenants/gpu_usage.h"
+#include "daemon/tenants/group_tiers.h"
 #include "daemon/tenants/registry.h"
 
 namespace gpuslice::daemon {
@@ -27,8 +28,15 @@ struct TenantRoutesOptions {
   // valid token (the server's Authorize for a mutating route).
   std::function<bool(const Caller&)> is_admin;
   std::string proc_root = "/proc";  // to read the container pid of a Unix caller
+  // Grants the tier a group asks for (MPS for `mps` groups). Null: no MPS
+  // here, every tenant runs `shared` (an `mps` group's say why).
+  GroupTiers* tiers = nullptr;
 };
 
+// A registration's reply carries the tier granted ("tier", "tier_reason",
+// "env", "mps_gpus"); tenant and group views carry "tier_granted" and
+// "tier_reason" beside the tier the group asks for ("tier").
+//
 // Registers POST/GET /v1/tenants, DELETE /v1/tenants/{pid}, GET /v1/groups,
 // GET/PUT/DELETE /v1/groups/{id}. REQUIRES: the arguments outlive the router.
 void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonitor& monitor,

@@ -1,0 +1,234 @@
+#include "daemon/tenants/group_tiers.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+// The MPS quantity of a pinned limit: whole MiB, at least one.
+std::string MpsBytes(uint64_t bytes) {
+  const uint64_t mib = std::max<uint64_t>(bytes / kMiB, 1);
+  if (mib % 1024 == 0) return std::to_string(mib / 1024) + "G";
+  return std::to_string(mib) + "M";
+}
+
+}  // namespace
+
+GroupTiers::GroupTiers(TenantRegistry& registry, mps::MpsManager& mps)
+    : registry_(registry), mps_(mps) {}
+
+GroupTiers::~GroupTiers() { Stop(); }
+
+void GroupTiers::Start() {
+  std::lock_guard lock(queue_mu_);
+  if (running_) return;
+  running_ = true;
+  stopping_ = false;
+  worker_ = std::thread([this] { Run(); });
+}
+
+void GroupTiers::Stop() {
+  {
+    std::lock_guard lock(queue_mu_);
+    if (!running_) return;
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  worker_.join();
+  std::lock_guard lock(queue_mu_);
+  running_ = false;
+}
+
+void GroupTiers::Run() {
+  for (;;) {
+    std::string group;
+    {
+      std::unique_lock lock(queue_mu_);
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      group = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    ReleaseIfUnused(group);
+  }
+}
+
+void GroupTiers::TenantLeft(const std::string& group) {
+  {
+    std::lock_guard lock(queue_mu_);
+    if (running_ && !stopping_) {
+      queue_.push_back(group);
+      queue_cv_.notify_one();
+      return;
+    }
+  }
+  ReleaseIfUnused(group);
+}
+
+void GroupTiers::ReleaseIfUnused(const std::string& group) {
+  std::lock_guard op(op_mu_);
+  if (registry_.MemberCount(group) > 0) return;
+  GroupGrant grant;
+  {
+    std::lock_guard lock(mu_);
+    auto it = groups_.find(group);
+    if (it == groups_.end()) return;
+    grant = it->second;
+    groups_.erase(it);
+  }
+  if (!grant.held) return;
+  const Status s = mps_.Release(group);
+  GS_LOG(kInfo, "gpusliced", "event=tier_released group=%s tier=%s error=\"%s\"", group.c_str(),
+         std::string(TierName(grant.tier)).c_str(), s.message().c_str());
+}
+
+void GroupTiers::Reconcile() {
+  std::lock_guard op(op_mu_);
+  std::map<std::string, Group> groups;
+  for (Group& g : registry_.Groups()) groups.emplace(g.id, std::move(g));
+  for (const mps::TenantInfo& t : mps_.Tenants()) {
+    auto g = groups.find(t.name);
+    if (g == groups.end() || g->second.tier != Tier::kMps) continue;  // not a group's
+    if (registry_.MemberCount(t.name) == 0) {
+      const Status s = mps_.Release(t.name);
+      GS_LOG(kInfo, "gpusliced",
+             "event=tier_released group=%s reason=no_member_at_restart error=\"%s\"",
+             t.name.c_str(), s.message().c_str());
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    groups_[t.name] = GroupGrant{.tier = t.tier == mps::Tier::kMps ? Tier::kMps : Tier::kShared,
+                                 .reason = t.reason,
+                                 .uuids = t.uuids,
+                                 .held = true};
+  }
+}
+
+std::optional<GroupTiers::GroupGrant> GroupTiers::GroupState(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto it = groups_.find(id);
+  if (it == groups_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::map<std::string, GroupTiers::GroupGrant> GroupTiers::GroupStates() const {
+  std::lock_guard lock(mu_);
+  return groups_;
+}
+
+GroupTiers::Grant GroupTiers::Describe(const Tenant& tenant, const Group& group,
+                                       const std::optional<GroupGrant>& grant) {
+  Grant out;
+  if (group.tier != Tier::kMps) return out;
+  if (!grant) {
+    out.reason = "no MPS tenant is held for the group";
+    return out;
+  }
+  if (grant->tier != Tier::kMps) {
+    out.reason = grant->reason;
+    return out;
+  }
+  for (const std::string& uuid : tenant.devices) {
+    if (std::find(grant->uuids.begin(), grant->uuids.end(), uuid) == grant->uuids.end()) {
+      out.reason = "GPU " + uuid + " is not among group \"" + tenant.group + "\"'s MPS GPUs (" +
+                   Join(grant->uuids) +
+                   ", fixed by its first registrant while a member is registered)";
+      return out;
+    }
+  }
+  out.tier = Tier::kMps;
+  return out;
+}
+
+GroupTiers::Grant GroupTiers::Current(const Tenant& tenant) const {
+  auto group = registry_.GroupOf(tenant.group);
+  if (!group) return Grant{};
+  return Describe(tenant, *group, GroupState(tenant.group));
+}
+
+GroupTiers::Grant GroupTiers::GrantFor(const Tenant& tenant) {
+  auto group = registry_.GroupOf(tenant.group);
+  if (!group || group->tier != Tier::kMps) return Grant{};
+  std::lock_guard op(op_mu_);
+  std::optional<GroupGrant> held = GroupState(tenant.group);
+  const std::vector<std::string>& gpus = held ? held->uuids : tenant.devices;
+
+  // The group's limits on its MPS GPUs, the tightest of each (rule 1).
+  mps::TenantSettings settings;
+  for (const std::string& uuid : gpus) {
+    const GpuLimit l = LimitOn(group->limits, uuid);
+    if (l.compute_percent) {
+      settings.active_thread_percentage =
+          std::min(settings.active_thread_percentage.value_or(100), *l.compute_percent);
+    }
+    if (l.memory_bytes) {
+      const uint64_t mib = std::max<uint64_t>(*l.memory_bytes / kMiB, 1) * kMiB;
+      settings.pinned_memory_limit = std::min(settings.pinned_memory_limit.value_or(mib), mib);
+    }
+  }
+
+  mps::AcquireResult result;
+  if (!held || held->tier == Tier::kMps) {
+    auto acquired = mps_.Acquire(
+        mps::AcquireRequest{.tenant = tenant.group, .gpus = Join(gpus), .settings = settings});
+    if (acquired.ok()) {
+      result = std::move(*acquired);
+      if (!held) {
+        GroupGrant g{.tier = result.tier == mps::Tier::kMps ? Tier::kMps : Tier::kShared,
+                     .reason = result.reason,
+                     .uuids = {},
+                     .held = true};
+        for (const mps::GpuEnv& e : result.per_gpu) g.uuids.push_back(e.uuid);
+        std::lock_guard lock(mu_);
+        held = groups_[tenant.group] = std::move(g);
+      }
+    } else if (!held) {
+      // Refused (another MPS tenant of this name, a bad setting): shared, and
+      // nothing of the manager's is ours to release.
+      std::lock_guard lock(mu_);
+      held = groups_[tenant.group] =
+          GroupGrant{.tier = Tier::kShared,
+                     .reason = "MPS refused the group: " + acquired.status().message(),
+                     .uuids = {},
+                     .held = false};
+    }
+  }
+
+  Grant grant = Describe(tenant, *group, held);
+  if (grant.tier == Tier::kMps) {
+    const std::map<std::string, GpuLimit> limits = registry_.EffectiveLimits(tenant);
+    for (const mps::GpuEnv& e : result.per_gpu) {
+      if (std::find(tenant.devices.begin(), tenant.devices.end(), e.uuid) == tenant.devices.end()) {
+        continue;
+      }
+      mps::GpuEnv own = e;
+      if (auto l = limits.find(e.uuid); l != limits.end()) {
+        if (l->second.compute_percent) {
+          own.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(*l->second.compute_percent);
+        }
+        // Each daemon sees one GPU: to its clients it is device 0.
+        if (l->second.memory_bytes) {
+          own.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + MpsBytes(*l->second.memory_bytes);
+        }
+      }
+      grant.per_gpu.push_back(std::move(own));
+    }
+    if (!grant.per_gpu.empty()) grant.env = grant.per_gpu.front().env;
+  } else {
+    GS_LOG(kWarn, "gpusliced", "event=tier_fallback group=%s pid=%d tier=shared reason=\"%s\"",
+           tenant.group.c_str(), tenant.host_pid, grant.reason.c_str());
+  }
+  return grant;
+}
+
+}  // namespace gpuslice::daemon

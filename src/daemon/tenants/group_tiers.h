@@ -1,0 +1,117 @@
+// GroupTiers: a group's isolation tier made real (DESIGN.md sections 4-5;
+// docs/daemon.md "Tenants and groups", docs/mps.md "Tiers").
+//
+// The registry records the tier a group asks for (`shared` or `mps`) and stays
+// the one source of truth for it; this class grants it. For an `mps` group it
+// holds one MPS tenant per group, named by the group id, through the
+// MpsManager (which persists its own tenants):
+//  1. The group's first registrant acquires MPS on its devices; the thread
+//     percentage comes from the group's compute limit and the pinned memory
+//     limit from its memory limit (the tightest over those GPUs; the
+//     environment of each GPU then carries the registrant's own effective
+//     limit there: its group's, lowered by its own request).
+//  2. Later registrants share it. A registrant whose devices are not all among
+//     the group's MPS GPUs (an MPS tenant's GPUs are fixed while it is held)
+//     gets `shared`, saying why.
+//  3. Where MPS cannot run (the manager falls back, or refuses the request)
+//     the group gets `shared` with the manager's reason, logged once per
+//     registration as event=tier_fallback.
+//  4. When the group's last member leaves (exit or unregister) the MPS tenant
+//     is released, on a worker thread of this class (an MPS stop may take
+//     seconds); a registration racing with it either keeps it or acquires it
+//     again, never finds it released under it (one lock orders both).
+//  5. At start, Reconcile() reads what the manager kept across the restart:
+//     grants of mps groups with live members are kept, those of mps groups
+//     without one are released. MPS tenants that are no registry group's (made
+//     through /v1/mps) are left alone.
+//
+// Thread-safe. REQUIRES: the registry and the manager outlive this object;
+// Stop() before they go.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/mps/mps_manager.h"
+#include "daemon/tenants/registry.h"
+
+namespace gpuslice::daemon {
+
+class GroupTiers {
+ public:
+  // What a tenant runs on.
+  struct Grant {
+    Tier tier = Tier::kShared;
+    std::string reason;  // why `shared` although the group asks for `mps`; empty otherwise
+    // The client environment: for `mps`, the first of the tenant's GPUs
+    // (CUDA_MPS_PIPE_DIRECTORY, ...); `per_gpu` has one per GPU (an MPS client
+    // talks to one daemon: one process per GPU). Empty for `shared`.
+    std::map<std::string, std::string> env;
+    std::vector<mps::GpuEnv> per_gpu;
+  };
+  // What a group holds now.
+  struct GroupGrant {
+    Tier tier = Tier::kShared;
+    std::string reason;
+    std::vector<std::string> uuids;  // the MPS tenant's GPUs (empty when shared)
+    bool held = false;               // an MPS tenant of this name is ours to release
+  };
+
+  GroupTiers(TenantRegistry& registry, mps::MpsManager& mps);
+  ~GroupTiers();
+  GroupTiers(const GroupTiers&) = delete;
+  GroupTiers& operator=(const GroupTiers&) = delete;
+
+  // Starts the release worker. Without it, TenantLeft releases at once.
+  void Start();
+  // Ends the worker after the releases it was given.
+  void Stop();
+
+  // For `tenant`, just registered: its group's tier, acquiring MPS for the
+  // group when it asks for `mps` and holds none yet. Never fails: a tier that
+  // cannot be had is `shared` with the reason.
+  Grant GrantFor(const Tenant& tenant);
+  // What `tenant` runs on now (no environment, no side effect): for views.
+  Grant Current(const Tenant& tenant) const;
+  // What group `id` holds; nullopt when it holds no MPS tenant (a `shared`
+  // group, or an `mps` one with no member).
+  std::optional<GroupGrant> GroupState(const std::string& id) const;
+  // GroupState of every group that holds one, by group id.
+  std::map<std::string, GroupGrant> GroupStates() const;
+  // What a tenant of `group` runs on, given the group's state (`grant`:
+  // GroupState). Pure; no environment. For views of many tenants.
+  static Grant Describe(const Tenant& tenant, const Group& group,
+                        const std::optional<GroupGrant>& grant);
+
+  // A member of `group` left: releases its MPS tenant if it has no member left.
+  void TenantLeft(const std::string& group);
+  // Synchronous form of TenantLeft (the worker's step; tests).
+  void ReleaseIfUnused(const std::string& group);
+  // See rule 5. Call once, after the registry and the manager restored.
+  void Reconcile();
+
+ private:
+  void Run();
+
+  TenantRegistry& registry_;
+  mps::MpsManager& mps_;
+
+  std::mutex op_mu_;  // orders acquisitions and releases (rule 4); taken before mu_
+  mutable std::mutex mu_;
+  std::map<std::string, GroupGrant> groups_;  // GUARDED_BY(mu_)
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<std::string> queue_;  // GUARDED_BY(queue_mu_)
+  bool running_ = false;           // GUARDED_BY(queue_mu_)
+  bool stopping_ = false;          // GUARDED_BY(queue_mu_)
+  std::thread worker_;
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,199 @@
+#include "daemon/tenants/group_tiers.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "daemon/mps/fake_mps.h"
+#include "daemon/tenants/fake_proc.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+constexpr uint64_t kGiB = 1ull << 30;
+
+class GroupTiersTest : public ::testing::Test {
+ protected:
+  GroupTiersTest() {
+    for (pid_t pid : {100, 101, 102}) {
+      proc_.Add(pid, std::to_string(pid), 1000, 10 + pid, "0::/user.slice/u.scope\n");
+    }
+  }
+
+  mps::MpsManager& Manager() {
+    if (!manager_) {
+      manager_ =
+          std::make_unique<mps::MpsManager>(mps::MpsOptions{.root = "/mps"}, gpus_, host_, clock_);
+      EXPECT_TRUE(manager_->Start().ok());
+      tiers_ = std::make_unique<GroupTiers>(registry_, *manager_);
+    }
+    return *manager_;
+  }
+  GroupTiers& Tiers() {
+    Manager();
+    return *tiers_;
+  }
+  void MpsGroup(const std::string& id, GpuLimit all) {
+    ASSERT_TRUE(registry_.SetGroup(id, {{kAllGpus, all}}, Tier::kMps).ok());
+  }
+  Tenant Register(pid_t pid, const std::string& group, std::vector<std::string> devices,
+                  GpuLimit own = {}) {
+    Registration reg;
+    reg.pid = pid;
+    reg.uid = 1000;
+    reg.group = group;
+    reg.devices = std::move(devices);
+    reg.limits = own;
+    auto t = registry_.Register(reg);
+    EXPECT_TRUE(t.ok()) << t.status().message();
+    return t.ok() ? *t : Tenant{};
+  }
+  std::string Uuid(int i) const { return gpus_.uuids[i]; }
+  std::string Pipe(int i) const { return "/mps/" + gpus_.uuids[i] + "/pipe"; }
+
+  FakeProc proc_;
+  SimulatedClock clock_;
+  FakeWatcher watcher_;
+  TenantRegistry registry_{TenantRegistry::Options{proc_.root()}, clock_, watcher_, nullptr, {}};
+  mps::testing::FakeGpus gpus_{2};
+  mps::testing::FakeHost host_{clock_};
+  std::unique_ptr<mps::MpsManager> manager_;
+  std::unique_ptr<GroupTiers> tiers_;
+};
+
+TEST_F(GroupTiersTest, AnMpsGroupGetsOneMpsTenantWithItsLimitsInTheEnvironment) {
+  MpsGroup("train", {.memory_bytes = 4 * kGiB, .compute_percent = 30});
+  GroupTiers::Grant a = Tiers().GrantFor(Register(100, "train", {Uuid(0)}));
+  EXPECT_EQ(a.tier, Tier::kMps);
+  EXPECT_EQ(a.reason, "");
+  EXPECT_EQ(a.env["CUDA_MPS_PIPE_DIRECTORY"], Pipe(0));
+  EXPECT_EQ(a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "30");
+  EXPECT_EQ(a.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=4G");
+  ASSERT_EQ(a.per_gpu.size(), 1u);
+  EXPECT_EQ(a.per_gpu[0].uuid, Uuid(0));
+  // The manager holds one tenant named by the group, with the group's limits.
+  auto tenants = Manager().Tenants();
+  ASSERT_EQ(tenants.size(), 1u);
+  EXPECT_EQ(tenants[0].name, "train");
+  EXPECT_EQ(tenants[0].settings.active_thread_percentage, 30u);
+  EXPECT_EQ(tenants[0].settings.pinned_memory_limit, 4 * kGiB);
+  EXPECT_NE(host_.DaemonOf(Pipe(0)), 0);
+
+  // A second member shares it; its own lower limits go into its environment.
+  GroupTiers::Grant b = Tiers().GrantFor(
+      Register(101, "train", {Uuid(0)},
+               {.memory_bytes = kGiB + 512 * (kGiB / 1024), .compute_percent = std::nullopt}));
+  EXPECT_EQ(b.tier, Tier::kMps);
+  EXPECT_EQ(b.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=1536M");
+  EXPECT_EQ(b.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "30");
+  EXPECT_EQ(host_.starts, 1) << "one daemon for the GPU";
+  ASSERT_TRUE(Tiers().GroupState("train").has_value());
+  EXPECT_EQ(Tiers().GroupState("train")->uuids, std::vector<std::string>{Uuid(0)});
+}
+
+TEST_F(GroupTiersTest, TheLastMemberLeavingReleasesTheMpsTenant) {
+  MpsGroup("train", {});
+  Tiers().GrantFor(Register(100, "train", {Uuid(1)}));
+  Tiers().GrantFor(Register(101, "train", {Uuid(1)}));
+  const pid_t daemon = host_.DaemonOf(Pipe(1));
+  ASSERT_NE(daemon, 0);
+  ASSERT_TRUE(registry_.Unregister(100).ok());
+  Tiers().ReleaseIfUnused("train");
+  EXPECT_EQ(Manager().Tenants().size(), 1u) << "a member is left";
+  registry_.OnExited({101});
+  Tiers().ReleaseIfUnused("train");
+  EXPECT_TRUE(Manager().Tenants().empty());
+  EXPECT_EQ(host_.DaemonOf(Pipe(1)), 0) << "the GPU's daemon stopped with its last tenant";
+  EXPECT_FALSE(Tiers().GroupState("train").has_value());
+  // A new member acquires it again.
+  EXPECT_EQ(Tiers().GrantFor(Register(102, "train", {Uuid(1)})).tier, Tier::kMps);
+  EXPECT_EQ(host_.starts, 2);
+}
+
+TEST_F(GroupTiersTest, TheWorkerReleasesAfterTheLastExit) {
+  MpsGroup("train", {});
+  Tiers().Start();
+  Tiers().GrantFor(Register(100, "train", {Uuid(0)}));
+  registry_.OnExited({100});
+  Tiers().TenantLeft("train");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!Manager().Tenants().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(Manager().Tenants().empty());
+  Tiers().Stop();
+}
+
+TEST_F(GroupTiersTest, WithoutMpsTheGroupFallsBackToSharedSayingWhy) {
+  host_.binary_installed = false;
+  MpsGroup("train", {.memory_bytes = 4 * kGiB, .compute_percent = 30});
+  GroupTiers::Grant g = Tiers().GrantFor(Register(100, "train", {Uuid(0)}));
+  EXPECT_EQ(g.tier, Tier::kShared);
+  EXPECT_THAT(g.reason, HasSubstr("not found"));
+  EXPECT_TRUE(g.env.empty());
+  ASSERT_TRUE(Tiers().GroupState("train").has_value());
+  EXPECT_EQ(Tiers().GroupState("train")->tier, Tier::kShared);
+  EXPECT_THAT(Tiers().Current(*registry_.TenantOf(100)).reason, HasSubstr("not found"));
+  registry_.OnExited({100});
+  Tiers().ReleaseIfUnused("train");
+  EXPECT_TRUE(Manager().Tenants().empty()) << "the manager's fallback record is released too";
+}
+
+TEST_F(GroupTiersTest, AStartFailureFallsBackToShared) {
+  host_.fail_start = true;
+  MpsGroup("train", {});
+  GroupTiers::Grant g = Tiers().GrantFor(Register(100, "train", {Uuid(0)}));
+  EXPECT_EQ(g.tier, Tier::kShared);
+  EXPECT_THAT(g.reason, HasSubstr("could not start"));
+}
+
+TEST_F(GroupTiersTest, AMemberOnOtherGpusGetsSharedSayingWhy) {
+  MpsGroup("train", {});
+  ASSERT_EQ(Tiers().GrantFor(Register(100, "train", {Uuid(0)})).tier, Tier::kMps);
+  GroupTiers::Grant g = Tiers().GrantFor(Register(101, "train", {Uuid(0), Uuid(1)}));
+  EXPECT_EQ(g.tier, Tier::kShared);
+  EXPECT_THAT(g.reason, HasSubstr("not among"));
+  EXPECT_EQ(Tiers().Current(*registry_.TenantOf(100)).tier, Tier::kMps);
+  EXPECT_EQ(Tiers().Current(*registry_.TenantOf(101)).tier, Tier::kShared);
+}
+
+TEST_F(GroupTiersTest, AnMpsTenantOfTheSameNameMadeThroughTheMpsApiIsNotTaken) {
+  ASSERT_TRUE(Manager().Acquire({.tenant = "train", .gpus = "1", .settings = {}}).ok());
+  MpsGroup("train", {});
+  GroupTiers::Grant g = Tiers().GrantFor(Register(100, "train", {Uuid(0)}));
+  EXPECT_EQ(g.tier, Tier::kShared);
+  EXPECT_THAT(g.reason, HasSubstr("MPS refused"));
+  registry_.OnExited({100});
+  Tiers().ReleaseIfUnused("train");
+  EXPECT_EQ(Manager().Tenants().size(), 1u) << "not ours to release";
+}
+
+TEST_F(GroupTiersTest, ASharedGroupNeverTouchesMps) {
+  GroupTiers::Grant g = Tiers().GrantFor(Register(100, "plain", {Uuid(0)}));
+  EXPECT_EQ(g.tier, Tier::kShared);
+  EXPECT_EQ(g.reason, "");
+  EXPECT_TRUE(Manager().Tenants().empty());
+  EXPECT_EQ(host_.starts, 0);
+}
+
+TEST_F(GroupTiersTest, ReconcileReleasesGroupsWithoutMembersAndKeepsTheOthers) {
+  MpsGroup("idle", {});
+  MpsGroup("busy", {});
+  ASSERT_TRUE(Manager().Acquire({.tenant = "idle", .gpus = "0", .settings = {}}).ok());
+  ASSERT_TRUE(Manager().Acquire({.tenant = "busy", .gpus = "0", .settings = {}}).ok());
+  ASSERT_TRUE(Manager().Acquire({.tenant = "manual", .gpus = "1", .settings = {}}).ok());
+  Register(100, "busy", {Uuid(0)});
+  Tiers().Reconcile();
+  std::vector<std::string> names;
+  for (const auto& t : Manager().Tenants()) names.push_back(t.name);
+  EXPECT_THAT(names, ::testing::UnorderedElementsAre("busy", "manual"));
+  ASSERT_TRUE(Tiers().GroupState("busy").has_value());
+  EXPECT_EQ(Tiers().GroupState("busy")->tier, Tier::kMps);
+  EXPECT_EQ(Tiers().Current(*registry_.TenantOf(100)).tier, Tier::kMps);
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon
