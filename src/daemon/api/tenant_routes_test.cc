@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/gpu/fake_backend.h"
+#include "daemon/mps/fake_mps.h"
 #include "daemon/tenants/fake_proc.h"
 #include "daemon/tenants/tenant_metrics.h"
 
@@ -28,6 +29,7 @@ class TenantRoutesTest : public ::testing::Test {
       return c.via_tcp ? c.token_ok : c.uid && *c.uid == 0;
     };
     options.proc_root = proc_.root();
+    options.tiers = tiers_;
     AddTenantRoutes(router_, registry_, monitor_, usage_, options);
   }
 
@@ -59,6 +61,7 @@ class TenantRoutesTest : public ::testing::Test {
   GpuMonitor monitor_{backend_, std::chrono::milliseconds(1000)};
   GpuUsageCache usage_{backend_};
   ApiRouter router_;
+  GroupTiers* tiers_ = nullptr;
 };
 
 TEST_F(TenantRoutesTest, AProcessRegistersItselfAndGetsItsEffectiveLimits) {
@@ -246,6 +249,100 @@ TEST_F(TenantRoutesTest, GroupsAreSetByAdminsAndForgottenWhenEmpty) {
   EXPECT_EQ(Call("DELETE", "/v1/groups/g", "", Root()).status, 200);
   EXPECT_EQ(Call("GET", "/v1/groups/g", "", Root()).status, 404);
   EXPECT_EQ(Call("DELETE", "/v1/groups/g", "", Root()).status, 404);
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon
+
+namespace gpuslice::daemon {
+namespace {
+
+// With MPS on the fake host (the manager's test model of the control tool).
+class TenantRoutesMpsTest : public TenantRoutesTest {
+ protected:
+  void SetUp() override {
+    gpus_.uuids = {"GPU-fake-0", "GPU-fake-1"};  // the fake backend's
+    ASSERT_TRUE(manager_.Start().ok());
+    tiers_ = &group_tiers_;
+    TenantRoutesTest::SetUp();
+  }
+
+  mps::testing::FakeGpus gpus_{2};
+  mps::testing::FakeHost host_{clock_};
+  mps::MpsManager manager_{{.root = "/mps"}, gpus_, host_, clock_};
+  GroupTiers group_tiers_{registry_, manager_};
+};
+
+TEST_F(TenantRoutesMpsTest, AnMpsRegistrationGetsTheTierAndTheClientEnvironment) {
+  ASSERT_EQ(Call("PUT", "/v1/groups/train",
+                 R"({"tier": "mps", "limits": {"all": {"memory": "8GiB", "compute_percent": 40}}})",
+                 Root())
+                .status,
+            200);
+  auto r = Call("POST", "/v1/tenants", R"({"group": "train", "devices": [1], "tier": "mps"})",
+                Unix(100, 1000));
+  ASSERT_EQ(r.status, 201) << r.body;
+  json b = Body(r);
+  EXPECT_EQ(b["tier"], "mps");
+  EXPECT_EQ(b["tier_reason"], "");
+  EXPECT_EQ(b["env"]["CUDA_MPS_PIPE_DIRECTORY"], "/mps/GPU-fake-1/pipe");
+  EXPECT_EQ(b["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "40");
+  EXPECT_EQ(b["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=8G");
+  EXPECT_EQ(b["mps_gpus"][0]["uuid"], "GPU-fake-1");
+  EXPECT_EQ(manager_.Tenants().at(0).name, "train");
+
+  json tenants = Body(Call("GET", "/v1/tenants", "", Unix(300, 65534)));
+  EXPECT_EQ(tenants["tenants"][0]["tier"], "mps");
+  EXPECT_EQ(tenants["tenants"][0]["tier_granted"], "mps");
+  json group = Body(Call("GET", "/v1/groups/train", "", Unix(300, 65534)));
+  EXPECT_EQ(group["tier_granted"], "mps");
+  EXPECT_EQ(group["mps_gpus"], json::array({"GPU-fake-1"}));
+
+  // Unregistering the last member releases the group's MPS tenant.
+  ASSERT_EQ(Call("DELETE", "/v1/tenants/100", "", Unix(100, 1000)).status, 200);
+  group_tiers_.ReleaseIfUnused("train");  // the daemon's event sink calls TenantLeft
+  EXPECT_TRUE(manager_.Tenants().empty());
+  EXPECT_TRUE(Body(Call("GET", "/v1/groups/train", "", Root()))["tier_granted"].is_null());
+}
+
+TEST_F(TenantRoutesMpsTest, AFallbackToSharedIsInTheReplyAndTheViews) {
+  host_.binary_installed = false;
+  mps::MpsManager manager({.root = "/other"}, gpus_, host_, clock_);
+  ASSERT_TRUE(manager.Start().ok());
+  GroupTiers tiers(registry_, manager);
+  ApiRouter router;
+  TenantRoutesOptions options;
+  options.proc_root = proc_.root();
+  options.tiers = &tiers;
+  AddTenantRoutes(router, registry_, monitor_, usage_, options);
+  auto call = [&](const std::string& method, const std::string& path, const std::string& body,
+                  const Caller& caller) {
+    auto m = router.Find(method, path);
+    EXPECT_TRUE(m.ok());
+    return (*m->handler)(ApiRequest{method, path, {}, m->params, body, caller});
+  };
+  auto r = call("POST", "/v1/tenants", R"({"group": "g", "tier": "mps"})", Unix(100, 1000));
+  ASSERT_EQ(r.status, 201) << r.body;
+  json b = Body(r);
+  EXPECT_EQ(b["tier"], "shared");
+  EXPECT_NE(b["tier_reason"].get<std::string>().find("not found"), std::string::npos) << b;
+  EXPECT_TRUE(b["env"].empty());
+  json tenants = Body(call("GET", "/v1/tenants", "", Unix(300, 65534)));
+  EXPECT_EQ(tenants["tenants"][0]["tier"], "mps") << "the tier the group asks for";
+  EXPECT_EQ(tenants["tenants"][0]["tier_granted"], "shared");
+  EXPECT_EQ(tenants["tenants"][0]["tier_reason"], b["tier_reason"]);
+  json groups = Body(call("GET", "/v1/groups", "", Unix(300, 65534)));
+  EXPECT_EQ(groups["groups"][0]["tier_granted"], "shared");
+  EXPECT_EQ(groups["groups"][0]["tier_reason"], b["tier_reason"]);
+}
+
+TEST_F(TenantRoutesMpsTest, ASharedRegistrationHasNoEnvironment) {
+  auto r = Call("POST", "/v1/tenants", R"({"group": "g"})", Unix(100, 1000));
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(Body(r)["tier"], "shared");
+  EXPECT_EQ(Body(r)["tier_reason"], "");
+  EXPECT_TRUE(Body(r)["env"].empty());
+  EXPECT_TRUE(manager_.Tenants().empty());
 }
 
 }  // namespace
