@@ -10,15 +10,18 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "daemon/api/gpu_routes.h"
 #include "daemon/api/tenant_routes.h"
+#include "daemon/backstop/backstop_monitor.h"
 #include "daemon/config.h"
 #include "daemon/event_hub.h"
 #include "daemon/gpu/gpu_json.h"
@@ -37,6 +40,7 @@
 #include "daemon/mps_gpu_control.h"
 #include "daemon/state/state_store.h"
 #include "daemon/tenants/gpu_usage.h"
+#include "daemon/tenants/group_tiers.h"
 #include "daemon/tenants/pid_watcher.h"
 #include "daemon/tenants/registry.h"
 #include "daemon/tenants/tenant_metrics.h"
@@ -127,6 +131,8 @@ std::optional<int> Configure(int argc, char** argv, DaemonConfig& config) {
   bind("--io-threads", &DaemonConfig::io_threads, "HTTP I/O threads (default 1)");
   bind("--worker-threads", &DaemonConfig::worker_threads,
        "Threads for blocking requests (default 4)");
+  bind("--memory-backstop", &DaemonConfig::memory_backstop,
+       "Groups over their memory limit by NVML's count: off, report (default), kill");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -236,9 +242,17 @@ int Run(int argc, char** argv) {
   // the checkpoint re-adopted at start, the driver's per-process usage
   // refreshed after each sample.
   PidWatcher pid_watcher;
+  // Set once the MPS manager is up: a group's last member leaving releases its MPS tenant.
+  std::atomic<GroupTiers*> tiers_ref{nullptr};
   TenantRegistry registry({}, clock, pid_watcher, state->get(),
-                          [&hub](std::string_view type, const nlohmann::json& data) {
+                          [&hub, &tiers_ref](std::string_view type, const nlohmann::json& data) {
                             hub.Publish(type, data.dump());
+                            if (type != "tenant_exited") return;
+                            GroupTiers* tiers = tiers_ref.load();
+                            auto group = data.find("group");
+                            if (tiers != nullptr && group != data.end() && group->is_string()) {
+                              tiers->TenantLeft(group->get<std::string>());
+                            }
                           });
   pid_watcher.SetExitCallback(
       [&registry](const std::vector<pid_t>& pids) { registry.OnExited(pids); });
@@ -259,18 +273,6 @@ int Run(int argc, char** argv) {
   const int64_t grace_ns = config.group_gc_grace_s * 1'000'000'000;
   SegmentCollector collector(
       shm_dir, grace_ns, std::clamp<int64_t>(grace_ns / 4, 1'000'000'000, 10'000'000'000), clock);
-  monitor.SetTickHook([&manager, &usage, &monitor, &collector, &hub] {
-    manager.ExpireDue();
-    usage.Refresh(*monitor.Current());
-    SegmentCollector::Sweep sweep = collector.MaybeSweep();
-    for (const std::string& group : sweep.removed) {
-      GS_LOG(kInfo, "gpusliced", "event=group_removed group=%s reason=idle", group.c_str());
-      hub.Publish("group_removed", nlohmann::json{{"group", group}, {"reason", "idle"}}.dump());
-    }
-    for (const std::string& error : sweep.errors) {
-      GS_LOG(kWarn, "gpusliced", "event=group_gc_failed error=\"%s\"", error.c_str());
-    }
-  });
   manager.SetChangeListener([&monitor](uint32_t) { monitor.Poke(); });
 
   // MPS: started per GPU on first demand, kept across daemon restarts (the
@@ -290,18 +292,67 @@ int Run(int argc, char** argv) {
     return "off";
   });
   mps::MpsHealthChecker mps_health(mps, std::chrono::seconds(5));
+  // Isolation tiers (docs/daemon.md "Tenants and groups"): an mps group holds
+  // one MPS tenant, named by the group, while it has members.
+  GroupTiers tiers(registry, mps);
+  tiers.Reconcile();
+  tiers.Start();
+  tiers_ref.store(&tiers);
+  struct TiersUnref {  // on every way out: no exit reaches the tiers once they go
+    PidWatcher& watcher;
+    std::atomic<GroupTiers*>& ref;
+    ~TiersUnref() {
+      watcher.Stop();
+      ref.store(nullptr);
+    }
+  } tiers_unref{pid_watcher, tiers_ref};
+
+  // The memory backstop (docs/daemon.md "Backstop"): NVML's per-process
+  // memory against the registry's groups, each monitor tick.
+  std::optional<BackstopMonitor> backstop;
+  if (config.memory_backstop != "off") {
+    backstop.emplace(
+        BackstopMonitor::Options{
+            .action = config.memory_backstop == "kill" ? MemoryBackstop::Action::kKill
+                                                       : MemoryBackstop::Action::kReport,
+            .allowance_per_process_bytes = 2ull << 20,
+            .is_ignored = [](uint32_t pid) { return IsMpsServer("/proc", pid); }},
+        **backend, registry, TenantKiller(registry),
+        [&hub](std::string_view type, const nlohmann::json& data) {
+          hub.Publish(type, data.dump());
+        });
+  }
+  monitor.SetTickHook([&manager, &usage, &monitor, &collector, &hub, &backstop] {
+    manager.ExpireDue();
+    usage.Refresh(*monitor.Current());
+    if (backstop) backstop->Tick(*monitor.Current());
+    SegmentCollector::Sweep sweep = collector.MaybeSweep();
+    for (const std::string& group : sweep.removed) {
+      GS_LOG(kInfo, "gpusliced", "event=group_removed group=%s reason=idle", group.c_str());
+      hub.Publish("group_removed", nlohmann::json{{"group", group}, {"reason", "idle"}}.dump());
+    }
+    for (const std::string& error : sweep.errors) {
+      GS_LOG(kWarn, "gpusliced", "event=group_gc_failed error=\"%s\"", error.c_str());
+    }
+  });
 
   ApiRouter router;
   GpuRoutesOptions route_options;
   route_options.default_lease_s = config.default_lease_s;
-  route_options.extra_metrics = [&registry, &usage, &monitor] {
-    return FormatTenantMetrics(registry, UsageOfEach(*monitor.Current(), *usage.Current()));
+  route_options.extra_metrics = [&registry, &usage, &monitor, &backstop] {
+    std::string text =
+        FormatTenantMetrics(registry, UsageOfEach(*monitor.Current(), *usage.Current()));
+    if (backstop) text += backstop->FormatMetrics();
+    return text;
   };
   AddGpuRoutes(router, manager, monitor, route_options);
   AddTenantRoutes(router, registry, monitor, usage,
-                  TenantRoutesOptions{.is_admin = [auth = server_options->auth](const Caller& c) {
-                    return Authorize(c, Access::kMutate, auth).ok();
-                  }});
+                  TenantRoutesOptions{.is_admin =
+                                          [auth = server_options->auth](const Caller& c) {
+                                            return Authorize(c, Access::kMutate, auth).ok();
+                                          },
+                                      .proc_root = "/proc",
+                                      .tiers = &tiers});
   mps::RegisterMpsRoutes(router, mps);
 
   // Every group's controller (DESIGN.md section 3), on a thread of its own:
