@@ -1,0 +1,268 @@
+// Isolation tiers and the memory backstop end to end: gpusliced on a private
+// simulated GPU (two devices) with the simulated nvidia-cuda-mps-control;
+// real tenant processes (forked children) register themselves over the Unix
+// socket. An `mps` group gets MPS with its client environment and releases it
+// after its last member; without MPS it falls back to `shared` and says why.
+// A tenant that allocates beyond its group's limit without the limiter is
+// reported by the backstop (NVML's count), and killed with --memory-backstop kill.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/unix_http_client.h"
+#include "tests/integration/support/sim_process_test.h"
+
+namespace gpuslice {
+namespace {
+
+using nlohmann::json;
+using testing::BuildDir;
+using testing::WaitFor;
+using namespace std::chrono_literals;
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr const char* kSimConfig = R"({"device_count":2})";  // the daemon's and its tenants'
+
+class TierBackstopTest : public testing::SimProcessTest {
+ protected:
+  void SetUp() override {
+    SimProcessTest::SetUp();
+    socket_ = dir_ + "/gpusliced.sock";
+  }
+  void TearDown() override {
+    for (int fd : stop_fds_) close(fd);
+    SimProcessTest::TearDown();  // the daemon and MPS's control daemons (children of init) go
+    if (!mps_root_.empty()) std::filesystem::remove_all(mps_root_);
+  }
+
+  void StartDaemon(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--socket",    socket_, "--poll-interval-ms", "100",
+                                     "--log-level", "debug", "--state-dir",        dir_ + "/state"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    daemon_ =
+        StartProgram("gpusliced", 0, args, {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
+          return r.ok() && r->status == 200;
+        },
+        20s))
+        << Read("err0");
+  }
+  // A short MPS root: <root>/<uuid>/pipe/control must fit a socket address.
+  std::vector<std::string> MpsFlags(const std::string& control) {
+    char root[] = "/tmp/gs-mps.XXXXXX";
+    EXPECT_NE(mkdtemp(root), nullptr);
+    mps_root_ = root;
+    return {"--mps-root", mps_root_, "--mps-control", control};
+  }
+
+  std::pair<int, json> Call(const std::string& method, const std::string& target,
+                            const std::string& body = "") {
+    auto r = cli::UnixHttpClient(socket_, 10s).Request(method, target, body);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return {0, nullptr};
+    return {r->status, json::parse(r->body, nullptr, false)};
+  }
+  std::string Metrics() {
+    auto r = cli::UnixHttpClient(socket_, 10s).Request("GET", "/metrics");
+    return r.ok() ? r->body : "";
+  }
+
+  struct Tenant {
+    pid_t pid = testing::SimProcessTest::kNoProcess;
+    int status = 0;  // of POST /v1/tenants
+    json body;
+  };
+  // Forks a process that registers itself with `body`, reports the answer,
+  // and then either runs `exec` (a program of the build, on the simulated
+  // GPU, WITHOUT the limiter) or waits until StopTenants.
+  Tenant StartTenant(const std::string& body, const std::vector<std::string>& exec = {}) {
+    int report[2], stop[2];
+    EXPECT_EQ(pipe(report), 0);
+    EXPECT_EQ(pipe(stop), 0);
+    std::vector<std::string> argv, env;
+    if (!exec.empty()) {
+      argv.push_back(BuildDir() + "/bin/" + exec[0]);
+      argv.insert(argv.end(), exec.begin() + 1, exec.end());
+      env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib", "GPUSLICE_SIM_STATE=" + state_,
+             std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig};
+    }
+    const pid_t child = fork();
+    if (child == 0) {
+      close(report[0]);
+      close(stop[1]);
+      auto r = cli::UnixHttpClient(socket_, 10s).Request("POST", "/v1/tenants", body);
+      const int status = r.ok() ? r->status : -1;
+      const std::string text = r.ok() ? r->body : r.status().ToString();
+      const auto len = static_cast<uint32_t>(text.size());
+      if (write(report[1], &status, sizeof status) != sizeof status ||
+          write(report[1], &len, sizeof len) != sizeof len ||
+          write(report[1], text.data(), len) != static_cast<ssize_t>(len)) {
+        _exit(5);
+      }
+      close(report[1]);
+      if (!argv.empty()) {
+        std::vector<char*> argv_c, env_c;
+        for (auto& a : argv) argv_c.push_back(a.data());
+        argv_c.push_back(nullptr);
+        for (auto& e : env) env_c.push_back(e.data());
+        env_c.push_back(nullptr);
+        execve(argv_c[0], argv_c.data(), env_c.data());
+        _exit(6);
+      }
+      char c;
+      while (read(stop[0], &c, 1) > 0) {
+      }
+      _exit(0);
+    }
+    close(report[1]);
+    close(stop[0]);
+    Tenant t;
+    if (child < 0) {
+      ADD_FAILURE() << "fork failed";
+      return t;
+    }
+    children_.push_back(child);
+    stop_fds_.push_back(stop[1]);
+    t.pid = child;
+    uint32_t len = 0;
+    if (read(report[0], &t.status, sizeof t.status) == sizeof t.status &&
+        read(report[0], &len, sizeof len) == sizeof len) {
+      std::string text(len, '\0');
+      size_t got = 0;
+      while (got < len) {
+        const ssize_t n = read(report[0], text.data() + got, len - got);
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+      }
+      t.body = json::parse(text, nullptr, false);
+    }
+    close(report[0]);
+    return t;
+  }
+  // Ends every waiting tenant and reaps it.
+  void StopTenants() {
+    for (int fd : stop_fds_) close(fd);
+    stop_fds_.clear();
+    for (pid_t pid : std::vector<pid_t>(children_)) {
+      if (pid != daemon_) Join(pid);
+    }
+  }
+
+  std::string socket_;
+  pid_t daemon_ = kNoProcess;
+  std::vector<int> stop_fds_;
+  std::string mps_root_;
+};
+
+TEST_F(TierBackstopTest, AnMpsGroupGetsMpsWithItsEnvironmentAndReleasesItAfterItsLastMember) {
+  StartDaemon(MpsFlags(BuildDir() + "/sim/bin/nvidia-cuda-mps-control"));
+  Tenant a = StartTenant(
+      R"({"group": "train", "tier": "mps", "devices": [0],
+          "limits": {"compute_percent": 40, "memory": "2GiB"}})");
+  ASSERT_EQ(a.status, 201) << a.body.dump();
+  EXPECT_EQ(a.body["tier"], "mps") << a.body.dump();
+  EXPECT_EQ(a.body["tier_reason"], "");
+  const std::string pipe_dir = a.body["env"].value("CUDA_MPS_PIPE_DIRECTORY", "");
+  ASSERT_FALSE(pipe_dir.empty()) << a.body.dump();
+  EXPECT_TRUE(std::filesystem::exists(pipe_dir + "/nvidia-cuda-mps-control.pid"));
+  EXPECT_EQ(a.body["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "40");
+  EXPECT_EQ(a.body["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=2G");
+  EXPECT_EQ(Stats()["devices"][0]["compute_mode"], 3);  // EXCLUSIVE_PROCESS
+
+  // A second member shares the group's MPS tenant.
+  Tenant b = StartTenant(R"({"group": "train", "devices": [0]})");
+  ASSERT_EQ(b.status, 201) << b.body.dump();
+  EXPECT_EQ(b.body["tier"], "mps");
+  EXPECT_EQ(b.body["env"]["CUDA_MPS_PIPE_DIRECTORY"], pipe_dir);
+
+  auto [code, groups] = Call("GET", "/v1/groups/train");
+  ASSERT_EQ(code, 200);
+  EXPECT_EQ(groups["tier"], "mps");
+  EXPECT_EQ(groups["tier_granted"], "mps") << groups.dump();
+  auto [mcode, mps] = Call("GET", "/v1/mps/tenants");
+  ASSERT_EQ(mps["tenants"].size(), 1u) << mps.dump();
+  EXPECT_EQ(mps["tenants"][0]["name"], "train");
+
+  // The last member leaving releases it: MPS stops, the compute mode returns.
+  StopTenants();
+  EXPECT_TRUE(
+      WaitFor([&] { return Call("GET", "/v1/mps/tenants").second["tenants"].empty(); }, 10s));
+  EXPECT_TRUE(WaitFor(
+      [&] { return !std::filesystem::exists(pipe_dir + "/nvidia-cuda-mps-control.pid"); }, 10s));
+  EXPECT_EQ(Stats()["devices"][0]["compute_mode"], 0);
+  EXPECT_NE(Read("err0").find("event=tier_released group=train"), std::string::npos);
+}
+
+TEST_F(TierBackstopTest, WithoutMpsAnMpsGroupFallsBackToSharedAndSaysWhy) {
+  StartDaemon(MpsFlags(dir_ + "/no-such-mps-control"));
+  Tenant a = StartTenant(R"({"group": "train", "tier": "mps"})");
+  ASSERT_EQ(a.status, 201) << a.body.dump();
+  EXPECT_EQ(a.body["tier"], "shared");
+  const std::string reason = a.body["tier_reason"];
+  EXPECT_NE(reason.find("MPS unavailable"), std::string::npos) << reason;
+  EXPECT_TRUE(a.body["env"].empty());
+
+  auto [tcode, tenants] = Call("GET", "/v1/tenants");
+  ASSERT_EQ(tenants["tenants"].size(), 1u);
+  EXPECT_EQ(tenants["tenants"][0]["tier"], "mps");  // what the group asks for
+  EXPECT_EQ(tenants["tenants"][0]["tier_granted"], "shared");
+  EXPECT_EQ(tenants["tenants"][0]["tier_reason"], reason);
+  auto [gcode, groups] = Call("GET", "/v1/groups");
+  EXPECT_EQ(groups["groups"][0]["tier_granted"], "shared");
+  EXPECT_EQ(groups["groups"][0]["tier_reason"], reason);
+  EXPECT_NE(Read("err0").find("event=tier_fallback group=train"), std::string::npos)
+      << Read("err0");
+}
+
+// A tenant registered with a 64 MiB limit that allocates 256 MiB without the
+// limiter (no LD_PRELOAD): the driver's count is over, the backstop says so.
+TEST_F(TierBackstopTest, ATenantOverItsLimitWithoutTheLimiterIsReported) {
+  StartDaemon();
+  Tenant hog = StartTenant(R"({"group": "hog", "devices": [0], "limits": {"memory": "64MiB"}})",
+                           {"gpuslice-alloc-probe", "alloc", "--chunk", std::to_string(64 * kMiB),
+                            "--max", "4", "--hold-s", "60"});
+  ASSERT_EQ(hog.status, 201) << hog.body.dump();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Read("err0").find("event=backstop_over_limit gpu=0 group=hog") != std::string::npos;
+      },
+      20s))
+      << Read("err0");
+  EXPECT_NE(Metrics().find("gpuslice_backstop_findings_total{kind=\"over_limit\"} 1"),
+            std::string::npos);
+  int status = 0;
+  EXPECT_EQ(waitpid(hog.pid, &status, WNOHANG), 0) << "report only: it runs on";
+}
+
+TEST_F(TierBackstopTest, WithKillTheTenantOverItsLimitIsKilled) {
+  StartDaemon({"--memory-backstop", "kill"});
+  Tenant hog = StartTenant(R"({"group": "hog", "devices": [0], "limits": {"memory": "64MiB"}})",
+                           {"gpuslice-alloc-probe", "alloc", "--chunk", std::to_string(64 * kMiB),
+                            "--max", "4", "--hold-s", "60"});
+  ASSERT_EQ(hog.status, 201) << hog.body.dump();
+  EXPECT_EQ(Join(hog.pid), 128 + SIGKILL) << Read("err0");
+  EXPECT_NE(
+      Read("err0").find("event=backstop_killed gpu=0 group=hog pids=" + std::to_string(hog.pid)),
+      std::string::npos)
+      << Read("err0");
+  // Its exit is noticed and the group is back under (no process left).
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Read("err0").find("event=backstop_back_under gpu=0 group=hog") != std::string::npos;
+      },
+      10s));
+}
+
+}  // namespace
+}  // namespace gpuslice
