@@ -155,7 +155,9 @@ bool IsMpsServer(const std::string& proc_root, uint32_t pid) {
   std::ifstream in(proc_root + "/" + std::to_string(pid) + "/comm");
   std::string comm;
   std::getline(in, comm);
-  return comm == "nvidia-cuda-mps-server";
+  // comm is cut to 15 characters: "nvidia-cuda-mps" (the control daemon, the
+  // other name it could be, never uses a GPU).
+  return comm == std::string_view("nvidia-cuda-mps-server").substr(0, 15);
 }
 
 }  // namespace gpuslice::daemon

@@ -84,7 +84,8 @@ nlohmann::json FindingJson(const MemoryBackstop::Finding& finding);
 MemoryBackstop::Killer TenantKiller(const TenantRegistry& registry,
                                     std::string proc_root = "/proc");
 
-// Whether /proc/<pid>/comm names an MPS server (nvidia-cuda-mps-server).
+// Whether /proc/<pid>/comm names an MPS server (nvidia-cuda-mps-server, as
+// the kernel cuts it to 15 characters).
 bool IsMpsServer(const std::string& proc_root, uint32_t pid);
 
 }  // namespace gpuslice::daemon

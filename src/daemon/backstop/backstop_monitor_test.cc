@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 
 #include "daemon/gpu/fake_backend.h"
 #include "daemon/tenants/fake_proc.h"
@@ -142,6 +144,18 @@ TEST_F(BackstopMonitorTest, AGpuWhoseProcessesCannotBeReadIsSkipped) {
   ghost.gpus.push_back(gone);
   backend_.SetProcesses(0, {{100, 5 * kGiB}});
   EXPECT_EQ(m.Tick(ghost).size(), 1u);
+}
+
+TEST(IsMpsServerTest, ReadsTheCutCommName) {
+  const std::string root = ::testing::TempDir() + "/mpsproc." + std::to_string(getpid());
+  std::filesystem::create_directories(root + "/10");
+  std::filesystem::create_directories(root + "/11");
+  std::ofstream(root + "/10/comm") << "nvidia-cuda-mps\n";
+  std::ofstream(root + "/11/comm") << "python3\n";
+  EXPECT_TRUE(IsMpsServer(root, 10));
+  EXPECT_FALSE(IsMpsServer(root, 11));
+  EXPECT_FALSE(IsMpsServer(root, 12));
+  std::filesystem::remove_all(root);
 }
 
 // The production killer on real processes: only a registered tenant, by pidfd.
