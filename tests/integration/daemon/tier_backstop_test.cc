@@ -78,6 +78,7 @@ class TierBackstopTest : public testing::SimProcessTest {
     return r.ok() ? r->body : "";
   }
 
+  // NOLINTNEXTLINE(bugprone-exception-escape): nlohmann::json members; a test helper.
   struct Tenant {
     pid_t pid = testing::SimProcessTest::kNoProcess;
     int status = 0;  // of POST /v1/tenants
