@@ -202,7 +202,9 @@ TEST_F(TierBackstopTest, AnMpsGroupGetsMpsWithItsEnvironmentAndReleasesItAfterIt
   EXPECT_TRUE(WaitFor(
       [&] { return !std::filesystem::exists(pipe_dir + "/nvidia-cuda-mps-control.pid"); }, 10s));
   EXPECT_EQ(Stats()["devices"][0]["compute_mode"], 0);
-  EXPECT_NE(Read("err0").find("event=tier_released group=train"), std::string::npos);
+  EXPECT_TRUE(WaitFor(
+      [&] { return Read("err0").find("event=tier_released group=train") != std::string::npos; },
+      10s));
 }
 
 TEST_F(TierBackstopTest, WithoutMpsAnMpsGroupFallsBackToSharedAndSaysWhy) {
@@ -253,9 +255,10 @@ TEST_F(TierBackstopTest, WithKillTheTenantOverItsLimitIsKilled) {
                             "--max", "4", "--hold-s", "60"});
   ASSERT_EQ(hog.status, 201) << hog.body.dump();
   EXPECT_EQ(Join(hog.pid), 128 + SIGKILL) << Read("err0");
-  EXPECT_NE(
-      Read("err0").find("event=backstop_killed gpu=0 group=hog pids=" + std::to_string(hog.pid)),
-      std::string::npos)
+  // The log line follows the kill.
+  const std::string killed =
+      "event=backstop_killed gpu=0 group=hog pids=" + std::to_string(hog.pid);
+  EXPECT_TRUE(WaitFor([&] { return Read("err0").find(killed) != std::string::npos; }, 10s))
       << Read("err0");
   // Its exit is noticed and the group is back under (no process left).
   EXPECT_TRUE(WaitFor(
