@@ -5,6 +5,7 @@
 // after its last member; without MPS it falls back to `shared` and says why.
 // A tenant that allocates beyond its group's limit without the limiter is
 // reported by the backstop (NVML's count), and killed with --memory-backstop kill.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -87,7 +88,10 @@ class TierBackstopTest : public testing::SimProcessTest {
   // Forks a process that registers itself with `body`, reports the answer,
   // and then either runs `exec` (a program of the build, on the simulated
   // GPU, WITHOUT the limiter) or waits until StopTenants.
-  Tenant StartTenant(const std::string& body, const std::vector<std::string>& exec = {}) {
+  // `extra_env` (NAME=VALUE) is added to the program's environment; its
+  // stdout goes to the file "tenant<pid>.out" of the test's directory.
+  Tenant StartTenant(const std::string& body, const std::vector<std::string>& exec = {},
+                     const std::vector<std::string>& extra_env = {}) {
     int report[2], stop[2];
     EXPECT_EQ(pipe(report), 0);
     EXPECT_EQ(pipe(stop), 0);
@@ -97,6 +101,7 @@ class TierBackstopTest : public testing::SimProcessTest {
       argv.insert(argv.end(), exec.begin() + 1, exec.end());
       env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib", "GPUSLICE_SIM_STATE=" + state_,
              std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig};
+      env.insert(env.end(), extra_env.begin(), extra_env.end());
     }
     const pid_t child = fork();
     if (child == 0) {
@@ -113,6 +118,9 @@ class TierBackstopTest : public testing::SimProcessTest {
       }
       close(report[1]);
       if (!argv.empty()) {
+        const std::string out = dir_ + "/tenant" + std::to_string(getpid()) + ".out";
+        const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0 || dup2(fd, 1) < 0) _exit(7);
         std::vector<char*> argv_c, env_c;
         for (auto& a : argv) argv_c.push_back(a.data());
         argv_c.push_back(nullptr);
@@ -266,6 +274,46 @@ TEST_F(TierBackstopTest, WithKillTheTenantOverItsLimitIsKilled) {
         return Read("err0").find("event=backstop_back_under gpu=0 group=hog") != std::string::npos;
       },
       10s));
+}
+
+// The negative case: a tenant that the limiter holds to the same limit (it
+// charges what the driver counts, context reservation included) is never
+// reported, however close to its limit it allocates.
+TEST_F(TierBackstopTest, ATenantTheLimiterHoldsIsNotReported) {
+  StartDaemon();
+  Tenant held = StartTenant(
+      R"({"group": "held", "devices": [0], "limits": {"memory": "512MiB"}})",
+      {"gpuslice-alloc-probe", "alloc", "--chunk", std::to_string(16 * kMiB), "--hold-s", "60"},
+      {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so", "GPUSLICE_SHM_DIR=" + shm_dir_,
+       "GPUSLICE_GROUP=held", "GPUSLICE_MEMORY_LIMIT=512MiB"});
+  ASSERT_EQ(held.status, 201) << held.body.dump();
+  const std::string out = "tenant" + std::to_string(held.pid) + ".out";
+  ASSERT_TRUE(WaitFor([&] { return Read(out).find("\"granted\"") != std::string::npos; }, 20s))
+      << Read(out);
+  const json result = json::parse(Read(out).substr(0, Read(out).find('\n')), nullptr, false);
+  EXPECT_GT(result.value("granted", 0), 0) << Read(out);
+  EXPECT_NE(result.value("error", ""), "") << "the limiter refused at its limit: " << Read(out);
+  // The daemon sees what it holds...
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto [code, body] = Call("GET", "/v1/groups/held");
+        return code == 200 && body["gpus"][0]["memory_used_bytes"].get<uint64_t>() >= 400 * kMiB;
+      },
+      10s));
+  // ...and a later sample of the backstop (marked by an unregistered process
+  // it reports) has checked it: still nothing over the limit.
+  const pid_t other =
+      StartProgram("gpuslice-alloc-probe", 1,
+                   {"alloc", "--chunk", std::to_string(16 * kMiB), "--max", "1", "--hold-s", "60"},
+                   {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Read("err0").find("event=backstop_unregistered_process gpu=0 group=- pids=" +
+                                 std::to_string(other)) != std::string::npos;
+      },
+      20s))
+      << Read("err0");
+  EXPECT_EQ(Read("err0").find("event=backstop_over_limit"), std::string::npos) << Read("err0");
 }
 
 }  // namespace
