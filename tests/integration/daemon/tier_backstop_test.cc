@@ -88,10 +88,12 @@ class TierBackstopTest : public testing::SimProcessTest {
   // Forks a process that registers itself with `body`, reports the answer,
   // and then either runs `exec` (a program of the build, on the simulated
   // GPU, WITHOUT the limiter) or waits until StopTenants.
-  // `extra_env` (NAME=VALUE) is added to the program's environment; its
-  // stdout goes to the file "tenant<pid>.out" of the test's directory.
+  // `extra_env` (NAME=VALUE) is added to the program's environment, and with
+  // `reply_env` the "env" of the registration's reply (as a limiter would
+  // start its CUDA work); its stdout goes to "tenant<pid>.out" of the test's
+  // directory.
   Tenant StartTenant(const std::string& body, const std::vector<std::string>& exec = {},
-                     const std::vector<std::string>& extra_env = {}) {
+                     const std::vector<std::string>& extra_env = {}, bool reply_env = false) {
     int report[2], stop[2];
     EXPECT_EQ(pipe(report), 0);
     EXPECT_EQ(pipe(stop), 0);
@@ -118,6 +120,14 @@ class TierBackstopTest : public testing::SimProcessTest {
       }
       close(report[1]);
       if (!argv.empty()) {
+        if (reply_env) {
+          const json reply = json::parse(text, nullptr, false);
+          if (reply.is_object() && reply.contains("env") && reply["env"].is_object()) {
+            for (const auto& [name, value] : reply["env"].items()) {
+              env.push_back(name + "=" + value.get<std::string>());
+            }
+          }
+        }
         const std::string out = dir_ + "/tenant" + std::to_string(getpid()) + ".out";
         const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd < 0 || dup2(fd, 1) < 0) _exit(7);
@@ -189,11 +199,31 @@ TEST_F(TierBackstopTest, AnMpsGroupGetsMpsWithItsEnvironmentAndReleasesItAfterIt
   EXPECT_EQ(a.body["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=2G");
   EXPECT_EQ(Stats()["devices"][0]["compute_mode"], 3);  // EXCLUSIVE_PROCESS
 
-  // A second member shares the group's MPS tenant.
-  Tenant b = StartTenant(R"({"group": "train", "devices": [0]})");
+  // A second member shares the group's MPS tenant and runs as an MPS client
+  // with the environment it was given: its pinned memory limit holds (it
+  // asked for less than the group), and the daemon finds it on the server.
+  Tenant b = StartTenant(
+      R"({"group": "train", "devices": [0], "limits": {"memory": "512MiB"}})",
+      {"gpuslice-alloc-probe", "alloc", "--chunk", std::to_string(64 * kMiB), "--hold-s", "60"}, {},
+      /*reply_env=*/true);
   ASSERT_EQ(b.status, 201) << b.body.dump();
   EXPECT_EQ(b.body["tier"], "mps");
   EXPECT_EQ(b.body["env"]["CUDA_MPS_PIPE_DIRECTORY"], pipe_dir);
+  EXPECT_EQ(b.body["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=512M");
+  const std::string out = "tenant" + std::to_string(b.pid) + ".out";
+  ASSERT_TRUE(WaitFor([&] { return Read(out).find("\"granted\"") != std::string::npos; }, 20s))
+      << Read(out);
+  const json result = json::parse(Read(out).substr(0, Read(out).find('\n')), nullptr, false);
+  EXPECT_GT(result.value("granted_bytes", uint64_t{0}), 0u) << Read(out);
+  EXPECT_LE(result.value("granted_bytes", uint64_t{0}), 512 * kMiB) << Read(out);
+  EXPECT_NE(result.value("error", ""), "") << Read(out);
+  // NVML charges the MPS server, which the backstop leaves out.
+  EXPECT_EQ(Read("err0").find("event=backstop_unregistered_process"), std::string::npos)
+      << Read("err0");
+  auto [tcode, terminated] = Call("POST", "/v1/mps/terminate",
+                                  R"({"gpu": "0", "client_pid": )" + std::to_string(b.pid) + "}");
+  EXPECT_EQ(tcode, 200) << "a client of the group's MPS server: " << terminated.dump();
+  if (b.pid > 0) kill(b.pid, SIGKILL);  // it holds for a minute otherwise
 
   auto [code, groups] = Call("GET", "/v1/groups/train");
   ASSERT_EQ(code, 200);
