@@ -178,20 +178,21 @@ GroupTiers::Grant GroupTiers::GrantFor(const Tenant& tenant) {
   }
 
   mps::AcquireResult result;
+  std::string refused;  // why the manager refused a group that holds a grant
   if (!held || held->tier == Tier::kMps) {
     auto acquired = mps_.Acquire(
         mps::AcquireRequest{.tenant = tenant.group, .gpus = Join(gpus), .settings = settings});
     if (acquired.ok()) {
       result = std::move(*acquired);
-      if (!held) {
-        GroupGrant g{.tier = result.tier == mps::Tier::kMps ? Tier::kMps : Tier::kShared,
-                     .reason = result.reason,
-                     .uuids = {},
-                     .held = true};
-        for (const mps::GpuEnv& e : result.per_gpu) g.uuids.push_back(e.uuid);
-        std::lock_guard lock(mu_);
-        held = groups_[tenant.group] = std::move(g);
-      }
+      // The manager's word (it may have fallen back since, had its tenant
+      // been released through /v1/mps).
+      GroupGrant g{.tier = result.tier == mps::Tier::kMps ? Tier::kMps : Tier::kShared,
+                   .reason = result.reason,
+                   .uuids = {},
+                   .held = true};
+      for (const mps::GpuEnv& e : result.per_gpu) g.uuids.push_back(e.uuid);
+      std::lock_guard lock(mu_);
+      held = groups_[tenant.group] = std::move(g);
     } else if (!held) {
       // Refused (another MPS tenant of this name, a bad setting): shared, and
       // nothing of the manager's is ours to release.
@@ -201,10 +202,16 @@ GroupTiers::Grant GroupTiers::GrantFor(const Tenant& tenant) {
                      .reason = "MPS refused the group: " + acquired.status().message(),
                      .uuids = {},
                      .held = false};
+    } else {
+      refused = "MPS refused the group: " + acquired.status().message();
     }
   }
 
   Grant grant = Describe(tenant, *group, held);
+  if (grant.tier == Tier::kMps && !refused.empty()) {
+    grant = Grant{};
+    grant.reason = refused;
+  }
   if (grant.tier == Tier::kMps) {
     const std::map<std::string, GpuLimit> limits = registry_.EffectiveLimits(tenant);
     for (const mps::GpuEnv& e : result.per_gpu) {

@@ -171,6 +171,17 @@ TEST_F(GroupTiersTest, AnMpsTenantOfTheSameNameMadeThroughTheMpsApiIsNotTaken) {
   EXPECT_EQ(Manager().Tenants().size(), 1u) << "not ours to release";
 }
 
+TEST_F(GroupTiersTest, AnMpsTenantReleasedBehindTheGroupsBackIsAcquiredAgain) {
+  MpsGroup("train", {});
+  ASSERT_EQ(Tiers().GrantFor(Register(100, "train", {Uuid(0)})).tier, Tier::kMps);
+  ASSERT_TRUE(Manager().Release("train").ok());  // through /v1/mps/release
+  EXPECT_EQ(host_.DaemonOf(Pipe(0)), 0);
+  GroupTiers::Grant g = Tiers().GrantFor(Register(101, "train", {Uuid(0)}));
+  EXPECT_EQ(g.tier, Tier::kMps);
+  EXPECT_EQ(g.env["CUDA_MPS_PIPE_DIRECTORY"], Pipe(0));
+  EXPECT_NE(host_.DaemonOf(Pipe(0)), 0) << "started again";
+}
+
 TEST_F(GroupTiersTest, ASharedGroupNeverTouchesMps) {
   GroupTiers::Grant g = Tiers().GrantFor(Register(100, "plain", {Uuid(0)}));
   EXPECT_EQ(g.tier, Tier::kShared);
