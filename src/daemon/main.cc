@@ -242,16 +242,24 @@ int Run(int argc, char** argv) {
   // the checkpoint re-adopted at start, the driver's per-process usage
   // refreshed after each sample.
   PidWatcher pid_watcher;
-  // Set once the MPS manager is up: a group's last member leaving releases its MPS tenant.
+  // Set once the MPS manager is up: a group's last member leaving releases its
+  // MPS tenant, a change of its limits changes the MPS tenant's settings.
   std::atomic<GroupTiers*> tiers_ref{nullptr};
   TenantRegistry registry({}, clock, pid_watcher, state->get(),
                           [&hub, &tiers_ref](std::string_view type, const nlohmann::json& data) {
                             hub.Publish(type, data.dump());
-                            if (type != "tenant_exited") return;
                             GroupTiers* tiers = tiers_ref.load();
-                            auto group = data.find("group");
-                            if (tiers != nullptr && group != data.end() && group->is_string()) {
-                              tiers->TenantLeft(group->get<std::string>());
+                            if (tiers == nullptr) return;
+                            if (type == "tenant_exited") {
+                              auto group = data.find("group");
+                              if (group != data.end() && group->is_string()) {
+                                tiers->TenantLeft(group->get<std::string>());
+                              }
+                            } else if (type == "group_limits_changed") {
+                              auto id = data.find("id");
+                              if (id != data.end() && id->is_string()) {
+                                tiers->LimitsChanged(id->get<std::string>());
+                              }
                             }
                           });
   pid_watcher.SetExitCallback(

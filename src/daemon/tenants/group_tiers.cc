@@ -22,6 +22,23 @@ std::string MpsBytes(uint64_t bytes) {
   return std::to_string(mib) + "M";
 }
 
+// The group's limits on its MPS GPUs, the tightest of each (rule 1).
+mps::TenantSettings SettingsFor(const Group& group, const std::vector<std::string>& gpus) {
+  mps::TenantSettings settings;
+  for (const std::string& uuid : gpus) {
+    const GpuLimit l = LimitOn(group.limits, uuid);
+    if (l.compute_percent) {
+      settings.active_thread_percentage =
+          std::min(settings.active_thread_percentage.value_or(100), *l.compute_percent);
+    }
+    if (l.memory_bytes) {
+      const uint64_t mib = std::max<uint64_t>(*l.memory_bytes / kMiB, 1) * kMiB;
+      settings.pinned_memory_limit = std::min(settings.pinned_memory_limit.value_or(mib), mib);
+    }
+  }
+  return settings;
+}
+
 }  // namespace
 
 GroupTiers::GroupTiers(TenantRegistry& registry, mps::MpsManager& mps)
@@ -51,28 +68,52 @@ void GroupTiers::Stop() {
 
 void GroupTiers::Run() {
   for (;;) {
-    std::string group;
+    std::pair<Job, std::string> job;
     {
       std::unique_lock lock(queue_mu_);
       queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, nothing left
-      group = std::move(queue_.front());
+      job = std::move(queue_.front());
       queue_.pop_front();
     }
-    ReleaseIfUnused(group);
+    if (job.first == Job::kRelease) {
+      ReleaseIfUnused(job.second);
+    } else {
+      ApplyLimits(job.second);
+    }
   }
 }
 
+bool GroupTiers::Enqueue(Job job, const std::string& group) {
+  std::lock_guard lock(queue_mu_);
+  if (!running_ || stopping_) return false;
+  queue_.emplace_back(job, group);
+  queue_cv_.notify_one();
+  return true;
+}
+
 void GroupTiers::TenantLeft(const std::string& group) {
-  {
-    std::lock_guard lock(queue_mu_);
-    if (running_ && !stopping_) {
-      queue_.push_back(group);
-      queue_cv_.notify_one();
-      return;
-    }
-  }
-  ReleaseIfUnused(group);
+  if (!Enqueue(Job::kRelease, group)) ReleaseIfUnused(group);
+}
+
+void GroupTiers::LimitsChanged(const std::string& group) {
+  if (!Enqueue(Job::kLimits, group)) ApplyLimits(group);
+}
+
+void GroupTiers::ApplyLimits(const std::string& id) {
+  std::lock_guard op(op_mu_);
+  const std::optional<GroupGrant> grant = GroupState(id);
+  if (!grant || !grant->held || grant->tier != Tier::kMps) return;
+  const std::optional<Group> group = registry_.GroupOf(id);
+  if (!group) return;
+  const mps::TenantSettings settings = SettingsFor(*group, grant->uuids);
+  auto updated = mps_.UpdateSettings(id, settings);
+  auto text = [](const auto& v) { return v ? std::to_string(*v) : std::string("-"); };
+  GS_LOG(kInfo, "gpusliced",
+         "event=tier_limits_applied group=%s active_thread_percentage=%s pinned_memory_limit=%s "
+         "error=\"%s\"",
+         id.c_str(), text(settings.active_thread_percentage).c_str(),
+         text(settings.pinned_memory_limit).c_str(), updated.status().message().c_str());
 }
 
 void GroupTiers::ReleaseIfUnused(const std::string& group) {
@@ -163,19 +204,7 @@ GroupTiers::Grant GroupTiers::GrantFor(const Tenant& tenant) {
   std::optional<GroupGrant> held = GroupState(tenant.group);
   const std::vector<std::string>& gpus = held ? held->uuids : tenant.devices;
 
-  // The group's limits on its MPS GPUs, the tightest of each (rule 1).
-  mps::TenantSettings settings;
-  for (const std::string& uuid : gpus) {
-    const GpuLimit l = LimitOn(group->limits, uuid);
-    if (l.compute_percent) {
-      settings.active_thread_percentage =
-          std::min(settings.active_thread_percentage.value_or(100), *l.compute_percent);
-    }
-    if (l.memory_bytes) {
-      const uint64_t mib = std::max<uint64_t>(*l.memory_bytes / kMiB, 1) * kMiB;
-      settings.pinned_memory_limit = std::min(settings.pinned_memory_limit.value_or(mib), mib);
-    }
-  }
+  const mps::TenantSettings settings = SettingsFor(*group, gpus);
 
   mps::AcquireResult result;
   std::string refused;  // why the manager refused a group that holds a grant

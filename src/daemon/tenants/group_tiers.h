@@ -20,7 +20,9 @@
 //     is released, on a worker thread of this class (an MPS stop may take
 //     seconds); a registration racing with it either keeps it or acquires it
 //     again, never finds it released under it (one lock orders both).
-//  5. At start, Reconcile() reads what the manager kept across the restart:
+//  5. When the group's limits change (PUT /v1/groups/{id}), the MPS tenant's
+//     settings follow (LimitsChanged).
+//  6. At start, Reconcile() reads what the manager kept across the restart:
 //     grants of mps groups with live members are kept, those of mps groups
 //     without one are released. MPS tenants that are no registry group's (made
 //     through /v1/mps) are left alone.
@@ -36,6 +38,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "daemon/mps/mps_manager.h"
@@ -91,12 +94,22 @@ class GroupTiers {
 
   // A member of `group` left: releases its MPS tenant if it has no member left.
   void TenantLeft(const std::string& group);
+  // Group `group`'s limits changed: the MPS tenant's settings follow them
+  // (MpsManager::UpdateSettings: for processes started from now on, and the
+  // running servers where the group is alone on a GPU). A limit removed keeps
+  // the last setting.
+  void LimitsChanged(const std::string& group);
+  // Synchronous form of LimitsChanged.
+  void ApplyLimits(const std::string& group);
   // Synchronous form of TenantLeft (the worker's step; tests).
   void ReleaseIfUnused(const std::string& group);
-  // See rule 5. Call once, after the registry and the manager restored.
+  // See rule 6. Call once, after the registry and the manager restored.
   void Reconcile();
 
  private:
+  enum class Job { kRelease, kLimits };
+  // False when the worker does not run (the caller does the job itself).
+  bool Enqueue(Job job, const std::string& group);
   void Run();
 
   TenantRegistry& registry_;
@@ -108,9 +121,9 @@ class GroupTiers {
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
-  std::deque<std::string> queue_;  // GUARDED_BY(queue_mu_)
-  bool running_ = false;           // GUARDED_BY(queue_mu_)
-  bool stopping_ = false;          // GUARDED_BY(queue_mu_)
+  std::deque<std::pair<Job, std::string>> queue_;  // GUARDED_BY(queue_mu_)
+  bool running_ = false;                           // GUARDED_BY(queue_mu_)
+  bool stopping_ = false;                          // GUARDED_BY(queue_mu_)
   std::thread worker_;
 };
 

@@ -182,6 +182,29 @@ TEST_F(GroupTiersTest, AnMpsTenantReleasedBehindTheGroupsBackIsAcquiredAgain) {
   EXPECT_NE(host_.DaemonOf(Pipe(0)), 0) << "started again";
 }
 
+TEST_F(GroupTiersTest, TheGroupsNewLimitsReachItsMpsTenantAndItsAloneServers) {
+  MpsGroup("train", {.memory_bytes = 4 * kGiB, .compute_percent = 30});
+  Tiers().GrantFor(Register(100, "train", {Uuid(0)}));
+  host_.servers[Pipe(0)][777] = {100};  // the group's running MPS server
+  ASSERT_TRUE(
+      registry_
+          .SetGroup("train", {{kAllGpus, {.memory_bytes = 2 * kGiB, .compute_percent = 20}}}, {})
+          .ok());
+  Tiers().ApplyLimits("train");
+  EXPECT_EQ(Manager().Tenants().at(0).settings.active_thread_percentage, 20u);
+  EXPECT_EQ(Manager().Tenants().at(0).settings.pinned_memory_limit, 2 * kGiB);
+  EXPECT_EQ(host_.CountCommands("set_active_thread_percentage 777 20"), 1);
+  EXPECT_EQ(host_.CountCommands("set_device_pinned_mem_limit 777 0 2G"), 1);
+  // A later member's environment has them too.
+  EXPECT_EQ(
+      Tiers().GrantFor(Register(101, "train", {Uuid(0)})).env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"],
+      "20");
+  // A shared group's change touches nothing.
+  ASSERT_TRUE(registry_.SetGroup("plain", {}, {}).ok());
+  Tiers().ApplyLimits("plain");
+  EXPECT_EQ(Manager().Tenants().size(), 1u);
+}
+
 TEST_F(GroupTiersTest, ASharedGroupNeverTouchesMps) {
   GroupTiers::Grant g = Tiers().GrantFor(Register(100, "plain", {Uuid(0)}));
   EXPECT_EQ(g.tier, Tier::kShared);
