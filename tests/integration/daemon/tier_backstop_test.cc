@@ -7,13 +7,17 @@
 // reported by the backstop (NVML's count), and killed with --memory-backstop kill.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -73,6 +77,35 @@ class TierBackstopTest : public testing::SimProcessTest {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (!r.ok()) return {0, nullptr};
     return {r->status, json::parse(r->body, nullptr, false)};
+  }
+  // Opens GET /v1/events on a raw connection; the fd (the caller closes it).
+  int OpenEvents() {
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    strncpy(addr.sun_path, socket_.c_str(), sizeof addr.sun_path - 1);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << strerror(errno);
+    const std::string request = "GET /v1/events HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+    return fd;
+  }
+  // Reads `fd` until `needle` arrives or `timeout` passes; what was read.
+  static std::string ReadUntil(int fd, const std::string& needle,
+                               std::chrono::milliseconds timeout) {
+    std::string data;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (data.find(needle) == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      data.append(buf, static_cast<size_t>(n));
+    }
+    return data;
   }
   std::string Metrics() {
     auto r = cli::UnixHttpClient(socket_, 10s).Request("GET", "/metrics");
@@ -270,6 +303,7 @@ TEST_F(TierBackstopTest, WithoutMpsAnMpsGroupFallsBackToSharedAndSaysWhy) {
 // limiter (no LD_PRELOAD): the driver's count is over, the backstop says so.
 TEST_F(TierBackstopTest, ATenantOverItsLimitWithoutTheLimiterIsReported) {
   StartDaemon();
+  const int events = OpenEvents();
   Tenant hog = StartTenant(R"({"group": "hog", "devices": [0], "limits": {"memory": "64MiB"}})",
                            {"gpuslice-alloc-probe", "alloc", "--chunk", std::to_string(64 * kMiB),
                             "--max", "4", "--hold-s", "60"});
@@ -282,6 +316,11 @@ TEST_F(TierBackstopTest, ATenantOverItsLimitWithoutTheLimiterIsReported) {
       << Read("err0");
   EXPECT_NE(Metrics().find("gpuslice_backstop_findings_total{kind=\"over_limit\"} 1"),
             std::string::npos);
+  const std::string stream = ReadUntil(events, "event: backstop_over_limit", 10s);
+  close(events);
+  const size_t at = stream.find("event: backstop_over_limit");
+  ASSERT_NE(at, std::string::npos) << stream;
+  EXPECT_NE(stream.find(R"("group":"hog")", at), std::string::npos) << stream.substr(at);
   int status = 0;
   EXPECT_EQ(waitpid(hog.pid, &status, WNOHANG), 0) << "report only: it runs on";
 }
