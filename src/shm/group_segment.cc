@@ -492,6 +492,42 @@ std::vector<int32_t> GroupSegment::MemberPids() const {
   return pids;
 }
 
+// ---- readers ----
+
+GroupSnapshot GroupSegment::Snapshot() const {
+  GroupSnapshot snap{.group = group_, .devices = {}, .members = {}};
+  const int n = device_count();
+  for (int d = 0; d < n; ++d) {
+    const GroupDevice& dev = layout_->devices[d];
+    const DeviceCompute& c = dev.compute;
+    snap.devices.push_back(
+        {.index = d,
+         .uuid = DeviceUuid(d),
+         .memory_used = MemoryUsed(d),
+         .memory_limit = MemoryLimit(d),
+         .memory_peak = Load(dev.memory_peak),
+         .alloc_failures = Load(dev.alloc_failures),
+         .compute_limit = ComputeLimit(d),
+         .share_bp = Load(c.measured_at_ns) != 0 ? static_cast<int32_t>(Load(c.share_bp)) : -1,
+         .charge_ns = Load(c.charge_ns),
+         .launches = Load(c.launches),
+         .throttled = Load(c.waits),
+         .throttled_ns = Load(c.wait_ns)});
+  }
+  for (int slot = 0; slot < kGroupMaxSlots; ++slot) {
+    const ProcessSlot& p = layout_->slots[slot];
+    const int32_t pid = Load(p.owner_pid);
+    if (pid == 0 || !SlotLive(slot)) continue;
+    GroupSnapshot::Member m{.slot = slot,
+                            .pid = pid,
+                            .name = std::string(p.name, strnlen(p.name, sizeof p.name)),
+                            .memory = {}};
+    for (int d = 0; d < n; ++d) m.memory.push_back(Load(p.memory[d]));
+    snap.members.push_back(std::move(m));
+  }
+  return snap;
+}
+
 // ---- the group controller ----
 
 bool GroupSegment::TryBecomeController() {
