@@ -286,7 +286,7 @@ std::string StatusText(const std::vector<GroupReport>& groups, const DaemonView&
     out += "  registry: tier " + r.tier + ", " + std::to_string(r.tenants.size()) + " tenant(s)\n";
     for (const RegisteredTenant& t : r.tenants) out += "    tenant: " + TenantText(t) + "\n";
   }
-  if (daemon.used && !daemon.answered) {
+  if (daemon.used && !daemon.answered && daemon.socket_exists) {
     out += "gpusliced: " + daemon.error + " (segments only)\n";
   }
   return out;

@@ -67,6 +67,9 @@ struct DaemonView {
   std::string socket;
   bool answered = false;
   std::string error;
+  // The socket exists (a daemon is installed): only then does the text say
+  // that it did not answer, so a node without a daemon prints as before.
+  bool socket_exists = false;
   // Registry groups no segment in the report matched (MergeRegistry's result).
   std::vector<RegistryGroup> registry_only;
 };
@@ -98,7 +101,8 @@ std::string IdleText(int64_t ns);
 
 // A table a person reads: one line per device, one per member; with a
 // `daemon` that was used, members' host pids and pods, tenants not attached,
-// registry-only groups, and a last line when the daemon did not answer.
+// registry-only groups, and a last line when the daemon's socket exists but
+// the daemon did not answer.
 std::string StatusText(const std::vector<GroupReport>& groups, const DaemonView& daemon = {});
 
 // "GPU-3430e1f2" from "GPU-3430e1f2-…": the UUID up to its first group.

@@ -173,8 +173,12 @@ TEST(MergeRegistry, MembersMatchByHostPidThenUniqueContainerPid) {
   EXPECT_EQ(g.members[1].tenant->host_pid, 9001);
   EXPECT_FALSE(g.members[2].tenant.has_value());  // pid 7 in two containers: ambiguous
 
-  DaemonView daemon{
-      .used = true, .socket = "/s", .answered = true, .error = "", .registry_only = only};
+  DaemonView daemon{.used = true,
+                    .socket = "/s",
+                    .answered = true,
+                    .error = "",
+                    .socket_exists = true,
+                    .registry_only = only};
   json j = StatusJson(reports, daemon);
   EXPECT_EQ(j["daemon"]["answered"], true);
   EXPECT_EQ(j["groups"][0]["tier"], "shared");
@@ -205,6 +209,7 @@ TEST(MergeRegistry, WithoutADaemonTheJsonHasNoRegistryFieldsButSaysWhy) {
                   .socket = "/s",
                   .answered = false,
                   .error = "cannot reach gpusliced at /s",
+                  .socket_exists = true,
                   .registry_only = {}};
   json j = StatusJson(reports, down);
   EXPECT_EQ(j["daemon"]["answered"], false);
@@ -213,6 +218,8 @@ TEST(MergeRegistry, WithoutADaemonTheJsonHasNoRegistryFieldsButSaysWhy) {
   EXPECT_NE(
       StatusText(reports, down).find("gpusliced: cannot reach gpusliced at /s (segments only)"),
       std::string::npos);
+  down.socket_exists = false;  // no daemon installed: the text is as without one
+  EXPECT_EQ(StatusText(reports, down), StatusText(reports));
 }
 
 }  // namespace

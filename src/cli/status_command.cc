@@ -1,5 +1,7 @@
 #include "cli/status_command.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -93,6 +95,8 @@ void Status(const StatusOptions& o) {
       }
     } else {
       daemon.error = r.status().message();
+      struct stat st {};
+      daemon.socket_exists = stat(daemon.socket.c_str(), &st) == 0;
     }
   }
   const bool registry_has_group = std::any_of(

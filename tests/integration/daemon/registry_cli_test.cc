@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -212,7 +212,7 @@ TEST_F(RegistryCliTest, GroupSetThenShowKeepsTheOtherLimitAndRefusesBadInput) {
 
   Result show = RunCli({"group", "show", "train"});
   ASSERT_EQ(show.code, 0) << show.err;
-  EXPECT_NE(show.out.find("2.00 GiB / 40%"), std::string::npos) << show.out;         // GPU 0
+  EXPECT_NE(show.out.find("2.00 GiB / 40%"), std::string::npos) << show.out;          // GPU 0
   EXPECT_NE(show.out.find("512.00 MiB / unlimited"), std::string::npos) << show.out;  // GPU 1
   json group = Get("/v1/groups/train");
   EXPECT_EQ(group["gpus"][0]["limit"]["memory_bytes"], uint64_t{2} << 30);
@@ -274,8 +274,8 @@ TEST_F(RegistryCliTest, StatusMergesTheRegistrysTenantsWithTheSegment) {
   auto segment = GroupSegment::Open(shm_dir_, "train", /*create=*/true);
   ASSERT_TRUE(segment.ok()) << segment.status().ToString();
   ASSERT_TRUE((*segment)->AttachDevice(Get("/v1/gpus")["gpus"][0]["uuid"].get<std::string>()).ok());
-  Tenant host = StartTenant(R"({"group": "train", "hints": {"pod_name": "p"}})", false,
-                            "host-member");
+  Tenant host =
+      StartTenant(R"({"group": "train", "hints": {"pod_name": "p"}})", false, "host-member");
   Tenant inside = StartTenant(R"({"group": "train", "tier": "shared"})",
                               /*own_pid_namespace=*/true, "ns-member");
   Tenant alone = StartTenant(R"({"group": "solo"})");
