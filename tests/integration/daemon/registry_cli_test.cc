@@ -5,12 +5,12 @@
 // whose members the test attaches under the tenants' pids.
 #include <gtest/gtest.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
