@@ -326,5 +326,25 @@ TEST_F(RegistryCliTest, StatusMergesTheRegistrysTenantsWithTheSegment) {
   EXPECT_EQ(p["groups"].size(), 1u);  // "train" only: "solo" has no segment
 }
 
+TEST_F(RegistryCliTest, StatusDoesNotWaitForADaemonThatDoesNotAnswer) {
+  StartDaemon();
+  Tenant a = StartTenant(R"({"group": "train"})");
+  ASSERT_GT(a.pid, 0);
+  ASSERT_GT(daemon_, 0);
+  ASSERT_EQ(kill(daemon_, SIGSTOP), 0);  // accepts connections (backlog), never answers
+  const auto start = std::chrono::steady_clock::now();
+  Result r = RunCli({"status", "--json"});
+  const auto took = std::chrono::steady_clock::now() - start;
+  kill(daemon_, SIGCONT);
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["daemon"]["answered"], false);
+  EXPECT_TRUE(j["registry_only_groups"].empty());
+  EXPECT_LT(took, 2s);  // one 300 ms request timeout, not the client's default 30 s
+  Result text = RunCli({"status"});
+  EXPECT_NE(text.out.find("train"), std::string::npos) << text.out;  // answering again
+}
+
 }  // namespace
 }  // namespace gpuslice
