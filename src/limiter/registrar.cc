@@ -35,7 +35,7 @@ int64_t Registrar::Step() {
     }
     state_ = State::kUnregistered;
     next_attempt_ns_ = 0;  // at once when the socket appears
-    return Ns(kRetryPeriod);
+    return Ns(kWatchPeriod);
   }
   if (state_ != State::kUnregistered) {
     if (!DaemonChanged(seen)) {

@@ -44,7 +44,8 @@ struct DaemonObservation {
 class Registrar {
  public:
   static constexpr std::chrono::seconds kRetryPeriod{2};
-  // How often a registered (or refused) limiter looks for a changed daemon.
+  // How often a limiter looks for a changed daemon (registered or refused)
+  // or for its socket (absent).
   static constexpr std::chrono::seconds kWatchPeriod{1};
 
   enum class State { kUnregistered, kRegistered, kRefused };
