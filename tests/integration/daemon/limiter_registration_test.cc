@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -165,6 +166,40 @@ TEST_F(LimiterRegistrationTest, ListedAgainAfterADaemonRestart) {
   EXPECT_TRUE(WaitFor([&] { return Read("err3").find(line) != std::string::npos; }, 5s))
       << Read("err3");
   EXPECT_TRUE(WaitFor([&] { return Registrations(1, "again") >= 2; }, 5s)) << Read("err1");
+}
+
+TEST_F(LimiterRegistrationTest, AForkedChildRegistersItself) {
+  StartDaemon("state");  // err0
+  // cuInit, fork; the child allocates (its first call as a new process) and
+  // holds for 30 s.
+  const pid_t parent = StartProgram(
+      "gpuslice-alloc-probe", next_++,
+      {"fork", "--chunk", std::to_string(1 << 30), "--hold-s", "30"},
+      {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so", "GPUSLICE_SHM_DIR=" + shm_dir_,
+       "GPUSLICE_GROUP=forked", "GPUSLICE_MEMORY_LIMIT=2GiB", "GPUSLICE_LOG_LEVEL=debug",
+       "GPUSLICE_SOCKET=" + Socket()});  // err1
+  std::vector<int> pids;
+  auto members = [&] {
+    pids.clear();
+    auto r = cli::UnixHttpClient(Socket(), 5s).Request("GET", "/v1/tenants?group=forked");
+    if (!r.ok() || r->status != 200) return false;
+    const json body = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+    if (!body.is_object() || !body["tenants"].is_array()) return false;
+    for (const json& t : body["tenants"]) pids.push_back(t.value("host_pid", 0));
+    return pids.size() == 2;
+  };
+  ASSERT_TRUE(WaitFor(members, 10s)) << "listed: " << pids.size() << "\n" << Read("err1");
+  EXPECT_NE(std::find(pids.begin(), pids.end(), parent), pids.end());
+  const int child = pids[0] == parent ? pids[1] : pids[0];
+  EXPECT_NE(child, parent);
+  EXPECT_GT(child, 0);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Read("err1").find("gpuslice[" + std::to_string(child) +
+                                 "] INFO limiter: registered with gpusliced") != std::string::npos;
+      },
+      5s))
+      << Read("err1");
 }
 
 TEST_F(LimiterRegistrationTest, WithoutADaemonTheProcessRunsNormally) {
