@@ -20,8 +20,8 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr size_t kMaxHeaderBytes = 64 * 1024;
-constexpr size_t kMaxBodyBytes = 1024 * 1024;
+constexpr size_t kMaxHeaderBytes = size_t{64} * 1024;
+constexpr size_t kMaxBodyBytes = size_t{1024} * 1024;
 
 std::string ErrnoText(const char* what) { return std::string(what) + ": " + strerror(errno); }
 

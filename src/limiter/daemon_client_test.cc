@@ -125,7 +125,7 @@ TEST(ParseHttpReplyTest, RefusesWhatItCannotRead) {
   // Closed early.
   EXPECT_FALSE(ParseHttpReply("HTTP/1.1 201 Created\r\nContent-Length: 9\r\n\r\n{}", true).ok());
   EXPECT_FALSE(ParseHttpReply("HTTP/1.1 201", true).ok());
-  EXPECT_FALSE(ParseHttpReply(std::string(70 * 1024, 'x'), false).ok());
+  EXPECT_FALSE(ParseHttpReply(std::string(size_t{70} * 1024, 'x'), false).ok());
 }
 
 TEST(InterpretReplyTest, A201IsRegisteredWithTheEffectiveLimits) {
