@@ -19,6 +19,7 @@
 
 #include "cli/unix_http_client.h"
 #include "nlohmann/json.hpp"
+#include "shm/group_segment.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -32,13 +33,13 @@ class LimiterRegistrationTest : public testing::SimProcessTest {
  protected:
   std::string Socket() const { return dir_ + "/d.sock"; }
 
-  // Starts gpusliced on this test's simulation, segments and `state` dir;
-  // its log goes to "err<n>".
-  pid_t StartDaemon(const std::string& state) {
-    const pid_t pid =
-        StartProgram("gpusliced", next_++,
-                     {"--socket", Socket(), "--state-dir", dir_ + "/" + state, "--shm-dir",
-                      shm_dir_, "--log-level", "debug", "--poll-interval-ms", "100"});
+  // Starts gpusliced on this test's simulation, segments (or `shm` under the
+  // test's directory) and `state` dir; its log goes to "err<n>".
+  pid_t StartDaemon(const std::string& state, const std::string& shm = "") {
+    const pid_t pid = StartProgram(
+        "gpusliced", next_++,
+        {"--socket", Socket(), "--state-dir", dir_ + "/" + state, "--shm-dir",
+         shm.empty() ? shm_dir_ : dir_ + shm, "--log-level", "debug", "--poll-interval-ms", "100"});
     EXPECT_TRUE(WaitFor(
         [&] {
           auto r = cli::UnixHttpClient(Socket(), 5s).Request("GET", "/readyz");
@@ -166,6 +167,32 @@ TEST_F(LimiterRegistrationTest, ListedAgainAfterADaemonRestart) {
   EXPECT_TRUE(WaitFor([&] { return Read("err3").find(line) != std::string::npos; }, 5s))
       << Read("err3");
   EXPECT_TRUE(WaitFor([&] { return Registrations(1, "again") >= 2; }, 5s)) << Read("err1");
+}
+
+TEST_F(LimiterRegistrationTest, TheDaemonsGrantLowersTheSegment) {
+  // The daemon watches another segment directory (as with per-pod mounts it
+  // does not see): only the limiter can apply the group's limit here.
+  StartDaemon("state", "/other-shm");  // err0
+  auto put = cli::UnixHttpClient(Socket(), 5s)
+                 .Request("PUT", "/v1/groups/granted",
+                          R"({"limits": {"all": {"memory": "512MiB", "compute_percent": 30}}})");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  ASSERT_EQ(put->status, 200) << put->body;
+  const pid_t member = StartMember("granted", 60, {"GPUSLICE_SOCKET=" + Socket()});  // err1
+  ASSERT_TRUE(WaitFor([&] { return Registrations(1, "granted") == 1; }, 10s)) << Read("err1");
+  auto limits = [&] {
+    auto seg = GroupSegment::Open(shm_dir_, "granted", /*create=*/false);
+    if (!seg.ok() || (*seg)->device_count() < 1) return std::pair<uint64_t, uint32_t>{0, 0};
+    return std::pair<uint64_t, uint32_t>{(*seg)->MemoryLimit(0), (*seg)->ComputeLimit(0)};
+  };
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return limits() == std::pair<uint64_t, uint32_t>{512u << 20, 30};
+      },
+      5s))
+      << limits().first << " " << limits().second << "\n"
+      << Read("err1");
+  EXPECT_FALSE(Tenant(member).is_null());
 }
 
 TEST_F(LimiterRegistrationTest, AForkedChildRegistersItself) {
