@@ -227,6 +227,8 @@ TEST_F(LimiterRegistrationTest, AForkedChildRegistersItself) {
       },
       5s))
       << Read("err1");
+  // The child is not ours (TearDown stops only the parent): stop it here.
+  if (child > 0 && child != parent) kill(child, SIGKILL);
 }
 
 TEST_F(LimiterRegistrationTest, WithoutADaemonTheProcessRunsNormally) {
