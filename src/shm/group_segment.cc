@@ -20,7 +20,8 @@ namespace gpuslice {
 namespace {
 
 constexpr std::string_view kFilePrefix = "group-";
-const std::string kFileSuffix = ".v" + std::to_string(kGroupSegmentVersion);
+// A function, not a global std::string: the limiter has no dynamic initialisers.
+std::string FileSuffix() { return ".v" + std::to_string(kGroupSegmentVersion); }
 
 template <typename T>
 std::atomic_ref<T> Atomic(T& field) {
@@ -135,19 +136,20 @@ Status MakeDir(const std::string& dir) {
 }  // namespace
 
 std::string GroupSegment::PathFor(const std::string& dir, std::string_view group) {
-  return dir + "/" + std::string(kFilePrefix) + std::string(group) + kFileSuffix;
+  return dir + "/" + std::string(kFilePrefix) + std::string(group) + FileSuffix();
 }
 
 std::vector<std::string> GroupSegment::ListGroups(const std::string& dir) {
   std::vector<std::string> groups;
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return groups;
+  const std::string suffix = FileSuffix();
   while (dirent* e = readdir(d)) {
     std::string_view name = e->d_name;
-    if (name.starts_with(kFilePrefix) && name.ends_with(kFileSuffix) &&
-        name.size() > kFilePrefix.size() + kFileSuffix.size()) {
+    if (name.starts_with(kFilePrefix) && name.ends_with(suffix) &&
+        name.size() > kFilePrefix.size() + suffix.size()) {
       name.remove_prefix(kFilePrefix.size());
-      name.remove_suffix(kFileSuffix.size());
+      name.remove_suffix(suffix.size());
       groups.emplace_back(name);
     }
   }
