@@ -22,9 +22,11 @@
 //
 // Concurrency: a seqlock. Everything after `seq` is written only by the daemon
 // (one writer thread), as 8-byte words through std::atomic_ref:
-//   writer: seq += 1 (odd) ; release fence ; write the words ; seq += 1 (even, release)
-//   reader: s1 = seq (acquire) ; copy the words ; acquire fence ; s2 = seq
+//   writer: seq = s + 1 (odd) ; store the words (release) ; seq = s + 2 (release)
+//   reader: s1 = seq (acquire) ; load the words (acquire) ; s2 = seq
 //           the copy is consistent iff s1 == s2 and s1 is even; else retry.
+// (Release/acquire on each word instead of fences: plain moves on x86, and
+// ThreadSanitizer understands them.)
 // Readers never write the file (they map it read-only) and never block the
 // daemon; a reader that loses the race too often gives up (kUnavailable).
 #pragma once
