@@ -1,19 +1,12 @@
 #include "cli/group_report.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
-#include <cstring>
 
 #include "common/quantity.h"
 
 namespace gpuslice::cli {
 namespace {
-
-template <typename T>
-T Load(const T& field) {
-  return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_acquire);
-}
 
 std::string MemoryLimitText(uint64_t bytes) {
   return bytes == kUnlimitedBytes ? "unlimited" : FormatBytes(bytes);
@@ -40,35 +33,22 @@ std::string ShortUuid(const std::string& uuid) {
 }
 
 GroupReport ReadGroupReport(const GroupSegment& segment, int64_t now_ns) {
-  const GroupSegmentLayout& s = segment.layout();
   GroupReport r{.group = segment.group(), .path = segment.path(), .devices = {}, .members = {}};
   r.live = segment.HasAttachedProcess();
   if (!r.live) r.idle_ns = std::max<int64_t>(0, now_ns - segment.LastAliveNs());
-  const int n = segment.device_count();
-  for (int d = 0; d < n; ++d) {
-    const GroupDevice& dev = s.devices[d];
-    DeviceReport report{d,
-                        std::string(dev.uuid, strnlen(dev.uuid, sizeof dev.uuid)),
-                        segment.MemoryUsed(d),
-                        segment.MemoryLimit(d),
-                        Load(dev.memory_peak),
-                        Load(dev.alloc_failures),
-                        segment.ComputeLimit(d)};
-    const DeviceCompute& c = dev.compute;
-    if (Load(c.measured_at_ns) != 0) report.compute_share_percent = Load(c.share_bp) / 100.0;
-    report.launch_charge_ns = Load(c.charge_ns);
-    report.launches = Load(c.launches);
-    report.throttled_launches = Load(c.waits);
-    report.throttled_ns = Load(c.wait_ns);
+  const GroupSnapshot snap = segment.Snapshot();
+  for (const GroupSnapshot::Device& d : snap.devices) {
+    DeviceReport report{d.index,       d.uuid,           d.memory_used,  d.memory_limit,
+                        d.memory_peak, d.alloc_failures, d.compute_limit};
+    if (d.share_bp >= 0) report.compute_share_percent = d.share_bp / 100.0;
+    report.launch_charge_ns = d.charge_ns;
+    report.launches = d.launches;
+    report.throttled_launches = d.throttled;
+    report.throttled_ns = d.throttled_ns;
     r.devices.push_back(std::move(report));
   }
-  for (int slot = 0; slot < kGroupMaxSlots; ++slot) {
-    const ProcessSlot& p = s.slots[slot];
-    const int32_t pid = Load(p.owner_pid);
-    if (pid == 0 || !segment.SlotLive(slot)) continue;
-    MemberReport m{slot, pid, std::string(p.name, strnlen(p.name, sizeof p.name)), {}};
-    for (int d = 0; d < n; ++d) m.memory.push_back(Load(p.memory[d]));
-    r.members.push_back(std::move(m));
+  for (const GroupSnapshot::Member& m : snap.members) {
+    r.members.push_back({m.slot, m.pid, m.name, m.memory});
   }
   return r;
 }

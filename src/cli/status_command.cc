@@ -54,10 +54,15 @@ void Status(const StatusOptions& o) {
   if (o.gc) names = Collect(dir, std::move(names), o.gc_grace_s);
   std::vector<GroupReport> reports;
   int hidden = 0;
+  int not_ours = 0;
   for (const std::string& name : names) {
     auto segment = GroupSegment::Open(dir, name, /*create=*/false);
     if (!segment.ok()) {
       if (!o.group.empty()) Fail(segment.status().message() + " in " + dir);
+      if (segment.status().code() == StatusCode::kPermissionDenied) {
+        ++not_ours;  // another user's group: not an error, and not shown
+        continue;
+      }
       fprintf(stderr, "gpuslice: warning: skipping %s: %s\n",
               GroupSegment::PathFor(dir, name).c_str(), segment.status().message().c_str());
       continue;
@@ -71,6 +76,10 @@ void Status(const StatusOptions& o) {
     reports.push_back(std::move(report));
   }
   std::string out = o.json ? StatusJson(reports).dump(2) + "\n" : StatusText(reports);
+  if (!o.json && not_ours > 0) {
+    out += std::to_string(not_ours) + (not_ours == 1 ? " group belongs" : " groups belong") +
+           " to other users (root sees every group)\n";
+  }
   if (!o.json && hidden > 0) {
     out += std::to_string(hidden) + (hidden == 1 ? " idle group" : " idle groups") +
            " not shown (--all shows them, --gc removes those idle for " +

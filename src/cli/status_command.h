@@ -10,9 +10,10 @@ namespace gpuslice::cli {
 // [--gc-grace-s S]]` under `app`. Reclaims dead members' memory first
 // (ReapDead), so what it shows is live. Shows groups a process is attached to;
 // `--all` (or `--group`) idle ones too; `--gc` first removes the segments of
-// groups idle for the grace period. A segment that cannot be opened is a
-// warning on stderr naming its file; the others are still shown. Exit 1 only
-// if --group names a group without a segment.
+// groups idle for the grace period. Other users' groups (segments this user
+// may not open) are counted, not shown; any other segment that cannot be
+// opened is a warning on stderr naming its file; the others are still shown.
+// Exit 1 only if --group names a group without a segment (or not this user's).
 void AddStatusCommand(CLI::App& app);
 
 }  // namespace gpuslice::cli

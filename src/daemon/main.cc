@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "common/clock.h"
@@ -30,6 +31,7 @@
 #include "daemon/groups/backend_utilization.h"
 #include "daemon/groups/control_loop.h"
 #include "daemon/groups/group_controllers.h"
+#include "daemon/groups/group_metrics.h"
 #include "daemon/groups/segment_collector.h"
 #include "daemon/http/server.h"
 #include "daemon/mps/health_checker.h"
@@ -293,19 +295,6 @@ int Run(int argc, char** argv) {
   });
   mps::MpsHealthChecker mps_health(mps, std::chrono::seconds(5));
 
-  ApiRouter router;
-  GpuRoutesOptions route_options;
-  route_options.default_lease_s = config.default_lease_s;
-  route_options.extra_metrics = [&registry, &usage, &monitor] {
-    return FormatTenantMetrics(registry, UsageOfEach(*monitor.Current(), *usage.Current()));
-  };
-  AddGpuRoutes(router, manager, monitor, route_options);
-  AddTenantRoutes(router, registry, monitor, usage,
-                  TenantRoutesOptions{.is_admin = [auth = server_options->auth](const Caller& c) {
-                    return Authorize(c, Access::kMutate, auth).ok();
-                  }});
-  mps::RegisterMpsRoutes(router, mps);
-
   // Every group's controller (DESIGN.md section 3), on a thread of its own:
   // members yield to the daemon's claim and take over when it goes stale.
   RealtimeClock realtime;
@@ -329,6 +318,23 @@ int Run(int argc, char** argv) {
       },
       GroupControllers::Clocks{realtime, clock});
   ControlLoop control_loop([&controllers] { return controllers.Tick(); });
+
+  ApiRouter router;
+  GpuRoutesOptions route_options;
+  route_options.default_lease_s = config.default_lease_s;
+  route_options.extra_metrics = [&registry, &usage, &monitor, &controllers] {
+    std::map<std::string, int> gpu_index;
+    for (const GpuInfo& gpu : monitor.Current()->gpus)
+      gpu_index[gpu.uuid] = static_cast<int>(gpu.index);
+    return FormatTenantMetrics(registry, UsageOfEach(*monitor.Current(), *usage.Current())) +
+           FormatGroupMetrics(controllers.Snapshot(), gpu_index);
+  };
+  AddGpuRoutes(router, manager, monitor, route_options);
+  AddTenantRoutes(router, registry, monitor, usage,
+                  TenantRoutesOptions{.is_admin = [auth = server_options->auth](const Caller& c) {
+                    return Authorize(c, Access::kMutate, auth).ok();
+                  }});
+  mps::RegisterMpsRoutes(router, mps);
 
   // The node segment (docs/daemon.md "Node segment"), written after every
   // sample once the daemon owns the socket (a second daemon that cannot start
