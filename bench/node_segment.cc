@@ -73,7 +73,9 @@ int Run(int argc, char** argv) {
   }
   uint64_t retries = 0;
   auto reader = NodeSegmentReader::Open(
-      dir, {.clock = &clock, .max_attempts = 1'000'000, .on_retry = [&](int) { ++retries; }});
+      dir, {.clock = &clock, .max_attempts = 1'000'000, .owner = {}, .on_retry = [&](int) {
+              ++retries;
+            }});
   if (!reader.ok()) {
     fprintf(stderr, "%s\n", reader.status().ToString().c_str());
     return 1;

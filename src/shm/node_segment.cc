@@ -215,7 +215,7 @@ struct NodeSegmentReader::Mapping {
 StatusOr<std::unique_ptr<NodeSegmentReader>> NodeSegmentReader::Open(const std::string& dir,
                                                                      Options options) {
   const std::string path = NodeSegmentWriter::PathFor(dir);
-  GS_ASSIGN_OR_RETURN(std::unique_ptr<Mapping> mapping, Map(path));
+  GS_ASSIGN_OR_RETURN(std::unique_ptr<Mapping> mapping, Map(path, options.owner));
   if (options.clock == nullptr) options.clock = &RealClock();
   options.max_attempts = std::max(options.max_attempts, 1);
   return std::unique_ptr<NodeSegmentReader>(
@@ -223,7 +223,7 @@ StatusOr<std::unique_ptr<NodeSegmentReader>> NodeSegmentReader::Open(const std::
 }
 
 StatusOr<std::unique_ptr<NodeSegmentReader::Mapping>> NodeSegmentReader::Map(
-    const std::string& path) {
+    const std::string& path, std::optional<uid_t> owner) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) {
@@ -238,6 +238,11 @@ StatusOr<std::unique_ptr<NodeSegmentReader::Mapping>> NodeSegmentReader::Map(
   } closer{fd};
   struct stat st {};
   if (fstat(fd, &st) != 0) return Unavailable(Errno("cannot stat " + path));
+  if (owner && st.st_uid != *owner) {
+    return PermissionDenied(path + " is owned by uid " + std::to_string(st.st_uid) +
+                            ", not by the daemon's uid " + std::to_string(*owner) +
+                            "; not trusted");
+  }
   NodeSegmentHeader h{};
   if (static_cast<size_t>(st.st_size) < sizeof(h) || pread(fd, &h, sizeof(h), 0) != sizeof(h)) {
     return FailedPrecondition(path + " is not a node segment: " + std::to_string(st.st_size) +
@@ -282,7 +287,7 @@ StatusOr<NodeStatus> NodeSegmentReader::Read() {
   if (stat(path_.c_str(), &st) != 0 || (st.st_dev == mapping_->dev && st.st_ino == mapping_->ino)) {
     return status;
   }
-  StatusOr<std::unique_ptr<Mapping>> fresh = Map(path_);
+  StatusOr<std::unique_ptr<Mapping>> fresh = Map(path_, options_.owner);
   if (!fresh.ok()) return status;  // being replaced, or not ours: keep what we have
   mapping_ = std::move(*fresh);
   return ReadMapping(*mapping_);

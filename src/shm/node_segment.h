@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,10 @@ class NodeSegmentReader {
     const Clock* clock = nullptr;
     // Read attempts before giving up on a segment that is always mid-write.
     int max_attempts = 1000;
+    // When set, a file not owned by this uid is refused (kPermissionDenied):
+    // a reader that trusts only a root daemon passes 0, so a file another
+    // local user planted under the name is never read.
+    std::optional<uid_t> owner;
     // Test seam: runs before each retry with the number of the failed attempt (1-based).
     std::function<void(int)> on_retry;
   };
@@ -113,7 +118,8 @@ class NodeSegmentReader {
   // Maps `dir`/node.v1 read-only. kNotFound when there is no segment (no
   // daemon ever ran with this directory); kFailedPrecondition, naming the
   // file and the problem, when it is not a node segment of this layout (bad
-  // magic, another version, wrong size).
+  // magic, another version, wrong size); kPermissionDenied when it is not
+  // owned by `options.owner`.
   static StatusOr<std::unique_ptr<NodeSegmentReader>> Open(const std::string& dir, Options options);
   static StatusOr<std::unique_ptr<NodeSegmentReader>> Open(const std::string& dir) {
     return Open(dir, Options{});
@@ -136,8 +142,9 @@ class NodeSegmentReader {
  private:
   struct Mapping;
   NodeSegmentReader(std::string path, Options options, std::unique_ptr<Mapping> mapping);
-  // Maps the segment at `path` read-only after checking its header.
-  static StatusOr<std::unique_ptr<Mapping>> Map(const std::string& path);
+  // Maps the segment at `path` read-only after checking its owner and header.
+  static StatusOr<std::unique_ptr<Mapping>> Map(const std::string& path,
+                                                std::optional<uid_t> owner);
   StatusOr<NodeStatus> ReadMapping(const Mapping& m) const;
 
   const std::string path_;

@@ -154,8 +154,8 @@ TEST_F(NodeSegmentTest, ConcurrentReadsNeverSeeAHalfWrittenUpdate) {
   MonotonicClock real;
   auto w = NodeSegmentWriter::Create(dir_, 7, real);
   ASSERT_TRUE(w.ok());
-  auto r =
-      NodeSegmentReader::Open(dir_, {.clock = &real, .max_attempts = 1'000'000, .on_retry = {}});
+  auto r = NodeSegmentReader::Open(
+      dir_, {.clock = &real, .max_attempts = 1'000'000, .owner = {}, .on_retry = {}});
   ASSERT_TRUE(r.ok());
   constexpr uint64_t kUpdates = 20'000;
   std::atomic<bool> done{false};
@@ -228,10 +228,11 @@ TEST_F(NodeSegmentTest, AReadThatFindsTheSegmentMidWriteIsRetried) {
   seq.store(even + 1);  // a writer in the middle of an update
 
   std::vector<int> retries;
-  auto r = MakeReader({.on_retry = [&](int attempt) {
-    retries.push_back(attempt);
-    if (attempt == 3) seq.store(even + 2);  // the writer finishes
-  }});
+  auto r = MakeReader(
+      {.clock = nullptr, .max_attempts = 1000, .owner = {}, .on_retry = [&](int attempt) {
+         retries.push_back(attempt);
+         if (attempt == 3) seq.store(even + 2);  // the writer finishes
+       }});
   ASSERT_NE(r, nullptr);
   auto s = r->Read();
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -246,7 +247,8 @@ TEST_F(NodeSegmentTest, ASegmentStuckMidWriteIsReportedNotSpunOn) {
   NodeSegmentLayout* raw = MapForWriting();
   std::atomic_ref<uint64_t>(raw->seq).fetch_add(1);  // its writer died mid-update
   int retries = 0;
-  auto r = MakeReader({.max_attempts = 5, .on_retry = [&](int) { ++retries; }});
+  auto r = MakeReader(
+      {.clock = nullptr, .max_attempts = 5, .owner = {}, .on_retry = [&](int) { ++retries; }});
   ASSERT_NE(r, nullptr);
   auto s = r->Read();
   ASSERT_FALSE(s.ok());
@@ -306,6 +308,21 @@ TEST_F(NodeSegmentTest, FilesThatAreNotNodeSegmentsAreRefusedSayingWhy) {
   }
   WriteFile(&good, sizeof(good));
   EXPECT_TRUE(open().ok());
+}
+
+TEST_F(NodeSegmentTest, AReaderThatNamesTheDaemonsUidRefusesAnyoneElsesFile) {
+  auto w = MakeWriter();
+  ASSERT_NE(w, nullptr);
+  auto theirs = NodeSegmentReader::Open(
+      dir_, {.clock = &clock_, .max_attempts = 1000, .owner = getuid() + 1, .on_retry = {}});
+  ASSERT_FALSE(theirs.ok());
+  EXPECT_EQ(theirs.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(theirs.status().message().find("not trusted"), std::string::npos)
+      << theirs.status().message();
+  auto ours = NodeSegmentReader::Open(
+      dir_, {.clock = &clock_, .max_attempts = 1000, .owner = getuid(), .on_retry = {}});
+  ASSERT_TRUE(ours.ok()) << ours.status().ToString();
+  EXPECT_TRUE((*ours)->Read().ok());
 }
 
 TEST_F(NodeSegmentTest, GoesStaleWhenTheDaemonStopsUpdatingOrStops) {

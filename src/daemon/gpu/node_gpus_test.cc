@@ -23,7 +23,8 @@ class NodeGpusTest : public ::testing::Test {
     auto w = NodeSegmentWriter::Create(dir_, 77, clock_);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     writer_ = std::move(*w);
-    auto r = NodeSegmentReader::Open(dir_, {.clock = &clock_, .max_attempts = 10, .on_retry = {}});
+    auto r = NodeSegmentReader::Open(
+        dir_, {.clock = &clock_, .max_attempts = 10, .owner = {}, .on_retry = {}});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     reader_ = std::move(*r);
     monitor_.SetSampleSink([this](const Snapshot& s) { writer_->Publish(NodeGpusOf(s)); });

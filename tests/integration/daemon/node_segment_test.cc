@@ -66,7 +66,10 @@ class NodeSegmentDaemonTest : public testing::SimProcessTest {
     EXPECT_TRUE(WaitFor(
         [&] {
           if (reader == nullptr) {
-            auto r = NodeSegmentReader::Open(shm_dir_);
+            // As a tenant that trusts only the daemon's uid reads it.
+            auto r = NodeSegmentReader::Open(
+                shm_dir_,
+                {.clock = nullptr, .max_attempts = 1000, .owner = getuid(), .on_retry = {}});
             if (!r.ok()) return false;
             reader = std::move(*r);
           }
