@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <functional>
@@ -25,6 +26,7 @@
 #include "daemon/gpu/gpu_json.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/gpu/gpu_monitor.h"
+#include "daemon/gpu/node_gpus.h"
 #include "daemon/gpu/nvml_backend.h"
 #include "daemon/groups/backend_utilization.h"
 #include "daemon/groups/control_loop.h"
@@ -334,6 +336,17 @@ int Run(int argc, char** argv) {
                   }});
   mps::RegisterMpsRoutes(router, mps);
 
+  // The node segment (docs/daemon.md "Node segment"), written after every
+  // sample once the daemon owns the socket (a second daemon that cannot start
+  // must not replace the running one's segment).
+  std::unique_ptr<NodeSegmentWriter> node_segment;
+  std::atomic<NodeSegmentWriter*> node_writer{nullptr};
+  monitor.SetSampleSink([&node_writer](const Snapshot& s) {
+    if (NodeSegmentWriter* w = node_writer.load(std::memory_order_acquire)) {
+      w->Publish(NodeGpusOf(s));
+    }
+  });
+
   monitor.Start();
   control_loop.Start();
   HttpServer server(std::move(*server_options), router, hub);
@@ -342,6 +355,14 @@ int Run(int argc, char** argv) {
     control_loop.Stop();
     monitor.Stop();
     return kExitFailure;
+  }
+  if (auto w = NodeSegmentWriter::Create(shm_dir, getpid(), clock); w.ok()) {
+    node_segment = std::move(*w);
+    node_segment->Publish(NodeGpusOf(*monitor.Current()));  // the next sample follows
+    node_writer.store(node_segment.get(), std::memory_order_release);
+  } else {  // readers do without it; everything else works
+    GS_LOG(kError, "gpusliced", "event=node_segment_unavailable error=\"%s\"",
+           w.status().message().c_str());
   }
   GS_LOG(kInfo, "gpusliced", "event=ready socket=%s tcp=%s gpus=%u pid=%d", config.socket.c_str(),
          config.listen_tcp.empty() ? "off" : config.listen_tcp.c_str(), manager.DeviceCount(),
@@ -365,6 +386,7 @@ int Run(int argc, char** argv) {
   control_loop.Stop();
   controllers.Stop();  // members take their groups back at once
   monitor.Stop();
+  if (node_segment) node_segment->MarkStopped();  // readers see it stale at once
   manager.RevertAll();
   manager.Stop();
   GS_LOG(kInfo, "gpusliced", "event=stopped");
