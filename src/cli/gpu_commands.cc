@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/daemon_call.h"
 #include "cli/exit_codes.h"
 #include "cli/unix_http_client.h"
 
@@ -44,27 +45,18 @@ void AddSetOptions(CLI::App* cmd, SetOptions* o) {
   cmd->add_option("--holder", o->holder, "A label for this lease (default: your uid only)");
 }
 
-// Sends a request; exits with a message when the daemon is unreachable.
 HttpResponse Call(const Common& c, const std::string& method, const std::string& target,
                   const std::string& body = "") {
-  auto r = UnixHttpClient(DaemonSocket(c.socket)).Request(method, target, body);
-  if (!r.ok()) Fail(r.status().message());
-  return std::move(*r);
+  return CallDaemon(c.socket, method, target, body);
 }
 
-json ParseBody(const HttpResponse& r) {
-  json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
-    Fail("the daemon answered HTTP " + std::to_string(r.status) + ": " + r.body);
-  return j;
-}
+json ParseBody(const HttpResponse& r) { return DaemonJson(r); }
 
 // Exits 1 with the daemon's error message unless the request succeeded.
 void FailOnError(const HttpResponse& r, const json& j) {
   if (r.status < 300) return;
   if (j.contains("results")) return;  // per-GPU results are printed by the caller
-  std::string message = j.contains("error") ? j["error"].value("message", r.body) : r.body;
-  Fail(message);
+  Fail(DaemonError(r, j));
 }
 
 void PrintResults(const HttpResponse& r, const json& j, const std::string& what) {

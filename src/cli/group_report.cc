@@ -1,19 +1,12 @@
 #include "cli/group_report.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
-#include <cstring>
 
 #include "common/quantity.h"
 
 namespace gpuslice::cli {
 namespace {
-
-template <typename T>
-T Load(const T& field) {
-  return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_acquire);
-}
 
 std::string MemoryLimitText(uint64_t bytes) {
   return bytes == kUnlimitedBytes ? "unlimited" : FormatBytes(bytes);
@@ -31,7 +24,75 @@ std::string ComputeText(const DeviceReport& d) {
   return text;
 }
 
+nlohmann::json TenantJson(const RegisteredTenant& t, std::optional<bool> attached) {
+  nlohmann::json j = {
+      {"host_pid", t.host_pid},
+      {"container_pid", t.container_pid},
+      {"pod", t.pod.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.pod)},
+      {"container", t.container.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.container)},
+      {"tier", t.tier}};
+  if (attached) j["attached"] = *attached;
+  return j;
+}
+
+bool Attached(const GroupReport& g, int32_t host_pid) {
+  return std::any_of(g.members.begin(), g.members.end(), [&](const MemberReport& m) {
+    return m.tenant && m.tenant->host_pid == host_pid;
+  });
+}
+
+// "pod prod/web-0 app", "" without one.
+std::string TenantText(const RegisteredTenant& t) {
+  std::string text = "host pid " + std::to_string(t.host_pid);
+  if (t.container_pid != t.host_pid)
+    text += " (pid " + std::to_string(t.container_pid) + " inside)";
+  if (!t.pod.empty()) text += " pod " + t.pod;
+  if (!t.container.empty()) text += " container " + t.container;
+  return text;
+}
+
 }  // namespace
+
+std::vector<RegistryGroup> MergeRegistry(std::vector<RegistryGroup> registry,
+                                         std::vector<GroupReport>& reports) {
+  std::vector<RegistryGroup> unmatched;
+  for (RegistryGroup& r : registry) {
+    auto report = std::find_if(reports.begin(), reports.end(),
+                               [&](const GroupReport& g) { return g.group == r.id; });
+    if (report == reports.end()) {
+      unmatched.push_back(std::move(r));
+      continue;
+    }
+    std::vector<bool> taken(r.tenants.size(), false);
+    auto take = [&](MemberReport& m, size_t i) {
+      taken[i] = true;
+      m.tenant = r.tenants[i];
+    };
+    // Host pids first (a member outside a pid namespace), then container pids.
+    for (MemberReport& m : report->members) {
+      for (size_t i = 0; i < r.tenants.size(); ++i) {
+        if (!taken[i] && r.tenants[i].host_pid == m.pid) {
+          take(m, i);
+          break;
+        }
+      }
+    }
+    for (MemberReport& m : report->members) {
+      if (m.tenant) continue;
+      size_t found = r.tenants.size();
+      int candidates = 0;
+      for (size_t i = 0; i < r.tenants.size(); ++i) {
+        if (!taken[i] && r.tenants[i].container_pid == m.pid) {
+          found = i;
+          ++candidates;
+        }
+      }
+      if (candidates == 1) take(m, found);
+    }
+    report->registry = std::move(r);
+  }
+  return unmatched;
+}
 
 std::string ShortUuid(const std::string& uuid) {
   const size_t prefix = uuid.starts_with("GPU-") || uuid.starts_with("MIG-") ? 4 : 0;
@@ -40,40 +101,31 @@ std::string ShortUuid(const std::string& uuid) {
 }
 
 GroupReport ReadGroupReport(const GroupSegment& segment, int64_t now_ns) {
-  const GroupSegmentLayout& s = segment.layout();
-  GroupReport r{.group = segment.group(), .path = segment.path(), .devices = {}, .members = {}};
+  GroupReport r{.group = segment.group(),
+                .path = segment.path(),
+                .devices = {},
+                .members = {},
+                .registry = std::nullopt};
   r.live = segment.HasAttachedProcess();
   if (!r.live) r.idle_ns = std::max<int64_t>(0, now_ns - segment.LastAliveNs());
-  const int n = segment.device_count();
-  for (int d = 0; d < n; ++d) {
-    const GroupDevice& dev = s.devices[d];
-    DeviceReport report{d,
-                        std::string(dev.uuid, strnlen(dev.uuid, sizeof dev.uuid)),
-                        segment.MemoryUsed(d),
-                        segment.MemoryLimit(d),
-                        Load(dev.memory_peak),
-                        Load(dev.alloc_failures),
-                        segment.ComputeLimit(d)};
-    const DeviceCompute& c = dev.compute;
-    if (Load(c.measured_at_ns) != 0) report.compute_share_percent = Load(c.share_bp) / 100.0;
-    report.launch_charge_ns = Load(c.charge_ns);
-    report.launches = Load(c.launches);
-    report.throttled_launches = Load(c.waits);
-    report.throttled_ns = Load(c.wait_ns);
+  const GroupSnapshot snap = segment.Snapshot();
+  for (const GroupSnapshot::Device& d : snap.devices) {
+    DeviceReport report{d.index,       d.uuid,           d.memory_used,  d.memory_limit,
+                        d.memory_peak, d.alloc_failures, d.compute_limit};
+    if (d.share_bp >= 0) report.compute_share_percent = d.share_bp / 100.0;
+    report.launch_charge_ns = d.charge_ns;
+    report.launches = d.launches;
+    report.throttled_launches = d.throttled;
+    report.throttled_ns = d.throttled_ns;
     r.devices.push_back(std::move(report));
   }
-  for (int slot = 0; slot < kGroupMaxSlots; ++slot) {
-    const ProcessSlot& p = s.slots[slot];
-    const int32_t pid = Load(p.owner_pid);
-    if (pid == 0 || !segment.SlotLive(slot)) continue;
-    MemberReport m{slot, pid, std::string(p.name, strnlen(p.name, sizeof p.name)), {}};
-    for (int d = 0; d < n; ++d) m.memory.push_back(Load(p.memory[d]));
-    r.members.push_back(std::move(m));
+  for (const GroupSnapshot::Member& m : snap.members) {
+    r.members.push_back({m.slot, m.pid, m.name, m.memory, std::nullopt});
   }
   return r;
 }
 
-nlohmann::json StatusJson(const std::vector<GroupReport>& groups) {
+nlohmann::json StatusJson(const std::vector<GroupReport>& groups, const DaemonView& daemon) {
   using nlohmann::json;
   json out = {{"groups", json::array()}};
   for (const GroupReport& g : groups) {
@@ -105,21 +157,49 @@ nlohmann::json StatusJson(const std::vector<GroupReport>& groups) {
         per_device.push_back({{"index", d}, {"memory_bytes", m.memory[d]}});
         total += m.memory[d];
       }
-      members.push_back({{"slot", m.slot},
-                         {"pid", m.pid},
-                         {"name", m.name},
-                         {"memory_bytes", total},
-                         {"devices", per_device}});
+      json member = {{"slot", m.slot},
+                     {"pid", m.pid},
+                     {"name", m.name},
+                     {"memory_bytes", total},
+                     {"devices", per_device}};
+      if (daemon.used) {
+        member["tenant"] = m.tenant ? TenantJson(*m.tenant, std::nullopt) : json(nullptr);
+      }
+      members.push_back(std::move(member));
     }
-    out["groups"].push_back(
-        {{"group", g.group},
-         {"path", g.path},
-         {"live", g.live},
-         {"idle_seconds", g.live ? json(nullptr) : json(g.idle_ns / 1'000'000'000)},
-         {"live_members", g.members.size()},
-         {"devices", devices},
-         {"members", members}});
+    json group = {{"group", g.group},
+                  {"path", g.path},
+                  {"live", g.live},
+                  {"idle_seconds", g.live ? json(nullptr) : json(g.idle_ns / 1'000'000'000)},
+                  {"live_members", g.members.size()},
+                  {"devices", devices},
+                  {"members", members}};
+    if (daemon.used) {
+      group["tier"] = g.registry ? json(g.registry->tier) : json(nullptr);
+      json tenants = json::array();
+      if (g.registry) {
+        for (const RegisteredTenant& t : g.registry->tenants) {
+          tenants.push_back(TenantJson(t, Attached(g, t.host_pid)));
+        }
+      }
+      group["tenants"] = g.registry ? tenants : json(nullptr);
+    }
+    out["groups"].push_back(std::move(group));
   }
+  if (!daemon.used) {
+    out["daemon"] = nullptr;
+    return out;
+  }
+  out["daemon"] = {{"socket", daemon.socket},
+                   {"answered", daemon.answered},
+                   {"error", daemon.answered ? json(nullptr) : json(daemon.error)}};
+  json only = json::array();
+  for (const RegistryGroup& r : daemon.registry_only) {
+    json tenants = json::array();
+    for (const RegisteredTenant& t : r.tenants) tenants.push_back(TenantJson(t, false));
+    only.push_back({{"group", r.id}, {"tier", r.tier}, {"tenants", tenants}});
+  }
+  out["registry_only_groups"] = std::move(only);
   return out;
 }
 
@@ -133,13 +213,15 @@ std::string IdleText(int64_t ns) {
   return std::to_string(s / kDay) + "d";
 }
 
-std::string StatusText(const std::vector<GroupReport>& groups) {
-  if (groups.empty()) return "no groups\n";
+std::string StatusText(const std::vector<GroupReport>& groups, const DaemonView& daemon) {
   std::string out;
+  if (groups.empty() && daemon.registry_only.empty()) out = "no groups\n";
   char line[512];
-  snprintf(line, sizeof line, "%-20s %-16s %-27s %-22s %s\n", "GROUP", "DEVICE",
-           "MEMORY USED / LIMIT", "COMPUTE", "MEMBERS");
-  out += line;
+  if (out.empty()) {
+    snprintf(line, sizeof line, "%-20s %-16s %-27s %-22s %s\n", "GROUP", "DEVICE",
+             "MEMORY USED / LIMIT", "COMPUTE", "MEMBERS");
+    out += line;
+  }
   for (const GroupReport& g : groups) {
     const std::string members =
         g.live ? std::to_string(g.members.size()) : "none, idle " + IdleText(g.idle_ns);
@@ -165,7 +247,26 @@ std::string StatusText(const std::vector<GroupReport>& groups) {
       snprintf(line, sizeof line, "  pid %-8d %-16s %s\n", m.pid, m.name.c_str(),
                memory.empty() ? "-" : memory.c_str());
       out += line;
+      if (m.tenant) out += "    tenant: " + TenantText(*m.tenant) + "\n";
     }
+    if (g.registry) {
+      out += "  registry: tier " + g.registry->tier + ", " +
+             std::to_string(g.registry->tenants.size()) + " tenant(s)\n";
+      for (const RegisteredTenant& t : g.registry->tenants) {
+        if (!Attached(g, t.host_pid)) out += "    tenant: " + TenantText(t) + ", not attached\n";
+      }
+    }
+  }
+  for (const RegistryGroup& r : daemon.registry_only) {
+    const std::string members = std::to_string(r.tenants.size()) + " registered, no segment";
+    snprintf(line, sizeof line, "%-20s %-16s %-27s %-22s %s\n", r.id.c_str(), "-", "-", "-",
+             members.c_str());
+    out += line;
+    out += "  registry: tier " + r.tier + ", " + std::to_string(r.tenants.size()) + " tenant(s)\n";
+    for (const RegisteredTenant& t : r.tenants) out += "    tenant: " + TenantText(t) + "\n";
+  }
+  if (daemon.used && !daemon.answered && daemon.socket_exists) {
+    out += "gpusliced: " + daemon.error + " (segments only)\n";
   }
   return out;
 }

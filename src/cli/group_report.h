@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cli/registry_view.h"
 #include "shm/group_segment.h"
 
 namespace gpuslice::cli {
@@ -38,6 +40,9 @@ struct MemberReport {
   int32_t pid;  // in the member's pid namespace
   std::string name;
   std::vector<uint64_t> memory;  // bytes per device, parallel to GroupReport::devices
+  // The registry's tenant this member is (MergeRegistry); absent when no
+  // daemon answered or no tenant matches.
+  std::optional<RegisteredTenant> tenant;
 };
 
 struct GroupReport {
@@ -49,21 +54,56 @@ struct GroupReport {
   int64_t idle_ns = 0;
   std::vector<DeviceReport> devices;
   std::vector<MemberReport> members;  // live ones only, by slot
+  // The registry's view (MergeRegistry): the group's tier and all its
+  // tenants (those no member matched are registered but not attached).
+  // Absent when no daemon answered or the registry does not know the group.
+  std::optional<RegistryGroup> registry;
 };
+
+// What `status` asked the daemon: whether it answered on `socket`, and if not
+// why (`error`). `used` is false under --no-daemon (then nothing is shown).
+struct DaemonView {
+  bool used = false;
+  std::string socket;
+  bool answered = false;
+  std::string error;
+  // The socket exists (a daemon is installed): only then does the text say
+  // that it did not answer, so a node without a daemon prints as before.
+  bool socket_exists = false;
+  // Registry groups no segment in the report matched (MergeRegistry's result).
+  std::vector<RegistryGroup> registry_only;
+};
+
+// Merges the registry into the segment view (`status` with a daemon). The
+// segment stays the source of every number; the registry adds who the members
+// are. For each report, the registry group of the same id (if any):
+//  - a live member (pid as its own namespace numbers it) is the tenant of that
+//    group with that host pid, else the only one with that container pid
+//    (none or several: unmatched); a tenant matches at most one member;
+//  - `registry` gets the registry group (tier, every tenant).
+// Returns the registry groups no report has (none of their tenants attached
+// to a segment shown, e.g. registered before their first CUDA call).
+std::vector<RegistryGroup> MergeRegistry(std::vector<RegistryGroup> registry,
+                                         std::vector<GroupReport>& reports);
 
 // Reads `segment` at `now_ns` (CLOCK_MONOTONIC). Only slots that SlotLive()
 // reports are members; call ReapDead() first so that dead members' memory is
 // not counted in use.
 GroupReport ReadGroupReport(const GroupSegment& segment, int64_t now_ns);
 
-// {"groups":[…]} with the fields documented in README.md ("The limiter").
-nlohmann::json StatusJson(const std::vector<GroupReport>& groups);
+// {"groups":[…]} with the fields documented in README.md ("The limiter");
+// with a `daemon` that was used, also "daemon", the groups' "tier" and
+// "tenants", members' "tenant" and "registry_only_groups".
+nlohmann::json StatusJson(const std::vector<GroupReport>& groups, const DaemonView& daemon = {});
 
 // "45s", "12m", "3h", "2d": an idle time as `status` shows it.
 std::string IdleText(int64_t ns);
 
-// A table a person reads: one line per device, one per member.
-std::string StatusText(const std::vector<GroupReport>& groups);
+// A table a person reads: one line per device, one per member; with a
+// `daemon` that was used, members' host pids and pods, tenants not attached,
+// registry-only groups, and a last line when the daemon's socket exists but
+// the daemon did not answer.
+std::string StatusText(const std::vector<GroupReport>& groups, const DaemonView& daemon = {});
 
 // "GPU-3430e1f2" from "GPU-3430e1f2-…": the UUID up to its first group.
 std::string ShortUuid(const std::string& uuid);

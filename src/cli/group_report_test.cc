@@ -158,7 +158,7 @@ TEST(IdleText, PicksAReadableUnit) {
 
 TEST(StatusText, NoGroups) {
   EXPECT_EQ(StatusText({}), "no groups\n");
-  EXPECT_EQ(StatusJson({}).dump(), R"({"groups":[]})");
+  EXPECT_EQ(StatusJson({}).dump(), R"({"daemon":null,"groups":[]})");  // daemon: not asked
 }
 
 TEST(ShortUuid, FirstGroup) {

@@ -124,4 +124,26 @@ StatusOr<uint32_t> ParseComputeLimit(std::string_view text) {
   return Percent(text);
 }
 
+StatusOr<std::vector<std::pair<std::string, uint64_t>>> MemoryLimitsByDevice(
+    std::string_view flag) {
+  GS_ASSIGN_OR_RETURN(auto items, SplitFlag(flag));
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (auto& [key, value] : items) {
+    GS_ASSIGN_OR_RETURN(uint64_t bytes, ParseMemoryLimit(value));
+    out.emplace_back(std::move(key), bytes);
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::pair<std::string, uint32_t>>> ComputeLimitsByDevice(
+    std::string_view flag) {
+  GS_ASSIGN_OR_RETURN(auto items, SplitFlag(flag));
+  std::vector<std::pair<std::string, uint32_t>> out;
+  for (auto& [key, value] : items) {
+    GS_ASSIGN_OR_RETURN(uint32_t percent, ParseComputeLimit(value));
+    out.emplace_back(std::move(key), percent);
+  }
+  return out;
+}
+
 }  // namespace gpuslice::cli

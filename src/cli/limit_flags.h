@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -39,5 +41,15 @@ StatusOr<uint64_t> ParseMemoryLimit(std::string_view text);
 // A compute limit for a segment (`limit set --compute`): a percent 1..100;
 // 100 is kUnlimitedPercent, i.e. no limit. "unlimited" is accepted too.
 StatusOr<uint32_t> ParseComputeLimit(std::string_view text);
+
+// A `--memory` / `--compute` flag as (device, value) pairs in the order given,
+// for the daemon (`group set`): the same shapes as MemoryLimitEnv and
+// ComputeLimitEnv, one value for every device (device "") or DEVICE=VALUE
+// pairs (DEVICE as typed: an index or a UUID), each value as ParseMemoryLimit
+// / ParseComputeLimit read it (so "unlimited" is kUnlimitedBytes /
+// kUnlimitedPercent). The same errors as those functions.
+StatusOr<std::vector<std::pair<std::string, uint64_t>>> MemoryLimitsByDevice(std::string_view flag);
+StatusOr<std::vector<std::pair<std::string, uint32_t>>> ComputeLimitsByDevice(
+    std::string_view flag);
 
 }  // namespace gpuslice::cli

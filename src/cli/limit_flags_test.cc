@@ -66,5 +66,36 @@ TEST(ParseComputeLimit, PercentOrUnlimited) {
   EXPECT_FALSE(ParseComputeLimit("101").ok());
 }
 
+TEST(LimitsByDevice, OneValueIsForEveryDeviceAndUnlimitedIsAccepted) {
+  auto m = MemoryLimitsByDevice("4GiB");
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(m->size(), 1u);
+  EXPECT_EQ((*m)[0].first, "");
+  EXPECT_EQ((*m)[0].second, uint64_t{4} << 30);
+  EXPECT_EQ(MemoryLimitsByDevice("Unlimited")->front().second, kUnlimitedBytes);
+  EXPECT_EQ(ComputeLimitsByDevice("50%")->front().second, 50u);
+  EXPECT_EQ(ComputeLimitsByDevice("unlimited")->front().second, kUnlimitedPercent);
+}
+
+TEST(LimitsByDevice, DeviceListKeepsKeysAsTypedInOrder) {
+  auto m = MemoryLimitsByDevice("1=512MiB, GPU-3430e1f2=unlimited");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->size(), 2u);
+  EXPECT_EQ((*m)[0], (std::pair<std::string, uint64_t>{"1", uint64_t{512} << 20}));
+  EXPECT_EQ((*m)[1], (std::pair<std::string, uint64_t>{"GPU-3430e1f2", kUnlimitedBytes}));
+  auto c = ComputeLimitsByDevice("0=30,1=70");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)[1], (std::pair<std::string, uint32_t>{"1", 70}));
+}
+
+TEST(LimitsByDevice, RejectsWhatTheEnvFormsReject) {
+  for (const char* bad : {"", "0", "0=0", "0=1GiB,0=2GiB", "x y=1GiB", "0=1GiB,"}) {
+    EXPECT_FALSE(MemoryLimitsByDevice(bad).ok()) << bad;
+  }
+  for (const char* bad : {"0", "101", "0=0", "1=50,01=60"}) {
+    EXPECT_FALSE(ComputeLimitsByDevice(bad).ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace gpuslice::cli

@@ -11,6 +11,7 @@
 #include "cli/gpu_commands.h"
 #include "cli/limit_command.h"
 #include "cli/mps_command.h"
+#include "cli/registry_commands.h"
 #include "cli/run_command.h"
 #include "cli/sim_commands.h"
 #include "cli/status_command.h"
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
     gpuslice::cli::AddLimitCommands(app);
     gpuslice::cli::AddSimCommands(app);
     gpuslice::cli::AddGpuCommands(app);
+    gpuslice::cli::AddRegistryCommands(app);
     // `gpuslice mps` reaches the daemon at $GPUSLICE_SOCKET or the default path.
     gpuslice::cli::AddMpsCommands(
         app,

@@ -1,6 +1,11 @@
 #include "cli/status_command.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -8,6 +13,8 @@
 #include "cli/flag_checks.h"
 #include "cli/group_report.h"
 #include "cli/paths.h"
+#include "cli/registry_view.h"
+#include "cli/unix_http_client.h"
 #include "common/clock.h"
 #include "shm/group_segment.h"
 
@@ -21,7 +28,29 @@ struct StatusOptions {
   bool all = false;
   bool gc = false;
   int64_t gc_grace_s = kDefaultGroupGcGraceS;
+  bool no_daemon = false;
+  std::string socket;
 };
+
+// How long `status` waits for the daemon before showing segments only.
+constexpr std::chrono::milliseconds kDaemonTimeout{300};
+
+// The registry's groups, or why the daemon did not give them.
+StatusOr<std::vector<RegistryGroup>> AskRegistry(const std::string& socket) {
+  const UnixHttpClient client(socket, kDaemonTimeout);
+  nlohmann::json bodies[2];
+  const char* targets[2] = {"/v1/tenants", "/v1/groups"};
+  for (int i = 0; i < 2; ++i) {
+    auto r = client.Request("GET", targets[i]);
+    if (!r.ok()) return r.status();
+    if (r->status != 200) {
+      return Unavailable("gpusliced at " + socket + " answered HTTP " + std::to_string(r->status) +
+                         " to GET " + targets[i]);
+    }
+    bodies[i] = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  }
+  return ParseRegistry(bodies[0], bodies[1]);
+}
 
 // Removes the segments of `names` that nobody is attached to and that have
 // been idle for the grace period; returns the names that are left.
@@ -52,25 +81,61 @@ void Status(const StatusOptions& o) {
     names.push_back(o.group);
   }
   if (o.gc) names = Collect(dir, std::move(names), o.gc_grace_s);
+  DaemonView daemon;
+  std::vector<RegistryGroup> registry;
+  if (!o.no_daemon) {
+    daemon.used = true;
+    daemon.socket = DaemonSocket(o.socket);
+    auto r = AskRegistry(daemon.socket);
+    daemon.answered = r.ok();
+    if (r.ok()) {
+      registry = std::move(*r);
+      if (!o.group.empty()) {
+        std::erase_if(registry, [&](const RegistryGroup& g) { return g.id != o.group; });
+      }
+    } else {
+      daemon.error = r.status().message();
+      struct stat st {};
+      daemon.socket_exists = stat(daemon.socket.c_str(), &st) == 0;
+    }
+  }
+  const bool registry_has_group = std::any_of(
+      registry.begin(), registry.end(), [&](const RegistryGroup& g) { return g.id == o.group; });
   std::vector<GroupReport> reports;
   int hidden = 0;
+  int not_ours = 0;
   for (const std::string& name : names) {
     auto segment = GroupSegment::Open(dir, name, /*create=*/false);
     if (!segment.ok()) {
+      if (!o.group.empty() && registry_has_group) continue;  // shown from the registry
       if (!o.group.empty()) Fail(segment.status().message() + " in " + dir);
+      if (segment.status().code() == StatusCode::kPermissionDenied) {
+        ++not_ours;  // another user's group: not an error, and not shown
+        continue;
+      }
       fprintf(stderr, "gpuslice: warning: skipping %s: %s\n",
               GroupSegment::PathFor(dir, name).c_str(), segment.status().message().c_str());
       continue;
     }
     (*segment)->ReapDead();
-    GroupReport report = ReadGroupReport(**segment, MonotonicNs());
-    if (!report.live && !o.all && o.group.empty()) {
-      ++hidden;
-      continue;
-    }
-    reports.push_back(std::move(report));
+    reports.push_back(ReadGroupReport(**segment, MonotonicNs()));
   }
-  std::string out = o.json ? StatusJson(reports).dump(2) + "\n" : StatusText(reports);
+  daemon.registry_only = MergeRegistry(std::move(registry), reports);
+  // Idle: no process attached and no tenant registered.
+  const auto idle = [&](const GroupReport& g) {
+    return !g.live && !(g.registry && !g.registry->tenants.empty());
+  };
+  if (!o.all && o.group.empty()) {
+    hidden = static_cast<int>(std::count_if(reports.begin(), reports.end(), idle));
+    std::erase_if(reports, idle);
+    std::erase_if(daemon.registry_only, [](const RegistryGroup& g) { return g.tenants.empty(); });
+  }
+  std::string out =
+      o.json ? StatusJson(reports, daemon).dump(2) + "\n" : StatusText(reports, daemon);
+  if (!o.json && not_ours > 0) {
+    out += std::to_string(not_ours) + (not_ours == 1 ? " group belongs" : " groups belong") +
+           " to other users (root sees every group)\n";
+  }
   if (!o.json && hidden > 0) {
     out += std::to_string(hidden) + (hidden == 1 ? " idle group" : " idle groups") +
            " not shown (--all shows them, --gc removes those idle for " +
@@ -97,6 +162,10 @@ void AddStatusCommand(CLI::App& app) {
       ->add_option("--gc-grace-s", o->gc_grace_s,
                    "Idle time after which --gc removes a group (seconds, default 600)")
       ->check(CLI::NonNegativeNumber);
+  status->add_flag("--no-daemon", o->no_daemon,
+                   "Read the segments only; do not ask gpusliced for its registry");
+  status->add_option("--socket", o->socket,
+                     "Daemon socket (default: $GPUSLICE_SOCKET or /run/gpuslice/gpusliced.sock)");
   status->callback([o] { Status(*o); });
 }
 

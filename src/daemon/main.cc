@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -27,10 +28,12 @@
 #include "daemon/gpu/gpu_json.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/gpu/gpu_monitor.h"
+#include "daemon/gpu/node_gpus.h"
 #include "daemon/gpu/nvml_backend.h"
 #include "daemon/groups/backend_utilization.h"
 #include "daemon/groups/control_loop.h"
 #include "daemon/groups/group_controllers.h"
+#include "daemon/groups/group_metrics.h"
 #include "daemon/groups/segment_collector.h"
 #include "daemon/http/server.h"
 #include "daemon/mps/health_checker.h"
@@ -344,25 +347,6 @@ int Run(int argc, char** argv) {
     }
   });
 
-  ApiRouter router;
-  GpuRoutesOptions route_options;
-  route_options.default_lease_s = config.default_lease_s;
-  route_options.extra_metrics = [&registry, &usage, &monitor, &backstop] {
-    std::string text =
-        FormatTenantMetrics(registry, UsageOfEach(*monitor.Current(), *usage.Current()));
-    if (backstop) text += backstop->FormatMetrics();
-    return text;
-  };
-  AddGpuRoutes(router, manager, monitor, route_options);
-  AddTenantRoutes(router, registry, monitor, usage,
-                  TenantRoutesOptions{.is_admin =
-                                          [auth = server_options->auth](const Caller& c) {
-                                            return Authorize(c, Access::kMutate, auth).ok();
-                                          },
-                                      .proc_root = "/proc",
-                                      .tiers = &tiers});
-  mps::RegisterMpsRoutes(router, mps);
-
   // Every group's controller (DESIGN.md section 3), on a thread of its own:
   // members yield to the daemon's claim and take over when it goes stale.
   RealtimeClock realtime;
@@ -387,6 +371,40 @@ int Run(int argc, char** argv) {
       GroupControllers::Clocks{realtime, clock});
   ControlLoop control_loop([&controllers] { return controllers.Tick(); });
 
+  ApiRouter router;
+  GpuRoutesOptions route_options;
+  route_options.default_lease_s = config.default_lease_s;
+  route_options.extra_metrics = [&registry, &usage, &monitor, &controllers, &backstop] {
+    std::map<std::string, int> gpu_index;
+    for (const GpuInfo& gpu : monitor.Current()->gpus)
+      gpu_index[gpu.uuid] = static_cast<int>(gpu.index);
+    std::string text =
+        FormatTenantMetrics(registry, UsageOfEach(*monitor.Current(), *usage.Current())) +
+        FormatGroupMetrics(controllers.Snapshot(), gpu_index);
+    if (backstop) text += backstop->FormatMetrics();
+    return text;
+  };
+  AddGpuRoutes(router, manager, monitor, route_options);
+  AddTenantRoutes(router, registry, monitor, usage,
+                  TenantRoutesOptions{.is_admin =
+                                          [auth = server_options->auth](const Caller& c) {
+                                            return Authorize(c, Access::kMutate, auth).ok();
+                                          },
+                                      .proc_root = "/proc",
+                                      .tiers = &tiers});
+  mps::RegisterMpsRoutes(router, mps);
+
+  // The node segment (docs/daemon.md "Node segment"), written after every
+  // sample once the daemon owns the socket (a second daemon that cannot start
+  // must not replace the running one's segment).
+  std::unique_ptr<NodeSegmentWriter> node_segment;
+  std::atomic<NodeSegmentWriter*> node_writer{nullptr};
+  monitor.SetSampleSink([&node_writer](const Snapshot& s) {
+    if (NodeSegmentWriter* w = node_writer.load(std::memory_order_acquire)) {
+      w->Publish(NodeGpusOf(s));
+    }
+  });
+
   monitor.Start();
   control_loop.Start();
   HttpServer server(std::move(*server_options), router, hub);
@@ -395,6 +413,14 @@ int Run(int argc, char** argv) {
     control_loop.Stop();
     monitor.Stop();
     return kExitFailure;
+  }
+  if (auto w = NodeSegmentWriter::Create(shm_dir, getpid(), clock); w.ok()) {
+    node_segment = std::move(*w);
+    node_segment->Publish(NodeGpusOf(*monitor.Current()));  // the next sample follows
+    node_writer.store(node_segment.get(), std::memory_order_release);
+  } else {  // readers do without it; everything else works
+    GS_LOG(kError, "gpusliced", "event=node_segment_unavailable error=\"%s\"",
+           w.status().message().c_str());
   }
   GS_LOG(kInfo, "gpusliced", "event=ready socket=%s tcp=%s gpus=%u pid=%d", config.socket.c_str(),
          config.listen_tcp.empty() ? "off" : config.listen_tcp.c_str(), manager.DeviceCount(),
@@ -418,6 +444,7 @@ int Run(int argc, char** argv) {
   control_loop.Stop();
   controllers.Stop();  // members take their groups back at once
   monitor.Stop();
+  if (node_segment) node_segment->MarkStopped();  // readers see it stale at once
   manager.RevertAll();
   manager.Stop();
   GS_LOG(kInfo, "gpusliced", "event=stopped");

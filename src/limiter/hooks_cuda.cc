@@ -170,7 +170,11 @@ CUresult cuInit(unsigned int Flags) noexcept {
   Limiter& l = Limiter::Get();
   if (l.failed_closed()) return CUDA_ERROR_NOT_INITIALIZED;
   if (CUresult rc = GS_REAL(cuInit, Flags); rc != CUDA_SUCCESS) return rc;
-  return l.EnsureAttached();
+  const CUresult rc = l.EnsureAttached();
+  // A process attached through NVML first (EnsureAttached had nothing to do)
+  // becomes a tenant now that it uses CUDA.
+  if (rc == CUDA_SUCCESS) l.StartRegistration();
+  return rc;
 }
 
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,

@@ -15,6 +15,7 @@
 #include "limiter/core/limit_config.h"
 #include "limiter/keeper_thread.h"
 #include "limiter/real/real_driver.h"
+#include "limiter/registration_thread.h"
 
 namespace gpuslice::limiter {
 namespace {
@@ -56,6 +57,26 @@ std::string FormatUuid(const CUuuid& u) {
   return s;
 }
 
+// What this process tells gpusliced, or nullopt when GPUSLICE_REGISTER
+// disables registration ("0", "false", "off", "no").
+std::optional<RegistrationRequest> RegistrationFor(
+    const LimitConfig& config, const std::vector<std::pair<int, std::string>>& devices) {
+  if (const char* v = Env("GPUSLICE_REGISTER"); v != nullptr) {
+    const std::string_view s(v);
+    if (s == "0" || s == "false" || s == "off" || s == "no") return std::nullopt;
+  }
+  RegistrationRequest r;
+  r.group = config.group;
+  for (const auto& [index, uuid] : devices) r.devices.push_back(uuid);
+  RequestLimits(config.devices, r);
+  for (auto [name, field] :
+       {std::pair{"POD_NAME", &r.pod_name}, std::pair{"POD_NAMESPACE", &r.pod_namespace},
+        std::pair{"CONTAINER_NAME", &r.container_name}}) {
+    if (const char* v = Env(name); v != nullptr) *field = v;
+  }
+  return r;
+}
+
 }  // namespace
 
 Limiter& Limiter::Get() {
@@ -83,6 +104,7 @@ void Limiter::AtForkParent() {
 void Limiter::AtForkChild() {
   Limiter& l = Get();
   l.forked_.store(true, std::memory_order_release);
+  l.registration_started_.store(false);  // the parent's thread did not survive the fork
   l.mu_.unlock();
   l.attach_mu_.unlock();
 }
@@ -91,7 +113,15 @@ CUresult Limiter::EnsureAttached() {
   const int state = state_.load(std::memory_order_acquire);
   if (state == kFailedClosed) return CUDA_ERROR_NOT_INITIALIZED;
   if (state == kAttached && !forked_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
-  return AttachWithCuda();
+  const CUresult rc = AttachWithCuda();
+  if (rc == CUDA_SUCCESS) StartRegistration();
+  return rc;
+}
+
+void Limiter::StartRegistration() {
+  if (state_.load(std::memory_order_acquire) != kAttached || !registration_) return;
+  if (registration_started_.exchange(true)) return;
+  StartRegistrationThread(segment_.get(), *registration_, socket_path_);
 }
 
 CUresult Limiter::AttachWithCuda() {
@@ -204,6 +234,11 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
     if (limits.compute_percent) (*segment)->LowerComputeLimit(*d, *limits.compute_percent);
   }
   (*segment)->ReapDead();  // members that left since the last one looked
+  registration_ = RegistrationFor(*config, devices);
+  if (registration_) {
+    const char* socket = Env("GPUSLICE_SOCKET");
+    socket_path_ = socket != nullptr && *socket != '\0' ? socket : kDefaultDaemonSocket;
+  }
   segment_ = std::move(segment).value();
   StartKeeperThread(segment_.get());
   ComputeGate::Arm(segment_.get());

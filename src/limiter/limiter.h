@@ -12,8 +12,12 @@
 // process: it is printed once and every CUDA entry point that could hand out
 // resources fails with CUDA_ERROR_NOT_INITIALIZED (fail closed).
 //
+// Registration: once attached through CUDA, the process registers with
+// gpusliced (when its socket exists and GPUSLICE_REGISTER is not 0) on a
+// thread of its own (registration_thread.h); the host never waits for it.
+//
 // Thread-safe. Fork: the child starts with an empty ledger and joins the
-// group as itself on its first call (pthread_atfork).
+// group as itself on its first call (pthread_atfork), and registers itself.
 #pragma once
 
 #include <atomic>
@@ -26,6 +30,7 @@
 #include <vector>
 
 #include "cuda_abi/cuda_driver_api.h"
+#include "limiter/daemon_client.h"
 #include "nvml_abi/nvml.h"
 #include "shm/group_segment.h"
 
@@ -54,6 +59,9 @@ class Limiter {
   // Attaches from NVML alone (a process that never initialises CUDA, such as
   // nvidia-smi): devices enumerated through NVML. False if that fails.
   bool EnsureAttachedForNvml();
+  // Starts registering with gpusliced, once per process (again in a forked
+  // child), if attached and registration is enabled. Never blocks.
+  void StartRegistration();
   // True after a configuration error (the process fails closed).
   bool failed_closed() const { return state_.load(std::memory_order_acquire) == kFailedClosed; }
 
@@ -140,6 +148,11 @@ class Limiter {
   uint64_t granularity_ = 2ull << 20;
   std::atomic<int> slot_{-1};
   std::atomic<bool> forked_{false};
+  // What to tell gpusliced (set by Attach before state_ becomes kAttached,
+  // then read-only); nullopt: registration disabled.
+  std::optional<RegistrationRequest> registration_;
+  std::string socket_path_;
+  std::atomic<bool> registration_started_{false};
 
   mutable std::mutex mu_;  // guards the maps below
   std::unordered_map<uint64_t, Charge> tracked_[5];

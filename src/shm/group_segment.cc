@@ -20,7 +20,8 @@ namespace gpuslice {
 namespace {
 
 constexpr std::string_view kFilePrefix = "group-";
-const std::string kFileSuffix = ".v" + std::to_string(kGroupSegmentVersion);
+// A function, not a global std::string: the limiter has no dynamic initialisers.
+std::string FileSuffix() { return ".v" + std::to_string(kGroupSegmentVersion); }
 
 template <typename T>
 std::atomic_ref<T> Atomic(T& field) {
@@ -85,6 +86,44 @@ void Initialize(GroupSegmentLayout* s, std::string_view group) {
   Atomic(s->header.ready).store(1, std::memory_order_release);
 }
 
+// Segments are read and written by their creator's uid and gid only: another
+// local user can neither change a group's limits nor its ledger (docs/security.md).
+constexpr mode_t kSegmentMode = 0660;
+
+// The error for a segment this process may not open, naming who may.
+Status NotYours(const std::string& path, std::string_view group) {
+  std::string owner;
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) {
+    owner = " (it belongs to uid " + std::to_string(st.st_uid) + ", gid " +
+            std::to_string(st.st_gid) + ")";
+  }
+  return PermissionDenied("group '" + std::string(group) + "' is not this user's" + owner +
+                          ": only its creator's uid and gid, and root, may open " + path);
+}
+
+bool InOurGroups(gid_t gid) {
+  if (gid == getegid()) return true;
+  gid_t groups[256];
+  const int n = getgroups(256, groups);
+  return std::find(groups, groups + std::max(n, 0), gid) != groups + std::max(n, 0);
+}
+
+// A member joins only a segment that no one outside its uid, its gid and root
+// can write: a file another user made in the shared directory (to squat a
+// group's name) is refused, not trusted with the group's limits and ledger.
+Status CheckTrusted(int fd, const struct stat& st, const std::string& path) {
+  const bool mine = st.st_uid == geteuid();
+  bool others_write = (st.st_mode & 0002) != 0;
+  if (others_write && mine && fchmod(fd, kSegmentMode) == 0) others_write = false;  // tightened
+  const bool owner_ok = mine || st.st_uid == 0 || geteuid() == 0 || InOurGroups(st.st_gid);
+  if (!others_write && owner_ok) return Status::Ok();
+  return PermissionDenied(path + " is not trusted: it belongs to uid " + std::to_string(st.st_uid) +
+                          " gid " + std::to_string(st.st_gid) +
+                          (others_write ? " and anyone may write it" : "") +
+                          "; remove it (as root) or pick another group");
+}
+
 Status MakeDir(const std::string& dir) {
   if (mkdir(dir.c_str(), 01777) == 0) {
     chmod(dir.c_str(), 01777);  // members of one pod may run as different users
@@ -97,19 +136,20 @@ Status MakeDir(const std::string& dir) {
 }  // namespace
 
 std::string GroupSegment::PathFor(const std::string& dir, std::string_view group) {
-  return dir + "/" + std::string(kFilePrefix) + std::string(group) + kFileSuffix;
+  return dir + "/" + std::string(kFilePrefix) + std::string(group) + FileSuffix();
 }
 
 std::vector<std::string> GroupSegment::ListGroups(const std::string& dir) {
   std::vector<std::string> groups;
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return groups;
+  const std::string suffix = FileSuffix();
   while (dirent* e = readdir(d)) {
     std::string_view name = e->d_name;
-    if (name.starts_with(kFilePrefix) && name.ends_with(kFileSuffix) &&
-        name.size() > kFilePrefix.size() + kFileSuffix.size()) {
+    if (name.starts_with(kFilePrefix) && name.ends_with(suffix) &&
+        name.size() > kFilePrefix.size() + suffix.size()) {
       name.remove_prefix(kFilePrefix.size());
-      name.remove_suffix(kFileSuffix.size());
+      name.remove_suffix(suffix.size());
       groups.emplace_back(name);
     }
   }
@@ -126,9 +166,10 @@ StatusOr<std::unique_ptr<GroupSegment>> GroupSegment::Open(const std::string& di
   // An attacher holds the attach lock for its life; a segment unlinked by a
   // collector between our open and our lock is stale: open the path again.
   for (int attempt = 0;; ++attempt) {
-    fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0666);
+    fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), kSegmentMode);
     if (fd < 0) {
       if (errno == ENOENT) return NotFound("group '" + std::string(group) + "' has no segment");
+      if (errno == EACCES) return NotYours(path, group);
       return Unavailable(Errno("cannot open " + path));
     }
     if (!create) break;
@@ -158,10 +199,13 @@ StatusOr<std::unique_ptr<GroupSegment>> GroupSegment::Open(const std::string& di
   };
   struct stat st {};
   if (fstat(fd, &st) != 0) return fail(Unavailable(Errno("cannot stat " + path)));
+  if (create) {
+    if (Status trusted = CheckTrusted(fd, st, path); !trusted.ok()) return fail(trusted);
+  }
   const bool fresh = static_cast<size_t>(st.st_size) != sizeof(GroupSegmentLayout);
   if (fresh) {
     if (!create) return fail(FailedPrecondition(path + " is not a valid group segment"));
-    fchmod(fd, 0666);
+    fchmod(fd, kSegmentMode);  // whatever the umask: the group's gid may join
     if (ftruncate(fd, 0) != 0 || ftruncate(fd, sizeof(GroupSegmentLayout)) != 0) {
       return fail(Unavailable(Errno("cannot size " + path)));
     }
@@ -448,6 +492,42 @@ std::vector<int32_t> GroupSegment::MemberPids() const {
     if (const int32_t pid = Load(slot.owner_pid); pid != 0) pids.push_back(pid);
   }
   return pids;
+}
+
+// ---- readers ----
+
+GroupSnapshot GroupSegment::Snapshot() const {
+  GroupSnapshot snap{.group = group_, .devices = {}, .members = {}};
+  const int n = device_count();
+  for (int d = 0; d < n; ++d) {
+    const GroupDevice& dev = layout_->devices[d];
+    const DeviceCompute& c = dev.compute;
+    snap.devices.push_back(
+        {.index = d,
+         .uuid = DeviceUuid(d),
+         .memory_used = MemoryUsed(d),
+         .memory_limit = MemoryLimit(d),
+         .memory_peak = Load(dev.memory_peak),
+         .alloc_failures = Load(dev.alloc_failures),
+         .compute_limit = ComputeLimit(d),
+         .share_bp = Load(c.measured_at_ns) != 0 ? static_cast<int32_t>(Load(c.share_bp)) : -1,
+         .charge_ns = Load(c.charge_ns),
+         .launches = Load(c.launches),
+         .throttled = Load(c.waits),
+         .throttled_ns = Load(c.wait_ns)});
+  }
+  for (int slot = 0; slot < kGroupMaxSlots; ++slot) {
+    const ProcessSlot& p = layout_->slots[slot];
+    const int32_t pid = Load(p.owner_pid);
+    if (pid == 0 || !SlotLive(slot)) continue;
+    GroupSnapshot::Member m{.slot = slot,
+                            .pid = pid,
+                            .name = std::string(p.name, strnlen(p.name, sizeof p.name)),
+                            .memory = {}};
+    for (int d = 0; d < n; ++d) m.memory.push_back(Load(p.memory[d]));
+    snap.members.push_back(std::move(m));
+  }
+  return snap;
 }
 
 // ---- the group controller ----

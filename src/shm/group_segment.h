@@ -26,6 +26,33 @@
 
 namespace gpuslice {
 
+// A reading of a group segment, field by field (each field atomically; not
+// one transaction: a member may allocate between two fields). What readers
+// (status, the daemon's metrics) get instead of the raw layout.
+struct GroupSnapshot {
+  struct Device {
+    int index;                                        // in the segment (not a CUDA ordinal)
+    std::string uuid;                                 // "GPU-…"
+    uint64_t memory_used, memory_limit, memory_peak;  // bytes; limit kUnlimitedBytes: none
+    uint64_t alloc_failures;                          // allocations refused for the limit
+    uint32_t compute_limit;                           // percent; kUnlimitedPercent: none
+    int32_t share_bp;       // measured share of the device, basis points; -1: never measured
+    int64_t charge_ns;      // estimated device time of one launch; 0: not known yet
+    uint64_t launches;      // launches paced
+    uint64_t throttled;     // launches that waited for budget
+    uint64_t throttled_ns;  // their total wait
+  };
+  struct Member {
+    int slot;
+    int32_t pid;  // in the member's own pid namespace
+    std::string name;
+    std::vector<uint64_t> memory;  // bytes per device, parallel to `devices`
+  };
+  std::string group;
+  std::vector<Device> devices;
+  std::vector<Member> members;  // live ones (SlotLive), by slot
+};
+
 // Idle time after which a group's segment is removed (by `gpuslice status
 // --gc` and by gpusliced): no process attached and no controller heartbeat.
 inline constexpr int64_t kDefaultGroupGcGraceS = 600;
@@ -97,6 +124,12 @@ class GroupSegment {
   void PublishEstimate(int dev, const Estimate& estimate);
   // The pids of the members' slots (in each member's own pid namespace).
   std::vector<int32_t> MemberPids() const;
+
+  // ---- readers ----
+
+  // Devices with their limits, usage and compute counters, and the live
+  // members. Call ReapDead() first so that dead members' memory is not counted.
+  GroupSnapshot Snapshot() const;
 
   // The word bumped on every limit change: read it, decide, then
   // WaitForChange(seen, timeout) sleeps until it moves or the timeout passes

@@ -395,5 +395,48 @@ TEST_F(GroupSegmentTest, AFileThatIsNotASegmentIsCollectedAtOnce) {
   EXPECT_TRUE(*removed);
 }
 
+TEST_F(GroupSegmentTest, ASegmentIsForItsCreatorsUidAndGidOnly) {
+  auto seg = OpenGroup();
+  ASSERT_NE(seg, nullptr);
+  struct stat st {};
+  ASSERT_EQ(stat(seg->path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0660u);
+  EXPECT_EQ(st.st_uid, geteuid());
+}
+
+TEST_F(GroupSegmentTest, AnotherUserCanNeitherOpenAGroupNorSquatItsName) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as uid 65534";
+  ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);
+  auto seg = OpenGroup("owned");
+  ASSERT_NE(seg, nullptr);
+  // uid 65534 cannot open it, to read or to join.
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    auto r = GroupSegment::Open(dir_, "owned", false);
+    auto w = GroupSegment::Open(dir_, "owned", true);
+    const bool refused = r.status().code() == StatusCode::kPermissionDenied &&
+                         w.status().code() == StatusCode::kPermissionDenied &&
+                         r.status().message().find("uid 0") != std::string::npos;
+    _exit(refused ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+
+  // A file another user left, writable by anyone, is not joined.
+  const std::string squat = GroupSegment::PathFor(dir_, "squatted");
+  int fd = open(squat.c_str(), O_CREAT | O_WRONLY, 0666);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fchmod(fd, 0666), 0);
+  ASSERT_EQ(fchown(fd, 65534, 65534), 0);
+  close(fd);
+  auto joined = GroupSegment::Open(dir_, "squatted", true);
+  EXPECT_EQ(joined.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(joined.status().message().find("anyone may write"), std::string::npos)
+      << joined.status().message();
+}
+
 }  // namespace
 }  // namespace gpuslice

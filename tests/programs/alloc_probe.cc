@@ -20,9 +20,9 @@
 //         then holds S seconds; with --free frees everything and prints
 //         {"freed":N,"free_after":F}. With --go-file, prints {"ready":true}
 //         once its context exists and starts allocating when F exists.
-//     fork --chunk B            cuInit, then fork: the child fills the device
-//         and exits, then the parent does; prints {"child_granted":N,
-//         "child_error":"...","parent_granted":M,"parent_error":"..."}
+//     fork --chunk B [--hold-s S]  cuInit, then fork: the child fills the
+//         device (and holds it S seconds) and exits, then the parent does; prints
+//         {"child_granted":N, "child_error":"...","parent_granted":M,"parent_error":"..."}
 //     absent                    calls cuInit found by dlsym(RTLD_DEFAULT)
 //         without loading any driver; prints {"cuInit":rc}
 //
@@ -364,7 +364,7 @@ long FillDevice(uint64_t chunk, CUresult* rc) {
   return granted;
 }
 
-int Fork(uint64_t chunk) {
+int Fork(uint64_t chunk, double hold_s) {
   // Like a program that forks workers after initialising the driver but
   // before creating contexts (contexts never survive a fork).
   Check(g_api.cuInit(0), "cuInit");
@@ -376,6 +376,7 @@ int Fork(uint64_t chunk) {
     close(out[0]);
     CUresult rc = CUDA_SUCCESS;
     const long granted = FillDevice(chunk, &rc);
+    if (hold_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(hold_s));
     dprintf(out[1], "%ld %s", granted, Name(rc));
     _exit(0);
   }
@@ -459,6 +460,6 @@ int main(int argc, char** argv) {
   BindAll(via);
   if (command == "info") return Info();
   if (command == "alloc") return Alloc(o);
-  if (command == "fork") return Fork(o.chunk);
+  if (command == "fork") return Fork(o.chunk, o.hold_s);
   Usage("unknown command '" + command + "'");
 }

@@ -36,6 +36,7 @@ struct GpuInfo {
   uint32_t memory_clock_mhz = 0;
   uint32_t max_sm_clock_mhz = 0;
   uint32_t max_memory_clock_mhz = 0;
+  uint32_t temperature_c = 0;                      // GPU core temperature, degrees Celsius
   std::optional<ClockRange> locked_gpu_clocks;     // what the daemon locked (NVML has no getter)
   std::optional<ClockRange> locked_memory_clocks;  // likewise
   bool persistence = false;

@@ -1,5 +1,7 @@
 #include "daemon/gpu/fake_backend.h"
 
+#include <algorithm>
+
 namespace gpuslice::daemon {
 
 FakeBackend::FakeBackend(uint32_t count) {
@@ -19,6 +21,7 @@ FakeBackend::FakeBackend(uint32_t count) {
     g.memory_clock_mhz = 2619;
     g.max_sm_clock_mhz = 1980;
     g.max_memory_clock_mhz = 2619;
+    g.temperature_c = 34;
     gpus_.push_back(g);
   }
   processes_.resize(count);
@@ -33,6 +36,9 @@ uint32_t FakeBackend::DeviceCount() const {
 StatusOr<GpuInfo> FakeBackend::Read(uint32_t index) {
   std::lock_guard lock(mu_);
   if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  if (std::find(failing_reads_.begin(), failing_reads_.end(), index) != failing_reads_.end()) {
+    return Unavailable("GPU " + std::to_string(index) + " is lost (injected)");
+  }
   return gpus_[index];
 }
 
@@ -139,6 +145,12 @@ void FakeBackend::SetHook(std::function<void(uint32_t, const SettingValue&)> hoo
 void FakeBackend::FailSets(uint32_t index, Status status, bool sticky) {
   std::lock_guard lock(mu_);
   failures_.push_back({index, std::move(status), sticky});
+}
+
+void FakeBackend::FailReads(uint32_t index, bool fail) {
+  std::lock_guard lock(mu_);
+  std::erase(failing_reads_, index);
+  if (fail) failing_reads_.push_back(index);
 }
 
 void FakeBackend::Mutate(uint32_t index, const std::function<void(GpuInfo&)>& f) {

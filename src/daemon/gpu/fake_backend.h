@@ -42,6 +42,8 @@ class FakeBackend final : public GpuBackend {
   // Adds NVML utilization samples of GPU `index` (returned by
   // ProcessUtilizationSince when newer than its argument).
   void AddUtilization(uint32_t index, const std::vector<ProcessUtilization>& samples);
+  // While `fail`, Read(index) fails (kUnavailable), as for a GPU that fell off the bus.
+  void FailReads(uint32_t index, bool fail);
   // Direct access to a GPU's record (tests change sampled values).
   void Mutate(uint32_t index, const std::function<void(GpuInfo&)>& f);
 
@@ -51,6 +53,7 @@ class FakeBackend final : public GpuBackend {
   std::vector<std::vector<GpuProcess>> processes_;
   std::vector<std::vector<ProcessUtilization>> utilization_;
   std::vector<Call> calls_;
+  std::vector<uint32_t> failing_reads_;
   std::function<void(uint32_t, const SettingValue&)> hook_;
   struct Failure {
     uint32_t index;

@@ -53,6 +53,7 @@ nlohmann::json GpuJson(const GpuInfo& g) {
         {"max_memory_mhz", g.max_memory_clock_mhz},
         {"locked_gpu", Locked(g.locked_gpu_clocks)},
         {"locked_memory", Locked(g.locked_memory_clocks)}}},
+      {"temperature_c", g.temperature_c},
       {"persistence", g.persistence},
       {"compute_mode", ModeName(g.compute_mode)},
       {"mps", g.mps},

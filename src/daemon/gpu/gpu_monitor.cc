@@ -11,10 +11,18 @@ bool SameStatus(GpuInfo a, const GpuInfo& b) {
   return a == b;
 }
 
+const Clock& RealMonotonicClock() {
+  static const auto* clock = new MonotonicClock;  // never destroyed
+  return *clock;
+}
+
 }  // namespace
 
-GpuMonitor::GpuMonitor(GpuBackend& backend, std::chrono::milliseconds interval)
-    : backend_(backend), interval_(interval), current_(std::make_shared<Snapshot>()) {}
+GpuMonitor::GpuMonitor(GpuBackend& backend, std::chrono::milliseconds interval, const Clock* clock)
+    : backend_(backend),
+      interval_(interval),
+      clock_(clock != nullptr ? *clock : RealMonotonicClock()),
+      current_(std::make_shared<Snapshot>()) {}
 
 GpuMonitor::~GpuMonitor() { Stop(); }
 
@@ -27,22 +35,30 @@ void GpuMonitor::Sample() {
   for (uint32_t i = 0; i < backend_.DeviceCount(); ++i) {
     StatusOr<GpuInfo> info = backend_.Read(i);
     GpuInfo g;
+    GpuReadState read;
     if (info.ok()) {
       g = std::move(*info);
       g.mps = mps_ ? mps_(g) : "off";
+      read.read_ns = clock_.NowNs();
     } else {
       GS_LOG(kWarn, "gpusliced", "event=sample_failed gpu=%u error=\"%s\"", i,
              info.status().message().c_str());
       if (i < prev->gpus.size()) g = prev->gpus[i];
+      if (i < prev->reads.size()) read.read_ns = prev->reads[i].read_ns;
+      read.failed = true;
       g.index = i;
     }
+    next->reads.push_back(read);
     if (listener_ && (i >= prev->gpus.size() || !SameStatus(g, prev->gpus[i]))) listener_(g);
     list.push_back(GpuJson(g));
     next->gpus.push_back(std::move(g));
   }
   next->gpus_json = nlohmann::json{{"gpus", std::move(list)}}.dump();
-  std::lock_guard lock(mu_);
-  current_ = std::move(next);
+  {
+    std::lock_guard lock(mu_);
+    current_ = next;
+  }
+  if (sink_) sink_(*next);
 }
 
 void GpuMonitor::Start() {

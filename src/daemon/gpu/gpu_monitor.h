@@ -1,6 +1,7 @@
 // GpuMonitor: samples every GPU through the backend on its own thread and
-// publishes an immutable Snapshot that readers (GET /v1/gpus, /metrics) use
-// without touching NVML. Reports each GPU whose status changed.
+// publishes an immutable Snapshot that readers (GET /v1/gpus, /metrics, the
+// node segment) use without touching NVML. Reports each GPU whose status
+// changed.
 //
 // Thread safety: Current() and Poke() from any thread; Sample() runs on the
 // monitor thread (or the caller's, in tests). Set the callbacks before Start.
@@ -16,14 +17,24 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "daemon/gpu/backend.h"
 
 namespace gpuslice::daemon {
 
+// How fresh one GPU's entry of a Snapshot is.
+struct GpuReadState {
+  int64_t read_ns = 0;  // CLOCK_MONOTONIC of the read its values come from; 0: never read
+  bool failed = false;  // this sample's read failed (the values, if any, are older)
+
+  bool operator==(const GpuReadState&) const = default;
+};
+
 struct Snapshot {
-  uint64_t generation = 0;    // 0: nothing sampled yet
-  std::vector<GpuInfo> gpus;  // by index; a GPU that failed to read keeps its last sample
-  std::string gpus_json;      // the body of GET /v1/gpus, serialised once per sample
+  uint64_t generation = 0;          // 0: nothing sampled yet
+  std::vector<GpuInfo> gpus;        // by index; a GPU that failed to read keeps its last sample
+  std::string gpus_json;            // the body of GET /v1/gpus, serialised once per sample
+  std::vector<GpuReadState> reads;  // beside gpus, by index
 };
 
 class GpuMonitor {
@@ -34,7 +45,12 @@ class GpuMonitor {
   // previous sample (anything but the energy counter).
   using ChangeListener = std::function<void(const GpuInfo&)>;
 
-  GpuMonitor(GpuBackend& backend, std::chrono::milliseconds interval);
+  // Called on the sampling thread with every new snapshot, once it is current.
+  using SampleSink = std::function<void(const Snapshot&)>;
+
+  // `clock` (CLOCK_MONOTONIC; null: the real one) stamps the reads and must
+  // outlive the monitor.
+  GpuMonitor(GpuBackend& backend, std::chrono::milliseconds interval, const Clock* clock = nullptr);
   ~GpuMonitor();
   GpuMonitor(const GpuMonitor&) = delete;
   GpuMonitor& operator=(const GpuMonitor&) = delete;
@@ -43,6 +59,9 @@ class GpuMonitor {
   void SetChangeListener(ChangeListener listener) { listener_ = std::move(listener); }
   // Runs on the monitor thread after every sample (the daemon expires leases there).
   void SetTickHook(std::function<void()> hook) { tick_ = std::move(hook); }
+  // Runs after every sample, Start's first one included (the daemon writes the
+  // node segment there). Samples, and so calls, never overlap.
+  void SetSampleSink(SampleSink sink) { sink_ = std::move(sink); }
 
   // One sampling round, synchronously.
   void Sample();
@@ -62,6 +81,8 @@ class GpuMonitor {
   MpsProvider mps_;
   ChangeListener listener_;
   std::function<void()> tick_;
+  SampleSink sink_;
+  const Clock& clock_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<const Snapshot> current_;  // GUARDED_BY(mu_)

@@ -26,6 +26,7 @@ namespace gpuslice::daemon {
   X(nvmlDeviceGetMaxClockInfo, (nvmlDevice_t, nvmlClockType_t, unsigned int*))                  \
   X(nvmlDeviceGetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t*))                           \
   X(nvmlDeviceGetComputeMode, (nvmlDevice_t, nvmlComputeMode_t*))                               \
+  X(nvmlDeviceGetTemperature, (nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*))          \
   X(nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*)) \
   X(nvmlDeviceGetProcessUtilization,                                                            \
     (nvmlDevice_t, nvmlProcessUtilizationSample_t*, unsigned int*, unsigned long long))         \
@@ -156,6 +157,7 @@ StatusOr<GpuInfo> NvmlBackend::Read(uint32_t index) {
   if (a.nvmlDeviceGetMaxClockInfo(d, NVML_CLOCK_MEM, &v) == NVML_SUCCESS) {
     g.max_memory_clock_mhz = v;
   }
+  if (a.nvmlDeviceGetTemperature(d, NVML_TEMPERATURE_GPU, &v) == NVML_SUCCESS) g.temperature_c = v;
   if (nvmlEnableState_t p{}; a.nvmlDeviceGetPersistenceMode(d, &p) == NVML_SUCCESS) {
     g.persistence = p == NVML_FEATURE_ENABLED;
   }

@@ -91,26 +91,37 @@ void GroupControllers::Rescan() {
 
 int64_t GroupControllers::Tick() {
   const int64_t now = clocks_.monotonic.NowNs();
-  if (!scanned_ || now - last_scan_ns_ >= options_.rescan_ns) {
+  const bool rescanned = !scanned_ || now - last_scan_ns_ >= options_.rescan_ns;
+  if (rescanned) {
     Rescan();
     scanned_ = true;
     last_scan_ns_ = now;
   }
-  const bool rescanned = last_scan_ns_ == now;
   int64_t next = std::chrono::nanoseconds(control::GroupKeeper::kPeriod).count();
-  std::vector<GroupControl> snapshot;
+  bool changed = rescanned;
   for (auto& [name, g] : groups_) {
     g.segment->BeatAsDaemon(options_.self, clocks_.monotonic.NowNs());
     const bool was = g.segment->is_controller();
     if (g.segment->TryBecomeController()) {
-      if (!was) GS_LOG(kInfo, "gpusliced", "event=group_controlled group=%s", name.c_str());
+      if (!was) {
+        GS_LOG(kInfo, "gpusliced", "event=group_controlled group=%s", name.c_str());
+        changed = true;
+      }
       if (rescanned || !was) ApplyLimits(name, *g.segment);
       next = std::min(next, g.keeper->Step());
     }
-    snapshot.push_back({name, g.segment->is_controller()});
   }
-  std::lock_guard lock(snapshot_mu_);
-  snapshot_ = std::move(snapshot);
+  if (changed) {
+    // Readers get a copy refreshed at rescans (1 s): cheap enough for
+    // hundreds of groups, fresh enough for metrics.
+    std::vector<GroupControl> snapshot;
+    snapshot.reserve(groups_.size());
+    for (auto& [name, g] : groups_) {
+      snapshot.push_back({name, g.segment->is_controller(), g.segment->Snapshot()});
+    }
+    std::lock_guard lock(snapshot_mu_);
+    snapshot_ = std::move(snapshot);
+  }
   return next;
 }
 

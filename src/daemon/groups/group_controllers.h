@@ -80,8 +80,11 @@ class GroupControllers {
 
   struct GroupControl {
     std::string group;
-    bool controlling;  // holds the controller role (else a member still does)
+    bool controlling;       // holds the controller role (else a member still does)
+    GroupSnapshot segment;  // as of the last rescan
   };
+  // The adopted groups, for the API and metrics (segment counters refreshed
+  // once per rescan).
   std::vector<GroupControl> Snapshot() const;
 
  private:

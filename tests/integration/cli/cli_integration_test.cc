@@ -1,9 +1,12 @@
 // gpuslice run, status and limit set as an operator uses them: the gpuslice
 // binary started as a real process, limiting gpuslice-driver-probe on a
 // private simulated GPU, with a private segment directory per test.
+#include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -215,6 +218,63 @@ TEST_F(CliTest, StatusShowsALimitedProcessAndForgetsItWhenKilled) {
   EXPECT_TRUE(Group(Status({"--all"}), "t1").is_null());
   EXPECT_FALSE(
       std::filesystem::exists(shm_dir_ + "/group-t1.v" + std::to_string(kGroupSegmentVersion)));
+}
+
+// Runs gpuslice as uid/gid 65534 (the test must be root), with this test's
+// simulation and segment directory.
+Result RunAsNobody(const std::string& dir, const std::vector<std::string>& args,
+                   const std::vector<std::string>& env) {
+  const std::string out = dir + "/nobody.out", err = dir + "/nobody.err";
+  const int out_fd = open(out.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  const int err_fd = open(err.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  std::vector<std::string> argv = {BuildDir() + "/bin/gpuslice"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> argv_c, env_c;
+  for (auto& a : argv) argv_c.push_back(a.data());
+  argv_c.push_back(nullptr);
+  std::vector<std::string> env_copy = env;
+  for (auto& e : env_copy) env_c.push_back(e.data());
+  env_c.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0 || setgroups(0, nullptr) != 0 ||
+        setgid(65534) != 0 || setuid(65534) != 0) {
+      _exit(125);
+    }
+    execve(argv_c[0], argv_c.data(), env_c.data());
+    _exit(127);
+  }
+  close(out_fd);
+  close(err_fd);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp(out), slurp(err)};
+}
+
+TEST_F(CliTest, AnotherUserCannotReadOrRaiseAGroupsLimits) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run gpuslice as uid 65534";
+  ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);
+  pid_t probe = StartLimitedProbe("1GiB", "rooted");
+  ASSERT_TRUE(
+      WaitFor([&] { return !Group(Status(), "rooted").is_null(); }, std::chrono::seconds(20)))
+      << Read(File("err", 0));
+  const std::vector<std::string> env = {"GPUSLICE_SHM_DIR=" + shm_dir_, "PATH=/usr/bin:/bin"};
+  Result raise =
+      RunAsNobody(dir_, {"limit", "set", "--group", "rooted", "--memory", "unlimited"}, env);
+  EXPECT_EQ(raise.code, 1) << raise.out << raise.err;
+  EXPECT_NE(raise.err.find("not this user's"), std::string::npos) << raise.err;
+  EXPECT_EQ(Group(Status(), "rooted")["devices"][0]["memory_limit_bytes"], kGiB);  // unchanged
+
+  Result status = RunAsNobody(dir_, {"status"}, env);
+  EXPECT_EQ(status.code, 0) << status.err;
+  EXPECT_NE(status.out.find("1 group belongs to other users"), std::string::npos) << status.out;
+  EXPECT_EQ(status.out.find("rooted"), std::string::npos) << status.out;
+  kill(probe, SIGKILL);
+  Join(probe);
 }
 
 TEST_F(CliTest, GcNeverRemovesAGroupAProcessIsAttachedTo) {

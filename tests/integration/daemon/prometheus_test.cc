@@ -21,6 +21,7 @@ namespace gpuslice {
 namespace {
 
 using nlohmann::json;
+using testing::BuildDir;
 using testing::WaitFor;
 using namespace std::chrono_literals;
 
@@ -69,8 +70,9 @@ class PrometheusTest : public testing::SimProcessTest {
   }
 
   void StartDaemon(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {"--socket", socket_,       "--poll-interval-ms",
-                                     "100",      "--state-dir", dir_ + "/state"};
+    std::vector<std::string> args = {"--socket",  socket_,       "--poll-interval-ms",
+                                     "100",       "--state-dir", dir_ + "/state",
+                                     "--shm-dir", shm_dir_};
     args.insert(args.end(), extra.begin(), extra.end());
     StartProgram("gpusliced", 0, args, {R"(GPUSLICE_SIM_CONFIG={"device_count":2})"});
     ASSERT_TRUE(WaitFor(
@@ -105,11 +107,30 @@ TEST_F(PrometheusTest, PromtoolAcceptsTheDaemonsMetrics) {
   ASSERT_EQ(access("/usr/bin/promtool", X_OK), 0) << "promtool is missing: run scripts/setup";
   StartDaemon();
   RegisterGroup();
-  const std::string metrics = Metrics();
-  EXPECT_NE(metrics.find("gpuslice_group_tenants{group=\"prom-g\",pod=\"\",namespace=\"\"} 1\n"),
+  const std::string registered = Metrics();
+  EXPECT_NE(registered.find("gpuslice_group_tenants{group=\"prom-g\",pod=\"\",namespace=\"\"} 1\n"),
+            std::string::npos)
+      << registered;
+  EXPECT_NE(registered.find("gpuslice_tenant_memory_used_bytes{group=\"prom-g\""),
+            std::string::npos);
+  // A limited process of the group: the daemon controls its segment, whose
+  // counters are series too.
+  StartProgram("gpuslice-alloc-probe", 1,
+               {"alloc", "--chunk", std::to_string(64 << 20), "--max", "1", "--hold-s", "60"},
+               {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so", "GPUSLICE_SHM_DIR=" + shm_dir_,
+                "GPUSLICE_GROUP=prom-g"});
+  std::string metrics = Metrics();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        metrics = Metrics();
+        return metrics.find("gpuslice_group_controlled_by_daemon{group=\"prom-g\"} 1\n") !=
+               std::string::npos;
+      },
+      20s))
+      << metrics << Read("err1");
+  EXPECT_NE(metrics.find("gpuslice_group_alloc_refusals_total{group=\"prom-g\",gpu=\"0\""),
             std::string::npos)
       << metrics;
-  EXPECT_NE(metrics.find("gpuslice_tenant_memory_used_bytes{group=\"prom-g\""), std::string::npos);
   const std::string file = dir_ + "/metrics.txt";
   std::ofstream(file) << metrics;
   const std::string out = dir_ + "/promtool.out";

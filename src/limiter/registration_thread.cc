@@ -1,0 +1,105 @@
+#include "limiter/registration_thread.h"
+
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <ctime>
+#include <utility>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "limiter/registrar.h"
+
+namespace gpuslice::limiter {
+namespace {
+
+struct Args {
+  GroupSegment* segment;
+  RegistrationRequest request;
+  std::string socket_path;
+};
+
+DaemonObservation Observe(const GroupSegment& segment, const std::string& socket_path) {
+  DaemonObservation seen;
+  struct stat st {};
+  if (stat(socket_path.c_str(), &st) == 0) {
+    seen.socket_present = true;
+    seen.socket_id = (static_cast<uint64_t>(st.st_dev) << 40) ^ static_cast<uint64_t>(st.st_ino) ^
+                     (static_cast<uint64_t>(st.st_ctim.tv_sec) * 1'000'000'007ull) ^
+                     static_cast<uint64_t>(st.st_ctim.tv_nsec);
+    if (seen.socket_id == 0) seen.socket_id = 1;
+  }
+  if (segment.DaemonClaims(MonotonicNs())) {
+    seen.daemon_pid = std::atomic_ref<const int32_t>(segment.layout().daemon_pid).load();
+  }
+  return seen;
+}
+
+void Apply(GroupSegment& segment, const std::vector<EffectiveLimit>& limits) {
+  for (const EffectiveLimit& l : limits) {
+    const int dev = segment.FindDevice(l.uuid);
+    if (dev < 0) continue;  // a GPU this process did not attach
+    if (l.memory_bytes) segment.LowerMemoryLimit(dev, *l.memory_bytes);
+    if (l.compute_percent) segment.LowerComputeLimit(dev, *l.compute_percent);
+  }
+}
+
+void SleepNs(int64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR) {
+  }
+}
+
+void* Run(void* arg) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  try {
+    // Never destroyed: the thread may run until the process is gone, after
+    // static destructors.
+    auto* args = static_cast<Args*>(arg);
+    auto* clock = new MonotonicClock;
+    GroupSegment* segment = args->segment;
+    const std::string* path = &args->socket_path;
+    auto* registrar = new Registrar(
+        args->request, [path](const RegistrationRequest& r) { return Register(*path, r); },
+        [segment, path] { return Observe(*segment, *path); },
+        [segment](const std::vector<EffectiveLimit>& l) { Apply(*segment, l); }, *clock);
+    for (;;) SleepNs(registrar->Step());
+  } catch (...) {
+    // Out of memory, most likely: the process goes on unregistered.
+    GS_LOG(kWarn, "limiter", "registration with gpusliced stopped (out of memory?)");
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool StartRegistrationThread(GroupSegment* segment, RegistrationRequest request,
+                             std::string socket_path) {
+  Args* args = nullptr;
+  try {
+    args = new Args{segment, std::move(request), std::move(socket_path)};
+  } catch (...) {
+    return false;
+  }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, size_t{256} * 1024);
+  pthread_t thread;
+  const int rc = pthread_create(&thread, &attr, &Run, args);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    delete args;
+    GS_LOG(kWarn, "limiter", "cannot start the registration thread (error %d)", rc);
+    return false;
+  }
+  pthread_setname_np(thread, "gpuslice-reg");
+  return true;
+}
+
+}  // namespace gpuslice::limiter

@@ -1,0 +1,32 @@
+// The limiter's registration with gpusliced, on a thread of its own
+// (DESIGN.md section 4; the policy is Registrar's, the exchange
+// daemon_client.h's Register).
+//
+// Why a thread of its own and not the caller's or the keeper's: the host's
+// first CUDA call must never wait for a daemon (the exchange is bounded, but
+// a hung daemon would still cost each attaching process its deadline), and
+// the keeper thread runs the group's compute controller when the daemon is
+// away, whose ticks must not stall behind a slow daemon either. The thread
+// sleeps between steps (a look at the socket file and the segment every
+// second, an attempt every 2 s while unregistered) and is cheap otherwise.
+//
+// Like the keeper thread it blocks every signal and is detached: it never
+// delays the host's exit. A forked child starts its own (it is a new process
+// and registers itself).
+#pragma once
+
+#include <string>
+
+#include "limiter/daemon_client.h"
+#include "shm/group_segment.h"
+
+namespace gpuslice::limiter {
+
+// Starts registering `request` with the daemon at `socket_path` on a new
+// thread; limits the daemon grants lower `segment`'s. `segment` must outlive
+// the process (the limiter never frees it). Returns false if no thread could
+// be started (the process then runs under its own limits, unregistered).
+bool StartRegistrationThread(GroupSegment* segment, RegistrationRequest request,
+                             std::string socket_path);
+
+}  // namespace gpuslice::limiter

@@ -1,0 +1,272 @@
+// The limiter registers with gpusliced (issue 12, "Registry"): real limited
+// processes (libgpuslice.so preloaded) on a private simulated GPU and the real
+// daemon. A limited process is listed as a tenant of its group with its own
+// limit; after the daemon is SIGKILLed and restarted it is listed again (from
+// the checkpoint, or registered anew when the checkpoint is gone); without a
+// daemon, or with one that never answers, the process runs as fast as with
+// registration off.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli/unix_http_client.h"
+#include "nlohmann/json.hpp"
+#include "shm/group_segment.h"
+#include "tests/integration/support/sim_process_test.h"
+
+namespace gpuslice {
+namespace {
+
+using testing::BuildDir;
+using testing::WaitFor;
+using namespace std::chrono_literals;
+
+class LimiterRegistrationTest : public testing::SimProcessTest {
+ protected:
+  std::string Socket() const { return dir_ + "/d.sock"; }
+
+  // Starts gpusliced on this test's simulation, segments (or `shm` under the
+  // test's directory) and `state` dir; its log goes to "err<n>".
+  pid_t StartDaemon(const std::string& state, const std::string& shm = "") {
+    const pid_t pid = StartProgram(
+        "gpusliced", next_++,
+        {"--socket", Socket(), "--state-dir", dir_ + "/" + state, "--shm-dir",
+         shm.empty() ? shm_dir_ : dir_ + shm, "--log-level", "debug", "--poll-interval-ms", "100"});
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          auto r = cli::UnixHttpClient(Socket(), 5s).Request("GET", "/readyz");
+          return r.ok() && r->status == 200;
+        },
+        20s));
+    return pid;
+  }
+
+  // gpuslice-alloc-probe with the limiter preloaded, in `group`, holding one
+  // 64 MiB allocation for `hold_s` seconds; its log goes to "err<n>".
+  pid_t StartMember(const std::string& group, int hold_s,
+                    const std::vector<std::string>& extra_env = {}) {
+    std::vector<std::string> env = {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so",
+                                    "GPUSLICE_SHM_DIR=" + shm_dir_, "GPUSLICE_GROUP=" + group,
+                                    "GPUSLICE_LOG_LEVEL=debug"};
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    std::vector<std::string> args = {"alloc", "--chunk", std::to_string(64 << 20), "--max", "1"};
+    if (hold_s > 0) {
+      args.emplace_back("--hold-s");
+      args.push_back(std::to_string(hold_s));
+    }
+    return StartProgram("gpuslice-alloc-probe", next_++, args, env);
+  }
+
+  // The daemon's record of tenant `pid` (null if not listed or no answer).
+  json Tenant(pid_t pid) {
+    auto r = cli::UnixHttpClient(Socket(), 5s).Request("GET", "/v1/tenants");
+    if (!r.ok() || r->status != 200) return nullptr;
+    const json body = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+    const json list = body.is_object() ? body.value("tenants", json::array()) : body;
+    if (!list.is_array()) return nullptr;
+    for (const json& t : list) {
+      if (t.value("host_pid", 0) == pid) return t;
+    }
+    return nullptr;
+  }
+
+  // How many times the member logging to "err<n>" heard a 201 (or 409).
+  size_t Registrations(int n, const std::string& group) {
+    const std::string log = Read("err" + std::to_string(n));
+    const std::string line = "registered with gpusliced as tenant of group " + group;
+    size_t count = 0;
+    for (size_t at = 0; (at = log.find(line, at)) != std::string::npos; at += line.size()) ++count;
+    return count;
+  }
+
+  // Seconds one run of the probe takes, spawn to exit (exit code in `code`).
+  double TimeRun(const std::vector<std::string>& extra_env, int* code) {
+    const auto start = std::chrono::steady_clock::now();
+    *code = Join(StartMember("fast", 0, extra_env));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  int next_ = 0;
+};
+
+TEST_F(LimiterRegistrationTest, ListedWithItsGroupAndLimit) {
+  StartDaemon("state");  // err0
+  const pid_t member =
+      StartMember("reg", 60,
+                  {"GPUSLICE_SOCKET=" + Socket(), "GPUSLICE_MEMORY_LIMIT=1GiB", "POD_NAME=web-0",
+                   "POD_NAMESPACE=prod", "CONTAINER_NAME=app"});  // err1
+  json t;
+  ASSERT_TRUE(WaitFor([&] { return !(t = Tenant(member)).is_null(); }, 10s))
+      << "daemon log:\n"
+      << Read("err0") << "\nmember log:\n"
+      << Read("err1");
+  EXPECT_EQ(t["group"], "reg");
+  EXPECT_EQ(t["requested_limits"]["memory_bytes"], 1ull << 30) << t.dump();
+  EXPECT_EQ(t["pod"], "web-0");
+  EXPECT_EQ(t["namespace"], "prod");
+  EXPECT_EQ(t["container"], "app");
+  EXPECT_EQ(t["devices"].size(), 1u) << t.dump();
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Read("err1").find("registered with gpusliced as tenant of group reg") !=
+               std::string::npos;
+      },
+      5s))
+      << Read("err1");
+}
+
+TEST_F(LimiterRegistrationTest, ListedAgainAfterADaemonRestart) {
+  pid_t daemon = StartDaemon("state");                                             // err0
+  const pid_t member = StartMember("again", 60, {"GPUSLICE_SOCKET=" + Socket()});  // err1
+  // Listed, and the limiter heard the answer (the registry lists a tenant
+  // before its reply is sent: a kill in between would lose the reply).
+  ASSERT_TRUE(
+      WaitFor([&] { return !Tenant(member).is_null() && Registrations(1, "again") == 1; }, 10s))
+      << Read("err1");
+
+  // SIGKILLed and restarted on its state: the tenant is listed again.
+  ASSERT_GT(daemon, 0);
+  kill(daemon, SIGKILL);
+  Join(daemon);
+  auto killed = std::chrono::steady_clock::now();
+  daemon = StartDaemon("state");  // err2
+  ASSERT_TRUE(WaitFor([&] { return !Tenant(member).is_null(); }, 10s)) << Read("err1");
+  RecordProperty("listed_again_ms",
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::steady_clock::now() - killed)
+                                    .count()));
+
+  // SIGKILLed and restarted with its state lost: only the limiter's new
+  // registration can list the tenant again.
+  ASSERT_GT(daemon, 0);
+  kill(daemon, SIGKILL);
+  Join(daemon);
+  killed = std::chrono::steady_clock::now();
+  StartDaemon("fresh-state");  // err3
+  json t;
+  ASSERT_TRUE(WaitFor([&] { return !(t = Tenant(member)).is_null(); }, 10s))
+      << "daemon log:\n"
+      << Read("err3") << "\nmember log:\n"
+      << Read("err1");
+  EXPECT_EQ(t["group"], "again");
+  RecordProperty("registered_anew_ms",
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::steady_clock::now() - killed)
+                                    .count()));
+  // The fresh daemon heard it from the limiter itself (its log line comes
+  // after the listing: wait for it).
+  const std::string line = "event=tenant_registered pid=" + std::to_string(member) + " ";
+  EXPECT_TRUE(WaitFor([&] { return Read("err3").find(line) != std::string::npos; }, 5s))
+      << Read("err3");
+  EXPECT_TRUE(WaitFor([&] { return Registrations(1, "again") >= 2; }, 5s)) << Read("err1");
+}
+
+TEST_F(LimiterRegistrationTest, TheDaemonsGrantLowersTheSegment) {
+  // The daemon watches another segment directory (as with per-pod mounts it
+  // does not see): only the limiter can apply the group's limit here.
+  StartDaemon("state", "/other-shm");  // err0
+  auto put = cli::UnixHttpClient(Socket(), 5s)
+                 .Request("PUT", "/v1/groups/granted",
+                          R"({"limits": {"all": {"memory": "512MiB", "compute_percent": 30}}})");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  ASSERT_EQ(put->status, 200) << put->body;
+  const pid_t member = StartMember("granted", 60, {"GPUSLICE_SOCKET=" + Socket()});  // err1
+  ASSERT_TRUE(WaitFor([&] { return Registrations(1, "granted") == 1; }, 10s)) << Read("err1");
+  auto limits = [&] {
+    auto seg = GroupSegment::Open(shm_dir_, "granted", /*create=*/false);
+    if (!seg.ok() || (*seg)->device_count() < 1) return std::pair<uint64_t, uint32_t>{0, 0};
+    return std::pair<uint64_t, uint32_t>{(*seg)->MemoryLimit(0), (*seg)->ComputeLimit(0)};
+  };
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return limits() == std::pair<uint64_t, uint32_t>{512u << 20, 30};
+      },
+      5s))
+      << limits().first << " " << limits().second << "\n"
+      << Read("err1");
+  EXPECT_FALSE(Tenant(member).is_null());
+}
+
+TEST_F(LimiterRegistrationTest, AForkedChildRegistersItself) {
+  StartDaemon("state");  // err0
+  // cuInit, fork; the child allocates (its first call as a new process) and
+  // holds for 30 s.
+  const pid_t parent = StartProgram(
+      "gpuslice-alloc-probe", next_++,
+      {"fork", "--chunk", std::to_string(1 << 30), "--hold-s", "30"},
+      {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so", "GPUSLICE_SHM_DIR=" + shm_dir_,
+       "GPUSLICE_GROUP=forked", "GPUSLICE_MEMORY_LIMIT=2GiB", "GPUSLICE_LOG_LEVEL=debug",
+       "GPUSLICE_SOCKET=" + Socket()});  // err1
+  std::vector<int> pids;
+  auto members = [&] {
+    pids.clear();
+    auto r = cli::UnixHttpClient(Socket(), 5s).Request("GET", "/v1/tenants?group=forked");
+    if (!r.ok() || r->status != 200) return false;
+    const json body = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+    if (!body.is_object() || !body["tenants"].is_array()) return false;
+    for (const json& t : body["tenants"]) pids.push_back(t.value("host_pid", 0));
+    return pids.size() == 2;
+  };
+  ASSERT_TRUE(WaitFor(members, 10s)) << "listed: " << pids.size() << "\n" << Read("err1");
+  EXPECT_NE(std::find(pids.begin(), pids.end(), parent), pids.end());
+  const int child = pids[0] == parent ? pids[1] : pids[0];
+  EXPECT_NE(child, parent);
+  EXPECT_GT(child, 0);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Read("err1").find("gpuslice[" + std::to_string(child) +
+                                 "] INFO limiter: registered with gpusliced") != std::string::npos;
+      },
+      5s))
+      << Read("err1");
+  // The child is not ours (TearDown stops only the parent): stop it here.
+  if (child > 0 && child != parent) kill(child, SIGKILL);
+}
+
+TEST_F(LimiterRegistrationTest, WithoutADaemonTheProcessRunsNormally) {
+  // A socket file that a hung daemon holds: it listens and never accepts.
+  const int hung = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string hung_path = dir_ + "/hung.sock";
+  ASSERT_LT(hung_path.size(), sizeof addr.sun_path);
+  memcpy(addr.sun_path, hung_path.c_str(), hung_path.size());
+  ASSERT_EQ(bind(hung, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << strerror(errno);
+  ASSERT_EQ(listen(hung, 16), 0);
+
+  int code = -1;
+  const double off = TimeRun({"GPUSLICE_REGISTER=0", "GPUSLICE_SOCKET=" + hung_path}, &code);
+  EXPECT_EQ(code, 0) << Read("err0");
+  const double absent = TimeRun({"GPUSLICE_SOCKET=" + dir_ + "/absent.sock"}, &code);
+  EXPECT_EQ(code, 0) << Read("err1");
+  const double stalled = TimeRun({"GPUSLICE_SOCKET=" + hung_path}, &code);
+  EXPECT_EQ(code, 0) << Read("err2");
+  RecordProperty("run_s_registration_off", std::to_string(off));
+  RecordProperty("run_s_no_daemon", std::to_string(absent));
+  RecordProperty("run_s_hung_daemon", std::to_string(stalled));
+  // The host never waits for the daemon: a synchronous exchange would add up
+  // to its deadline, a blocking one would never end. One second of slack for
+  // a loaded machine.
+  EXPECT_LT(absent, off + 1.0);
+  EXPECT_LT(stalled, off + 1.0);
+  EXPECT_EQ(Read("err0").find("gpusliced"), std::string::npos) << Read("err0");
+
+  // With time to try, the limiter did try the hung daemon, gave up on its
+  // deadline, and the process went on.
+  const pid_t member = StartMember("patient", 1, {"GPUSLICE_SOCKET=" + hung_path});  // err3
+  EXPECT_EQ(Join(member), 0) << Read("err3");
+  EXPECT_NE(Read("err3").find("gpusliced not reachable (no answer in time"), std::string::npos)
+      << Read("err3");
+  close(hung);
+}
+
+}  // namespace
+}  // namespace gpuslice
