@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/clock.h"
+#include "common/unique_fd.h"
 
 namespace gpuslice::sim::mps {
 namespace {
@@ -18,21 +19,6 @@ std::string EnvOr(const char* name, const char* fallback) {
   const char* v = getenv(name);
   return v != nullptr && *v != '\0' ? v : fallback;
 }
-
-// Closes the descriptor when it goes out of scope.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 }  // namespace
 
@@ -48,7 +34,7 @@ StatusOr<std::string> Request(const std::string& pipe_dir, std::string_view line
     return InvalidArgument("MPS pipe directory path too long: " + pipe_dir);
   }
   memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  Fd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return Unavailable(std::string("socket: ") + strerror(errno));
   if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     return NotFound("no MPS control daemon at " + pipe_dir + ": " + strerror(errno));

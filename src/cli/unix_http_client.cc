@@ -10,22 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/unique_fd.h"
+
 namespace gpuslice::cli {
 namespace {
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 int64_t RemainingMs(std::chrono::steady_clock::time_point deadline) {
   return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -52,7 +40,7 @@ StatusOr<HttpResponse> UnixHttpClient::Request(const std::string& method, const 
     return InvalidArgument("socket path too long: " + socket_path_);
   }
   memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
-  Fd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return Unavailable(std::string("socket: ") + strerror(errno));
   if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     return Unavailable("cannot reach " + where + ": " + strerror(errno) +

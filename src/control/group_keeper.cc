@@ -1,7 +1,6 @@
 #include "control/group_keeper.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "common/log.h"
 
@@ -28,39 +27,34 @@ int64_t GroupKeeper::Step() {
 
 void GroupKeeper::RunForever() {
   const int64_t period_ns = std::chrono::nanoseconds(kPeriod).count();
-  bool yielded = false;  // last seen: gpusliced controls the group
+  enum class Role { kNone, kDaemon, kThisProcess } role = Role::kNone;  // last logged
   for (;;) {
     // Read before deciding, so a limit set meanwhile ends the wait at once.
     const uint32_t seen = segment_.ChangeWord();
-    const int64_t now = clock_.NowNs();
-    if (segment_.DaemonClaims(now)) {
-      if (!yielded) {
+    if (segment_.DaemonClaims(clock_.NowNs())) {
+      if (role != Role::kDaemon) {
         GS_LOG(kInfo, "control", "gpusliced controls group '%s'", segment_.group().c_str());
-        yielded = true;
+        role = Role::kDaemon;
       }
       segment_.ResignController();
       segment_.WaitForChange(seen, period_ns);
       continue;
     }
-    const bool was_controller = segment_.is_controller();
-    if (segment_.TryBecomeController() || HeldByStaleDaemon()) {
-      if (!was_controller || yielded) {
+    // A daemon that holds the role but no longer claims the group (hung)
+    // does not block it: members step without the role.
+    if (segment_.TryBecomeController() || segment_.ControllerIsDaemon()) {
+      if (role != Role::kThisProcess) {
         GS_LOG(kInfo, "control", "this process now keeps group '%s'", segment_.group().c_str());
+        role = Role::kThisProcess;
       }
-      yielded = false;
       segment_.WaitForChange(seen, Step());
       continue;
     }
     // Another member keeps the group: look again within a period (if it
     // dies, its lock is gone and the next look takes the role).
+    role = Role::kNone;
     segment_.WaitForChange(seen, period_ns);
   }
-}
-
-bool GroupKeeper::HeldByStaleDaemon() const {
-  const GroupSegmentLayout& s = segment_.layout();
-  const int32_t daemon = std::atomic_ref<const int32_t>(s.daemon_pid).load();
-  return daemon != 0 && std::atomic_ref<const int32_t>(s.controller_pid).load() == daemon;
 }
 
 }  // namespace gpuslice::control

@@ -40,9 +40,6 @@ class GroupKeeper {
   void RunForever();
 
  private:
-  // The controller lock is held by a daemon whose claim is stale.
-  bool HeldByStaleDaemon() const;
-
   GroupSegment& segment_;
   ComputeController& compute_;
   const Clock& clock_;

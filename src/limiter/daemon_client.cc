@@ -13,6 +13,7 @@
 #include <new>
 
 #include "common/clock.h"
+#include "common/unique_fd.h"
 #include "nlohmann/json.hpp"
 
 namespace gpuslice::limiter {
@@ -40,21 +41,6 @@ std::string_view Trim(std::string_view s) {
   }
   return s;
 }
-
-// A file descriptor closed when it goes out of scope.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // Waits until `fd` is ready for `events` or `end_ns` (CLOCK_MONOTONIC)
 // passes. OK when ready (or when poll reports an error condition, which the
@@ -258,7 +244,7 @@ StatusOr<HttpReply> ExchangeOverUnixSocket(const std::string& path, std::string_
     return Unavailable("the socket path '" + path + "' is empty or too long");
   }
   memcpy(addr.sun_path, path.data(), path.size());
-  Fd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return Unavailable(ErrnoText("socket"));
   if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     if (errno != EINPROGRESS && errno != EINTR) return Unavailable(ErrnoText("connect"));

@@ -569,6 +569,11 @@ bool GroupSegment::DaemonClaims(int64_t now_ns) const {
   return now_ns - Load(layout_->daemon_heartbeat_ns) < kDaemonStaleNs;
 }
 
+bool GroupSegment::ControllerIsDaemon() const {
+  const int32_t daemon = Load(layout_->daemon_pid);
+  return daemon != 0 && Load(layout_->controller_pid) == daemon;
+}
+
 void GroupSegment::EndDaemonClaim(pid_t pid) {
   int32_t expected = pid;
   Atomic(layout_->daemon_pid).compare_exchange_strong(expected, 0);

@@ -186,6 +186,8 @@ class GroupSegment {
   bool DaemonClaims(int64_t now_ns) const;
   // Ends `pid`'s claim (a daemon stopping cleanly): members take over at once.
   void EndDaemonClaim(pid_t pid);
+  // True if the controller role is held by the daemon that claims the group.
+  bool ControllerIsDaemon() const;
 
   // ---- liveness and collection ----
 
