@@ -70,10 +70,8 @@ TEST_F(PidWatcherTest, AKilledProcessIsReportedWithinASecond) {
   ASSERT_TRUE(watcher_.Watch(a, ReadStartTime("/proc", a)).ok());
   ASSERT_TRUE(watcher_.Watch(b, 0).ok());
   EXPECT_EQ(watcher_.WatchCount(), 2u);
-  const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(kill(a, SIGKILL), 0);
   ASSERT_TRUE(WaitExit(a, 1s)) << "the exit of " << a << " was not reported within 1 s";
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
   EXPECT_FALSE(Reported(b));
   EXPECT_EQ(watcher_.WatchCount(), 1u);
 }
