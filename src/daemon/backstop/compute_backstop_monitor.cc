@@ -153,13 +153,23 @@ void ComputeBackstopMonitor::Refresh() {
 }
 
 std::vector<Finding> ComputeBackstopMonitor::Sample() {
-  std::lock_guard lock(mu_);
-  if (stopped_) return {};
-  Refresh();
-  const int64_t now = clocks_.monotonic.NowNs();
+  std::lock_guard sample_lock(sample_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (stopped_) return {};
+  }
+  // NVML is read without mu_: a process the duty cycle holds stopped may hold
+  // a lock NVML needs (the simulator's state mutex; a slow driver call), and
+  // the duty cycle must still continue it on time.
+  struct GpuRead {
+    uint32_t index = 0;
+    std::string uuid;
+    std::vector<GpuProcess> processes;
+    std::optional<std::vector<ProcessUtilization>> samples;
+  };
+  std::vector<GpuRead> reads;
   const int64_t since_ns = clocks_.realtime.NowNs() - options_.lookback_ns;
   const uint64_t since_us = since_ns > 0 ? static_cast<uint64_t>(since_ns) / 1000 : 0;
-  std::vector<Finding> all;
   for (uint32_t i = 0; i < backend_.DeviceCount(); ++i) {
     auto uuid = uuids_.find(i);
     if (uuid == uuids_.end()) {
@@ -169,20 +179,34 @@ std::vector<Finding> ComputeBackstopMonitor::Sample() {
     }
     auto processes = backend_.Processes(i);
     if (!processes.ok()) continue;
-    std::optional<std::vector<ProcessUtilization>> samples;
-    if (auto s = backend_.ProcessUtilizationSince(i, since_us); s.ok()) samples = std::move(*s);
+    GpuRead& r = reads.emplace_back();
+    r.index = i;
+    r.uuid = uuid->second;
+    r.processes = std::move(*processes);
+    if (auto s = backend_.ProcessUtilizationSince(i, since_us); s.ok()) r.samples = std::move(*s);
     if (options_.is_ignored) {
-      std::erase_if(*processes, [this](const GpuProcess& p) { return options_.is_ignored(p.pid); });
-      if (samples) {
-        std::erase_if(*samples,
+      std::erase_if(r.processes,
+                    [this](const GpuProcess& p) { return options_.is_ignored(p.pid); });
+      if (r.samples) {
+        std::erase_if(*r.samples,
                       [this](const ProcessUtilization& p) { return options_.is_ignored(p.pid); });
       }
     }
-    for (Finding& f : backstop_.Check(now, i, uuid->second, *processes, samples)) {
-      all.push_back(std::move(f));
-    }
   }
-  Report(all);
+  std::vector<Finding> all;
+  {
+    std::lock_guard lock(mu_);
+    if (stopped_) return {};
+    Refresh();
+    const int64_t now = clocks_.monotonic.NowNs();
+    for (const GpuRead& r : reads) {
+      for (Finding& f : backstop_.Check(now, r.index, r.uuid, r.processes, r.samples)) {
+        all.push_back(std::move(f));
+      }
+    }
+    Report(all);
+  }
+  wake_.notify_all();  // a throttle may have started: the duty cycle's thread looks again
   return all;
 }
 
@@ -194,27 +218,36 @@ int64_t ComputeBackstopMonitor::Advance() {
 
 void ComputeBackstopMonitor::Start() {
   std::lock_guard lock(thread_mu_);
-  if (thread_.joinable()) return;
+  if (sampler_.joinable()) return;
   stop_thread_ = false;
-  thread_ = std::thread([this] { Run(); });
+  sampler_ = std::thread([this] { RunSampler(); });
+  duty_ = std::thread([this] { RunDutyCycle(); });
 }
 
-void ComputeBackstopMonitor::Run() {
-  int64_t next_sample = 0;
+void ComputeBackstopMonitor::RunSampler() {
   std::unique_lock lock(thread_mu_);
   while (!stop_thread_) {
     lock.unlock();
-    int64_t now = clocks_.monotonic.NowNs();
-    if (now >= next_sample) {
-      Sample();
-      next_sample = now + options_.sample_interval_ns;
-    }
-    const int64_t next = std::min(next_sample, Advance());
-    now = clocks_.monotonic.NowNs();
+    Sample();
     lock.lock();
-    if (!stop_thread_ && next > now) {
-      wake_.wait_for(lock, std::chrono::nanoseconds(next - now));
-    }
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::nanoseconds(options_.sample_interval_ns);
+    wake_.wait_until(lock, deadline, [&] {
+      return stop_thread_ || std::chrono::steady_clock::now() >= deadline;
+    });
+  }
+}
+
+void ComputeBackstopMonitor::RunDutyCycle() {
+  std::unique_lock lock(thread_mu_);
+  while (!stop_thread_) {
+    lock.unlock();
+    const int64_t next = Advance();
+    const int64_t now = clocks_.monotonic.NowNs();
+    lock.lock();
+    // Until the next switch; a sample that starts a throttle wakes it sooner.
+    const int64_t wait_ns = std::min(next - now, options_.sample_interval_ns);
+    if (!stop_thread_ && wait_ns > 0) wake_.wait_for(lock, std::chrono::nanoseconds(wait_ns));
   }
 }
 
@@ -224,7 +257,8 @@ void ComputeBackstopMonitor::Stop() {
     stop_thread_ = true;
   }
   wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (sampler_.joinable()) sampler_.join();
+  if (duty_.joinable()) duty_.join();
   std::lock_guard lock(mu_);
   if (stopped_) return;
   stopped_ = true;
@@ -240,7 +274,7 @@ std::string ComputeBackstopMonitor::FormatMetrics(bool header) const {
   std::string out;
   if (header) {
     out =
-        "# HELP gpuslice_backstop_findings_total Findings of the NVML backstop, by kind.\n"
+        "# HELP gpuslice_backstop_findings_total Findings of the NVML backstop (memory and compute), by kind.\n"
         "# TYPE gpuslice_backstop_findings_total counter\n";
   }
   for (Kind kind : kKinds) {

@@ -1,11 +1,15 @@
 // ComputeBackstopMonitor: the compute backstop in operation (DESIGN.md
-// section 4, "Backstop"; docs/daemon.md "Backstop"). On a thread of its own:
-//  - every `sample_interval_ns` it reads each GPU's compute processes and
+// section 4, "Backstop"; docs/daemon.md "Backstop"). On two threads of its own:
+//  - every `sample_interval_ns` one reads each GPU's compute processes and
 //    NVML's per-process utilization samples of the last `lookback_ns` from the
 //    backend (host pids), maps them to the registry's groups (a tenant's host
 //    pid -> its group; a group's compute limit on a GPU is the registry's,
 //    lowered by its tenants' own) and runs ComputeBackstop over them;
-//  - between samples it sends the duty cycle's SIGSTOP/SIGCONT when due.
+//  - the other sends the duty cycle's SIGSTOP/SIGCONT when due. It never
+//    calls NVML, and no lock it takes is held across an NVML call: a stopped
+//    process holding a lock NVML needs (the simulator's state mutex) delays a
+//    sample, never the SIGCONT that frees it. An MPS terminate_client runs
+//    under that lock (it may delay a switch by its duration).
 // Each finding is logged (event=backstop_<kind>), published (`sink`, SSE
 // event backstop_<kind>) and counted (gpuslice_backstop_findings_total{kind}).
 //
@@ -15,7 +19,7 @@
 // SIGCONTs every throttled process, and so does a finding that clears.
 //
 // Thread safety: Sample, Advance, Recover, Stop and the counters may be called
-// from any thread (one mutex); Start runs them on the monitor's thread.
+// from any thread; Start runs Sample and Advance on the monitor's threads.
 #pragma once
 
 #include <array>
@@ -95,7 +99,8 @@ class ComputeBackstopMonitor {
   void Refresh();  // the registry's view, once per sample (mu_ held)
   void Report(std::vector<ComputeBackstop::Finding>& findings);
   void Persist(const std::vector<ProcessRef>& processes);
-  void Run();
+  void RunSampler();
+  void RunDutyCycle();
 
   const Options options_;
   GpuBackend& backend_;
@@ -105,10 +110,12 @@ class ComputeBackstopMonitor {
   const EventSink sink_;
   const Clocks clocks_;
 
-  mutable std::mutex mu_;
+  std::mutex sample_mu_;                   // one Sample at a time
+  std::map<uint32_t, std::string> uuids_;  // GPU index -> UUID, learnt on first read (sample_mu_)
+
+  mutable std::mutex mu_;  // never held across an NVML call
   DutyCycleThrottler throttler_;
   ComputeBackstop backstop_;
-  std::map<uint32_t, std::string> uuids_;  // GPU index -> UUID, learnt on first read
   std::map<uint32_t, std::string> group_of_;
   std::map<uint32_t, uint64_t> start_time_of_;
   std::map<std::string, TenantRegistry::GroupControl> groups_;
@@ -117,7 +124,8 @@ class ComputeBackstopMonitor {
   std::mutex thread_mu_;
   std::condition_variable wake_;
   bool stop_thread_ = false;
-  std::thread thread_;
+  std::thread sampler_;  // Sample every sample_interval_ns
+  std::thread duty_;     // Advance when due; never calls NVML
 
   std::array<std::atomic<uint64_t>, ComputeBackstop::kKindCount> counts_{};
 };
