@@ -139,11 +139,7 @@ Status ValidateConfig(const DaemonConfig& c) {
                          Range{"idle_timeout_ms", c.idle_timeout_ms, 10, 86'400'000},
                          Range{"sse_keepalive_ms", c.sse_keepalive_ms, 10, 3'600'000},
                          Range{"io_threads", c.io_threads, 1, 64},
-                         Range{"worker_threads", c.worker_threads, 1, 256},
-                         Range{"compute_backstop_tolerance", c.compute_backstop_tolerance, 0, 100},
-                         Range{"compute_backstop_over_ms", c.compute_backstop_over_ms, 0, 3'600'000},
-                         Range{"compute_backstop_unregistered_percent",
-                               c.compute_backstop_unregistered_percent, 1, 100}}) {
+                         Range{"worker_threads", c.worker_threads, 1, 256}}) {
     if (r.value < r.min || r.value > r.max) {
       return InvalidArgument(std::string(r.name) + " must be in " + std::to_string(r.min) + ".." +
                              std::to_string(r.max) + ", not " + std::to_string(r.value));
@@ -162,6 +158,16 @@ Status ValidateConfig(const DaemonConfig& c) {
       c.compute_backstop != "throttle") {
     return InvalidArgument("compute_backstop \"" + c.compute_backstop +
                            "\" is not one of off, report, throttle");
+  }
+  for (const Range& r :
+       {Range{"compute_backstop_tolerance", c.compute_backstop_tolerance, 0, 100},
+        Range{"compute_backstop_over_ms", c.compute_backstop_over_ms, 0, 3'600'000},
+        Range{"compute_backstop_unregistered_percent", c.compute_backstop_unregistered_percent, 1,
+              100}}) {
+    if (r.value < r.min || r.value > r.max) {
+      return InvalidArgument(std::string(r.name) + " must be in " + std::to_string(r.min) + ".." +
+                             std::to_string(r.max) + ", not " + std::to_string(r.value));
+    }
   }
   return Status::Ok();
 }

@@ -366,9 +366,7 @@ int Run(int argc, char** argv) {
   ComputeBackstopMonitor compute_backstop(
       std::move(compute_options), **backend, registry, signaller, state->get(),
       [&mps](const std::string& uuid, pid_t pid) { return mps.TerminateClient(uuid, pid); },
-      [&hub](std::string_view type, const nlohmann::json& data) {
-        hub.Publish(type, data.dump());
-      },
+      [&hub](std::string_view type, const nlohmann::json& data) { hub.Publish(type, data.dump()); },
       ComputeBackstopMonitor::Clocks{clock, wall_clock});
   compute_backstop.Recover();
   if (config.compute_backstop != "off") compute_backstop.Start();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/log.h"
+
 namespace gpuslice::daemon {
 
 std::string_view ComputeFindingKindName(ComputeBackstop::FindingKind kind) {
@@ -108,7 +110,7 @@ std::vector<ComputeBackstop::Finding> ComputeBackstop::Check(
     } else {
       s.limit = registry_.limit_of(s.group, uuid).value_or(100);
     }
-    if (s.throttled) throttler_->Set(key, s.processes, s.run_fraction, now_ns);
+    if (s.throttled) throttler_->Set(key, s.processes, s.run_fraction, now_ns, s.period_ns);
     if (!s.group.empty() || options_.action == Action::kThrottle) {
       Evaluate(now_ns, key, s, samples.has_value(), out);
     }
@@ -151,8 +153,21 @@ void ComputeBackstop::Evaluate(int64_t now_ns, const std::string& key, Subject& 
     StartAction(now_ns, key, s, out);
     return;
   }
-  // Over: what it would use unthrottled decides when it clears.
-  const double estimate = s.throttled ? s.share / s.run_fraction : s.share;
+  // Over: what it would use unthrottled decides when it clears. While
+  // throttled the share is averaged over about one period (a sample may fall
+  // in a run or in a stop).
+  if (s.throttled) {
+    const int64_t period = throttler_->Period(key);
+    const double alpha =
+        s.last_ns < 0
+            ? 1.0
+            : std::clamp(static_cast<double>(now_ns - s.last_ns) / static_cast<double>(period),
+                         0.05, 1.0);
+    s.smoothed += alpha * (s.share - s.smoothed);
+  }
+  s.last_ns = now_ns;
+  const double share = s.throttled ? s.smoothed : s.share;
+  const double estimate = s.throttled ? share / s.run_fraction : share;
   if (estimate <= threshold) {
     if (s.under_since < 0) s.under_since = now_ns;
     if (now_ns - s.under_since > options_.over_for_ns) {
@@ -166,12 +181,29 @@ void ComputeBackstop::Evaluate(int64_t now_ns, const std::string& key, Subject& 
   } else {
     s.under_since = -1;
   }
-  if (s.throttled) {
-    // Towards the limit, at most 2x per sample (the samples lag the signals).
-    const double ratio = s.limit / std::max(static_cast<double>(s.share), 0.5);
+  // The effect of a change shows after a period (and the samples' lag): one
+  // step per period at most.
+  if (s.throttled && now_ns - s.adjusted_ns >= throttler_->Period(key)) {
+    s.adjusted_ns = now_ns;
+    // Towards the limit, at most 2x per step.
+    const double ratio = s.limit / std::max(share, 0.5);
+    const double min_fraction = throttler_->options().min_run_fraction;
+    const bool at_min = s.run_fraction <= min_fraction * 1.0001;
     s.run_fraction = std::clamp(s.run_fraction * std::clamp(std::sqrt(ratio), 0.5, 2.0), 0.0, 1.0);
-    throttler_->Set(key, s.processes, s.run_fraction, now_ns);
+    const int64_t base = throttler_->options().period_ns;
+    const int64_t period = s.period_ns > 0 ? s.period_ns : base;
+    if (at_min && share > threshold) {
+      s.period_ns = std::min(period * 2, std::max(options_.max_period_ns, base));
+    } else if (s.run_fraction > 0.5 && period > base) {
+      s.period_ns = std::max(period / 2, base);
+    }
+    throttler_->Set(key, s.processes, s.run_fraction, now_ns, s.period_ns);
     s.run_fraction = throttler_->RunFraction(key);  // as clamped there
+    GS_LOG(kDebug, "gpusliced",
+           "event=backstop_throttle_step gpu=%u group=%s share_percent=%u smoothed_percent=%.1f "
+           "run_percent=%.1f period_ms=%lld",
+           s.gpu, s.group.empty() ? "-" : s.group.c_str(), s.share, s.smoothed,
+           s.run_fraction * 100, static_cast<long long>(throttler_->Period(key) / 1'000'000));
   }
 }
 
@@ -193,6 +225,9 @@ void ComputeBackstop::StartAction(int64_t now_ns, const std::string& key, Subjec
   }
   if (throttler_ == nullptr) return;
   s.run_fraction = std::clamp(s.limit / std::max(static_cast<double>(s.share), 1.0), 0.0, 1.0);
+  s.period_ns = 0;
+  s.smoothed = s.share;
+  s.adjusted_ns = now_ns;
   throttler_->Set(key, s.processes, s.run_fraction, now_ns);
   s.run_fraction = throttler_->RunFraction(key);
   s.throttled = true;
@@ -204,6 +239,7 @@ void ComputeBackstop::StopThrottle(const std::string& key, Subject& s, const std
   throttler_->Release(key);
   s.throttled = false;
   s.run_fraction = 1;
+  s.period_ns = 0;
   Finding f = Make(FindingKind::kThrottleStopped, s);
   f.detail = reason;
   out.push_back(std::move(f));

@@ -19,8 +19,10 @@
 // With Action::kThrottle (the operator's choice; report only otherwise):
 //  - an over-limit group's processes on that GPU are held to its limit by a
 //    SIGSTOP/SIGCONT duty cycle (DutyCycleThrottler), whose run fraction
-//    follows the measured share (multiplicative steps of at most 2x per
-//    sample) until the finding clears, then every process is continued;
+//    follows the measured share (averaged over about one period;
+//    multiplicative steps of at most 2x, one per period) and whose period grows
+//    while the fraction alone cannot (see max_period_ns), until the finding
+//    clears, then every process is continued;
 //  - an unregistered process above `unregistered_percent` (+ tolerance) for
 //    more than `over_for_ns` is held to `unregistered_percent` the same way;
 //  - a group whose processes on that GPU are MPS clients (its tier is mps
@@ -58,6 +60,13 @@ class ComputeBackstop {
     uint32_t tolerance_points = 5;
     int64_t over_for_ns = 5'000'000'000;
     uint32_t unregistered_percent = 10;  // what an unregistered process is throttled to
+    // The duty cycle's period grows (x2 per period, up to this) while the run
+    // fraction is at its minimum and the share still above the limit: work
+    // queued on the GPU (up to the driver's 1024 launches) runs on while its
+    // process is stopped, so the stop must outlast the queue. It shrinks back
+    // (/2 per period, down to the throttler's period) once the run fraction is
+    // above one half.
+    int64_t max_period_ns = 8'000'000'000;
   };
 
   enum class FindingKind {
@@ -132,6 +141,10 @@ class ComputeBackstop {
     bool throttled = false;
     bool terminated = false;
     double run_fraction = 1;
+    int64_t period_ns = 0;    // the duty cycle's (0: the throttler's default)
+    double smoothed = 0;      // the share, averaged over about one period, while throttled
+    int64_t last_ns = -1;     // the previous measured sample
+    int64_t adjusted_ns = 0;  // the last change of the run fraction or period
   };
   static std::string KeyOf(const std::string& uuid, const std::string& group, uint32_t pid);
   void Evaluate(int64_t now_ns, const std::string& key, Subject& s, bool measured,

@@ -230,11 +230,10 @@ void ComputeBackstopMonitor::RunSampler() {
     lock.unlock();
     Sample();
     lock.lock();
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::nanoseconds(options_.sample_interval_ns);
-    wake_.wait_until(lock, deadline, [&] {
-      return stop_thread_ || std::chrono::steady_clock::now() >= deadline;
-    });
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.sample_interval_ns);
+    wake_.wait_until(lock, deadline,
+                     [&] { return stop_thread_ || std::chrono::steady_clock::now() >= deadline; });
   }
 }
 
@@ -274,7 +273,8 @@ std::string ComputeBackstopMonitor::FormatMetrics(bool header) const {
   std::string out;
   if (header) {
     out =
-        "# HELP gpuslice_backstop_findings_total Findings of the NVML backstop (memory and compute), by kind.\n"
+        "# HELP gpuslice_backstop_findings_total Findings of the NVML backstop (memory and "
+        "compute), by kind.\n"
         "# TYPE gpuslice_backstop_findings_total counter\n";
   }
   for (Kind kind : kKinds) {

@@ -22,7 +22,7 @@ void DutyCycleThrottler::PersistNow() {
 }
 
 void DutyCycleThrottler::Set(const std::string& key, const std::vector<ProcessRef>& processes,
-                             double run_fraction, int64_t now_ns) {
+                             double run_fraction, int64_t now_ns, int64_t period_ns) {
   const double f = std::clamp(run_fraction, options_.min_run_fraction, 1.0);
   auto [it, created] = throttles_.try_emplace(key);
   Throttle& t = it->second;
@@ -32,6 +32,7 @@ void DutyCycleThrottler::Set(const std::string& key, const std::vector<ProcessRe
   }
   t.processes = processes;
   t.run_fraction = f;
+  t.period_ns = period_ns > 0 ? period_ns : options_.period_ns;
   if (created) t.next_ns = now_ns;  // the first stop is due now (if f < 1)
   PersistNow();                     // before any of them is stopped
   Signal(left, SIGCONT);
@@ -55,7 +56,7 @@ int64_t DutyCycleThrottler::Advance(int64_t now_ns) {
   int64_t next = INT64_MAX;
   for (auto& [key, t] : throttles_) {
     if (now_ns >= t.next_ns) {
-      const auto run_ns = static_cast<int64_t>(t.run_fraction * options_.period_ns);
+      const auto run_ns = static_cast<int64_t>(t.run_fraction * static_cast<double>(t.period_ns));
       if (t.stopped) {
         Signal(t.processes, SIGCONT);
         t.stopped = false;
@@ -63,9 +64,9 @@ int64_t DutyCycleThrottler::Advance(int64_t now_ns) {
       } else if (t.run_fraction < 1.0) {
         Signal(t.processes, SIGSTOP);
         t.stopped = true;
-        t.next_ns = now_ns + std::max<int64_t>(options_.period_ns - run_ns, 1);
+        t.next_ns = now_ns + std::max<int64_t>(t.period_ns - run_ns, 1);
       } else {
-        t.next_ns = now_ns + options_.period_ns;  // look again then
+        t.next_ns = now_ns + t.period_ns;  // look again then
       }
     }
     next = std::min(next, t.next_ns);
@@ -81,6 +82,11 @@ bool DutyCycleThrottler::Stopped(const std::string& key) const {
 double DutyCycleThrottler::RunFraction(const std::string& key) const {
   auto it = throttles_.find(key);
   return it == throttles_.end() ? 1.0 : it->second.run_fraction;
+}
+
+int64_t DutyCycleThrottler::Period(const std::string& key) const {
+  auto it = throttles_.find(key);
+  return it == throttles_.end() ? options_.period_ns : it->second.period_ns;
 }
 
 std::vector<ProcessRef> DutyCycleThrottler::Processes() const {

@@ -42,11 +42,12 @@ class DutyCycleThrottler {
   DutyCycleThrottler(Options options, Signaller& signaller, Persist persist);
 
   // Throttles `key`'s `processes` to `run_fraction` (clamped to
-  // [min_run_fraction, 1]) from `now_ns`, or updates a throttle already
-  // running (the new fraction from its next switch; processes no longer in
-  // the set are continued at once). A fraction of 1 never stops them.
+  // [min_run_fraction, 1]) of each `period_ns` (0: the default period) from
+  // `now_ns`, or updates a throttle already running (the new fraction and
+  // period from its next switch; processes no longer in the set are
+  // continued at once). A fraction of 1 never stops them.
   void Set(const std::string& key, const std::vector<ProcessRef>& processes, double run_fraction,
-           int64_t now_ns);
+           int64_t now_ns, int64_t period_ns = 0);
   // Ends `key`'s throttle: SIGCONT to each of its processes. No-op if unknown.
   void Release(const std::string& key);
   // Release of every key (the daemon stops).
@@ -59,6 +60,9 @@ class DutyCycleThrottler {
   // Whether `key`'s processes are stopped now.
   bool Stopped(const std::string& key) const;
   double RunFraction(const std::string& key) const;
+  // `key`'s period (the default when unknown).
+  int64_t Period(const std::string& key) const;
+  const Options& options() const { return options_; }
   // Every process of every throttle.
   std::vector<ProcessRef> Processes() const;
 
@@ -71,6 +75,7 @@ class DutyCycleThrottler {
   struct Throttle {
     std::vector<ProcessRef> processes;
     double run_fraction = 1;
+    int64_t period_ns = 0;
     bool stopped = false;
     int64_t next_ns = 0;  // the next switch
   };

@@ -23,6 +23,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/unix_http_client.h"
@@ -439,7 +440,7 @@ TEST_F(TierBackstopTest, WithThrottleAGroupOverItsComputeLimitIsThrottledAndNeve
   StartDaemon({"--compute-backstop", "throttle", "--compute-backstop-over-ms", "1000"});
   Tenant hog = StartTenant(
       R"({"group": "hog", "devices": [0], "limits": {"compute_percent": 20}})",
-      {"gpuslice-workload", "--kernel-us", "1000", "--duration-s", "120", "--quiet"});
+      {"gpuslice-workload", "--kernel-us", "1000", "--sync", "--duration-s", "120", "--quiet"});
   ASSERT_EQ(hog.status, 201) << hog.body.dump();
   ASSERT_GT(hog.pid, 0);
   const std::string started =
@@ -452,6 +453,24 @@ TEST_F(TierBackstopTest, WithThrottleAGroupOverItsComputeLimitIsThrottledAndNeve
   EXPECT_TRUE(WaitFor([&] { return ProcState(hog.pid) != 'T'; }, 10s)) << "never continued";
   EXPECT_NE(Metrics().find("gpuslice_backstop_findings_total{kind=\"throttle_started\"} 1\n"),
             std::string::npos);
+  // What it gets, by the simulator's own count of its GPU time (not NVML's):
+  // a window of 6 s after 3 s for the run fraction to settle. Alone and
+  // unthrottled it would keep the GPU busy (about 100 %).
+  const auto busy_ns = [&] {
+    return Process(Stats(), hog.pid)["devices"][0].value("busy_ns", int64_t{0});
+  };
+  const auto settled = std::chrono::steady_clock::now() + 3s;
+  WaitFor([&] { return std::chrono::steady_clock::now() >= settled; }, 4s);
+  const int64_t busy0 = busy_ns();
+  const auto t0 = std::chrono::steady_clock::now();
+  WaitFor([&] { return std::chrono::steady_clock::now() >= t0 + 6s; }, 7s);
+  const double share = 100.0 * static_cast<double>(busy_ns() - busy0) /
+                       static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               std::chrono::steady_clock::now() - t0)
+                                               .count());
+  std::cerr << "throttled share: " << share << " % (limit 20 %)\n";
+  EXPECT_GT(share, 10) << Read("err0");
+  EXPECT_LT(share, 30) << Read("err0");
 
   // A clean stop continues it, and says so.
   kill(daemon_, SIGTERM);  // daemon_ > 0: StartDaemon succeeded
