@@ -21,6 +21,7 @@ const std::string kUuid = "GPU-fake-0";
 
 std::vector<Kind> KindsOf(const std::vector<Finding>& findings) {
   std::vector<Kind> out;
+  out.reserve(findings.size());
   for (const Finding& f : findings) out.push_back(f.kind);
   return out;
 }
@@ -191,6 +192,40 @@ TEST_F(ComputeBackstopTest, TheDutyCycleBringsAGroupToItsLimit) {
   for (size_t i = shares.size() - 20; i < shares.size(); ++i) {
     EXPECT_NEAR(shares[i], 50, 5) << "sample " << i;
   }
+}
+
+// The same with work queued on the GPU: while it runs, the process keeps
+// 500 ms of kernels queued (a deep launch queue), which run on while it is
+// stopped. A short period cannot hold it (the queue outlasts every stop);
+// the period grows until it can, and the run fraction settles.
+TEST_F(ComputeBackstopTest, ThePeriodGrowsUntilTheStopsOutlastTheQueuedWork) {
+  ComputeBackstop b = Make(ComputeBackstop::Action::kThrottle);
+  const int64_t queue_cap_ns = 500 * kMs;
+  int64_t queued_ns = 0;
+  std::deque<bool> busy;  // the GPU, the last second, per ms
+  int64_t next_switch = 0;
+  int64_t busy_late_ms = 0, late_ms = 0;
+  for (int64_t t = 0; t < 90 * kS; t += kMs) {
+    if (t >= next_switch) next_switch = throttler_.Advance(t);
+    if (!signaller_.stopped.contains(200)) queued_ns = queue_cap_ns;  // refilled at once
+    const bool gpu_busy = queued_ns > 0;
+    if (gpu_busy) queued_ns -= kMs;
+    busy.push_back(gpu_busy);
+    if (busy.size() > 1000) busy.pop_front();
+    if (t >= 60 * kS) {
+      ++late_ms;
+      busy_late_ms += gpu_busy ? 1 : 0;
+    }
+    if (t % (500 * kMs) == 0) {
+      const auto on = static_cast<double>(std::count(busy.begin(), busy.end(), true));
+      Check(b, t, {{200, static_cast<uint32_t>(100 * on / static_cast<double>(busy.size()))}});
+      next_switch = std::min(next_switch, t);
+    }
+  }
+  ASSERT_TRUE(b.Throttled(kUuid, "b"));
+  EXPECT_GT(throttler_.Period(kUuid + "/group:b"), 200 * kMs);
+  // The last 30 s, by the GPU's own count: near its limit of 50.
+  EXPECT_NEAR(100.0 * static_cast<double>(busy_late_ms) / static_cast<double>(late_ms), 50, 10);
 }
 
 TEST_F(ComputeBackstopTest, ProcessesLeavingAThrottledGroupAreContinuedAndItIsBackUnder) {

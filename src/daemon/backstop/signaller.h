@@ -18,7 +18,10 @@ struct ProcessRef {
   pid_t pid = 0;
   uint64_t start_time = 0;  // 0: unknown, and then the process is never signalled
 
-  auto operator<=>(const ProcessRef&) const = default;
+  bool operator==(const ProcessRef&) const = default;
+  bool operator<(const ProcessRef& o) const {
+    return pid != o.pid ? pid < o.pid : start_time < o.start_time;
+  }
 };
 
 class Signaller {
