@@ -349,7 +349,7 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
   std::string refused_schedule;    // why reg.schedule was not applied
   std::optional<Group> scheduled;  // the group, when reg.schedule was applied
   const std::vector<std::string> gpus =
-      reg.schedule && options_.node_gpus ? options_.node_gpus() : std::vector<std::string>{};
+      reg.schedule && node_gpus_ ? node_gpus_() : std::vector<std::string>{};
   {
     std::unique_lock lock(mu_);
     auto g = groups_.find(reg.group);
@@ -597,7 +597,7 @@ StatusOr<Group> TenantRegistry::UpdateGroup(const std::string& id, const GroupCh
     }
   }
   const std::vector<std::string> gpus =
-      options_.node_gpus ? options_.node_gpus() : std::vector<std::string>{};
+      node_gpus_ ? node_gpus_() : std::vector<std::string>{};
   Group result;
   bool schedule_changed = false;
   uint64_t version = 0;

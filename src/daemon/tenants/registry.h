@@ -145,9 +145,6 @@ class TenantRegistry {
  public:
   struct Options {
     std::string proc_root = "/proc";
-    // The node's GPU UUIDs, for admission of "all" requests; null or empty:
-    // only the GPUs the groups name (and "all" on its own) are checked.
-    std::function<std::vector<std::string>()> node_gpus;
   };
   // `type` is the SSE event name; `data` one JSON object.
   using EventSink = std::function<void(std::string_view type, const nlohmann::json& data)>;
@@ -156,6 +153,14 @@ class TenantRegistry {
   // saved) outlive the registry. The watcher's exits must reach OnExited.
   TenantRegistry(Options options, const Clock& clock, LivenessWatcher& watcher, StateStore* store,
                  EventSink sink);
+
+  // The node's GPU UUIDs, for the admission of "all" requests (called
+  // without the registry's lock held); without it, or while it answers
+  // none, only the GPUs the groups name (and "all" on its own) are checked.
+  // REQUIRES: called before the registry is shared between threads.
+  void SetNodeGpus(std::function<std::vector<std::string>()> node_gpus) {
+    node_gpus_ = std::move(node_gpus);
+  }
 
   // Loads the checkpoint and reconciles it with the running processes.
   // A missing checkpoint is an empty registry; an unreadable one is set
@@ -250,6 +255,7 @@ class TenantRegistry {
   LivenessWatcher& watcher_;
   StateStore* const store_;
   const EventSink sink_;
+  std::function<std::vector<std::string>()> node_gpus_;
 
   mutable std::mutex mu_;
   std::map<std::string, Group> groups_;  // GUARDED_BY(mu_)
