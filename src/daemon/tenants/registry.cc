@@ -596,8 +596,7 @@ StatusOr<Group> TenantRegistry::UpdateGroup(const std::string& id, const GroupCh
       GS_RETURN_IF_ERROR(ValidateScheduleEntry(entry, "schedule." + gpu));
     }
   }
-  const std::vector<std::string> gpus =
-      node_gpus_ ? node_gpus_() : std::vector<std::string>{};
+  const std::vector<std::string> gpus = node_gpus_ ? node_gpus_() : std::vector<std::string>{};
   Group result;
   bool schedule_changed = false;
   uint64_t version = 0;
@@ -734,6 +733,13 @@ std::optional<GroupSchedule> TenantRegistry::ScheduleOn(const std::string& id,
   out.weight = std::clamp<uint32_t>(entry.weight.value_or(1), 1, 1000);
   out.paused = g.paused;
   return out;
+}
+
+std::function<std::optional<GroupSchedule>(const std::string& group, const std::string& uuid)>
+ScheduleOfRegistry(const TenantRegistry& registry) {
+  return [&registry](const std::string& group, const std::string& uuid) {
+    return registry.ScheduleOn(group, uuid);
+  };
 }
 
 uint32_t TenantRegistry::RequestedOn(const std::string& uuid) const {

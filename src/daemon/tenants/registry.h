@@ -278,6 +278,11 @@ class TenantRegistry {
   Status last_error_;                  // GUARDED_BY(persist_mu_): and failed so
 };
 
+// GroupControllers' ScheduleOf callback over `registry` (ScheduleOn).
+// REQUIRES: `registry` outlives the function.
+std::function<std::optional<GroupSchedule>(const std::string& group, const std::string& uuid)>
+ScheduleOfRegistry(const TenantRegistry& registry);
+
 // A group id: 1-64 of [A-Za-z0-9._-], not starting with '.'.
 Status ValidateGroupId(std::string_view id);
 
