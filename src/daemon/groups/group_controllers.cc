@@ -125,7 +125,11 @@ int64_t GroupControllers::Tick() {
     std::vector<GroupControl> snapshot;
     snapshot.reserve(groups_.size());
     for (auto& [name, g] : groups_) {
-      snapshot.push_back({name, g.segment->is_controller(), g.segment->Snapshot()});
+      snapshot.push_back({.group = name,
+                          .controlling = g.segment->is_controller(),
+                          .segment = g.segment->Snapshot(),
+                          .paused = false,
+                          .grants = {}});
     }
     std::lock_guard lock(snapshot_mu_);
     snapshot_ = std::move(snapshot);
@@ -137,7 +141,7 @@ void GroupControllers::Stop() {
   for (auto& [name, g] : groups_) {
     // Members pace by their limits alone again (the paused flag stays: the
     // registry's checkpoint re-applies it when a daemon comes back).
-    if (schedule_of_ && g.segment->is_controller()) ClearGrants(*g.segment);
+    if (schedule_of_ && g.segment->is_controller()) g.segment->ClearSchedule();
     g.segment->EndDaemonClaim(options_.self);
     g.segment->ResignController();
   }
@@ -156,13 +160,6 @@ std::vector<GroupControllers::GroupControl> GroupControllers::Snapshot() const {
     g.grants = it->second.second;
   }
   return out;
-}
-
-void GroupControllers::ClearGrants(GroupSegment& segment) {
-  for (int d = 0; d < segment.device_count(); ++d) {
-    if (segment.ComputeGrant(d) != 0) segment.SetComputeGrant(d, 0);
-    if (segment.ComputeBurst(d) != 0) segment.SetComputeBurst(d, 0);
-  }
 }
 
 void GroupControllers::Schedule() {
@@ -186,11 +183,11 @@ void GroupControllers::Schedule() {
       in.group = name;
       in.request_percent = schedule.request_percent;
       const uint32_t segment_limit = segment.ComputeLimit(d);
-      in.limit_percent = std::min<uint32_t>(schedule.limit_percent,
-                                            segment_limit >= 1 && segment_limit <= 100 ? segment_limit : 100);
+      in.limit_percent = std::min<uint32_t>(
+          schedule.limit_percent, segment_limit >= 1 && segment_limit <= 100 ? segment_limit : 100);
       in.weight = schedule.weight;
       in.latency = schedule.priority == Priority::kLatency;
-      const GroupSegment::ComputeCountersView c = segment.ComputeCounters(d);
+      const GroupSegment::ComputeCounters c = segment.Counters(d);
       in.counters = {.launches = c.launches,
                      .waits = c.waits,
                      .wait_ns = c.wait_ns,
@@ -221,7 +218,10 @@ void GroupControllers::Schedule() {
     const std::vector<ShareScheduler::Output> out = scheduler->Tick(gpu.inputs);
     for (size_t i = 0; i < out.size(); ++i) {
       auto [segment, d] = gpu.devices[i];
-      if (segment->ComputeGrant(d) != out[i].grant_bp) segment->SetComputeGrant(d, out[i].grant_bp);
+      // Below the whole device even when alone, so that its launches stay on
+      // the paced path, which counts them (what the scheduler reads).
+      const uint32_t grant = std::min(out[i].grant_bp, kFullGrantBp - 1);
+      if (segment->ComputeGrant(d) != grant) segment->SetComputeGrant(d, grant);
       if (segment->ComputeBurst(d) != out[i].burst_ns) segment->SetComputeBurst(d, out[i].burst_ns);
       grants[out[i].group].second.push_back({.uuid = uuid,
                                              .grant_bp = out[i].grant_bp,

@@ -40,8 +40,8 @@
 #include "control/compute_controller.h"
 #include "control/group_keeper.h"
 #include "control/share_scheduler.h"
-#include "daemon/groups/group_schedule.h"
 #include "control/utilization_source.h"
+#include "daemon/groups/group_schedule.h"
 #include "shm/group_segment.h"
 
 namespace gpuslice::daemon {
@@ -107,10 +107,10 @@ class GroupControllers {
   };
   struct GroupControl {
     std::string group;
-    bool controlling;       // holds the controller role (else a member still does)
-    GroupSnapshot segment;  // as of the last rescan
-    bool paused = false;    // as the scheduler last wrote it
-    std::vector<DeviceGrant> grants;  // per GPU it is scheduled on; empty: not scheduled
+    bool controlling;                      // holds the controller role (else a member still does)
+    GroupSnapshot segment;                 // as of the last rescan
+    bool paused = false;                   // as the scheduler last wrote it
+    std::vector<DeviceGrant> grants = {};  // per GPU it is scheduled on; empty: not scheduled
   };
   // The adopted groups, for the API and metrics (segment counters refreshed
   // once per rescan).
@@ -126,8 +126,6 @@ class GroupControllers {
   void Rescan();
   // Runs every GPU's scheduler and writes the results into the segments.
   void Schedule();
-  // Grants and bursts back to none (members pace by their limits alone).
-  static void ClearGrants(GroupSegment& segment);
   // Holds `g` to the daemon's limits, where it has a word on them.
   void ApplyLimits(const std::string& name, GroupSegment& segment);
   std::vector<int32_t> MembersOf(const std::string& group, const GroupSegment& segment) const;
@@ -142,7 +140,8 @@ class GroupControllers {
   std::map<std::string, std::unique_ptr<control::ShareScheduler>> schedulers_;  // by GPU UUID
   int64_t next_schedule_ns_ = 0;
   // The scheduler's last word per group, for Snapshot().
-  std::map<std::string, std::pair<bool, std::vector<DeviceGrant>>> grants_;  // GUARDED_BY(snapshot_mu_)
+  std::map<std::string, std::pair<bool, std::vector<DeviceGrant>>>
+      grants_;  // GUARDED_BY(snapshot_mu_)
   int64_t last_scan_ns_ = 0;
   bool scanned_ = false;
   mutable std::mutex snapshot_mu_;
