@@ -162,6 +162,17 @@ std::vector<GroupControllers::GroupControl> GroupControllers::Snapshot() const {
   return out;
 }
 
+std::optional<uint32_t> GroupControllers::GrantOf(const std::string& group,
+                                                  const std::string& uuid) const {
+  std::lock_guard lock(snapshot_mu_);
+  auto it = grants_.find(group);
+  if (it == grants_.end()) return std::nullopt;
+  for (const DeviceGrant& g : it->second.second) {
+    if (g.uuid == uuid) return g.grant_bp;
+  }
+  return std::nullopt;
+}
+
 void GroupControllers::Schedule() {
   using control::ShareScheduler;
   struct Gpu {

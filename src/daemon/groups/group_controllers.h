@@ -112,6 +112,9 @@ class GroupControllers {
     bool paused = false;                   // as the scheduler last wrote it
     std::vector<DeviceGrant> grants = {};  // per GPU it is scheduled on; empty: not scheduled
   };
+  // The scheduler's current grant to `group` on GPU `uuid` (basis points;
+  // 0: paused); nullopt: not scheduled there. Any thread.
+  std::optional<uint32_t> GrantOf(const std::string& group, const std::string& uuid) const;
   // The adopted groups, for the API and metrics (segment counters refreshed
   // once per rescan).
   std::vector<GroupControl> Snapshot() const;
