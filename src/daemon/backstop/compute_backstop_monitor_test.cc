@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <csignal>
 #include <filesystem>
+#include <mutex>
 
 #include "daemon/backstop/fake_signaller.h"
 #include "daemon/gpu/fake_backend.h"
@@ -168,6 +170,51 @@ TEST_F(ComputeBackstopMonitorTest, ReportModeNeverSignals) {
   EXPECT_EQ(m->Advance(), INT64_MAX);
   m->Stop();
   EXPECT_THAT(signaller_.sent, IsEmpty());
+}
+
+// The monitor's own threads, on the real clocks: a throttle starts and its
+// duty cycle runs on its thread; Stop continues everything.
+TEST_F(ComputeBackstopMonitorTest, ItsThreadsThrottleAndStopContinuesEverything) {
+  struct LockedSignaller final : Signaller {
+    bool Send(const ProcessRef& process, int sig) override {
+      std::lock_guard lock(mu);
+      const bool sent = fake.Send(process, sig);
+      changed.notify_all();
+      return sent;
+    }
+    std::mutex mu;
+    std::condition_variable changed;
+    FakeSignaller fake;
+  } signaller;
+  MonotonicClock mono;
+  RealtimeClock real;
+  ComputeBackstopMonitor::Options options;
+  options.backstop = {.action = ComputeBackstop::Action::kThrottle,
+                      .tolerance_points = 5,
+                      .over_for_ns = 0,
+                      .unregistered_percent = 10};
+  options.duty.period_ns = 20 * kMs;
+  options.sample_interval_ns = 10 * kMs;
+  options.proc_root = proc_.root();
+  ComputeBackstopMonitor m(options, backend_, registry_, signaller, store_.get(), nullptr, nullptr,
+                           {mono, real});
+  backend_.SetProcesses(0, {{100, 1 << 20}});
+  // Always newer than what the monitor asks for: 90 % for as long as it runs.
+  backend_.AddUtilization(0,
+                          {{100, static_cast<uint64_t>(real.NowNs() / 1000) + 3'600'000'000, 90}});
+  m.Start();
+  {
+    std::unique_lock lock(signaller.mu);
+    ASSERT_TRUE(signaller.changed.wait_for(lock, std::chrono::seconds(20), [&] {
+      return signaller.fake.To(100).size() >= 4;  // stopped, continued, stopped, ...
+    }));
+  }
+  m.Stop();
+  std::lock_guard lock(signaller.mu);
+  EXPECT_THAT(signaller.fake.stopped, IsEmpty());
+  EXPECT_EQ(signaller.fake.To(100).back(), SIGCONT);
+  EXPECT_EQ(m.Count(Kind::kThrottleStarted), 1u);
+  EXPECT_EQ(m.Count(Kind::kThrottleStopped), 1u);
 }
 
 }  // namespace
