@@ -245,6 +245,24 @@ void ComputeBackstop::StopThrottle(const std::string& key, Subject& s, const std
   out.push_back(std::move(f));
 }
 
+std::vector<ComputeBackstop::Finding> ComputeBackstop::Unreadable(const std::string& uuid) {
+  const std::string reason = "its GPU could not be read";
+  std::vector<Finding> out;
+  for (auto& [key, s] : subjects_) {
+    if (s.uuid != uuid || !s.over) continue;
+    if (s.throttled) StopThrottle(key, s, reason, out);
+    s.over = false;
+    s.over_since = -1;
+    s.terminated = false;
+    if (!s.group.empty()) {
+      Finding f = Make(FindingKind::kBackUnder, s);
+      f.detail = reason;
+      out.push_back(std::move(f));
+    }
+  }
+  return out;
+}
+
 std::vector<ComputeBackstop::Finding> ComputeBackstop::ReleaseAll(const std::string& reason) {
   std::vector<Finding> out;
   for (auto& [key, s] : subjects_) {

@@ -120,6 +120,11 @@ class ComputeBackstop {
                              const std::vector<GpuProcess>& processes,
                              const std::optional<std::vector<ProcessUtilization>>& samples);
 
+  // GPU `uuid` could not be read: nothing on it is held without being
+  // measured. Its throttles end (SIGCONT) and its groups' findings clear,
+  // each reported; a later sample finds them again if they are still over.
+  std::vector<Finding> Unreadable(const std::string& uuid);
+
   // Ends every throttle (SIGCONT), as the daemon stops; each is reported.
   std::vector<Finding> ReleaseAll(const std::string& reason);
 

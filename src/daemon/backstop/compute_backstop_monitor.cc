@@ -164,6 +164,7 @@ std::vector<Finding> ComputeBackstopMonitor::Sample() {
   struct GpuRead {
     uint32_t index = 0;
     std::string uuid;
+    bool readable = false;
     std::vector<GpuProcess> processes;
     std::optional<std::vector<ProcessUtilization>> samples;
   };
@@ -178,10 +179,11 @@ std::vector<Finding> ComputeBackstopMonitor::Sample() {
       uuid = uuids_.emplace(i, info->uuid).first;
     }
     auto processes = backend_.Processes(i);
-    if (!processes.ok()) continue;
     GpuRead& r = reads.emplace_back();
     r.index = i;
     r.uuid = uuid->second;
+    if (!processes.ok()) continue;  // unreadable: r.readable stays false
+    r.readable = true;
     r.processes = std::move(*processes);
     if (auto s = backend_.ProcessUtilizationSince(i, since_us); s.ok()) r.samples = std::move(*s);
     if (options_.is_ignored) {
@@ -200,7 +202,8 @@ std::vector<Finding> ComputeBackstopMonitor::Sample() {
     Refresh();
     const int64_t now = clocks_.monotonic.NowNs();
     for (const GpuRead& r : reads) {
-      for (Finding& f : backstop_.Check(now, r.index, r.uuid, r.processes, r.samples)) {
+      for (Finding& f : r.readable ? backstop_.Check(now, r.index, r.uuid, r.processes, r.samples)
+                                   : backstop_.Unreadable(r.uuid)) {
         all.push_back(std::move(f));
       }
     }

@@ -240,6 +240,25 @@ TEST_F(ComputeBackstopTest, ProcessesLeavingAThrottledGroupAreContinuedAndItIsBa
   EXPECT_THAT(signaller_.stopped, IsEmpty());
 }
 
+TEST_F(ComputeBackstopTest, AnUnreadableGpuHoldsNothingStopped) {
+  ComputeBackstop b = Make(ComputeBackstop::Action::kThrottle);
+  int64_t t = 0;
+  for (std::vector<Finding> f; f.empty(); t += 500 * kMs) f = Check(b, t, {{100, 90}});
+  throttler_.Advance(t);
+  ASSERT_THAT(signaller_.stopped, ElementsAre(100));
+  auto f = b.Unreadable(kUuid);
+  ASSERT_THAT(KindsOf(f), ElementsAre(Kind::kThrottleStopped, Kind::kBackUnder));
+  EXPECT_EQ(f[1].detail, "its GPU could not be read");
+  EXPECT_THAT(signaller_.stopped, IsEmpty());
+  EXPECT_THAT(b.Unreadable(kUuid), IsEmpty()) << "once";
+  // Readable again and still over: found again after the 5 s.
+  std::vector<Finding> again;
+  const int64_t back = t;
+  for (; again.empty(); t += 500 * kMs) again = Check(b, t, {{100, 90}});
+  EXPECT_GT(t - back, 5 * kS);
+  EXPECT_THAT(KindsOf(again), ElementsAre(Kind::kOverLimit, Kind::kThrottleStarted));
+}
+
 TEST_F(ComputeBackstopTest, ReleaseAllContinuesEveryThrottledProcess) {
   ComputeBackstop b = Make(ComputeBackstop::Action::kThrottle);
   int64_t t = 0;
