@@ -671,6 +671,15 @@ uint32_t RawRequest(const Group& g, const std::string& uuid) {
   return ScheduleEntryOn(g.schedule, uuid).request_percent.value_or(0);
 }
 
+// A tenant's own limit on `uuid`, whether its limits are one for every GPU
+// or by GPU (reg-protocol makes Tenant::requested per GPU).
+[[maybe_unused]] GpuLimit OwnLimitOn(const GpuLimit& requested, const std::string& /*uuid*/) {
+  return requested;
+}
+[[maybe_unused]] GpuLimit OwnLimitOn(const Limits& requested, const std::string& uuid) {
+  return LimitOn(requested, uuid);
+}
+
 std::string GpuName(const std::string& uuid) {
   return uuid.empty() ? std::string("every GPU") : "GPU " + uuid;
 }
@@ -679,16 +688,18 @@ std::string GpuName(const std::string& uuid) {
 
 Status TenantRegistry::AdmitLocked(const Group& candidate,
                                    const std::vector<std::string>& gpus) const {
-  // "" stands for a GPU no entry names: only "all" entries apply there.
-  std::set<std::string> check(gpus.begin(), gpus.end());
-  check.insert("");
-  auto names = [&check](const Group& g) {
+  // The node's GPUs, those the groups name, then "": a GPU no entry names
+  // (only "all" entries apply there).
+  std::set<std::string> named(gpus.begin(), gpus.end());
+  auto names = [&named](const Group& g) {
     for (const auto& [gpu, entry] : g.schedule) {
-      if (gpu != kAllGpus) check.insert(gpu);
+      if (gpu != kAllGpus) named.insert(gpu);
     }
   };
   names(candidate);
   for (const auto& [gid, g] : groups_) names(g);
+  std::vector<std::string> check(named.begin(), named.end());
+  check.emplace_back();
   auto old = groups_.find(candidate.id);
   for (const std::string& uuid : check) {
     const uint32_t request = RawRequest(candidate, uuid);
@@ -723,7 +734,7 @@ std::optional<GroupSchedule> TenantRegistry::ScheduleOn(const std::string& id,
   const Group& g = it->second;
   GpuLimit limit = LimitOn(g.limits, uuid);
   for (const auto& [pid, t] : tenants_) {
-    if (t.group == id) limit = Lower(limit, t.requested);
+    if (t.group == id) limit = Lower(limit, OwnLimitOn(t.requested, uuid));
   }
   const ScheduleEntry entry = ScheduleEntryOn(g.schedule, uuid);
   GroupSchedule out;
