@@ -72,7 +72,8 @@ StatusOr<uint64_t> ParseBytes(std::string_view text) {
   if (!std::isfinite(value) || value >= 18446744073709551615.0) {
     return InvalidArgument("byte quantity '" + std::string(text) + "' is too large");
   }
-  return static_cast<uint64_t>(std::llround(value));
+  // Not llround: a long long saturates at 2^63, below many valid quantities.
+  return static_cast<uint64_t>(std::round(value));
 }
 
 StatusOr<uint32_t> ParsePercent(std::string_view text) {

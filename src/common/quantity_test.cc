@@ -23,6 +23,13 @@ TEST(ParseBytes, DecimalUnitsNeedB) {
   EXPECT_EQ(*ParseBytes("1KB"), 1000u);
 }
 
+// Found by tests/fuzz/limit_config_fuzz (corpus/limit_config_fuzz/huge_bytes):
+// quantities from 2^63 to 2^64 used to read as 2^63.
+TEST(ParseBytes, QuantitiesAbove2To63KeepTheirValue) {
+  EXPECT_EQ(*ParseBytes("9300000000000000000"), 9'300'000'000'000'000'000u);
+  EXPECT_EQ(*ParseBytes("10000PB"), 10'000'000'000'000'000'000u);
+}
+
 TEST(ParseBytes, RejectsBadInputWithAClearMessage) {
   for (const char* bad : {"", "  ", "-1", "GiB", "4 parsecs", "4XB", "1e3", "abc", "4GiBs"}) {
     auto r = ParseBytes(bad);
