@@ -53,7 +53,8 @@ int HttpStatusOf(StatusCode code) {
 ApiResponse ApiResponse::Json(int status, const nlohmann::json& value) {
   ApiResponse r;
   r.status = status;
-  r.body = value.dump();
+  // Strings from outside (a path, a name) may not be UTF-8: replaced, not thrown.
+  r.body = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return r;
 }
 

@@ -69,5 +69,18 @@ TEST(ApiResponseTest, FromStatusMapsCodesAndCarriesTheMessage) {
   EXPECT_EQ(body["error"]["message"], "no GPU 7");
 }
 
+// Found by tests/fuzz/http_request_fuzz (corpus/http_request_fuzz/non_utf8_path):
+// a request path that is not UTF-8, echoed in the 404's message, made dump()
+// throw out of the request handler (the daemon died).
+TEST_F(RouterTest, AMessageThatIsNotUtf8IsAnsweredNotThrown) {
+  auto m = router_.Find("DELETE", "/v1/tenants\xe0m_mhzs/050");
+  ASSERT_FALSE(m.ok());
+  ApiResponse r;
+  ASSERT_NO_THROW(r = ApiResponse::FromStatus(m.status()));
+  EXPECT_EQ(r.status, 404);
+  auto body = nlohmann::json::parse(r.body);
+  EXPECT_NE(body["error"]["message"].get<std::string>().find("m_mhzs"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon
