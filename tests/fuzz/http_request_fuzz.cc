@@ -6,7 +6,7 @@
 // from its input alone).
 //
 // Input: the first byte picks the caller (root on the Unix socket, uid 1000
-// as pid 100, a TCP client); the rest is the raw request bytes. Properties
+// as pid 100 or 101, a TCP client); the rest is the raw request bytes. Properties
 // beyond "no crash": every answer has an HTTP status, JSON answers parse,
 // and no input makes a handler answer 500.
 #include <sys/stat.h>
@@ -30,15 +30,18 @@ namespace {
 
 namespace http = boost::beast::http;
 
-// A fake /proc with pid 100 (uid 1000, in a pod) and 300 (uid 65534), made
-// once per process; the registry only reads it.
+// A fake /proc with pids 100 and 101 (uid 1000, in a pod; 101's environment
+// is not UTF-8) and 300 (uid 65534), made once per process; the registry only
+// reads it.
 const std::string& ProcRoot() {
   static const std::string root = [] {
     std::string dir = std::filesystem::temp_directory_path().string() + "/gpuslice-fuzz-proc." +
                       std::to_string(getpid());
-    for (auto [pid, uid, cgroup] :
-         {std::tuple{100, 1000, "0::/kubepods/podaaaaaaaa-1111-2222-3333-444444444444/c\n"},
-          std::tuple{300, 65534, "0::/user.slice/s.scope\n"}}) {
+    constexpr const char* kPod = "0::/kubepods/podaaaaaaaa-1111-2222-3333-444444444444/c\n";
+    for (auto [pid, uid, cgroup, environ] :
+         {std::tuple{100, 1000, kPod, "POD_NAME=web-0"},
+          std::tuple{101, 1000, kPod, "POD_NAME=\xff\xfe"},
+          std::tuple{300, 65534, "0::/user.slice/s.scope\n", ""}}) {
       const std::string p = dir + "/" + std::to_string(pid);
       std::filesystem::create_directories(p);
       const std::string u = std::to_string(uid);
@@ -48,7 +51,7 @@ const std::string& ProcRoot() {
       for (int f = 4; f <= 21; ++f) stat += " 0";
       std::ofstream(p + "/stat") << stat << " 7 0 0\n";
       std::ofstream(p + "/cgroup") << cgroup;
-      std::ofstream(p + "/environ") << "POD_NAME=web-0";
+      std::ofstream(p + "/environ") << environ;
     }
     return dir;
   }();
@@ -62,11 +65,13 @@ class AlwaysAlive final : public LivenessWatcher {
 };
 
 Caller CallerFor(uint8_t b) {
-  switch (b % 3) {
+  switch (b % 4) {
     case 0:
       return Caller{0, 0, 1, false, false};
     case 1:
       return Caller{1000, 1000, 100, false, false};
+    case 2:
+      return Caller{1000, 1000, 101, false, false};
     default:
       return Caller{std::nullopt, std::nullopt, std::nullopt, true, false};
   }

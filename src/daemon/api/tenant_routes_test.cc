@@ -123,6 +123,17 @@ TEST_F(TenantRoutesTest, MalformedRegistrationsAre400NamingTheField) {
   EXPECT_TRUE(registry_.Groups().empty());
 }
 
+// Found by tests/fuzz/http_request_fuzz: a hint that conflicts with a
+// POD_NAME that is not UTF-8 threw out of the registry (the daemon died).
+TEST_F(TenantRoutesTest, AProcessEnvironmentThatIsNotUtf8IsQuotedSafely) {
+  proc_.Add(102, "102", 1000, 13, "0::/user.slice/s.scope\n", "POD_NAME=\xff\xfe\0"s);
+  auto r = Call("POST", "/v1/tenants", R"({"group": "g", "hints": {"pod_name": "web-1"}})",
+                Unix(102, 1000));
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(Body(r)["tenant"]["hint_conflicts"].size(), 1u) << r.body;
+  EXPECT_EQ(Call("GET", "/v1/tenants", "", Unix(102, 1000)).status, 200);
+}
+
 TEST_F(TenantRoutesTest, AUnixClientRegistersOnlyItselfAndTcpNeedsATokenAndAPid) {
   auto other = Call("POST", "/v1/tenants", R"({"group": "g", "pid": 101})", Unix(100, 1000));
   EXPECT_EQ(other.status, 403);

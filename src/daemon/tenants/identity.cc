@@ -243,7 +243,13 @@ StatusOr<ProcessIdentity> IdentifyProcess(const std::string& proc_root, pid_t pi
   for (std::string_view entry : Split(environ, '\0')) {
     for (std::string_view key : {"POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME"}) {
       if (entry.size() > key.size() && entry.starts_with(key) && entry[key.size()] == '=') {
-        id.environment[std::string(key)] = std::string(entry.substr(key.size() + 1));
+        // Kubernetes names are ASCII (DNS labels); other bytes, possibly not
+        // UTF-8, would make every JSON view of the tenant throw: '?'.
+        std::string value(entry.substr(key.size() + 1));
+        for (char& c : value) {
+          if (static_cast<unsigned char>(c) >= 0x80) c = '?';
+        }
+        id.environment[std::string(key)] = std::move(value);
       }
     }
   }

@@ -106,6 +106,20 @@ TEST(IdentifyProcessTest, ReadsNamespacePidUidStartTimeCgroupAndEnvironment) {
   EXPECT_EQ(IdentifyProcess(proc.root(), -1).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Found by tests/fuzz/http_request_fuzz (corpus/http_request_fuzz/
+// register_hint_conflict): a POD_NAME that is not UTF-8, quoted in a hint
+// conflict, made the registry's JSON view throw (the daemon died).
+TEST(IdentifyProcessTest, EnvironmentBytesOutsideAsciiAreReplaced) {
+  FakeProc proc;
+  using namespace std::string_literals;
+  proc.Add(4242, "4242", 1000, 987654, "0::/user.slice\n", "POD_NAME=web\xff\xfe-0\0"s);
+  auto id = IdentifyProcess(proc.root(), 4242);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(id->environment.at("POD_NAME"),
+            "web?"
+            "?-0");
+}
+
 TEST(IdentifyProcessTest, TheRealProcIdentifiesThisProcess) {
   auto id = IdentifyProcess("/proc", getpid());
   ASSERT_TRUE(id.ok()) << id.status().ToString();
