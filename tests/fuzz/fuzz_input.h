@@ -1,10 +1,13 @@
 // Shared helpers for the libFuzzer targets in tests/fuzz (docs/fuzzing.md).
 #pragma once
 
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,5 +42,28 @@ inline bool OneLine(std::string_view s) {
   }
   return true;
 }
+
+// A private directory under $TMPDIR for the life of the process (hold it in a
+// function-local static): removed at exit.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_(std::filesystem::temp_directory_path().string() + "/" + name + "." +
+              std::to_string(getpid())) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_all);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace gpuslice::fuzz

@@ -13,6 +13,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -34,9 +35,9 @@ namespace http = boost::beast::http;
 // is not UTF-8) and 300 (uid 65534), made once per process; the registry only
 // reads it.
 const std::string& ProcRoot() {
-  static const std::string root = [] {
-    std::string dir = std::filesystem::temp_directory_path().string() + "/gpuslice-fuzz-proc." +
-                      std::to_string(getpid());
+  static const fuzz::TempDir root("gpuslice-fuzz-proc");
+  static const bool filled = [] {
+    const std::string& dir = root.path();
     constexpr const char* kPod = "0::/kubepods/podaaaaaaaa-1111-2222-3333-444444444444/c\n";
     for (auto [pid, uid, cgroup, environ] :
          {std::tuple{100, 1000, kPod, "POD_NAME=web-0"},
@@ -53,9 +54,10 @@ const std::string& ProcRoot() {
       std::ofstream(p + "/cgroup") << cgroup;
       std::ofstream(p + "/environ") << environ;
     }
-    return dir;
+    return true;
   }();
-  return root;
+  (void)filled;
+  return root.path();
 }
 
 class AlwaysAlive final : public LivenessWatcher {
