@@ -109,7 +109,7 @@ TEST_F(LimiterRegistrationTest, ListedWithItsGroupAndLimit) {
       << Read("err0") << "\nmember log:\n"
       << Read("err1");
   EXPECT_EQ(t["group"], "reg");
-  EXPECT_EQ(t["requested_limits"]["memory_bytes"], 1ull << 30) << t.dump();
+  EXPECT_EQ(t["requested_limits"]["all"]["memory_bytes"], 1ull << 30) << t.dump();
   EXPECT_EQ(t["pod"], "web-0");
   EXPECT_EQ(t["namespace"], "prod");
   EXPECT_EQ(t["container"], "app");

@@ -136,6 +136,13 @@ class ForkedTenants {
   void Kill(ForkedTenant& t) {
     ForkedTenant* own = Find(t);
     if (own == nullptr) return;
+    // Signal only a child still ours and running: one reaped elsewhere (a
+    // waitpid of the test's) may have had its pid reused.
+    if (waitpid(own->child, nullptr, WNOHANG) != 0) {
+      CloseStop(*own);
+      Forget(t);
+      return;
+    }
     if (own->pid > 0 && own->pid != own->child) kill(own->pid, SIGKILL);
     if (own->child > 0) kill(own->child, SIGKILL);
     CloseStop(*own);
@@ -259,7 +266,7 @@ class ForkedTenants {
   }
   void Reap(ForkedTenant& t) {
     if (Find(t) == nullptr) return;
-    waitpid(t.child, nullptr, 0);
+    waitpid(t.child, nullptr, 0);  // ECHILD if reaped elsewhere: nothing to wait for
     Forget(t);
   }
   // Drops the record of `t` (reaped) and marks the caller's copy so.
