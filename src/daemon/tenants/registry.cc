@@ -304,8 +304,8 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg) {
   t.hints = reg.hints;
   t.hint_conflicts = CheckHints(*identity, reg.hints);
   t.devices = reg.devices;
-  t.requested = LowerLimits(reg.gpu_limits, Limits{{kAllGpus, reg.limits}});
-  if (t.requested.size() == 1 && t.requested.begin()->second == GpuLimit{}) t.requested.clear();
+  t.requested = reg.gpu_limits;
+  if (reg.limits != GpuLimit{}) t.requested = LowerLimits(t.requested, {{kAllGpus, reg.limits}});
   t.registered_at_ns = clock_.NowNs();
 
   uint64_t version = 0;

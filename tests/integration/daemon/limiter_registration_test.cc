@@ -35,11 +35,13 @@ class LimiterRegistrationTest : public testing::SimProcessTest {
 
   // Starts gpusliced on this test's simulation, segments (or `shm` under the
   // test's directory) and `state` dir; its log goes to "err<n>".
-  pid_t StartDaemon(const std::string& state, const std::string& shm = "") {
+  pid_t StartDaemon(const std::string& state, const std::string& shm = "",
+                    const std::vector<std::string>& env = {}) {
     const pid_t pid = StartProgram(
         "gpusliced", next_++,
         {"--socket", Socket(), "--state-dir", dir_ + "/" + state, "--shm-dir",
-         shm.empty() ? shm_dir_ : dir_ + shm, "--log-level", "debug", "--poll-interval-ms", "100"});
+         shm.empty() ? shm_dir_ : dir_ + shm, "--log-level", "debug", "--poll-interval-ms", "100"},
+        env);
     EXPECT_TRUE(WaitFor(
         [&] {
           auto r = cli::UnixHttpClient(Socket(), 5s).Request("GET", "/readyz");
@@ -121,6 +123,33 @@ TEST_F(LimiterRegistrationTest, ListedWithItsGroupAndLimit) {
       },
       5s))
       << Read("err1");
+}
+
+// Limits that differ by device are sent per GPU, and a schedule from the
+// environment never costs the registration (a daemon without the scheduler
+// is asked again without it).
+TEST_F(LimiterRegistrationTest, PerDeviceLimitsAreSentPerGpuWithAScheduleAsked) {
+  const std::string two_gpus = R"(GPUSLICE_SIM_CONFIG={"device_count":2})";
+  StartDaemon("state", "", {two_gpus});  // err0
+  const pid_t member = StartMember(
+      "per-gpu", 60,
+      {"GPUSLICE_SOCKET=" + Socket(), two_gpus, R"(GPUSLICE_MEMORY_LIMIT={"1":"256MiB"})",
+       "CUDA_DEVICE_SM_LIMIT_0=30", "GPUSLICE_WEIGHT=3", "GPUSLICE_PRIORITY=latency"});  // err1
+  json t;
+  ASSERT_TRUE(WaitFor([&] { return !(t = Tenant(member)).is_null(); }, 10s))
+      << "daemon log:\n"
+      << Read("err0") << "\nmember log:\n"
+      << Read("err1");
+  ASSERT_EQ(t["gpus"].size(), 2u) << t.dump();
+  const std::string gpu0 = t["gpus"][0]["uuid"], gpu1 = t["gpus"][1]["uuid"];
+  EXPECT_EQ(t["requested_limits"],
+            json::parse(R"({")" + gpu0 + R"(": {"memory_bytes": null, "compute_percent": 30}, ")" +
+                        gpu1 + R"(": {"memory_bytes": 268435456, "compute_percent": null}})"))
+      << t.dump();
+  EXPECT_EQ(t["gpus"][0]["limit"]["compute_percent"], 30);
+  EXPECT_TRUE(t["gpus"][0]["limit"]["memory_bytes"].is_null());
+  EXPECT_EQ(t["gpus"][1]["limit"]["memory_bytes"], 256u << 20);
+  EXPECT_EQ(Read("err0").find("event=registration_refused"), std::string::npos) << Read("err0");
 }
 
 TEST_F(LimiterRegistrationTest, ListedAgainAfterADaemonRestart) {
