@@ -265,6 +265,12 @@ int Run(int argc, char** argv) {
                               }
                             }
                           });
+  // Requests for "all" GPUs are admitted against every GPU of the node.
+  registry.SetNodeGpus([&monitor] {
+    std::vector<std::string> uuids;
+    for (const GpuInfo& gpu : monitor.Current()->gpus) uuids.push_back(gpu.uuid);
+    return uuids;
+  });
   pid_watcher.SetExitCallback(
       [&registry](const std::vector<pid_t>& pids) { registry.OnExited(pids); });
   struct WatcherStop {  // the watcher's thread ends before the registry it calls
@@ -369,6 +375,10 @@ int Run(int argc, char** argv) {
                                              .compute_percent = limit.compute_percent};
       },
       GroupControllers::Clocks{realtime, clock});
+  controllers.SetScheduleOf(ScheduleOfRegistry(registry));  // one scheduler per GPU (issue 13)
+  auto grant_of = [&controllers](const std::string& g, const std::string& u) {
+    return controllers.GrantOf(g, u);
+  };
   ControlLoop control_loop([&controllers] { return controllers.Tick(); });
 
   ApiRouter router;
@@ -391,7 +401,8 @@ int Run(int argc, char** argv) {
                                             return Authorize(c, Access::kMutate, auth).ok();
                                           },
                                       .proc_root = "/proc",
-                                      .tiers = &tiers});
+                                      .tiers = &tiers,
+                                      .grant_bp = grant_of});
   mps::RegisterMpsRoutes(router, mps);
 
   // The node segment (docs/daemon.md "Node segment"), written after every
