@@ -153,6 +153,13 @@ TEST_F(LimiterRegistrationTest, PerDeviceLimitsAreSentPerGpuWithAScheduleAsked) 
   EXPECT_TRUE(t["gpus"][0]["limit"]["memory_bytes"].is_null());
   EXPECT_EQ(t["gpus"][1]["limit"]["memory_bytes"], 256u << 20);
   EXPECT_EQ(Read("err0").find("event=registration_refused"), std::string::npos) << Read("err0");
+  // The first registrant's schedule is the new group's, on its GPUs.
+  auto group = cli::UnixHttpClient(Socket(), 5s).Request("GET", "/v1/groups/per-gpu");
+  ASSERT_TRUE(group.ok());
+  const json g = json::parse(group->body, nullptr, false);
+  ASSERT_TRUE(g.is_object()) << group->body;
+  EXPECT_EQ(g["schedule"][gpu0], json::parse(R"({"priority": "latency", "weight": 3})"))
+      << group->body;
 }
 
 // HYPERVISOR_IP/HYPERVISOR_PORT: the limiter registers over the daemon's TCP
