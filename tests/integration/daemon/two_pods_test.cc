@@ -234,7 +234,11 @@ class TwoPodsTest : public testing::SimProcessTest {
                                     "GPUSLICE_SHM_DIR=" + shm_dir_,
                                     "GPUSLICE_SOCKET=" + socket_,
                                     "GPUSLICE_LOG_LEVEL=debug"};
-    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    for (const std::string& e : extra_env) {  // replaces a default of the same name
+      const std::string name = e.substr(0, e.find('=') + 1);
+      std::erase_if(env, [&](const std::string& d) { return d.starts_with(name); });
+      env.push_back(e);
+    }
     return Spawn(n, argv, env);
   }
 
@@ -337,6 +341,22 @@ TEST_F(TwoPodsTest, EachPodIsIdentifiedAndNeitherCanJoinOrRaiseTheOthersGroup) {
       tenants_.Start(R"({"group": ")" + group_a + R"(", "hints": {"pod_uid": ")" + a.uid + R"("}})",
                      intruder_options);
   EXPECT_EQ(forger.status, 403) << forger.body.dump();
+
+  // The same through the limiter: another process of pod b naming a's group
+  // (with pod b's own segment directory, as a pod's mount gives it).
+  const int log_c = next_;
+  const pid_t unshare_c =
+      StartPodProcess(b, next_++,
+                      {"GPUSLICE_GROUP=" + group_a, "GPUSLICE_MEMORY_LIMIT=8GiB",
+                       "GPUSLICE_SHM_DIR=" + dir_ + "/shm-of-pod-b"});
+  pid_t host_c = 0;
+  ASSERT_TRUE(WaitFor([&] { return (host_c = ChildOf(unshare_c)) > 1; }, 10s));
+  const std::string refusal =
+      "gpusliced refused the registration in group " + group_a + " (HTTP 403";
+  EXPECT_TRUE(WaitFor(
+      [&] { return Read("err" + std::to_string(log_c)).find(refusal) != std::string::npos; }, 20s))
+      << Read("err" + std::to_string(log_c));
+  EXPECT_FALSE(Tenants().contains(host_c));
 
   auto [code, group] = Call("GET", "/v1/groups/" + group_a);
   ASSERT_EQ(code, 200);
