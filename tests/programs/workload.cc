@@ -5,7 +5,7 @@
 //   gpuslice-workload [--device N] [--kernel-us US] (--duration-s S | --kernels N)
 //                     [--sync] [--alloc BYTES] [--hold-s S]
 //                     [--launch plain|ex|cooperative|graph] [--quiet]
-//                     [--latency] [--latency-file PATH]
+//                     [--latency] [--latency-file PATH] [--idle-at-s S --idle-s D]
 //
 // Kernels are `gpuslice_sim_spin` (the simulator runs them for the given
 // time). --launch graph captures one kernel into a graph on a stream
@@ -20,6 +20,9 @@
 // (nearest-rank percentiles over every launch). --latency-file PATH (implies
 // --latency) also writes one line per launch: "<start s since the first
 // launch> <latency us>", for a caller that judges only part of the run.
+// --idle-at-s S --idle-s D: S seconds after the first launch, wait for the
+// queued work and launch nothing for D seconds, then go on (--duration-s still
+// counts from the first launch).
 // Exit codes: 0 done, 2 bad arguments, 3 a CUDA call failed (named on stderr,
 // e.g. "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2)") or the latency file
 // could not be written.
@@ -50,6 +53,8 @@ struct Options {
   bool quiet = false;
   bool latency = false;
   std::string latency_file;
+  double idle_at_s = -1;  // < 0: never idle
+  double idle_s = 0;
 };
 
 [[noreturn]] void Usage(const char* problem) {
@@ -58,7 +63,7 @@ struct Options {
           "usage: gpuslice-workload [--device N] [--kernel-us US] (--duration-s S | --kernels N)\n"
           "         [--sync] [--alloc BYTES] [--hold-s S] [--launch plain|ex|cooperative|graph] "
           "[--quiet]\n"
-          "         [--latency] [--latency-file PATH]\n",
+          "         [--latency] [--latency-file PATH] [--idle-at-s S --idle-s D]\n",
           problem);
   exit(2);
 }
@@ -155,6 +160,10 @@ int main(int argc, char** argv) {
       o.latency = true;
     else if (a == "--latency-file")
       o.latency_file = value();
+    else if (a == "--idle-at-s")
+      o.idle_at_s = Number("--idle-at-s", value());
+    else if (a == "--idle-s")
+      o.idle_s = Number("--idle-s", value());
     else if (a == "-h" || a == "--help")
       Usage("runs spin kernels on a GPU");
     else
@@ -163,6 +172,7 @@ int main(int argc, char** argv) {
   if (o.launch != "plain" && o.launch != "ex" && o.launch != "cooperative" && o.launch != "graph") {
     Usage("--launch is plain, ex, cooperative or graph");
   }
+  if ((o.idle_at_s >= 0) != (o.idle_s > 0)) Usage("--idle-at-s and --idle-s go together");
   if (!o.latency_file.empty()) o.latency = true;
   if (o.latency) o.sync = true;
 
@@ -201,6 +211,12 @@ int main(int argc, char** argv) {
   std::vector<double> latency_at;  // its start, seconds since `start`
   while ((o.kernels > 0 && launched < o.kernels) ||
          (o.kernels == 0 && o.duration_s > 0 && std::chrono::steady_clock::now() < deadline)) {
+    if (o.idle_at_s >= 0 &&
+        std::chrono::steady_clock::now() >= start + std::chrono::duration<double>(o.idle_at_s)) {
+      Check(cuCtxSynchronize(), "cuCtxSynchronize");
+      std::this_thread::sleep_for(std::chrono::duration<double>(o.idle_s));
+      o.idle_at_s = -1;  // once
+    }
     const auto launch_start = std::chrono::steady_clock::now();
     if (o.launch == "plain") {
       Check(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");

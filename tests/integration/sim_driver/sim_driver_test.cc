@@ -163,6 +163,23 @@ TEST_F(SimDriverTest, WorkloadLatencyModeRecordsEveryLaunch) {
   EXPECT_EQ(Process(Stats(), a)["devices"][0]["kernels"], 40);
 }
 
+// --idle-at-s/--idle-s: the device is idle for the gap (ground truth), and
+// the run still ends at --duration-s.
+TEST_F(SimDriverTest, WorkloadIdlesForTheGapAndGoesOn) {
+  pid_t a = Start(
+      0, {"--kernel-us", "1000", "--duration-s", "1.5", "--idle-at-s", "0.3", "--idle-s", "0.8"});
+  ASSERT_EQ(Join(a), 0) << Read("err0");
+  json out = json::parse(Read("out0"));
+  const double elapsed = out["elapsed_s"].get<double>();
+  const double busy_s = Process(Stats(), a)["devices"][0]["busy_ns"].get<double>() / 1e9;
+  EXPECT_GE(elapsed, 1.5);
+  EXPECT_LE(busy_s, elapsed - 0.75) << out.dump();  // idle 0.8 s
+  EXPECT_GE(busy_s, 0.5) << out.dump();             // busy before and after
+  pid_t b = Start(1, {"--kernels", "1", "--idle-s", "1"});
+  EXPECT_EQ(Join(b), 2);
+  EXPECT_NE(Read("err1").find("--idle-at-s"), std::string::npos) << Read("err1");
+}
+
 TEST_F(SimDriverTest, WorkloadRejectsBadFlagsClearly) {
   pid_t a = Start(0, {"--launch", "sideways"});
   EXPECT_EQ(Join(a), 2);
