@@ -33,9 +33,14 @@
 //    `gpuslice limit set`, or by the daemon, and read lock-free. Every
 //    change bumps `change_word` and wakes its futex waiters.
 //  - Compute budgets (DeviceCompute) are lock-free: members advance
-//    `next_free_ns` with compare-and-swap on every launch of a limited device
+//    `next_free_ns` with compare-and-swap on every launch of a paced device
 //    and wait on `change_word` (futex, with a timeout) while it is ahead of
 //    them; only the group controller writes the estimate fields.
+//  - gpusliced's scheduler (DESIGN.md section 4) writes each device's
+//    `compute_grant_bp` and `burst_ns` and the group's `paused` word; every
+//    change bumps `change_word`. A member that takes the controller role
+//    back from a daemon clears the grants and bursts (self-control paces by
+//    the limits alone); `paused` stays until someone resumes the group.
 //
 // Invariants (restored by repair after a member dies mid-update):
 //  1. devices[d].memory_used == sum over slots s of slots[s].memory[d].
@@ -50,7 +55,7 @@
 namespace gpuslice {
 
 inline constexpr uint64_t kGroupSegmentMagic = 0x5052475f534c5047;  // "GPLS_GRP"
-inline constexpr uint32_t kGroupSegmentVersion = 3;
+inline constexpr uint32_t kGroupSegmentVersion = 4;
 
 // Where segments live when GPUSLICE_SHM_DIR is unset.
 inline constexpr char kDefaultGroupSegmentDir[] = "/dev/shm/gpuslice";
@@ -63,6 +68,9 @@ inline constexpr int kUuidBytes = 48;
 // A daemon heartbeat older than this no longer keeps members from
 // controlling their group (DESIGN.md section 3).
 inline constexpr int64_t kDaemonStaleNs = 2'000'000'000;
+
+// A compute grant in basis points (1/100 %) that covers the whole device.
+inline constexpr uint32_t kFullGrantBp = 10000;
 
 // Value of a limit that is not set.
 inline constexpr uint64_t kUnlimitedBytes = UINT64_MAX;
@@ -85,8 +93,9 @@ struct GroupSegmentHeader {
 
 // The compute budget of one device of the group (DESIGN.md sections 2, 3):
 // a pacer in the manner of the generic cell rate algorithm. Each admitted
-// launch pushes `next_free_ns` forward by charge_ns x 100 / compute_limit of
-// wall time (its estimated device time stretched by the limit); a launch is
+// launch pushes `next_free_ns` forward by its charge stretched by the
+// group's rate on the device (charge_ns x 10000 / rate_bp of wall time, the
+// rate being the lower of compute_limit and compute_grant_bp); a launch is
 // admitted while next_free_ns <= now + the burst tolerance, otherwise its
 // thread waits until that holds. Device time is estimated per launch by the
 // group controller from NVML's per-process samples (busy time / launches).
@@ -105,7 +114,10 @@ struct alignas(64) DeviceCompute {
   uint32_t share_bp;  // measured share of the device, in basis points (1/100 %)
   uint32_t reserved1;
   int64_t measured_at_ns;  // CLOCK_MONOTONIC of the last estimate; 0: never
-  uint8_t pad1[32];
+  // Written by gpusliced's scheduler: the burst tolerance (how far ahead of
+  // now the group may have admitted work); 0: control::kPacerBurstNs.
+  int64_t burst_ns;
+  uint8_t pad1[24];
 };
 
 // One physical GPU, identified by UUID (CUDA ordinals differ between members
@@ -117,7 +129,9 @@ struct GroupDevice {
   uint64_t memory_peak;     // highest memory_used seen
   uint64_t alloc_failures;  // allocations refused for the limit
   uint32_t compute_limit;   // percent 1..100; kUnlimitedPercent when unset
-  uint32_t reserved0;
+  // gpusliced's scheduler: the group's current share of the device in basis
+  // points, 1..kFullGrantBp; 0: no grant (the limit alone paces).
+  uint32_t compute_grant_bp;
   DeviceCompute compute;
 };
 
@@ -137,8 +151,9 @@ struct GroupSegmentLayout {
   alignas(64) uint32_t device_count;  // entries of devices[] in use
   uint32_t change_word;               // bumped (and futex-woken) on every limit change
   uint64_t limits_generation;         // bumped on every limit change
-  uint32_t compute_limited;           // bit d set: devices[d] has a compute limit below 100
-  uint32_t reserved1;
+  uint32_t compute_limited;  // bit d set: launches on devices[d] take the paced path (a compute
+                             // limit below 100, a grant below the whole device, or `paused`)
+  uint32_t paused;           // nonzero: gpusliced paused the group; launches wait
   int64_t controller_heartbeat_ns;  // last beat of the group controller
   int32_t controller_pid;           // its pid, 0 if none
   int32_t daemon_pid;               // gpusliced, while it controls (or claims) the group

@@ -33,12 +33,23 @@ bool ComputeController::Tick() {
 
 void ComputeController::TickDevice(int dev, Device& d) {
   const int64_t now_real = clocks_.realtime.NowNs();
+  const uint64_t launches = segment_.Launches(dev);
   if (d.first_tick_ns == 0) {
     d.first_tick_ns = now_real;
     d.last_seen_us = static_cast<uint64_t>(now_real / 1000);
+    d.launches_at_first_tick = launches;
   }
-  const uint64_t launches = segment_.Launches(dev);
   d.estimator.RecordLaunches(now_real, launches);
+  // Until the first paced launch, the device's busy time is work queued
+  // before pacing began (a group that just got a limit or a grant drains
+  // its queue first): it is no evidence of what a launch costs.
+  if (!d.paced_launch_seen) {
+    if (launches == d.launches_at_first_tick) {
+      d.last_seen_us = std::max(d.last_seen_us, static_cast<uint64_t>(now_real / 1000));
+      return;
+    }
+    d.paced_launch_seen = true;
+  }
 
   auto samples = source_.SamplesSince(segment_.DeviceUuid(dev), d.last_seen_us);
   if (!samples.ok()) {

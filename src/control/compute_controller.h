@@ -61,6 +61,8 @@ class ComputeController {
     uint64_t last_seen_us = 0;  // newest sample timestamp consumed
     bool matched_once = false;  // some sample matched a member
     int64_t first_tick_ns = 0;
+    uint64_t launches_at_first_tick = 0;
+    bool paced_launch_seen = false;  // launches moved since the first tick
   };
 
   void TickDevice(int dev, Device& d);

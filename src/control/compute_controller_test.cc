@@ -117,7 +117,27 @@ TEST_F(ComputeControllerTest, NothingToDoWithoutAComputeLimit) {
   EXPECT_EQ(source_.calls, 0);
   segment_->SetComputeLimit(0, 30);
   EXPECT_TRUE(c.Tick());
+  EXPECT_EQ(source_.calls, 0);  // nothing paced has run yet
+  std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 1;
+  EXPECT_TRUE(c.Tick());
   EXPECT_EQ(source_.calls, 1);
+}
+
+TEST_F(ComputeControllerTest, QueuedWorkFromBeforePacingIsNoEvidenceOfCost) {
+  // A group that ran unpaced gets a grant: for a second its old queue keeps
+  // the device 100% busy while no paced launch has been made yet.
+  segment_->SetComputeGrant(0, 3000);
+  ComputeController c = MakeController({4242});
+  for (int i = 0; i < 20; ++i) {
+    realtime_.Advance(50 * kMs);
+    monotonic_.Advance(50 * kMs);
+    source_.samples[kUuid].push_back({4242, static_cast<uint64_t>(realtime_.NowNs() / 1000), 100});
+    c.Tick();
+  }
+  // Then paced launches: 100 a second at 2 ms each (20% busy), for less
+  // than the estimator's horizon (the drain would be inside it).
+  Simulate(c, 1.0, 100, {{4242, 20}});
+  EXPECT_NEAR(segment_->Compute(0).charge_ns, 2 * kMs, 0.3 * kMs);
 }
 
 }  // namespace

@@ -46,6 +46,8 @@ void GroupKeeper::RunForever() {
       if (role != Role::kThisProcess) {
         GS_LOG(kInfo, "control", "this process now keeps group '%s'", segment_.group().c_str());
         role = Role::kThisProcess;
+        // The daemon's scheduler no longer runs: pace by the limits alone.
+        segment_.ClearSchedule();
       }
       segment_.WaitForChange(seen, Step());
       continue;

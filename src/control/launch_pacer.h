@@ -25,10 +25,15 @@ namespace gpuslice::control {
 // to keep a queue in front of the device for small kernels.
 inline constexpr int64_t kPacerBurstNs = 20'000'000;
 
-// Wall time one launch consumes: its device time stretched by the limit.
-// REQUIRES: 1 <= limit_percent <= 100.
+// Wall time one launch consumes: its device time stretched by the group's
+// rate on the device, in basis points (1/100 %). REQUIRES: 1 <= rate_bp.
+inline int64_t PacedIntervalBpNs(int64_t charge_ns, uint32_t rate_bp) {
+  return charge_ns * 10000 / static_cast<int64_t>(rate_bp);
+}
+
+// The same for a rate in percent. REQUIRES: 1 <= limit_percent <= 100.
 inline int64_t PacedIntervalNs(int64_t charge_ns, uint32_t limit_percent) {
-  return charge_ns * 100 / static_cast<int64_t>(limit_percent);
+  return PacedIntervalBpNs(charge_ns, limit_percent * 100);
 }
 
 // Charges `interval_ns` to the budget at `now_ns` whatever it holds (a

@@ -12,7 +12,11 @@ namespace gpuslice::limiter {
 namespace {
 using control::ChargeAfter;
 using control::kPacerBurstNs;
-using control::PacedIntervalNs;
+using control::PacedIntervalBpNs;
+
+// A paused launch looks at the segment again at least this often (resuming
+// wakes it at once; this only bounds a missed wake-up).
+constexpr int64_t kPausedRecheckNs = 100'000'000;
 using control::TryAdmit;
 
 template <typename T>
@@ -42,28 +46,37 @@ void LowerNonZero(int64_t& field, int64_t value) {
   }
 }
 
-// Waits until the budget of `dev` admits a launch estimated at `charge_ns`
-// of device time (0: only until earlier charges are paid). False if the
-// limit was lifted meanwhile.
+// Waits while the group is paused and until the budget of `dev` admits a
+// launch estimated at `charge_ns` of device time (0: only until earlier
+// charges are paid). False if the device is no longer paced (limit and grant
+// lifted meanwhile).
 bool Admit(const GroupSegment& segment, int dev, DeviceCompute& c, int64_t charge_ns) {
   int64_t waiting_since = 0;
   int64_t now = 0;
-  bool limited = true;
+  bool paced = true;
   for (;;) {
     const uint32_t seen = segment.ChangeWord();
-    const uint32_t limit = segment.ComputeLimit(dev);
     now = MonotonicNs();
-    if (limit >= kUnlimitedPercent) {
-      limited = false;
+    if (segment.Paused()) {
+      // Resuming bumps the change word, which ends this wait at once.
+      if (waiting_since == 0) waiting_since = now;
+      segment.WaitForChange(seen, kPausedRecheckNs);
+      continue;
+    }
+    const uint32_t rate_bp = segment.PacedRateBp(dev);
+    if (rate_bp >= kFullGrantBp) {
+      paced = false;
       break;
     }
-    const int64_t wait = TryAdmit(Shared(c.next_free_ns), now, PacedIntervalNs(charge_ns, limit));
+    const int64_t burst = segment.ComputeBurst(dev) > 0 ? segment.ComputeBurst(dev) : kPacerBurstNs;
+    const int64_t wait =
+        TryAdmit(Shared(c.next_free_ns), now, PacedIntervalBpNs(charge_ns, rate_bp), burst);
     if (wait == 0) break;
     if (waiting_since == 0) waiting_since = now;
     // Sleep on until half the burst is free, so that one wake-up admits a
     // batch of small launches rather than one (nothing is lost: the budget
     // still runs ahead of now when this thread wakes).
-    segment.WaitForChange(seen, wait + kPacerBurstNs / 2);
+    segment.WaitForChange(seen, wait + burst / 2);
     // The controller may have refined the estimate while this thread slept.
     if (const int64_t fresh = Shared(c.charge_ns).load(std::memory_order_acquire); fresh > 0) {
       charge_ns = fresh;
@@ -74,26 +87,31 @@ bool Admit(const GroupSegment& segment, int dev, DeviceCompute& c, int64_t charg
     Shared(c.wait_ns).fetch_add(static_cast<uint64_t>(now - waiting_since),
                                 std::memory_order_relaxed);
   }
-  return limited;
+  return paced;
 }
 
-// Runs the launch and waits for its stream: the wall time is an upper bound
-// of the launch's device time (other tenants' slices can only add to it). It
-// is charged to the budget afterwards and kept as the bootstrap estimate.
+// Runs the launch alone on its stream and waits for it: the wall time is an
+// upper bound of the launch's device time (other tenants' slices can only add
+// to it). The stream is drained first, so that work queued before the device
+// was paced (a group that just got a grant) is not taken for this launch's.
+// It is charged to the budget afterwards and kept as the bootstrap estimate.
 CUresult Probe(const GroupSegment& segment, int dev, DeviceCompute& c, CUstream stream,
                CUresult (*call)(void*), void* launch) {
+  const real::CudaTable& cu = real::Cuda();
+  const bool can_sync = cu.cuStreamSynchronize != nullptr;
+  // An earlier launch's error stays with the stream for the program to see.
+  if (can_sync) cu.cuStreamSynchronize(stream);
   const int64_t start = MonotonicNs();
   const CUresult rc = call(launch);
   if (rc != CUDA_SUCCESS) return rc;
   Shared(c.launches).fetch_add(1, std::memory_order_relaxed);
-  const real::CudaTable& cu = real::Cuda();
-  if (cu.cuStreamSynchronize == nullptr || cu.cuStreamSynchronize(stream) != CUDA_SUCCESS) {
+  if (!can_sync || cu.cuStreamSynchronize(stream) != CUDA_SUCCESS) {
     return rc;  // the launch's own error, if any, surfaces at the program's next sync
   }
   const int64_t measured = std::max<int64_t>(1, MonotonicNs() - start);
   LowerNonZero(c.probe_ns, measured);
-  if (const uint32_t limit = segment.ComputeLimit(dev); limit < kUnlimitedPercent) {
-    ChargeAfter(Shared(c.next_free_ns), start, PacedIntervalNs(measured, limit));
+  if (const uint32_t rate_bp = segment.PacedRateBp(dev); rate_bp < kFullGrantBp) {
+    ChargeAfter(Shared(c.next_free_ns), start, PacedIntervalBpNs(measured, rate_bp));
   }
   return rc;
 }
@@ -117,7 +135,7 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
             Shared(c.probe_ns).load(std::memory_order_acquire) == 0;
     charge = probe ? 0 : Shared(c.probe_ns).load(std::memory_order_acquire);
   }
-  if (!Admit(*segment, dev, c, charge)) return call(launch);  // the limit was lifted
+  if (!Admit(*segment, dev, c, charge)) return call(launch);  // no longer paced
   if (probe) return Probe(*segment, dev, c, stream, call, launch);
   const CUresult rc = call(launch);
   if (rc == CUDA_SUCCESS) Shared(c.launches).fetch_add(1, std::memory_order_relaxed);

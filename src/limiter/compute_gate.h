@@ -33,7 +33,8 @@ class ComputeGate {
   // Starts pacing for `segment` (the limiter's, alive for the process's life).
   static void Arm(GroupSegment* segment) { segment_.store(segment, std::memory_order_release); }
 
-  // True if some device of the group has a compute limit.
+  // True if launches on some device of the group are paced (a limit, a
+  // grant, or the group is paused).
   static bool Active() {
     const GroupSegment* s = segment_.load(std::memory_order_acquire);
     return s != nullptr && s->ComputeLimitedMask() != 0;

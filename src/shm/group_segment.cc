@@ -323,14 +323,85 @@ void GroupSegment::WaitForChange(uint32_t seen, int64_t timeout_ns) const {
 }
 
 void GroupSegment::BumpLimits() {
-  uint32_t limited = 0;
-  for (int d = 0; d < kGroupMaxDevices; ++d) {
-    if (Load(layout_->devices[d].compute_limit) < kUnlimitedPercent) limited |= 1u << d;
-  }
-  Atomic(layout_->compute_limited).store(limited, std::memory_order_release);
   Atomic(layout_->limits_generation).fetch_add(1);
+  BumpChange();
+}
+
+void GroupSegment::BumpChange() {
+  // Writers may race: each recomputes the mask from the fields after its own
+  // store and stores again until what it stored is still what they say.
+  auto mask = Atomic(layout_->compute_limited);
+  for (uint32_t paced = PacedMask();;) {
+    mask.store(paced, std::memory_order_release);
+    const uint32_t again = PacedMask();
+    if (again == paced) break;
+    paced = again;
+  }
   Atomic(layout_->change_word).fetch_add(1);
   syscall(SYS_futex, &layout_->change_word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+uint32_t GroupSegment::PacedMask() const {
+  const bool paused = Paused();
+  uint32_t paced = 0;
+  for (int d = 0; d < kGroupMaxDevices; ++d) {
+    if (paused || PacedRateBp(d) < kFullGrantBp) paced |= 1u << d;
+  }
+  return paced;
+}
+
+// ---- gpusliced's scheduler ----
+
+void GroupSegment::SetComputeGrant(int dev, uint32_t grant_bp) {
+  grant_bp = std::min(grant_bp, kFullGrantBp);
+  if (Atomic(layout_->devices[dev].compute_grant_bp).exchange(grant_bp) != grant_bp) BumpChange();
+}
+
+uint32_t GroupSegment::ComputeGrant(int dev) const {
+  return Load(layout_->devices[dev].compute_grant_bp);
+}
+
+void GroupSegment::SetComputeBurst(int dev, int64_t burst_ns) {
+  burst_ns = std::max<int64_t>(0, burst_ns);
+  if (Atomic(layout_->devices[dev].compute.burst_ns).exchange(burst_ns) != burst_ns) BumpChange();
+}
+
+int64_t GroupSegment::ComputeBurst(int dev) const {
+  return Load(layout_->devices[dev].compute.burst_ns);
+}
+
+void GroupSegment::SetPaused(bool paused) {
+  const uint32_t word = paused ? 1 : 0;
+  if (Atomic(layout_->paused).exchange(word) != word) BumpChange();
+}
+
+bool GroupSegment::Paused() const { return Load(layout_->paused) != 0; }
+
+void GroupSegment::ClearSchedule() {
+  bool changed = false;
+  for (GroupDevice& d : layout_->devices) {
+    changed |= Atomic(d.compute_grant_bp).exchange(0) != 0;
+    changed |= Atomic(d.compute.burst_ns).exchange(0) != 0;
+  }
+  if (changed) BumpChange();
+}
+
+uint32_t GroupSegment::PacedRateBp(int dev) const {
+  const GroupDevice& d = layout_->devices[dev];
+  const uint32_t limit = Load(d.compute_limit);
+  const uint32_t grant = Load(d.compute_grant_bp);
+  uint32_t rate = limit >= kUnlimitedPercent ? kFullGrantBp : limit * 100;
+  if (grant != 0) rate = std::min(rate, grant);
+  return rate;
+}
+
+GroupSegment::ComputeCounters GroupSegment::Counters(int dev) const {
+  const DeviceCompute& c = layout_->devices[dev].compute;
+  return {.launches = Load(c.launches),
+          .waits = Load(c.waits),
+          .wait_ns = Load(c.wait_ns),
+          .charge_ns = Load(c.charge_ns),
+          .share_bp = Load(c.measured_at_ns) != 0 ? static_cast<int32_t>(Load(c.share_bp)) : -1};
 }
 
 // ---- the ledger's lock ----
@@ -497,7 +568,7 @@ std::vector<int32_t> GroupSegment::MemberPids() const {
 // ---- readers ----
 
 GroupSnapshot GroupSegment::Snapshot() const {
-  GroupSnapshot snap{.group = group_, .devices = {}, .members = {}};
+  GroupSnapshot snap{.group = group_, .paused = Paused(), .devices = {}, .members = {}};
   const int n = device_count();
   for (int d = 0; d < n; ++d) {
     const GroupDevice& dev = layout_->devices[d];
@@ -510,6 +581,8 @@ GroupSnapshot GroupSegment::Snapshot() const {
          .memory_peak = Load(dev.memory_peak),
          .alloc_failures = Load(dev.alloc_failures),
          .compute_limit = ComputeLimit(d),
+         .grant_bp = ComputeGrant(d),
+         .burst_ns = ComputeBurst(d),
          .share_bp = Load(c.measured_at_ns) != 0 ? static_cast<int32_t>(Load(c.share_bp)) : -1,
          .charge_ns = Load(c.charge_ns),
          .launches = Load(c.launches),

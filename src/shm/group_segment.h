@@ -36,6 +36,8 @@ struct GroupSnapshot {
     uint64_t memory_used, memory_limit, memory_peak;  // bytes; limit kUnlimitedBytes: none
     uint64_t alloc_failures;                          // allocations refused for the limit
     uint32_t compute_limit;                           // percent; kUnlimitedPercent: none
+    uint32_t grant_bp;      // gpusliced's scheduler's grant, basis points; 0: none
+    int64_t burst_ns;       // the scheduler's burst tolerance; 0: the default
     int32_t share_bp;       // measured share of the device, basis points; -1: never measured
     int64_t charge_ns;      // estimated device time of one launch; 0: not known yet
     uint64_t launches;      // launches paced
@@ -49,6 +51,7 @@ struct GroupSnapshot {
     std::vector<uint64_t> memory;  // bytes per device, parallel to `devices`
   };
   std::string group;
+  bool paused = false;  // launches wait (gpusliced paused the group)
   std::vector<Device> devices;
   std::vector<Member> members;  // live ones (SlotLive), by slot
 };
@@ -101,8 +104,9 @@ class GroupSegment {
   void LowerComputeLimit(int dev, uint32_t percent);
   void SetComputeLimit(int dev, uint32_t percent);
 
-  // Bit d set: device d has a compute limit below 100 (one load; the
-  // launch path's test for "nothing to pace").
+  // Bit d set: launches on device d take the paced path: it has a compute
+  // limit below 100 or a grant below the whole device, or the group is
+  // paused (one load; the launch path's test for "nothing to pace").
   uint32_t ComputeLimitedMask() const {
     return std::atomic_ref<uint32_t>(layout_->compute_limited).load(std::memory_order_acquire);
   }
@@ -110,6 +114,38 @@ class GroupSegment {
   DeviceCompute& Compute(int dev) { return layout_->devices[dev].compute; }
   // The UUID of `dev` ("GPU-…"). REQUIRES: dev < device_count().
   std::string DeviceUuid(int dev) const;
+
+  // ---- gpusliced's scheduler (DESIGN.md section 4) ----
+
+  // Sets the group's share of `dev` in basis points (1..kFullGrantBp; 0: no
+  // grant, the limit alone paces). Launches are paced at the lower of the
+  // limit and the grant.
+  void SetComputeGrant(int dev, uint32_t grant_bp);
+  uint32_t ComputeGrant(int dev) const;
+  // Sets how far ahead of now the group may have admitted work on `dev`
+  // (0: control::kPacerBurstNs).
+  void SetComputeBurst(int dev, int64_t burst_ns);
+  int64_t ComputeBurst(int dev) const;
+  // Pauses (launches on every device wait; memory is kept) or resumes the
+  // group; resuming wakes the waiting launches at once.
+  void SetPaused(bool paused);
+  bool Paused() const;
+  // Clears every grant and burst (a member taking control back from the
+  // daemon: self-control paces by the limits alone). `paused` stays.
+  void ClearSchedule();
+  // The rate launches on `dev` are paced at, in basis points of the device:
+  // the lower of the compute limit and the grant; kFullGrantBp: not paced.
+  uint32_t PacedRateBp(int dev) const;
+
+  // What the scheduler reads of one device (each field atomically).
+  struct ComputeCounters {
+    uint64_t launches;  // admitted so far
+    uint64_t waits;     // launches that waited for budget (held back by the rate)
+    uint64_t wait_ns;   // their total wait
+    int64_t charge_ns;  // estimated device time of one launch; 0: not known yet
+    int32_t share_bp;   // measured share; -1: never measured
+  };
+  ComputeCounters Counters(int dev) const;
 
   // ---- what the group controller reads and publishes ----
 
@@ -229,7 +265,12 @@ class GroupSegment {
   // Frees slot `s` and its memory. REQUIRES: the ledger is locked and the
   // caller holds the slot's OFD lock.
   void ClearSlotLocked(int s);
+  // Bumps the limits' generation, then BumpChange().
   void BumpLimits();
+  // Recomputes compute_limited, bumps change_word and wakes its waiters.
+  void BumpChange();
+  // What compute_limited should hold, from the limits, grants and `paused`.
+  uint32_t PacedMask() const;
 
   std::string group_;
   std::string path_;

@@ -85,6 +85,78 @@ TEST_F(GroupSegmentTest, DevicesAreSharedByUuidAndLimitsOnlyLowerOnAttach) {
   EXPECT_FALSE(a->AttachDevice("").ok());
 }
 
+TEST_F(GroupSegmentTest, LaunchesArePacedAtTheLowerOfLimitAndGrant) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  const int e = *seg->AttachDevice("GPU-ffffffff-1111-2222-3333-444444444444");
+  EXPECT_EQ(seg->PacedRateBp(d), kFullGrantBp);
+  EXPECT_EQ(seg->ComputeLimitedMask(), 0u);
+
+  seg->SetComputeGrant(d, 2500);  // the scheduler's share alone paces
+  EXPECT_EQ(seg->PacedRateBp(d), 2500u);
+  EXPECT_EQ(seg->ComputeLimitedMask(), 1u << d);
+  seg->SetComputeLimit(d, 20);  // a limit below the grant wins
+  EXPECT_EQ(seg->PacedRateBp(d), 2000u);
+  seg->SetComputeGrant(d, 0);  // no grant: the limit alone
+  EXPECT_EQ(seg->PacedRateBp(d), 2000u);
+  seg->SetComputeLimit(d, kUnlimitedPercent);
+  EXPECT_EQ(seg->ComputeLimitedMask(), 0u);
+
+  seg->SetComputeGrant(e, kFullGrantBp + 5);  // clamped: the whole device is not paced
+  EXPECT_EQ(seg->ComputeGrant(e), kFullGrantBp);
+  EXPECT_EQ(seg->ComputeLimitedMask(), 0u);
+
+  seg->SetComputeGrant(e, 100);
+  seg->SetComputeBurst(e, 1'000'000);
+  EXPECT_EQ(seg->Snapshot().devices[e].grant_bp, 100u);
+  EXPECT_EQ(seg->Snapshot().devices[e].burst_ns, 1'000'000);
+  seg->ClearSchedule();  // a member taking control back from the daemon
+  EXPECT_EQ(seg->ComputeGrant(e), 0u);
+  EXPECT_EQ(seg->ComputeBurst(e), 0);
+  EXPECT_EQ(seg->ComputeLimitedMask(), 0u);
+}
+
+TEST_F(GroupSegmentTest, PausingPacesEveryDeviceAndResumingWakesWaiters) {
+  auto seg = OpenGroup();
+  auto other = OpenGroup();  // a member's own handle
+  const int d = *seg->AttachDevice(kUuid);
+  seg->SetPaused(true);
+  EXPECT_TRUE(other->Paused());
+  EXPECT_TRUE(other->Snapshot().paused);
+  EXPECT_NE(other->ComputeLimitedMask() & (1u << d), 0u);
+
+  // A launch waiting on the change word is woken by the resume, well before
+  // its own timeout.
+  std::atomic<bool> woke{false};
+  const uint32_t seen = other->ChangeWord();
+  std::thread waiter([&] {
+    while (other->Paused()) other->WaitForChange(seen, 60'000'000'000);
+    woke = true;
+  });
+  seg->SetPaused(false);
+  waiter.join();
+  EXPECT_TRUE(woke);
+  EXPECT_EQ(other->ComputeLimitedMask(), 0u);
+  EXPECT_NE(other->ChangeWord(), seen);
+}
+
+TEST_F(GroupSegmentTest, CountersSayWhatTheSchedulerReads) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  EXPECT_EQ(seg->Counters(d).share_bp, -1);  // never measured
+  DeviceCompute& c = seg->Compute(d);
+  std::atomic_ref<uint64_t>(c.launches).store(7);
+  std::atomic_ref<uint64_t>(c.waits).store(3);
+  std::atomic_ref<uint64_t>(c.wait_ns).store(900);
+  seg->PublishEstimate(d, {.charge_ns = 250, .share_bp = 4100, .measured_at_ns = 1});
+  const GroupSegment::ComputeCounters got = seg->Counters(d);
+  EXPECT_EQ(got.launches, 7u);
+  EXPECT_EQ(got.waits, 3u);
+  EXPECT_EQ(got.wait_ns, 900u);
+  EXPECT_EQ(got.charge_ns, 250);
+  EXPECT_EQ(got.share_bp, 4100);
+}
+
 TEST_F(GroupSegmentTest, ReserveIsAllOrNothingAgainstTheLimit) {
   auto seg = OpenGroup();
   const int d = *seg->AttachDevice(kUuid);

@@ -34,6 +34,9 @@ std::string FormatGroupMetrics(const std::vector<GroupControllers::GroupControl>
                   "Allocations the limiter refused for the group's memory limit.", ""};
   Family charged{"gpuslice_group_memory_charged_bytes", "gauge",
                  "GPU memory charged to the group in its segment (the limiter's count).", ""};
+  Family grant{"gpuslice_group_compute_grant_percent", "gauge",
+               "The scheduler's current share of the GPU for the group (100: not paced by it).",
+               ""};
   for (const GroupControllers::GroupControl& g : groups) {
     const std::string group = Label("group", g.group);
     controlled.samples +=
@@ -51,10 +54,15 @@ std::string FormatGroupMetrics(const std::vector<GroupControllers::GroupControl>
       throttled_s.samples += throttled_s.name + labels + " " + seconds + "\n";
       refusals.samples += refusals.name + labels + " " + std::to_string(d.alloc_failures) + "\n";
       charged.samples += charged.name + labels + " " + std::to_string(d.memory_used) + "\n";
+      char percent[32];
+      snprintf(percent, sizeof percent, "%.2f",
+               d.grant_bp == 0 ? 100.0 : static_cast<double>(d.grant_bp) / 100);
+      grant.samples += grant.name + labels + " " + percent + "\n";
     }
   }
   std::string out;
-  for (const Family* f : {&controlled, &launches, &throttled, &throttled_s, &refusals, &charged}) {
+  for (const Family* f :
+       {&controlled, &launches, &throttled, &throttled_s, &refusals, &charged, &grant}) {
     out += std::string("# HELP ") + f->name + " " + f->help + "\n";
     out += std::string("# TYPE ") + f->name + " " + f->type + "\n";
     out += f->samples;

@@ -164,5 +164,48 @@ TEST_F(ComputeTest, AnotherMemberTakesOverWhenTheControllerIsKilled) {
   EXPECT_LE(share, 40);
 }
 
+// gpusliced's scheduler writes grants and pauses into the segment
+// (include/gpuslice/group_segment.h); the launch path follows them. Here the
+// test writes them, as the daemon would.
+TEST_F(ComputeTest, AGrantPacesAnUnlimitedGroup) {
+  const pid_t p = Tenant(0, Limited("granted", "100"), 12);
+  WaitRunning({p});
+  auto seg = Segment("granted");
+  ASSERT_NE(seg, nullptr);
+  seg->SetComputeGrant(0, 3000);
+  // Work queued before pacing began drains first (about 2 s of the
+  // simulator's queue), then the bootstrap.
+  std::this_thread::sleep_for(milliseconds(3000));
+  const double share = Share({p}, milliseconds(3000));
+  EXPECT_GE(share, 20);
+  EXPECT_LE(share, 40);
+}
+
+TEST_F(ComputeTest, APausedGroupLaunchesNothingUntilResumed) {
+  const pid_t p = Tenant(0, Limited("pausable", "100"), 20);
+  WaitRunning({p});
+  auto seg = Segment("pausable");
+  ASSERT_NE(seg, nullptr);
+  seg->SetPaused(true);
+  // Launches already admitted drain; after that the kernel count stays put.
+  auto kernels = [&] { return Process(Stats(), p)["devices"][0]["kernels"].get<uint64_t>(); };
+  uint64_t settled = kernels();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const uint64_t before = kernels();
+        std::this_thread::sleep_for(milliseconds(200));
+        settled = kernels();
+        return settled == before;
+      },
+      std::chrono::seconds(10)));
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_EQ(kernels(), settled) << "a paused group launched";
+
+  // Resuming wakes the waiting launch at once (the bar is 100 ms; the
+  // deadline here is wide for a loaded machine).
+  seg->SetPaused(false);
+  EXPECT_TRUE(WaitFor([&] { return kernels() > settled; }, std::chrono::seconds(5)));
+}
+
 }  // namespace
 }  // namespace gpuslice
