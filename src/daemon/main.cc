@@ -265,6 +265,12 @@ int Run(int argc, char** argv) {
                               }
                             }
                           });
+  // Requests for "all" GPUs are admitted against every GPU of the node.
+  registry.SetNodeGpus([&monitor] {
+    std::vector<std::string> uuids;
+    for (const GpuInfo& gpu : monitor.Current()->gpus) uuids.push_back(gpu.uuid);
+    return uuids;
+  });
   pid_watcher.SetExitCallback(
       [&registry](const std::vector<pid_t>& pids) { registry.OnExited(pids); });
   struct WatcherStop {  // the watcher's thread ends before the registry it calls
@@ -391,7 +397,8 @@ int Run(int argc, char** argv) {
                                             return Authorize(c, Access::kMutate, auth).ok();
                                           },
                                       .proc_root = "/proc",
-                                      .tiers = &tiers});
+                                      .tiers = &tiers,
+                                      .grant_bp = nullptr});
   mps::RegisterMpsRoutes(router, mps);
 
   // The node segment (docs/daemon.md "Node segment"), written after every
