@@ -375,6 +375,10 @@ int Run(int argc, char** argv) {
                                              .compute_percent = limit.compute_percent};
       },
       GroupControllers::Clocks{realtime, clock});
+  controllers.SetScheduleOf(ScheduleOfRegistry(registry));  // one scheduler per GPU (issue 13)
+  auto grant_of = [&controllers](const std::string& g, const std::string& u) {
+    return controllers.GrantOf(g, u);
+  };
   ControlLoop control_loop([&controllers] { return controllers.Tick(); });
 
   ApiRouter router;
@@ -398,7 +402,7 @@ int Run(int argc, char** argv) {
                                           },
                                       .proc_root = "/proc",
                                       .tiers = &tiers,
-                                      .grant_bp = nullptr});
+                                      .grant_bp = grant_of});
   mps::RegisterMpsRoutes(router, mps);
 
   // The node segment (docs/daemon.md "Node segment"), written after every
