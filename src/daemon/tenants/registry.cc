@@ -679,16 +679,18 @@ std::string GpuName(const std::string& uuid) {
 
 Status TenantRegistry::AdmitLocked(const Group& candidate,
                                    const std::vector<std::string>& gpus) const {
-  // "" stands for a GPU no entry names: only "all" entries apply there.
-  std::set<std::string> check(gpus.begin(), gpus.end());
-  check.insert("");
-  auto names = [&check](const Group& g) {
+  // The node's GPUs, those the groups name, then "": a GPU no entry names
+  // (only "all" entries apply there).
+  std::set<std::string> named(gpus.begin(), gpus.end());
+  auto names = [&named](const Group& g) {
     for (const auto& [gpu, entry] : g.schedule) {
-      if (gpu != kAllGpus) check.insert(gpu);
+      if (gpu != kAllGpus) named.insert(gpu);
     }
   };
   names(candidate);
   for (const auto& [gid, g] : groups_) names(g);
+  std::vector<std::string> check(named.begin(), named.end());
+  check.emplace_back();
   auto old = groups_.find(candidate.id);
   for (const std::string& uuid : check) {
     const uint32_t request = RawRequest(candidate, uuid);
