@@ -31,6 +31,8 @@ constexpr int64_t kFastWindowNs = 200'000'000;
 constexpr uint32_t kSqueezeMarginBp = 50;
 constexpr uint32_t kGrowBp = 30;
 constexpr int64_t kProbeNs = 2'000'000'000;
+// How far back the grants a measured share is compared with go.
+constexpr int64_t kDueWindowNs = 1'500'000'000;
 constexpr uint32_t kUnmarkGrowBp = 200;
 // Capacity steps per tick: down by a quarter of the worst shortfall within
 // these bounds, up by kCapacityUpBp.
@@ -79,6 +81,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     uint32_t used;       // bp over the window
     uint32_t limit;      // bp
     uint32_t used_fast;  // bp over the last kFastWindowNs
+    uint32_t executed;   // bp the device ran it (measured share, else `used`)
     bool active;
     bool wanting = false;
   };
@@ -140,6 +143,9 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     v.launched = launched_recently || (held && launched > 0);
     v.used = used;
     v.used_fast = used_fast;
+    v.executed = in.counters.share_bp >= 0
+                     ? static_cast<uint32_t>(std::min(in.counters.share_bp, 10000))
+                     : used;
     v.limit = std::clamp<uint32_t>(in.limit_percent, 1, 100) * 100;
     v.active = !in.paused && (held || launched_recently);
     auto [pos, inserted] = next_states.emplace(in.group, std::move(st));
@@ -170,19 +176,30 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       st.last_held_ns = now;
       st.demand_limited = false;
     }
-    if (st.demand_limited && v.used > st.used_at_mark_bp + kUnmarkGrowBp) {
+    if (st.demand_limited && v.executed > st.used_at_mark_bp + kUnmarkGrowBp) {
       st.demand_limited = false;
     }
     const bool episode = st.squeezed_since_ns >= 0;
-    v.wanting = !inputs[i].paused && (v.held || v.fresh || episode ||
+    // A group launching whose charge per launch is not known yet (its use
+    // cannot be measured) is taken to want more.
+    const bool unmeasured = v.launched && inputs[i].counters.charge_ns == 0;
+    v.wanting = !inputs[i].paused && (v.held || v.fresh || episode || unmeasured ||
                                       (st.last_held_ns >= 0 && now - st.last_held_ns <= kWantNs));
     // What it should get: its grant if it wants more, else its request (a
     // group that never got to be held back may be squeezed from the start).
     const uint32_t request = static_cast<uint32_t>(
         uint64_t{std::min<uint32_t>(inputs[i].request_percent, 100)} * capacity_bp_ / 100);
-    const uint32_t due = v.wanting ? st.grant_bp : std::min(request, st.grant_bp);
+    // The measured share trails by about a second: held to the least grant
+    // of that span, so that a grant that just grew is no squeeze. A group
+    // the device cannot serve may still be held back by its grant (its
+    // launches are admitted at its pace and queue in the driver).
+    uint32_t granted = st.grant_bp;
+    for (const auto& [t, g] : st.grants) {
+      if (now - t <= kDueWindowNs) granted = std::min(granted, g);
+    }
+    const uint32_t due = v.wanting ? granted : std::min(request, granted);
     const uint32_t margin = kSqueezeMarginBp + due / 100;
-    const bool squeeze = v.active && !v.held && !st.demand_limited && v.used + margin < due;
+    const bool squeeze = v.active && !unmeasured && !st.demand_limited && v.executed + margin < due;
     if (!squeeze) {
       if (episode && !v.active) restore = std::max(restore, st.capacity_at_squeeze_bp);
       st.squeezed_since_ns = -1;
@@ -190,26 +207,26 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     }
     if (!episode) {
       st.squeezed_since_ns = now;
-      st.used_at_squeeze_bp = v.used;
+      st.used_at_squeeze_bp = v.executed;
       st.capacity_at_squeeze_bp = capacity_bp_;
     } else if (now - st.squeezed_since_ns >= kProbeNs) {
       const uint32_t dropped =
           st.capacity_at_squeeze_bp - std::min(st.capacity_at_squeeze_bp, capacity_bp_);
-      const bool grew = v.used >= st.used_at_squeeze_bp + std::max(kGrowBp, dropped / 4);
+      const bool grew = v.executed >= st.used_at_squeeze_bp + std::max(kGrowBp, dropped / 4);
       if (!grew) {
         // Lowering the capacity did not help it: it has no more work.
         st.demand_limited = true;
-        st.used_at_mark_bp = v.used;
+        st.used_at_mark_bp = v.executed;
         st.squeezed_since_ns = -1;
         restore = std::max(restore, st.capacity_at_squeeze_bp);
         continue;
       }
       st.squeezed_since_ns = now;  // it helped: go on, and check again
-      st.used_at_squeeze_bp = v.used;
+      st.used_at_squeeze_bp = v.executed;
       st.capacity_at_squeeze_bp = capacity_bp_;
     }
     squeezed = true;
-    shortfall = std::max(shortfall, due - v.used);
+    shortfall = std::max(shortfall, due - v.executed);
     v.wanting = true;
   }
   capacity_bp_ = std::max(capacity_bp_, restore);
@@ -268,7 +285,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     Output o;
     o.group = in.group;
     o.paused = in.paused;
-    o.used_bp = v.used;
+    o.used_bp = v.executed;
     o.wants_more = v.held;
     if (!in.paused) {
       const bool idle = v.st != nullptr && !v.wanting && !v.launched;
@@ -276,7 +293,14 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       o.grant_bp = std::clamp<uint32_t>(static_cast<uint32_t>(grant), 1, v.limit ? v.limit : 1);
       if (!in.latency && latency_active) o.burst_ns = kBatchBurstWithLatencyNs;
     }
-    if (v.st != nullptr) v.st->grant_bp = o.grant_bp;
+    if (v.st != nullptr) {
+      State& st = *v.st;
+      st.grant_bp = o.grant_bp;
+      st.grants.emplace_back(now, o.grant_bp);
+      while (!st.grants.empty() && now - st.grants.front().first > kDueWindowNs) {
+        st.grants.pop_front();
+      }
+    }
     out.push_back(std::move(o));
   }
   return out;

@@ -49,6 +49,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -73,7 +74,10 @@ class ShareScheduler {
     uint64_t waits = 0;      // times the launch path waited for its budget
     uint64_t wait_ns = 0;    // time spent waiting
     uint64_t charge_ns = 0;  // estimated device time per launch (0: unknown)
-    uint32_t share_bp = 0;   // measured share (NVML), for reporting
+    // Its measured share of the device's time (NVML, over ~1 s); -1: not
+    // measured. What the device ran, as opposed to what the group launched:
+    // a group the device cannot serve queues launches it admitted.
+    int32_t share_bp = -1;
   };
   struct Input {
     std::string group;             // unique per GPU
@@ -89,7 +93,7 @@ class ShareScheduler {
     uint32_t grant_bp = 0;  // 0 only for a paused group
     int64_t burst_ns = 0;   // 0: the pacer's default
     bool paused = false;
-    uint32_t used_bp = 0;     // device time it used, over the usage window
+    uint32_t used_bp = 0;     // share of the device it got (measured share, else launches)
     bool wants_more = false;  // held back by its grant this tick
   };
 
@@ -113,6 +117,7 @@ class ShareScheduler {
     std::deque<Sample> samples;  // newest last, the last kMaxWindow
     uint64_t waits = 0;
     uint32_t grant_bp = 0;
+    std::deque<std::pair<int64_t, uint32_t>> grants;  // (time, grant), the last kDueWindowNs
     bool paused = false;
     int64_t fresh_until_ns = 0;
     int64_t last_held_ns = -1;  // new or resumed: its request stands until then

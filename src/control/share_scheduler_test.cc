@@ -24,17 +24,20 @@ constexpr double kSaturating = std::numeric_limits<double>::infinity();
 // switches) and, when offered more, shares it round-robin (equally, each
 // group capped by what it offers), as the simulated GPU does. A group whose
 // pace is below its demand and that got all it offered was held back by its
-// grant: its waits grow. A group the device could not serve is not held by
-// the pacer (its queue in the driver grows instead).
+// grant: its waits grow, whether or not the device ran all it offered (what
+// it could not run queues in the driver). NVML's share (over about a
+// second) shows what ran.
 class FakeGpu {
  public:
   struct Group {
     ShareScheduler::Input input;
     double demand = kSaturating;  // fraction of the device it would use
     double charge_ns = 1e6;       // device time per launch
+    bool charge_known = true;     // else the counters say 0 (not estimated yet)
     double launches = 0;          // fractional launches
     uint32_t grant_bp = 0;        // as last written
     double served = 0;            // fraction of the device this tick
+    std::vector<double> history;  // served, the last ticks
   };
 
   explicit FakeGpu(double capacity) : capacity_(capacity) {}
@@ -62,7 +65,8 @@ class FakeGpu {
                           : g.grant_bp == 0
                               ? g.input.limit_percent / 100.0
                               : std::min(g.grant_bp / 10000.0, g.input.limit_percent / 100.0);
-      offer[i] = std::min(g.demand, pace);
+      // Without a launch cost the pacer cannot pace: the group runs free.
+      offer[i] = g.charge_known ? std::min(g.demand, pace) : std::min(g.demand, 1.0);
       total += offer[i];
     }
     std::vector<double> served = offer;
@@ -81,12 +85,20 @@ class FakeGpu {
     for (size_t i = 0; i < gs.size(); ++i) {
       Group& g = *gs[i];
       g.served = served[i];
-      g.launches += served[i] * static_cast<double>(kTickNs) / g.charge_ns;
-      const bool held =
-          !g.input.paused && g.demand > offer[i] + 1e-9 && served[i] >= offer[i] - 1e-9;
+      // The pacer admits what the group offers; what the device cannot run
+      // queues in the driver. NVML measures what ran, over about a second.
+      g.launches += offer[i] * static_cast<double>(kTickNs) / g.charge_ns;
+      g.history.push_back(served[i]);
+      if (g.history.size() > 10) g.history.erase(g.history.begin());
+      double ran = 0;
+      for (double h : g.history) ran += h;
+      g.input.counters.share_bp =
+          static_cast<int32_t>(10000 * ran / static_cast<double>(g.history.size()));
+      const bool held = !g.input.paused && g.charge_known && g.demand > offer[i] + 1e-9;
       if (held) ++g.input.counters.waits;
       g.input.counters.launches = static_cast<uint64_t>(g.launches);
-      g.input.counters.charge_ns = static_cast<uint64_t>(g.charge_ns);
+      g.input.counters.charge_ns = g.charge_known ? static_cast<uint64_t>(g.charge_ns) : 0;
+      if (!g.charge_known) g.input.counters.share_bp = -1;
     }
     clock_.Advance(kTickNs);
     std::vector<ShareScheduler::Input> inputs;
@@ -252,6 +264,17 @@ TEST(ShareSchedulerTest, DemandLimitedGroupDoesNotCollapseCapacity) {
   EXPECT_NEAR(share["sync"], 20, 1);
   EXPECT_GT(share["b"] + share["c"] + share["sync"], 90);
   EXPECT_GE(share["b"], 30 * 0.95 - 1);
+}
+
+// Until its controller has estimated what a launch costs, a group's use
+// cannot be measured: it keeps its request rather than an idle grant.
+TEST(ShareSchedulerTest, AGroupWhoseLaunchCostIsNotKnownYetKeepsItsRequest) {
+  FakeGpu gpu(1.0);
+  gpu.Add("new", 40).charge_known = false;
+  gpu.Add("b", 0);
+  gpu.Run(3000 * kMs);
+  EXPECT_GE(gpu.Out("new").grant_bp, 3800u);
+  EXPECT_TRUE(gpu.Out("b").wants_more);
 }
 
 TEST(ShareSchedulerTest, PausedGroupGetsNothingAndItsShareIsLent) {

@@ -203,7 +203,7 @@ void GroupControllers::Schedule() {
                      .waits = c.waits,
                      .wait_ns = c.wait_ns,
                      .charge_ns = static_cast<uint64_t>(std::max<int64_t>(0, c.charge_ns)),
-                     .share_bp = static_cast<uint32_t>(std::max<int32_t>(0, c.share_bp))};
+                     .share_bp = c.share_bp};
       mine.emplace_back(std::move(uuid), std::move(in));
     }
     // Paused is the group's, on every GPU.
