@@ -369,11 +369,13 @@ std::map<std::string, std::vector<Tenant>> MembersByGroup(const TenantRegistry& 
 }
 
 // A refusal of the registry as the API answers it: an overcommit of the
-// requests on a GPU is 409 with code "request_overcommit".
+// requests on a GPU is 409 with code "request_overcommit" (in "error", as
+// every error's, and at the top level, as issue 13's contract has it).
 ApiResponse GroupRefusal(const Status& s) {
   if (s.code() == StatusCode::kResourceExhausted) {
-    return ApiResponse::Json(
-        409, {{"error", {{"code", "request_overcommit"}, {"message", s.message()}}}});
+    return ApiResponse::Json(409,
+                             {{"error", {{"code", "request_overcommit"}, {"message", s.message()}}},
+                              {"code", "request_overcommit"}});
   }
   return ApiResponse::FromStatus(s);
 }

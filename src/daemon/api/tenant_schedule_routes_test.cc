@@ -118,6 +118,7 @@ TEST_F(TenantScheduleRoutesTest, AnOvercommitIs409NamingTheGpuAndTheTotal) {
   ASSERT_EQ(Call("PUT", "/v1/groups/a", R"({"schedule": {"all": {"request": 60}}})").status, 200);
   auto over = Call("PUT", "/v1/groups/b", R"({"schedule": {"0": {"request": 50}}})");
   ASSERT_EQ(over.status, 409) << over.body;
+  EXPECT_EQ(Body(over)["code"], "request_overcommit");
   json e = Body(over)["error"];
   EXPECT_EQ(e["code"], "request_overcommit");
   const std::string message = e["message"];

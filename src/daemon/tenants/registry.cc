@@ -671,6 +671,15 @@ uint32_t RawRequest(const Group& g, const std::string& uuid) {
   return ScheduleEntryOn(g.schedule, uuid).request_percent.value_or(0);
 }
 
+// A tenant's own limit on `uuid`, whether its limits are one for every GPU
+// or by GPU (reg-protocol makes Tenant::requested per GPU).
+[[maybe_unused]] GpuLimit OwnLimitOn(const GpuLimit& requested, const std::string& /*uuid*/) {
+  return requested;
+}
+[[maybe_unused]] GpuLimit OwnLimitOn(const Limits& requested, const std::string& uuid) {
+  return LimitOn(requested, uuid);
+}
+
 std::string GpuName(const std::string& uuid) {
   return uuid.empty() ? std::string("every GPU") : "GPU " + uuid;
 }
@@ -725,7 +734,7 @@ std::optional<GroupSchedule> TenantRegistry::ScheduleOn(const std::string& id,
   const Group& g = it->second;
   GpuLimit limit = LimitOn(g.limits, uuid);
   for (const auto& [pid, t] : tenants_) {
-    if (t.group == id) limit = Lower(limit, t.requested);
+    if (t.group == id) limit = Lower(limit, OwnLimitOn(t.requested, uuid));
   }
   const ScheduleEntry entry = ScheduleEntryOn(g.schedule, uuid);
   GroupSchedule out;
