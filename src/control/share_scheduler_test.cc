@@ -102,6 +102,7 @@ class FakeGpu {
     }
     clock_.Advance(kTickNs);
     std::vector<ShareScheduler::Input> inputs;
+    inputs.reserve(gs.size());
     for (Group* g : gs) inputs.push_back(g->input);
     last_ = scheduler_.Tick(inputs);
     for (const ShareScheduler::Output& o : last_) {
@@ -130,7 +131,8 @@ class FakeGpu {
   // Average share of the device's time, per group, over `ns`.
   std::map<std::string, double> ShareOfDevice(int64_t ns) {
     std::map<std::string, double> sum;
-    const double ticks = static_cast<double>(ns / kTickNs);
+    const int64_t steps = (ns + kTickNs - 1) / kTickNs;
+    const auto ticks = static_cast<double>(steps);
     for (int64_t t = 0; t < ns; t += kTickNs) {
       Step();
       for (auto& [name, g] : groups_) sum[name] += 100 * g.served / ticks;

@@ -1,10 +1,10 @@
 #include "daemon/groups/group_controllers.h"
 
 #include <gtest/gtest.h>
-#include <time.h>
 
 #include <atomic>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <map>
 
