@@ -26,16 +26,18 @@ constexpr uint32_t kMarginBp = 100;
 constexpr int64_t kWantNs = 1'000'000'000;
 // Recent use, to follow a group that grows.
 constexpr int64_t kFastWindowNs = 200'000'000;
-// Squeeze detection: use this far below its due counts; a squeezed group
-// whose use does not grow by kGrowBp within kSecondNs is demand-limited.
+// Squeeze detection: a measured share this far (plus 1 % of it) below its
+// due counts; a squeezed group whose share does not grow by kGrowBp (or a
+// quarter of the capacity taken meanwhile) within kProbeNs is
+// demand-limited, until it is held back or its share grows by kUnmarkGrowBp.
 constexpr uint32_t kSqueezeMarginBp = 50;
 constexpr uint32_t kGrowBp = 30;
 constexpr int64_t kProbeNs = 2'000'000'000;
+constexpr uint32_t kUnmarkGrowBp = 200;
 // How far back the grants a measured share is compared with go.
 constexpr int64_t kDueWindowNs = 1'500'000'000;
-constexpr uint32_t kUnmarkGrowBp = 200;
-// Capacity steps per tick: down by a quarter of the worst shortfall within
-// these bounds, up by kCapacityUpBp.
+// Capacity steps per tick: down by half the worst shortfall within these
+// bounds, up by kCapacityUpBp.
 constexpr uint32_t kCapacityDownMinBp = 20;
 constexpr uint32_t kCapacityDownMaxBp = 100;
 constexpr uint32_t kCapacityUpBp = 10;

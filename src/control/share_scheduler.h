@@ -9,33 +9,37 @@
 // 10000 / grant of wall time each.
 //
 // Inputs per group each tick: its schedule (request, limit, weight,
-// priority, paused) and its launch counters. From the counters the scheduler
-// derives what the group used (launch delta x charge per launch, over a
-// window) and whether it wants more (its waits grew: the pacer held it back).
+// priority, paused) and its counters: launches admitted, waits (the pacer
+// held it back), the estimated charge per launch, and its NVML-measured share
+// of the device. From them the scheduler derives what the group used
+// (launch delta x charge, over about a second) and whether it wants more.
 //
 // Allocation, per tick, over a capacity K (basis points):
-//   1. paused groups get nothing (their share is lent);
-//   2. each group's demand: its limit if it wants more (or is new/resumed and
-//      has a request), else what it uses with headroom (2 x used + 2 %), so
-//      that an idle group keeps a small grant and a growing one is not held;
-//   3. each group first gets min(request x K / 10000, demand, limit);
-//   4. what is left of K is water-filled by weight among groups whose demand
-//      is above their share, never above their demand or limit;
+//   1. paused groups get nothing (their share is lent); a group that launched
+//      nothing for a second is idle and keeps kIdleGrantBp outside K;
+//   2. a group wants more if its waits grew within the last second, it is new
+//      or resumed (its request stands for a second), its launch cost is not
+//      known yet, or it is being squeezed (below). It can use up to its
+//      limit; any other group what it uses x 1.1 + 1 point;
+//   3. each group first gets min(request x K / 10000, what it can use);
+//   4. the rest of K is water-filled by weight up to what each can use, so
+//      grants never exceed limits and add up to at most K: an unused request
+//      is lent at once and taken back the tick after its owner asks;
 //   5. a GPU with one active group gives it its limit (no switching there).
-// A group below its request that asks again (its waits grow) gets its request
-// back on the next tick.
 //
 // Capacity. A saturated GPU that switches between contexts cannot deliver
 // 100 %: if grants add up to more than it can, the device's round-robin, not
-// the grants, decides shares, and the group with the largest grant loses. So
-// the scheduler learns K, the device time it can hand out, by feedback: when
-// an active group that is not held back by its grant uses less than its
-// (scaled) request and grant (it is squeezed by the device, not by us), K
-// drops; otherwise K creeps back up (1 point per second). A group squeezed for
-// over a second whose use does not grow while K drops is taken to be limited
-// by its own demand (a synchronous workload) and no longer lowers K. Requests
-// are scaled by K / 10000, so when every group saturates their shares of the
-// time the device executes are proportional to the requests.
+// the grants, decides shares, and the group with the largest grant loses.
+// Such a group is still paced (its launches are admitted at its grant and
+// queue in the driver), so only the measured share tells: while a group
+// that wants more runs less than the least grant it had over the last 1.5 s
+// (the measurement trails by about a second), K drops; otherwise K creeps
+// back up (1 point per second). Every 2 s of a squeeze the scheduler checks
+// that it helped (the group's share grew); if not, the group is taken to be
+// out of work (a synchronous workload), K is given back, and the group no
+// longer lowers it until it is held back or its share grows. Requests are
+// scaled by K / 10000, so when every group saturates, shares of the time
+// the device executes follow the requests.
 //
 // Latency priority: while a latency group is active on the GPU, batch groups
 // get a short burst (kBatchBurstWithLatencyNs) so their queues stay shallow.
