@@ -132,6 +132,22 @@ void TopModel::Update(Sample sample) {
   } else if (daemon_seen_ && daemon_lost_at_ns_ == 0) {
     daemon_lost_at_ns_ = sample.at_ns;
   }
+  for (GpuInfo& gpu : sample.gpus) {
+    if (gpu.index >= 0) {
+      GpuInfo& known = known_gpus_[gpu.uuid];
+      known.index = gpu.index;
+      known.uuid = gpu.uuid;
+      known.name = gpu.name;
+    } else if (auto it = known_gpus_.find(gpu.uuid); it != known_gpus_.end()) {
+      gpu.index = it->second.index;
+      gpu.name = it->second.name;
+    }
+  }
+  for (GroupOnGpu& g : sample.groups) {
+    if (auto it = known_gpus_.find(g.uuid); g.gpu_index < 0 && it != known_gpus_.end()) {
+      g.gpu_index = it->second.index;
+    }
+  }
   std::map<Key, std::deque<double>> shares;
   std::map<Key, GroupState> states;
   std::map<Key, uint64_t> throttled;

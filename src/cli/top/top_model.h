@@ -101,7 +101,9 @@ class TopModel {
 
   // Takes a new sample: appends each row's share to its history (a row no
   // longer present loses its history), derives states against the previous
-  // sample, and notes whether the daemon answered.
+  // sample, and notes whether the daemon answered. A GPU the sample knows
+  // by UUID alone (the daemon went away) keeps the index and name the daemon
+  // last gave it.
   void Update(Sample sample);
 
   const Sample& sample() const { return sample_; }
@@ -135,7 +137,8 @@ class TopModel {
   int64_t daemon_lost_at_ns_ = 0;
   std::map<Key, std::deque<double>> shares_;
   std::map<Key, GroupState> states_;
-  std::map<Key, uint64_t> throttled_;  // the previous sample's counters
+  std::map<Key, uint64_t> throttled_;          // the previous sample's counters
+  std::map<std::string, GpuInfo> known_gpus_;  // by UUID, as the daemon last named them
 };
 
 // The state of a group on a GPU: paused if gpusliced paused it, else

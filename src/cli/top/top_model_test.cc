@@ -166,6 +166,29 @@ TEST(TopModelTest, SaysWhenTheDaemonGoesAndKeepsTheSegmentsData) {
   EXPECT_FALSE(m.daemon_lost());
 }
 
+TEST(TopModelTest, AGpuKeepsTheIndexAndNameTheDaemonGaveIt) {
+  TopModel m;
+  Sample named = Of({Row("g", 3, 10)});
+  GpuInfo gpu;
+  gpu.index = 3;
+  gpu.uuid = "GPU-3";
+  gpu.name = "Sim";
+  named.gpus = {gpu};
+  m.Update(named);
+  Sample segments_only = Of({Row("g", -1, 10)}, /*daemon=*/false);
+  segments_only.groups[0].uuid = "GPU-3";
+  GpuInfo bare;
+  bare.uuid = "GPU-3";
+  GpuInfo never_named;
+  never_named.uuid = "GPU-9";
+  segments_only.gpus = {bare, never_named};
+  m.Update(segments_only);
+  EXPECT_EQ(m.sample().gpus[0].index, 3);
+  EXPECT_EQ(m.sample().gpus[0].name, "Sim");
+  EXPECT_EQ(m.sample().gpus[1].index, -1);
+  EXPECT_EQ(m.Rows(SortKey::kGroup, "")[0].group.gpu_index, 3);
+}
+
 TEST(TopModelTest, TenantsOfAGroupByPid) {
   TopModel m;
   Sample s = Of({Row("g", 0, 1)});

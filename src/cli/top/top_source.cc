@@ -157,6 +157,7 @@ void MergeSegments(const std::vector<GroupSnapshot>& segments, Sample& sample) {
       auto row = std::find_if(sample.groups.begin(), sample.groups.end(), [&](const GroupOnGpu& g) {
         return g.group == s.group && g.uuid == dev.uuid;
       });
+      bool from_daemon = true;
       if (row == sample.groups.end()) {
         GroupOnGpu added;
         added.group = s.group;
@@ -166,11 +167,24 @@ void MergeSegments(const std::vector<GroupSnapshot>& segments, Sample& sample) {
         }
         sample.groups.push_back(std::move(added));
         row = std::prev(sample.groups.end());
+        from_daemon = false;
       }
-      if (dev.compute_limit != kUnlimitedPercent) row->compute_limit = dev.compute_limit;
-      if (dev.memory_limit != kUnlimitedBytes) row->memory_limit = dev.memory_limit;
-      row->memory_used = dev.memory_used;
-      if (dev.share_bp >= 0) row->share_percent = dev.share_bp / 100.0;
+      // The daemon's limits are the group's (it writes them into the
+      // segment within a tick); the segment's stand when it has none.
+      if (!row->compute_limit && dev.compute_limit != kUnlimitedPercent) {
+        row->compute_limit = dev.compute_limit;
+      }
+      if (!row->memory_limit && dev.memory_limit != kUnlimitedBytes) {
+        row->memory_limit = dev.memory_limit;
+      }
+      row->memory_used = dev.memory_used;  // the ledger the memory limit holds
+      // The controller's measurement while the group has members; without
+      // any, nothing launches (the last measurement is stale).
+      if (!s.members.empty() && dev.share_bp >= 0) {
+        row->share_percent = dev.share_bp / 100.0;
+      } else if (s.members.empty() && !from_daemon) {
+        row->share_percent = 0.0;
+      }
       if (!row->grant_percent && dev.grant_bp > 0) row->grant_percent = dev.grant_bp / 100.0;
       row->throttled = dev.throttled;
       row->paused = row->paused || s.paused;

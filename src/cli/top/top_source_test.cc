@@ -151,7 +151,8 @@ TEST(TopSourceTest, MergesTheSegmentsIntoTheDaemonsView) {
   EXPECT_TRUE(train->paused);
   EXPECT_EQ(train->throttled, 7u);
   EXPECT_EQ(train->memory_used, 3u << 20);
-  EXPECT_EQ(train->memory_limit, 4u << 20);
+  EXPECT_EQ(train->memory_limit, 2097152u);  // the daemon's limit wins
+  EXPECT_EQ(train->compute_limit, 60u);
   EXPECT_EQ(train->request_percent, 30);
   EXPECT_EQ(train->grant_percent, 45.5);  // the daemon's
   EXPECT_EQ(train->members, 2);
@@ -211,6 +212,19 @@ TEST(TopSourceTest, ADaemonAnsweringAnErrorIsNotADaemonAnswer) {
   EXPECT_FALSE(s.daemon_answered);
   EXPECT_NE(s.daemon_error.find("HTTP 404"), std::string::npos) << s.daemon_error;
   EXPECT_EQ(s.groups.size(), 2u);
+}
+
+TEST(TopSourceTest, ASegmentWithoutMembersUsesNoShare) {
+  auto segments = Segments();
+  segments[0].members.clear();  // train: its last measurement (41%) is stale
+  Sample s;
+  MergeSegments(segments, s);
+  const GroupOnGpu* train = Find(s, "train", "GPU-aaaa");
+  ASSERT_NE(train, nullptr);
+  EXPECT_EQ(train->share_percent, 0.0);
+  EXPECT_EQ(train->memory_limit, 4u << 20);  // no daemon: the segment's limits
+  EXPECT_EQ(train->members, 0);
+  EXPECT_FALSE(Find(s, "solo", "GPU-cccc")->share_percent);  // members, never measured
 }
 
 TEST(TopSourceTest, NoDaemonAsksNothing) {

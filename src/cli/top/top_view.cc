@@ -8,11 +8,11 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
 
-#include "cli/group_report.h"
 #include "common/quantity.h"
 
 namespace gpuslice::cli::top {
@@ -34,8 +34,13 @@ std::string Bytes(uint64_t b) {
   return s;
 }
 
+// A GPU no daemon named: the first hex digits of its UUID.
+std::string UuidTag(const std::string& uuid) {
+  return (uuid.starts_with("GPU-") ? uuid.substr(4) : uuid).substr(0, 6);
+}
+
 std::string GpuName(const GpuInfo& g) {
-  return g.index >= 0 ? std::to_string(g.index) : ShortUuid(g.uuid);
+  return g.index >= 0 ? std::to_string(g.index) : UuidTag(g.uuid);
 }
 
 std::string ClockText(int64_t realtime_ns) {
@@ -88,7 +93,7 @@ std::map<std::string, char> Letters(const TopModel& model) {
   return letters;
 }
 
-constexpr const char* kGroupHeader = "%-20s %-5s %-6s %-7s %-6s %-7s %-16s %-19s %-7s %s";
+constexpr const char* kGroupHeader = "%-20s %-6s %-6s %-7s %-6s %-7s %-16s %-19s %-7s %s";
 
 }  // namespace
 
@@ -96,7 +101,7 @@ GroupCells CellsOf(const GroupRow& row) {
   const GroupOnGpu& g = row.group;
   GroupCells c;
   c.group = g.group;
-  c.gpu = g.gpu_index >= 0 ? std::to_string(g.gpu_index) : ShortUuid(g.uuid);
+  c.gpu = g.gpu_index >= 0 ? std::to_string(g.gpu_index) : UuidTag(g.uuid);
   c.limit = g.compute_limit ? std::to_string(*g.compute_limit) + "%" : "-";
   c.request = Percent(g.request_percent);
   c.grant = Percent(g.grant_percent);
@@ -112,7 +117,7 @@ std::string PlainFrame(const TopModel& model, const TopUi& ui) {
   std::string out = "gpuslice top  " + ClockText(s.at_ns) + "  " + model.SourceLine() + "\n";
   const auto letters = Letters(model);
   out +=
-      Line("%-5s %-24s %-6s %-21s %-12s %s\n", "GPU", "NAME", "UTIL", "MEMORY", "POWER", "SHARES");
+      Line("%-6s %-24s %-6s %-21s %-12s %s\n", "GPU", "NAME", "UTIL", "MEMORY", "POWER", "SHARES");
   for (const GpuInfo& gpu : s.gpus) {
     const GpuCells c = CellsOf(gpu);
     std::string bar = "[";
@@ -125,7 +130,7 @@ std::string PlainFrame(const TopModel& model, const TopUi& ui) {
     }
     bar.append(kBarWidth - std::min(used, kBarWidth), '.');
     bar += "]";
-    out += Line("%-5s %-24s %-6s %-21s %-12s %s%s\n", GpuName(gpu).c_str(),
+    out += Line("%-6s %-24s %-6s %-21s %-12s %s%s\n", GpuName(gpu).c_str(),
                 (gpu.name.empty() ? "-" : gpu.name.substr(0, 24)).c_str(), c.util.c_str(),
                 c.memory.c_str(), c.power.c_str(), bar.c_str(), legend.c_str());
   }
@@ -167,9 +172,18 @@ namespace {
 enum Pair : short { kHeader = 1, kSelected, kPaused, kThrottled, kWarn, kFirstGroup };
 constexpr short kGroupColours = 6;
 
+// Writes `text` (UTF-8) at (y, x), cut at column `max_x`: counted in
+// characters, so that multibyte sparklines are not cut short.
 void Put(int y, int x, const std::string& text, int max_x) {
   if (y < 0 || y >= LINES || x >= max_x) return;
-  mvaddnstr(y, x, text.c_str(), std::max(0, max_x - x));
+  std::wstring wide(text.size(), L'\0');
+  const size_t n = mbstowcs(wide.data(), text.c_str(), wide.size());
+  if (n == static_cast<size_t>(-1)) {  // not valid in this locale: as bytes
+    mvaddnstr(y, x, text.c_str(), max_x - x);
+    return;
+  }
+  wide.resize(n);
+  mvaddnwstr(y, x, wide.c_str(), max_x - x);
 }
 
 }  // namespace
@@ -253,12 +267,12 @@ void CursesView::Draw(const TopModel& model, const TopUi& ui) {
     if (y >= h - 3) break;
     const GpuCells c = CellsOf(gpu);
     Put(y++, 0,
-        Line("GPU %-4s %-24s util %-5s mem %-19s power %s", GpuName(gpu).c_str(),
+        Line("GPU %-6s %-24s util %-5s mem %-19s power %s", GpuName(gpu).c_str(),
              (gpu.name.empty() ? "-" : gpu.name.substr(0, 24)).c_str(), c.util.c_str(),
              c.memory.c_str(), c.power.c_str()),
         w);
     const int bar = std::max(10, std::min(w - 12, 60));
-    int x = 2;
+    int x = 1;
     Put(y, 0, "[", w);
     int used = 0;
     std::string legend;
@@ -282,8 +296,7 @@ void CursesView::Draw(const TopModel& model, const TopUi& ui) {
   attron(A_BOLD);
   Put(y++, 0,
       Line(kGroupHeader, "GROUP", "GPU", "LIMIT", "REQUEST", "GRANT", "SHARE", "HISTORY", "MEMORY",
-           "MEMBERS", "STATE") +
-          "   sort: " + SortKeyName(ui.sort) + (ui.filter.empty() ? "" : "  filter: " + ui.filter),
+           "MEMBERS", "STATE"),
       w);
   attroff(A_BOLD);
   const int tenant_lines =
@@ -306,7 +319,7 @@ void CursesView::Draw(const TopModel& model, const TopUi& ui) {
     const size_t chars = std::min(r.history.size(), kSparkWidth);
     spark.append(kSparkWidth - chars, ' ');
     Put(y++, 0,
-        Line("%-20s %-5s %-6s %-7s %-6s %-7s ", c.group.c_str(), c.gpu.c_str(), c.limit.c_str(),
+        Line("%-20s %-6s %-6s %-7s %-6s %-7s ", c.group.c_str(), c.gpu.c_str(), c.limit.c_str(),
              c.request.c_str(), c.grant.c_str(), c.share.c_str()) +
             spark + Line(" %-19s %-7s %s", c.memory.c_str(), c.members.c_str(), c.state.c_str()),
         w);
@@ -346,7 +359,10 @@ void CursesView::Draw(const TopModel& model, const TopUi& ui) {
   attron(A_REVERSE);
   mvhline(h - 1, 0, ' ', w);
   Put(h - 1, 0,
-      "q quit  s sort  / filter  Up/Down select  Enter/t tenants  p pause/resume  l limit", w);
+      std::string("sort: ") + SortKeyName(ui.sort) +
+          (ui.filter.empty() ? "" : "  filter: " + ui.filter) +
+          " | q quit  s sort  / filter  Up/Down select  Enter/t tenants  p pause/resume  l limit",
+      w);
   attroff(A_REVERSE);
   refresh();
 }
