@@ -33,7 +33,7 @@ int StateRank(GroupState s) {
 }
 
 std::string ClockText(int64_t realtime_ns) {
-  const time_t t = static_cast<time_t>(realtime_ns / 1'000'000'000);
+  const auto t = static_cast<time_t>(realtime_ns / 1'000'000'000);
   tm local{};
   localtime_r(&t, &local);
   char text[16];

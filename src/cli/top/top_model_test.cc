@@ -29,6 +29,7 @@ Sample Of(std::vector<GroupOnGpu> groups, bool daemon = true, int64_t at_ns = 0)
 
 std::vector<std::string> Names(const std::vector<GroupRow>& rows) {
   std::vector<std::string> out;
+  out.reserve(rows.size());
   for (const GroupRow& r : rows)
     out.push_back(r.group.group + "@" + std::to_string(r.group.gpu_index));
   return out;
@@ -57,7 +58,7 @@ TEST(TopModelTest, SortKeysCycleThroughEveryColumn) {
   SortKey k = SortKey::kGroup;
   std::vector<std::string> seen;
   for (int i = 0; i < kSortKeyCount; ++i) {
-    seen.push_back(SortKeyName(k));
+    seen.emplace_back(SortKeyName(k));
     k = NextSortKey(k);
   }
   EXPECT_EQ(k, SortKey::kGroup);

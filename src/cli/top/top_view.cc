@@ -44,7 +44,7 @@ std::string GpuName(const GpuInfo& g) {
 }
 
 std::string ClockText(int64_t realtime_ns) {
-  const time_t t = static_cast<time_t>(realtime_ns / 1'000'000'000);
+  const auto t = static_cast<time_t>(realtime_ns / 1'000'000'000);
   tm local{};
   localtime_r(&t, &local);
   char text[32];
@@ -211,7 +211,8 @@ void CursesView::Start() {
     init_pair(kWarn, COLOR_WHITE, COLOR_RED);
     const short colours[kGroupColours] = {COLOR_GREEN, COLOR_BLUE,   COLOR_MAGENTA,
                                           COLOR_CYAN,  COLOR_YELLOW, COLOR_RED};
-    for (short i = 0; i < kGroupColours; ++i) init_pair(kFirstGroup + i, COLOR_BLACK, colours[i]);
+    for (short i = 0; i < kGroupColours; ++i)
+      init_pair(static_cast<short>(kFirstGroup + i), COLOR_BLACK, colours[i]);
   }
   started_ = true;
 }

@@ -33,7 +33,7 @@ std::string FindTmux() {
   const char* path = getenv("PATH");
   std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
   for (std::string dir; std::getline(dirs, dir, ':');) {
-    const std::string candidate = dir + "/tmux";
+    std::string candidate = dir + "/tmux";
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
@@ -219,7 +219,7 @@ TEST_F(TopTest, ShowsTheGroupsAndReactsToKeysResizeAndTheDaemonGoing) {
     const auto lines = Lines(s);
     if (lines.size() != 20) return false;
     for (const std::string& line : lines) {
-      if (line.size() > 80 * 3) return false;  // bytes: sparklines are multibyte
+      if (line.size() > size_t{80} * 3) return false;  // bytes: sparklines are multibyte
     }
     return lines[0].starts_with("gpuslice top") && lines[19].starts_with("sort: share");
   }));
