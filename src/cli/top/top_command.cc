@@ -6,14 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
-#include "cli/daemon_call.h"
 #include "cli/exit_codes.h"
 #include "cli/paths.h"
-#include "cli/registry_view.h"
+#include "cli/top/top_actions.h"
 #include "cli/top/top_keys.h"
 #include "cli/top/top_model.h"
 #include "cli/top/top_source.h"
@@ -24,7 +22,6 @@
 namespace gpuslice::cli {
 namespace {
 
-using json = nlohmann::json;
 using top::KeyAction;
 
 struct TopOptions {
@@ -47,58 +44,6 @@ bool PlainWanted(const TopOptions& o) {
   const char* term = getenv("TERM");
   if (term == nullptr || *term == '\0' || std::string(term) == "dumb") return true;
   return isatty(STDOUT_FILENO) == 0 || isatty(STDIN_FILENO) == 0;
-}
-
-// "pause train: HTTP 404: no such route" from a refused answer.
-std::string Refusal(const std::string& what, const HttpResponse& r) {
-  const json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-  std::string message = DaemonError(r, j);
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  return what + ": HTTP " + std::to_string(r.status) + ": " + message;
-}
-
-// Performs `a` through the daemon; the line for the status bar.
-std::string Perform(const KeyAction& a, const top::DaemonFetch* fetch, bool daemon_answering) {
-  const std::string id = a.group;
-  std::string what;
-  switch (a.kind) {
-    case KeyAction::Kind::kPause:
-      what = "pause " + id;
-      break;
-    case KeyAction::Kind::kResume:
-      what = "resume " + id;
-      break;
-    case KeyAction::Kind::kSetLimit:
-      what = "compute limit of " + id + " to " + std::to_string(a.percent) + "%";
-      break;
-    default:
-      return "";
-  }
-  if (fetch == nullptr) return what + ": needs gpusliced (--no-daemon is set)";
-  if (!daemon_answering) return what + ": needs gpusliced, which is not answering";
-  if (a.kind == KeyAction::Kind::kSetLimit) {
-    // PUT replaces the group's limits: keep the others (memory, per-GPU).
-    auto current = (*fetch)("GET", "/v1/groups/" + id, "");
-    if (!current.ok()) return what + ": " + current.status().message();
-    json limits = json::object();
-    if (current->status == 200) {
-      const json g = json::parse(current->body, nullptr, /*allow_exceptions=*/false);
-      if (g.is_object() && g.contains("limits")) limits = g["limits"];
-    }
-    GroupSetFlags flags;
-    flags.compute = {{"", static_cast<uint32_t>(a.percent)}};
-    auto body = GroupPutBody(limits, flags, {});
-    if (!body.ok()) return what + ": " + body.status().message();
-    auto r = (*fetch)("PUT", "/v1/groups/" + id, body->dump());
-    if (!r.ok()) return what + ": " + r.status().message();
-    if (r->status / 100 != 2) return Refusal(what, *r);
-    return what + ": done";
-  }
-  const std::string verb = a.kind == KeyAction::Kind::kPause ? "pause" : "resume";
-  auto r = (*fetch)("POST", "/v1/groups/" + id + "/" + verb, "");
-  if (!r.ok()) return what + ": " + r.status().message();
-  if (r->status / 100 != 2) return Refusal(what, *r);
-  return what + ": done";
 }
 
 int RunPlain(const TopOptions& o, top::TopModel& model, const top::DaemonFetch* fetch,
@@ -140,7 +85,7 @@ int RunLive(const TopOptions& o, top::TopModel& model, const top::DaemonFetch* f
       const KeyAction a = HandleKey(ui, key, model.Rows(ui.sort, ui.filter));
       if (a.kind == KeyAction::Kind::kQuit) break;
       if (a.kind != KeyAction::Kind::kNone) {
-        ui.status = Perform(a, fetch, model.sample().daemon_answered);
+        ui.status = top::Perform(a, fetch, model.sample().daemon_answered);
         next_poll = std::chrono::steady_clock::now();  // show the effect at once
       }
     }
