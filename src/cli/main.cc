@@ -13,7 +13,7 @@
 #include "cli/mps_command.h"
 #include "cli/registry_commands.h"
 #include "cli/run_command.h"
-#include "cli/sim_commands.h"
+#include "cli/sim_command.h"
 #include "cli/status_command.h"
 #include "cli/top/top_command.h"
 #include "cli/unix_http_client.h"
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
     gpuslice::cli::AddRunCommand(app);
     gpuslice::cli::AddStatusCommand(app);
     gpuslice::cli::AddLimitCommands(app);
-    gpuslice::cli::AddSimCommands(app);
+    gpuslice::cli::AddSimCommand(app);
     gpuslice::cli::AddGpuCommands(app);
     gpuslice::cli::AddRegistryCommands(app);
     gpuslice::cli::AddTopCommand(app);

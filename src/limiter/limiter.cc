@@ -289,9 +289,16 @@ int Limiter::StreamGroupDevice(CUstream stream) const {
   const real::CudaTable& cu = real::Cuda();
   const auto raw = reinterpret_cast<uintptr_t>(stream);
   if (raw == 0 || raw == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY) ||
-      raw == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD) || cu.cuStreamGetCtx == nullptr) {
+      raw == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD)) {
     return CurrentGroupDevice();
   }
+  // One call where the driver has it (r570+); else through the stream's
+  // context, made current for the question.
+  if (CUdevice dev = -1;
+      cu.cuStreamGetDevice != nullptr && cu.cuStreamGetDevice(stream, &dev) == CUDA_SUCCESS) {
+    return GroupDevice(dev);
+  }
+  if (cu.cuStreamGetCtx == nullptr) return CurrentGroupDevice();
   CUcontext ctx = nullptr;
   if (cu.cuStreamGetCtx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
   if (cu.cuCtxPushCurrent_v2 == nullptr || cu.cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS) return -1;

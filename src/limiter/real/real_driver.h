@@ -30,6 +30,7 @@ struct CudaTable {
   decltype(&::cuCtxGetDevice) cuCtxGetDevice = nullptr;
   decltype(&::cuCtxGetCurrent) cuCtxGetCurrent = nullptr;
   decltype(&::cuStreamGetCtx) cuStreamGetCtx = nullptr;
+  decltype(&::cuStreamGetDevice) cuStreamGetDevice = nullptr;  // r570+ (CUDA 12.8)
   decltype(&::cuCtxPushCurrent_v2) cuCtxPushCurrent_v2 = nullptr;
   decltype(&::cuCtxPopCurrent_v2) cuCtxPopCurrent_v2 = nullptr;
   decltype(&::cuStreamSynchronize) cuStreamSynchronize = nullptr;

@@ -161,6 +161,18 @@ TEST_F(CliTest, RunUnderSimRunKeepsTheSimulatorsLibraryPath) {
   EXPECT_NE(Var(r.out, "LD_PRELOAD").find("libgpuslice.so"), std::string::npos);
 }
 
+TEST_F(CliTest, SimCommandsRunTheSimulatorsOwnTool) {
+  // gpuslice itself never links the simulator: `sim` hands its arguments,
+  // --help included, to <sim dir>/bin/gpuslice-sim.
+  Result help = Run({"sim", "--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("Usage: gpuslice sim"), std::string::npos) << help.out;
+  EXPECT_EQ(Run({"sim", "stats", "--count", "x"}).code, 2);
+  Result missing = Run({"sim", "env"}, {"GPUSLICE_SIM_DIR=" + dir_ + "/no-sim"});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.err.find("no-sim has no lib/libcuda.so.1"), std::string::npos) << missing.err;
+}
+
 TEST_F(CliTest, StatusWithoutSegmentsSaysNoGroups) {
   Result r = Run({"status"});
   EXPECT_EQ(r.code, 0) << r.err;

@@ -1,11 +1,18 @@
-#include "cli/sim_commands.h"
-
+// gpuslice-sim: the simulated GPU's commands (run, env, stats, reset), which
+// `gpuslice sim ...` runs (docs/sim.md). It lives with the simulator, in
+// <sim dir>/bin, so that the product's binaries never link the simulator
+// (DESIGN.md section 1); its own directory's parent is the simulation it
+// selects.
+//
+// Exit codes: those of gpuslice (cli/exit_codes.h); `run` ends with the
+// command's own status, or 127 if it cannot be executed.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,8 +29,22 @@
 #include "sim/core/sim_gpu.h"
 #include "sim/core/stats.h"
 
-namespace gpuslice::cli {
+namespace gpuslice::sim {
 namespace {
+
+using cli::Fail;
+using cli::kExitCannotRun;
+
+// The simulation this tool belongs to: the parent of its own directory.
+StatusOr<std::string> SimDir() {
+  char real[PATH_MAX];
+  const std::string dir = cli::ExecutableDir() + "/..";
+  if (realpath(dir.c_str(), real) == nullptr ||
+      access((std::string(real) + "/lib/libcuda.so.1").c_str(), F_OK) != 0) {
+    return NotFound("gpuslice-sim: no simulated driver (lib/libcuda.so.1) in " + dir);
+  }
+  return std::string(real);
+}
 
 struct SimTarget {
   std::string config;  // --config: a file or inline JSON
@@ -186,12 +207,7 @@ void Watch(sim::SimGpu& gpu, double interval_s, int count) {
   }
 }
 
-}  // namespace
-
-void AddSimCommands(CLI::App& app) {
-  CLI::App* sim = app.add_subcommand("sim",
-                                     "The simulated GPU: run programs on it, read its "
-                                     "ground truth");
+void AddSimCommands(CLI::App* sim) {
   sim->require_subcommand(1);
 
   {
@@ -278,4 +294,21 @@ void AddSimCommands(CLI::App& app) {
   }
 }
 
-}  // namespace gpuslice::cli
+}  // namespace
+}  // namespace gpuslice::sim
+
+int main(int argc, char** argv) {
+  try {
+    CLI::App app{"The simulated GPU: run programs on it, read its ground truth", "gpuslice sim"};
+    gpuslice::sim::AddSimCommands(&app);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      const int rc = app.exit(e);
+      return rc == 0 ? 0 : gpuslice::cli::kExitUsage;
+    }
+  } catch (const std::exception& e) {
+    gpuslice::cli::Fail(e.what());
+  }
+  return 0;
+}
