@@ -139,6 +139,23 @@ TEST(TopSourceTest, ParsesTheDaemonsGpusGroupsAndTenants) {
   EXPECT_FALSE(tenants[1].share_percent);
 }
 
+TEST(TopSourceTest, AGroupTheDaemonPausedIsPaused) {
+  json groups = GroupsBody();
+  groups["groups"][1]["paused"] = true;                         // nb, as a whole
+  groups["groups"][0]["gpus"][0]["schedule"]["paused"] = true;  // train, per GPU
+  const auto rows = ParseGroups(groups, ParseGpus(GpusBody()));
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_TRUE(rows[0].paused);
+  EXPECT_FALSE(rows[1].paused);
+  EXPECT_TRUE(rows[2].paused);
+  EXPECT_TRUE(rows[3].paused);
+  TopModel m;
+  Sample s;
+  s.groups = rows;
+  m.Update(s);
+  EXPECT_EQ(m.Rows(SortKey::kGroup, "nb")[0].state, GroupState::kPaused);
+}
+
 TEST(TopSourceTest, MergesTheSegmentsIntoTheDaemonsView) {
   FakeDaemon daemon;
   const DaemonFetch fetch = daemon.Fetch();

@@ -207,6 +207,19 @@ TEST_F(TopTest, ShowsTheGroupsAndReactsToKeysResizeAndTheDaemonGoing) {
     return s.find("pause notebook: done") != std::string::npos ||
            s.find("pause notebook: HTTP 404") != std::string::npos;
   }));
+  if (Screen().find("pause notebook: done") != std::string::npos) {
+    // A daemon that pauses: the row says so, and `p` again resumes it.
+    EXPECT_TRUE(WaitScreen([](const std::string& s) {
+      const int row = LineStarting(s, "notebook ");
+      return row >= 0 && Lines(s)[row].find("paused") != std::string::npos;
+    }));
+    Keys({"p"});
+    EXPECT_TRUE(WaitScreen([](const std::string& s) {
+      const int row = LineStarting(s, "notebook ");
+      return s.find("resume notebook: done") != std::string::npos && row >= 0 &&
+             Lines(s)[row].find("paused") == std::string::npos;
+    }));
+  }
 
   // Enter shows the selected group's tenants.
   Keys({"Enter"});
