@@ -95,7 +95,7 @@ class TopTest : public testing::SimProcessTest {
 
   // Runs tmux on this test's server; its exit code.
   int Tmux(std::vector<std::string> args) {
-    args.insert(args.begin(), {tmux_, "-S", tmux_socket_});
+    args.insert(args.begin(), {tmux_, "-f", "/dev/null", "-S", tmux_socket_});
     return Join(Spawn(next_++, args, {"PATH=/usr/bin:/bin", "HOME=" + dir_, "TERM=xterm"}));
   }
 
