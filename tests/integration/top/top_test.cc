@@ -4,6 +4,7 @@
 // with `tmux capture-pane -p`, types with `tmux send-keys`, and waits for
 // every change with a deadline. Skipped (with the reason) without tmux.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -73,10 +74,16 @@ class TopTest : public testing::SimProcessTest {
     return !tmux_.empty();
   }
 
-  void StartDaemon() {
-    daemon_ = StartProgram("gpusliced", next_++,
-                           {"--socket", socket_, "--state-dir", dir_ + "/state", "--shm-dir",
-                            shm_dir_, "--poll-interval-ms", "100"});
+  // Starts gpusliced; `open`: its socket is for every user (mode 0666 in a
+  // directory others may traverse).
+  void StartDaemon(bool open = false) {
+    std::vector<std::string> args = {"--socket",  socket_,  "--state-dir",        dir_ + "/state",
+                                     "--shm-dir", shm_dir_, "--poll-interval-ms", "100"};
+    if (open) {
+      chmod(dir_.c_str(), 0711);
+      args.insert(args.end(), {"--socket-mode", "0666"});
+    }
+    daemon_ = StartProgram("gpusliced", next_++, args);
     ASSERT_TRUE(WaitFor(
         [&] {
           auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
@@ -246,6 +253,37 @@ TEST_F(TopTest, ShowsTheGroupsAndReactsToKeysResizeAndTheDaemonGoing) {
            LineStarting(s, "notebook ") >= 0;
   }));
 
+  Keys({"q"});
+  EXPECT_TRUE(
+      WaitScreen([](const std::string& s) { return s.find("TOP-EXITED 0") != std::string::npos; }));
+}
+
+TEST_F(TopTest, ARefusalIsShownInTheStatusLineAndTopGoesOn) {
+  if (!NeedTmux()) GTEST_SKIP() << "tmux is not installed (scripts/setup installs it)";
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run gpuslice top as uid 65534";
+  StartDaemon(/*open=*/true);
+  auto put =
+      cli::UnixHttpClient(socket_, 5s)
+          .Request("PUT", "/v1/groups/nb", R"({"limits": {"all": {"compute_percent": 20}}})");
+  ASSERT_TRUE(put.ok() && put->status == 200) << (put.ok() ? put->body : put.status().ToString());
+  // Not an admin: may look, may not change.
+  StartSession("/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups " +
+               TopCommand("TERM=xterm", "--interval 0.2"));
+  ASSERT_TRUE(WaitScreen([](const std::string& s) {
+    const int row = LineStarting(s, "nb ");
+    return row >= 0 && Lines(s)[row].find("20%") != std::string::npos;
+  }));
+  Keys({"l", "5", "0", "Enter"});
+  EXPECT_TRUE(WaitScreen([](const std::string& s) {
+    return s.find("compute limit of nb to 50%: HTTP 403:") != std::string::npos;
+  }));
+  // A daemon with the pause endpoint refuses (403), one without has none (404).
+  Keys({"p"});
+  EXPECT_TRUE(WaitScreen([](const std::string& s) {
+    return s.find("pause nb: HTTP 403:") != std::string::npos ||
+           s.find("pause nb: HTTP 404:") != std::string::npos;
+  }));
+  EXPECT_EQ(Group("nb")["limits"]["all"]["compute_percent"], 20);
   Keys({"q"});
   EXPECT_TRUE(
       WaitScreen([](const std::string& s) { return s.find("TOP-EXITED 0") != std::string::npos; }));
