@@ -13,8 +13,9 @@ using json = nlohmann::json;
 std::string Refusal(const std::string& what, const HttpResponse& r) {
   const json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
   std::string message = r.body;
-  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
-    message = j["error"].value("message", r.body);
+  if (j.is_object() && j.contains("error") && j["error"].is_object() &&
+      j["error"].contains("message") && j["error"]["message"].is_string()) {
+    message = j["error"]["message"].get<std::string>();
   }
   while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
   return what + ": HTTP " + std::to_string(r.status) + ": " + message;

@@ -45,6 +45,9 @@ TEST(TopActionsTest, ARefusalIsTheDaemonsMessageInTheStatusLine) {
   d.body = R"({"error": {"code": "PERMISSION_DENIED", "message": "admins only"}})";
   EXPECT_EQ(Perform({KeyAction::Kind::kPause, "nb", 0}, &fetch, true),
             "pause nb: HTTP 403: admins only");
+  d.body = R"({"error": {"message": 7}})";  // not the daemon's shape: the body as it is
+  EXPECT_EQ(Perform({KeyAction::Kind::kResume, "nb", 0}, &fetch, true),
+            std::string("resume nb: HTTP 403: ") + d.body);
   d.status = 404;
   d.body = "not json\n";
   EXPECT_EQ(Perform({KeyAction::Kind::kSetLimit, "nb", 30}, &fetch, true),
