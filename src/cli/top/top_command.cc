@@ -2,14 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
-#include "cli/exit_codes.h"
 #include "cli/paths.h"
 #include "cli/top/top_actions.h"
 #include "cli/top/top_keys.h"
