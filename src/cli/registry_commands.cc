@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,12 @@ struct Options {
   std::string group;
   std::string memory;   // as typed; "" if not given
   std::string compute;  // as typed; "" if not given
+  std::string limit;    // --limit: the same as --compute
   std::string tier;
+  std::string gpu;  // --gpu: the one GPU (index or UUID) the values are for; "" every GPU
+  std::optional<uint32_t> request;
+  std::string priority;
+  std::optional<uint32_t> weight;
 };
 
 void AddSocket(CLI::App* cmd, Options* o) {
@@ -39,6 +45,18 @@ json Expect(const HttpResponse& r, int status = 200) {
   json j = DaemonJson(r);
   if (r.status != status) Fail(DaemonError(r, j));
   return j;
+}
+
+// As Expect, for a change of a group's settings: a refusal for the state of
+// the node (409, e.g. request_overcommit) exits kExitConflict, a value the
+// daemon rejects (400) kExitRejected, each with the daemon's message.
+json ExpectChange(const HttpResponse& r, const std::string& what) {
+  json j = DaemonJson(r);
+  if (r.status == 200) return j;
+  const std::string message = what + ": " + DaemonError(r, j);
+  if (r.status == 409) Fail(message, kExitConflict);
+  if (r.status == 400) Fail(message, kExitRejected);
+  Fail(message);
 }
 
 void Tenants(const Options& o) {
@@ -68,28 +86,66 @@ std::vector<std::string> GpuUuids(const Options& o) {
   return uuids;
 }
 
+// A flag's (device, value) pairs: `pairs` as parsed, moved to --gpu's GPU
+// when it is given (then the value must be one for every GPU).
+template <typename T>
+std::vector<std::pair<std::string, T>> OnGpu(std::vector<std::pair<std::string, T>> pairs,
+                                             const Options& o, const char* flag) {
+  if (o.gpu.empty()) return pairs;
+  for (auto& [device, value] : pairs) {
+    if (!device.empty()) {
+      Fail(std::string("group set: --gpu and DEVICE=VALUE in ") + flag + " are exclusive",
+           kExitUsage);
+    }
+    device = o.gpu;
+  }
+  return pairs;
+}
+
 void Set(const Options& o) {
-  if (o.memory.empty() && o.compute.empty() && o.tier.empty()) {
-    Fail("group set: give --memory, --compute, --tier or several", kExitUsage);
+  if (o.memory.empty() && o.compute.empty() && o.limit.empty() && o.tier.empty() && !o.request &&
+      o.priority.empty() && !o.weight) {
+    Fail(
+        "group set: give --memory, --compute (--limit), --tier, --request, --priority, --weight "
+        "or several",
+        kExitUsage);
+  }
+  if (!o.compute.empty() && !o.limit.empty()) {
+    Fail("group set: --limit is --compute; give one of them", kExitUsage);
   }
   GroupSetFlags flags;
-  if (!o.memory.empty()) flags.memory = *MemoryLimitsByDevice(o.memory);  // checked by CLI11
-  if (!o.compute.empty()) flags.compute = *ComputeLimitsByDevice(o.compute);
+  const std::string& compute = o.compute.empty() ? o.limit : o.compute;
+  // Checked by CLI11 (CheckedBy) before the callback runs.
+  if (!o.memory.empty()) flags.memory = OnGpu(*MemoryLimitsByDevice(o.memory), o, "--memory");
+  if (!compute.empty()) flags.compute = OnGpu(*ComputeLimitsByDevice(compute), o, "--compute");
   flags.tier = o.tier;
-  // PUT replaces the limits: start from the group's current ones.
+  if (o.request) flags.request = {{o.gpu, *o.request}};
+  if (!o.priority.empty()) flags.priority = {{o.gpu, o.priority}};
+  if (o.weight) flags.weight = {{o.gpu, *o.weight}};
+  // PUT replaces the limits and the schedule: start from the group's current ones.
   const HttpResponse current = CallDaemon(o.socket, "GET", "/v1/groups/" + o.group);
   json limits = json::object();
+  json schedule = json::object();
   if (current.status == 200) {
-    limits = DaemonJson(current).value("limits", json::object());
+    const json group = DaemonJson(current);
+    limits = group.value("limits", json::object());
+    schedule = group.value("schedule", json::object());
   } else if (current.status != 404) {
     Fail(DaemonError(current, DaemonJson(current)));
   }
-  bool per_device = false;
+  bool per_device = !o.gpu.empty();
   for (const auto& [device, value] : flags.memory) per_device = per_device || !device.empty();
   for (const auto& [device, value] : flags.compute) per_device = per_device || !device.empty();
-  auto body = GroupPutBody(limits, flags, per_device ? GpuUuids(o) : std::vector<std::string>{});
+  const std::vector<std::string> uuids = per_device ? GpuUuids(o) : std::vector<std::string>{};
+  auto body = GroupPutBody(limits, flags, uuids);
   if (!body.ok()) Fail(body.status().message(), kExitUsage);
-  json j = Expect(CallDaemon(o.socket, "PUT", "/v1/groups/" + o.group, body->dump()));
+  if (flags.HasSchedule()) {
+    auto s = GroupScheduleBody(schedule, flags, uuids);
+    if (!s.ok()) Fail(s.status().message(), kExitUsage);
+    (*body)["schedule"] = *s;
+  }
+  json j = ExpectChange(CallDaemon(o.socket, "PUT", "/v1/groups/" + o.group, body->dump()),
+                        "group set " + o.group);
   if (o.json) {
     printf("%s\n", j.dump(2).c_str());
     return;
@@ -97,6 +153,18 @@ void Set(const Options& o) {
   // Show the result as `group show G` does.
   json view = Expect(CallDaemon(o.socket, "GET", "/v1/groups/" + o.group));
   fputs(GroupsText(json::array({view})).c_str(), stdout);
+}
+
+// `group pause G` / `group resume G`.
+void Pause(const Options& o, bool pause) {
+  const char* verb = pause ? "pause" : "resume";
+  json j = ExpectChange(CallDaemon(o.socket, "POST", "/v1/groups/" + o.group + "/" + verb),
+                        std::string("group ") + verb + " " + o.group);
+  if (o.json) {
+    printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  printf("group %s %s\n", o.group.c_str(), pause ? "paused" : "resumed");
 }
 
 void Forget(const Options& o) {
@@ -143,7 +211,7 @@ void AddRegistryCommands(CLI::App& app) {
   {
     auto* o = new Options;
     CLI::App* cmd = group->add_subcommand(
-        "set", "Set a group's limits or tier (creates it); root or the admin group only");
+        "set", "Set a group's limits, tier or schedule (creates it); root or the admin group only");
     AddSocket(cmd, o);
     AddJson(cmd, o);
     cmd->add_option("group", o->group, "The group")->required()->check(GroupIdCheck());
@@ -154,8 +222,33 @@ void AddRegistryCommands(CLI::App& app) {
                     "Compute limit, percent 1-100 (100: unlimited), for every GPU or per GPU "
                     "(0=50,1=30)")
         ->check(CheckedBy(ComputeLimitsByDevice, "PERCENT|DEV=PERCENT,..."));
+    cmd->add_option("--limit", o->limit, "The compute limit: the same as --compute")
+        ->check(CheckedBy(ComputeLimitsByDevice, "PERCENT|DEV=PERCENT,..."));
     cmd->add_option("--tier", o->tier, "Isolation tier")->check(CLI::IsMember({"shared", "mps"}));
+    cmd->add_option("--gpu", o->gpu,
+                    "The GPU (index or UUID) the values are for (default: every GPU)");
+    cmd->add_option("--request", o->request,
+                    "Compute share guaranteed whenever the group wants it, percent 0-100; the "
+                    "requests on a GPU sum to at most 100")
+        ->check(CLI::Range(0, 100));
+    cmd->add_option("--priority", o->priority,
+                    "latency: its kernels do not wait behind batch groups' queues")
+        ->check(CLI::IsMember({"latency", "batch"}));
+    cmd->add_option("--weight", o->weight, "Share of the surplus, 1-1000 (default 1)")
+        ->check(CLI::Range(1, 1000));
     cmd->callback([o] { Set(*o); });
+  }
+  for (const bool pause : {true, false}) {
+    auto* o = new Options;
+    CLI::App* cmd = group->add_subcommand(
+        pause ? "pause" : "resume",
+        pause ? "Pause a group: its launches wait, its memory is kept, its share is lent; "
+                "admins only"
+              : "Resume a paused group; admins only");
+    AddSocket(cmd, o);
+    AddJson(cmd, o);
+    cmd->add_option("group", o->group, "The group")->required()->check(GroupIdCheck());
+    cmd->callback([o, pause] { Pause(*o, pause); });
   }
   {
     auto* o = new Options;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 
@@ -60,6 +61,26 @@ std::string LimitText(const json& limit) {
     }
   }
   return memory + " / " + compute;
+}
+
+// "30% 60% latency 2 45.5%" from a group view's GPU entry ("schedule" and
+// "grant_percent"); "-" for what the daemon does not send.
+std::string ScheduleText(const json& gpu) {
+  const json s = gpu.is_object() ? gpu.value("schedule", json()) : json();
+  auto percent = [](const json& j, const char* key) -> std::string {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return "-";
+    char buf[32];
+    snprintf(buf, sizeof buf, "%g%%", j[key].get<double>());
+    return buf;
+  };
+  char buf[160];
+  snprintf(buf, sizeof buf, "%-7s %-5s %-8s %-6s %s", percent(s, "request").c_str(),
+           percent(s, "limit").c_str(), OrDash(Str(s, "priority")).c_str(),
+           s.is_object() && s.contains("weight") && s["weight"].is_number_unsigned()
+               ? std::to_string(s["weight"].get<uint64_t>()).c_str()
+               : "-",
+           percent(gpu, "grant_percent").c_str());
+  return buf;
 }
 
 // "GPU-ABC" and "abc" name the same GPU: lower case, without "gpu-".
@@ -195,20 +216,22 @@ std::string GroupsText(const json& groups) {
       owner_text = "uid " + std::to_string(owner["uid"].get<int64_t>());
       if (!Str(owner, "pod_uid").empty()) owner_text += ", pod " + Str(owner, "pod_uid");
     }
-    snprintf(line, sizeof line, "group %s: tier %s, owner %s, %zu member(s)\n",
+    const bool paused =
+        g.is_object() && g.value("paused", json()).is_boolean() && g["paused"].get<bool>();
+    snprintf(line, sizeof line, "group %s: tier %s, owner %s, %zu member(s)%s\n",
              Str(g, "id").c_str(), OrDash(Str(g, "tier")).c_str(), owner_text.c_str(),
-             Array(g, "members").size());
+             Array(g, "members").size(), paused ? ", PAUSED" : "");
     out += line;
     const json& gpus = Array(g, "gpus");
     if (gpus.empty()) continue;
-    snprintf(line, sizeof line, "  %-4s %-16s %-28s %s\n", "GPU", "UUID", "LIMIT MEMORY / COMPUTE",
-             "MEMORY USED");
+    snprintf(line, sizeof line, "  %-4s %-16s %-28s %-12s %s\n", "GPU", "UUID",
+             "LIMIT MEMORY / COMPUTE", "MEMORY USED", "REQUEST LIMIT PRIORITY WEIGHT GRANT");
     out += line;
     for (const json& d : gpus) {
-      snprintf(line, sizeof line, "  %-4lld %-16s %-28s %s\n",
+      snprintf(line, sizeof line, "  %-4lld %-16s %-28s %-12s %s\n",
                static_cast<long long>(Int(d, "index", -1)), ShortUuid(Str(d, "uuid")).c_str(),
                LimitText(d.value("limit", json())).c_str(),
-               FormatBytes(UInt(d, "memory_used_bytes")).c_str());
+               FormatBytes(UInt(d, "memory_used_bytes")).c_str(), ScheduleText(d).c_str());
       out += line;
     }
   }
@@ -238,6 +261,23 @@ StatusOr<json> GroupPutBody(const json& current, const GroupSetFlags& flags,
   json body = {{"limits", limits}};
   if (!flags.tier.empty()) body["tier"] = flags.tier;
   return body;
+}
+
+StatusOr<json> GroupScheduleBody(const json& current, const GroupSetFlags& flags,
+                                 const std::vector<std::string>& gpu_uuids) {
+  json schedule = current.is_object() ? current : json::object();
+  for (auto& [gpu, entry] : schedule.items()) {
+    if (!entry.is_object()) entry = json::object();
+  }
+  // No value is "unlimited" here: the sentinels never match.
+  GS_RETURN_IF_ERROR(Apply<uint32_t>(schedule, "request", flags.request, UINT32_MAX, gpu_uuids));
+  GS_RETURN_IF_ERROR(
+      Apply<std::string>(schedule, "priority", flags.priority, std::string(), gpu_uuids));
+  GS_RETURN_IF_ERROR(Apply<uint32_t>(schedule, "weight", flags.weight, UINT32_MAX, gpu_uuids));
+  for (auto it = schedule.begin(); it != schedule.end();) {
+    it = it->empty() ? schedule.erase(it) : std::next(it);
+  }
+  return schedule;
 }
 
 }  // namespace gpuslice::cli

@@ -55,8 +55,10 @@ std::string TenantsText(const nlohmann::json& body);
 
 // `group show`: for each group (GroupView JSON: GET /v1/groups's "groups", or
 // one GET /v1/groups/{id} in a list), a line with its tier, owner and member
-// count, then one line per GPU with its limits (the "all" entry overlaid by
-// the GPU's own) and the driver's memory in use. "no groups" when empty.
+// count (and "PAUSED" when paused), then one line per GPU with its limits
+// (the "all" entry overlaid by the GPU's own), the driver's memory in use,
+// and its schedule there: request, limit, priority, weight, and the
+// scheduler's grant ("-" when unknown). "no groups" when empty.
 std::string GroupsText(const nlohmann::json& groups);
 
 // What `group set` was given; an empty list or tier leaves that part as is.
@@ -64,6 +66,12 @@ struct GroupSetFlags {
   std::vector<std::pair<std::string, uint64_t>> memory;   // MemoryLimitsByDevice
   std::vector<std::pair<std::string, uint32_t>> compute;  // ComputeLimitsByDevice
   std::string tier;                                       // "", "shared" or "mps"
+  // Scheduling (docs/daemon.md "Scheduling"), (device, value) as `compute`.
+  std::vector<std::pair<std::string, uint32_t>> request;      // 0..100
+  std::vector<std::pair<std::string, std::string>> priority;  // "latency" or "batch"
+  std::vector<std::pair<std::string, uint32_t>> weight;       // 1..1000
+
+  bool HasSchedule() const { return !request.empty() || !priority.empty() || !weight.empty(); }
 };
 
 // The body of PUT /v1/groups/{id}, which replaces a group's limits: the
@@ -81,5 +89,15 @@ struct GroupSetFlags {
 // kInvalidArgument for a device that is not on the node.
 StatusOr<nlohmann::json> GroupPutBody(const nlohmann::json& current, const GroupSetFlags& flags,
                                       const std::vector<std::string>& gpu_uuids);
+
+// The "schedule" of PUT /v1/groups/{id}, which replaces the group's: its
+// `current` schedule (GroupJson's "schedule": {"all" | UUID: {"request",
+// "priority", "weight"}}; null or {} for a new group) with the request,
+// priority and weight of `flags` applied as GroupPutBody applies limits (one
+// value sets "all" and clears that field on every GPU's own entry; DEVICE
+// an index or a UUID). kInvalidArgument for a device not on the node.
+StatusOr<nlohmann::json> GroupScheduleBody(const nlohmann::json& current,
+                                           const GroupSetFlags& flags,
+                                           const std::vector<std::string>& gpu_uuids);
 
 }  // namespace gpuslice::cli

@@ -222,5 +222,47 @@ TEST(MergeRegistry, WithoutADaemonTheJsonHasNoRegistryFieldsButSaysWhy) {
   EXPECT_EQ(StatusText(reports, down), StatusText(reports));
 }
 
+TEST(GroupScheduleBody, OneValueSetsAllPerGpuValuesGoByUuidAndOtherFieldsStay) {
+  const json current = json::parse(R"({"all":{"request":30,"priority":"latency"},
+      "GPU-aaaa1111-0000":{"request":10,"weight":4}})");
+  GroupSetFlags flags;
+  flags.request = {{"", 20}};
+  flags.weight = {{"1", 2}};
+  EXPECT_TRUE(flags.HasSchedule());
+  auto body = GroupScheduleBody(current, flags, {kGpu0, kGpu1});
+  ASSERT_TRUE(body.ok()) << body.status().ToString();
+  // The request for every GPU clears GPU 0's own; its weight stays.
+  EXPECT_EQ(*body, json::parse(R"({"all":{"request":20,"priority":"latency"},
+      "GPU-aaaa1111-0000":{"weight":4},"GPU-bbbb2222-0000":{"weight":2}})"));
+  flags = GroupSetFlags{};
+  flags.priority = {{"bbbb2222-0000", "batch"}};
+  body = GroupScheduleBody(json(), flags, {kGpu0, kGpu1});
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(*body, json::parse(R"({"GPU-bbbb2222-0000":{"priority":"batch"}})"));
+  flags.priority = {{"5", "batch"}};
+  EXPECT_EQ(GroupScheduleBody(json(), flags, {kGpu0, kGpu1}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(GroupSetFlags{}.HasSchedule());
+}
+
+TEST(GroupsText, ShowsTheSchedulePerGpuAndPaused) {
+  const json groups = json::parse(R"([
+    {"id":"web","tier":"shared","owner":{"uid":null},"members":[],"paused":true,
+     "gpus":[{"index":0,"uuid":"GPU-aaaa1111-0000","memory_used_bytes":0,
+              "limit":{"memory_bytes":null,"compute_percent":60},
+              "schedule":{"request":30,"limit":60,"priority":"latency","weight":2,"paused":true},
+              "grant_percent":45.5},
+             {"index":1,"uuid":"GPU-bbbb2222-0000","memory_used_bytes":0,
+              "limit":{"memory_bytes":null,"compute_percent":null}}]}])");
+  const std::string text = GroupsText(groups);
+  EXPECT_NE(text.find("group web: tier shared, owner admin, 0 member(s), PAUSED\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("REQUEST LIMIT PRIORITY WEIGHT GRANT"), std::string::npos) << text;
+  EXPECT_NE(text.find("30%     60%   latency  2      45.5%\n"), std::string::npos) << text;
+  // An older daemon sends no schedule: dashes, not an exception.
+  EXPECT_NE(text.find("-       -     -        -      -\n"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace gpuslice::cli

@@ -67,6 +67,47 @@ StatusOr<GpuLimit> ParseLimit(const json& j, const std::string& where) {
   return limit;
 }
 
+// {"request": 0..100, "priority": "latency" | "batch", "weight": 1..1000},
+// every field optional; `where` prefixes field names in errors.
+StatusOr<ScheduleEntry> ParseScheduleEntry(const json& j, const std::string& where) {
+  if (!j.is_object()) return InvalidArgument("\"" + where + "\" must be an object");
+  GS_RETURN_IF_ERROR(UnknownFields(j, {"request", "priority", "weight"}, where + "."));
+  ScheduleEntry entry;
+  if (auto it = j.find("request"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_unsigned() || it->get<uint64_t>() > 100) {
+      return InvalidArgument("\"" + where + ".request\" must be a percentage from 0 to 100");
+    }
+    entry.request_percent = static_cast<uint32_t>(it->get<uint64_t>());
+  }
+  if (auto it = j.find("priority"); it != j.end() && !it->is_null()) {
+    auto p = it->is_string() ? ParsePriority(it->get<std::string>())
+                             : StatusOr<Priority>(InvalidArgument("a string"));
+    if (!p.ok()) {
+      return InvalidArgument("\"" + where + R"(.priority" must be "latency" or "batch")");
+    }
+    entry.priority = *p;
+  }
+  if (auto it = j.find("weight"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_unsigned() || it->get<uint64_t>() < 1 || it->get<uint64_t>() > 1000) {
+      return InvalidArgument("\"" + where + ".weight\" must be from 1 to 1000");
+    }
+    entry.weight = static_cast<uint32_t>(it->get<uint64_t>());
+  }
+  return entry;
+}
+
+// The UUID a key of "limits" or "schedule" names ("all" stays "all").
+StatusOr<std::string> GpuKey(const std::string& key, const std::string& where,
+                             const Snapshot& snapshot) {
+  if (key == kAllGpus) return key;
+  auto ids = ParseGpuIds(key, snapshot.gpus);
+  if (!ids.ok() || ids->size() != 1) {
+    return InvalidArgument("\"" + where + "." + key +
+                           R"(": name one GPU (an index or a UUID) or "all")");
+  }
+  return snapshot.gpus[ids->front()].uuid;
+}
+
 // Devices as the client names them (UUIDs, indexes as numbers or strings);
 // none or an empty list: every GPU.
 StatusOr<std::vector<std::string>> ParseDevices(const json& body, const Snapshot& snapshot) {
@@ -167,7 +208,8 @@ ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const Gp
   if (!body.is_object()) {
     return ApiResponse::FromStatus(InvalidArgument("the request body must be a JSON object"));
   }
-  if (Status s = UnknownFields(body, {"group", "devices", "tier", "limits", "hints", "pid"}, "");
+  if (Status s = UnknownFields(
+          body, {"group", "devices", "tier", "limits", "hints", "pid", "schedule"}, "");
       !s.ok()) {
     return ApiResponse::FromStatus(s);
   }
@@ -195,10 +237,16 @@ ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const Gp
     if (!l.ok()) return ApiResponse::FromStatus(l.status());
     reg->limits = *l;
   }
+  if (auto schedule = body.find("schedule"); schedule != body.end() && !schedule->is_null()) {
+    auto entry = ParseScheduleEntry(*schedule, "schedule");
+    if (!entry.ok()) return ApiResponse::FromStatus(entry.status());
+    reg->schedule = *entry;
+  }
   auto hints = ParseHints(body);
   if (!hints.ok()) return ApiResponse::FromStatus(hints.status());
   reg->hints = std::move(*hints);
-  auto tenant = registry.Register(*reg);
+  std::string schedule_refused;
+  auto tenant = registry.Register(*reg, &schedule_refused);
   if (!tenant.ok()) return ApiResponse::FromStatus(tenant.status());
   GroupTiers::Grant grant;
   if (options.tiers != nullptr) {
@@ -216,6 +264,7 @@ ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const Gp
     out["mps_gpus"].push_back({{"index", e.index}, {"uuid", e.uuid}, {"env", e.env}});
   }
   if (auto g = registry.GroupOf(tenant->group)) out["group"] = GroupJson(*g);
+  if (!schedule_refused.empty()) out["schedule_refused"] = schedule_refused;
   return ApiResponse::Json(201, out);
 }
 
@@ -259,7 +308,9 @@ void AppendTenantView(const Tenant& t, const std::string& text,
 }
 
 json GroupView(const Group& g, const std::vector<Tenant>& members,
-               const std::vector<GpuUsage>& usage, const GroupTiers* tiers) {
+               const std::vector<GpuUsage>& usage, const TenantRegistry& registry,
+               const TenantRoutesOptions& options) {
+  const GroupTiers* tiers = options.tiers;
   json j = GroupJson(g);
   // The tier its members run on: for an `mps` group, what the MPS tenant
   // gives (null while it holds none: no member).
@@ -299,6 +350,13 @@ json GroupView(const Group& g, const std::vector<Tenant>& members,
                     {"memory_used_bytes", used},
                     {"share", share},
                     {"limit", GpuLimitJson(LimitOn(g.limits, u.uuid))}});
+    // The scheduler's inputs on this GPU, and what it last granted.
+    json& view = gpus.back();
+    auto schedule = registry.ScheduleOn(g.id, u.uuid);
+    view["schedule"] = schedule ? GroupScheduleJson(*schedule) : json(nullptr);
+    std::optional<uint32_t> grant_bp;
+    if (options.grant_bp) grant_bp = options.grant_bp(g.id, u.uuid);
+    view["grant_percent"] = grant_bp ? json(*grant_bp / 100.0) : json(nullptr);
   }
   j["gpus"] = std::move(gpus);
   return j;
@@ -310,47 +368,69 @@ std::map<std::string, std::vector<Tenant>> MembersByGroup(const TenantRegistry& 
   return out;
 }
 
+// A refusal of the registry as the API answers it: an overcommit of the
+// requests on a GPU is 409 with code "request_overcommit" (in "error", as
+// every error's, and at the top level, as issue 13's contract has it).
+ApiResponse GroupRefusal(const Status& s) {
+  if (s.code() == StatusCode::kResourceExhausted) {
+    return ApiResponse::Json(409,
+                             {{"error", {{"code", "request_overcommit"}, {"message", s.message()}}},
+                              {"code", "request_overcommit"}});
+  }
+  return ApiResponse::FromStatus(s);
+}
+
 ApiResponse PutGroup(const ApiRequest& req, TenantRegistry& registry, const GpuMonitor& monitor) {
   json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded() || !body.is_object()) {
     return ApiResponse::FromStatus(InvalidArgument("the request body must be a JSON object"));
   }
-  if (Status s = UnknownFields(body, {"limits", "tier"}, ""); !s.ok()) {
+  if (Status s = UnknownFields(body, {"limits", "tier", "schedule"}, ""); !s.ok()) {
     return ApiResponse::FromStatus(s);
   }
   auto snapshot = monitor.Current();
-  Limits limits;
+  TenantRegistry::GroupChange change;
   if (auto it = body.find("limits"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) {
       return ApiResponse::FromStatus(
           InvalidArgument("\"limits\" must be an object: {\"all\" | GPU index | UUID: {\"memory\", "
                           "\"compute_percent\"}}"));
     }
+    Limits limits;
     for (const auto& [gpu, value] : it->items()) {
       auto limit = ParseLimit(value, "limits." + gpu);
       if (!limit.ok()) return ApiResponse::FromStatus(limit.status());
-      std::string key = kAllGpus;
-      if (gpu != kAllGpus) {
-        auto ids = ParseGpuIds(gpu, snapshot->gpus);
-        if (!ids.ok() || ids->size() != 1) {
-          return ApiResponse::FromStatus(InvalidArgument(
-              "\"limits." + gpu + R"(": name one GPU (an index or a UUID) or "all")"));
-        }
-        key = snapshot->gpus[ids->front()].uuid;
-      }
-      limits[key] = *limit;
+      auto key = GpuKey(gpu, "limits", *snapshot);
+      if (!key.ok()) return ApiResponse::FromStatus(key.status());
+      limits[*key] = *limit;
     }
+    change.limits = std::move(limits);
   }
-  std::optional<Tier> tier;
+  if (auto it = body.find("schedule"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return ApiResponse::FromStatus(
+          InvalidArgument("\"schedule\" must be an object: {\"all\" | GPU index | UUID: "
+                          "{\"request\", \"priority\", \"weight\"}}"));
+    }
+    ScheduleSettings schedule;
+    for (const auto& [gpu, value] : it->items()) {
+      auto entry = ParseScheduleEntry(value, "schedule." + gpu);
+      if (!entry.ok()) return ApiResponse::FromStatus(entry.status());
+      auto key = GpuKey(gpu, "schedule", *snapshot);
+      if (!key.ok()) return ApiResponse::FromStatus(key.status());
+      schedule[*key] = *entry;
+    }
+    change.schedule = std::move(schedule);
+  }
   if (auto it = body.find("tier"); it != body.end() && !it->is_null()) {
     auto t = it->is_string() ? ParseTier(it->get<std::string>())
                              : StatusOr<Tier>(InvalidArgument("\"tier\" must be a string"));
     if (!t.ok())
       return ApiResponse::FromStatus(InvalidArgument("\"tier\": " + t.status().message()));
-    tier = *t;
+    change.tier = *t;
   }
-  auto g = registry.SetGroup(req.params.at("id"), limits, tier);
-  if (!g.ok()) return ApiResponse::FromStatus(g.status());
+  auto g = registry.UpdateGroup(req.params.at("id"), change);
+  if (!g.ok()) return GroupRefusal(g.status());
   return ApiResponse::Json(200, GroupJson(*g));
 }
 
@@ -407,26 +487,37 @@ void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonit
                return ApiResponse::Json(200, {{"unregistered", pid}, {"group", tenant->group}});
              });
   router.Add("GET", "/v1/groups", Access::kRead, Dispatch::kBlocking,
-             [&registry, &monitor, &usage, tiers = options.tiers](const ApiRequest&) {
+             [&registry, &monitor, &usage, options](const ApiRequest&) {
                const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
                auto members = MembersByGroup(registry);
                json list = json::array();
                for (const Group& g : registry.Groups()) {
-                 list.push_back(GroupView(g, members[g.id], u, tiers));
+                 list.push_back(GroupView(g, members[g.id], u, registry, options));
                }
                return ApiResponse::Json(200, {{"groups", std::move(list)}});
              });
   router.Add("GET", "/v1/groups/{id}", Access::kRead, Dispatch::kBlocking,
-             [&registry, &monitor, &usage, tiers = options.tiers](const ApiRequest& req) {
+             [&registry, &monitor, &usage, options](const ApiRequest& req) {
                const std::string& id = req.params.at("id");
                auto g = registry.GroupOf(id);
                if (!g) return ApiResponse::FromStatus(NotFound("no group \"" + id + "\""));
                const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
-               return ApiResponse::Json(200, GroupView(*g, MembersByGroup(registry)[id], u, tiers));
+               return ApiResponse::Json(
+                   200, GroupView(*g, MembersByGroup(registry)[id], u, registry, options));
              });
   router.Add(
       "PUT", "/v1/groups/{id}", Access::kMutate, Dispatch::kBlocking,
       [&registry, &monitor](const ApiRequest& req) { return PutGroup(req, registry, monitor); });
+  // Pause and resume: the flag is checkpointed, the daemon's scheduler sets
+  // it in the group's segment (launches wait there; memory is kept).
+  for (const bool pause : {true, false}) {
+    router.Add("POST", pause ? "/v1/groups/{id}/pause" : "/v1/groups/{id}/resume", Access::kMutate,
+               Dispatch::kBlocking, [&registry, pause](const ApiRequest& req) {
+                 auto g = registry.SetPaused(req.params.at("id"), pause);
+                 if (!g.ok()) return ApiResponse::FromStatus(g.status());
+                 return ApiResponse::Json(200, {{"group", g->id}, {"paused", g->paused}});
+               });
+  }
   router.Add("DELETE", "/v1/groups/{id}", Access::kMutate, Dispatch::kBlocking,
              [&registry](const ApiRequest& req) {
                const std::string& id = req.params.at("id");

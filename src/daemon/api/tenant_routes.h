@@ -8,11 +8,14 @@
 //    process, as the host or its own pid namespace numbers it). Over TCP a
 //    bearer token is needed and the body must name a host pid that exists.
 //  - DELETE /v1/tenants/{pid}: the tenant itself (same pid or uid) or an admin.
-//  - PUT and DELETE /v1/groups/{id}: admins only (the server checks).
+//  - PUT and DELETE /v1/groups/{id}, POST /v1/groups/{id}/pause|resume:
+//    admins only (the server checks).
 //  - Every GET: anyone who reaches the socket.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "daemon/api/api.h"
@@ -31,6 +34,10 @@ struct TenantRoutesOptions {
   // Grants the tier a group asks for (MPS for `mps` groups). Null: no MPS
   // here, every tenant runs `shared` (an `mps` group's say why).
   GroupTiers* tiers = nullptr;
+  // The scheduler's current grant to `group` on GPU `uuid`, in basis points
+  // (GroupControllers' view); null or nullopt: unknown (shown as null).
+  std::function<std::optional<uint32_t>(const std::string& group, const std::string& uuid)>
+      grant_bp;
 };
 
 // A registration's reply carries the tier granted ("tier", "tier_reason",
@@ -38,7 +45,12 @@ struct TenantRoutesOptions {
 // "tier_reason" beside the tier the group asks for ("tier").
 //
 // Registers POST/GET /v1/tenants, DELETE /v1/tenants/{pid}, GET /v1/groups,
-// GET/PUT/DELETE /v1/groups/{id}. REQUIRES: the arguments outlive the router.
+// GET/PUT/DELETE /v1/groups/{id}, POST /v1/groups/{id}/pause|resume. PUT's
+// "limits" and "schedule" each replace the group's when present and leave
+// them as they are when absent; a schedule that would put a GPU's requests
+// above 100 is 409 with code "request_overcommit", a request above the
+// group's compute limit 400. A registration's "schedule" that is not
+// applied is named in the reply's "schedule_refused". REQUIRES: the arguments outlive the router.
 void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonitor& monitor,
                      const GpuUsageCache& usage, const TenantRoutesOptions& options);
 

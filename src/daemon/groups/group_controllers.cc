@@ -111,13 +111,25 @@ int64_t GroupControllers::Tick() {
       next = std::min(next, g.keeper->Step());
     }
   }
+  if (schedule_of_) {
+    const int64_t t = clocks_.monotonic.NowNs();
+    if (t >= next_schedule_ns_) {
+      Schedule();
+      next_schedule_ns_ = t + std::chrono::nanoseconds(control::ShareScheduler::kPeriod).count();
+    }
+    next = std::min(next, std::max<int64_t>(0, next_schedule_ns_ - t));
+  }
   if (changed) {
     // Readers get a copy refreshed at rescans (1 s): cheap enough for
     // hundreds of groups, fresh enough for metrics.
     std::vector<GroupControl> snapshot;
     snapshot.reserve(groups_.size());
     for (auto& [name, g] : groups_) {
-      snapshot.push_back({name, g.segment->is_controller(), g.segment->Snapshot()});
+      snapshot.push_back({.group = name,
+                          .controlling = g.segment->is_controller(),
+                          .segment = g.segment->Snapshot(),
+                          .paused = false,
+                          .grants = {}});
     }
     std::lock_guard lock(snapshot_mu_);
     snapshot_ = std::move(snapshot);
@@ -127,6 +139,9 @@ int64_t GroupControllers::Tick() {
 
 void GroupControllers::Stop() {
   for (auto& [name, g] : groups_) {
+    // Members pace by their limits alone again (the paused flag stays: the
+    // registry's checkpoint re-applies it when a daemon comes back).
+    if (schedule_of_ && g.segment->is_controller()) g.segment->ClearSchedule();
     g.segment->EndDaemonClaim(options_.self);
     g.segment->ResignController();
   }
@@ -137,7 +152,103 @@ void GroupControllers::Stop() {
 
 std::vector<GroupControllers::GroupControl> GroupControllers::Snapshot() const {
   std::lock_guard lock(snapshot_mu_);
-  return snapshot_;
+  std::vector<GroupControl> out = snapshot_;
+  for (GroupControl& g : out) {
+    auto it = grants_.find(g.group);
+    if (it == grants_.end()) continue;
+    g.paused = it->second.first;
+    g.grants = it->second.second;
+    // The segment's part is as of the last rescan; its grants are newer here.
+    for (GroupSnapshot::Device& d : g.segment.devices) {
+      for (const DeviceGrant& grant : g.grants) {
+        if (grant.uuid == d.uuid) d.grant_bp = std::min(grant.grant_bp, kFullGrantBp - 1);
+      }
+    }
+  }
+  return out;
+}
+
+std::optional<uint32_t> GroupControllers::GrantOf(const std::string& group,
+                                                  const std::string& uuid) const {
+  std::lock_guard lock(snapshot_mu_);
+  auto it = grants_.find(group);
+  if (it == grants_.end()) return std::nullopt;
+  for (const DeviceGrant& g : it->second.second) {
+    if (g.uuid == uuid) return g.grant_bp;
+  }
+  return std::nullopt;
+}
+
+void GroupControllers::Schedule() {
+  using control::ShareScheduler;
+  struct Gpu {
+    std::vector<ShareScheduler::Input> inputs;
+    std::vector<std::pair<GroupSegment*, int>> devices;  // parallel to inputs
+  };
+  std::map<std::string, Gpu> gpus;
+  std::map<std::string, std::pair<bool, std::vector<DeviceGrant>>> grants;
+  for (auto& [name, g] : groups_) {
+    GroupSegment& segment = *g.segment;
+    if (!segment.is_controller()) continue;  // a member still controls it
+    bool paused = false;
+    std::vector<std::pair<std::string, ShareScheduler::Input>> mine;
+    for (int d = 0; d < segment.device_count(); ++d) {
+      std::string uuid = segment.DeviceUuid(d);
+      const GroupSchedule schedule = schedule_of_(name, uuid).value_or(GroupSchedule{});
+      paused = paused || schedule.paused;
+      ShareScheduler::Input in;
+      in.group = name;
+      in.request_percent = schedule.request_percent;
+      const uint32_t segment_limit = segment.ComputeLimit(d);
+      in.limit_percent = std::min<uint32_t>(
+          schedule.limit_percent, segment_limit >= 1 && segment_limit <= 100 ? segment_limit : 100);
+      in.weight = schedule.weight;
+      in.latency = schedule.priority == Priority::kLatency;
+      const GroupSegment::ComputeCounters c = segment.Counters(d);
+      in.counters = {.launches = c.launches,
+                     .waits = c.waits,
+                     .wait_ns = c.wait_ns,
+                     .charge_ns = static_cast<uint64_t>(std::max<int64_t>(0, c.charge_ns)),
+                     .share_bp = c.share_bp};
+      mine.emplace_back(std::move(uuid), std::move(in));
+    }
+    // Paused is the group's, on every GPU.
+    for (int d = 0; d < static_cast<int>(mine.size()); ++d) {
+      mine[d].second.paused = paused;
+      Gpu& gpu = gpus[mine[d].first];
+      gpu.inputs.push_back(std::move(mine[d].second));
+      gpu.devices.emplace_back(&segment, d);
+    }
+    if (segment.Paused() != paused) {
+      segment.SetPaused(paused);
+      GS_LOG(kInfo, "gpusliced", "event=%s group=%s", paused ? "group_paused" : "group_resumed",
+             name.c_str());
+    }
+    grants[name].first = paused;
+  }
+  for (auto it = schedulers_.begin(); it != schedulers_.end();) {
+    it = gpus.contains(it->first) ? std::next(it) : schedulers_.erase(it);
+  }
+  for (auto& [uuid, gpu] : gpus) {
+    auto& scheduler = schedulers_[uuid];
+    if (!scheduler) scheduler = std::make_unique<ShareScheduler>(clocks_.monotonic);
+    const std::vector<ShareScheduler::Output> out = scheduler->Tick(gpu.inputs);
+    for (size_t i = 0; i < out.size(); ++i) {
+      auto [segment, d] = gpu.devices[i];
+      // Below the whole device even when alone, so that its launches stay on
+      // the paced path, which counts them (what the scheduler reads).
+      const uint32_t grant = std::min(out[i].grant_bp, kFullGrantBp - 1);
+      if (segment->ComputeGrant(d) != grant) segment->SetComputeGrant(d, grant);
+      if (segment->ComputeBurst(d) != out[i].burst_ns) segment->SetComputeBurst(d, out[i].burst_ns);
+      grants[out[i].group].second.push_back({.uuid = uuid,
+                                             .grant_bp = out[i].grant_bp,
+                                             .burst_ns = out[i].burst_ns,
+                                             .used_bp = out[i].used_bp,
+                                             .wants_more = out[i].wants_more});
+    }
+  }
+  std::lock_guard lock(snapshot_mu_);
+  grants_ = std::move(grants);
 }
 
 }  // namespace gpuslice::daemon

@@ -14,6 +14,14 @@
 // Limits: where the registry has a word on a group's limits, the daemon
 // writes them into the segment (and sets them back if a member changes them).
 //
+// Scheduling (issue 13, DESIGN.md section 4): every ShareScheduler::kPeriod
+// it runs one control::ShareScheduler per GPU over the groups it controls
+// that are attached to that GPU, with each group's GroupSchedule there (from
+// ScheduleOf; a group it has no word on: the defaults, limited by the
+// segment's compute limit) and its launch counters, and writes the result
+// into the segments: the compute grant and burst per device and the group's
+// paused flag. Groups a member still controls are left out.
+//
 // Thread-compatible: Tick() and Stop() from one thread (the daemon's control
 // loop); Snapshot() from any thread.
 #pragma once
@@ -31,7 +39,9 @@
 #include "common/clock.h"
 #include "control/compute_controller.h"
 #include "control/group_keeper.h"
+#include "control/share_scheduler.h"
 #include "control/utilization_source.h"
+#include "daemon/groups/group_schedule.h"
 #include "shm/group_segment.h"
 
 namespace gpuslice::daemon {
@@ -54,6 +64,10 @@ class GroupControllers {
   using LimitsOf =
       std::function<std::optional<DeviceLimit>(const std::string& group, const std::string& uuid)>;
 
+  // How `group` shares the GPU with `uuid`; nullopt: no word (defaults).
+  using ScheduleOf = std::function<std::optional<GroupSchedule>(const std::string& group,
+                                                                const std::string& uuid)>;
+
   struct Options {
     std::string shm_dir;
     pid_t self = 0;                     // the daemon's pid, written in its claims
@@ -70,19 +84,37 @@ class GroupControllers {
                    LimitsOf limits_of, Clocks clocks);
   ~GroupControllers();  // ends every claim (Stop)
 
+  // Turns scheduling on (null: off, the default; grants, bursts and the
+  // paused flag are then left as they are). REQUIRES: before the first Tick
+  // (the control loop's thread reads it unlocked).
+  void SetScheduleOf(ScheduleOf schedule_of) { schedule_of_ = std::move(schedule_of); }
+
   // Adopts new groups (at most once per rescan), drops groups whose segment
-  // is gone, claims and steps every adopted group. Returns the nanoseconds
-  // until it is next due.
+  // is gone, claims and steps every adopted group, and schedules every GPU
+  // when due. Returns the nanoseconds until it is next due.
   int64_t Tick();
   // Ends every claim and gives up every role: members control their groups
   // again at once. Idempotent.
   void Stop();
 
+  // What the scheduler decided for a group on one GPU, as of its last tick.
+  struct DeviceGrant {
+    std::string uuid;
+    uint32_t grant_bp = 0;    // share of the device granted, basis points; 0: paused
+    int64_t burst_ns = 0;     // 0: the pacer's default
+    uint32_t used_bp = 0;     // share it used (launches x charge, over ~1 s)
+    bool wants_more = false;  // held back by its grant
+  };
   struct GroupControl {
     std::string group;
-    bool controlling;       // holds the controller role (else a member still does)
-    GroupSnapshot segment;  // as of the last rescan
+    bool controlling;                      // holds the controller role (else a member still does)
+    GroupSnapshot segment;                 // as of the last rescan
+    bool paused = false;                   // as the scheduler last wrote it
+    std::vector<DeviceGrant> grants = {};  // per GPU it is scheduled on; empty: not scheduled
   };
+  // The scheduler's current grant to `group` on GPU `uuid` (basis points;
+  // 0: paused); nullopt: not scheduled there. Any thread.
+  std::optional<uint32_t> GrantOf(const std::string& group, const std::string& uuid) const;
   // The adopted groups, for the API and metrics (segment counters refreshed
   // once per rescan).
   std::vector<GroupControl> Snapshot() const;
@@ -95,6 +127,8 @@ class GroupControllers {
     ino_t inode = 0;  // of the file adopted; another inode: the segment was replaced
   };
   void Rescan();
+  // Runs every GPU's scheduler and writes the results into the segments.
+  void Schedule();
   // Holds `g` to the daemon's limits, where it has a word on them.
   void ApplyLimits(const std::string& name, GroupSegment& segment);
   std::vector<int32_t> MembersOf(const std::string& group, const GroupSegment& segment) const;
@@ -105,6 +139,12 @@ class GroupControllers {
   LimitsOf limits_of_;
   Clocks clocks_;
   std::map<std::string, Group> groups_;
+  ScheduleOf schedule_of_;
+  std::map<std::string, std::unique_ptr<control::ShareScheduler>> schedulers_;  // by GPU UUID
+  int64_t next_schedule_ns_ = 0;
+  // The scheduler's last word per group, for Snapshot().
+  std::map<std::string, std::pair<bool, std::vector<DeviceGrant>>>
+      grants_;  // GUARDED_BY(snapshot_mu_)
   int64_t last_scan_ns_ = 0;
   bool scanned_ = false;
   mutable std::mutex snapshot_mu_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 
 #include "common/log.h"
 
@@ -59,6 +60,38 @@ GpuLimit LimitOn(const Limits& limits, const std::string& uuid) {
   return out;
 }
 
+std::string_view PriorityName(Priority priority) {
+  return priority == Priority::kLatency ? "latency" : "batch";
+}
+
+StatusOr<Priority> ParsePriority(std::string_view name) {
+  if (name == "batch") return Priority::kBatch;
+  if (name == "latency") return Priority::kLatency;
+  return InvalidArgument(R"(priority must be "latency" or "batch", not ")" + std::string(name) +
+                         "\"");
+}
+
+ScheduleEntry ScheduleEntryOn(const ScheduleSettings& schedule, const std::string& uuid) {
+  ScheduleEntry out;
+  if (auto all = schedule.find(kAllGpus); all != schedule.end()) out = all->second;
+  if (auto own = schedule.find(uuid); own != schedule.end()) {
+    if (own->second.request_percent) out.request_percent = own->second.request_percent;
+    if (own->second.priority) out.priority = own->second.priority;
+    if (own->second.weight) out.weight = own->second.weight;
+  }
+  return out;
+}
+
+Status ValidateScheduleEntry(const ScheduleEntry& entry, const std::string& where) {
+  if (entry.request_percent && *entry.request_percent > 100) {
+    return InvalidArgument("\"" + where + ".request\" must be a percentage from 0 to 100");
+  }
+  if (entry.weight && (*entry.weight < 1 || *entry.weight > 1000)) {
+    return InvalidArgument("\"" + where + ".weight\" must be from 1 to 1000");
+  }
+  return Status::Ok();
+}
+
 Status ValidateGroupId(std::string_view id) {
   const bool ok =
       !id.empty() && id.size() <= 64 && id.front() != '.' &&
@@ -75,11 +108,31 @@ json GpuLimitJson(const GpuLimit& limit) {
           {"compute_percent", Optional(limit.compute_percent)}};
 }
 
+json ScheduleEntryJson(const ScheduleEntry& entry) {
+  json j = json::object();
+  if (entry.request_percent) j["request"] = *entry.request_percent;
+  if (entry.priority) j["priority"] = PriorityName(*entry.priority);
+  if (entry.weight) j["weight"] = *entry.weight;
+  return j;
+}
+
+json GroupScheduleJson(const GroupSchedule& s) {
+  return {{"request", s.request_percent},
+          {"limit", s.limit_percent},
+          {"priority", PriorityName(s.priority)},
+          {"weight", s.weight},
+          {"paused", s.paused}};
+}
+
 json GroupJson(const Group& g) {
   json limits = json::object();
   for (const auto& [gpu, limit] : g.limits) limits[gpu] = GpuLimitJson(limit);
+  json schedule = json::object();
+  for (const auto& [gpu, entry] : g.schedule) schedule[gpu] = ScheduleEntryJson(entry);
   return {{"id", g.id},
           {"limits", std::move(limits)},
+          {"schedule", std::move(schedule)},
+          {"paused", g.paused},
           {"tier", TierName(g.tier)},
           {"owner", {{"uid", Optional(g.owner_uid)}, {"pod_uid", g.owner_pod_uid}}},
           {"created_at_ns", g.created_at_ns}};
@@ -122,6 +175,24 @@ StatusOr<Group> GroupFromJson(const json& j) {
       }
       g.limits[gpu] = limit;
     }
+  }
+  // Absent in a checkpoint older than scheduling: no schedule, not paused.
+  if (auto schedule = j.find("schedule"); schedule != j.end() && schedule->is_object()) {
+    for (const auto& [gpu, e] : schedule->items()) {
+      ScheduleEntry entry;
+      if (!e.is_object() || !ReadOptional(e, "request", entry.request_percent) ||
+          !ReadOptional(e, "weight", entry.weight)) {
+        return InvalidArgument("group " + g.id + ": a malformed schedule for " + gpu);
+      }
+      if (auto p = e.find("priority"); p != e.end() && p->is_string()) {
+        GS_ASSIGN_OR_RETURN(entry.priority, ParsePriority(p->get<std::string>()));
+      }
+      GS_RETURN_IF_ERROR(ValidateScheduleEntry(entry, "schedule." + gpu));
+      g.schedule[gpu] = entry;
+    }
+  }
+  if (auto paused = j.find("paused"); paused != j.end() && paused->is_boolean()) {
+    g.paused = paused->get<bool>();
   }
   if (auto owner = j.find("owner"); owner != j.end() && owner->is_object()) {
     if (!ReadOptional(*owner, "uid", g.owner_uid)) return InvalidArgument("a malformed owner uid");
@@ -251,7 +322,8 @@ Status TenantRegistry::Refuse(const Registration& reg, Status why) {
   return why;
 }
 
-StatusOr<Tenant> TenantRegistry::Register(const Registration& reg) {
+StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* schedule_refused) {
+  if (schedule_refused != nullptr) schedule_refused->clear();
   if (Status s = ValidateGroupId(reg.group); !s.ok()) return Refuse(reg, s);
   if (const uint32_t p = reg.limits.compute_percent.value_or(100); p < 1 || p > 100) {
     return Refuse(reg, InvalidArgument("limits.compute_percent must be 1-100"));
@@ -274,6 +346,10 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg) {
   uint64_t version = 0;
   bool created = false;
   std::optional<Tenant> replaced;
+  std::string refused_schedule;    // why reg.schedule was not applied
+  std::optional<Group> scheduled;  // the group, when reg.schedule was applied
+  const std::vector<std::string> gpus =
+      reg.schedule && node_gpus_ ? node_gpus_() : std::vector<std::string>{};
   {
     std::unique_lock lock(mu_);
     auto g = groups_.find(reg.group);
@@ -316,8 +392,30 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg) {
       group.id = reg.group;
       group.tier = reg.tier.value_or(Tier::kShared);
       group.created_at_ns = t.registered_at_ns;
+      if (reg.schedule) {
+        // The first registrant's word on the group's schedule, if admissible.
+        Group candidate = group;
+        if (reg.devices.empty()) {
+          candidate.schedule[kAllGpus] = *reg.schedule;
+        } else {
+          for (const std::string& uuid : reg.devices) candidate.schedule[uuid] = *reg.schedule;
+        }
+        Status admit = ValidateScheduleEntry(*reg.schedule, "schedule");
+        if (admit.ok()) admit = AdmitLocked(candidate, gpus);
+        if (admit.ok()) {
+          group = std::move(candidate);
+          scheduled = group;
+        } else {
+          refused_schedule = admit.message();
+        }
+      }
       g = groups_.emplace(reg.group, std::move(group)).first;
       created = true;
+    } else if (reg.schedule) {
+      refused_schedule = "group \"" + reg.group +
+                         "\" exists: only its first registrant sets its schedule (else an admin, "
+                         "PUT /v1/groups/" +
+                         reg.group + ")";
     }
     bool group_changed = created;
     if (!g->second.owner_uid) {
@@ -353,6 +451,18 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg) {
          t.host_pid, t.container_pid, t.uid, t.group.c_str(), t.cgroup.pod_uid.c_str(),
          t.hint_conflicts.size());
   Emit("tenant_registered", TenantJson(t));
+  if (scheduled) {
+    GS_LOG(kInfo, "gpusliced", "event=group_schedule_changed group=%s schedule=%s by=registration",
+           reg.group.c_str(), GroupJson(*scheduled)["schedule"].dump().c_str());
+    Emit("group_schedule_changed", {{"group", reg.group},
+                                    {"schedule", GroupJson(*scheduled)["schedule"]},
+                                    {"paused", scheduled->paused}});
+  }
+  if (!refused_schedule.empty()) {
+    GS_LOG(kInfo, "gpusliced", "event=schedule_refused pid=%d group=%s reason=\"%s\"", t.host_pid,
+           reg.group.c_str(), refused_schedule.c_str());
+  }
+  if (schedule_refused != nullptr) *schedule_refused = std::move(refused_schedule);
   return t;
 }
 
@@ -469,37 +579,185 @@ std::optional<TenantRegistry::GroupControl> TenantRegistry::ControlOf(const std:
 
 StatusOr<Group> TenantRegistry::SetGroup(const std::string& id, const Limits& limits,
                                          std::optional<Tier> tier) {
+  return UpdateGroup(id, GroupChange{.limits = limits, .tier = tier, .schedule = std::nullopt});
+}
+
+StatusOr<Group> TenantRegistry::UpdateGroup(const std::string& id, const GroupChange& change) {
   GS_RETURN_IF_ERROR(ValidateGroupId(id));
-  for (const auto& [gpu, l] : limits) {
-    if (l.compute_percent && (*l.compute_percent < 1 || *l.compute_percent > 100)) {
-      return InvalidArgument("limits." + gpu + ".compute_percent must be 1-100");
+  if (change.limits) {
+    for (const auto& [gpu, l] : *change.limits) {
+      if (l.compute_percent && (*l.compute_percent < 1 || *l.compute_percent > 100)) {
+        return InvalidArgument("limits." + gpu + ".compute_percent must be 1-100");
+      }
     }
   }
+  if (change.schedule) {
+    for (const auto& [gpu, entry] : *change.schedule) {
+      GS_RETURN_IF_ERROR(ValidateScheduleEntry(entry, "schedule." + gpu));
+    }
+  }
+  const std::vector<std::string> gpus = node_gpus_ ? node_gpus_() : std::vector<std::string>{};
   Group result;
+  bool schedule_changed = false;
   uint64_t version = 0;
   {
     std::lock_guard lock(mu_);
     auto it = groups_.find(id);
+    Group candidate;
     if (it == groups_.end()) {
-      Group g;
-      g.id = id;
-      g.created_at_ns = clock_.NowNs();
-      it = groups_.emplace(id, std::move(g)).first;
+      candidate.id = id;
+      candidate.created_at_ns = clock_.NowNs();
+    } else {
+      candidate = it->second;
     }
-    if (tier && *tier != it->second.tier && CountMembersLocked(id) > 0) {
+    if (change.tier && *change.tier != candidate.tier && CountMembersLocked(id) > 0) {
       return FailedPrecondition("group \"" + id + "\" has live members: its tier cannot change");
     }
-    if (tier) it->second.tier = *tier;
-    it->second.limits = limits;
-    result = it->second;
+    if (change.tier) candidate.tier = *change.tier;
+    if (change.limits) candidate.limits = *change.limits;
+    if (change.schedule) {
+      schedule_changed = candidate.schedule != *change.schedule;
+      candidate.schedule = *change.schedule;
+    }
+    GS_RETURN_IF_ERROR(AdmitLocked(candidate, gpus));
+    result = candidate;
+    groups_[id] = std::move(candidate);
     version = ++version_;
     groups_version_ = version_;
   }
   GS_RETURN_IF_ERROR(Persist(version));
-  GS_LOG(kInfo, "gpusliced", "event=group_limits_changed group=%s limits=%s", id.c_str(),
-         GroupJson(result)["limits"].dump().c_str());
-  Emit("group_limits_changed", GroupJson(result));
+  if (change.limits || change.tier) {
+    GS_LOG(kInfo, "gpusliced", "event=group_limits_changed group=%s limits=%s", id.c_str(),
+           GroupJson(result)["limits"].dump().c_str());
+    Emit("group_limits_changed", GroupJson(result));
+  }
+  if (schedule_changed) {
+    const json schedule = GroupJson(result)["schedule"];
+    GS_LOG(kInfo, "gpusliced", "event=group_schedule_changed group=%s schedule=%s", id.c_str(),
+           schedule.dump().c_str());
+    Emit("group_schedule_changed",
+         {{"group", id}, {"schedule", schedule}, {"paused", result.paused}});
+  }
   return result;
+}
+
+StatusOr<Group> TenantRegistry::SetPaused(const std::string& id, bool paused) {
+  Group result;
+  bool changed = false;
+  uint64_t version = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = groups_.find(id);
+    if (it == groups_.end()) return NotFound("no group \"" + id + "\"");
+    changed = it->second.paused != paused;
+    it->second.paused = paused;
+    result = it->second;
+    version = ++version_;
+    if (changed) groups_version_ = version_;
+  }
+  GS_RETURN_IF_ERROR(Persist(version));
+  if (changed) {
+    const char* event = paused ? "group_paused" : "group_resumed";
+    GS_LOG(kInfo, "gpusliced", "event=%s group=%s", event, id.c_str());
+    Emit(event, {{"group", id}});
+  }
+  return result;
+}
+
+namespace {
+
+// The group's request on `uuid` as set (not capped by its limit).
+uint32_t RawRequest(const Group& g, const std::string& uuid) {
+  return ScheduleEntryOn(g.schedule, uuid).request_percent.value_or(0);
+}
+
+// A tenant's own limit on `uuid`, whether its limits are one for every GPU
+// or by GPU (reg-protocol makes Tenant::requested per GPU).
+[[maybe_unused]] GpuLimit OwnLimitOn(const GpuLimit& requested, const std::string& /*uuid*/) {
+  return requested;
+}
+[[maybe_unused]] GpuLimit OwnLimitOn(const Limits& requested, const std::string& uuid) {
+  return LimitOn(requested, uuid);
+}
+
+std::string GpuName(const std::string& uuid) {
+  return uuid.empty() ? std::string("every GPU") : "GPU " + uuid;
+}
+
+}  // namespace
+
+Status TenantRegistry::AdmitLocked(const Group& candidate,
+                                   const std::vector<std::string>& gpus) const {
+  // The node's GPUs, those the groups name, then "": a GPU no entry names
+  // (only "all" entries apply there).
+  std::set<std::string> named(gpus.begin(), gpus.end());
+  auto names = [&named](const Group& g) {
+    for (const auto& [gpu, entry] : g.schedule) {
+      if (gpu != kAllGpus) named.insert(gpu);
+    }
+  };
+  names(candidate);
+  for (const auto& [gid, g] : groups_) names(g);
+  std::vector<std::string> check(named.begin(), named.end());
+  check.emplace_back();
+  auto old = groups_.find(candidate.id);
+  for (const std::string& uuid : check) {
+    const uint32_t request = RawRequest(candidate, uuid);
+    const uint32_t limit = LimitOn(candidate.limits, uuid).compute_percent.value_or(100);
+    if (request > limit) {
+      return InvalidArgument("group \"" + candidate.id + "\": its request of " +
+                             std::to_string(request) + "% on " + GpuName(uuid) +
+                             " is above its compute limit there (" + std::to_string(limit) + "%)");
+    }
+    const uint32_t before = old == groups_.end() ? 0 : RawRequest(old->second, uuid);
+    if (request <= before) continue;  // asks no more there than it had
+    uint32_t others = 0;
+    for (const auto& [gid, g] : groups_) {
+      if (gid != candidate.id) others += RawRequest(g, uuid);
+    }
+    if (others + request > 100) {
+      return ResourceExhausted(
+          "requests on " + GpuName(uuid) + " would sum to " + std::to_string(others + request) +
+          "% (now " + std::to_string(others + before) + "% requested, " + std::to_string(before) +
+          "% of it by group \"" + candidate.id + "\"); at most 100% can be requested: " +
+          std::to_string(100 - others) + "% is left for this group");
+    }
+  }
+  return Status::Ok();
+}
+
+std::optional<GroupSchedule> TenantRegistry::ScheduleOn(const std::string& id,
+                                                        const std::string& uuid) const {
+  std::lock_guard lock(mu_);
+  auto it = groups_.find(id);
+  if (it == groups_.end()) return std::nullopt;
+  const Group& g = it->second;
+  GpuLimit limit = LimitOn(g.limits, uuid);
+  for (const auto& [pid, t] : tenants_) {
+    if (t.group == id) limit = Lower(limit, OwnLimitOn(t.requested, uuid));
+  }
+  const ScheduleEntry entry = ScheduleEntryOn(g.schedule, uuid);
+  GroupSchedule out;
+  out.limit_percent = std::clamp<uint32_t>(limit.compute_percent.value_or(100), 1, 100);
+  out.request_percent = std::min(entry.request_percent.value_or(0), out.limit_percent);
+  out.priority = entry.priority.value_or(Priority::kBatch);
+  out.weight = std::clamp<uint32_t>(entry.weight.value_or(1), 1, 1000);
+  out.paused = g.paused;
+  return out;
+}
+
+std::function<std::optional<GroupSchedule>(const std::string& group, const std::string& uuid)>
+ScheduleOfRegistry(const TenantRegistry& registry) {
+  return [&registry](const std::string& group, const std::string& uuid) {
+    return registry.ScheduleOn(group, uuid);
+  };
+}
+
+uint32_t TenantRegistry::RequestedOn(const std::string& uuid) const {
+  std::lock_guard lock(mu_);
+  uint32_t sum = 0;
+  for (const auto& [id, g] : groups_) sum += RawRequest(g, uuid);
+  return sum;
 }
 
 Status TenantRegistry::ForgetGroup(const std::string& id) {

@@ -14,7 +14,14 @@
 //     a registrant's own limits can only lower its effective limits.
 //  3. A tenant that exits is removed within a second (LivenessWatcher) and
 //     its group is kept; an admin forgets a group with no member.
-//  4. Every change is checkpointed (records "groups" and "tenants" of the
+//  4. Scheduling (issue 13; docs/daemon.md "Scheduling"): per GPU a group has
+//     a request, a priority and a weight (ScheduleSettings, keyed like
+//     Limits) and the group a paused flag; its limit is its compute limit.
+//     Admission: on every GPU the requests of all groups sum to at most 100
+//     (else kResourceExhausted naming the GPU and the total: the API's 409
+//     `request_overcommit`), and a request never exceeds the group's compute
+//     limit on that GPU (kInvalidArgument).
+//  5. Every change is checkpointed (records "groups" and "tenants" of the
 //     StateStore) before the call that made it returns; a registration whose
 //     checkpoint fails is undone and refused. Restore re-adopts at start the
 //     tenants that still run (same pid and start time) and drops the rest.
@@ -38,6 +45,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "daemon/groups/group_schedule.h"
 #include "daemon/state/state_store.h"
 #include "daemon/tenants/identity.h"
 #include "daemon/tenants/pid_watcher.h"
@@ -64,9 +72,30 @@ inline constexpr const char* kAllGpus = "all";
 using Limits = std::map<std::string, GpuLimit>;
 GpuLimit LimitOn(const Limits& limits, const std::string& uuid);
 
+std::string_view PriorityName(Priority priority);
+StatusOr<Priority> ParsePriority(std::string_view name);
+
+// A group's scheduling on one GPU; an unset field: the "all" entry's, else
+// the default (request 0, batch, weight 1).
+struct ScheduleEntry {
+  std::optional<uint32_t> request_percent;  // 0..100
+  std::optional<Priority> priority;
+  std::optional<uint32_t> weight;  // 1..1000
+
+  bool operator==(const ScheduleEntry&) const = default;
+};
+// Entries by GPU UUID or kAllGpus, as Limits.
+using ScheduleSettings = std::map<std::string, ScheduleEntry>;
+// The "all" entry overlaid by `uuid`'s own.
+ScheduleEntry ScheduleEntryOn(const ScheduleSettings& schedule, const std::string& uuid);
+// kInvalidArgument naming the field (`where` prefixes it) when out of range.
+Status ValidateScheduleEntry(const ScheduleEntry& entry, const std::string& where);
+
 struct Group {
   std::string id;
   Limits limits;
+  ScheduleSettings schedule;
+  bool paused = false;  // launches wait on every GPU; memory is kept
   Tier tier = Tier::kShared;
   std::optional<uid_t> owner_uid;  // unset: made by an admin, no registrant yet
   std::string owner_pod_uid;
@@ -97,9 +126,16 @@ struct Registration {
   std::optional<Tier> tier;          // unset: the group's (shared for a new group)
   GpuLimit limits;
   ClaimedHints hints;
+  // Asked for the group on each of `devices`; applied only when this
+  // registration creates the group and admission allows (RegisterResult).
+  std::optional<ScheduleEntry> schedule;
 };
 
 nlohmann::json GpuLimitJson(const GpuLimit& limit);
+// {"request": N, "priority": "latency", "weight": W}, unset fields left out.
+nlohmann::json ScheduleEntryJson(const ScheduleEntry& entry);
+// The effective values on one GPU: {"request", "limit", "priority", "weight", "paused"}.
+nlohmann::json GroupScheduleJson(const GroupSchedule& schedule);
 nlohmann::json GroupJson(const Group& group);
 nlohmann::json TenantJson(const Tenant& tenant);
 StatusOr<Group> GroupFromJson(const nlohmann::json& j);
@@ -118,6 +154,14 @@ class TenantRegistry {
   TenantRegistry(Options options, const Clock& clock, LivenessWatcher& watcher, StateStore* store,
                  EventSink sink);
 
+  // The node's GPU UUIDs, for the admission of "all" requests (called
+  // without the registry's lock held); without it, or while it answers
+  // none, only the GPUs the groups name (and "all" on its own) are checked.
+  // REQUIRES: called before the registry is shared between threads.
+  void SetNodeGpus(std::function<std::vector<std::string>()> node_gpus) {
+    node_gpus_ = std::move(node_gpus);
+  }
+
   // Loads the checkpoint and reconciles it with the running processes.
   // A missing checkpoint is an empty registry; an unreadable one is set
   // aside by the store, reported, and the registry starts empty (OK).
@@ -127,7 +171,11 @@ class TenantRegistry {
   // kNotFound (no such process), kPermissionDenied (the group belongs to
   // another uid or pod), kFailedPrecondition (another tier than the group's,
   // or the pid is registered in another group), kUnavailable (not saved).
-  StatusOr<Tenant> Register(const Registration& reg);
+  //
+  // reg.schedule is applied only when this registration creates the group
+  // and admission allows it; otherwise the registration still succeeds and
+  // `*schedule_refused` (if given) says why ("" when applied or not asked).
+  StatusOr<Tenant> Register(const Registration& reg, std::string* schedule_refused = nullptr);
   // Removes the tenant `pid` (it stays alive). kNotFound if not registered.
   Status Unregister(pid_t pid);
   // The watcher's report: these processes exited.
@@ -156,6 +204,32 @@ class TenantRegistry {
   // (without owner) if absent. kFailedPrecondition for a tier change while
   // the group has members; kInvalidArgument for a bad id or percent.
   StatusOr<Group> SetGroup(const std::string& id, const Limits& limits, std::optional<Tier> tier);
+
+  // A change of a group by an admin; an unset part is left as it is.
+  struct GroupChange {
+    std::optional<Limits> limits;              // replaces the group's limits
+    std::optional<Tier> tier;                  // as SetGroup
+    std::optional<ScheduleSettings> schedule;  // replaces the group's schedule
+  };
+  // Applies `change` to group `id`, creating it (without owner) if absent.
+  // Errors as SetGroup, and: kInvalidArgument for a schedule value out of
+  // range or a request above the group's compute limit on a GPU;
+  // kResourceExhausted when the requests on a GPU would sum above 100 (the
+  // message names the GPU and the current total). Nothing changes on error.
+  // Emits group_limits_changed (limits or tier given) and
+  // group_schedule_changed (the schedule changed).
+  StatusOr<Group> UpdateGroup(const std::string& id, const GroupChange& change);
+  // Sets group `id`'s paused flag (checkpointed; emits group_paused or
+  // group_resumed when it changes). kNotFound if the group is unknown.
+  StatusOr<Group> SetPaused(const std::string& id, bool paused);
+  // Group `id`'s scheduling on the GPU `uuid`, for the scheduler: its
+  // request (never above its limit), its limit (the group's compute limit
+  // lowered by its tenants' own; 100 if none), priority, weight and paused
+  // flag. nullopt: the group is unknown.
+  std::optional<GroupSchedule> ScheduleOn(const std::string& id, const std::string& uuid) const;
+  // The sum of the requests of every group on `uuid`.
+  uint32_t RequestedOn(const std::string& uuid) const;
+
   // Forgets group `id`. kNotFound if absent; kFailedPrecondition if it has members.
   Status ForgetGroup(const std::string& id);
 
@@ -167,6 +241,11 @@ class TenantRegistry {
   Status Refuse(const Registration& reg, Status why);
   void Emit(std::string_view type, const nlohmann::json& data) const;
   size_t CountMembersLocked(const std::string& group) const;  // REQUIRES: mu_ held
+  // REQUIRES: mu_ held. Whether the registry with `candidate` in place of
+  // its group (or added) is admissible: the candidate's requests within its
+  // limits, and on each GPU in `gpus` (and each GPU a group names) where
+  // the candidate asks more than before, every group's requests within 100.
+  Status AdmitLocked(const Group& candidate, const std::vector<std::string>& gpus) const;
   // Both REQUIRE mu_ held; they keep tenant_text_ in step with tenants_.
   void PutTenantLocked(const Tenant& t);
   void EraseTenantLocked(pid_t pid);
@@ -176,6 +255,7 @@ class TenantRegistry {
   LivenessWatcher& watcher_;
   StateStore* const store_;
   const EventSink sink_;
+  std::function<std::vector<std::string>()> node_gpus_;
 
   mutable std::mutex mu_;
   std::map<std::string, Group> groups_;  // GUARDED_BY(mu_)
@@ -197,6 +277,11 @@ class TenantRegistry {
   uint64_t failed_version_ = 0;        // GUARDED_BY(persist_mu_): the last failed save covered this
   Status last_error_;                  // GUARDED_BY(persist_mu_): and failed so
 };
+
+// GroupControllers' ScheduleOf callback over `registry` (ScheduleOn).
+// REQUIRES: `registry` outlives the function.
+std::function<std::optional<GroupSchedule>(const std::string& group, const std::string& uuid)>
+ScheduleOfRegistry(const TenantRegistry& registry);
 
 // A group id: 1-64 of [A-Za-z0-9._-], not starting with '.'.
 Status ValidateGroupId(std::string_view id);

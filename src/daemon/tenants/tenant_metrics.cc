@@ -59,6 +59,22 @@ std::string FormatTenantMetrics(const TenantRegistry& registry,
                       "gauge",
                       "SM share of the tenant in the last NVML sample (0-1).",
                       {}};
+  Family group_request{"gpuslice_group_compute_request_ratio",
+                       "gauge",
+                       "The compute share guaranteed to the group on the GPU (0-1).",
+                       {}};
+  Family group_sched_limit{"gpuslice_group_schedule_limit_ratio",
+                           "gauge",
+                           "The group's effective compute limit on the GPU as the scheduler holds "
+                           "it: its own, lowered by its tenants' (0-1).",
+                           {}};
+  Family group_weight{
+      "gpuslice_group_schedule_weight", "gauge", "The group's weight for the surplus.", {}};
+  Family group_latency{"gpuslice_group_latency_priority",
+                       "gauge",
+                       "1 when the group has latency priority on the GPU, 0 for batch.",
+                       {}};
+  Family group_paused{"gpuslice_group_paused", "gauge", "1 while the group is paused, else 0.", {}};
   Family refused{
       "gpuslice_registrations_refused_total", "counter", "Registrations the daemon refused.", {}};
 
@@ -79,6 +95,7 @@ std::string FormatTenantMetrics(const TenantRegistry& registry,
     const std::string base =
         Label("group", g.id) + "," + Label("pod", pod) + "," + Label("namespace", ns);
     group_tenants.samples.push_back("{" + base + "} " + std::to_string(m.size()));
+    group_paused.samples.push_back("{" + base + "} " + (g.paused ? "1" : "0"));
     for (size_t i = 0; i < usage.size(); ++i) {
       const GpuUsage& u = usage[i];
       const std::string labels = "{" + base + "," + gpu_labels[i] + "}";
@@ -98,6 +115,13 @@ std::string FormatTenantMetrics(const TenantRegistry& registry,
       if (limit.compute_percent) {
         group_compute_limit.samples.push_back(labels + " " +
                                               Number(*limit.compute_percent / 100.0));
+      }
+      if (auto schedule = registry.ScheduleOn(g.id, u.uuid)) {
+        group_request.samples.push_back(labels + " " + Number(schedule->request_percent / 100.0));
+        group_sched_limit.samples.push_back(labels + " " + Number(schedule->limit_percent / 100.0));
+        group_weight.samples.push_back(labels + " " + std::to_string(schedule->weight));
+        group_latency.samples.push_back(labels + " " +
+                                        (schedule->priority == Priority::kLatency ? "1" : "0"));
       }
     }
     for (const Tenant& t : m) {
@@ -126,8 +150,10 @@ std::string FormatTenantMetrics(const TenantRegistry& registry,
   refused.samples.push_back(" " + std::to_string(registry.refused_count()));
 
   std::string out;
-  for (const Family* f : {&group_tenants, &group_mem, &group_mem_limit, &group_compute_limit,
-                          &group_share, &tenant_mem, &tenant_mem_limit, &tenant_share, &refused}) {
+  for (const Family* f :
+       {&group_tenants, &group_mem, &group_mem_limit, &group_compute_limit, &group_share,
+        &group_request, &group_sched_limit, &group_weight, &group_latency, &group_paused,
+        &tenant_mem, &tenant_mem_limit, &tenant_share, &refused}) {
     out += "# HELP " + f->name + " " + f->help + "\n";
     out += "# TYPE " + f->name + " " + f->type + "\n";
     for (const std::string& s : f->samples) out += f->name + s + "\n";

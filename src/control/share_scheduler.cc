@@ -1,0 +1,311 @@
+#include "control/share_scheduler.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace gpuslice::control {
+namespace {
+
+constexpr int64_t kSecondNs = 1'000'000'000;
+// Usage is measured over the last second, stretched (up to kMaxWindowNs)
+// until it covers kMinWindowLaunches launches, so that groups with long
+// kernels are not measured in whole kernels.
+constexpr int64_t kWindowNs = kSecondNs;
+constexpr int64_t kMaxWindowNs = 4 * kSecondNs;
+constexpr uint64_t kMinWindowLaunches = 16;
+// A new or resumed group is granted its request for this long before its use
+// decides.
+constexpr int64_t kFreshNs = kSecondNs;
+// A group that does not want more is allotted its use x kUseHeadroom +
+// kMarginBp (so that it is not held back by noise, and can grow a little
+// before it has to ask).
+constexpr double kUseHeadroom = 1.1;
+constexpr uint32_t kMarginBp = 100;
+// A group held back within this long still wants more (its use may be below
+// its grant because the device, not the grant, holds it).
+constexpr int64_t kWantNs = 1'000'000'000;
+// Recent use, to follow a group that grows.
+constexpr int64_t kFastWindowNs = 200'000'000;
+// Squeeze detection: a measured share this far (plus 1 % of it) below its
+// due counts; a squeezed group whose share does not grow by kGrowBp (or a
+// quarter of the capacity taken meanwhile) within kProbeNs is
+// demand-limited, until it is held back or its share grows by kUnmarkGrowBp.
+constexpr uint32_t kSqueezeMarginBp = 50;
+constexpr uint32_t kGrowBp = 30;
+constexpr int64_t kProbeNs = 2'000'000'000;
+constexpr uint32_t kUnmarkGrowBp = 200;
+// How far back the grants a measured share is compared with go.
+constexpr int64_t kDueWindowNs = 1'500'000'000;
+// Capacity steps per tick: down by half the worst shortfall within these
+// bounds, up by kCapacityUpBp.
+constexpr uint32_t kCapacityDownMinBp = 20;
+constexpr uint32_t kCapacityDownMaxBp = 100;
+constexpr uint32_t kCapacityUpBp = 10;
+
+// Water-fills `room` (what each item may still take) by `weight` with
+// `amount`: returns what each gets; the sum never exceeds `amount`.
+std::vector<double> WaterFill(const std::vector<double>& room, const std::vector<double>& weight,
+                              double amount) {
+  std::vector<double> got(room.size(), 0);
+  std::vector<size_t> order(room.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return room[a] * weight[b] < room[b] * weight[a]; });
+  double weights = 0;
+  for (double w : weight) weights += w;
+  for (size_t k = 0; k < order.size() && amount > 0 && weights > 0; ++k) {
+    const size_t i = order[k];
+    const double level = amount / weights;  // per unit of weight
+    if (room[i] <= level * weight[i]) {
+      got[i] = room[i];
+    } else {
+      // Every item from here on is wider than the level: all get level x w.
+      for (size_t j = k; j < order.size(); ++j) got[order[j]] = level * weight[order[j]];
+      break;
+    }
+    amount -= got[i];
+    weights -= weight[i];
+  }
+  return got;
+}
+
+}  // namespace
+
+std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input>& inputs) {
+  const int64_t now = clock_.NowNs();
+
+  // Per-group view of this tick.
+  struct View {
+    State* st;
+    bool fresh;          // new or resumed within kFreshNs
+    bool held;           // waits grew since the last tick
+    bool launched;       // launched within the window
+    uint32_t used;       // bp over the window
+    uint32_t limit;      // bp
+    uint32_t used_fast;  // bp over the last kFastWindowNs
+    uint32_t executed;   // bp the device ran it (measured share, else `used`)
+    bool active;
+    bool wanting = false;
+  };
+  std::vector<View> views;
+  views.reserve(inputs.size());
+  std::map<std::string, State> next_states;
+  for (const Input& in : inputs) {
+    auto it = states_.find(in.group);
+    State st = it != states_.end() ? std::move(it->second) : State{};
+    const bool reset = !st.samples.empty() && in.counters.launches < st.samples.back().launches;
+    const bool known = it != states_.end() && !reset;
+    if (!known) {
+      st = State{};
+      st.fresh_until_ns = now + kFreshNs;
+    }
+    if (st.paused && !in.paused) {  // resumed
+      st.samples.clear();
+      st.fresh_until_ns = now + kFreshNs;
+    }
+    const bool held = known && !in.paused && in.counters.waits > st.waits;
+    st.waits = in.counters.waits;
+    st.paused = in.paused;
+    st.samples.push_back({now, in.counters.launches});
+    while (st.samples.size() > 1 && now - st.samples.front().t_ns > kMaxWindowNs) {
+      st.samples.pop_front();
+    }
+    // The shortest window of at least kWindowNs holding kMinWindowLaunches.
+    size_t from = st.samples.size() - 1;
+    while (from > 0 && (now - st.samples[from].t_ns < kWindowNs ||
+                        in.counters.launches - st.samples[from].launches < kMinWindowLaunches)) {
+      --from;
+    }
+    const Sample& first = st.samples[from];
+    const int64_t span = now - first.t_ns;
+    const uint64_t launched = in.counters.launches - first.launches;
+    uint32_t used = 0;
+    if (span > 0) {
+      const double bp = static_cast<double>(launched) * static_cast<double>(in.counters.charge_ns) *
+                        10000.0 / static_cast<double>(span);
+      used = static_cast<uint32_t>(std::min(bp, 10000.0));
+    }
+    size_t fast = st.samples.size() - 1;
+    while (fast > 0 && now - st.samples[fast].t_ns < kFastWindowNs) --fast;
+    uint32_t used_fast = 0;
+    if (now > st.samples[fast].t_ns) {
+      const double bp = static_cast<double>(in.counters.launches - st.samples[fast].launches) *
+                        static_cast<double>(in.counters.charge_ns) * 10000.0 /
+                        static_cast<double>(now - st.samples[fast].t_ns);
+      used_fast = static_cast<uint32_t>(std::min(bp, 10000.0));
+    }
+    // Launched within the last second (not the stretched window).
+    size_t recent = st.samples.size() - 1;
+    while (recent > 0 && now - st.samples[recent - 1].t_ns <= kWindowNs) --recent;
+    const bool launched_recently =
+        recent + 1 < st.samples.size() ? in.counters.launches > st.samples[recent].launches : false;
+    View v{};
+    v.fresh = now < st.fresh_until_ns;
+    v.held = held;
+    v.launched = launched_recently || (held && launched > 0);
+    v.used = used;
+    v.used_fast = used_fast;
+    v.executed = in.counters.share_bp >= 0
+                     ? static_cast<uint32_t>(std::min(in.counters.share_bp, 10000))
+                     : used;
+    v.limit = std::clamp<uint32_t>(in.limit_percent, 1, 100) * 100;
+    v.active = !in.paused && (held || launched_recently);
+    auto [pos, inserted] = next_states.emplace(in.group, std::move(st));
+    v.st = &pos->second;
+    // Duplicate names are a caller bug; the first wins.
+    views.push_back(inserted ? v : View{});
+  }
+  states_ = std::move(next_states);  // groups not in `inputs` are forgotten
+
+  // Capacity: lower it while some group that wants more is not held back by
+  // its grant yet uses less than it (the device, not the grant, holds it);
+  // raise it slowly otherwise. A group wants more if it was held back within
+  // kWantNs, is new or resumed (it is due its request), or is being squeezed.
+  // Every kProbeNs of a squeeze the scheduler checks that lowering the
+  // capacity helped (the group's use grew); if not, the group is taken to be
+  // out of work (demand-limited) and what was taken on its account is given
+  // back.
+  size_t active = 0;
+  bool squeezed = false;
+  uint32_t shortfall = 0;
+  uint32_t restore = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    View& v = views[i];
+    if (v.st == nullptr) continue;
+    State& st = *v.st;
+    if (v.active) ++active;
+    if (v.held) {
+      st.last_held_ns = now;
+      st.demand_limited = false;
+    }
+    if (st.demand_limited && v.executed > st.used_at_mark_bp + kUnmarkGrowBp) {
+      st.demand_limited = false;
+    }
+    const bool episode = st.squeezed_since_ns >= 0;
+    // A group launching whose charge per launch is not known yet (its use
+    // cannot be measured) is taken to want more.
+    const bool unmeasured = v.launched && inputs[i].counters.charge_ns == 0;
+    v.wanting = !inputs[i].paused && (v.held || v.fresh || episode || unmeasured ||
+                                      (st.last_held_ns >= 0 && now - st.last_held_ns <= kWantNs));
+    // What it should get: its grant if it wants more, else its request (a
+    // group that never got to be held back may be squeezed from the start).
+    const uint32_t request = static_cast<uint32_t>(
+        uint64_t{std::min<uint32_t>(inputs[i].request_percent, 100)} * capacity_bp_ / 100);
+    // The measured share trails by about a second: held to the least grant
+    // of that span, so that a grant that just grew is no squeeze. A group
+    // the device cannot serve may still be held back by its grant (its
+    // launches are admitted at its pace and queue in the driver).
+    uint32_t granted = st.grant_bp;
+    for (const auto& [t, g] : st.grants) {
+      if (now - t <= kDueWindowNs) granted = std::min(granted, g);
+    }
+    const uint32_t due = v.wanting ? granted : std::min(request, granted);
+    const uint32_t margin = kSqueezeMarginBp + due / 100;
+    const bool squeeze = v.active && !unmeasured && !st.demand_limited && v.executed + margin < due;
+    if (!squeeze) {
+      if (episode && !v.active) restore = std::max(restore, st.capacity_at_squeeze_bp);
+      st.squeezed_since_ns = -1;
+      continue;
+    }
+    if (!episode) {
+      st.squeezed_since_ns = now;
+      st.used_at_squeeze_bp = v.executed;
+      st.capacity_at_squeeze_bp = capacity_bp_;
+    } else if (now - st.squeezed_since_ns >= kProbeNs) {
+      const uint32_t dropped =
+          st.capacity_at_squeeze_bp - std::min(st.capacity_at_squeeze_bp, capacity_bp_);
+      const bool grew = v.executed >= st.used_at_squeeze_bp + std::max(kGrowBp, dropped / 4);
+      if (!grew) {
+        // Lowering the capacity did not help it: it has no more work.
+        st.demand_limited = true;
+        st.used_at_mark_bp = v.executed;
+        st.squeezed_since_ns = -1;
+        restore = std::max(restore, st.capacity_at_squeeze_bp);
+        continue;
+      }
+      st.squeezed_since_ns = now;  // it helped: go on, and check again
+      st.used_at_squeeze_bp = v.executed;
+      st.capacity_at_squeeze_bp = capacity_bp_;
+    }
+    squeezed = true;
+    shortfall = std::max(shortfall, due - v.executed);
+    v.wanting = true;
+  }
+  capacity_bp_ = std::max(capacity_bp_, restore);
+  if (active >= 2) {
+    if (squeezed) {
+      const uint32_t down = std::clamp(shortfall / 2, kCapacityDownMinBp, kCapacityDownMaxBp);
+      capacity_bp_ = std::max(kMinCapacityBp, capacity_bp_ - std::min(capacity_bp_, down));
+    } else if (restore == 0) {
+      capacity_bp_ = std::min(kMaxCapacityBp, capacity_bp_ + kCapacityUpBp);
+    }
+  }
+
+  // Allocation over the capacity (all of the device when at most one group
+  // is active: nothing to switch between). Each group has a cap, what it can
+  // use: its limit if it wants more; else what it uses plus a margin (a new
+  // or resumed group: at least its request). It gets min(request, cap)
+  // first, then the rest of the capacity is water-filled by weight up to the
+  // caps. Grants add up to at most the capacity (idle groups' small grants
+  // aside), so a group not held back is limited by its own work, not by the
+  // device, and one that wants more is held back and asks.
+  const uint32_t capacity = active <= 1 ? 10000 : capacity_bp_;
+  bool latency_active = false;
+  std::vector<double> base(inputs.size(), 0);
+  std::vector<double> room(inputs.size(), 0);
+  std::vector<double> weight(inputs.size(), 0);
+  double allotted = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    View& v = views[i];
+    const Input& in = inputs[i];
+    if (v.st == nullptr || in.paused) continue;
+    if (in.latency && v.active) latency_active = true;
+    const double request =
+        std::min<uint32_t>(in.request_percent, 100) * 100.0 * capacity_bp_ / 10000.0;
+    if (!v.wanting && !v.launched) continue;  // idle: kIdleGrantBp, outside
+    double cap = std::max(v.used, v.used_fast) * kUseHeadroom + kMarginBp;
+    if (v.wanting) cap = v.fresh && !v.held ? std::max(cap, request) : v.limit;
+    cap = std::min<double>(cap, v.limit);
+    base[i] = std::min(request, cap);
+    room[i] = cap - base[i];
+    weight[i] = std::max<uint32_t>(in.weight, 1);
+    allotted += base[i];
+  }
+  // Requests are admitted to add up to at most 100 %; should they not, the
+  // bases are scaled down to fit.
+  if (allotted > capacity) {
+    for (double& b : base) b = b * capacity / allotted;
+    allotted = capacity;
+  }
+  const std::vector<double> extra = WaterFill(room, weight, capacity - allotted);
+
+  std::vector<Output> out;
+  out.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const View& v = views[i];
+    const Input& in = inputs[i];
+    Output o;
+    o.group = in.group;
+    o.paused = in.paused;
+    o.used_bp = v.executed;
+    o.wants_more = v.held;
+    if (!in.paused) {
+      const bool idle = v.st != nullptr && !v.wanting && !v.launched;
+      const double grant = idle ? std::min(kIdleGrantBp, v.limit) : base[i] + extra[i];
+      o.grant_bp = std::clamp<uint32_t>(static_cast<uint32_t>(grant), 1, v.limit ? v.limit : 1);
+      if (!in.latency && latency_active) o.burst_ns = kBatchBurstWithLatencyNs;
+    }
+    if (v.st != nullptr) {
+      State& st = *v.st;
+      st.grant_bp = o.grant_bp;
+      st.grants.emplace_back(now, o.grant_bp);
+      while (!st.grants.empty() && now - st.grants.front().first > kDueWindowNs) {
+        st.grants.pop_front();
+      }
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace gpuslice::control
