@@ -207,26 +207,22 @@ TEST_F(TopTest, ShowsTheGroupsAndReactsToKeysResizeAndTheDaemonGoing) {
     return row >= 0 && Lines(s)[row].find("30%") != std::string::npos;
   }));
 
-  // `p` asks the daemon to pause it: done, or the daemon's error (a daemon
-  // without the pause endpoint answers 404), in the status line, no crash.
+  // `p` pauses the selected group through the daemon: the row says so, and
+  // `p` again resumes it.
   Keys({"p"});
   EXPECT_TRUE(WaitScreen([](const std::string& s) {
-    return s.find("pause notebook: done") != std::string::npos ||
-           s.find("pause notebook: HTTP 404") != std::string::npos;
+    const int row = LineStarting(s, "notebook ");
+    return s.find("pause notebook: done") != std::string::npos && row >= 0 &&
+           Lines(s)[row].find("paused") != std::string::npos;
   }));
-  if (Screen().find("pause notebook: done") != std::string::npos) {
-    // A daemon that pauses: the row says so, and `p` again resumes it.
-    EXPECT_TRUE(WaitScreen([](const std::string& s) {
-      const int row = LineStarting(s, "notebook ");
-      return row >= 0 && Lines(s)[row].find("paused") != std::string::npos;
-    }));
-    Keys({"p"});
-    EXPECT_TRUE(WaitScreen([](const std::string& s) {
-      const int row = LineStarting(s, "notebook ");
-      return s.find("resume notebook: done") != std::string::npos && row >= 0 &&
-             Lines(s)[row].find("paused") == std::string::npos;
-    }));
-  }
+  EXPECT_EQ(Group("notebook")["paused"], true);
+  Keys({"p"});
+  EXPECT_TRUE(WaitScreen([](const std::string& s) {
+    const int row = LineStarting(s, "notebook ");
+    return s.find("resume notebook: done") != std::string::npos && row >= 0 &&
+           Lines(s)[row].find("paused") == std::string::npos;
+  }));
+  EXPECT_EQ(Group("notebook")["paused"], false);
 
   // Enter shows the selected group's tenants.
   Keys({"Enter"});
@@ -277,12 +273,10 @@ TEST_F(TopTest, ARefusalIsShownInTheStatusLineAndTopGoesOn) {
   EXPECT_TRUE(WaitScreen([](const std::string& s) {
     return s.find("compute limit of nb to 50%: HTTP 403:") != std::string::npos;
   }));
-  // A daemon with the pause endpoint refuses (403), one without has none (404).
   Keys({"p"});
-  EXPECT_TRUE(WaitScreen([](const std::string& s) {
-    return s.find("pause nb: HTTP 403:") != std::string::npos ||
-           s.find("pause nb: HTTP 404:") != std::string::npos;
-  }));
+  EXPECT_TRUE(WaitScreen(
+      [](const std::string& s) { return s.find("pause nb: HTTP 403:") != std::string::npos; }));
+  EXPECT_EQ(Group("nb")["paused"], false);
   EXPECT_EQ(Group("nb")["limits"]["all"]["compute_percent"], 20);
   Keys({"q"});
   EXPECT_TRUE(
