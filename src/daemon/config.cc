@@ -58,6 +58,10 @@ Status ApplyConfigJson(const json& j, DaemonConfig& c) {
     GS_CONFIG_KEY(io_threads)
     GS_CONFIG_KEY(worker_threads)
     GS_CONFIG_KEY(memory_backstop)
+    GS_CONFIG_KEY(compute_backstop)
+    GS_CONFIG_KEY(compute_backstop_tolerance)
+    GS_CONFIG_KEY(compute_backstop_over_ms)
+    GS_CONFIG_KEY(compute_backstop_unregistered_percent)
 #undef GS_CONFIG_KEY
     return InvalidArgument("unknown config key \"" + key + "\"");
   }
@@ -149,6 +153,21 @@ Status ValidateConfig(const DaemonConfig& c) {
   if (c.memory_backstop != "off" && c.memory_backstop != "report" && c.memory_backstop != "kill") {
     return InvalidArgument("memory_backstop \"" + c.memory_backstop +
                            "\" is not one of off, report, kill");
+  }
+  if (c.compute_backstop != "off" && c.compute_backstop != "report" &&
+      c.compute_backstop != "throttle") {
+    return InvalidArgument("compute_backstop \"" + c.compute_backstop +
+                           "\" is not one of off, report, throttle");
+  }
+  for (const Range& r :
+       {Range{"compute_backstop_tolerance", c.compute_backstop_tolerance, 0, 100},
+        Range{"compute_backstop_over_ms", c.compute_backstop_over_ms, 0, 3'600'000},
+        Range{"compute_backstop_unregistered_percent", c.compute_backstop_unregistered_percent, 1,
+              100}}) {
+    if (r.value < r.min || r.value > r.max) {
+      return InvalidArgument(std::string(r.name) + " must be in " + std::to_string(r.min) + ".." +
+                             std::to_string(r.max) + ", not " + std::to_string(r.value));
+    }
   }
   return Status::Ok();
 }

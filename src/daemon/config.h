@@ -44,6 +44,14 @@ struct DaemonConfig {
   int64_t worker_threads = 4;
   // The NVML memory backstop (docs/daemon.md "Backstop"): off, report, kill.
   std::string memory_backstop = "report";
+  // The NVML compute backstop (docs/daemon.md "Backstop"): off, report, throttle;
+  // a group is over when above its compute limit by more than
+  // compute_backstop_tolerance points for more than compute_backstop_over_ms;
+  // an unregistered process is throttled to compute_backstop_unregistered_percent.
+  std::string compute_backstop = "report";
+  int64_t compute_backstop_tolerance = 5;
+  int64_t compute_backstop_over_ms = 5000;
+  int64_t compute_backstop_unregistered_percent = 10;
 };
 
 // Applies the keys of a JSON object (the names of DaemonConfig's fields) to

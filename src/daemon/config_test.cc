@@ -37,6 +37,22 @@ TEST(ConfigTest, ValidatesRangesAndFormats) {
   EXPECT_TRUE(ValidateConfig(c).ok());
   c.memory_backstop = "stop";
   EXPECT_NE(ValidateConfig(c).message().find("memory_backstop"), std::string::npos);
+  c.memory_backstop = "report";
+  EXPECT_EQ(c.compute_backstop, "report");
+  ASSERT_TRUE(ApplyConfigJson({{"compute_backstop", "throttle"},
+                               {"compute_backstop_over_ms", 2000},
+                               {"compute_backstop_unregistered_percent", 5}},
+                              c)
+                  .ok());
+  EXPECT_EQ(c.compute_backstop, "throttle");
+  EXPECT_EQ(c.compute_backstop_over_ms, 2000);
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.compute_backstop = "kill";
+  EXPECT_NE(ValidateConfig(c).message().find("compute_backstop"), std::string::npos);
+  c.compute_backstop = "report";
+  c.compute_backstop_unregistered_percent = 0;
+  EXPECT_NE(ValidateConfig(c).message().find("compute_backstop_unregistered_percent"),
+            std::string::npos);
 }
 
 TEST(ConfigTest, ParsesHostPortModeAndGroups) {

@@ -23,6 +23,8 @@
 #include "daemon/api/gpu_routes.h"
 #include "daemon/api/tenant_routes.h"
 #include "daemon/backstop/backstop_monitor.h"
+#include "daemon/backstop/compute_backstop_monitor.h"
+#include "daemon/backstop/signaller.h"
 #include "daemon/config.h"
 #include "daemon/event_hub.h"
 #include "daemon/gpu/gpu_json.h"
@@ -136,6 +138,16 @@ std::optional<int> Configure(int argc, char** argv, DaemonConfig& config) {
        "Threads for blocking requests (default 4)");
   bind("--memory-backstop", &DaemonConfig::memory_backstop,
        "Groups over their memory limit by NVML's count: off, report (default), kill");
+  bind("--compute-backstop", &DaemonConfig::compute_backstop,
+       "Unregistered GPU processes and groups over their compute limit by NVML's samples: off, "
+       "report (default), throttle (SIGSTOP/SIGCONT duty cycle; MPS clients terminated)");
+  bind("--compute-backstop-tolerance", &DaemonConfig::compute_backstop_tolerance,
+       "Points above its compute limit a group may be (default 5)");
+  bind("--compute-backstop-over-ms", &DaemonConfig::compute_backstop_over_ms,
+       "How long a group must be over before it is reported (default 5000)");
+  bind("--compute-backstop-unregistered-percent",
+       &DaemonConfig::compute_backstop_unregistered_percent,
+       "What throttle holds an unregistered process to (default 10)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -339,6 +351,32 @@ int Run(int argc, char** argv) {
           hub.Publish(type, data.dump());
         });
   }
+  // The compute backstop (docs/daemon.md "Backstop"): NVML's per-process
+  // utilization against the registry's groups, on a thread of its own, with
+  // the SIGSTOP/SIGCONT duty cycle where the operator enabled it. Whatever the
+  // mode, what a previous run may have left stopped is continued first.
+  PidfdSignaller signaller;
+  ComputeBackstopMonitor::Options compute_options;
+  compute_options.backstop = {
+      .action = config.compute_backstop == "throttle" ? ComputeBackstop::Action::kThrottle
+                                                      : ComputeBackstop::Action::kReport,
+      .tolerance_points = static_cast<uint32_t>(config.compute_backstop_tolerance),
+      .over_for_ns = config.compute_backstop_over_ms * 1'000'000,
+      .unregistered_percent = static_cast<uint32_t>(config.compute_backstop_unregistered_percent)};
+  compute_options.is_ignored = [](uint32_t pid) { return IsMpsServer("/proc", pid); };
+  compute_options.is_mps = [&tiers](const std::string& group, const std::string& uuid) {
+    auto grant = tiers.GroupState(group);
+    return grant && grant->tier == Tier::kMps &&
+           std::find(grant->uuids.begin(), grant->uuids.end(), uuid) != grant->uuids.end();
+  };
+  ComputeBackstopMonitor compute_backstop(
+      std::move(compute_options), **backend, registry, signaller, state->get(),
+      [&mps](const std::string& uuid, pid_t pid) { return mps.TerminateClient(uuid, pid); },
+      [&hub](std::string_view type, const nlohmann::json& data) { hub.Publish(type, data.dump()); },
+      ComputeBackstopMonitor::Clocks{clock, wall_clock});
+  compute_backstop.Recover();
+  if (config.compute_backstop != "off") compute_backstop.Start();
+
   monitor.SetTickHook([&manager, &usage, &monitor, &collector, &hub, &backstop] {
     manager.ExpireDue();
     usage.Refresh(*monitor.Current());
@@ -384,7 +422,8 @@ int Run(int argc, char** argv) {
   ApiRouter router;
   GpuRoutesOptions route_options;
   route_options.default_lease_s = config.default_lease_s;
-  route_options.extra_metrics = [&registry, &usage, &monitor, &controllers, &backstop] {
+  route_options.extra_metrics = [&registry, &usage, &monitor, &controllers, &backstop,
+                                 &compute_backstop, &config] {
     std::map<std::string, int> gpu_index;
     for (const GpuInfo& gpu : monitor.Current()->gpus)
       gpu_index[gpu.uuid] = static_cast<int>(gpu.index);
@@ -392,6 +431,7 @@ int Run(int argc, char** argv) {
         FormatTenantMetrics(registry, UsageOfEach(*monitor.Current(), *usage.Current())) +
         FormatGroupMetrics(controllers.Snapshot(), gpu_index);
     if (backstop) text += backstop->FormatMetrics();
+    if (config.compute_backstop != "off") text += compute_backstop.FormatMetrics(!backstop);
     return text;
   };
   AddGpuRoutes(router, manager, monitor, route_options);
@@ -452,6 +492,7 @@ int Run(int argc, char** argv) {
   // In this order: no request, then no sampling or expiry, then the reverts;
   // the executors end before the monitor their callbacks poke is destroyed.
   server.Stop();
+  compute_backstop.Stop();  // every throttled process continued
   control_loop.Stop();
   controllers.Stop();  // members take their groups back at once
   monitor.Stop();

@@ -124,7 +124,8 @@ uint64_t BackstopMonitor::Count(Kind kind) const {
 
 std::string BackstopMonitor::FormatMetrics() const {
   std::string out =
-      "# HELP gpuslice_backstop_findings_total Findings of the NVML memory backstop, by kind.\n"
+      "# HELP gpuslice_backstop_findings_total Findings of the NVML backstop (memory and compute), "
+      "by kind.\n"
       "# TYPE gpuslice_backstop_findings_total counter\n";
   for (Kind kind : kKinds) {
     out += "gpuslice_backstop_findings_total{kind=\"";

@@ -158,6 +158,12 @@ std::vector<GroupControllers::GroupControl> GroupControllers::Snapshot() const {
     if (it == grants_.end()) continue;
     g.paused = it->second.first;
     g.grants = it->second.second;
+    // The segment's part is as of the last rescan; its grants are newer here.
+    for (GroupSnapshot::Device& d : g.segment.devices) {
+      for (const DeviceGrant& grant : g.grants) {
+        if (grant.uuid == d.uuid) d.grant_bp = std::min(grant.grant_bp, kFullGrantBp - 1);
+      }
+    }
   }
   return out;
 }

@@ -36,15 +36,15 @@ class GroupControllersTest : public ::testing::Test {
     EXPECT_TRUE(seg.ok());
     return seg.ok() ? std::move(seg).value() : nullptr;
   }
-  std::unique_ptr<GroupControllers> Controllers() {
+  std::unique_ptr<GroupControllers> Controllers(int64_t rescan_ns = 0) {
     return std::make_unique<GroupControllers>(
-        GroupControllers::Options{.shm_dir = dir_, .self = kDaemonPid, .rescan_ns = 0}, source_,
-        nullptr, limits_of_, GroupControllers::Clocks{clock_, clock_});
+        GroupControllers::Options{.shm_dir = dir_, .self = kDaemonPid, .rescan_ns = rescan_ns},
+        source_, nullptr, limits_of_, GroupControllers::Clocks{clock_, clock_});
   }
 
   // Scheduling: `schedules_` is the daemon's word per group (any GPU).
-  std::unique_ptr<GroupControllers> Scheduling() {
-    auto controllers = Controllers();
+  std::unique_ptr<GroupControllers> Scheduling(int64_t rescan_ns = 0) {
+    auto controllers = Controllers(rescan_ns);
     controllers->SetScheduleOf(
         [this](const std::string& group, const std::string&) -> std::optional<GroupSchedule> {
           auto it = schedules_.find(group);
@@ -166,8 +166,8 @@ TEST_F(GroupControllersTest, SchedulesTheGroupsOfAGpuAndWritesTheirGrants) {
   auto b = Member("b");
   ASSERT_TRUE(a->AttachDevice(kGpu).ok());
   ASSERT_TRUE(b->AttachDevice(kGpu).ok());
-  schedules_["a"] = {.request_percent = 60};  // "b": no word, the defaults
-  auto controllers = Scheduling();
+  schedules_["a"] = {.request_percent = 60};                  // "b": no word, the defaults
+  auto controllers = Scheduling(/*rescan_ns=*/60'000 * kMs);  // segments snapshotted once
   controllers->Tick();
   Run(*controllers, 3000 * kMs, {{a.get(), 0}, {b.get(), 0}});
   const uint32_t ga = a->ComputeGrant(0), gb = b->ComputeGrant(0);
@@ -180,13 +180,14 @@ TEST_F(GroupControllersTest, SchedulesTheGroupsOfAGpuAndWritesTheirGrants) {
     ASSERT_EQ(g.grants.size(), 1u) << g.group;
     EXPECT_EQ(g.grants[0].uuid, kGpu);
     EXPECT_EQ(g.grants[0].grant_bp, g.group == "a" ? ga : gb);
+    ASSERT_EQ(g.segment.devices.size(), 1u);
+    EXPECT_EQ(g.segment.devices[0].grant_bp, g.grants[0].grant_bp);  // fresh, not as of a rescan
     EXPECT_TRUE(g.grants[0].wants_more);
   }
 
   // Alone on the GPU, a group gets all of it (just below, so that its
-  // launches stay counted).
-  b.reset();
-  Run(*controllers, 1000 * kMs, {{a.get(), 0}});
+  // launches stay counted): "b" stops launching (idle within about 2 s).
+  Run(*controllers, 2500 * kMs, {{a.get(), 0}});
   EXPECT_EQ(a->ComputeGrant(0), kFullGrantBp - 1);
 }
 

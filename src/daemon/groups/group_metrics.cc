@@ -34,9 +34,10 @@ std::string FormatGroupMetrics(const std::vector<GroupControllers::GroupControl>
                   "Allocations the limiter refused for the group's memory limit.", ""};
   Family charged{"gpuslice_group_memory_charged_bytes", "gauge",
                  "GPU memory charged to the group in its segment (the limiter's count).", ""};
-  Family grant{"gpuslice_group_compute_grant_percent", "gauge",
-               "The scheduler's current share of the GPU for the group (100: not paced by it).",
-               ""};
+  Family grant{
+      "gpuslice_group_compute_grant_percent", "gauge",
+      "The scheduler's current share of the GPU for the group (100: not paced by it; 0: paused).",
+      ""};
   for (const GroupControllers::GroupControl& g : groups) {
     const std::string group = Label("group", g.group);
     controlled.samples +=
@@ -56,7 +57,9 @@ std::string FormatGroupMetrics(const std::vector<GroupControllers::GroupControl>
       charged.samples += charged.name + labels + " " + std::to_string(d.memory_used) + "\n";
       char percent[32];
       snprintf(percent, sizeof percent, "%.2f",
-               d.grant_bp == 0 ? 100.0 : static_cast<double>(d.grant_bp) / 100);
+               g.segment.paused  ? 0.0
+               : d.grant_bp == 0 ? 100.0
+                                 : static_cast<double>(d.grant_bp) / 100);
       grant.samples += grant.name + labels + " " + percent + "\n";
     }
   }

@@ -23,7 +23,10 @@ TEST(GroupMetrics, SeriesPerGroupAndGpuFromTheSegment) {
                                .throttled = 120,
                                .throttled_ns = 1'500'000'000});
   GroupControllers::GroupControl other{.group = "x\"y", .controlling = false, .segment = {}};
-  const std::string text = FormatGroupMetrics({g, other}, {{"GPU-a", 1}});
+  GroupControllers::GroupControl paused = g;
+  paused.group = "held";
+  paused.segment.paused = true;
+  const std::string text = FormatGroupMetrics({g, other, paused}, {{"GPU-a", 1}});
   for (
       const char* line : {
           "# TYPE gpuslice_group_throttled_seconds_total counter\n",
@@ -31,6 +34,7 @@ TEST(GroupMetrics, SeriesPerGroupAndGpuFromTheSegment) {
           "gpuslice_group_controlled_by_daemon{group=\"x\\\"y\"} 0\n",
           "gpuslice_group_launches_total{group=\"train\",gpu=\"1\",uuid=\"GPU-a\"} 500\n",
           "gpuslice_group_compute_grant_percent{group=\"train\",gpu=\"1\",uuid=\"GPU-a\"} 25.50\n",
+          "gpuslice_group_compute_grant_percent{group=\"held\",gpu=\"1\",uuid=\"GPU-a\"} 0.00\n",
           "gpuslice_group_launches_throttled_total{group=\"train\",gpu=\"1\",uuid=\"GPU-a\"} 120\n",
           "gpuslice_group_throttled_seconds_total{group=\"train\",gpu=\"1\",uuid=\"GPU-a\"} 1.5\n",
           "gpuslice_group_alloc_refusals_total{group=\"train\",gpu=\"1\",uuid=\"GPU-a\"} 2\n",

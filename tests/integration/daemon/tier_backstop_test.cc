@@ -19,8 +19,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/unix_http_client.h"
@@ -49,19 +52,20 @@ class TierBackstopTest : public testing::SimProcessTest {
     if (!mps_root_.empty()) std::filesystem::remove_all(mps_root_);
   }
 
-  void StartDaemon(const std::vector<std::string>& extra = {}) {
+  // The daemon's stderr is "err<n>".
+  void StartDaemon(const std::vector<std::string>& extra = {}, int n = 0) {
     std::vector<std::string> args = {"--socket",    socket_, "--poll-interval-ms", "100",
                                      "--log-level", "debug", "--state-dir",        dir_ + "/state"};
     args.insert(args.end(), extra.begin(), extra.end());
     daemon_ =
-        StartProgram("gpusliced", 0, args, {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
+        StartProgram("gpusliced", n, args, {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
     ASSERT_TRUE(WaitFor(
         [&] {
           auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
           return r.ok() && r->status == 200;
         },
         20s))
-        << Read("err0");
+        << Read("err" + std::to_string(n));
   }
   // A short MPS root: <root>/<uuid>/pipe/control must fit a socket address.
   std::vector<std::string> MpsFlags(const std::string& control) {
@@ -106,6 +110,13 @@ class TierBackstopTest : public testing::SimProcessTest {
       data.append(buf, static_cast<size_t>(n));
     }
     return data;
+  }
+  // The state letter of /proc/<pid>/stat ('T': stopped); '?' when unreadable.
+  static char ProcState(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t paren = stat.rfind(')');
+    return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
   }
   std::string Metrics() {
     auto r = cli::UnixHttpClient(socket_, 10s).Request("GET", "/metrics");
@@ -383,6 +394,112 @@ TEST_F(TierBackstopTest, ATenantTheLimiterHoldsIsNotReported) {
       20s))
       << Read("err0");
   EXPECT_EQ(Read("err0").find("event=backstop_over_limit"), std::string::npos) << Read("err0");
+}
+
+// The compute backstop: a process on the GPU that never went through the
+// limiter (no LD_PRELOAD, no registration) is reported, and again when it goes.
+TEST_F(TierBackstopTest, AnUnregisteredProcessUsingTheGpuIsReportedByTheComputeBackstop) {
+  StartDaemon();
+  const int events = OpenEvents();
+  const pid_t rogue =
+      StartProgram("gpuslice-workload", 1, {"--kernel-us", "1000", "--duration-s", "60", "--quiet"},
+                   {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
+  ASSERT_GT(rogue, 0);
+  const std::string found =
+      "event=backstop_compute_unregistered gpu=0 group=- pids=" + std::to_string(rogue) + " ";
+  ASSERT_TRUE(WaitFor([&] { return Read("err0").find(found) != std::string::npos; }, 20s))
+      << Read("err0");
+  EXPECT_NE(Metrics().find("gpuslice_backstop_findings_total{kind=\"compute_unregistered\"} 1\n"),
+            std::string::npos)
+      << Metrics();
+  const std::string stream = ReadUntil(events, "event: backstop_compute_unregistered", 10s);
+  close(events);
+  const size_t at = stream.find("event: backstop_compute_unregistered");
+  ASSERT_NE(at, std::string::npos) << stream;
+  EXPECT_NE(stream.find("\"pids\":[" + std::to_string(rogue) + "]", at), std::string::npos)
+      << stream.substr(at);
+  EXPECT_EQ(Read("err0").find("event=backstop_throttle_started"), std::string::npos)
+      << "report only (the default)";
+
+  kill(rogue, SIGKILL);  // rogue > 0, checked above
+  Join(rogue);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Read("err0").find("event=backstop_compute_unregistered_gone gpu=0 group=- pids=" +
+                                 std::to_string(rogue) + " ") != std::string::npos;
+      },
+      20s))
+      << Read("err0");
+}
+
+// A registered tenant that runs without the limiter, far above its group's
+// compute limit: with --compute-backstop throttle it is stopped part of each
+// period, and continued for good when the daemon stops; a daemon that dies
+// with it stopped continues it at its next start.
+TEST_F(TierBackstopTest, WithThrottleAGroupOverItsComputeLimitIsThrottledAndNeverLeftStopped) {
+  StartDaemon({"--compute-backstop", "throttle", "--compute-backstop-over-ms", "1000"});
+  Tenant hog = StartTenant(
+      R"({"group": "hog", "devices": [0], "limits": {"compute_percent": 20}})",
+      {"gpuslice-workload", "--kernel-us", "1000", "--sync", "--duration-s", "120", "--quiet"});
+  ASSERT_EQ(hog.status, 201) << hog.body.dump();
+  ASSERT_GT(hog.pid, 0);
+  const std::string started =
+      "event=backstop_throttle_started gpu=0 group=hog pids=" + std::to_string(hog.pid) + " ";
+  ASSERT_TRUE(WaitFor([&] { return Read("err0").find(started) != std::string::npos; }, 30s))
+      << Read("err0");
+  EXPECT_NE(Read("err0").find("event=backstop_over_compute_limit gpu=0 group=hog"),
+            std::string::npos);
+  EXPECT_TRUE(WaitFor([&] { return ProcState(hog.pid) == 'T'; }, 10s)) << "never seen stopped";
+  EXPECT_TRUE(WaitFor([&] { return ProcState(hog.pid) != 'T'; }, 10s)) << "never continued";
+  EXPECT_NE(Metrics().find("gpuslice_backstop_findings_total{kind=\"throttle_started\"} 1\n"),
+            std::string::npos);
+  // What it gets, by the simulator's own count of its GPU time (not NVML's):
+  // a window of 6 s after 3 s for the run fraction to settle. Alone and
+  // unthrottled it would keep the GPU busy (about 100 %).
+  const auto busy_ns = [&] {
+    return Process(Stats(), hog.pid)["devices"][0].value("busy_ns", int64_t{0});
+  };
+  const auto settled = std::chrono::steady_clock::now() + 3s;
+  WaitFor([&] { return std::chrono::steady_clock::now() >= settled; }, 4s);
+  const int64_t busy0 = busy_ns();
+  const auto t0 = std::chrono::steady_clock::now();
+  WaitFor([&] { return std::chrono::steady_clock::now() >= t0 + 6s; }, 7s);
+  const double share = 100.0 * static_cast<double>(busy_ns() - busy0) /
+                       static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               std::chrono::steady_clock::now() - t0)
+                                               .count());
+  std::cerr << "throttled share: " << share << " % (limit 20 %)\n";
+  EXPECT_GT(share, 10) << Read("err0");
+  EXPECT_LT(share, 30) << Read("err0");
+
+  // A clean stop continues it, and says so.
+  kill(daemon_, SIGTERM);  // daemon_ > 0: StartDaemon succeeded
+  EXPECT_EQ(Join(daemon_), 0) << Read("err0");
+  EXPECT_NE(Read("err0").find("event=backstop_throttle_stopped gpu=0 group=hog pids=" +
+                              std::to_string(hog.pid)),
+            std::string::npos)
+      << Read("err0");
+  EXPECT_NE(Read("err0").find("detail=\"the daemon stops\""), std::string::npos);
+  EXPECT_NE(ProcState(hog.pid), 'T') << "left stopped by a daemon that stopped";
+
+  // Again, and now the daemon is SIGKILLed with the tenant stopped (stopped
+  // here if the duty cycle had just continued it, as at the worst instant).
+  StartDaemon({"--compute-backstop", "throttle", "--compute-backstop-over-ms", "1000"}, 1);
+  ASSERT_TRUE(WaitFor([&] { return Read("err1").find(started) != std::string::npos; }, 30s))
+      << Read("err1");
+  kill(daemon_, SIGKILL);  // daemon_ > 0
+  Join(daemon_);
+  if (ProcState(hog.pid) != 'T') kill(hog.pid, SIGSTOP);  // hog.pid > 0, checked above
+  ASSERT_TRUE(WaitFor([&] { return ProcState(hog.pid) == 'T'; }, 5s));
+  // The next start (reporting only, now) continues it before anything else.
+  StartDaemon({}, 2);
+  EXPECT_NE(Read("err2").find("event=backstop_throttle_recovered gpu=- group=- pids=" +
+                              std::to_string(hog.pid) + " "),
+            std::string::npos)
+      << Read("err2");
+  EXPECT_NE(ProcState(hog.pid), 'T');
+  int status = 0;
+  EXPECT_EQ(waitpid(hog.pid, &status, WNOHANG), 0) << "it runs on";
 }
 
 }  // namespace
