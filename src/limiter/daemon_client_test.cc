@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 
@@ -255,10 +256,11 @@ TEST(InterpretReplyTest, ServerErrorsAreUnavailable) {
 // A Unix socket server on a temporary path, one connection at a time, run by
 // a thread: it reads a request (headers and Content-Length bytes) and answers
 // `reply`, or holds the connection without answering when `reply` is empty.
+// On TCP it answers one connection per reply given, in order.
 class FakeDaemon {
  public:
   FakeDaemon(std::string path, std::string reply, bool accept = true)
-      : path_(std::move(path)), reply_(std::move(reply)) {
+      : path_(std::move(path)), replies_{std::move(reply)} {
     unlink(path_.c_str());
     fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
@@ -269,7 +271,7 @@ class FakeDaemon {
     if (accept) thread_ = std::thread([this] { Serve(); });
   }
   // The same on TCP, 127.0.0.1 and a port the kernel picks (port()).
-  explicit FakeDaemon(std::string reply) : reply_(std::move(reply)) {
+  explicit FakeDaemon(std::vector<std::string> replies) : replies_(std::move(replies)) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -291,11 +293,19 @@ class FakeDaemon {
   // The request the last connection sent (valid after the exchange returned).
   std::string request() {
     std::lock_guard lock(mu_);
-    return request_;
+    return requests_.empty() ? "" : requests_.back();
+  }
+  // Every request, in order.
+  std::vector<std::string> requests() {
+    std::lock_guard lock(mu_);
+    return requests_;
   }
 
  private:
   void Serve() {
+    for (const std::string& reply : replies_) Answer(reply);
+  }
+  void Answer(const std::string& reply) {
     const int c = ::accept(fd_, nullptr, nullptr);
     if (c < 0) return;
     std::string got;
@@ -313,10 +323,10 @@ class FakeDaemon {
     }
     {
       std::lock_guard lock(mu_);
-      request_ = got;
+      requests_.push_back(got);
     }
-    if (!reply_.empty()) {
-      (void)!write(c, reply_.data(), reply_.size());
+    if (!reply.empty()) {
+      (void)!write(c, reply.data(), reply.size());
     } else {
       // Never answers: waits until the client gives up and closes.
       while (read(c, buf, sizeof buf) > 0) {
@@ -326,12 +336,12 @@ class FakeDaemon {
   }
 
   std::string path_;
-  std::string reply_;
+  std::vector<std::string> replies_;
   uint16_t port_ = 0;
   int fd_ = -1;
   std::thread thread_;
   std::mutex mu_;
-  std::string request_;
+  std::vector<std::string> requests_;
 };
 
 class RegisterTest : public ::testing::Test {
@@ -419,8 +429,8 @@ TEST_F(RegisterTest, AGarbledReplyIsUnavailable) {
 TEST_F(RegisterTest, OverTcpTheTokenAndThePidAreSent) {
   const std::string body =
       R"({"tenant": {}, "effective_limits": {}, "env": {"CUDA_MPS_PIPE_DIRECTORY": "/p"}})";
-  FakeDaemon daemon("HTTP/1.1 201 Created\r\nContent-Length: " + std::to_string(body.size()) +
-                    "\r\n\r\n" + body);
+  FakeDaemon daemon({"HTTP/1.1 201 Created\r\nContent-Length: " + std::to_string(body.size()) +
+                     "\r\n\r\n" + body});
   DaemonEndpoint endpoint;
   endpoint.tcp_host = "127.0.0.1";
   endpoint.tcp_port = daemon.port();
@@ -443,8 +453,8 @@ TEST_F(RegisterTest, OverTcpTheTokenAndThePidAreSent) {
 
 TEST_F(RegisterTest, ATcpDaemonThatRefusesOrIsAbsentIsSaidSo) {
   const std::string body = R"({"error": {"message": "registering over TCP needs a valid token"}})";
-  FakeDaemon daemon("HTTP/1.1 403 Forbidden\r\nContent-Length: " + std::to_string(body.size()) +
-                    "\r\n\r\n" + body);
+  FakeDaemon daemon({"HTTP/1.1 403 Forbidden\r\nContent-Length: " + std::to_string(body.size()) +
+                     "\r\n\r\n" + body});
   DaemonEndpoint endpoint;
   endpoint.tcp_host = "127.0.0.1";
   endpoint.tcp_port = daemon.port();
@@ -464,6 +474,28 @@ TEST_F(RegisterTest, ATcpDaemonThatRefusesOrIsAbsentIsSaidSo) {
   const RegistrationResult absent = Register(endpoint, Sample(), 5s);
   EXPECT_EQ(absent.outcome, Outcome::kUnavailable);
   EXPECT_NE(absent.message.find("connect"), std::string::npos) << absent.message;
+}
+
+TEST_F(RegisterTest, ADaemonThatDoesNotKnowScheduleIsAskedAgainWithoutIt) {
+  auto reply = [](int status, const std::string& body) {
+    return "HTTP/1.1 " + std::to_string(status) +
+           " X\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  FakeDaemon daemon(std::vector<std::string>{
+      reply(400, R"({"error": {"message": "unknown field \"schedule\""}})"),
+      reply(201, R"({"tenant": {}, "effective_limits": {}})")});
+  DaemonEndpoint endpoint;
+  endpoint.tcp_host = "127.0.0.1";
+  endpoint.tcp_port = daemon.port();
+  RegistrationRequest request = Sample();
+  request.schedule = ScheduleRequest{.request_percent = 20, .priority = {}, .weight = {}};
+  const RegistrationResult r = Register(endpoint, request, 2s);
+  EXPECT_EQ(r.outcome, Outcome::kRegistered) << r.message;
+  EXPECT_NE(r.schedule_refused.find("does not take a schedule"), std::string::npos);
+  const std::vector<std::string> sent = daemon.requests();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_NE(sent[0].find(R"("schedule":{"request":20})"), std::string::npos) << sent[0];
+  EXPECT_EQ(sent[1].find("schedule"), std::string::npos) << sent[1];
 }
 
 }  // namespace
