@@ -2,9 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "daemon/gpu/fake_backend.h"
+#include "daemon/api/tenant_routes_fixture.h"
 #include "daemon/mps/fake_mps.h"
-#include "daemon/tenants/fake_proc.h"
 #include "daemon/tenants/tenant_metrics.h"
 
 namespace gpuslice::daemon {
@@ -13,54 +12,17 @@ namespace {
 using nlohmann::json;
 using namespace std::string_literals;
 
-constexpr const char* kPod = "aaaaaaaa-1111-2222-3333-444444444444";
-
-class TenantRoutesTest : public ::testing::Test {
+class TenantRoutesTest : public TenantRoutesFixture {
  protected:
   void SetUp() override {
-    // 100: container pid 1 of a pod, uid 1000; 101: same pod; 300: uid 65534, no pod.
-    const std::string cgroup = "0::/kubepods/pod"s + kPod + "/" + std::string(64, 'a') + "\n";
-    proc_.Add(100, "100\t1", 1000, 11, cgroup, "POD_NAME=web-0\0POD_NAMESPACE=prod\0"s);
-    proc_.Add(101, "101\t7", 1000, 12, cgroup);
-    proc_.Add(300, "300", 65534, 31, "0::/user.slice/user-65534.slice/s.scope\n");
-    monitor_.Sample();
     TenantRoutesOptions options;
     options.is_admin = [](const Caller& c) {
       return c.via_tcp ? c.token_ok : c.uid && *c.uid == 0;
     };
-    options.proc_root = proc_.root();
     options.tiers = tiers_;
-    AddTenantRoutes(router_, registry_, monitor_, usage_, options);
+    Install(options);
   }
 
-  ApiResponse Call(const std::string& method, const std::string& path, const std::string& body,
-                   const Caller& caller, std::map<std::string, std::string> query = {}) {
-    auto m = router_.Find(method, path);
-    if (!m.ok()) return ApiResponse::FromStatus(m.status());
-    ApiRequest req{method, path, std::move(query), m->params, body, caller};
-    return (*m->handler)(req);
-  }
-  static Caller Unix(pid_t pid, uid_t uid) { return Caller{uid, uid, pid, false, false}; }
-  static Caller Root() { return Caller{0, 0, 1, false, false}; }
-  static json Body(const ApiResponse& r) { return json::parse(r.body); }
-  std::vector<std::string> EventTypes() const {
-    std::vector<std::string> out;
-    for (const auto& [type, data] : events_) out.push_back(type);
-    return out;
-  }
-
-  FakeProc proc_;
-  FakeBackend backend_{2};
-  SimulatedClock clock_;
-  FakeWatcher watcher_;
-  std::vector<std::pair<std::string, json>> events_;
-  TenantRegistry registry_{TenantRegistry::Options{proc_.root()}, clock_, watcher_, nullptr,
-                           [this](std::string_view type, const json& data) {
-                             events_.emplace_back(std::string(type), data);
-                           }};
-  GpuMonitor monitor_{backend_, std::chrono::milliseconds(1000)};
-  GpuUsageCache usage_{backend_};
-  ApiRouter router_;
   GroupTiers* tiers_ = nullptr;
 };
 
