@@ -97,11 +97,16 @@ class SimGpu {
 
   // ---- memory accounting (callers back the bytes themselves) ----
   // Charges `bytes` rounded up to the granularity to the context's device.
-  // ResourceExhausted when the device has not that much free, or an MPS
-  // client's pinned memory limit would be exceeded.
-  Status Allocate(ContextId ctx, uint64_t bytes);
-  void Free(ContextId ctx, uint64_t bytes);  // same rounding as Allocate
+  // ResourceExhausted when the device has not that much free, an MPS
+  // client's pinned memory limit would be exceeded, or (not `managed`) a
+  // driver memory limit of this process's cgroup would (memory_limits.h).
+  // Managed memory is charged to the device but not to cgroup limits.
+  Status Allocate(ContextId ctx, uint64_t bytes, bool managed = false);
+  // Same rounding and `managed` as the Allocate it undoes.
+  void Free(ContextId ctx, uint64_t bytes, bool managed = false);
   uint64_t RoundToGranularity(uint64_t bytes) const;
+  // The device's free/total, or inside a limited cgroup the limit's view
+  // (ViewFromCgroup). Observers see the device's.
   void MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes);
 
   // ---- work ----
