@@ -278,7 +278,7 @@ StatusOr<SimConfig> ParseSimConfig(std::string_view text) {
   }
   GS_RETURN_IF_ERROR(r.String("driver_version", p.driver_version, sizeof p.driver_version));
   if (DriverMajorVersion(p.driver_version) < 0) {
-    return r.Error("driver_version", "must be a version such as \"615.10\" or \"580.65.06\"");
+    return r.Error("driver_version", R"(must be a version such as "615.10" or "580.65.06")");
   }
 
   r.Skip("functions");

@@ -102,7 +102,7 @@ class SimMemoryLimitsTest : public ::testing::Test {
   // A fake cgroup v2 root with tenants/a; this process (and children) are in
   // `self` below it.
   std::string FakeRoot(const std::string& self) {
-    const std::string root = dir_ + "/cgroup";
+    std::string root = dir_ + "/cgroup";
     EXPECT_EQ(
         system(("mkdir -p '" + root + "/tenants/a/job' && touch '" + root + "/cgroup.controllers'")
                    .c_str()),
