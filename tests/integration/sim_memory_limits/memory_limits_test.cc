@@ -19,9 +19,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "cuda_abi/cuda_driver_api.h"
@@ -266,29 +269,49 @@ TEST_F(SimMemoryLimitsTest, NvidiaSmiSetsShowsAndClears) {
   EXPECT_EQ(Shell("GPUSLICE_SIM_AS_USER=1 " + smi + " --hard-limit 1GiB", &out), 4) << out;
 }
 
-// Real cgroup v2 directories, where the machine allows it.
+// Real cgroup v2 directories and the real /proc/self/cgroup, where the machine
+// allows it: /sys/fs/cgroup when it is cgroup2 (as the driver requires), else
+// the unified hierarchy of a hybrid layout (/sys/fs/cgroup/unified), given to
+// the simulator as its cgroup root. Skipped when neither is writable by root.
 TEST_F(SimMemoryLimitsTest, RealCgroupV2) {
-  struct statfs fs {};
-  if (statfs("/sys/fs/cgroup", &fs) != 0 || fs.f_type != CGROUP2_SUPER_MAGIC) {
-    GTEST_SKIP() << "/sys/fs/cgroup is not cgroup2";
+  std::string mount;
+  for (const char* m : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+    struct statfs fs {};
+    if (statfs(m, &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC) {
+      mount = m;
+      break;
+    }
   }
-  if (geteuid() != 0 || access("/sys/fs/cgroup", W_OK) != 0) {
-    GTEST_SKIP() << "cannot create cgroups here (not root or read-only)";
-  }
-  const std::string cg = "/sys/fs/cgroup/gpuslice-sim-test-" + std::to_string(getpid());
-  if (mkdir(cg.c_str(), 0755) != 0) GTEST_SKIP() << "mkdir " << cg << " failed";
+  if (mount.empty()) GTEST_SKIP() << "no cgroup2 hierarchy mounted";
+  if (geteuid() != 0) GTEST_SKIP() << "cannot create cgroups: not root";
+  const std::string cg = mount + "/gpuslice-sim-test-" + std::to_string(getpid());
+  if (mkdir(cg.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create " << cg;
   Config("615.10");
-  unsetenv("GPUSLICE_SIM_CGROUP_ROOT");
+  setenv("GPUSLICE_SIM_CGROUP_ROOT", mount.c_str(), 1);
   unsetenv("GPUSLICE_SIM_CGROUP_FILE");
   EXPECT_EQ(InChild([&] { EXPECT_EQ(SetLimit(cg, 256 * kMiB, kGiB), NVML_SUCCESS); }), 0);
   const int rc = InChild([&] {
     // Move into the cgroup, then load the driver: it reads /proc/self/cgroup.
     std::ofstream(cg + "/cgroup.procs") << getpid() << std::endl;
+    std::ifstream self("/proc/self/cgroup");
+    std::string text((std::istreambuf_iterator<char>(self)), std::istreambuf_iterator<char>());
+    ASSERT_NE(text.find("0::/gpuslice-sim-test-"), std::string::npos) << text;
     WorkerUnderOneGiB(cg);
   });
   EXPECT_EQ(rc, 0);
-  // Removing the cgroup clears its limits.
-  EXPECT_EQ(rmdir(cg.c_str()), 0);
+  // Removing the cgroup clears its limits (its only process has exited).
+  EXPECT_EQ(rmdir(cg.c_str()), 0) << strerror(errno);
+  EXPECT_EQ(InChild([&] {
+              void* nvml = Open("libnvidia-ml.so.1");
+              ASSERT_EQ(NVML(nvmlInit_v2)(), NVML_SUCCESS);
+              nvmlDevice_t dev = nullptr;
+              ASSERT_EQ(NVML(nvmlDeviceGetHandleByIndex_v2)(0, &dev), NVML_SUCCESS);
+              nvmlGetMemoryLimits_v1_t got{};
+              got.nameSpace = cg.c_str();
+              EXPECT_EQ(NVML(nvmlDeviceGetMemoryLimits_v1)(dev, &got), NVML_ERROR_NOT_FOUND);
+              NVML(nvmlShutdown)();
+            }),
+            0);
 }
 
 }  // namespace
