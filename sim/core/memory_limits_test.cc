@@ -13,6 +13,7 @@
 
 #include "sim/core/config.h"
 #include "sim/core/sim_gpu.h"
+#include "sim/core/stats.h"
 
 namespace gpuslice::sim {
 namespace {
@@ -147,6 +148,21 @@ TEST_F(CgroupEnforcementTest, HardLimitOfAnAncestorRefusesAndInfoReportsIt) {
   gpu_->WithState([&](SimState& st) {
     EXPECT_EQ(CgroupUsedBytes(st, 0, "/fake/cg/tenants/a"), 1024 * kMiB);
     EXPECT_EQ(CgroupUsedBytes(st, 0, "/fake/cg/tenants/b"), 0u);
+    // Ground truth for benchmarks: `gpuslice sim stats --json`.
+    const nlohmann::json j = StatsJson(st, gpu_->NowNs());
+    EXPECT_EQ(j["driver_version"], kDefaultDriverVersion);
+    const auto& limits = j["devices"][0]["memory_limits"];
+    ASSERT_EQ(limits.size(), 2u) << limits.dump();
+    EXPECT_EQ(limits[0]["cgroup"], "/fake/cg/tenants/a");
+    EXPECT_EQ(limits[0]["soft_bytes"], 256 * kMiB);
+    EXPECT_EQ(limits[0]["hard_bytes"], 1024 * kMiB);
+    EXPECT_EQ(limits[0]["used_bytes"], 1024 * kMiB);
+    EXPECT_EQ(limits[1]["used_bytes"], 0u);
+    bool found = false;
+    for (const auto& p : j["processes"]) {
+      if (p["pid"] == getpid()) found = p["cgroup"] == "/fake/cg/tenants/a/job";
+    }
+    EXPECT_TRUE(found) << j["processes"].dump();
   });
 
   // Managed memory is charged to the device, not to the cgroup.
