@@ -277,6 +277,11 @@ StatusOr<SimConfig> ParseSimConfig(std::string_view text) {
     return r.Error("granularity", "must be a power of two");
   }
   GS_RETURN_IF_ERROR(r.String("driver_version", p.driver_version, sizeof p.driver_version));
+  r.Skip("soft_limit_eviction");
+  if (auto it = j.find("soft_limit_eviction"); it != j.end()) {
+    if (!it->is_boolean()) return r.Error("soft_limit_eviction", "must be true or false");
+    p.soft_limit_eviction = it->get<bool>() ? 1 : 0;
+  }
   if (DriverMajorVersion(p.driver_version) < 0) {
     return r.Error("driver_version", R"(must be a version such as "615.10" or "580.65.06")");
   }

@@ -15,7 +15,8 @@
 //     "launch_ns": 3000, "wave_ns": 10000, "max_pending": 1024,
 //     "context_bytes": "300MiB", "granularity": "2MiB",
 //     "functions": {"my_kernel": {"wave_ns": 50000}},
-//     "driver_version": "580.65.06"   // "615.xx" and later have the r615 memory limits
+//     "driver_version": "580.65.06",  // "615.xx" and later have the r615 memory limits
+//     "soft_limit_eviction": false    // model eviction of soft-limit borrowers
 //   }
 // A device may also say "mig": true (NVML reports MIG mode enabled; the r615
 // memory limits are refused on it; no MIG instances are modelled).

@@ -157,6 +157,42 @@ Status CheckCgroupCharge(const SimState& s, int device, std::string_view cgroup,
   return Status::Ok();
 }
 
+bool WithinSoftGuarantee(const SimState& s, int device, std::string_view cgroup, uint64_t bytes) {
+  if (cgroup.empty()) return false;
+  for (const MemoryLimitRecord& m : s.devices[device].memory_limits) {
+    if (m.cgroup[0] == '\0' || m.soft_bytes == 0 || !CgroupAtOrBelow(cgroup, m.cgroup)) continue;
+    const uint64_t used = CgroupUsedBytes(s, device, m.cgroup);
+    if (used <= m.soft_bytes && bytes <= m.soft_bytes - used) return true;
+  }
+  return false;
+}
+
+int PickEvictionVictim(const SimState& s, int device, int requester) {
+  int victim = -1;
+  uint64_t best_excess = 0, best_bytes = 0;
+  for (const MemoryLimitRecord& m : s.devices[device].memory_limits) {
+    if (m.cgroup[0] == '\0') continue;
+    const uint64_t used = CgroupUsedBytes(s, device, m.cgroup);
+    if (used <= m.soft_bytes) continue;  // not borrowing
+    const uint64_t excess = used - m.soft_bytes;
+    for (int i = 0; i < kMaxContexts; ++i) {
+      const ContextRecord& c = s.contexts[i];
+      if (c.status != kContextActive || c.device != device || c.process_slot < 0 ||
+          c.process_slot == requester || (c.flags & kContextMpsTerminated) != 0 ||
+          !CgroupAtOrBelow(s.processes[c.process_slot].cgroup, m.cgroup)) {
+        continue;
+      }
+      const uint64_t bytes = c.reservation_bytes + c.allocated_bytes - c.managed_bytes;
+      if (victim < 0 || excess > best_excess || (excess == best_excess && bytes > best_bytes)) {
+        victim = i;
+        best_excess = excess;
+        best_bytes = bytes;
+      }
+    }
+  }
+  return victim;
+}
+
 void PruneRemovedCgroups(DeviceState& d) {
   for (MemoryLimitRecord& m : d.memory_limits) {
     if (m.cgroup[0] != '\0' && !IsDirectory(m.cgroup)) m = MemoryLimitRecord{};

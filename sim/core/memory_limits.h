@@ -72,6 +72,17 @@ MemoryView ViewFromCgroup(const SimState& s, int device, std::string_view cgroup
 // hard limit; else ResourceExhausted naming the limit.
 Status CheckCgroupCharge(const SimState& s, int device, std::string_view cgroup, uint64_t bytes);
 
+// Soft-limit eviction (only with SimParams::soft_limit_eviction): when the
+// device is full, a process still within the soft limit of its cgroup (an
+// applicable limit with soft > 0 and used + bytes <= soft) may evict the
+// contexts of "borrowers", processes in cgroups whose use exceeds their soft
+// limit. Whether `cgroup` may evict for `bytes` more:
+bool WithinSoftGuarantee(const SimState& s, int device, std::string_view cgroup, uint64_t bytes);
+// The context to evict next on `device` for process slot `requester`: of the
+// borrowers' active contexts (other processes only), one of the cgroup most
+// above its soft limit, the largest first; -1 if none.
+int PickEvictionVictim(const SimState& s, int device, int requester);
+
 // Drops the limits of cgroups whose directory no longer exists (removing the
 // cgroup clears its limits, as documented).
 void PruneRemovedCgroups(DeviceState& d);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -197,6 +198,75 @@ TEST_F(CgroupEnforcementTest, TightestOfNestedLimitsWinsAndContextsAreCharged) {
   EXPECT_TRUE(gpu_->Allocate(*ctx, 200 * kMiB).ok());
   EXPECT_TRUE(gpu_->DestroyContext(*ctx).ok());
 }
+
+// Soft-limit eviction (opt-in): a process within its soft limit evicts a
+// borrower's context when the device is full; without the option it fails.
+class SoftLimitEvictionTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SoftLimitEvictionTest, WithinGuaranteeEvictsABorrower) {
+  const bool eviction = GetParam();
+  const std::string base =
+      testing::TempDir() + "/ml_evict." + std::to_string(getpid()) + (eviction ? ".on" : ".off");
+  mkdir(base.c_str(), 0700);
+  const std::string state = base + "/state";
+  const std::string config =
+      std::string(R"({"context_bytes": "100MiB", "devices": [{"memory": "8GiB"}],
+      "driver_version": "615.10", "soft_limit_eviction": )") +
+      (eviction ? "true" : "false") + "}";
+  setenv("GPUSLICE_SIM_CGROUP_ROOT", "/fake/cg", 1);
+  auto place = [&](const char* rel) {
+    const std::string f = base + "/cgroup." + std::to_string(getpid());
+    std::ofstream(f) << "0::" << rel << "\n";
+    setenv("GPUSLICE_SIM_CGROUP_FILE", f.c_str(), 1);
+  };
+  int ready[2], go[2], done[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(done), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the borrower: 6 GiB in /b, soft limit 512 MiB
+    place("/b");
+    auto gpu = SimGpu::Open({state, config});
+    char byte = 0;
+    if (!gpu.ok()) _exit(10);
+    auto ctx = (*gpu)->CreateContext(0);
+    if (!ctx.ok() || !(*gpu)->Allocate(*ctx, 6 * 1024 * kMiB).ok()) _exit(11);
+    if (write(ready[1], "r", 1) != 1 || read(go[0], &byte, 1) != 1) _exit(12);
+    // Evicted (with the option): its calls now fail; else it still works.
+    const Status s = (*gpu)->Allocate(*ctx, 2 * kMiB);
+    const int code = IsMpsClientTerminated(s) ? 1 : (s.ok() ? 0 : 13);
+    if (write(done[1], "d", 1) != 1) _exit(14);
+    _exit(code);
+  }
+  char byte = 0;
+  place("/a");
+  auto gpu = SimGpu::Open({state, config});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  (*gpu)->WithState([&](SimState& s) {
+    ASSERT_TRUE(SetMemoryLimit(s.devices[0], "/fake/cg/a", 4096 * kMiB, 8192 * kMiB).ok());
+    ASSERT_TRUE(SetMemoryLimit(s.devices[0], "/fake/cg/b", 512 * kMiB, 8192 * kMiB).ok());
+  });
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  auto ctx = (*gpu)->CreateContext(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  // 8192 - 2 x 100 (contexts) - 6144 leaves 1848 MiB; A is within its 4 GiB.
+  const Status s = (*gpu)->Allocate(*ctx, 3 * 1024 * kMiB);
+  EXPECT_EQ(s.ok(), eviction) << s.ToString();
+  ASSERT_EQ(write(go[1], "g", 1), 1);
+  ASSERT_EQ(read(done[0], &byte, 1), 1);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), eviction ? 1 : 0);
+  gpu->reset();
+  unsetenv("GPUSLICE_SIM_CGROUP_FILE");
+  unsetenv("GPUSLICE_SIM_CGROUP_ROOT");
+  for (int fd : {ready[0], ready[1], go[0], go[1], done[0], done[1]}) close(fd);
+  system(("rm -rf '" + base + "'").c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(OnOff, SoftLimitEvictionTest, ::testing::Bool());
 
 }  // namespace
 }  // namespace gpuslice::sim

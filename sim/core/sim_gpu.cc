@@ -497,6 +497,16 @@ Status SimGpu::Allocate(ContextId ctx, uint64_t bytes, bool managed) {
   DeviceState& d = state_->devices[c->device];
   if (rounded > d.info.total_bytes - d.used_bytes) {
     ReapDeadProcessesLocked(NowNs(), true);
+    // Soft-limit eviction (opt-in): a process within its soft limit takes
+    // memory back from borrowers (memory_limits.h).
+    const char* cgroup = state_->processes[process_slot_].cgroup;
+    while (state_->params.soft_limit_eviction != 0 && !managed &&
+           rounded > d.info.total_bytes - d.used_bytes &&
+           WithinSoftGuarantee(*state_, c->device, cgroup, rounded)) {
+      const int victim = PickEvictionVictim(*state_, c->device, process_slot_);
+      if (victim < 0) break;
+      TerminateContextLocked(victim, NowNs());
+    }
     if (rounded > d.info.total_bytes - d.used_bytes) {
       return ResourceExhausted("out of memory on GPU " + std::to_string(c->device) + ": " +
                                std::to_string(rounded) + " bytes requested, " +
@@ -697,17 +707,23 @@ int SimGpu::TerminateMpsClient(int32_t server_pid, int32_t client_pid) {
         state_->processes[c.process_slot].pid != client_pid) {
       continue;
     }
-    AdvanceDevice(*state_, c.device, now);
-    DropQueuedWork(*state_, i, now);
-    const uint64_t bytes = c.reservation_bytes + c.allocated_bytes;
-    state_->devices[c.device].used_bytes -= bytes;
-    state_->processes[c.process_slot].devices[c.device].memory_bytes -= bytes;
-    c.reservation_bytes = 0;
-    c.allocated_bytes = 0;
-    c.flags |= kContextMpsTerminated;
+    TerminateContextLocked(i, now);
     ++hit;
   }
   return hit;
+}
+
+void SimGpu::TerminateContextLocked(int i, int64_t now) {
+  ContextRecord& c = state_->contexts[i];
+  AdvanceDevice(*state_, c.device, now);
+  DropQueuedWork(*state_, i, now);
+  const uint64_t bytes = c.reservation_bytes + c.allocated_bytes;
+  state_->devices[c.device].used_bytes -= bytes;
+  state_->processes[c.process_slot].devices[c.device].memory_bytes -= bytes;
+  c.reservation_bytes = 0;
+  c.allocated_bytes = 0;
+  c.managed_bytes = 0;
+  c.flags |= kContextMpsTerminated;
 }
 
 void SimGpu::ResetStats() {

@@ -184,6 +184,9 @@ class SimGpu {
   // Destroys the contexts of processes found dead. Only records whose pid
   // namespace this process's /proc shows are judged (view_ns_).
   void ReapDeadProcessesLocked(int64_t now, bool force);
+  // Drops context i's work, returns its memory and marks it terminated (later
+  // operations fail with MpsClientTerminatedError). REQUIRES: lock.
+  void TerminateContextLocked(int i, int64_t now);
   // Whether record `p` names this process.
   bool IsSelf(const ProcessRecord& p) const;
   // Whether this process can tell that record `p`'s process is gone.

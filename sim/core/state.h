@@ -58,7 +58,9 @@ struct SimParams {
   uint64_t granularity;    // allocation granularity (sizes round up to it)
   uint32_t max_pending;    // launches in flight per context before launch blocks
   uint32_t function_count;
-  char driver_version[32];  // nvmlSystemGetDriverVersion, e.g. "580.65.06" or "615.10"
+  char driver_version[32];       // nvmlSystemGetDriverVersion, e.g. "580.65.06" or "615.10"
+  uint32_t soft_limit_eviction;  // 1: model soft-limit eviction (see memory_limits.h)
+  uint32_t pad_params;
   FunctionCost functions[kMaxFunctions];
 };
 
