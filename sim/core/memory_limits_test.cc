@@ -231,7 +231,7 @@ TEST_P(SoftLimitEvictionTest, WithinGuaranteeEvictsABorrower) {
     char byte = 0;
     if (!gpu.ok()) _exit(10);
     auto ctx = (*gpu)->CreateContext(0);
-    if (!ctx.ok() || !(*gpu)->Allocate(*ctx, 6 * 1024 * kMiB).ok()) _exit(11);
+    if (!ctx.ok() || !(*gpu)->Allocate(*ctx, 6144 * kMiB).ok()) _exit(11);
     if (write(ready[1], "r", 1) != 1 || read(go[0], &byte, 1) != 1) _exit(12);
     // Evicted (with the option): its calls now fail; else it still works.
     const Status s = (*gpu)->Allocate(*ctx, 2 * kMiB);
@@ -251,7 +251,7 @@ TEST_P(SoftLimitEvictionTest, WithinGuaranteeEvictsABorrower) {
   auto ctx = (*gpu)->CreateContext(0);
   ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
   // 8192 - 2 x 100 (contexts) - 6144 leaves 1848 MiB; A is within its 4 GiB.
-  const Status s = (*gpu)->Allocate(*ctx, 3 * 1024 * kMiB);
+  const Status s = (*gpu)->Allocate(*ctx, 3072 * kMiB);
   EXPECT_EQ(s.ok(), eviction) << s.ToString();
   ASSERT_EQ(write(go[1], "g", 1), 1);
   ASSERT_EQ(read(done[0], &byte, 1), 1);
