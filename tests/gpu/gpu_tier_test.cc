@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -108,10 +110,16 @@ class GpuTierTest : public ::testing::Test {
   // Starts argv with this process's environment plus `extra` (NAME=VALUE),
   // never registering with a gpusliced; stdout/stderr go to out<n>/err<n>.
   pid_t Start(int n, std::vector<std::string> argv, const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    std::vector<std::string> env = extra;
     env.emplace_back("GPUSLICE_REGISTER=0");
-    env.insert(env.end(), extra.begin(), extra.end());
+    auto overridden = [&](std::string_view entry) {
+      const std::string_view name = entry.substr(0, entry.find('=') + 1);
+      return std::any_of(env.begin(), env.end(),
+                         [&](const std::string& e) { return e.starts_with(name); });
+    };
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!overridden(*e)) env.emplace_back(*e);
+    }
     std::vector<char*> argv_c, env_c;
     for (auto& a : argv) argv_c.push_back(a.data());
     argv_c.push_back(nullptr);
@@ -295,7 +303,7 @@ TEST_P(ComputeShareTest, GemmLoopGetsItsShare) {
   RealNvml nvml;
   ASSERT_TRUE(nvml.ok()) << nvml.error();
   pid_t pid = Start(0, Slice("", std::to_string(cap),
-                             {Program("gemm"), "--n", "2048", "--seconds", "10", "--sync", "1"}));
+                             {Program("gemm"), "--n", "4096", "--seconds", "10", "--sync", "1"}));
   int samples = 0;
   bool done = false;
   int code = -1;

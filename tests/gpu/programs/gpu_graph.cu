@@ -28,11 +28,13 @@ int main(int argc, char** argv) {
   cudaEventCreate(&stop);
   cudaGraph_t graph;
   cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
-  cudaEventRecord(start, stream);
+  // External: an event-record node of the graph (a plain record in a capture
+  // only orders work inside the graph).
+  cudaEventRecordWithFlags(start, stream, cudaEventRecordExternal);
   for (int i = 0; i < kernels; ++i) {
     SpinFor<<<1, 1, 0, stream>>>(static_cast<uint64_t>(kernel_us * 1000));
   }
-  cudaEventRecord(stop, stream);
+  cudaEventRecordWithFlags(stop, stream, cudaEventRecordExternal);
   cudaError_t rc = cudaStreamEndCapture(stream, &graph);
   cudaGraphExec_t exec = nullptr;
   if (rc == cudaSuccess) rc = cudaGraphInstantiate(&exec, graph, 0);
