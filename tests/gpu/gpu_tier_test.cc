@@ -8,7 +8,6 @@
 // set (scripts/gpu-check prints them as a table).
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,11 +16,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <ranges>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -53,7 +54,9 @@ std::string RealTool(const std::string& name) {
   const char* path = getenv("PATH");
   std::stringstream dirs(path != nullptr ? path : "");
   for (std::string dir; std::getline(dirs, dir, ':');) {
-    std::string candidate = dir + "/" + name;
+    std::string candidate = dir;
+    candidate += "/";
+    candidate += name;
     if (access(candidate.c_str(), X_OK) != 0) continue;
     candidate = std::filesystem::weakly_canonical(candidate).string();
     return IsFakeDriver(candidate, BuildDir()) ? "" : candidate;
@@ -81,7 +84,11 @@ class GpuTierTest : public ::testing::Test {
     std::filesystem::create_directories(dir_ + "/shm");
   }
   void TearDown() override {
-    for (auto it = cleanups_.rbegin(); it != cleanups_.rend(); ++it) (*it)();
+    while (!cleanups_.empty()) {
+      auto cleanup = std::move(cleanups_.back());
+      cleanups_.pop_back();
+      cleanup();
+    }
     for (pid_t pid : children_) {
       if (pid > 0) {
         kill(pid, SIGKILL);
@@ -182,7 +189,7 @@ class GpuTierTest : public ::testing::Test {
       }
       std::this_thread::sleep_for(milliseconds(20));
     } while (steady_clock::now() < deadline);
-    return json();
+    return {};
   }
 
   // Records what was measured against which bar (gtest property and report).

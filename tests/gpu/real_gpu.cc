@@ -2,10 +2,10 @@
 
 #include <dlfcn.h>
 #include <link.h>
-#include <stdio.h>
 
 #include <array>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
