@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "args.h"
+#include "calibration_math.h"
 #include "nvml_loader.h"
 #include "spin.cuh"
 
@@ -59,12 +60,6 @@ struct Timeline {
   std::string error;
 };
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 std::string DriverError(CUresult rc) {
   const char* name = nullptr;
   cuGetErrorName(rc, &name);
@@ -99,22 +94,6 @@ void RunContext(CUdevice device, uint64_t ns, uint64_t gap_ns, std::atomic<int>*
   cudaFree(gaps);
   cudaFree(count);
   cuCtxDestroy(ctx);
-}
-
-// Runs between gaps (the first and last, partial, are left out).
-std::vector<double> Runs(const Timeline& t) {
-  std::vector<double> runs;
-  for (size_t i = 1; i + 2 < t.gaps.size(); i += 2) {
-    runs.push_back(static_cast<double>(t.gaps[i + 1] - t.gaps[i]) / 1000.0);
-  }
-  return runs;
-}
-std::vector<double> Gaps(const Timeline& t) {
-  std::vector<double> gaps;
-  for (size_t i = 0; i + 1 < t.gaps.size(); i += 2) {
-    gaps.push_back(static_cast<double>(t.gaps[i + 1] - t.gaps[i]) / 1000.0);
-  }
-  return gaps;
 }
 
 }  // namespace
@@ -170,24 +149,21 @@ int main(int argc, char** argv) {
   done = true;
   poller.join();
 
-  std::vector<double> spacing;
-  for (auto it = stamps.begin(); it != stamps.end() && std::next(it) != stamps.end(); ++it) {
-    spacing.push_back(static_cast<double>(*std::next(it) - *it));
-  }
-  const double run_a = Median(Runs(a)), run_b = Median(Runs(b));
-  const double gap_a = Median(Gaps(a)), gap_b = Median(Gaps(b));
-  double switch_us = -1;
-  if (run_a > 0 && run_b > 0 && gap_a > 0 && gap_b > 0) {
-    switch_us = ((gap_a - run_b) + (gap_b - run_a)) / 4.0;
-  }
+  using gpuslice::gpu_tier::GapsUs;
+  using gpuslice::gpu_tier::Median;
+  using gpuslice::gpu_tier::RunsUs;
+  const double run_a = Median(RunsUs(a.gaps)), run_b = Median(RunsUs(b.gaps));
+  const double gap_a = Median(GapsUs(a.gaps)), gap_b = Median(GapsUs(b.gaps));
+  const auto estimate = gpuslice::gpu_tier::EstimateSlices(a.gaps, b.gaps);
+  const double sample_us = gpuslice::gpu_tier::SampleWindowUs({stamps.begin(), stamps.end()});
   const std::string error = !a.error.empty() ? a.error : b.error;
   printf(
       "{\"program\":\"calibrate\",\"seconds\":%.2f,\"gaps\":[%zu,%zu],"
       "\"timeslice_us\":%.1f,\"run_us\":[%.1f,%.1f],\"gap_us\":[%.1f,%.1f],"
       "\"switch_us\":%.1f,\"nvml_samples\":%zu,\"sample_us\":%.0f,\"nvml_error\":\"%s\","
       "\"error\":\"%s\",\"uuid\":\"%s\"}\n",
-      seconds, a.gaps.size() / 2, b.gaps.size() / 2, (run_a + run_b) / 2, run_a, run_b, gap_a,
-      gap_b, switch_us, stamps.size(), Median(spacing), nvml_error.c_str(), error.c_str(),
+      seconds, a.gaps.size() / 2, b.gaps.size() / 2, estimate.timeslice_us, run_a, run_b, gap_a,
+      gap_b, estimate.switch_us, stamps.size(), sample_us, nvml_error.c_str(), error.c_str(),
       uuid_text.c_str());
   return error.empty() ? 0 : 1;
 }
