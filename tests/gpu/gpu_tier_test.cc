@@ -21,14 +21,21 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <ranges>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "common/clock.h"
+#include "daemon/mps/fake_mps.h"
+#include "daemon/mps/mps_manager.h"
+#include "daemon/mps/posix_mps_host.h"
 #include "tests/gpu/nvml_loader.h"
 #include "tests/gpu/real_gpu.h"
 
@@ -405,6 +412,95 @@ TEST_F(GpuTierTest, MpsTierOnRealMps) {
   EXPECT_LE(used, 2048 * kMiB);
   EXPECT_LT(2048 * kMiB - used, kGranularity);
   EXPECT_LT(ratio, 0.6) << "MPS thread limit has no effect: " << f.dump() << q.dump();
+}
+
+// gpusliced's MPS manager with its real host (PosixMpsHost) on the real
+// control daemon and GPU: an acquire starts MPS and gives the mps tier; a
+// tenant's pinned memory limit (2 GiB) refuses its client's allocations with
+// out-of-memory at no more than the limit; a tenant with 25% of the threads
+// runs GEMMs at < 0.6x the rate of one with 100%; the last release stops the
+// daemon. Compute modes come from the in-memory fake (setting them needs root;
+// MPS runs in the DEFAULT mode too).
+TEST_F(GpuTierTest, MpsManagerOnRealMps) {
+  namespace mps = ::gpuslice::daemon::mps;
+  const std::string control = RealTool("nvidia-cuda-mps-control");
+  if (control.empty()) GTEST_SKIP() << "no real nvidia-cuda-mps-control on PATH";
+  RealNvml nvml;
+  ASSERT_TRUE(nvml.ok()) << nvml.error();
+  struct Manager {
+    mps::testing::FakeGpus gpus{1};
+    mps::PosixMpsHost host;
+    MonotonicClock clock;
+    std::unique_ptr<mps::MpsManager> manager;
+  };
+  auto m = std::make_shared<Manager>();
+  m->gpus.uuids[0] = nvml.Uuid(nvml.Device(""));
+  ASSERT_FALSE(m->gpus.uuids[0].empty());
+  mps::MpsOptions options;
+  // Short: the control socket's path must fit in sun_path.
+  options.root = "/tmp/gs-gpu-mps." + std::to_string(getpid());
+  options.control_binary = control;
+  options.command_timeout_ns = 20'000'000'000;
+  options.start_timeout_ns = 30'000'000'000;
+  options.stop_timeout_ns = 20'000'000'000;
+  std::filesystem::remove_all(options.root);
+  m->manager = std::make_unique<mps::MpsManager>(options, m->gpus, m->host, m->clock);
+  cleanups_.emplace_back([m, root = options.root] {
+    (void)m->manager->Release("gt-quarter");
+    (void)m->manager->Release("gt-full");
+    std::filesystem::remove_all(root);
+  });
+  ASSERT_TRUE(m->manager->Start().ok());
+  if (!m->manager->GetStatus().available) {
+    GTEST_SKIP() << "MPS unavailable: " << m->manager->GetStatus().reason;
+  }
+  const unsigned long long limit = 2048 * kMiB;
+  auto quarter = m->manager->Acquire(
+      {"gt-quarter", "0", {.active_thread_percentage = 25, .pinned_memory_limit = limit}});
+  ASSERT_TRUE(quarter.ok()) << quarter.status().ToString();
+  ASSERT_EQ(quarter->tier, mps::Tier::kMps) << quarter->reason;
+  auto full = m->manager->Acquire({"gt-full", "0", {.active_thread_percentage = 100}});
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  auto env = [](const std::map<std::string, std::string>& vars) {
+    std::vector<std::string> out;
+    out.reserve(vars.size());
+    for (const auto& [name, value] : vars) {
+      std::string entry = name;
+      entry += "=";
+      entry += value;
+      out.push_back(std::move(entry));
+    }
+    return out;
+  };
+
+  ASSERT_EQ(
+      Join(Start(
+          0, {Program("alloc"), "--api", "malloc", "--chunk", "64M", "--fine", "2M", "--max", "3G"},
+          env(quarter->env))),
+      0)
+      << Read("err", 0);
+  json a = FirstJson(0, milliseconds(1000));
+  ASSERT_TRUE(a.contains("allocated")) << Read("out", 0);
+  const std::vector<std::string> gemm = {Program("gemm"), "--n", "4096", "--seconds", "4"};
+  ASSERT_EQ(Join(Start(1, gemm, env(full->env))), 0) << Read("err", 1);
+  ASSERT_EQ(Join(Start(2, gemm, env(quarter->env))), 0) << Read("err", 2);
+  json f = FirstJson(1, milliseconds(1000)), q = FirstJson(2, milliseconds(1000));
+  ASSERT_TRUE(f.contains("tflops") && q.contains("tflops")) << Read("out", 1) << Read("out", 2);
+  const double ratio = q["tflops"].get<double>() / f["tflops"].get<double>();
+  const auto allocated = a["allocated"].get<unsigned long long>();
+
+  EXPECT_TRUE(m->manager->Release("gt-quarter").ok());
+  EXPECT_TRUE(m->manager->Release("gt-full").ok());
+  const bool stopped = m->manager->GetStatus().gpus.empty();
+  Report("pinned limit 2048 MiB: allocated " + std::to_string(allocated / kMiB) + " MiB, refusal " +
+             a["fine_error"].get<std::string>() + "; 25%/100% TFLOP/s ratio " +
+             std::to_string(ratio) + (stopped ? "; daemon stopped" : "; daemon still running"),
+         "OOM; allocated <= limit; ratio < 0.6; stopped after the last release");
+  EXPECT_EQ(a["fine_error"], "cudaErrorMemoryAllocation") << a.dump();
+  EXPECT_LE(allocated, limit);
+  EXPECT_GT(allocated, limit / 2) << "the pinned limit refused far below itself";
+  EXPECT_LT(ratio, 0.6) << f.dump() << q.dump();
+  EXPECT_TRUE(stopped);
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ class RealNvml {
       by_index_ = Sym<decltype(&nvmlDeviceGetHandleByIndex)>("nvmlDeviceGetHandleByIndex");
     }
     by_uuid_ = Sym<decltype(&nvmlDeviceGetHandleByUUID)>("nvmlDeviceGetHandleByUUID");
+    uuid_ = Sym<decltype(&nvmlDeviceGetUUID)>("nvmlDeviceGetUUID");
     utilization_ =
         Sym<decltype(&nvmlDeviceGetProcessUtilization)>("nvmlDeviceGetProcessUtilization");
     processes_ = Sym<decltype(&nvmlDeviceGetComputeRunningProcesses_v3)>(
@@ -59,6 +60,13 @@ class RealNvml {
       return device;
     }
     return by_index_(index, &device) == NVML_SUCCESS ? device : nullptr;
+  }
+
+  // The device's UUID ("GPU-…"); "" if unknown.
+  std::string Uuid(nvmlDevice_t device) const {
+    char buf[96] = {};
+    if (uuid_ == nullptr || uuid_(device, buf, sizeof buf) != NVML_SUCCESS) return "";
+    return buf;
   }
 
   // Per-process utilization samples newer than `since` (µs since the epoch).
@@ -97,6 +105,7 @@ class RealNvml {
   decltype(&nvmlInit_v2) init_ = nullptr;
   decltype(&nvmlDeviceGetHandleByIndex) by_index_ = nullptr;
   decltype(&nvmlDeviceGetHandleByUUID) by_uuid_ = nullptr;
+  decltype(&nvmlDeviceGetUUID) uuid_ = nullptr;
   decltype(&nvmlDeviceGetProcessUtilization) utilization_ = nullptr;
   decltype(&nvmlDeviceGetComputeRunningProcesses_v3) processes_ = nullptr;
 };
