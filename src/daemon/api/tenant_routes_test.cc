@@ -93,6 +93,30 @@ TEST_F(TenantRoutesTest, AProcessRegistersItselfAndGetsItsEffectiveLimits) {
   EXPECT_EQ(Body(all)["tenant"]["devices"].size(), 2u);
 }
 
+TEST_F(TenantRoutesTest, ARegistrationsLimitsMayBeGivenPerGpu) {
+  auto r = Call("POST", "/v1/tenants",
+                R"({"group": "train", "limits": {"GPU-fake-1": {"memory": "1GiB"},
+                    "0": {"compute_percent": 30}, "all": {"memory": "4GiB"}}})",
+                Unix(100, 1000));
+  ASSERT_EQ(r.status, 201) << r.body;
+  json b = Body(r);
+  EXPECT_EQ(b["effective_limits"]["GPU-fake-0"]["memory_bytes"], 4ull << 30);
+  EXPECT_EQ(b["effective_limits"]["GPU-fake-0"]["compute_percent"], 30);
+  EXPECT_EQ(b["effective_limits"]["GPU-fake-1"]["memory_bytes"], 1u << 30);
+  EXPECT_TRUE(b["effective_limits"]["GPU-fake-1"]["compute_percent"].is_null());
+  EXPECT_EQ(b["tenant"]["requested_limits"]["GPU-fake-0"]["compute_percent"], 30);
+  // The listing's per-GPU limit is the same.
+  auto list = Body(Call("GET", "/v1/tenants", "", Root()));
+  EXPECT_EQ(list["tenants"][0]["gpus"][1]["limit"]["memory_bytes"], 1u << 30);
+  EXPECT_EQ(list["tenants"][0]["gpus"][0]["limit"]["compute_percent"], 30);
+  // The single form still means every GPU.
+  auto one = Call("POST", "/v1/tenants", R"({"group": "train", "limits": {"memory": "2GiB"}})",
+                  Unix(101, 1000));
+  ASSERT_EQ(one.status, 201) << one.body;
+  EXPECT_EQ(Body(one)["effective_limits"]["GPU-fake-1"]["memory_bytes"], 2u << 30);
+  EXPECT_EQ(Body(one)["tenant"]["requested_limits"]["all"]["memory_bytes"], 2u << 30);
+}
+
 TEST_F(TenantRoutesTest, MalformedRegistrationsAre400NamingTheField) {
   struct Case {
     std::string body, message;
@@ -110,6 +134,12 @@ TEST_F(TenantRoutesTest, MalformedRegistrationsAre400NamingTheField) {
            {R"({"group": "g", "limits": {"memory": "lots"}})", "limits.memory"},
            {R"({"group": "g", "limits": {"gpu_memory": 1}})",
             "unknown field \"limits.gpu_memory\""},
+           {R"({"group": "g", "limits": {"9": {"memory": 1}}})",
+            "unknown field \"limits.9\": neither a limit"},
+           {R"({"group": "g", "limits": {"0": {"memory": "x"}}})", "limits.0.memory"},
+           {R"({"group": "g", "limits": {"0": 5}})", "\"limits.0\" must be an object"},
+           {R"({"group": "g", "limits": {"memory": 1, "0": {}}})", "unknown field \"limits.0\""},
+           {R"({"group": "g", "limits": 7})", "\"limits\" must be an object"},
            {R"({"group": "g", "hints": {"pod_name": 3}})", "hints.pod_name"},
            {R"({"group": "g", "pid": -4})", "\"pid\""},
            {R"({"group": "g", "colour": "red"})", "unknown field \"colour\""},
