@@ -190,10 +190,39 @@ Status ReadDevice(const json& j, int index, DeviceInfo* d) {
     d->cc_major = major;
     d->cc_minor = minor;
   }
+  r.Skip("mig");
+  if (auto it = j.find("mig"); it != j.end()) {
+    if (!it->is_boolean()) return r.Error("mig", "must be true or false");
+    d->mig_enabled = it->get<bool>() ? 1 : 0;
+  }
   return r.NoUnknownKeys();
 }
 
 }  // namespace
+
+int DriverMajorVersion(std::string_view version) {
+  // <major>.<minor>[.<patch>], every part digits.
+  int major = -1;
+  size_t parts = 0;
+  size_t i = 0;
+  while (i <= version.size()) {
+    size_t end = version.find('.', i);
+    if (end == std::string_view::npos) end = version.size();
+    std::string_view part = version.substr(i, end - i);
+    if (part.empty() || part.size() > 6 ||
+        part.find_first_not_of("0123456789") != std::string_view::npos) {
+      return -1;
+    }
+    if (parts == 0) major = std::stoi(std::string(part));
+    ++parts;
+    i = end + 1;
+  }
+  return parts >= 2 && parts <= 3 ? major : -1;
+}
+
+bool HasCgroupMemoryLimits(std::string_view driver_version) {
+  return DriverMajorVersion(driver_version) >= kMemoryLimitsDriverMajor;
+}
 
 uint64_t HashConfigText(std::string_view text) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -215,6 +244,7 @@ SimConfig DefaultSimConfig() {
   p.context_bytes = 300ull << 20;
   p.granularity = 2ull << 20;
   p.max_pending = 1024;
+  CopyString(p.driver_version, sizeof p.driver_version, kDefaultDriverVersion);
   c.device_count = 1;
   for (int i = 0; i < kMaxDevices; ++i) c.devices[i] = DefaultDevice(i);
   return c;
@@ -245,6 +275,15 @@ StatusOr<SimConfig> ParseSimConfig(std::string_view text) {
   GS_RETURN_IF_ERROR(r.Bytes("granularity", &p.granularity));
   if (p.granularity == 0 || (p.granularity & (p.granularity - 1)) != 0) {
     return r.Error("granularity", "must be a power of two");
+  }
+  GS_RETURN_IF_ERROR(r.String("driver_version", p.driver_version, sizeof p.driver_version));
+  r.Skip("soft_limit_eviction");
+  if (auto it = j.find("soft_limit_eviction"); it != j.end()) {
+    if (!it->is_boolean()) return r.Error("soft_limit_eviction", "must be true or false");
+    p.soft_limit_eviction = it->get<bool>() ? 1 : 0;
+  }
+  if (DriverMajorVersion(p.driver_version) < 0) {
+    return r.Error("driver_version", R"(must be a version such as "615.10" or "580.65.06")");
   }
 
   r.Skip("functions");

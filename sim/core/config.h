@@ -14,8 +14,12 @@
 //     "timeslice_us": 1024, "switch_us": 50, "sample_us": 166666,
 //     "launch_ns": 3000, "wave_ns": 10000, "max_pending": 1024,
 //     "context_bytes": "300MiB", "granularity": "2MiB",
-//     "functions": {"my_kernel": {"wave_ns": 50000}}
+//     "functions": {"my_kernel": {"wave_ns": 50000}},
+//     "driver_version": "580.65.06",  // "615.xx" and later have the r615 memory limits
+//     "soft_limit_eviction": false    // model eviction of soft-limit borrowers
 //   }
+// A device may also say "mig": true (NVML reports MIG mode enabled; the r615
+// memory limits are refused on it; no MIG instances are modelled).
 // Unknown keys are errors (a typo must not silently fall back to a default).
 #pragma once
 
@@ -26,6 +30,17 @@
 #include "sim/core/state.h"
 
 namespace gpuslice::sim {
+
+// The driver the simulated node runs unless the config names one: older than
+// r615, so the per-cgroup memory limits are absent.
+inline constexpr char kDefaultDriverVersion[] = "580.65.06";
+// First driver branch with nvmlDeviceSetMemoryLimits_v1 and friends.
+inline constexpr int kMemoryLimitsDriverMajor = 615;
+
+// The major number of "<major>.<minor>[.<patch>]", or -1 if malformed.
+int DriverMajorVersion(std::string_view version);
+// Whether that driver has the r615 per-cgroup memory limits.
+bool HasCgroupMemoryLimits(std::string_view driver_version);
 
 struct SimConfig {
   SimParams params;

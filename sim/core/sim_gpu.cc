@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/process.h"
+#include "sim/core/memory_limits.h"
 #include "sim/core/scheduler.h"
 
 namespace gpuslice::sim {
@@ -292,6 +293,8 @@ int SimGpu::RegisterProcessLocked() {
   p.flags = self_.host_known ? uint32_t{kProcessHostPid} : 0u;
   p.first_seen_ns = MonotonicNs();
   OwnProcessName(p.name, sizeof p.name);
+  const std::string cgroup = OwnCgroupPath();
+  if (cgroup.size() < sizeof p.cgroup) memcpy(p.cgroup, cgroup.data(), cgroup.size());
   return process_slot_ = slot;
 }
 
@@ -428,6 +431,11 @@ StatusOr<ContextId> SimGpu::CreateContext(int device, uint32_t flags, const MpsA
                                " for a context");
     }
   }
+  if (Status s =
+          CheckCgroupCharge(*state_, device, state_->processes[process_slot_].cgroup, reserve);
+      !s.ok()) {
+    return s;
+  }
   int slot = -1;
   for (int i = 0; i < kMaxContexts && slot < 0; ++i) {
     if (state_->contexts[i].status == kContextFree) slot = i;
@@ -475,7 +483,7 @@ uint64_t SimGpu::RoundToGranularity(uint64_t bytes) const {
   return (bytes + g - 1) & ~(g - 1);
 }
 
-Status SimGpu::Allocate(ContextId ctx, uint64_t bytes) {
+Status SimGpu::Allocate(ContextId ctx, uint64_t bytes, bool managed) {
   const uint64_t rounded = RoundToGranularity(bytes);
   Locked lock(*this);
   Status why;
@@ -489,27 +497,43 @@ Status SimGpu::Allocate(ContextId ctx, uint64_t bytes) {
   DeviceState& d = state_->devices[c->device];
   if (rounded > d.info.total_bytes - d.used_bytes) {
     ReapDeadProcessesLocked(NowNs(), true);
+    // Soft-limit eviction (opt-in): a process within its soft limit takes
+    // memory back from borrowers (memory_limits.h).
+    const char* cgroup = state_->processes[process_slot_].cgroup;
+    while (state_->params.soft_limit_eviction != 0 && !managed &&
+           rounded > d.info.total_bytes - d.used_bytes &&
+           WithinSoftGuarantee(*state_, c->device, cgroup, rounded)) {
+      const int victim = PickEvictionVictim(*state_, c->device, process_slot_);
+      if (victim < 0) break;
+      TerminateContextLocked(victim, NowNs());
+    }
     if (rounded > d.info.total_bytes - d.used_bytes) {
       return ResourceExhausted("out of memory on GPU " + std::to_string(c->device) + ": " +
                                std::to_string(rounded) + " bytes requested, " +
                                std::to_string(d.info.total_bytes - d.used_bytes) + " free");
     }
   }
+  if (!managed) {
+    GS_RETURN_IF_ERROR(
+        CheckCgroupCharge(*state_, c->device, state_->processes[process_slot_].cgroup, rounded));
+  }
   d.used_bytes += rounded;
   c->allocated_bytes += rounded;
+  if (managed) c->managed_bytes += rounded;
   auto& pm = state_->processes[process_slot_].devices[c->device];
   pm.memory_bytes += rounded;
   pm.peak_memory_bytes = std::max(pm.peak_memory_bytes, pm.memory_bytes);
   return Status::Ok();
 }
 
-void SimGpu::Free(ContextId ctx, uint64_t bytes) {
+void SimGpu::Free(ContextId ctx, uint64_t bytes, bool managed) {
   uint64_t rounded = RoundToGranularity(bytes);
   Locked lock(*this);
   ContextRecord* c = LookupLocked(ctx);
   if (c == nullptr) return;
   rounded = std::min(rounded, c->allocated_bytes);
   c->allocated_bytes -= rounded;
+  if (managed) c->managed_bytes -= std::min(rounded, c->managed_bytes);
   state_->devices[c->device].used_bytes -= rounded;
   state_->processes[process_slot_].devices[c->device].memory_bytes -= rounded;
 }
@@ -517,9 +541,10 @@ void SimGpu::Free(ContextId ctx, uint64_t bytes) {
 void SimGpu::MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes) {
   Locked lock(*this);
   ReapDeadProcessesLocked(NowNs(), false);
-  const DeviceState& d = state_->devices[device];
-  *total_bytes = d.info.total_bytes;
-  *free_bytes = d.info.total_bytes - d.used_bytes;
+  const MemoryView v = ViewFromCgroup(
+      *state_, device, process_slot_ >= 0 ? state_->processes[process_slot_].cgroup : "");
+  *total_bytes = v.total_bytes;
+  *free_bytes = v.free_bytes;
 }
 
 int64_t SimGpu::KernelDurationNs(int device, std::string_view function_name, uint64_t blocks,
@@ -682,17 +707,23 @@ int SimGpu::TerminateMpsClient(int32_t server_pid, int32_t client_pid) {
         state_->processes[c.process_slot].pid != client_pid) {
       continue;
     }
-    AdvanceDevice(*state_, c.device, now);
-    DropQueuedWork(*state_, i, now);
-    const uint64_t bytes = c.reservation_bytes + c.allocated_bytes;
-    state_->devices[c.device].used_bytes -= bytes;
-    state_->processes[c.process_slot].devices[c.device].memory_bytes -= bytes;
-    c.reservation_bytes = 0;
-    c.allocated_bytes = 0;
-    c.flags |= kContextMpsTerminated;
+    TerminateContextLocked(i, now);
     ++hit;
   }
   return hit;
+}
+
+void SimGpu::TerminateContextLocked(int i, int64_t now) {
+  ContextRecord& c = state_->contexts[i];
+  AdvanceDevice(*state_, c.device, now);
+  DropQueuedWork(*state_, i, now);
+  const uint64_t bytes = c.reservation_bytes + c.allocated_bytes;
+  state_->devices[c.device].used_bytes -= bytes;
+  state_->processes[c.process_slot].devices[c.device].memory_bytes -= bytes;
+  c.reservation_bytes = 0;
+  c.allocated_bytes = 0;
+  c.managed_bytes = 0;
+  c.flags |= kContextMpsTerminated;
 }
 
 void SimGpu::ResetStats() {

@@ -97,11 +97,16 @@ class SimGpu {
 
   // ---- memory accounting (callers back the bytes themselves) ----
   // Charges `bytes` rounded up to the granularity to the context's device.
-  // ResourceExhausted when the device has not that much free, or an MPS
-  // client's pinned memory limit would be exceeded.
-  Status Allocate(ContextId ctx, uint64_t bytes);
-  void Free(ContextId ctx, uint64_t bytes);  // same rounding as Allocate
+  // ResourceExhausted when the device has not that much free, an MPS
+  // client's pinned memory limit would be exceeded, or (not `managed`) a
+  // driver memory limit of this process's cgroup would (memory_limits.h).
+  // Managed memory is charged to the device but not to cgroup limits.
+  Status Allocate(ContextId ctx, uint64_t bytes, bool managed = false);
+  // Same rounding and `managed` as the Allocate it undoes.
+  void Free(ContextId ctx, uint64_t bytes, bool managed = false);
   uint64_t RoundToGranularity(uint64_t bytes) const;
+  // The device's free/total, or inside a limited cgroup the limit's view
+  // (ViewFromCgroup). Observers see the device's.
   void MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes);
 
   // ---- work ----
@@ -179,6 +184,9 @@ class SimGpu {
   // Destroys the contexts of processes found dead. Only records whose pid
   // namespace this process's /proc shows are judged (view_ns_).
   void ReapDeadProcessesLocked(int64_t now, bool force);
+  // Drops context i's work, returns its memory and marks it terminated (later
+  // operations fail with MpsClientTerminatedError). REQUIRES: lock.
+  void TerminateContextLocked(int i, int64_t now);
   // Whether record `p` names this process.
   bool IsSelf(const ProcessRecord& p) const;
   // Whether this process can tell that record `p`'s process is gone.

@@ -26,7 +26,8 @@
 namespace gpuslice::sim {
 
 inline constexpr uint64_t kStateMagic = 0x4d49535f534c5047;  // "GPLS_SIM"
-inline constexpr uint32_t kStateVersion = 3;  // 2: MPS fields; 3: host pids (ProcessRecord)
+// 2: MPS fields; 3: host pids (ProcessRecord); 4: r615 per-cgroup memory limits
+inline constexpr uint32_t kStateVersion = 4;
 
 inline constexpr int kMaxDevices = 8;
 inline constexpr int kMaxContexts = 128;
@@ -37,6 +38,8 @@ inline constexpr int kUtilWindows = 64;             // closed NVML sampling wind
 inline constexpr int kWindowProcesses = 16;         // per-process samples kept per window
 inline constexpr int kMaxFunctions = 64;            // per-function wave_ns overrides
 inline constexpr int kMaxMpsClientsPerDevice = 48;  // Volta+ MPS limit
+inline constexpr int kMaxMemoryLimits = 32;         // r615 cgroup memory limits per device
+inline constexpr int kCgroupPathBytes = 256;        // full sysfs cgroup path, NUL-terminated
 
 // ---- configuration (immutable after creation) ----
 
@@ -55,6 +58,9 @@ struct SimParams {
   uint64_t granularity;    // allocation granularity (sizes round up to it)
   uint32_t max_pending;    // launches in flight per context before launch blocks
   uint32_t function_count;
+  char driver_version[32];       // nvmlSystemGetDriverVersion, e.g. "580.65.06" or "615.10"
+  uint32_t soft_limit_eviction;  // 1: model soft-limit eviction (see memory_limits.h)
+  uint32_t pad_params;
   FunctionCost functions[kMaxFunctions];
 };
 
@@ -85,7 +91,7 @@ struct DeviceInfo {  // immutable
   uint32_t power_busy_mw;  // at 100% utilization, before the limit caps it
   uint32_t temperature_c;
   uint32_t memory_bus_width;
-  uint32_t pad0;
+  uint32_t mig_enabled;  // MIG mode reported by NVML (config "mig"); no instances are modelled
   uint64_t total_bytes;
 };
 
@@ -97,6 +103,15 @@ struct UtilWindow {          // one closed NVML sampling window
     int32_t pid;
     uint32_t sm_percent;
   } processes[kWindowProcesses];  // processes that ran in the window
+};
+
+// An r615 per-cgroup memory limit (nvmlDeviceSetMemoryLimits_v1). A slot is
+// in use iff cgroup[0] != 0. The limit applies to every process whose cgroup
+// is `cgroup` or below it.
+struct MemoryLimitRecord {
+  char cgroup[kCgroupPathBytes];  // full sysfs path, e.g. "/sys/fs/cgroup/tenants/a"
+  uint64_t soft_bytes;            // recorded and reported only (see docs/sim.md)
+  uint64_t hard_bytes;            // allocations beyond fail with out-of-memory
 };
 
 struct DeviceState {
@@ -139,6 +154,8 @@ struct DeviceState {
   } window_processes[kWindowProcesses];
   uint64_t windows_closed;  // total ever closed; ring index = n % kUtilWindows
   UtilWindow windows[kUtilWindows];
+
+  MemoryLimitRecord memory_limits[kMaxMemoryLimits];  // r615 driver only
 };
 
 // ---- processes ----
@@ -160,6 +177,7 @@ struct ProcessRecord {
   int32_t local_pid;    // getpid() of the process: its pid in its own namespace
   uint32_t flags;       // ProcessFlags
   char name[32];
+  char cgroup[kCgroupPathBytes];  // full sysfs path of its cgroup v2 at registration; "" = none
   int64_t first_seen_ns, exit_ns;
   struct {
     int64_t busy_ns;
@@ -194,6 +212,7 @@ struct ContextRecord {
   uint64_t generation;  // bumped on every creation; handles carry it
   uint64_t reservation_bytes;
   uint64_t allocated_bytes;
+  uint64_t managed_bytes;       // part of allocated_bytes that is managed (not cgroup-charged)
   uint32_t thread_percent;      // MPS active thread percentage (100 without MPS)
   int32_t mps_server_pid;       // MPS clients: their server's pid; else 0
   uint64_t pinned_limit_bytes;  // MPS clients: allocated_bytes cap; 0 = none

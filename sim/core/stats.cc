@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "common/quantity.h"
+#include "sim/core/memory_limits.h"
 
 namespace gpuslice::sim {
 
@@ -11,7 +12,16 @@ nlohmann::json StatsJson(const SimState& s, int64_t now_ns) {
   json devices = json::array();
   for (uint32_t i = 0; i < s.device_count; ++i) {
     const DeviceState& d = s.devices[i];
+    json limits = json::array();  // r615 per-cgroup memory limits
+    for (const MemoryLimitRecord& m : d.memory_limits) {
+      if (m.cgroup[0] == '\0') continue;
+      limits.push_back({{"cgroup", m.cgroup},
+                        {"soft_bytes", m.soft_bytes},
+                        {"hard_bytes", m.hard_bytes},
+                        {"used_bytes", CgroupUsedBytes(s, static_cast<int>(i), m.cgroup)}});
+    }
     devices.push_back({{"index", i},
+                       {"memory_limits", limits},
                        {"uuid", d.info.uuid},
                        {"name", d.info.name},
                        {"busy_ns", d.busy_ns},
@@ -39,12 +49,14 @@ nlohmann::json StatsJson(const SimState& s, int64_t now_ns) {
                          {"local_pid", p.local_pid},
                          {"host_pid", (p.flags & kProcessHostPid) != 0},
                          {"name", p.name},
+                         {"cgroup", p.cgroup},
                          {"status", p.status == kProcessAlive ? "running" : "exited"},
                          {"first_seen_ns", p.first_seen_ns},
                          {"exit_ns", p.exit_ns},
                          {"devices", per_device}});
   }
   return {{"clock_ns", now_ns},
+          {"driver_version", s.params.driver_version},
           {"since_reset_ns", now_ns - s.header.reset_ns},
           {"devices", devices},
           {"processes", processes}};

@@ -240,18 +240,19 @@ CUresult EnqueueKernel(Context& ctx, Stream* stream, const Function& fn, uint64_
 
 // ---- memory ----------------------------------------------------------------------------------
 
-CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUdeviceptr* out) {
+CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUdeviceptr* out,
+                        bool managed) {
   Driver& d = D();
   Context* ctx = d.contexts.Get(ctx_handle);
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   const ContextId cid = ctx->id;
-  if (Status s = d.gpu->Allocate(cid, bytes); !s.ok()) return FromStatus(s);
+  if (Status s = d.gpu->Allocate(cid, bytes, managed); !s.ok()) return FromStatus(s);
   const uint64_t rounded = d.gpu->RoundToGranularity(bytes);
   void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
-    d.gpu->Free(cid, bytes);
+    d.gpu->Free(cid, bytes, managed);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   Range r;
@@ -261,6 +262,7 @@ CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUde
   r.ctx = ctx_handle;
   r.cid = cid;
   r.pool = pool;
+  r.managed = managed;
   {
     std::unique_lock lock(d.ranges_mu);
     d.ranges[reinterpret_cast<uintptr_t>(p)] = r;
@@ -288,7 +290,7 @@ CUresult FreeDevice(CUdeviceptr ptr) {
     d.ranges.erase(it);
   }
   munmap(HostPtr(ptr), r.mapped);
-  if (d.contexts.Get(r.ctx) != nullptr) d.gpu->Free(r.cid, r.bytes);
+  if (d.contexts.Get(r.ctx) != nullptr) d.gpu->Free(r.cid, r.bytes, r.managed);
   if (Pool* pl = d.pools.Get(r.pool)) pl->used.fetch_sub(r.mapped);
   return CUDA_SUCCESS;
 }

@@ -273,6 +273,7 @@ struct Range {
   uint64_t pool = 0;      // pool handle for pool allocations
   uint64_t physical = 0;  // kMapped: the physical handle
   unsigned flags = 0;     // kHost: cuMemHostAlloc flags
+  bool managed = false;   // kDevice: cuMemAllocManaged (not charged to cgroup limits)
 };
 
 // ---- the driver ----------------------------------------------------------------------
@@ -384,7 +385,8 @@ CUresult EnqueueKernel(Context& ctx, Stream* stream, const Function& fn, uint64_
 // ---- memory -------------------------------------------------------------------------------
 
 // Charges `bytes` to ctx, maps a backing and registers it as kind kDevice.
-CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUdeviceptr* out);
+CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUdeviceptr* out,
+                        bool managed = false);
 // Frees a kDevice range starting at `ptr`; INVALID_VALUE if there is none.
 CUresult FreeDevice(CUdeviceptr ptr);
 // True when [p, p + n) lies inside one registered range (n == 0: p inside one).

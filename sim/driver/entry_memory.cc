@@ -19,12 +19,12 @@
 namespace gpuslice::sim::driver {
 namespace {
 
-CUresult AllocateCurrent(CUdeviceptr* dptr, uint64_t bytes) {
+CUresult AllocateCurrent(CUdeviceptr* dptr, uint64_t bytes, bool managed = false) {
   if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   CUresult rc = CUDA_SUCCESS;
   if (CurrentContext(&rc) == nullptr) return rc;
-  return AllocateDevice(CurrentHandle(), bytes, 0, dptr);
+  return AllocateDevice(CurrentHandle(), bytes, 0, dptr, managed);
 }
 
 // The device's default pool, created on first use. REQUIRES: D().mu held.
@@ -200,7 +200,8 @@ GS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned i
   if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) {
     return Ready() != CUDA_SUCCESS ? Ready() : CUDA_ERROR_INVALID_VALUE;
   }
-  return AllocateCurrent(dptr, bytes);
+  // Managed memory is not counted against the r615 cgroup limits (documented).
+  return AllocateCurrent(dptr, bytes, /*managed=*/true);
 }
 
 GS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {

@@ -24,6 +24,7 @@
 //
 // Thread-safety: init/shutdown take the library lock exclusively, every other
 // call shares it; the simulator state has its own process-shared lock.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +43,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "nvml_abi/nvml.h"
+#include "sim/core/memory_limits.h"
 #include "sim/core/sim_gpu.h"
 #include "sim/nvml/nvml_fill.h"
 #include "sim/nvml/nvml_model.h"
@@ -57,9 +59,11 @@ struct nvmlDevice_st {
 namespace gpuslice::sim::nvml {
 namespace {
 
-constexpr char kDriverVersion[] = "580.65.06";
-constexpr char kNvmlVersion[] = "13.580.65.06";
-constexpr int kCudaDriverVersion = 13000;
+// The node's driver version comes from the config (SimParams::driver_version);
+// NVML's own version is "<CUDA major>.<driver version>", and r615 is CUDA 13.4.
+int CudaDriverVersionFor(const char* driver_version) {
+  return HasCgroupMemoryLimits(driver_version) ? 13040 : 13000;
+}
 // The original nvmlPciInfo_t: the first 36 bytes of today's layout, then 16
 // reserved bytes (zero) where busId now begins.
 constexpr size_t kPciInfoV1Size = 52;
@@ -424,6 +428,38 @@ const char* ErrorString(nvmlReturn_t r) {
   return "Unknown Error";
 }
 
+// This process's cgroup (read once; a process does not change cgroup under NVML
+// here) and the memory it sees of device `index`.
+const std::string& OwnCgroup() {
+  static const std::string* cgroup = new std::string(OwnCgroupPath());
+  return *cgroup;
+}
+MemoryView OwnMemoryView(const SimState& s, int index) {
+  return ViewFromCgroup(s, index, OwnCgroup());
+}
+
+// The r615 memory-limit entry points on this node and device: an older driver's
+// library has no such function (NVML_ERROR_FUNCTION_NOT_FOUND); MIG devices and
+// nodes without cgroup v2 are NVML_ERROR_NOT_SUPPORTED.
+nvmlReturn_t MemoryLimitsAvailable(const SimState& s, const DeviceState& d) {
+  if (!HasCgroupMemoryLimits(s.params.driver_version)) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  if (d.info.mig_enabled != 0) return NVML_ERROR_NOT_SUPPORTED;
+  if (!IsCgroupV2Root(CgroupRoot())) return NVML_ERROR_NOT_SUPPORTED;
+  return NVML_SUCCESS;
+}
+
+// A `nameSpace` must be a cgroup directory under the cgroup v2 root:
+// INVALID_ARGUMENT if it is not a path there, NOT_FOUND if no such directory.
+nvmlReturn_t CheckCgroupPath(const char* path) {
+  if (path == nullptr || path[0] != '/' || strlen(path) >= kCgroupPathBytes) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  if (!CgroupAtOrBelow(path, CgroupRoot())) return NVML_ERROR_INVALID_ARGUMENT;
+  struct stat st {};
+  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return NVML_ERROR_NOT_FOUND;
+  return NVML_SUCCESS;
+}
+
 }  // namespace
 }  // namespace gpuslice::sim::nvml
 
@@ -441,16 +477,24 @@ GS_NVML_API const char* nvmlErrorString(nvmlReturn_t result) { return ns::ErrorS
 
 GS_NVML_API nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
   return ns::WithSim(
-      [&](SimState&) { return ns::CopyString(ns::kDriverVersion, version, length); });
+      [&](SimState& s) { return ns::CopyString(s.params.driver_version, version, length); });
 }
 
 GS_NVML_API nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
-  return ns::WithSim([&](SimState&) { return ns::CopyString(ns::kNvmlVersion, version, length); });
+  return ns::WithSim([&](SimState& s) {
+    const std::string v = "13." + std::string(s.params.driver_version);
+    return ns::CopyString(v.c_str(), version, length);
+  });
 }
 
 GS_NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* version) {
   if (version == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  *version = ns::kCudaDriverVersion;
+  // Works before nvmlInit too: then the default (pre-r615) driver's CUDA version.
+  *version = ns::CudaDriverVersionFor(gpuslice::sim::kDefaultDriverVersion);
+  ns::WithSim([&](SimState& s) {
+    *version = ns::CudaDriverVersionFor(s.params.driver_version);
+    return NVML_SUCCESS;
+  });
   return NVML_SUCCESS;
 }
 
@@ -562,27 +606,67 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device,
 // ---- memory and utilization ----
 
 GS_NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+  return ns::WithDevice(device, [&](SimState& s, DeviceState&, int index) {
     if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    const uint64_t total = d.info.total_bytes;
-    const uint64_t used = std::min(d.used_bytes, total);
-    memory->total = total;
-    memory->used = used;
-    memory->free = total - used;
+    // Inside a cgroup with a driver memory limit: the limit's view.
+    const gpuslice::sim::MemoryView v = ns::OwnMemoryView(s, index);
+    memory->total = v.total_bytes;
+    memory->used = v.used_bytes;
+    memory->free = v.free_bytes;
     return NVML_SUCCESS;
   });
 }
 
 GS_NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
-  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
+  return ns::WithDevice(device, [&](SimState& s, DeviceState&, int index) {
     if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    const uint64_t total = d.info.total_bytes;
-    const uint64_t used = std::min(d.used_bytes, total);
-    memory->total = total;
+    // Inside a cgroup with a driver memory limit: the limit's view (documented
+    // for the r615 limits: "cross-reference with GetMemoryInfo_v2 in that cgroup").
+    const gpuslice::sim::MemoryView v = ns::OwnMemoryView(s, index);
+    memory->total = v.total_bytes;
     memory->reserved = 0;  // the simulated driver reserves nothing outside contexts
-    memory->used = used;
-    memory->free = total - used;
+    memory->used = v.used_bytes;
+    memory->free = v.free_bytes;
+    return NVML_SUCCESS;
+  });
+}
+
+// ---- r615 per-cgroup memory limits (see sim/core/memory_limits.h) ----
+
+GS_NVML_API nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device,
+                                                      nvmlSetMemoryLimits_v1_t* limits) {
+  return ns::WithDevice(device, [&](SimState& s, DeviceState& d, int) -> nvmlReturn_t {
+    if (nvmlReturn_t rc = ns::MemoryLimitsAvailable(s, d); rc != NVML_SUCCESS) return rc;
+    if (limits == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (nvmlReturn_t rc = ns::CheckCgroupPath(limits->nameSpace); rc != NVML_SUCCESS) return rc;
+    const bool clear = limits->softLimit == 0 && limits->hardLimit == NVML_DEVICE_MEMORY_LIMIT_MAX;
+    if (!clear && (limits->softLimit > limits->hardLimit || limits->hardLimit == 0)) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (!ns::CallerIsRoot()) return NVML_ERROR_NO_PERMISSION;
+    gpuslice::sim::PruneRemovedCgroups(d);
+    gpuslice::Status st =
+        gpuslice::sim::SetMemoryLimit(d, limits->nameSpace, limits->softLimit, limits->hardLimit);
+    if (st.code() == gpuslice::StatusCode::kResourceExhausted) {
+      return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    }
+    return st.ok() ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device,
+                                                      nvmlGetMemoryLimits_v1_t* limits) {
+  return ns::WithDevice(device, [&](SimState& s, DeviceState& d, int index) -> nvmlReturn_t {
+    if (nvmlReturn_t rc = ns::MemoryLimitsAvailable(s, d); rc != NVML_SUCCESS) return rc;
+    if (limits == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (nvmlReturn_t rc = ns::CheckCgroupPath(limits->nameSpace); rc != NVML_SUCCESS) return rc;
+    gpuslice::sim::PruneRemovedCgroups(d);
+    const gpuslice::sim::MemoryLimitRecord* m =
+        gpuslice::sim::FindMemoryLimit(d, limits->nameSpace);
+    limits->softLimit = m != nullptr ? m->soft_bytes : 0;
+    limits->hardLimit = m != nullptr ? m->hard_bytes : NVML_DEVICE_MEMORY_LIMIT_MAX;
+    limits->currentUsed = gpuslice::sim::CgroupUsedBytes(s, index, limits->nameSpace);
     return NVML_SUCCESS;
   });
 }
@@ -844,9 +928,10 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device,
 
 GS_NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current,
                                               unsigned int* pending) {
-  return ns::WithDevice(device, [&](SimState&, DeviceState&, int) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
     if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    *current = *pending = NVML_DEVICE_MIG_DISABLE;
+    *current = *pending =
+        d.info.mig_enabled != 0 ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
     return NVML_SUCCESS;
   });
 }

@@ -50,6 +50,8 @@ namespace gpuslice::smi {
   X(nvmlDeviceGetDisplayActive)                   \
   X(nvmlDeviceGetTotalEccErrors)                  \
   X(nvmlDeviceGetMigMode)                         \
+  X(nvmlDeviceSetMemoryLimits_v1)                 \
+  X(nvmlDeviceGetMemoryLimits_v1)                 \
   X(nvmlDeviceGetComputeRunningProcesses_v3)
 
 class NvmlApi {

@@ -9,6 +9,8 @@
 #include <functional>
 #include <string_view>
 
+#include "common/quantity.h"
+
 namespace gpuslice::smi {
 namespace {
 
@@ -784,11 +786,141 @@ std::string SmiHelp() {
          "  clocks.max.gr, clocks.max.sm, clocks.max.mem, mig.mode.current, timestamp.\n";
 }
 
+namespace {
+
+constexpr char kMemoryLimitsUsage[] =
+    "Usage: nvidia-smi memory-limits [-i ID] -c CGROUP [--hard-limit SIZE [--soft-limit SIZE] | "
+    "--clear]\n"
+    "  -c, --cgroup       full sysfs path of a cgroup v2 directory\n"
+    "  --hard-limit SIZE  allocations beyond fail (bytes, or e.g. 2GiB)\n"
+    "  --soft-limit SIZE  guaranteed memory (default 0)\n"
+    "  --clear            remove the cgroup's limits\n"
+    "Without --hard-limit or --clear: show the cgroup's limits and usage.\n";
+
+bool ParseMemoryLimitsArgs(const std::vector<std::string>& args, SmiOptions* o, SmiResult* result) {
+  auto bad = [&](std::string message) {
+    *result = Fail(kExitInvalidArgument, std::move(message) + kMemoryLimitsUsage);
+    return false;
+  };
+  auto size = [&](const std::string& v, unsigned long long* out) {
+    StatusOr<uint64_t> b = ParseBytes(v);
+    if (!b.ok()) return false;
+    *out = *b;
+    return true;
+  };
+  o->memory_limits = true;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    std::string value;
+    bool missing = false;
+    if (a == "-h" || a == "--help") {
+      o->help = true;
+    } else if (OptionValue(args, &i, "-i", &value, &missing) ||
+               OptionValue(args, &i, "--id", &value, &missing)) {
+      if (missing || value.empty()) return bad("Option -i needs a GPU id.\n");
+      for (std::string& id : SplitCommas(value)) {
+        if (id.empty()) return bad("Option -i needs a GPU id.\n");
+        o->ids.push_back(std::move(id));
+      }
+    } else if (OptionValue(args, &i, "-c", &value, &missing) ||
+               OptionValue(args, &i, "--cgroup", &value, &missing)) {
+      if (missing || value.empty()) return bad("Option -c needs a cgroup path.\n");
+      o->cgroup = value;
+    } else if (OptionValue(args, &i, "--hard-limit", &value, &missing)) {
+      if (missing || !size(value, &o->hard_bytes) || o->hard_bytes == 0) {
+        return bad("Invalid hard limit \"" + value + "\".\n");
+      }
+      o->set_hard = true;
+    } else if (OptionValue(args, &i, "--soft-limit", &value, &missing)) {
+      if (missing || !size(value, &o->soft_bytes)) {
+        return bad("Invalid soft limit \"" + value + "\".\n");
+      }
+      o->set_soft = true;
+    } else if (a == "--clear") {
+      o->clear = true;
+    } else {
+      return bad("Unknown option \"" + a + "\".\n");
+    }
+  }
+  if (o->help) return true;
+  if (o->cgroup.empty()) return bad("Option -c (cgroup path) is required.\n");
+  if (o->clear && (o->set_hard || o->set_soft)) {
+    return bad("--clear cannot be combined with --hard-limit or --soft-limit.\n");
+  }
+  if (o->set_soft && !o->set_hard) return bad("--soft-limit needs --hard-limit.\n");
+  if (o->set_hard && o->soft_bytes > o->hard_bytes) {
+    return bad("The soft limit must not exceed the hard limit.\n");
+  }
+  return true;
+}
+
+int ExitCodeFor(nvmlReturn_t r) {
+  switch (r) {
+    case NVML_ERROR_NO_PERMISSION:
+      return kExitNoPermission;
+    case NVML_ERROR_NOT_SUPPORTED:
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return kExitNotSupported;
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return kExitInvalidArgument;
+    default:
+      return kExitQueryFailed;
+  }
+}
+
+std::string MiB(unsigned long long bytes) { return Format("%llu MiB", bytes >> 20); }
+
+SmiResult RunMemoryLimits(const SmiOptions& o, const NvmlApi& nvml, const std::vector<Gpu>& gpus) {
+  SmiResult out;
+  for (const Gpu& g : gpus) {
+    nvmlReturn_t r = NVML_SUCCESS;
+    if (o.set_hard || o.clear) {
+      nvmlSetMemoryLimits_v1_t set{};
+      set.nameSpace = o.cgroup.c_str();
+      set.softLimit = o.clear ? 0 : o.soft_bytes;
+      set.hardLimit = o.clear ? NVML_DEVICE_MEMORY_LIMIT_MAX : o.hard_bytes;
+      r = nvml.Call(&NvmlApi::nvmlDeviceSetMemoryLimits_v1, g.handle, &set);
+      if (r != NVML_SUCCESS) {
+        return Fail(ExitCodeFor(r), Format("Failed to %s memory limits of %s on GPU %u: %s\n",
+                                           o.clear ? "clear" : "set", o.cgroup.c_str(), g.index,
+                                           nvml.ErrorString(r)));
+      }
+      out.out +=
+          o.clear
+              ? Format("Cleared memory limits of %s on GPU %u.\n", o.cgroup.c_str(), g.index)
+              : Format("Set memory limits of %s on GPU %u: soft %s, hard %s.\n", o.cgroup.c_str(),
+                       g.index, MiB(o.soft_bytes).c_str(), MiB(o.hard_bytes).c_str());
+      continue;
+    }
+    nvmlGetMemoryLimits_v1_t get{};
+    get.nameSpace = o.cgroup.c_str();
+    r = nvml.Call(&NvmlApi::nvmlDeviceGetMemoryLimits_v1, g.handle, &get);
+    if (r != NVML_SUCCESS) {
+      return Fail(ExitCodeFor(r), Format("Failed to get memory limits of %s on GPU %u: %s\n",
+                                         o.cgroup.c_str(), g.index, nvml.ErrorString(r)));
+    }
+    const bool none = get.softLimit == 0 && get.hardLimit == NVML_DEVICE_MEMORY_LIMIT_MAX;
+    out.out +=
+        Format("GPU %u\n    Cgroup                            : %s\n", g.index, o.cgroup.c_str());
+    out.out += Format("    Soft Limit                        : %s\n",
+                      none ? "None" : MiB(get.softLimit).c_str());
+    out.out += Format("    Hard Limit                        : %s\n",
+                      none ? "None" : MiB(get.hardLimit).c_str());
+    out.out += Format("    Current Used                      : %s\n", MiB(get.currentUsed).c_str());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string MemoryLimitsHelp() { return kMemoryLimitsUsage; }
+
 bool ParseSmiArgs(const std::vector<std::string>& args, SmiOptions* o, SmiResult* result) {
   auto bad = [&](std::string message) {
     *result = Fail(kExitInvalidArgument, std::move(message));
     return false;
   };
+  if (!args.empty() && args[0] == "memory-limits") return ParseMemoryLimitsArgs(args, o, result);
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     std::string value;
@@ -844,7 +976,7 @@ bool ParseSmiArgs(const std::vector<std::string>& args, SmiOptions* o, SmiResult
 SmiResult RunSmi(const SmiOptions& o, const NvmlApi& nvml) {
   if (o.help) {
     SmiResult r;
-    r.out = SmiHelp();
+    r.out = o.memory_limits ? MemoryLimitsHelp() : SmiHelp();
     return r;
   }
   unsigned int count = 0;
@@ -856,6 +988,7 @@ SmiResult RunSmi(const SmiOptions& o, const NvmlApi& nvml) {
   SmiResult failed;
   std::vector<Gpu> gpus;
   if (!SelectGpus(o, nvml, count, &gpus, &failed)) return failed;
+  if (o.memory_limits) return RunMemoryLimits(o, nvml, gpus);
   if (!o.query_gpu.empty()) {
     // Field errors come first, even with no GPUs, as in the real tool.
     std::vector<const GpuField*> fields;

@@ -8,6 +8,12 @@
 //   nvidia-smi --query-compute-apps=F,... --format=csv[,noheader][,nounits]
 //   -i ID[,ID...]                    selects GPUs by index, UUID or PCI bus id
 //   -h, --help
+//   nvidia-smi memory-limits [-i ID] -c CGROUP            the r615 limits of a cgroup
+//   nvidia-smi memory-limits [-i ID] -c CGROUP --hard-limit SIZE [--soft-limit SIZE]
+//   nvidia-smi memory-limits [-i ID] -c CGROUP --clear
+//     CGROUP is the full sysfs path of a cgroup v2 directory; SIZE is bytes or
+//     a quantity such as 2GiB. Setting needs root (exit 4); a driver without
+//     the limits, a MIG device or a node without cgroup v2 exits 3.
 //
 // Exit codes are the real tool's: 0 success, 2 invalid argument or field,
 // 6 no such device / query failed, 9 driver (NVML init) failure, 12 NVML
@@ -23,6 +29,8 @@ namespace gpuslice::smi {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitInvalidArgument = 2;
+inline constexpr int kExitNotSupported = 3;
+inline constexpr int kExitNoPermission = 4;
 inline constexpr int kExitQueryFailed = 6;
 inline constexpr int kExitDriverNotLoaded = 9;
 inline constexpr int kExitLibraryNotFound = 12;
@@ -42,6 +50,11 @@ struct SmiOptions {
   std::string query_apps;
   bool format_given = false;
   bool csv = false, noheader = false, nounits = false;
+  // memory-limits subcommand
+  bool memory_limits = false;
+  std::string cgroup;  // -c / --cgroup
+  bool set_hard = false, set_soft = false, clear = false;
+  unsigned long long hard_bytes = 0, soft_bytes = 0;
 };
 
 // Parses the arguments after argv[0]. On error fills result (err, exit code)
@@ -53,5 +66,7 @@ SmiResult RunSmi(const SmiOptions& options, const NvmlApi& nvml);
 
 // The help text (-h).
 std::string SmiHelp();
+// The help text of `nvidia-smi memory-limits -h`.
+std::string MemoryLimitsHelp();
 
 }  // namespace gpuslice::smi

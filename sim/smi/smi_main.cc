@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   SmiResult result;
   if (ParseSmiArgs(args, &options, &result)) {
     if (options.help) {
-      result.out = SmiHelp();
+      result.out = options.memory_limits ? MemoryLimitsHelp() : SmiHelp();
     } else {
       NvmlApi nvml;
       std::string error;

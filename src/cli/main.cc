@@ -15,6 +15,7 @@
 #include "cli/run_command.h"
 #include "cli/sim_command.h"
 #include "cli/status_command.h"
+#include "cli/top/top_command.h"
 #include "cli/unix_http_client.h"
 
 int main(int argc, char** argv) {
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
     gpuslice::cli::AddSimCommand(app);
     gpuslice::cli::AddGpuCommands(app);
     gpuslice::cli::AddRegistryCommands(app);
+    gpuslice::cli::AddTopCommand(app);
     // `gpuslice mps` reaches the daemon at $GPUSLICE_SOCKET or the default path.
     gpuslice::cli::AddMpsCommands(
         app,

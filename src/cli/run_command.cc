@@ -3,9 +3,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,7 +18,9 @@
 #include "cli/limit_flags.h"
 #include "cli/paths.h"
 #include "cli/preload_env.h"
+#include "common/quantity.h"
 #include "limiter/core/limit_config.h"
+#include "limiter/daemon_client.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -38,6 +44,85 @@ void Set(std::string_view name, const std::string& value) {
   setenv(std::string(name).c_str(), value.c_str(), 1);
 }
 
+// How long `run` waits for the daemon's answer before starting the command
+// without it (no daemon answers: at once).
+constexpr std::chrono::seconds kRegistrationDeadline{2};
+
+const char* Env(std::string_view name) { return getenv(std::string(name).c_str()); }
+
+// The process's own limits as `run` can say them without knowing the
+// devices: a single quantity (percent) for every GPU; the per-device forms
+// are left to the limiter's registration.
+std::vector<limiter::DeviceLimits> SingleLimits() {
+  limiter::DeviceLimits all;
+  if (const char* v = Env(limiter::kEnvMemoryLimit); v != nullptr) {
+    if (auto bytes = ParseBytes(v); bytes.ok() && *bytes > 0) all.memory_bytes = *bytes;
+  }
+  if (const char* v = Env(limiter::kEnvComputeLimit); v != nullptr) {
+    if (auto p = ParsePercent(v); p.ok() && *p >= 1 && *p < 100) all.compute_percent = *p;
+  }
+  if (!all.memory_bytes && !all.compute_percent) return {};
+  return {all};
+}
+
+// Registers this process, which is about to become the command (execvp keeps
+// the pid), with the daemon when one answers, and applies the environment
+// the daemon gives it (an MPS client's for a group of tier mps): the driver
+// reads it when the command starts, which no later registration could
+// change. The limiter's own registration of the same pid, once the command
+// uses CUDA, is the same tenant again. Never stops the command: without an
+// answer, or refused, it runs as it would without a daemon (said on stderr
+// when refused).
+void RegisterWithDaemon() {
+  if (const char* v = Env("GPUSLICE_REGISTER"); v != nullptr) {
+    const std::string_view s(v);
+    if (s == "0" || s == "false" || s == "off" || s == "no") return;
+  }
+  auto endpoint = limiter::DaemonEndpointFromEnv(Env);
+  if (!endpoint.ok()) Fail("configuration error: " + endpoint.status().message(), kExitUsage);
+  if (!endpoint->tcp() && access(endpoint->socket_path.c_str(), F_OK) != 0) return;  // no daemon
+  auto schedule = limiter::ParseScheduleRequest(Env);
+  if (!schedule.ok()) Fail("configuration error: " + schedule.status().message(), kExitUsage);
+
+  limiter::RegistrationRequest request;
+  if (const char* group = Env(limiter::kEnvGroup); group != nullptr) {
+    request.group = Trim(group);
+  } else {
+    std::ifstream in("/proc/self/cgroup");
+    std::stringstream cgroup;
+    cgroup << in.rdbuf();
+    request.group = limiter::DefaultGroup(cgroup.str(), static_cast<int>(getpid()));
+  }
+  request.limits = SingleLimits();
+  request.schedule = *schedule;
+  if (endpoint->tcp()) request.pid = static_cast<int32_t>(getpid());
+  for (auto [name, field] : {std::pair{"POD_NAME", &request.pod_name},
+                             std::pair{"POD_NAMESPACE", &request.pod_namespace},
+                             std::pair{"CONTAINER_NAME", &request.container_name}}) {
+    if (const char* v = Env(name); v != nullptr) *field = v;
+  }
+  const limiter::RegistrationResult result =
+      limiter::Register(*endpoint, request, kRegistrationDeadline);
+  switch (result.outcome) {
+    case limiter::RegistrationResult::Outcome::kRegistered:
+      for (const auto& [name, value] : result.env) setenv(name.c_str(), value.c_str(), 1);
+      if (!result.schedule_refused.empty()) {
+        fprintf(stderr, "gpuslice run: gpusliced did not apply the schedule: %s\n",
+                result.schedule_refused.c_str());
+      }
+      return;
+    case limiter::RegistrationResult::Outcome::kRefused:
+      fprintf(stderr,
+              "gpuslice run: gpusliced (%s) refused the registration in group %s (HTTP %d: %s); "
+              "running without it\n",
+              endpoint->Describe().c_str(), request.group.c_str(), result.http_status,
+              result.message.c_str());
+      return;
+    case limiter::RegistrationResult::Outcome::kUnavailable:
+      return;  // no daemon answers: as without one
+  }
+}
+
 [[noreturn]] void Run(RunOptions& o) {
   auto library = LimiterPath();
   if (!library.ok()) Fail(library.status().message());
@@ -48,6 +133,7 @@ void Set(std::string_view name, const std::string& value) {
   if (!o.shm_dir.empty()) Set("GPUSLICE_SHM_DIR", Absolute(o.shm_dir));
   const char* preload = getenv("LD_PRELOAD");
   Set("LD_PRELOAD", PrependPreload(preload != nullptr ? preload : "", *library));
+  RegisterWithDaemon();
   std::vector<char*> args;
   for (auto& a : o.command) args.push_back(a.data());
   args.push_back(nullptr);

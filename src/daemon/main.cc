@@ -408,7 +408,7 @@ int Run(int argc, char** argv) {
                   const std::string& uuid) -> std::optional<GroupControllers::DeviceLimit> {
         auto control = registry.ControlOf(group);
         if (!control) return std::nullopt;
-        const GpuLimit limit = Lower(LimitOn(control->limits, uuid), control->requested);
+        const GpuLimit limit = control->LimitOn(uuid);
         return GroupControllers::DeviceLimit{.memory_bytes = limit.memory_bytes,
                                              .compute_percent = limit.compute_percent};
       },

@@ -1,6 +1,8 @@
 #include "limiter/daemon_client.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -13,6 +15,7 @@
 #include <new>
 
 #include "common/clock.h"
+#include "common/quantity.h"
 #include "common/unique_fd.h"
 #include "nlohmann/json.hpp"
 
@@ -74,19 +77,50 @@ std::string ErrorMessage(const HttpReply& reply) {
 
 }  // namespace
 
-void RequestLimits(std::span<const DeviceLimits> devices, RegistrationRequest& request) {
-  request.memory_bytes.reset();
-  request.compute_percent.reset();
-  if (devices.empty()) return;
-  const DeviceLimits& first = devices.front();
-  const bool same_memory = std::all_of(devices.begin(), devices.end(), [&](const DeviceLimits& d) {
-    return d.memory_bytes == first.memory_bytes;
-  });
-  const bool same_compute = std::all_of(devices.begin(), devices.end(), [&](const DeviceLimits& d) {
-    return d.compute_percent == first.compute_percent;
-  });
-  if (same_memory) request.memory_bytes = first.memory_bytes;
-  if (same_compute) request.compute_percent = first.compute_percent;
+std::string DaemonEndpoint::Describe() const {
+  if (!tcp()) return "unix:" + socket_path;
+  const bool v6 = tcp_host.find(':') != std::string::npos;
+  return "tcp:" + (v6 ? "[" + tcp_host + "]" : tcp_host) + ":" + std::to_string(tcp_port);
+}
+
+StatusOr<DaemonEndpoint> DaemonEndpointFromEnv(const EnvLookup& env) {
+  try {
+    DaemonEndpoint endpoint;
+    auto value = [&](std::string_view name) -> std::optional<std::string> {
+      const char* v = env(name);
+      if (v == nullptr || *v == '\0') return std::nullopt;
+      return std::string(Trim(v));
+    };
+    if (auto socket = value(kEnvDaemonSocket)) endpoint.socket_path = *socket;
+    const auto ip = value(kEnvHypervisorIp);
+    const auto port = value(kEnvHypervisorPort);
+    if (!ip && !port) return endpoint;
+    if (!ip || !port) {
+      return InvalidArgument(std::string(ip ? kEnvHypervisorPort : kEnvHypervisorIp) +
+                             ": not set, but " +
+                             std::string(ip ? kEnvHypervisorIp : kEnvHypervisorPort) +
+                             " is (the daemon's TCP address needs both)");
+    }
+    in6_addr any6{};
+    in_addr any4{};
+    if (inet_pton(AF_INET, ip->c_str(), &any4) != 1 &&
+        inet_pton(AF_INET6, ip->c_str(), &any6) != 1) {
+      return InvalidArgument(std::string(kEnvHypervisorIp) + ": '" + ip->substr(0, 64) +
+                             "' is not a numeric IPv4 or IPv6 address");
+    }
+    uint32_t n = 0;
+    auto [end, ec] = std::from_chars(port->data(), port->data() + port->size(), n);
+    if (ec != std::errc() || end != port->data() + port->size() || n < 1 || n > 65535) {
+      return InvalidArgument(std::string(kEnvHypervisorPort) + ": '" + port->substr(0, 64) +
+                             "' is not a port (expected 1-65535)");
+    }
+    endpoint.tcp_host = *ip;
+    endpoint.tcp_port = static_cast<uint16_t>(n);
+    if (auto token = value(kEnvDaemonToken)) endpoint.token = *token;
+    return endpoint;
+  } catch (const std::exception& e) {
+    return Internal(std::string("reading the daemon's address: ") + e.what());
+  }
 }
 
 StatusOr<std::string> RegistrationBody(const RegistrationRequest& request) {
@@ -94,10 +128,37 @@ StatusOr<std::string> RegistrationBody(const RegistrationRequest& request) {
     json body = json::object();
     body["group"] = request.group;
     body["devices"] = request.devices;
-    json limits = json::object();
-    if (request.memory_bytes) limits["memory"] = *request.memory_bytes;
-    if (request.compute_percent) limits["compute_percent"] = *request.compute_percent;
-    if (!limits.empty()) body["limits"] = std::move(limits);
+    auto limit_json = [](const DeviceLimits& l) {
+      json out = json::object();
+      if (l.memory_bytes) out["memory"] = *l.memory_bytes;
+      if (l.compute_percent) out["compute_percent"] = *l.compute_percent;
+      return out;
+    };
+    const std::vector<DeviceLimits>& limits = request.limits;
+    const bool same = std::all_of(limits.begin(), limits.end(), [&](const DeviceLimits& l) {
+      return l.memory_bytes == limits.front().memory_bytes &&
+             l.compute_percent == limits.front().compute_percent;
+    });
+    if (!limits.empty() && same) {
+      json one = limit_json(limits.front());
+      if (!one.empty()) body["limits"] = std::move(one);
+    } else if (!limits.empty()) {
+      json by_gpu = json::object();
+      for (size_t i = 0; i < limits.size() && i < request.devices.size(); ++i) {
+        json one = limit_json(limits[i]);
+        if (!one.empty()) by_gpu[request.devices[i]] = std::move(one);
+      }
+      if (!by_gpu.empty()) body["limits"] = std::move(by_gpu);
+    }
+    if (request.schedule) {
+      json schedule = json::object();
+      if (request.schedule->request_percent)
+        schedule["request"] = *request.schedule->request_percent;
+      if (request.schedule->priority) schedule["priority"] = *request.schedule->priority;
+      if (request.schedule->weight) schedule["weight"] = *request.schedule->weight;
+      body["schedule"] = std::move(schedule);
+    }
+    if (request.pid > 0) body["pid"] = request.pid;
     json hints = json::object();
     if (!request.pod_name.empty()) hints["pod_name"] = request.pod_name;
     if (!request.pod_namespace.empty()) hints["pod_namespace"] = request.pod_namespace;
@@ -109,7 +170,8 @@ StatusOr<std::string> RegistrationBody(const RegistrationRequest& request) {
   }
 }
 
-StatusOr<std::string> RegistrationHttpRequest(const RegistrationRequest& request) {
+StatusOr<std::string> RegistrationHttpRequest(const RegistrationRequest& request,
+                                              std::string_view token) {
   GS_ASSIGN_OR_RETURN(std::string body, RegistrationBody(request));
   try {
     std::string out =
@@ -117,8 +179,13 @@ StatusOr<std::string> RegistrationHttpRequest(const RegistrationRequest& request
         "Host: localhost\r\n"
         "User-Agent: libgpuslice\r\n"
         "Content-Type: application/json\r\n"
-        "Connection: close\r\n"
-        "Content-Length: ";
+        "Connection: close\r\n";
+    if (!token.empty()) {
+      out += "Authorization: Bearer ";
+      out += token;
+      out += "\r\n";
+    }
+    out += "Content-Length: ";
     out += std::to_string(body.size());
     out += "\r\n\r\n";
     out += body;
@@ -194,6 +261,16 @@ RegistrationResult InterpretReply(const HttpReply& reply, std::string_view group
       result.outcome = RegistrationResult::Outcome::kRegistered;
       const json body = json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
       if (!body.is_object()) return result;
+      if (auto env = body.find("env"); env != body.end() && env->is_object()) {
+        for (const auto& [name, value] : env->items()) {
+          if (value.is_string() && !name.empty() && name.find('=') == std::string::npos) {
+            result.env[name] = value.get<std::string>();
+          }
+        }
+      }
+      if (auto why = body.find("schedule_refused"); why != body.end() && why->is_string()) {
+        result.schedule_refused = why->get<std::string>();
+      }
       auto limits = body.find("effective_limits");
       if (limits == body.end() || !limits->is_object()) return result;
       for (const auto& [uuid, value] : limits->items()) {
@@ -235,18 +312,15 @@ RegistrationResult InterpretReply(const HttpReply& reply, std::string_view group
   return result;
 }
 
-StatusOr<HttpReply> ExchangeOverUnixSocket(const std::string& path, std::string_view request,
-                                           std::chrono::milliseconds deadline) {
-  const int64_t end_ns = MonotonicNs() + std::chrono::nanoseconds(deadline).count();
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof addr.sun_path) {
-    return Unavailable("the socket path '" + path + "' is empty or too long");
-  }
-  memcpy(addr.sun_path, path.data(), path.size());
-  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+namespace {
+
+// Connects a non-blocking stream socket of `domain` to `addr`, sends
+// `request` and reads the reply, all before `end_ns` (CLOCK_MONOTONIC).
+StatusOr<HttpReply> Exchange(int domain, const sockaddr* addr, socklen_t addr_len,
+                             std::string_view request, int64_t end_ns) {
+  UniqueFd fd(socket(domain, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return Unavailable(ErrnoText("socket"));
-  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+  if (connect(fd.get(), addr, addr_len) != 0) {
     if (errno != EINPROGRESS && errno != EINTR) return Unavailable(ErrnoText("connect"));
     GS_RETURN_IF_ERROR(WaitReady(fd.get(), POLLOUT, end_ns, "connecting"));
     int error = 0;
@@ -285,23 +359,85 @@ StatusOr<HttpReply> ExchangeOverUnixSocket(const std::string& path, std::string_
   }
 }
 
-RegistrationResult Register(const std::string& socket_path, const RegistrationRequest& request,
+int64_t EndNs(std::chrono::milliseconds deadline) {
+  return MonotonicNs() + std::chrono::nanoseconds(deadline).count();
+}
+
+}  // namespace
+
+StatusOr<HttpReply> ExchangeOverUnixSocket(const std::string& path, std::string_view request,
+                                           std::chrono::milliseconds deadline) {
+  const int64_t end_ns = EndNs(deadline);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path) {
+    return Unavailable("the socket path '" + path + "' is empty or too long");
+  }
+  memcpy(addr.sun_path, path.data(), path.size());
+  return Exchange(AF_UNIX, reinterpret_cast<const sockaddr*>(&addr), sizeof addr, request, end_ns);
+}
+
+StatusOr<HttpReply> ExchangeOverTcp(const std::string& host, uint16_t port,
+                                    std::string_view request, std::chrono::milliseconds deadline) {
+  const int64_t end_ns = EndNs(deadline);
+  sockaddr_in v4{};
+  v4.sin_family = AF_INET;
+  v4.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &v4.sin_addr) == 1) {
+    return Exchange(AF_INET, reinterpret_cast<const sockaddr*>(&v4), sizeof v4, request, end_ns);
+  }
+  sockaddr_in6 v6{};
+  v6.sin6_family = AF_INET6;
+  v6.sin6_port = htons(port);
+  if (inet_pton(AF_INET6, host.c_str(), &v6.sin6_addr) == 1) {
+    return Exchange(AF_INET6, reinterpret_cast<const sockaddr*>(&v6), sizeof v6, request, end_ns);
+  }
+  return Unavailable("'" + host + "' is not a numeric IPv4 or IPv6 address");
+}
+
+RegistrationResult Register(const DaemonEndpoint& endpoint, const RegistrationRequest& request,
                             std::chrono::milliseconds deadline) {
   RegistrationResult result;
   try {
-    auto http = RegistrationHttpRequest(request);
+    auto http = RegistrationHttpRequest(request, endpoint.tcp() ? endpoint.token : "");
     if (!http.ok()) {
       result.message = http.status().message();
       return result;
     }
-    auto reply = ExchangeOverUnixSocket(socket_path, *http, deadline);
+    auto reply = endpoint.tcp()
+                     ? ExchangeOverTcp(endpoint.tcp_host, endpoint.tcp_port, *http, deadline)
+                     : ExchangeOverUnixSocket(endpoint.socket_path, *http, deadline);
     if (!reply.ok()) {
       result.message = reply.status().message();
       return result;
     }
-    return InterpretReply(*reply, request.group);
+    result = InterpretReply(*reply, request.group);
+    if (request.schedule && reply->status == 400 &&
+        result.message.find(R"(unknown field "schedule")") != std::string::npos) {
+      // A daemon without the scheduler: registered without the schedule.
+      RegistrationRequest plain = request;
+      plain.schedule.reset();
+      result = Register(endpoint, plain, deadline);
+      if (result.outcome == RegistrationResult::Outcome::kRegistered) {
+        result.schedule_refused = "this gpusliced does not take a schedule at registration";
+      }
+    }
+    return result;
   } catch (const std::exception& e) {
     result.outcome = RegistrationResult::Outcome::kUnavailable;
+    result.message = e.what();
+    return result;
+  }
+}
+
+RegistrationResult Register(const std::string& socket_path, const RegistrationRequest& request,
+                            std::chrono::milliseconds deadline) {
+  try {
+    DaemonEndpoint endpoint;
+    endpoint.socket_path = socket_path;
+    return Register(endpoint, request, deadline);
+  } catch (const std::exception& e) {
+    RegistrationResult result;
     result.message = e.what();
     return result;
   }

@@ -1,7 +1,8 @@
 // The limiter's registration client (DESIGN.md sections 4 and 5b): it tells
 // gpusliced that this process is a tenant of a group, over the daemon's Unix
-// socket, and reads back the limits the daemon grants (docs/daemon.md,
-// "Tenants and groups": POST /v1/tenants).
+// socket (or its TCP listener, with a token), and reads back the limits the
+// daemon grants and the environment it gives (docs/daemon.md, "Tenants and
+// groups": POST /v1/tenants). `gpuslice run` uses it too.
 //
 // Split so that the formats are tested without a socket: RegistrationBody /
 // RegistrationHttpRequest build the request, ParseHttpReply and
@@ -9,8 +10,10 @@
 // deadline that covers connect, send and receive together, so a daemon that
 // hangs or is gone costs a bounded, short time.
 //
-// The daemon identifies the caller itself (SO_PEERCRED): the request names no
-// pid. Hints (pod name, namespace, container) are claims it checks.
+// On the Unix socket the daemon identifies the caller itself (SO_PEERCRED):
+// the request names no pid. Over TCP it names its host pid, which the daemon
+// takes on the token's word. Hints (pod name, namespace, container) are
+// claims it checks.
 //
 // No exception escapes a function declared here (allocation failure
 // included: it becomes kUnavailable or an error Status). Thread-safe: no
@@ -19,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -35,35 +39,63 @@ inline constexpr std::string_view kDefaultDaemonSocket = "/run/gpuslice/gpuslice
 // The whole exchange (connect + send + receive) of one registration.
 inline constexpr std::chrono::milliseconds kRegistrationDeadline{250};
 
+// Variables read by DaemonEndpointFromEnv.
+inline constexpr std::string_view kEnvDaemonSocket = "GPUSLICE_SOCKET";
+inline constexpr std::string_view kEnvHypervisorIp = "HYPERVISOR_IP";
+inline constexpr std::string_view kEnvHypervisorPort = "HYPERVISOR_PORT";
+inline constexpr std::string_view kEnvDaemonToken = "GPUSLICE_DAEMON_TOKEN";
+
+// Where to reach the daemon: its Unix socket, or its TCP listener (with a
+// bearer token) when `tcp_host` is set.
+struct DaemonEndpoint {
+  std::string socket_path = std::string(kDefaultDaemonSocket);
+  std::string tcp_host;  // a numeric IPv4 or IPv6 address; empty: the Unix socket
+  uint16_t tcp_port = 0;
+  std::string token;  // sent as "Authorization: Bearer <token>" when not empty
+
+  bool tcp() const { return !tcp_host.empty(); }
+  // "unix:<path>" or "tcp:<host>:<port>", for logs.
+  std::string Describe() const;
+};
+
+// The endpoint the environment names: HYPERVISOR_IP and HYPERVISOR_PORT
+// (the original system's names; a numeric address, a port 1-65535) with the
+// token in GPUSLICE_DAEMON_TOKEN, else the Unix socket GPUSLICE_SOCKET (else
+// the default). InvalidArgument naming the variable for a malformed address
+// or port, or one of the two set without the other.
+StatusOr<DaemonEndpoint> DaemonEndpointFromEnv(const EnvLookup& env);
+
 // What a limiter tells the daemon about its process.
 struct RegistrationRequest {
   std::string group;
   std::vector<std::string> devices;  // the UUIDs of the GPUs the limiter attached
-  // The process's own limits (from the environment): they can only lower
-  // what the daemon grants. The API takes one value for all the tenant's
-  // devices, so a limit is sent only when it is the same on every device
-  // (see RequestLimits).
-  std::optional<uint64_t> memory_bytes;
-  std::optional<uint32_t> compute_percent;
+  // The process's own limits (from the environment), parallel to `devices`,
+  // or one entry for every GPU when `devices` is empty: they can only lower
+  // what the daemon grants. Sent as one limit for every GPU when all entries
+  // are the same, else keyed by each device's UUID (devices without a limit
+  // left out). Empty or all unlimited: not sent.
+  std::vector<DeviceLimits> limits;
+  // What the process asks of the scheduler (GPUSLICE_COMPUTE_REQUEST, ...);
+  // sent only when set, so a daemon that does not know the field is not sent it.
+  std::optional<ScheduleRequest> schedule;
+  // The host pid to register, sent when > 0: over TCP the daemon cannot see
+  // the caller's (on the Unix socket it takes SO_PEERCRED's and this is 0).
+  int32_t pid = 0;
   // Hints (POD_NAME, POD_NAMESPACE, CONTAINER_NAME); empty: not sent.
   std::string pod_name;
   std::string pod_namespace;
   std::string container_name;
 };
 
-// Fills `request`'s limits from per-device limits: a dimension is set only
-// when every device has the same value for it (a limit on some devices only,
-// or different per device, cannot be said in one value without lowering
-// another device; the limiter's own segment limits still apply to them).
-void RequestLimits(std::span<const DeviceLimits> devices, RegistrationRequest& request);
-
-// The JSON body of POST /v1/tenants: {"group", "devices", "limits"?, "hints"?}.
-// Strings that are not valid UTF-8 are sent with U+FFFD in place of bad bytes.
+// The JSON body of POST /v1/tenants: {"group", "devices", "limits"?,
+// "schedule"?, "pid"?, "hints"?}. Strings that are not valid UTF-8 are sent
+// with U+FFFD in place of bad bytes.
 StatusOr<std::string> RegistrationBody(const RegistrationRequest& request);
 
 // The whole HTTP/1.1 request (POST /v1/tenants, Content-Length,
-// Connection: close).
-StatusOr<std::string> RegistrationHttpRequest(const RegistrationRequest& request);
+// Connection: close, and the bearer `token` when not empty).
+StatusOr<std::string> RegistrationHttpRequest(const RegistrationRequest& request,
+                                              std::string_view token = "");
 
 struct HttpReply {
   int status = 0;
@@ -97,12 +129,18 @@ struct RegistrationResult {
   // failed when unavailable; empty when registered.
   std::string message;
   std::vector<EffectiveLimit> effective_limits;  // from a 201
+  // From a 201: the environment the process's CUDA work should start with
+  // (an MPS client's, for a group of tier mps; empty otherwise), and why the
+  // daemon did not apply the requested schedule (empty: applied, or none).
+  std::map<std::string, std::string> env;
+  std::string schedule_refused;
 };
 
 // What a reply means for a registration of `group`:
 //   201 → kRegistered, with effective_limits from {"effective_limits": {UUID:
 //         {"memory_bytes", "compute_percent"}}} (entries it cannot read are
-//         skipped);
+//         skipped), env from {"env": {NAME: VALUE}} (string values only) and
+//         schedule_refused from {"schedule_refused": "..."};
 //   409 → kRegistered (the daemon already holds this process, e.g. re-adopted
 //         after a restart), unless the message says the process is registered
 //         in another group (then kRefused);
@@ -115,7 +153,17 @@ RegistrationResult InterpretReply(const HttpReply& reply, std::string_view group
 StatusOr<HttpReply> ExchangeOverUnixSocket(const std::string& path, std::string_view request,
                                            std::chrono::milliseconds deadline);
 
-// Registers with the daemon at `socket_path` within `deadline`.
+// The same over TCP to `host` (a numeric IPv4 or IPv6 address) and `port`.
+StatusOr<HttpReply> ExchangeOverTcp(const std::string& host, uint16_t port,
+                                    std::string_view request, std::chrono::milliseconds deadline);
+
+// Registers with the daemon at `endpoint` within `deadline`. A daemon that
+// refuses the request's schedule as an unknown field (one without the
+// scheduler) is asked again without it (a second exchange, same deadline);
+// the result then says so in schedule_refused.
+RegistrationResult Register(const DaemonEndpoint& endpoint, const RegistrationRequest& request,
+                            std::chrono::milliseconds deadline = kRegistrationDeadline);
+// Registers over the Unix socket at `socket_path`.
 RegistrationResult Register(const std::string& socket_path, const RegistrationRequest& request,
                             std::chrono::milliseconds deadline = kRegistrationDeadline);
 

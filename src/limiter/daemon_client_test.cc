@@ -1,6 +1,8 @@
 #include "limiter/daemon_client.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -8,8 +10,10 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 
@@ -24,8 +28,7 @@ RegistrationRequest Sample() {
   RegistrationRequest r;
   r.group = "train";
   r.devices = {"GPU-aaaa", "GPU-bbbb"};
-  r.memory_bytes = 1ull << 30;
-  r.compute_percent = 40;
+  r.limits = {{1ull << 30, 40}, {1ull << 30, 40}};
   r.pod_name = "web-0";
   r.pod_namespace = "prod";
   r.container_name = "app";
@@ -59,21 +62,76 @@ TEST(RegistrationBodyTest, InvalidUtf8InAHintIsReplacedNotThrown) {
   EXPECT_EQ(json::parse(*body)["hints"]["pod_name"], "bad\xEF\xBF\xBD");
 }
 
-TEST(RequestLimitsTest, SendsALimitOnlyWhenEveryDeviceHasTheSame) {
-  RegistrationRequest r;
-  const DeviceLimits same[] = {{1000, 50}, {1000, 50}};
-  RequestLimits(same, r);
-  EXPECT_EQ(r.memory_bytes, 1000u);
-  EXPECT_EQ(r.compute_percent, 50u);
+TEST(RegistrationBodyTest, LimitsThatDifferByDeviceAreKeyedByUuid) {
+  RegistrationRequest r = Sample();
+  r.limits = {{1000, 50}, {2000, std::nullopt}};
+  auto body = RegistrationBody(r);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(json::parse(*body)["limits"],
+            json::parse(R"({"GPU-aaaa": {"memory": 1000, "compute_percent": 50},
+                            "GPU-bbbb": {"memory": 2000}})"));
+  // A limit on one device only: the other is left out.
+  r.limits = {{std::nullopt, std::nullopt}, {2000, std::nullopt}};
+  EXPECT_EQ(json::parse(*RegistrationBody(r))["limits"],
+            json::parse(R"({"GPU-bbbb": {"memory": 2000}})"));
+  // Every device unlimited: no limits at all.
+  r.limits = {{}, {}};
+  EXPECT_FALSE(json::parse(*RegistrationBody(r)).contains("limits"));
+  // One entry and no devices (gpuslice run): every GPU.
+  r.devices.clear();
+  r.limits = {{std::nullopt, 30}};
+  EXPECT_EQ(json::parse(*RegistrationBody(r))["limits"], json::parse(R"({"compute_percent": 30})"));
+}
 
-  const DeviceLimits differ[] = {{1000, 50}, {2000, std::nullopt}};
-  RequestLimits(differ, r);
-  EXPECT_FALSE(r.memory_bytes);
-  EXPECT_FALSE(r.compute_percent);
+TEST(RegistrationBodyTest, SendsTheScheduleAndThePidOnlyWhenSet) {
+  RegistrationRequest r = Sample();
+  EXPECT_FALSE(json::parse(*RegistrationBody(r)).contains("schedule"));
+  EXPECT_FALSE(json::parse(*RegistrationBody(r)).contains("pid"));
+  r.schedule =
+      ScheduleRequest{.request_percent = 30, .priority = "latency", .weight = std::nullopt};
+  r.pid = 4242;
+  const json j = json::parse(*RegistrationBody(r));
+  EXPECT_EQ(j["schedule"], json::parse(R"({"request": 30, "priority": "latency"})"));
+  EXPECT_EQ(j["pid"], 4242);
+}
 
-  const DeviceLimits one_only[] = {{1000, std::nullopt}, {std::nullopt, std::nullopt}};
-  RequestLimits(one_only, r);
-  EXPECT_FALSE(r.memory_bytes);
+TEST(DaemonEndpointTest, TheUnixSocketUnlessBothHypervisorVariablesAreSet) {
+  auto from = [](const std::map<std::string, std::string, std::less<>>& vars) {
+    return DaemonEndpointFromEnv([vars](std::string_view name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    });
+  };
+  auto plain = from({});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->tcp());
+  EXPECT_EQ(plain->socket_path, kDefaultDaemonSocket);
+  EXPECT_EQ(from({{"GPUSLICE_SOCKET", "/tmp/d.sock"}})->Describe(), "unix:/tmp/d.sock");
+  auto tcp = from({{"HYPERVISOR_IP", "10.0.0.7"},
+                   {"HYPERVISOR_PORT", " 8000 "},
+                   {"GPUSLICE_DAEMON_TOKEN", "s3cret"},
+                   {"GPUSLICE_SOCKET", "/tmp/d.sock"}});
+  ASSERT_TRUE(tcp.ok()) << tcp.status().ToString();
+  EXPECT_TRUE(tcp->tcp());
+  EXPECT_EQ(tcp->Describe(), "tcp:10.0.0.7:8000");
+  EXPECT_EQ(tcp->token, "s3cret");
+  EXPECT_EQ(from({{"HYPERVISOR_IP", "::1"}, {"HYPERVISOR_PORT", "9"}})->Describe(), "tcp:[::1]:9");
+  for (const auto& [vars, message] :
+       std::vector<std::pair<std::map<std::string, std::string, std::less<>>, std::string>>{
+           {{{"HYPERVISOR_IP", "10.0.0.7"}}, "HYPERVISOR_PORT: not set"},
+           {{{"HYPERVISOR_PORT", "80"}}, "HYPERVISOR_IP: not set"},
+           {{{"HYPERVISOR_IP", "daemon.local"}, {"HYPERVISOR_PORT", "80"}},
+            "HYPERVISOR_IP: 'daemon.local' is not a numeric"},
+           {{{"HYPERVISOR_IP", "10.0.0.7"}, {"HYPERVISOR_PORT", "70000"}},
+            "HYPERVISOR_PORT: '70000' is not a port"},
+           {{{"HYPERVISOR_IP", "10.0.0.7"}, {"HYPERVISOR_PORT", "x"}},
+            "HYPERVISOR_PORT: 'x' is not a port"},
+       }) {
+    auto e = from(vars);
+    ASSERT_FALSE(e.ok()) << message;
+    EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(e.status().message().find(message), std::string::npos) << e.status().message();
+  }
 }
 
 TEST(RegistrationHttpRequestTest, IsAPostWithContentLengthAndConnectionClose) {
@@ -145,6 +203,16 @@ TEST(InterpretReplyTest, A201IsRegisteredWithTheEffectiveLimits) {
   EXPECT_FALSE(r.effective_limits[1].compute_percent);
 }
 
+TEST(InterpretReplyTest, A201CarriesTheEnvironmentAndAScheduleRefusal) {
+  const HttpReply reply{201, R"({"env": {"CUDA_MPS_PIPE_DIRECTORY": "/run/mps/0",
+                                        "BAD": 5, "A=B": "x"},
+                                "schedule_refused": "the group exists"})"};
+  const RegistrationResult r = InterpretReply(reply, "g");
+  EXPECT_EQ(r.outcome, Outcome::kRegistered);
+  EXPECT_EQ(r.env, (std::map<std::string, std::string>{{"CUDA_MPS_PIPE_DIRECTORY", "/run/mps/0"}}));
+  EXPECT_EQ(r.schedule_refused, "the group exists");
+}
+
 TEST(InterpretReplyTest, A201WithABodyItCannotReadIsStillRegistered) {
   const RegistrationResult r = InterpretReply({201, "not json"}, "g");
   EXPECT_EQ(r.outcome, Outcome::kRegistered);
@@ -188,10 +256,11 @@ TEST(InterpretReplyTest, ServerErrorsAreUnavailable) {
 // A Unix socket server on a temporary path, one connection at a time, run by
 // a thread: it reads a request (headers and Content-Length bytes) and answers
 // `reply`, or holds the connection without answering when `reply` is empty.
+// On TCP it answers one connection per reply given, in order.
 class FakeDaemon {
  public:
   FakeDaemon(std::string path, std::string reply, bool accept = true)
-      : path_(std::move(path)), reply_(std::move(reply)) {
+      : path_(std::move(path)), replies_{std::move(reply)} {
     unlink(path_.c_str());
     fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
@@ -201,20 +270,42 @@ class FakeDaemon {
     EXPECT_EQ(listen(fd_, 4), 0);
     if (accept) thread_ = std::thread([this] { Serve(); });
   }
+  // The same on TCP, 127.0.0.1 and a port the kernel picks (port()).
+  explicit FakeDaemon(std::vector<std::string> replies) : replies_(std::move(replies)) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << strerror(errno);
+    socklen_t len = sizeof addr;
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+    EXPECT_EQ(listen(fd_, 4), 0);
+    thread_ = std::thread([this] { Serve(); });
+  }
   ~FakeDaemon() {
     shutdown(fd_, SHUT_RDWR);
     if (thread_.joinable()) thread_.join();
     close(fd_);
-    unlink(path_.c_str());
+    if (!path_.empty()) unlink(path_.c_str());
   }
+  uint16_t port() const { return port_; }
   // The request the last connection sent (valid after the exchange returned).
   std::string request() {
     std::lock_guard lock(mu_);
-    return request_;
+    return requests_.empty() ? "" : requests_.back();
+  }
+  // Every request, in order.
+  std::vector<std::string> requests() {
+    std::lock_guard lock(mu_);
+    return requests_;
   }
 
  private:
   void Serve() {
+    for (const std::string& reply : replies_) Answer(reply);
+  }
+  void Answer(const std::string& reply) {
     const int c = ::accept(fd_, nullptr, nullptr);
     if (c < 0) return;
     std::string got;
@@ -232,10 +323,10 @@ class FakeDaemon {
     }
     {
       std::lock_guard lock(mu_);
-      request_ = got;
+      requests_.push_back(got);
     }
-    if (!reply_.empty()) {
-      (void)!write(c, reply_.data(), reply_.size());
+    if (!reply.empty()) {
+      (void)!write(c, reply.data(), reply.size());
     } else {
       // Never answers: waits until the client gives up and closes.
       while (read(c, buf, sizeof buf) > 0) {
@@ -245,11 +336,12 @@ class FakeDaemon {
   }
 
   std::string path_;
-  std::string reply_;
+  std::vector<std::string> replies_;
+  uint16_t port_ = 0;
   int fd_ = -1;
   std::thread thread_;
   std::mutex mu_;
-  std::string request_;
+  std::vector<std::string> requests_;
 };
 
 class RegisterTest : public ::testing::Test {
@@ -332,6 +424,78 @@ TEST_F(RegisterTest, AGarbledReplyIsUnavailable) {
   const RegistrationResult r = Register(path_, Sample(), 2s);
   EXPECT_EQ(r.outcome, Outcome::kUnavailable);
   EXPECT_NE(r.message.find("not an HTTP"), std::string::npos) << r.message;
+}
+
+TEST_F(RegisterTest, OverTcpTheTokenAndThePidAreSent) {
+  const std::string body =
+      R"({"tenant": {}, "effective_limits": {}, "env": {"CUDA_MPS_PIPE_DIRECTORY": "/p"}})";
+  FakeDaemon daemon({"HTTP/1.1 201 Created\r\nContent-Length: " + std::to_string(body.size()) +
+                     "\r\n\r\n" + body});
+  DaemonEndpoint endpoint;
+  endpoint.tcp_host = "127.0.0.1";
+  endpoint.tcp_port = daemon.port();
+  endpoint.token = "s3cret";
+  RegistrationRequest request = Sample();
+  request.pid = 4242;
+  const RegistrationResult r = Register(endpoint, request, 2s);
+  EXPECT_EQ(r.outcome, Outcome::kRegistered) << r.message;
+  EXPECT_EQ(r.env.at("CUDA_MPS_PIPE_DIRECTORY"), "/p");
+  const std::string sent = daemon.request();
+  EXPECT_NE(sent.find("\r\nAuthorization: Bearer s3cret\r\n"), std::string::npos) << sent;
+  const json sent_body = json::parse(sent.substr(sent.find("\r\n\r\n") + 4));
+  EXPECT_EQ(sent_body["pid"], 4242);
+  EXPECT_EQ(sent_body["group"], "train");
+  // The Unix socket never carries the token.
+  auto unix_request = RegistrationHttpRequest(Sample());
+  ASSERT_TRUE(unix_request.ok());
+  EXPECT_EQ(unix_request->find("Authorization"), std::string::npos);
+}
+
+TEST_F(RegisterTest, ATcpDaemonThatRefusesOrIsAbsentIsSaidSo) {
+  const std::string body = R"({"error": {"message": "registering over TCP needs a valid token"}})";
+  FakeDaemon daemon({"HTTP/1.1 403 Forbidden\r\nContent-Length: " + std::to_string(body.size()) +
+                     "\r\n\r\n" + body});
+  DaemonEndpoint endpoint;
+  endpoint.tcp_host = "127.0.0.1";
+  endpoint.tcp_port = daemon.port();
+  const RegistrationResult refused = Register(endpoint, Sample(), 2s);
+  EXPECT_EQ(refused.outcome, Outcome::kRefused);
+  EXPECT_EQ(refused.message, "registering over TCP needs a valid token");
+  // A port nobody listens on: refused at connect, at once.
+  int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(probe);  // bound, never listening, now free
+  endpoint.tcp_port = ntohs(addr.sin_port);
+  const RegistrationResult absent = Register(endpoint, Sample(), 5s);
+  EXPECT_EQ(absent.outcome, Outcome::kUnavailable);
+  EXPECT_NE(absent.message.find("connect"), std::string::npos) << absent.message;
+}
+
+TEST_F(RegisterTest, ADaemonThatDoesNotKnowScheduleIsAskedAgainWithoutIt) {
+  auto reply = [](int status, const std::string& body) {
+    return "HTTP/1.1 " + std::to_string(status) +
+           " X\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  FakeDaemon daemon(std::vector<std::string>{
+      reply(400, R"({"error": {"message": "unknown field \"schedule\""}})"),
+      reply(201, R"({"tenant": {}, "effective_limits": {}})")});
+  DaemonEndpoint endpoint;
+  endpoint.tcp_host = "127.0.0.1";
+  endpoint.tcp_port = daemon.port();
+  RegistrationRequest request = Sample();
+  request.schedule = ScheduleRequest{.request_percent = 20, .priority = {}, .weight = {}};
+  const RegistrationResult r = Register(endpoint, request, 2s);
+  EXPECT_EQ(r.outcome, Outcome::kRegistered) << r.message;
+  EXPECT_NE(r.schedule_refused.find("does not take a schedule"), std::string::npos);
+  const std::vector<std::string> sent = daemon.requests();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_NE(sent[0].find(R"("schedule":{"request":20})"), std::string::npos) << sent[0];
+  EXPECT_EQ(sent[1].find("schedule"), std::string::npos) << sent[1];
 }
 
 }  // namespace

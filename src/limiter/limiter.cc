@@ -57,10 +57,23 @@ std::string FormatUuid(const CUuuid& u) {
   return s;
 }
 
+// This process's pid as the outermost pid namespace its /proc shows it
+// (the first NSpid entry): the host pid unless /proc is a container's own.
+int32_t OutermostPid() {
+  const std::string status = ReadFile("/proc/self/status");
+  const size_t at = status.find("\nNSpid:");
+  if (at != std::string::npos) {
+    const auto pid = static_cast<int32_t>(strtol(status.c_str() + at + 7, nullptr, 10));
+    if (pid > 0) return pid;
+  }
+  return static_cast<int32_t>(getpid());
+}
+
 // What this process tells gpusliced, or nullopt when GPUSLICE_REGISTER
 // disables registration ("0", "false", "off", "no").
 std::optional<RegistrationRequest> RegistrationFor(
-    const LimitConfig& config, const std::vector<std::pair<int, std::string>>& devices) {
+    const LimitConfig& config, const std::vector<std::pair<int, std::string>>& devices,
+    const DaemonEndpoint& endpoint) {
   if (const char* v = Env("GPUSLICE_REGISTER"); v != nullptr) {
     const std::string_view s(v);
     if (s == "0" || s == "false" || s == "off" || s == "no") return std::nullopt;
@@ -68,7 +81,9 @@ std::optional<RegistrationRequest> RegistrationFor(
   RegistrationRequest r;
   r.group = config.group;
   for (const auto& [index, uuid] : devices) r.devices.push_back(uuid);
-  RequestLimits(config.devices, r);
+  r.limits = config.devices;
+  r.schedule = config.schedule;
+  if (endpoint.tcp()) r.pid = OutermostPid();
   for (auto [name, field] :
        {std::pair{"POD_NAME", &r.pod_name}, std::pair{"POD_NAMESPACE", &r.pod_namespace},
         std::pair{"CONTAINER_NAME", &r.container_name}}) {
@@ -121,7 +136,7 @@ CUresult Limiter::EnsureAttached() {
 void Limiter::StartRegistration() {
   if (state_.load(std::memory_order_acquire) != kAttached || !registration_) return;
   if (registration_started_.exchange(true)) return;
-  StartRegistrationThread(segment_.get(), *registration_, socket_path_);
+  StartRegistrationThread(segment_.get(), *registration_, daemon_);
 }
 
 CUresult Limiter::AttachWithCuda() {
@@ -196,6 +211,8 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
   auto config =
       ParseLimitConfig(Env, ids, ReadFile("/proc/self/cgroup"), static_cast<int>(getpid()));
   Status error = config.status();
+  auto endpoint = DaemonEndpointFromEnv(Env);
+  if (error.ok() && !endpoint.ok()) error = endpoint.status();
   if (error.ok()) {
     if (const char* v = Env("GPUSLICE_CONTEXT_BYTES"); v != nullptr) {
       auto bytes = ParseBytes(v);
@@ -234,11 +251,8 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
     if (limits.compute_percent) (*segment)->LowerComputeLimit(*d, *limits.compute_percent);
   }
   (*segment)->ReapDead();  // members that left since the last one looked
-  registration_ = RegistrationFor(*config, devices);
-  if (registration_) {
-    const char* socket = Env("GPUSLICE_SOCKET");
-    socket_path_ = socket != nullptr && *socket != '\0' ? socket : kDefaultDaemonSocket;
-  }
+  daemon_ = std::move(*endpoint);
+  registration_ = RegistrationFor(*config, devices, daemon_);
   segment_ = std::move(segment).value();
   StartKeeperThread(segment_.get());
   ComputeGate::Arm(segment_.get());

@@ -151,7 +151,7 @@ class Limiter {
   // What to tell gpusliced (set by Attach before state_ becomes kAttached,
   // then read-only); nullopt: registration disabled.
   std::optional<RegistrationRequest> registration_;
-  std::string socket_path_;
+  DaemonEndpoint daemon_;  // where registration_ goes
   std::atomic<bool> registration_started_{false};
 
   mutable std::mutex mu_;  // guards the maps below

@@ -61,6 +61,10 @@ void Registrar::Attempt(const DaemonObservation& seen, int64_t now) {
       daemon_pid_ = seen.daemon_pid;
       GS_LOG(kInfo, "limiter", "registered with gpusliced as tenant of group %s%s",
              request_.group.c_str(), result.http_status == 409 ? " (it knew this process)" : "");
+      if (!result.schedule_refused.empty()) {
+        GS_LOG(kWarn, "limiter", "gpusliced did not apply the requested schedule to group %s: %s",
+               request_.group.c_str(), result.schedule_refused.c_str());
+      }
       apply_(result.effective_limits);
       return;
     case RegistrationResult::Outcome::kRefused:

@@ -19,13 +19,16 @@ namespace {
 struct Args {
   GroupSegment* segment;
   RegistrationRequest request;
-  std::string socket_path;
+  DaemonEndpoint endpoint;
 };
 
-DaemonObservation Observe(const GroupSegment& segment, const std::string& socket_path) {
+DaemonObservation Observe(const GroupSegment& segment, const DaemonEndpoint& endpoint) {
   DaemonObservation seen;
   struct stat st {};
-  if (stat(socket_path.c_str(), &st) == 0) {
+  if (endpoint.tcp()) {
+    seen.socket_present = true;
+    seen.socket_id = 1;
+  } else if (stat(endpoint.socket_path.c_str(), &st) == 0) {
     seen.socket_present = true;
     seen.socket_id = (static_cast<uint64_t>(st.st_dev) << 40) ^ static_cast<uint64_t>(st.st_ino) ^
                      (static_cast<uint64_t>(st.st_ctim.tv_sec) * 1'000'000'007ull) ^
@@ -63,10 +66,10 @@ void* Run(void* arg) {
     auto* args = static_cast<Args*>(arg);
     auto* clock = new MonotonicClock;
     GroupSegment* segment = args->segment;
-    const std::string* path = &args->socket_path;
+    const DaemonEndpoint* endpoint = &args->endpoint;
     auto* registrar = new Registrar(
-        args->request, [path](const RegistrationRequest& r) { return Register(*path, r); },
-        [segment, path] { return Observe(*segment, *path); },
+        args->request, [endpoint](const RegistrationRequest& r) { return Register(*endpoint, r); },
+        [segment, endpoint] { return Observe(*segment, *endpoint); },
         [segment](const std::vector<EffectiveLimit>& l) { Apply(*segment, l); }, *clock);
     for (;;) SleepNs(registrar->Step());
   } catch (...) {
@@ -79,10 +82,10 @@ void* Run(void* arg) {
 }  // namespace
 
 bool StartRegistrationThread(GroupSegment* segment, RegistrationRequest request,
-                             std::string socket_path) {
+                             DaemonEndpoint endpoint) {
   Args* args = nullptr;
   try {
-    args = new Args{segment, std::move(request), std::move(socket_path)};
+    args = new Args{segment, std::move(request), std::move(endpoint)};
   } catch (...) {
     return false;
   }

@@ -22,11 +22,13 @@
 
 namespace gpuslice::limiter {
 
-// Starts registering `request` with the daemon at `socket_path` on a new
-// thread; limits the daemon grants lower `segment`'s. `segment` must outlive
+// Starts registering `request` with the daemon at `endpoint` on a new
+// thread; limits the daemon grants lower `segment`'s. Over TCP there is no
+// socket file to watch: the daemon counts as present (each attempt finds out)
+// and a restart is seen by the daemon's claim on the segment alone. `segment` must outlive
 // the process (the limiter never frees it). Returns false if no thread could
 // be started (the process then runs under its own limits, unregistered).
 bool StartRegistrationThread(GroupSegment* segment, RegistrationRequest request,
-                             std::string socket_path);
+                             DaemonEndpoint endpoint);
 
 }  // namespace gpuslice::limiter

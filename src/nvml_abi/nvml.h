@@ -186,6 +186,26 @@ typedef struct nvmlMemory_v2_st {
 } nvmlMemory_v2_t;
 #define nvmlMemory_v2 NVML_STRUCT_VERSION(Memory, 2)
 
+/* r615 per-cgroup memory limits (nvmlDeviceSetMemoryLimits_v1). `nameSpace`
+ * is the full sysfs path of a cgroup v2 directory. 24 bytes. */
+typedef struct {
+  const char* nameSpace;
+  unsigned long long softLimit; /* bytes; guaranteed */
+  unsigned long long hardLimit; /* bytes; allocations beyond fail */
+} nvmlSetMemoryLimits_v1_t;
+
+/* 32 bytes. */
+typedef struct {
+  const char* nameSpace;          /* in */
+  unsigned long long softLimit;   /* out */
+  unsigned long long hardLimit;   /* out */
+  unsigned long long currentUsed; /* out: bytes charged to the cgroup */
+} nvmlGetMemoryLimits_v1_t;
+
+/* Soft 0 with this hard limit clears a cgroup's limits (and is what "no
+ * limit" reads as). */
+#define NVML_DEVICE_MEMORY_LIMIT_MAX 0xFFFFFFFFFFFFFFFFULL
+
 /* 8 bytes. Percent of the last sample period. */
 typedef struct nvmlUtilization_st {
   unsigned int gpu;
@@ -286,6 +306,9 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major,
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory);
 nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t* bar1Memory);
+/* r615 and later; root only for the setter; not on MIG devices. */
+nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t* limits);
+nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t* limits);
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization);
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                              nvmlProcessUtilizationSample_t* utilization,

@@ -5,22 +5,39 @@
 //   gpuslice-workload [--device N] [--kernel-us US] (--duration-s S | --kernels N)
 //                     [--sync] [--alloc BYTES] [--hold-s S]
 //                     [--launch plain|ex|cooperative|graph] [--quiet]
+//                     [--latency] [--latency-file PATH] [--idle-at-s S --idle-s D]
 //
 // Kernels are `gpuslice_sim_spin` (the simulator runs them for the given
 // time). --launch graph captures one kernel into a graph on a stream
 // (cuStreamBeginCapture) and launches that graph each time. Unless --quiet,
 // prints one JSON line at the end:
 //   {"kernels":N,"elapsed_s":S,"kernel_us":U,"launch":"plain","device":D,"alloc_bytes":B}
+// --latency synchronises after each launch (as --sync) and records each
+// launch's launch-to-completion time: from just before the launch call (so a
+// launch the limiter holds back counts) to the return of cuCtxSynchronize. The
+// JSON line then carries
+//   "latency_us":{"count":N,"p50":..,"p90":..,"p99":..,"p999":..,"max":..}
+// (nearest-rank percentiles over every launch). --latency-file PATH (implies
+// --latency) also writes one line per launch: "<start s since the first
+// launch> <latency us>", for a caller that judges only part of the run.
+// --idle-at-s S --idle-s D: S seconds after the first launch, wait for the
+// queued work and launch nothing for D seconds, then go on (--duration-s still
+// counts from the first launch).
 // Exit codes: 0 done, 2 bad arguments, 3 a CUDA call failed (named on stderr,
-// e.g. "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2)").
+// e.g. "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2)") or the latency file
+// could not be written.
 #include <cuda.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -34,6 +51,10 @@ struct Options {
   double hold_s = 0;
   std::string launch = "plain";
   bool quiet = false;
+  bool latency = false;
+  std::string latency_file;
+  double idle_at_s = -1;  // < 0: never idle
+  double idle_s = 0;
 };
 
 [[noreturn]] void Usage(const char* problem) {
@@ -41,7 +62,8 @@ struct Options {
           "gpuslice-workload: %s\n"
           "usage: gpuslice-workload [--device N] [--kernel-us US] (--duration-s S | --kernels N)\n"
           "         [--sync] [--alloc BYTES] [--hold-s S] [--launch plain|ex|cooperative|graph] "
-          "[--quiet]\n",
+          "[--quiet]\n"
+          "         [--latency] [--latency-file PATH] [--idle-at-s S --idle-s D]\n",
           problem);
   exit(2);
 }
@@ -74,6 +96,38 @@ void Check(CUresult rc, const char* what) {
   exit(3);
 }
 
+// The nearest-rank `p` percentile (0 < p <= 100) of `sorted` (ascending, not empty).
+double Percentile(const std::vector<double>& sorted, double p) {
+  const auto rank = static_cast<size_t>(std::ceil(p / 100 * static_cast<double>(sorted.size())));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+}
+
+// ',"latency_us":{...}' for the JSON line; every figure 0 when nothing ran.
+std::string LatencyJson(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  auto at = [&](double p) { return us.empty() ? 0.0 : Percentile(us, p); };
+  char buf[256];
+  snprintf(buf, sizeof buf,
+           ",\"latency_us\":{\"count\":%zu,\"p50\":%.1f,\"p90\":%.1f,\"p99\":%.1f,"
+           "\"p999\":%.1f,\"max\":%.1f}",
+           us.size(), at(50), at(90), at(99), at(99.9), us.empty() ? 0.0 : us.back());
+  return buf;
+}
+
+void WriteLatencies(const std::string& path, const std::vector<double>& at,
+                    const std::vector<double>& us) {
+  FILE* f = fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    fprintf(stderr, "gpuslice-workload: cannot write %s: %s\n", path.c_str(), strerror(errno));
+    exit(3);
+  }
+  for (size_t i = 0; i < us.size(); ++i) fprintf(f, "%.6f %.1f\n", at[i], us[i]);
+  if (fclose(f) != 0) {
+    fprintf(stderr, "gpuslice-workload: cannot write %s: %s\n", path.c_str(), strerror(errno));
+    exit(3);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,6 +156,14 @@ int main(int argc, char** argv) {
       o.sync = true;
     else if (a == "--quiet")
       o.quiet = true;
+    else if (a == "--latency")
+      o.latency = true;
+    else if (a == "--latency-file")
+      o.latency_file = value();
+    else if (a == "--idle-at-s")
+      o.idle_at_s = Number("--idle-at-s", value());
+    else if (a == "--idle-s")
+      o.idle_s = Number("--idle-s", value());
     else if (a == "-h" || a == "--help")
       Usage("runs spin kernels on a GPU");
     else
@@ -110,6 +172,9 @@ int main(int argc, char** argv) {
   if (o.launch != "plain" && o.launch != "ex" && o.launch != "cooperative" && o.launch != "graph") {
     Usage("--launch is plain, ex, cooperative or graph");
   }
+  if ((o.idle_at_s >= 0) != (o.idle_s > 0)) Usage("--idle-at-s and --idle-s go together");
+  if (!o.latency_file.empty()) o.latency = true;
+  if (o.latency) o.sync = true;
 
   Check(cuInit(0), "cuInit");
   CUdevice dev;
@@ -142,8 +207,17 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(o.duration_s);
   long launched = 0;
+  std::vector<double> latency_us;  // per launch, in launch order (--latency)
+  std::vector<double> latency_at;  // its start, seconds since `start`
   while ((o.kernels > 0 && launched < o.kernels) ||
          (o.kernels == 0 && o.duration_s > 0 && std::chrono::steady_clock::now() < deadline)) {
+    if (o.idle_at_s >= 0 &&
+        std::chrono::steady_clock::now() >= start + std::chrono::duration<double>(o.idle_at_s)) {
+      Check(cuCtxSynchronize(), "cuCtxSynchronize");
+      std::this_thread::sleep_for(std::chrono::duration<double>(o.idle_s));
+      o.idle_at_s = -1;  // once
+    }
+    const auto launch_start = std::chrono::steady_clock::now();
     if (o.launch == "plain") {
       Check(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
     } else if (o.launch == "cooperative") {
@@ -160,6 +234,11 @@ int main(int argc, char** argv) {
     }
     ++launched;
     if (o.sync) Check(cuCtxSynchronize(), "cuCtxSynchronize");
+    if (o.latency) {
+      const auto done = std::chrono::steady_clock::now();
+      latency_us.push_back(std::chrono::duration<double, std::micro>(done - launch_start).count());
+      latency_at.push_back(std::chrono::duration<double>(launch_start - start).count());
+    }
   }
   Check(cuCtxSynchronize(), "cuCtxSynchronize");
   if (graph_exec != nullptr) {
@@ -172,11 +251,13 @@ int main(int argc, char** argv) {
   if (o.hold_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.hold_s));
   if (buffer != 0) Check(cuMemFree(buffer), "cuMemFree");
   Check(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
+  if (!o.latency_file.empty()) WriteLatencies(o.latency_file, latency_at, latency_us);
   if (!o.quiet) {
     printf(
         "{\"kernels\":%ld,\"elapsed_s\":%.3f,\"kernel_us\":%.1f,\"launch\":\"%s\","
-        "\"device\":%d,\"alloc_bytes\":%llu}\n",
-        launched, elapsed, o.kernel_us, o.launch.c_str(), o.device, o.alloc);
+        "\"device\":%d,\"alloc_bytes\":%llu%s}\n",
+        launched, elapsed, o.kernel_us, o.launch.c_str(), o.device, o.alloc,
+        o.latency ? LatencyJson(latency_us).c_str() : "");
   }
   return 0;
 }

@@ -108,6 +108,40 @@ StatusOr<std::string> GpuKey(const std::string& key, const std::string& where,
   return snapshot.gpus[ids->front()].uuid;
 }
 
+// A limit's fields ({"memory", "compute_percent", ...}): the keys of the
+// single form, which no GPU key can be.
+bool IsLimitField(const std::string& key) {
+  return key == "memory_bytes" || key == "memory" || key == "compute_percent" || key == "compute";
+}
+
+// A registration's own limits: one for every GPU ({"memory": "8GiB",
+// "compute_percent": 50}), or by GPU ({"GPU-…": {...}, "1": {...}, "all":
+// {...}}). The two forms do not mix.
+Status ParseRegistrationLimits(const json& j, const Snapshot& snapshot, Registration& reg) {
+  if (!j.is_object()) {
+    return InvalidArgument(
+        "\"limits\" must be an object: {\"memory\", \"compute_percent\"} for every GPU, or "
+        "{GPU UUID | index | \"all\": {\"memory\", \"compute_percent\"}}");
+  }
+  bool single = false;
+  for (const auto& [key, value] : j.items()) single = single || IsLimitField(key);
+  if (single || j.empty()) {
+    GS_ASSIGN_OR_RETURN(reg.limits, ParseLimit(j, "limits"));
+    return Status::Ok();
+  }
+  for (const auto& [key, value] : j.items()) {
+    auto gpu = GpuKey(key, "limits", snapshot);
+    if (!gpu.ok()) {
+      return InvalidArgument("unknown field \"limits." + key +
+                             R"(": neither a limit (memory, compute_percent) nor one GPU )"
+                             R"((an index or a UUID) nor "all")");
+    }
+    GS_ASSIGN_OR_RETURN(GpuLimit limit, ParseLimit(value, "limits." + key));
+    reg.gpu_limits[*gpu] = Lower(reg.gpu_limits[*gpu], limit);
+  }
+  return Status::Ok();
+}
+
 // Devices as the client names them (UUIDs, indexes as numbers or strings);
 // none or an empty list: every GPU.
 StatusOr<std::vector<std::string>> ParseDevices(const json& body, const Snapshot& snapshot) {
@@ -233,9 +267,9 @@ ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const Gp
     reg->tier = *t;
   }
   if (auto limits = body.find("limits"); limits != body.end() && !limits->is_null()) {
-    auto l = ParseLimit(*limits, "limits");
-    if (!l.ok()) return ApiResponse::FromStatus(l.status());
-    reg->limits = *l;
+    if (Status s = ParseRegistrationLimits(*limits, *snapshot, *reg); !s.ok()) {
+      return ApiResponse::FromStatus(s);
+    }
   }
   if (auto schedule = body.find("schedule"); schedule != body.end() && !schedule->is_null()) {
     auto entry = ParseScheduleEntry(*schedule, "schedule");
@@ -288,8 +322,9 @@ void AppendTenantView(const Tenant& t, const std::string& text,
     if (!declared && mem == u.memory_bytes.end()) continue;
     auto sm = u.sm_percent.find(static_cast<uint32_t>(t.host_pid));
     // As TenantRegistry::EffectiveLimits: the group's, lowered by the tenant's own.
-    const GpuLimit limit = Lower(
-        group == groups.end() ? GpuLimit{} : LimitOn(group->second.limits, u.uuid), t.requested);
+    const GpuLimit limit =
+        Lower(group == groups.end() ? GpuLimit{} : LimitOn(group->second.limits, u.uuid),
+              LimitOn(t.requested, u.uuid));
     gpus.push_back(
         {{"index", u.index},
          {"uuid", u.uuid},

@@ -2,9 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "daemon/gpu/fake_backend.h"
+#include "daemon/api/tenant_routes_fixture.h"
 #include "daemon/mps/fake_mps.h"
-#include "daemon/tenants/fake_proc.h"
 #include "daemon/tenants/tenant_metrics.h"
 
 namespace gpuslice::daemon {
@@ -13,54 +12,17 @@ namespace {
 using nlohmann::json;
 using namespace std::string_literals;
 
-constexpr const char* kPod = "aaaaaaaa-1111-2222-3333-444444444444";
-
-class TenantRoutesTest : public ::testing::Test {
+class TenantRoutesTest : public TenantRoutesFixture {
  protected:
   void SetUp() override {
-    // 100: container pid 1 of a pod, uid 1000; 101: same pod; 300: uid 65534, no pod.
-    const std::string cgroup = "0::/kubepods/pod"s + kPod + "/" + std::string(64, 'a') + "\n";
-    proc_.Add(100, "100\t1", 1000, 11, cgroup, "POD_NAME=web-0\0POD_NAMESPACE=prod\0"s);
-    proc_.Add(101, "101\t7", 1000, 12, cgroup);
-    proc_.Add(300, "300", 65534, 31, "0::/user.slice/user-65534.slice/s.scope\n");
-    monitor_.Sample();
     TenantRoutesOptions options;
     options.is_admin = [](const Caller& c) {
       return c.via_tcp ? c.token_ok : c.uid && *c.uid == 0;
     };
-    options.proc_root = proc_.root();
     options.tiers = tiers_;
-    AddTenantRoutes(router_, registry_, monitor_, usage_, options);
+    Install(options);
   }
 
-  ApiResponse Call(const std::string& method, const std::string& path, const std::string& body,
-                   const Caller& caller, std::map<std::string, std::string> query = {}) {
-    auto m = router_.Find(method, path);
-    if (!m.ok()) return ApiResponse::FromStatus(m.status());
-    ApiRequest req{method, path, std::move(query), m->params, body, caller};
-    return (*m->handler)(req);
-  }
-  static Caller Unix(pid_t pid, uid_t uid) { return Caller{uid, uid, pid, false, false}; }
-  static Caller Root() { return Caller{0, 0, 1, false, false}; }
-  static json Body(const ApiResponse& r) { return json::parse(r.body); }
-  std::vector<std::string> EventTypes() const {
-    std::vector<std::string> out;
-    for (const auto& [type, data] : events_) out.push_back(type);
-    return out;
-  }
-
-  FakeProc proc_;
-  FakeBackend backend_{2};
-  SimulatedClock clock_;
-  FakeWatcher watcher_;
-  std::vector<std::pair<std::string, json>> events_;
-  TenantRegistry registry_{TenantRegistry::Options{proc_.root()}, clock_, watcher_, nullptr,
-                           [this](std::string_view type, const json& data) {
-                             events_.emplace_back(std::string(type), data);
-                           }};
-  GpuMonitor monitor_{backend_, std::chrono::milliseconds(1000)};
-  GpuUsageCache usage_{backend_};
-  ApiRouter router_;
   GroupTiers* tiers_ = nullptr;
 };
 
@@ -93,6 +55,30 @@ TEST_F(TenantRoutesTest, AProcessRegistersItselfAndGetsItsEffectiveLimits) {
   EXPECT_EQ(Body(all)["tenant"]["devices"].size(), 2u);
 }
 
+TEST_F(TenantRoutesTest, ARegistrationsLimitsMayBeGivenPerGpu) {
+  auto r = Call("POST", "/v1/tenants",
+                R"({"group": "train", "limits": {"GPU-fake-1": {"memory": "1GiB"},
+                    "0": {"compute_percent": 30}, "all": {"memory": "4GiB"}}})",
+                Unix(100, 1000));
+  ASSERT_EQ(r.status, 201) << r.body;
+  json b = Body(r);
+  EXPECT_EQ(b["effective_limits"]["GPU-fake-0"]["memory_bytes"], 4ull << 30);
+  EXPECT_EQ(b["effective_limits"]["GPU-fake-0"]["compute_percent"], 30);
+  EXPECT_EQ(b["effective_limits"]["GPU-fake-1"]["memory_bytes"], 1u << 30);
+  EXPECT_TRUE(b["effective_limits"]["GPU-fake-1"]["compute_percent"].is_null());
+  EXPECT_EQ(b["tenant"]["requested_limits"]["GPU-fake-0"]["compute_percent"], 30);
+  // The listing's per-GPU limit is the same.
+  auto list = Body(Call("GET", "/v1/tenants", "", Root()));
+  EXPECT_EQ(list["tenants"][0]["gpus"][1]["limit"]["memory_bytes"], 1u << 30);
+  EXPECT_EQ(list["tenants"][0]["gpus"][0]["limit"]["compute_percent"], 30);
+  // The single form still means every GPU.
+  auto one = Call("POST", "/v1/tenants", R"({"group": "train", "limits": {"memory": "2GiB"}})",
+                  Unix(101, 1000));
+  ASSERT_EQ(one.status, 201) << one.body;
+  EXPECT_EQ(Body(one)["effective_limits"]["GPU-fake-1"]["memory_bytes"], 2u << 30);
+  EXPECT_EQ(Body(one)["tenant"]["requested_limits"]["all"]["memory_bytes"], 2u << 30);
+}
+
 TEST_F(TenantRoutesTest, MalformedRegistrationsAre400NamingTheField) {
   struct Case {
     std::string body, message;
@@ -110,6 +96,12 @@ TEST_F(TenantRoutesTest, MalformedRegistrationsAre400NamingTheField) {
            {R"({"group": "g", "limits": {"memory": "lots"}})", "limits.memory"},
            {R"({"group": "g", "limits": {"gpu_memory": 1}})",
             "unknown field \"limits.gpu_memory\""},
+           {R"({"group": "g", "limits": {"9": {"memory": 1}}})",
+            "unknown field \"limits.9\": neither a limit"},
+           {R"({"group": "g", "limits": {"0": {"memory": "x"}}})", "limits.0.memory"},
+           {R"({"group": "g", "limits": {"0": 5}})", "\"limits.0\" must be an object"},
+           {R"({"group": "g", "limits": {"memory": 1, "0": {}}})", "unknown field \"limits.0\""},
+           {R"({"group": "g", "limits": 7})", "\"limits\" must be an object"},
            {R"({"group": "g", "hints": {"pod_name": 3}})", "hints.pod_name"},
            {R"({"group": "g", "pid": -4})", "\"pid\""},
            {R"({"group": "g", "colour": "red"})", "unknown field \"colour\""},

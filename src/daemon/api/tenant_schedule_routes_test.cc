@@ -4,9 +4,7 @@
 // schedule, the group views and the metrics.
 #include <gtest/gtest.h>
 
-#include "daemon/api/tenant_routes.h"
-#include "daemon/gpu/fake_backend.h"
-#include "daemon/tenants/fake_proc.h"
+#include "daemon/api/tenant_routes_fixture.h"
 #include "daemon/tenants/tenant_metrics.h"
 
 namespace gpuslice::daemon {
@@ -15,16 +13,9 @@ namespace {
 using nlohmann::json;
 using namespace std::string_literals;
 
-constexpr const char* kPod = "aaaaaaaa-1111-2222-3333-444444444444";
-
-class TenantScheduleRoutesTest : public ::testing::Test {
+class TenantScheduleRoutesTest : public TenantRoutesFixture {
  protected:
   void SetUp() override {
-    // 100 and 101: one pod, uid 1000.
-    const std::string cgroup = "0::/kubepods/pod"s + kPod + "/" + std::string(64, 'a') + "\n";
-    proc_.Add(100, "100\t1", 1000, 11, cgroup);
-    proc_.Add(101, "101\t7", 1000, 12, cgroup);
-    monitor_.Sample();
     registry_.SetNodeGpus([this] {
       std::vector<std::string> uuids;
       for (const GpuInfo& g : monitor_.Current()->gpus) uuids.push_back(g.uuid);
@@ -32,43 +23,13 @@ class TenantScheduleRoutesTest : public ::testing::Test {
     });
     TenantRoutesOptions options;
     options.is_admin = [](const Caller& c) { return c.uid && *c.uid == 0; };
-    options.proc_root = proc_.root();
     options.grant_bp = [](const std::string& group,
                           const std::string& uuid) -> std::optional<uint32_t> {
       if (group == "g" && uuid == "GPU-fake-0") return 4550;
       return std::nullopt;
     };
-    AddTenantRoutes(router_, registry_, monitor_, usage_, options);
+    Install(options);
   }
-
-  ApiResponse Call(const std::string& method, const std::string& path, const std::string& body,
-                   const Caller& caller = Root()) {
-    auto m = router_.Find(method, path);
-    if (!m.ok()) return ApiResponse::FromStatus(m.status());
-    ApiRequest req{method, path, {}, m->params, body, caller};
-    return (*m->handler)(req);
-  }
-  static Caller Unix(pid_t pid, uid_t uid) { return Caller{uid, uid, pid, false, false}; }
-  static Caller Root() { return Caller{0, 0, 1, false, false}; }
-  static json Body(const ApiResponse& r) { return json::parse(r.body); }
-  std::vector<std::string> EventTypes() const {
-    std::vector<std::string> out;
-    for (const auto& [type, data] : events_) out.push_back(type);
-    return out;
-  }
-
-  FakeProc proc_;
-  FakeBackend backend_{2};
-  SimulatedClock clock_;
-  FakeWatcher watcher_;
-  std::vector<std::pair<std::string, json>> events_;
-  TenantRegistry registry_{TenantRegistry::Options{proc_.root()}, clock_, watcher_, nullptr,
-                           [this](std::string_view type, const json& data) {
-                             events_.emplace_back(std::string(type), data);
-                           }};
-  GpuMonitor monitor_{backend_, std::chrono::milliseconds(1000)};
-  GpuUsageCache usage_{backend_};
-  ApiRouter router_;
 };
 
 TEST_F(TenantScheduleRoutesTest, PutSetsTheScheduleAndGetShowsTheEffectiveValuesPerGpu) {

@@ -62,21 +62,20 @@ BackstopMonitor::BackstopMonitor(Options options, GpuBackend& backend,
       registry_(registry),
       sink_(std::move(sink)),
       is_ignored_(std::move(options.is_ignored)),
-      backstop_(
-          {.action = options.action,
-           .allowance_per_process_bytes = options.allowance_per_process_bytes},
-          {.group_of = [this](uint32_t pid) -> std::optional<std::string> {
-             auto it = group_of_.find(pid);
-             if (it == group_of_.end()) return std::nullopt;
-             return it->second;
-           },
-           .limit_of = [this](const std::string& group,
-                              const std::string& uuid) -> std::optional<uint64_t> {
-             auto it = groups_.find(group);
-             if (it == groups_.end()) return std::nullopt;
-             return Lower(LimitOn(it->second.limits, uuid), it->second.requested).memory_bytes;
-           }},
-          std::move(killer)) {}
+      backstop_({.action = options.action,
+                 .allowance_per_process_bytes = options.allowance_per_process_bytes},
+                {.group_of = [this](uint32_t pid) -> std::optional<std::string> {
+                   auto it = group_of_.find(pid);
+                   if (it == group_of_.end()) return std::nullopt;
+                   return it->second;
+                 },
+                 .limit_of = [this](const std::string& group,
+                                    const std::string& uuid) -> std::optional<uint64_t> {
+                   auto it = groups_.find(group);
+                   if (it == groups_.end()) return std::nullopt;
+                   return it->second.LimitOn(uuid).memory_bytes;
+                 }},
+                std::move(killer)) {}
 
 void BackstopMonitor::Refresh() {
   group_of_.clear();
@@ -89,7 +88,7 @@ void BackstopMonitor::Refresh() {
     group_of_[static_cast<uint32_t>(t.host_pid)] = t.group;
     TenantRegistry::GroupControl& g = groups_[t.group];
     g.host_pids.push_back(t.host_pid);
-    g.requested = Lower(g.requested, t.requested);
+    g.requested = LowerLimits(g.requested, t.requested);
   }
 }
 

@@ -54,26 +54,25 @@ ComputeBackstopMonitor::ComputeBackstopMonitor(Options options, GpuBackend& back
       clocks_(clocks),
       throttler_(options_.duty, signaller,
                  [this](const std::vector<ProcessRef>& processes) { Persist(processes); }),
-      backstop_(
-          options_.backstop,
-          {.group_of = [this](uint32_t pid) -> std::optional<std::string> {
-             auto it = group_of_.find(pid);
-             if (it == group_of_.end()) return std::nullopt;
-             return it->second;
-           },
-           .limit_of = [this](const std::string& group,
-                              const std::string& uuid) -> std::optional<uint32_t> {
-             auto it = groups_.find(group);
-             if (it == groups_.end()) return std::nullopt;
-             return Lower(LimitOn(it->second.limits, uuid), it->second.requested).compute_percent;
-           },
-           .is_mps = options_.is_mps,
-           .start_time_of = [this](uint32_t pid) -> uint64_t {
-             auto it = start_time_of_.find(pid);
-             if (it != start_time_of_.end()) return it->second;
-             return ReadStartTime(options_.proc_root, static_cast<pid_t>(pid));
-           }},
-          &throttler_, std::move(terminator)) {}
+      backstop_(options_.backstop,
+                {.group_of = [this](uint32_t pid) -> std::optional<std::string> {
+                   auto it = group_of_.find(pid);
+                   if (it == group_of_.end()) return std::nullopt;
+                   return it->second;
+                 },
+                 .limit_of = [this](const std::string& group,
+                                    const std::string& uuid) -> std::optional<uint32_t> {
+                   auto it = groups_.find(group);
+                   if (it == groups_.end()) return std::nullopt;
+                   return it->second.LimitOn(uuid).compute_percent;
+                 },
+                 .is_mps = options_.is_mps,
+                 .start_time_of = [this](uint32_t pid) -> uint64_t {
+                   auto it = start_time_of_.find(pid);
+                   if (it != start_time_of_.end()) return it->second;
+                   return ReadStartTime(options_.proc_root, static_cast<pid_t>(pid));
+                 }},
+                &throttler_, std::move(terminator)) {}
 
 ComputeBackstopMonitor::~ComputeBackstopMonitor() { Stop(); }
 
@@ -148,7 +147,7 @@ void ComputeBackstopMonitor::Refresh() {
     start_time_of_[pid] = t.start_time;
     TenantRegistry::GroupControl& g = groups_[t.group];
     g.host_pids.push_back(t.host_pid);
-    g.requested = Lower(g.requested, t.requested);
+    g.requested = LowerLimits(g.requested, t.requested);
   }
 }
 

@@ -60,6 +60,18 @@ GpuLimit LimitOn(const Limits& limits, const std::string& uuid) {
   return out;
 }
 
+Limits LowerLimits(const Limits& a, const Limits& b) {
+  Limits out;
+  for (const Limits* side : {&a, &b}) {
+    for (const auto& [key, limit] : *side) {
+      if (out.contains(key)) continue;
+      out[key] = key == kAllGpus ? Lower(LimitOn(a, kAllGpus), LimitOn(b, kAllGpus))
+                                 : Lower(LimitOn(a, key), LimitOn(b, key));
+    }
+  }
+  return out;
+}
+
 std::string_view PriorityName(Priority priority) {
   return priority == Priority::kLatency ? "latency" : "batch";
 }
@@ -124,13 +136,17 @@ json GroupScheduleJson(const GroupSchedule& s) {
           {"paused", s.paused}};
 }
 
+json LimitsJson(const Limits& limits) {
+  json out = json::object();
+  for (const auto& [gpu, limit] : limits) out[gpu] = GpuLimitJson(limit);
+  return out;
+}
+
 json GroupJson(const Group& g) {
-  json limits = json::object();
-  for (const auto& [gpu, limit] : g.limits) limits[gpu] = GpuLimitJson(limit);
   json schedule = json::object();
   for (const auto& [gpu, entry] : g.schedule) schedule[gpu] = ScheduleEntryJson(entry);
   return {{"id", g.id},
-          {"limits", std::move(limits)},
+          {"limits", LimitsJson(g.limits)},
           {"schedule", std::move(schedule)},
           {"paused", g.paused},
           {"tier", TierName(g.tier)},
@@ -156,7 +172,7 @@ json TenantJson(const Tenant& t) {
           {"hint_conflicts", t.hint_conflicts},
           {"tier", TierName(t.tier)},
           {"devices", t.devices},
-          {"requested_limits", GpuLimitJson(t.requested)},
+          {"requested_limits", LimitsJson(t.requested)},
           {"registered_at_ns", t.registered_at_ns}};
 }
 
@@ -219,8 +235,23 @@ StatusOr<Tenant> TenantFromJson(const json& j) {
     GS_ASSIGN_OR_RETURN(t.tier, ParseTier(Str(j, "tier")));
     t.devices = j.value("devices", std::vector<std::string>{});
     if (auto r = j.find("requested_limits"); r != j.end() && r->is_object()) {
-      ReadOptional(*r, "memory_bytes", t.requested.memory_bytes);
-      ReadOptional(*r, "compute_percent", t.requested.compute_percent);
+      if (r->contains("memory_bytes") || r->contains("compute_percent")) {
+        // A checkpoint of before per-GPU requests: one limit for every GPU.
+        GpuLimit all;
+        ReadOptional(*r, "memory_bytes", all.memory_bytes);
+        ReadOptional(*r, "compute_percent", all.compute_percent);
+        t.requested[kAllGpus] = all;
+      } else {
+        for (const auto& [gpu, l] : r->items()) {
+          GpuLimit limit;
+          if (!l.is_object() || !ReadOptional(l, "memory_bytes", limit.memory_bytes) ||
+              !ReadOptional(l, "compute_percent", limit.compute_percent)) {
+            return InvalidArgument("tenant " + std::to_string(t.host_pid) +
+                                   ": a malformed requested limit for " + gpu);
+          }
+          t.requested[gpu] = limit;
+        }
+      }
     }
     t.registered_at_ns = j.value("registered_at_ns", int64_t{0});
     return t;
@@ -328,6 +359,11 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
   if (const uint32_t p = reg.limits.compute_percent.value_or(100); p < 1 || p > 100) {
     return Refuse(reg, InvalidArgument("limits.compute_percent must be 1-100"));
   }
+  for (const auto& [gpu, l] : reg.gpu_limits) {
+    if (const uint32_t p = l.compute_percent.value_or(100); p < 1 || p > 100) {
+      return Refuse(reg, InvalidArgument("limits." + gpu + ".compute_percent must be 1-100"));
+    }
+  }
   auto identity = IdentifyProcess(options_.proc_root, reg.pid);
   if (!identity.ok()) return Refuse(reg, identity.status());
   Tenant t;
@@ -340,7 +376,8 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
   t.hints = reg.hints;
   t.hint_conflicts = CheckHints(*identity, reg.hints);
   t.devices = reg.devices;
-  t.requested = reg.limits;
+  t.requested = reg.gpu_limits;
+  if (reg.limits != GpuLimit{}) t.requested = LowerLimits(t.requested, {{kAllGpus, reg.limits}});
   t.registered_at_ns = clock_.NowNs();
 
   uint64_t version = 0;
@@ -559,7 +596,8 @@ std::map<std::string, GpuLimit> TenantRegistry::EffectiveLimits(const Tenant& te
   std::map<std::string, GpuLimit> out;
   std::optional<Group> group = GroupOf(tenant.group);
   for (const std::string& uuid : tenant.devices) {
-    out[uuid] = Lower(group ? LimitOn(group->limits, uuid) : GpuLimit{}, tenant.requested);
+    out[uuid] =
+        Lower(group ? LimitOn(group->limits, uuid) : GpuLimit{}, LimitOn(tenant.requested, uuid));
   }
   return out;
 }
@@ -572,7 +610,7 @@ std::optional<TenantRegistry::GroupControl> TenantRegistry::ControlOf(const std:
   for (const auto& [pid, tenant] : tenants_) {
     if (tenant.group != id) continue;
     control.host_pids.push_back(pid);
-    control.requested = Lower(control.requested, tenant.requested);
+    control.requested = LowerLimits(control.requested, tenant.requested);
   }
   return control;
 }

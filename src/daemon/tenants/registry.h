@@ -71,6 +71,9 @@ GpuLimit Lower(const GpuLimit& a, const GpuLimit& b);
 inline constexpr const char* kAllGpus = "all";
 using Limits = std::map<std::string, GpuLimit>;
 GpuLimit LimitOn(const Limits& limits, const std::string& uuid);
+// The tighter of each field on every GPU: LimitOn(LowerLimits(a, b), u) ==
+// Lower(LimitOn(a, u), LimitOn(b, u)) for every UUID u.
+Limits LowerLimits(const Limits& a, const Limits& b);
 
 std::string_view PriorityName(Priority priority);
 StatusOr<Priority> ParsePriority(std::string_view name);
@@ -113,8 +116,10 @@ struct Tenant {
   std::vector<std::string> hint_conflicts;  // where the hints contradict the host
   Tier tier = Tier::kShared;
   std::vector<std::string> devices;  // GPU UUIDs
-  GpuLimit requested;                // the tenant's own (lowering) limits
-  int64_t registered_at_ns = 0;      // the registry's clock
+  // The tenant's own (lowering) limits, by GPU UUID (kAllGpus: every GPU),
+  // as LimitOn reads them.
+  Limits requested;
+  int64_t registered_at_ns = 0;  // the registry's clock
 };
 
 // A registration as the API hands it over, after parsing.
@@ -124,7 +129,8 @@ struct Registration {
   std::string group;
   std::vector<std::string> devices;  // GPU UUIDs
   std::optional<Tier> tier;          // unset: the group's (shared for a new group)
-  GpuLimit limits;
+  GpuLimit limits;                   // the registrant's own limits on every GPU
+  Limits gpu_limits;                 // and by GPU UUID (kAllGpus allowed), lowering `limits`
   ClaimedHints hints;
   // Asked for the group on each of `devices`; applied only when this
   // registration creates the group and admission allows (RegisterResult).
@@ -132,6 +138,8 @@ struct Registration {
 };
 
 nlohmann::json GpuLimitJson(const GpuLimit& limit);
+// {key: GpuLimitJson} for each key of `limits`.
+nlohmann::json LimitsJson(const Limits& limits);
 // {"request": N, "priority": "latency", "weight": W}, unset fields left out.
 nlohmann::json ScheduleEntryJson(const ScheduleEntry& entry);
 // The effective values on one GPU: {"request", "limit", "priority", "weight", "paused"}.
@@ -196,7 +204,12 @@ class TenantRegistry {
   struct GroupControl {
     std::vector<int32_t> host_pids;  // its tenants
     Limits limits;                   // the group's
-    GpuLimit requested;              // its tenants' own limits, the tightest of each
+    Limits requested;                // its tenants' own limits, the tightest on each GPU
+
+    // The group's limit on GPU `uuid`, lowered by its tenants' own.
+    GpuLimit LimitOn(const std::string& uuid) const {
+      return Lower(daemon::LimitOn(limits, uuid), daemon::LimitOn(requested, uuid));
+    }
   };
   std::optional<GroupControl> ControlOf(const std::string& id) const;
 

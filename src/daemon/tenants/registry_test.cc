@@ -174,6 +174,63 @@ TEST_F(RegistryTest, LimitsComeFromTheGroupAndATenantCanOnlyLowerThem) {
             StatusCode::kFailedPrecondition);
 }
 
+TEST_F(RegistryTest, ATenantsOwnLimitsArePerGpuAndOnlyLowerTheGroups) {
+  ASSERT_TRUE(registry_->SetGroup("g", {{kAllGpus, {8ull << 30, 50}}}, std::nullopt).ok());
+  Registration r = Reg(100, 1000, "g");
+  r.devices = {"GPU-0", "GPU-1"};
+  r.limits = {{}, 40};                            // every GPU
+  r.gpu_limits = {{"GPU-1", {2ull << 30, 90}},    // lower memory; compute 90 > 40
+                  {"GPU-0", {16ull << 30, {}}}};  // more than the group's: ignored
+  auto t = registry_->Register(r);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(LimitOn(t->requested, "GPU-1"), (GpuLimit{2ull << 30, 40}));
+  auto eff = registry_->EffectiveLimits(*t);
+  EXPECT_EQ(eff["GPU-0"], (GpuLimit{8ull << 30, 40}));
+  EXPECT_EQ(eff["GPU-1"], (GpuLimit{2ull << 30, 40}));
+  // The group's control view: its tenants' tightest on each GPU.
+  Registration other = Reg(101, 1000, "g");
+  other.gpu_limits = {{"GPU-0", {1ull << 30, {}}}};
+  ASSERT_TRUE(registry_->Register(other).ok());
+  auto control = registry_->ControlOf("g");
+  ASSERT_TRUE(control.has_value());
+  EXPECT_EQ(LimitOn(control->requested, "GPU-0"), (GpuLimit{1ull << 30, 40}));
+  EXPECT_EQ(LimitOn(control->requested, "GPU-1"), (GpuLimit{2ull << 30, 40}));
+  EXPECT_EQ(LimitOn(control->requested, "GPU-7"), (GpuLimit{{}, 40}));
+  // Saved and read back per GPU.
+  auto again = TenantFromJson(TenantJson(*t));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->requested, t->requested);
+  Registration bad = Reg(102, 1000, "g");
+  bad.gpu_limits = {{"GPU-0", {{}, 0}}};
+  EXPECT_EQ(registry_->Register(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RegistryLimitsTest, LowerLimitsIsTheTighterOfEachOnEveryGpu) {
+  const Limits a = {{kAllGpus, {8, 50}}, {"GPU-0", {4, {}}}};
+  const Limits b = {{"GPU-1", {2, 70}}, {"GPU-2", {{}, 20}}};
+  const Limits both = LowerLimits(a, b);
+  for (const char* gpu : {"GPU-0", "GPU-1", "GPU-2", "GPU-3"}) {
+    EXPECT_EQ(LimitOn(both, gpu), Lower(LimitOn(a, gpu), LimitOn(b, gpu))) << gpu;
+  }
+  EXPECT_EQ(LowerLimits({}, {}), Limits{});
+}
+
+TEST(RegistryLimitsTest, ACheckpointOfOneRequestedLimitReadsAsEveryGpus) {
+  const json old = {{"host_pid", 5},
+                    {"container_pid", 5},
+                    {"start_time", 9},
+                    {"uid", 0},
+                    {"group", "g"},
+                    {"tier", "shared"},
+                    {"requested_limits", {{"memory_bytes", 1024u}, {"compute_percent", nullptr}}}};
+  auto t = TenantFromJson(old);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(LimitOn(t->requested, "GPU-0"), (GpuLimit{1024, {}}));
+  json bad = old;
+  bad["requested_limits"] = {{"GPU-0", 3}};
+  EXPECT_FALSE(TenantFromJson(bad).ok());
+}
+
 TEST_F(RegistryTest, ExitsRemoveTenantsAndKeepGroups) {
   ASSERT_TRUE(registry_->Register(Reg(100, 1000, "g")).ok());
   ASSERT_TRUE(registry_->Register(Reg(101, 1000, "g")).ok());

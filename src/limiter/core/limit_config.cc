@@ -316,6 +316,40 @@ StatusOr<std::string> ReadGroup(const EnvLookup& env, std::string_view cgroup_te
   return std::string(group);
 }
 
+StatusOr<std::optional<ScheduleRequest>> ParseScheduleImpl(const EnvLookup& env) {
+  ScheduleRequest schedule;
+  bool any = false;
+  if (const char* raw = env(kEnvComputeRequest); raw != nullptr) {
+    any = true;
+    auto p = ParsePercentText(raw);
+    if (!p.ok()) return VarError(kEnvComputeRequest, p.status().message());
+    if (*p > 100) return VarError(kEnvComputeRequest, "percentage above 100");
+    schedule.request_percent = static_cast<uint32_t>(*p);
+  }
+  if (const char* raw = env(kEnvPriority); raw != nullptr) {
+    any = true;
+    const std::string priority = Lower(Trim(raw));
+    if (priority != "latency" && priority != "batch") {
+      return VarError(kEnvPriority,
+                      Quoted(Trim(raw)) + " is not a priority (expected latency or batch)");
+    }
+    schedule.priority = priority;
+  }
+  if (const char* raw = env(kEnvWeight); raw != nullptr) {
+    any = true;
+    const std::string_view text = Trim(raw);
+    uint32_t weight = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), weight);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size() || weight < 1 ||
+        weight > 1000) {
+      return VarError(kEnvWeight, Quoted(text) + " is not a weight (expected an integer 1-1000)");
+    }
+    schedule.weight = weight;
+  }
+  if (!any) return std::optional<ScheduleRequest>();
+  return std::optional<ScheduleRequest>(schedule);
+}
+
 StatusOr<LimitConfig> ParseLimitConfigImpl(const EnvLookup& env, std::span<const DeviceId> devices,
                                            std::string_view cgroup_text, int pid) {
   LimitConfig config;
@@ -338,6 +372,19 @@ StatusOr<LimitConfig> ParseLimitConfigImpl(const EnvLookup& env, std::span<const
     config.devices[i].memory_bytes = memory[i];
     if (compute[i] && *compute[i] < 100) {
       config.devices[i].compute_percent = static_cast<uint32_t>(*compute[i]);
+    }
+  }
+  GS_ASSIGN_OR_RETURN(config.schedule, ParseScheduleImpl(env));
+  if (config.schedule && config.schedule->request_percent) {
+    const uint32_t request = *config.schedule->request_percent;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const uint32_t limit = config.devices[i].compute_percent.value_or(100);
+      if (request > limit) {
+        return VarError(kEnvComputeRequest, "a request of " + std::to_string(request) +
+                                                "% is above the compute limit of device " +
+                                                std::to_string(devices[i].index) + " (" +
+                                                std::to_string(limit) + "%)");
+      }
     }
   }
   return config;
@@ -400,6 +447,14 @@ StatusOr<LimitConfig> ParseLimitConfig(const EnvLookup& env, std::span<const Dev
     return Internal(OneLine(std::string("reading the limiter configuration: ") + e.what()));
   } catch (...) {
     return Internal("unknown exception reading the limiter configuration");
+  }
+}
+
+StatusOr<std::optional<ScheduleRequest>> ParseScheduleRequest(const EnvLookup& env) {
+  try {
+    return ParseScheduleImpl(env);
+  } catch (const std::exception& e) {
+    return Internal(OneLine(std::string("reading the schedule: ") + e.what()));
   }
 }
 

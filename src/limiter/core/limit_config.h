@@ -35,9 +35,20 @@ struct DeviceLimits {
   std::optional<uint32_t> compute_percent;  // 1..99; nullopt: unlimited (unset or 100)
 };
 
+// What a process asks of the daemon's scheduler for its group (DESIGN.md
+// section 4); unset fields are not asked for.
+struct ScheduleRequest {
+  std::optional<uint32_t> request_percent;  // 0..100: guaranteed share of each GPU
+  std::optional<std::string> priority;      // "latency" or "batch"
+  std::optional<uint32_t> weight;           // 1..1000: share of the surplus
+
+  bool operator==(const ScheduleRequest&) const = default;
+};
+
 struct LimitConfig {
-  std::string group;                  // satisfies ValidGroupId
-  std::vector<DeviceLimits> devices;  // parallel to the DeviceId span passed in
+  std::string group;                        // satisfies ValidGroupId
+  std::vector<DeviceLimits> devices;        // parallel to the DeviceId span passed in
+  std::optional<ScheduleRequest> schedule;  // set when one of its variables is
 };
 
 // getenv-like: returns nullptr when the variable is unset. The pointer need
@@ -52,6 +63,9 @@ inline constexpr std::string_view kEnvTensorFusionMemLimit = "TENSOR_FUSION_CUDA
 inline constexpr std::string_view kEnvTensorFusionUpLimit = "TENSOR_FUSION_CUDA_UP_LIMIT";
 inline constexpr std::string_view kEnvHamiMemoryLimit = "CUDA_DEVICE_MEMORY_LIMIT";  // [_i]
 inline constexpr std::string_view kEnvHamiSmLimit = "CUDA_DEVICE_SM_LIMIT";          // [_i]
+inline constexpr std::string_view kEnvComputeRequest = "GPUSLICE_COMPUTE_REQUEST";
+inline constexpr std::string_view kEnvPriority = "GPUSLICE_PRIORITY";
+inline constexpr std::string_view kEnvWeight = "GPUSLICE_WEIGHT";
 
 // Reads the limits for `devices` and the group id from `env`.
 //
@@ -80,6 +94,12 @@ inline constexpr std::string_view kEnvHamiSmLimit = "CUDA_DEVICE_SM_LIMIT";     
 // limit of 100 is no limit. Leading and trailing whitespace is ignored.
 // HAMi's per-device variables are looked up only for the indexes in `devices`.
 //
+// The schedule (sent to the daemon, which applies it to a group its
+// registrant creates): GPUSLICE_COMPUTE_REQUEST, a percent 0..100 (an
+// optional '%'), at most the compute limit of every device;
+// GPUSLICE_PRIORITY, "latency" or "batch" (any case); GPUSLICE_WEIGHT, an
+// integer 1..1000. Unset when none of the three is set.
+//
 // The group is GPUSLICE_GROUP when set (it must satisfy ValidGroupId), else
 // DefaultGroup(cgroup_text, pid).
 //
@@ -87,11 +107,17 @@ inline constexpr std::string_view kEnvHamiSmLimit = "CUDA_DEVICE_SM_LIMIT";     
 // that names the variable and the problem, for any value that is set but
 // empty, malformed, of the wrong JSON type, negative, fractional (percent),
 // zero (except HAMi's 0 = no limit), over 100 (percent), in an unknown unit, or
-// keyed by a device that does not exist. Internal if memory runs out.
+// keyed by a device that does not exist, or a schedule variable out of its
+// range (a request above a device's compute limit included). Internal if
+// memory runs out.
 //
 // REQUIRES: `env` is callable.
 StatusOr<LimitConfig> ParseLimitConfig(const EnvLookup& env, std::span<const DeviceId> devices,
                                        std::string_view cgroup_text, int pid);
+
+// The schedule variables alone (see ParseLimitConfig), without the check
+// against compute limits: for `gpuslice run`, which knows no devices.
+StatusOr<std::optional<ScheduleRequest>> ParseScheduleRequest(const EnvLookup& env);
 
 // The group a process belongs to when GPUSLICE_GROUP is unset: "pod-<uid>"
 // (uid lower-case, dashed) when `cgroup_text` (the contents of

@@ -554,5 +554,54 @@ TEST(LimitConfigDefaultGroup, ResultIsAValidGroupId) {
   EXPECT_TRUE(ValidGroupId(DefaultGroup("", 2147483647)));
 }
 
+// ---- the schedule (GPUSLICE_COMPUTE_REQUEST, GPUSLICE_PRIORITY, GPUSLICE_WEIGHT) ----
+
+TEST(LimitConfigSchedule, UnsetWhenNoneOfItsVariablesIs) {
+  EXPECT_EQ(Config({}).schedule, std::nullopt);
+  FakeEnv env({});
+  auto alone = ParseScheduleRequest(env.Lookup());
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(*alone, std::nullopt);
+}
+
+TEST(LimitConfigSchedule, ReadsRequestPriorityAndWeight) {
+  LimitConfig c = Config({{"GPUSLICE_COMPUTE_REQUEST", " 30% "},
+                          {"GPUSLICE_PRIORITY", "Latency"},
+                          {"GPUSLICE_WEIGHT", "7"},
+                          {"GPUSLICE_COMPUTE_LIMIT", "50"}});
+  ASSERT_TRUE(c.schedule.has_value());
+  EXPECT_EQ(c.schedule->request_percent, 30u);
+  EXPECT_EQ(c.schedule->priority, "latency");
+  EXPECT_EQ(c.schedule->weight, 7u);
+  // One alone; a request of 0 is a request.
+  LimitConfig w = Config({{"GPUSLICE_WEIGHT", "1000"}});
+  ASSERT_TRUE(w.schedule.has_value());
+  EXPECT_EQ(w.schedule->request_percent, std::nullopt);
+  EXPECT_EQ(w.schedule->priority, std::nullopt);
+  EXPECT_EQ(Config({{"GPUSLICE_COMPUTE_REQUEST", "0"}}).schedule->request_percent, 0u);
+}
+
+TEST(LimitConfigSchedule, AMalformedValueIsAnErrorNamingTheVariable) {
+  for (const auto& [var, value] : std::vector<std::pair<std::string, std::string>>{
+           {"GPUSLICE_COMPUTE_REQUEST", ""},
+           {"GPUSLICE_COMPUTE_REQUEST", "150"},
+           {"GPUSLICE_COMPUTE_REQUEST", "12.5"},
+           {"GPUSLICE_COMPUTE_REQUEST", "-3"},
+           {"GPUSLICE_COMPUTE_REQUEST", "half"},
+           {"GPUSLICE_PRIORITY", "urgent"},
+           {"GPUSLICE_PRIORITY", ""},
+           {"GPUSLICE_WEIGHT", "0"},
+           {"GPUSLICE_WEIGHT", "1001"},
+           {"GPUSLICE_WEIGHT", "2x"},
+           {"GPUSLICE_WEIGHT", ""},
+       }) {
+    EXPECT_THAT(ErrorFor({{var, value}}), StartsWith(var + ": ")) << value;
+  }
+  // Above a device's compute limit: impossible.
+  EXPECT_THAT(
+      ErrorFor({{"GPUSLICE_COMPUTE_REQUEST", "60"}, {"GPUSLICE_COMPUTE_LIMIT", R"({"1": 40})"}}),
+      AllOf(StartsWith("GPUSLICE_COMPUTE_REQUEST: "), HasSubstr("device 1 (40%)")));
+}
+
 }  // namespace
 }  // namespace gpuslice::limiter

@@ -5,7 +5,9 @@
 // the checkpoint, or registered anew when the checkpoint is gone); without a
 // daemon, or with one that never answers, the process runs as fast as with
 // registration off.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -35,11 +38,13 @@ class LimiterRegistrationTest : public testing::SimProcessTest {
 
   // Starts gpusliced on this test's simulation, segments (or `shm` under the
   // test's directory) and `state` dir; its log goes to "err<n>".
-  pid_t StartDaemon(const std::string& state, const std::string& shm = "") {
+  pid_t StartDaemon(const std::string& state, const std::string& shm = "",
+                    const std::vector<std::string>& env = {}) {
     const pid_t pid = StartProgram(
         "gpusliced", next_++,
         {"--socket", Socket(), "--state-dir", dir_ + "/" + state, "--shm-dir",
-         shm.empty() ? shm_dir_ : dir_ + shm, "--log-level", "debug", "--poll-interval-ms", "100"});
+         shm.empty() ? shm_dir_ : dir_ + shm, "--log-level", "debug", "--poll-interval-ms", "100"},
+        env);
     EXPECT_TRUE(WaitFor(
         [&] {
           auto r = cli::UnixHttpClient(Socket(), 5s).Request("GET", "/readyz");
@@ -109,7 +114,7 @@ TEST_F(LimiterRegistrationTest, ListedWithItsGroupAndLimit) {
       << Read("err0") << "\nmember log:\n"
       << Read("err1");
   EXPECT_EQ(t["group"], "reg");
-  EXPECT_EQ(t["requested_limits"]["memory_bytes"], 1ull << 30) << t.dump();
+  EXPECT_EQ(t["requested_limits"]["all"]["memory_bytes"], 1ull << 30) << t.dump();
   EXPECT_EQ(t["pod"], "web-0");
   EXPECT_EQ(t["namespace"], "prod");
   EXPECT_EQ(t["container"], "app");
@@ -121,6 +126,95 @@ TEST_F(LimiterRegistrationTest, ListedWithItsGroupAndLimit) {
       },
       5s))
       << Read("err1");
+}
+
+// Limits that differ by device are sent per GPU, and a schedule from the
+// environment never costs the registration (a daemon without the scheduler
+// is asked again without it).
+TEST_F(LimiterRegistrationTest, PerDeviceLimitsAreSentPerGpuWithAScheduleAsked) {
+  const std::string two_gpus = R"(GPUSLICE_SIM_CONFIG={"device_count":2})";
+  StartDaemon("state", "", {two_gpus});  // err0
+  const pid_t member = StartMember(
+      "per-gpu", 60,
+      {"GPUSLICE_SOCKET=" + Socket(), two_gpus, R"(GPUSLICE_MEMORY_LIMIT={"1":"256MiB"})",
+       "CUDA_DEVICE_SM_LIMIT_0=30", "GPUSLICE_WEIGHT=3", "GPUSLICE_PRIORITY=latency"});  // err1
+  json t;
+  ASSERT_TRUE(WaitFor([&] { return !(t = Tenant(member)).is_null(); }, 10s))
+      << "daemon log:\n"
+      << Read("err0") << "\nmember log:\n"
+      << Read("err1");
+  ASSERT_EQ(t["gpus"].size(), 2u) << t.dump();
+  const std::string gpu0 = t["gpus"][0]["uuid"], gpu1 = t["gpus"][1]["uuid"];
+  EXPECT_EQ(t["requested_limits"],
+            json::parse(R"({")" + gpu0 + R"(": {"memory_bytes": null, "compute_percent": 30}, ")" +
+                        gpu1 + R"(": {"memory_bytes": 268435456, "compute_percent": null}})"))
+      << t.dump();
+  EXPECT_EQ(t["gpus"][0]["limit"]["compute_percent"], 30);
+  EXPECT_TRUE(t["gpus"][0]["limit"]["memory_bytes"].is_null());
+  EXPECT_EQ(t["gpus"][1]["limit"]["memory_bytes"], 256u << 20);
+  EXPECT_EQ(Read("err0").find("event=registration_refused"), std::string::npos) << Read("err0");
+  // The first registrant's schedule is the new group's, on its GPUs.
+  auto group = cli::UnixHttpClient(Socket(), 5s).Request("GET", "/v1/groups/per-gpu");
+  ASSERT_TRUE(group.ok());
+  const json g = json::parse(group->body, nullptr, false);
+  ASSERT_TRUE(g.is_object()) << group->body;
+  EXPECT_EQ(g["schedule"][gpu0], json::parse(R"({"priority": "latency", "weight": 3})"))
+      << group->body;
+}
+
+// HYPERVISOR_IP/HYPERVISOR_PORT: the limiter registers over the daemon's TCP
+// listener with its token and its pid; a wrong token is refused.
+TEST_F(LimiterRegistrationTest, RegistersOverTcpWithItsToken) {
+  // A port the kernel just handed out (bound, then freed for the daemon).
+  const int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  close(probe);
+  {
+    std::ofstream tokens(dir_ + "/tokens");
+    tokens << "# test\nright-token\n";
+  }
+  const pid_t daemon = StartProgram(
+      "gpusliced", next_++,
+      {"--socket", Socket(), "--state-dir", dir_ + "/state", "--shm-dir", shm_dir_, "--log-level",
+       "debug", "--listen-tcp", "127.0.0.1:" + port, "--token-file", dir_ + "/tokens"});  // err0
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto r = cli::UnixHttpClient(Socket(), 5s).Request("GET", "/readyz");
+        return r.ok() && r->status == 200;
+      },
+      20s))
+      << Read("err0");
+  ASSERT_GT(daemon, 0);
+  const std::vector<std::string> tcp = {"HYPERVISOR_IP=127.0.0.1", "HYPERVISOR_PORT=" + port,
+                                        "GPUSLICE_SOCKET=" + dir_ + "/not-this-one.sock"};
+  std::vector<std::string> right = tcp, wrong = tcp;
+  right.emplace_back("GPUSLICE_DAEMON_TOKEN=right-token");
+  wrong.emplace_back("GPUSLICE_DAEMON_TOKEN=wrong-token");
+  const int right_log = next_;
+  const pid_t member = StartMember("over-tcp", 60, right);  // err1
+  const int wrong_log = next_;
+  const pid_t refused = StartMember("over-tcp", 60, wrong);  // err2
+  json t;
+  ASSERT_TRUE(WaitFor([&] { return !(t = Tenant(member)).is_null(); }, 10s))
+      << "daemon log:\n"
+      << Read("err0") << "\nmember log:\n"
+      << Read("err" + std::to_string(right_log));
+  EXPECT_EQ(t["group"], "over-tcp");
+  EXPECT_EQ(t["container_pid"], member);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Read("err" + std::to_string(wrong_log)).find("refused the registration") !=
+               std::string::npos;
+      },
+      10s))
+      << Read("err" + std::to_string(wrong_log));
+  EXPECT_TRUE(Tenant(refused).is_null());
 }
 
 TEST_F(LimiterRegistrationTest, ListedAgainAfterADaemonRestart) {

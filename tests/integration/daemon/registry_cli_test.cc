@@ -18,7 +18,8 @@
 
 #include "cli/unix_http_client.h"
 #include "shm/group_segment.h"
-#include "tests/integration/support/sim_process_test.h"
+#include "tests/integration/support/daemon_cli_test.h"
+#include "tests/integration/support/forked_tenant.h"
 
 namespace gpuslice {
 namespace {
@@ -28,129 +29,50 @@ using testing::BuildDir;
 using testing::WaitFor;
 using namespace std::chrono_literals;
 
-class RegistryCliTest : public testing::SimProcessTest {
+class RegistryCliTest : public testing::DaemonCliTest {
  protected:
   void SetUp() override {
-    SimProcessTest::SetUp();
-    chmod(dir_.c_str(), 0711);  // uid 65534 must reach the socket inside
-    socket_ = dir_ + "/gpusliced.sock";
+    DaemonCliTest::SetUp();
+    tenants_.set_socket(socket_);
   }
   void TearDown() override {
-    for (Tenant& t : tenants_) Stop(t);
-    SimProcessTest::TearDown();
+    tenants_.KillAll();
+    DaemonCliTest::TearDown();
   }
 
-  void StartDaemon() {
-    daemon_ = StartProgram("gpusliced", next_++,
-                           {"--socket", socket_, "--socket-mode", "0666", "--poll-interval-ms",
-                            "100", "--state-dir", dir_ + "/state", "--shm-dir", shm_dir_},
-                           {R"(GPUSLICE_SIM_CONFIG={"device_count":2})"});
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
-          return r.ok() && r->status == 200;
-        },
-        20s));
-  }
+  using Tenant = testing::ForkedTenant;
 
-  json Get(const std::string& target) {
-    auto r = cli::UnixHttpClient(socket_, 10s).Request("GET", target);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? json::parse(r->body, nullptr, false) : json();
-  }
-
-  struct Result {
-    int code;
-    std::string out, err;
-  };
-  // Runs gpuslice with the daemon's socket and this test's segments; as
-  // uid 65534 through setpriv when `nobody`.
-  Result RunCli(const std::vector<std::string>& args, bool nobody = false) {
-    const int n = next_++;
-    std::vector<std::string> argv;
-    if (nobody) argv = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
-    argv.push_back(BuildDir() + "/bin/gpuslice");
-    argv.insert(argv.end(), args.begin(), args.end());
-    const int code =
-        Join(Spawn(n, argv, {"GPUSLICE_SOCKET=" + socket_, "GPUSLICE_SHM_DIR=" + shm_dir_}));
-    return {code, Read("out" + std::to_string(n)), Read("err" + std::to_string(n))};
-  }
-
-  struct Tenant {
-    pid_t pid = -1;    // host pid (as registered)
-    pid_t child = -1;  // our direct child (differs in a pid namespace)
-    int stop_fd = -1;  // closing it ends the tenant
-  };
-
-  // Forks a process (in a new pid namespace if asked) that registers itself
-  // with `body`, then, if `join` is given, joins that group's segment as a
-  // limiter would (its pid as its namespace numbers it, name `join`), and
-  // stays alive until Stop; returns once it has done so.
+  // A process (in a new pid namespace if asked) that registers itself with
+  // `body`, then, if `join` is given, joins that group's segment as a limiter
+  // would (its pid as its namespace numbers it, name `join`), and stays alive
+  // until Stop; returned once it has done so.
   Tenant StartTenant(const std::string& body, bool own_pid_namespace = false,
                      const std::string& join = "") {
-    int report[2], stop[2];
-    EXPECT_EQ(pipe(report), 0);
-    EXPECT_EQ(pipe(stop), 0);
-    const pid_t child = fork();
-    if (child == 0) {
-      close(report[0]);
-      close(stop[1]);
-      if (own_pid_namespace) {
-        if (unshare(CLONE_NEWPID) != 0) _exit(3);
-        const pid_t inner = fork();
-        if (inner != 0) {
-          close(report[1]);
-          close(stop[0]);
-          int st = 0;
-          waitpid(inner, &st, 0);
-          _exit(0);
-        }
-      }
-      auto r = cli::UnixHttpClient(socket_, 10s).Request("POST", "/v1/tenants", body);
-      int32_t host_pid = -1;
-      if (r.ok() && r->status == 201) {
-        json j = json::parse(r->body, nullptr, false);
-        if (j.is_object()) host_pid = j["tenant"]["host_pid"].get<int32_t>();
-      }
-      std::unique_ptr<GroupSegment> segment;
-      if (!join.empty()) {
+    // Kept by the registered process until it exits.
+    static std::unique_ptr<GroupSegment> segment;
+    testing::ForkedTenantOptions options;
+    options.own_pid_namespace = own_pid_namespace;
+    if (!join.empty()) {
+      options.after_register = [this, join](const testing::TenantReply&) -> std::string {
         auto opened = GroupSegment::Open(shm_dir_, "train", /*create=*/false);
-        if (!opened.ok() || !(*opened)->Join(getpid(), 1, join).ok()) host_pid = -2;
-        if (opened.ok()) segment = std::move(*opened);
-      }
-      if (write(report[1], &host_pid, sizeof host_pid) != sizeof host_pid) _exit(5);
-      close(report[1]);
-      char c;
-      while (read(stop[0], &c, 1) > 0) {
-      }
-      _exit(0);
+        if (!opened.ok()) return opened.status().ToString();
+        if (auto slot = (*opened)->Join(getpid(), 1, join); !slot.ok()) {
+          return slot.status().ToString();
+        }
+        segment = std::move(*opened);
+        return "";
+      };
     }
-    close(report[1]);
-    close(stop[0]);
-    Tenant t{.pid = -1, .child = child, .stop_fd = stop[1]};
-    int32_t host_pid = -1;
-    EXPECT_EQ(read(report[0], &host_pid, sizeof host_pid), static_cast<ssize_t>(sizeof host_pid));
-    close(report[0]);
-    EXPECT_GT(host_pid, 0) << "registration failed: " << body;
-    t.pid = host_pid;
-    tenants_.push_back(t);
+    Tenant t = tenants_.Start(body, options);
+    EXPECT_EQ(t.status, 201) << "registration failed: " << body << ": " << t.body.dump();
+    EXPECT_EQ(t.step_error, "");
     return t;
   }
 
   // Ends the tenant (both processes in a pid namespace) and reaps it.
-  void Stop(Tenant& t) {
-    if (t.child <= 0) return;
-    if (t.pid > 0 && t.pid != t.child) kill(t.pid, SIGKILL);
-    kill(t.child, SIGKILL);
-    waitpid(t.child, nullptr, 0);
-    close(t.stop_fd);
-    t.child = -1;
-  }
+  void Stop(Tenant& t) { tenants_.Kill(t); }
 
-  std::string socket_;
-  pid_t daemon_ = -1;
-  int next_ = 0;
-  std::vector<Tenant> tenants_;
+  testing::ForkedTenants tenants_;
 };
 
 TEST_F(RegistryCliTest, TenantsListsARegisteredProcessAndJsonIsTheDaemons) {

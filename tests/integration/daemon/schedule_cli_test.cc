@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cli/unix_http_client.h"
-#include "tests/integration/support/sim_process_test.h"
+#include "tests/integration/support/daemon_cli_test.h"
 
 namespace gpuslice {
 namespace {
@@ -26,60 +26,7 @@ using testing::BuildDir;
 using testing::WaitFor;
 using namespace std::chrono_literals;
 
-class ScheduleCliTest : public testing::SimProcessTest {
- protected:
-  void SetUp() override {
-    SimProcessTest::SetUp();
-    chmod(dir_.c_str(), 0711);  // uid 65534 must reach the socket inside
-    socket_ = dir_ + "/gpusliced.sock";
-  }
-
-  void StartDaemon() {
-    daemon_ = StartProgram("gpusliced", next_++,
-                           {"--socket", socket_, "--socket-mode", "0666", "--poll-interval-ms",
-                            "100", "--state-dir", dir_ + "/state", "--shm-dir", shm_dir_},
-                           {R"(GPUSLICE_SIM_CONFIG={"device_count":2})"});
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
-          return r.ok() && r->status == 200;
-        },
-        20s));
-  }
-  // SIGTERM, and waits for it to exit.
-  void StopDaemon() {
-    ASSERT_GT(daemon_, 0);
-    ASSERT_EQ(kill(daemon_, SIGTERM), 0);
-    EXPECT_EQ(Join(daemon_), 0);
-    daemon_ = -1;
-  }
-
-  json Get(const std::string& target) {
-    auto r = cli::UnixHttpClient(socket_, 10s).Request("GET", target);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? json::parse(r->body, nullptr, false) : json();
-  }
-
-  struct Result {
-    int code;
-    std::string out, err;
-  };
-  // Runs gpuslice with the daemon's socket; as uid 65534 when `nobody`.
-  Result RunCli(const std::vector<std::string>& args, bool nobody = false) {
-    const int n = next_++;
-    std::vector<std::string> argv;
-    if (nobody) argv = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
-    argv.push_back(BuildDir() + "/bin/gpuslice");
-    argv.insert(argv.end(), args.begin(), args.end());
-    const int code =
-        Join(Spawn(n, argv, {"GPUSLICE_SOCKET=" + socket_, "GPUSLICE_SHM_DIR=" + shm_dir_}));
-    return {code, Read("out" + std::to_string(n)), Read("err" + std::to_string(n))};
-  }
-
-  std::string socket_;
-  pid_t daemon_ = -1;
-  int next_ = 0;
-};
+using ScheduleCliTest = testing::DaemonCliTest;
 
 TEST_F(ScheduleCliTest, GroupSetRequestIsHeldAndAnOvercommitExits3WithTheTotal) {
   StartDaemon();

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cli/unix_http_client.h"
+#include "tests/integration/support/forked_tenant.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -37,9 +38,10 @@ class TenantRegistryTest : public testing::SimProcessTest {
     SimProcessTest::SetUp();
     chmod(dir_.c_str(), 0711);  // uid 65534 must reach the socket inside
     socket_ = dir_ + "/gpusliced.sock";
+    tenants_.set_socket(socket_);
   }
   void TearDown() override {
-    for (Tenant& t : tenants_) Stop(t);
+    tenants_.KillAll();
     SimProcessTest::TearDown();
   }
 
@@ -76,94 +78,23 @@ class TenantRegistryTest : public testing::SimProcessTest {
     return out;
   }
 
-  // NOLINTNEXTLINE(bugprone-exception-escape): nlohmann::json members; a test helper.
-  struct Tenant {
-    pid_t pid = -1;    // the process that registered (host pid)
-    pid_t child = -1;  // our direct child (differs in a pid namespace)
-    int status = 0;    // of POST /v1/tenants
-    json body;
-    int stop_fd = -1;  // closing it ends the tenant
-  };
+  using Tenant = testing::ForkedTenant;
 
-  // Forks a process that registers itself with `body` (as `uid` if given;
-  // in a new pid namespace if `own_pid_namespace`), reports the answer and
-  // stays alive until Stop.
+  // A process that registers itself with `body` (as `uid` if given; in a new
+  // pid namespace if `own_pid_namespace`) and stays alive until the test ends.
   Tenant StartTenant(const std::string& body, std::optional<uid_t> uid = std::nullopt,
                      bool own_pid_namespace = false) {
-    int report[2], stop[2];
-    EXPECT_EQ(pipe(report), 0);
-    EXPECT_EQ(pipe(stop), 0);
-    const pid_t child = fork();
-    if (child == 0) {
-      close(report[0]);
-      close(stop[1]);
-      if (own_pid_namespace) {
-        // The next child is pid 1 of a new namespace; this one waits for it.
-        if (unshare(CLONE_NEWPID) != 0) _exit(3);
-        const pid_t inner = fork();
-        if (inner != 0) {
-          close(report[1]);
-          close(stop[0]);
-          int st = 0;
-          waitpid(inner, &st, 0);
-          _exit(0);
-        }
-      }
-      if (uid && (setgid(*uid) != 0 || setuid(*uid) != 0)) _exit(4);
-      auto r = cli::UnixHttpClient(socket_, 10s).Request("POST", "/v1/tenants", body);
-      const int status = r.ok() ? r->status : -1;
-      const std::string text = r.ok() ? r->body : r.status().ToString();
-      const auto len = static_cast<uint32_t>(text.size());
-      if (write(report[1], &status, sizeof status) != sizeof status ||
-          write(report[1], &len, sizeof len) != sizeof len ||
-          write(report[1], text.data(), len) != static_cast<ssize_t>(len)) {
-        _exit(5);
-      }
-      close(report[1]);
-      char c;
-      while (read(stop[0], &c, 1) > 0) {
-      }
-      _exit(0);
-    }
-    close(report[1]);
-    close(stop[0]);
-    Tenant t;
-    t.child = child;
-    t.pid = child;
-    t.stop_fd = stop[1];
-    uint32_t len = 0;
-    if (read(report[0], &t.status, sizeof t.status) == sizeof t.status &&
-        read(report[0], &len, sizeof len) == sizeof len) {
-      std::string text(len, '\0');
-      size_t got = 0;
-      while (got < len) {
-        const ssize_t n = read(report[0], text.data() + got, len - got);
-        if (n <= 0) break;
-        got += static_cast<size_t>(n);
-      }
-      t.body = json::parse(text, nullptr, false);
-      if (t.body.is_object() && t.body.contains("tenant")) {
-        t.pid = t.body["tenant"]["host_pid"].get<pid_t>();
-      }
-    }
-    close(report[0]);
-    tenants_.push_back(t);
-    return t;
+    testing::ForkedTenantOptions options;
+    options.own_pid_namespace = own_pid_namespace;
+    options.uid = uid;
+    return tenants_.Start(body, options);
   }
-
-  void Stop(Tenant& t) {
-    if (t.child <= 0) return;
-    if (t.pid != t.child) kill(t.pid, SIGKILL);
-    kill(t.child, SIGKILL);
-    waitpid(t.child, nullptr, 0);
-    close(t.stop_fd);
-    t.child = -1;
-  }
+  void Stop(Tenant& t) { tenants_.Kill(t); }
 
   std::string socket_;
   pid_t daemon_ = -1;
   int daemon_runs_ = 0;
-  std::vector<Tenant> tenants_;
+  testing::ForkedTenants tenants_;
 };
 
 TEST_F(TenantRegistryTest, TwoProcessesRegisterAndAKilledOneIsGoneWithinASecond) {

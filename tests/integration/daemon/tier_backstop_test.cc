@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cli/unix_http_client.h"
+#include "tests/integration/support/forked_tenant.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -45,9 +46,10 @@ class TierBackstopTest : public testing::SimProcessTest {
   void SetUp() override {
     SimProcessTest::SetUp();
     socket_ = dir_ + "/gpusliced.sock";
+    tenants_.set_socket(socket_);
   }
   void TearDown() override {
-    for (int fd : stop_fds_) close(fd);
+    tenants_.KillAll();
     SimProcessTest::TearDown();  // the daemon and MPS's control daemons (children of init) go
     if (!mps_root_.empty()) std::filesystem::remove_all(mps_root_);
   }
@@ -123,49 +125,26 @@ class TierBackstopTest : public testing::SimProcessTest {
     return r.ok() ? r->body : "";
   }
 
-  // NOLINTNEXTLINE(bugprone-exception-escape): nlohmann::json members; a test helper.
-  struct Tenant {
-    pid_t pid = testing::SimProcessTest::kNoProcess;
-    int status = 0;  // of POST /v1/tenants
-    json body;
-  };
-  // Forks a process that registers itself with `body`, reports the answer,
-  // and then either runs `exec` (a program of the build, on the simulated
-  // GPU, WITHOUT the limiter) or waits until StopTenants.
-  // `extra_env` (NAME=VALUE) is added to the program's environment, and with
-  // `reply_env` the "env" of the registration's reply (as a limiter would
-  // start its CUDA work); its stdout goes to "tenant<pid>.out" of the test's
-  // directory.
+  using Tenant = testing::ForkedTenant;
+  // A process that registers itself with `body`, and then either runs `exec`
+  // (a program of the build, on the simulated GPU, WITHOUT the limiter) or
+  // waits until StopTenants. `extra_env` (NAME=VALUE) is added to the
+  // program's environment, and with `reply_env` the "env" of the
+  // registration's reply (as a limiter would start its CUDA work); its stdout
+  // goes to "tenant<pid>.out" of the test's directory.
   Tenant StartTenant(const std::string& body, const std::vector<std::string>& exec = {},
                      const std::vector<std::string>& extra_env = {}, bool reply_env = false) {
-    int report[2], stop[2];
-    EXPECT_EQ(pipe(report), 0);
-    EXPECT_EQ(pipe(stop), 0);
-    std::vector<std::string> argv, env;
+    testing::ForkedTenantOptions options;
     if (!exec.empty()) {
-      argv.push_back(BuildDir() + "/bin/" + exec[0]);
+      std::vector<std::string> argv = {BuildDir() + "/bin/" + exec[0]};
       argv.insert(argv.end(), exec.begin() + 1, exec.end());
-      env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib", "GPUSLICE_SIM_STATE=" + state_,
-             std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig};
+      std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
+                                      "GPUSLICE_SIM_STATE=" + state_,
+                                      std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig};
       env.insert(env.end(), extra_env.begin(), extra_env.end());
-    }
-    const pid_t child = fork();
-    if (child == 0) {
-      close(report[0]);
-      close(stop[1]);
-      auto r = cli::UnixHttpClient(socket_, 10s).Request("POST", "/v1/tenants", body);
-      const int status = r.ok() ? r->status : -1;
-      const std::string text = r.ok() ? r->body : r.status().ToString();
-      const auto len = static_cast<uint32_t>(text.size());
-      if (write(report[1], &status, sizeof status) != sizeof status ||
-          write(report[1], &len, sizeof len) != sizeof len ||
-          write(report[1], text.data(), len) != static_cast<ssize_t>(len)) {
-        _exit(5);
-      }
-      close(report[1]);
-      if (!argv.empty()) {
+      options.then = [this, argv, env, reply_env](const testing::TenantReply& r) mutable {
         if (reply_env) {
-          const json reply = json::parse(text, nullptr, false);
+          const json reply = json::parse(r.body, nullptr, false);
           if (reply.is_object() && reply.contains("env") && reply["env"].is_object()) {
             for (const auto& [name, value] : reply["env"].items()) {
               env.push_back(name + "=" + value.get<std::string>());
@@ -181,50 +160,16 @@ class TierBackstopTest : public testing::SimProcessTest {
         for (auto& e : env) env_c.push_back(e.data());
         env_c.push_back(nullptr);
         execve(argv_c[0], argv_c.data(), env_c.data());
-        _exit(6);
-      }
-      char c;
-      while (read(stop[0], &c, 1) > 0) {
-      }
-      _exit(0);
+      };
     }
-    close(report[1]);
-    close(stop[0]);
-    Tenant t;
-    if (child < 0) {
-      ADD_FAILURE() << "fork failed";
-      return t;
-    }
-    children_.push_back(child);
-    stop_fds_.push_back(stop[1]);
-    t.pid = child;
-    uint32_t len = 0;
-    if (read(report[0], &t.status, sizeof t.status) == sizeof t.status &&
-        read(report[0], &len, sizeof len) == sizeof len) {
-      std::string text(len, '\0');
-      size_t got = 0;
-      while (got < len) {
-        const ssize_t n = read(report[0], text.data() + got, len - got);
-        if (n <= 0) break;
-        got += static_cast<size_t>(n);
-      }
-      t.body = json::parse(text, nullptr, false);
-    }
-    close(report[0]);
-    return t;
+    return tenants_.Start(body, options);
   }
   // Ends every waiting tenant and reaps it.
-  void StopTenants() {
-    for (int fd : stop_fds_) close(fd);
-    stop_fds_.clear();
-    for (pid_t pid : std::vector<pid_t>(children_)) {
-      if (pid != daemon_) Join(pid);
-    }
-  }
+  void StopTenants() { tenants_.ReleaseAll(); }
 
   std::string socket_;
   pid_t daemon_ = kNoProcess;
-  std::vector<int> stop_fds_;
+  testing::ForkedTenants tenants_;
   std::string mps_root_;
 };
 
@@ -342,7 +287,7 @@ TEST_F(TierBackstopTest, WithKillTheTenantOverItsLimitIsKilled) {
                            {"gpuslice-alloc-probe", "alloc", "--chunk", std::to_string(64 * kMiB),
                             "--max", "4", "--hold-s", "60"});
   ASSERT_EQ(hog.status, 201) << hog.body.dump();
-  EXPECT_EQ(Join(hog.pid), 128 + SIGKILL) << Read("err0");
+  EXPECT_EQ(tenants_.Join(hog), 128 + SIGKILL) << Read("err0");
   // The log line follows the kill.
   const std::string killed =
       "event=backstop_killed gpu=0 group=hog pids=" + std::to_string(hog.pid);

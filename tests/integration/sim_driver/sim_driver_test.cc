@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -134,6 +135,49 @@ TEST_F(SimDriverTest, EveryLaunchFormRunsItsKernels) {
     ASSERT_EQ(Join(a), 0) << form << Read("err0");
     EXPECT_EQ(Process(Stats(), a)["devices"][0]["kernels"], 5) << form;
   }
+}
+
+// --latency: one record per launch, each at least the kernel's length (a
+// launch cannot complete sooner), and percentiles consistent with the file.
+TEST_F(SimDriverTest, WorkloadLatencyModeRecordsEveryLaunch) {
+  const std::string file = dir_ + "/latency";
+  pid_t a = Start(0, {"--kernel-us", "200", "--kernels", "40", "--latency-file", file});
+  ASSERT_EQ(Join(a), 0) << Read("err0");
+  json lat = json::parse(Read("out0"))["latency_us"];
+  EXPECT_EQ(lat["count"], 40);
+  std::vector<double> us;
+  double previous_start = -1;
+  std::istringstream lines(Read("latency"));
+  for (double at = 0, l = 0; lines >> at >> l;) {
+    EXPECT_GT(at, previous_start);  // in launch order
+    previous_start = at;
+    us.push_back(l);
+  }
+  ASSERT_EQ(us.size(), 40u);
+  std::sort(us.begin(), us.end());
+  EXPECT_GE(us.front(), 200.0);
+  EXPECT_DOUBLE_EQ(lat["p50"].get<double>(), us[19]);  // nearest rank: ceil(0.5 * 40) = 20th
+  EXPECT_DOUBLE_EQ(lat["p99"].get<double>(), us[39]);
+  EXPECT_DOUBLE_EQ(lat["max"].get<double>(), us[39]);
+  // Synchronised after each launch: the device ran exactly the 40 kernels.
+  EXPECT_EQ(Process(Stats(), a)["devices"][0]["kernels"], 40);
+}
+
+// --idle-at-s/--idle-s: the device is idle for the gap (ground truth), and
+// the run still ends at --duration-s.
+TEST_F(SimDriverTest, WorkloadIdlesForTheGapAndGoesOn) {
+  pid_t a = Start(
+      0, {"--kernel-us", "1000", "--duration-s", "1.5", "--idle-at-s", "0.3", "--idle-s", "0.8"});
+  ASSERT_EQ(Join(a), 0) << Read("err0");
+  json out = json::parse(Read("out0"));
+  const double elapsed = out["elapsed_s"].get<double>();
+  const double busy_s = Process(Stats(), a)["devices"][0]["busy_ns"].get<double>() / 1e9;
+  EXPECT_GE(elapsed, 1.5);
+  EXPECT_LE(busy_s, elapsed - 0.75) << out.dump();  // idle 0.8 s
+  EXPECT_GE(busy_s, 0.5) << out.dump();             // busy before and after
+  pid_t b = Start(1, {"--kernels", "1", "--idle-s", "1"});
+  EXPECT_EQ(Join(b), 2);
+  EXPECT_NE(Read("err1").find("--idle-at-s"), std::string::npos) << Read("err1");
 }
 
 TEST_F(SimDriverTest, WorkloadRejectsBadFlagsClearly) {

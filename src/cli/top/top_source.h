@@ -1,0 +1,55 @@
+// Where `gpuslice top` gets a Sample: gpusliced's API (GET /v1/gpus,
+// /v1/groups, /v1/tenants; docs/daemon.md) when it answers, merged with the
+// group segments this user can read (GroupSegment::Snapshot: measured share,
+// paused, grant, throttled launches); the segments alone when the daemon does
+// not answer (or --no-daemon). Both seams are injected so that the fallback is
+// tested without a socket or a segment.
+//
+// Thread-compatible.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/top/top_model.h"
+#include "cli/unix_http_client.h"
+#include "common/status.h"
+#include "shm/group_segment.h"
+
+namespace gpuslice::cli::top {
+
+// One request to the daemon: (method, target, body) -> the answer, or why
+// there is none (kUnavailable: no daemon).
+using DaemonFetch = std::function<StatusOr<HttpResponse>(
+    const std::string& method, const std::string& target, const std::string& body)>;
+
+// The snapshots of every group segment that can be read.
+using SegmentReader = std::function<std::vector<GroupSnapshot>()>;
+
+// Reads the segments under `dir` (status's way: open without attaching, reap
+// dead members, snapshot); segments that cannot be opened are skipped.
+std::vector<GroupSnapshot> ReadSegments(const std::string& dir);
+
+// Parts of a Sample from the daemon's bodies. A field the daemon leaves out
+// (an older daemon: no "schedule", "grant_percent", "paused") stays absent.
+std::vector<GpuInfo> ParseGpus(const nlohmann::json& gpus_body);
+std::vector<GroupOnGpu> ParseGroups(const nlohmann::json& groups_body,
+                                    const std::vector<GpuInfo>& gpus);
+std::vector<TenantInfo> ParseTenants(const nlohmann::json& tenants_body);
+
+// Merges the segments into `sample`: a (group, GPU) the daemon reported takes
+// the segment's measured share (when measured), grant (when the daemon gave
+// none), throttled counter, paused flag (either says paused), memory ledger
+// and limit; a (group, GPU) only a segment has is added, with its members as
+// tenants when the daemon gave none for the group. GPUs only a segment names
+// are added with their UUID alone.
+void MergeSegments(const std::vector<GroupSnapshot>& segments, Sample& sample);
+
+// One poll: asks the daemon through `fetch` (null: --no-daemon), then merges
+// `segments()`. `socket` only names the daemon in the sample.
+Sample Collect(const DaemonFetch* fetch, const std::string& socket, const SegmentReader& segments,
+               int64_t now_ns);
+
+}  // namespace gpuslice::cli::top
