@@ -68,7 +68,7 @@ void LimitSet(const LimitSetOptions& o) {
   GroupSegment& s = **segment;
   for (int d : SelectDevices(s, o.device)) {
     const std::string name = "group '" + s.group() + "' device " + std::to_string(d) + " (" +
-                             ShortUuid(s.layout().devices[d].uuid) + ")";
+                             ShortUuid(s.DeviceUuid(d)) + ")";
     if (!o.memory.empty()) {
       const uint64_t before = s.MemoryLimit(d);
       const uint64_t after = *ParseMemoryLimit(o.memory);  // checked while parsing

@@ -24,8 +24,10 @@ void AddSimCommand(CLI::App& app) {
     if (!dir.ok()) Fail(dir.status().message());
     const std::string tool = *dir + "/bin/gpuslice-sim";
     std::vector<std::string> args = {tool};
-    for (const std::string& a : sim->remaining()) args.push_back(a);
+    const std::vector<std::string> rest = sim->remaining();
+    args.insert(args.end(), rest.begin(), rest.end());
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     execv(tool.c_str(), argv.data());

@@ -440,13 +440,8 @@ uint64_t Limiter::MemoryUsed(int device) const {
 
 bool Limiter::IsGroupMember(uint32_t pid) const {
   if (pid == static_cast<uint32_t>(getpid())) return true;
-  if (segment_ == nullptr) return false;
-  const GroupSegmentLayout& l = segment_->layout();
-  for (int s = 0; s < kGroupMaxSlots; ++s) {
-    const auto owner = std::atomic_ref<const int32_t>(l.slots[s].owner_pid).load();
-    if (owner > 0 && static_cast<uint32_t>(owner) == pid && segment_->SlotLive(s)) return true;
-  }
-  return false;
+  return segment_ != nullptr && pid <= INT32_MAX &&
+         segment_->IsLiveMember(static_cast<int32_t>(pid));
 }
 
 }  // namespace gpuslice::limiter

@@ -36,7 +36,7 @@ DaemonObservation Observe(const GroupSegment& segment, const DaemonEndpoint& end
     if (seen.socket_id == 0) seen.socket_id = 1;
   }
   if (segment.DaemonClaims(MonotonicNs())) {
-    seen.daemon_pid = std::atomic_ref<const int32_t>(segment.layout().daemon_pid).load();
+    seen.daemon_pid = segment.DaemonPid();
   }
   return seen;
 }

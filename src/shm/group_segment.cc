@@ -557,6 +557,14 @@ void GroupSegment::PublishEstimate(int dev, const Estimate& estimate) {
   Atomic(c.measured_at_ns).store(estimate.measured_at_ns);
 }
 
+bool GroupSegment::IsLiveMember(int32_t pid) const {
+  if (pid <= 0) return false;
+  for (int s = 0; s < kGroupMaxSlots; ++s) {
+    if (Load(layout_->slots[s].owner_pid) == pid && SlotLive(s)) return true;
+  }
+  return false;
+}
+
 std::vector<int32_t> GroupSegment::MemberPids() const {
   std::vector<int32_t> pids;
   for (const ProcessSlot& slot : layout_->slots) {
@@ -646,6 +654,8 @@ bool GroupSegment::ControllerIsDaemon() const {
   const int32_t daemon = Load(layout_->daemon_pid);
   return daemon != 0 && Load(layout_->controller_pid) == daemon;
 }
+
+int32_t GroupSegment::DaemonPid() const { return Load(layout_->daemon_pid); }
 
 void GroupSegment::EndDaemonClaim(pid_t pid) {
   int32_t expected = pid;

@@ -187,6 +187,8 @@ class GroupSegment {
   void Leave(int slot);
   // True if a live process owns `slot`.
   bool SlotLive(int slot) const;
+  // True if `pid` (as its own namespace numbers it) owns a live slot.
+  bool IsLiveMember(int32_t pid) const;
   // Reclaims the slots of members that died; returns how many.
   int ReapDead();
 
@@ -224,6 +226,8 @@ class GroupSegment {
   void EndDaemonClaim(pid_t pid);
   // True if the controller role is held by the daemon that claims the group.
   bool ControllerIsDaemon() const;
+  // The pid of the daemon that claims (or last claimed) the group; 0: none.
+  int32_t DaemonPid() const;
 
   // ---- liveness and collection ----
 

@@ -157,6 +157,20 @@ TEST_F(GroupSegmentTest, CountersSayWhatTheSchedulerReads) {
   EXPECT_EQ(got.share_bp, 4100);
 }
 
+TEST_F(GroupSegmentTest, MembersAndTheDaemonAreAskedForNotRead) {
+  auto seg = OpenGroup();
+  EXPECT_FALSE(seg->IsLiveMember(getpid()));
+  ASSERT_TRUE(seg->Join(getpid(), 1, "me").ok());
+  EXPECT_TRUE(seg->IsLiveMember(getpid()));
+  EXPECT_FALSE(seg->IsLiveMember(0));
+  EXPECT_FALSE(seg->IsLiveMember(getpid() + 100000));
+  EXPECT_EQ(seg->DaemonPid(), 0);
+  seg->BeatAsDaemon(4321, 10);
+  EXPECT_EQ(seg->DaemonPid(), 4321);
+  seg->EndDaemonClaim(4321);
+  EXPECT_EQ(seg->DaemonPid(), 0);
+}
+
 TEST_F(GroupSegmentTest, ReserveIsAllOrNothingAgainstTheLimit) {
   auto seg = OpenGroup();
   const int d = *seg->AttachDevice(kUuid);
