@@ -41,6 +41,9 @@ constexpr int64_t kDueWindowNs = 1'500'000'000;
 constexpr uint32_t kCapacityDownMinBp = 20;
 constexpr uint32_t kCapacityDownMaxBp = 100;
 constexpr uint32_t kCapacityUpBp = 10;
+// While no group was squeezed for kDueWindowNs and some group wants more, up
+// by at least (kMaxCapacityBp - capacity) / kCapacityUpDivisor per tick.
+constexpr uint32_t kCapacityUpDivisor = 16;
 
 // Water-fills `room` (what each item may still take) by `weight` with
 // `amount`: returns what each gets; the sum never exceeds `amount`.
@@ -169,6 +172,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
   bool squeezed = false;
   uint32_t shortfall = 0;
   uint32_t restore = 0;
+  bool wanting_any = false;  // some active group is held back by its grant
   for (size_t i = 0; i < inputs.size(); ++i) {
     View& v = views[i];
     if (v.st == nullptr) continue;
@@ -177,6 +181,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     if (v.held) {
       st.last_held_ns = now;
       st.demand_limited = false;
+      wanting_any = wanting_any || v.active;
     }
     if (st.demand_limited && v.executed > st.used_at_mark_bp + kUnmarkGrowBp) {
       st.demand_limited = false;
@@ -236,8 +241,20 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     if (squeezed) {
       const uint32_t down = std::clamp(shortfall / 2, kCapacityDownMinBp, kCapacityDownMaxBp);
       capacity_bp_ = std::max(kMinCapacityBp, capacity_bp_ - std::min(capacity_bp_, down));
+      last_squeeze_ns_ = now;
     } else if (restore == 0) {
-      capacity_bp_ = std::min(kMaxCapacityBp, capacity_bp_ + kCapacityUpBp);
+      // Work conservation: capacity not handed out is device time left idle
+      // while groups wait. With no squeeze for as long as the measured shares
+      // trail (every group got its grant), raise it by a part of what is
+      // left, so that a capacity lowered by a transient (groups starting,
+      // launch costs being learned) comes back within a second or two; near
+      // the device's real capacity the steps shrink to kCapacityUpBp.
+      uint32_t up = kCapacityUpBp;
+      if (wanting_any && (last_squeeze_ns_ < 0 || now - last_squeeze_ns_ > kDueWindowNs)) {
+        up = std::max(
+            up, (kMaxCapacityBp - std::min(kMaxCapacityBp, capacity_bp_)) / kCapacityUpDivisor);
+      }
+      capacity_bp_ = std::min(kMaxCapacityBp, capacity_bp_ + up);
     }
   }
 

@@ -147,6 +147,7 @@ class FakeGpu {
     return last_.front();
   }
   ShareScheduler& scheduler() { return scheduler_; }
+  void set_capacity(double capacity) { capacity_ = capacity; }
 
  private:
   double capacity_;
@@ -256,6 +257,27 @@ TEST(ShareSchedulerTest, StepResponseToDemand) {
 // A synchronous group that uses less than its request while others saturate
 // does not make the scheduler give capacity away (it is not squeezed by the
 // device, it has no more work).
+// Work conservation: a capacity lowered by a transient (here the device
+// delivering 80 % for a while) comes back within a couple of seconds once
+// the device can do more, rather than creeping back at 1 point per second
+// while the device sits idle and every group waits.
+TEST(ShareSchedulerTest, CapacityComesBackQuicklyWhenTheDeviceIsLeftIdle) {
+  FakeGpu gpu(0.80);
+  gpu.Add("r50", 50);
+  gpu.Add("l30", 0, 30);
+  gpu.Add("rest", 0);
+  gpu.Run(10'000 * kMs);
+  EXPECT_LT(gpu.scheduler().capacity_bp(), 8600u);
+  gpu.set_capacity(0.97);
+  gpu.Run(3000 * kMs);
+  std::map<std::string, double> device = gpu.ShareOfDevice(3000 * kMs);
+  double busy = 0;
+  for (auto& [name, share] : device) busy += share;
+  EXPECT_GT(busy, 95);  // of the 97 the device can execute
+  EXPECT_GE(device["r50"], 48);
+  EXPECT_LE(device["l30"], 30.01);
+}
+
 TEST(ShareSchedulerTest, DemandLimitedGroupDoesNotCollapseCapacity) {
   FakeGpu gpu(0.95);
   gpu.Add("sync", 40).demand = 0.2;
