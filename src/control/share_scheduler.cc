@@ -173,6 +173,11 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
   uint32_t shortfall = 0;
   uint32_t restore = 0;
   bool wanting_any = false;  // some active group is held back by its grant
+  // What the active groups ran and were due, in all: a device that cannot
+  // deliver the grants runs less than they add up to; one that has idle
+  // time runs about what they add up to, whatever one group's noise says.
+  uint64_t total_executed = 0;
+  uint64_t total_due = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     View& v = views[i];
     if (v.st == nullptr) continue;
@@ -205,6 +210,10 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       if (now - t <= kDueWindowNs) granted = std::min(granted, g);
     }
     const uint32_t due = v.wanting ? granted : std::min(request, granted);
+    if (v.active) {
+      total_executed += v.executed;
+      total_due += due;
+    }
     const uint32_t margin = kSqueezeMarginBp + due / 100;
     const bool squeeze = v.active && !unmeasured && !st.demand_limited && v.executed + margin < due;
     if (!squeeze) {
@@ -237,6 +246,11 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     v.wanting = true;
   }
   capacity_bp_ = std::max(capacity_bp_, restore);
+  // One group below its due while the device ran (nearly) all the grants is
+  // noise in its measurement, not a device that cannot deliver: no squeeze.
+  if (squeezed && total_executed + kSqueezeMarginBp + total_due / 100 >= total_due) {
+    squeezed = false;
+  }
   if (active >= 2) {
     if (squeezed) {
       const uint32_t down = std::clamp(shortfall / 2, kCapacityDownMinBp, kCapacityDownMaxBp);
