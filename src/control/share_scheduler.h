@@ -64,12 +64,8 @@ namespace gpuslice::control {
 class ShareScheduler {
  public:
   static constexpr std::chrono::milliseconds kPeriod{100};
-  // The burst batch groups get while a latency group is active: at most
-  // about this much of their grant is queued ahead on the device, so fewer of
-  // them hold a time slice when a latency group's kernel arrives (2 ms gave
-  // the latency case's p99 2.0-2.2 ms, this 2.0 ms on the simulator's 1 ms
-  // slices; bench/scheduler --suite latency).
-  static constexpr int64_t kBatchBurstWithLatencyNs = 500'000;
+  // The burst batch groups get while a latency group is active.
+  static constexpr int64_t kBatchBurstWithLatencyNs = 2'000'000;
   // What an idle group keeps (it gets its request back once it asks).
   static constexpr uint32_t kIdleGrantBp = 100;
   // Bounds of the learned capacity.
