@@ -34,6 +34,8 @@ constexpr uint32_t kSqueezeMarginBp = 50;
 constexpr uint32_t kGrowBp = 30;
 constexpr int64_t kProbeNs = 2'000'000'000;
 constexpr uint32_t kUnmarkGrowBp = 200;
+// How long after a group appears its measured share starts to count.
+constexpr int64_t kSettleNs = 2'000'000'000;
 // How far back the grants a measured share is compared with go.
 constexpr int64_t kDueWindowNs = 1'500'000'000;
 // Capacity steps per tick: down by half the worst shortfall within these
@@ -101,6 +103,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     if (!known) {
       st = State{};
       st.fresh_until_ns = now + kFreshNs;
+      st.known_since_ns = now;
     }
     if (st.paused && !in.paused) {  // resumed
       st.samples.clear();
@@ -241,9 +244,13 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       st.used_at_squeeze_bp = v.executed;
       st.capacity_at_squeeze_bp = capacity_bp_;
     }
+    v.wanting = true;
+    // A group's measured share covers about a second and trails the device
+    // by up to another: until then its shortfall does not lower K (a group
+    // starting is not a device that cannot deliver).
+    if (now - st.known_since_ns < kSettleNs) continue;
     squeezed = true;
     shortfall = std::max(shortfall, due - v.executed);
-    v.wanting = true;
   }
   capacity_bp_ = std::max(capacity_bp_, restore);
   // One group below its due while the device ran (nearly) all the grants is

@@ -125,6 +125,7 @@ class ShareScheduler {
     std::deque<std::pair<int64_t, uint32_t>> grants;  // (time, grant), the last kDueWindowNs
     bool paused = false;
     int64_t fresh_until_ns = 0;
+    int64_t known_since_ns = 0;
     int64_t last_held_ns = -1;  // new or resumed: its request stands until then
     // Squeeze tracking (see Capacity above).
     int64_t squeezed_since_ns = -1;

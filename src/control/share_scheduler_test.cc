@@ -38,6 +38,8 @@ class FakeGpu {
     uint32_t grant_bp = 0;        // as last written
     double served = 0;            // fraction of the device this tick
     double share_noise = 0;       // NVML reads this much off, alternating each second
+    int64_t share_lag_ticks = 0;  // NVML reads 0 for this many ticks after it starts
+    int64_t ticks = 0;            // ticks since it was added
     std::vector<double> history;  // served, the last ticks
   };
 
@@ -100,6 +102,7 @@ class FakeGpu {
       if (held) ++g.input.counters.waits;
       g.input.counters.launches = static_cast<uint64_t>(g.launches);
       g.input.counters.charge_ns = g.charge_known ? static_cast<uint64_t>(g.charge_ns) : 0;
+      if (++g.ticks <= g.share_lag_ticks) g.input.counters.share_bp = 0;
       if (!g.charge_known) g.input.counters.share_bp = -1;
     }
     clock_.Advance(kTickNs);
@@ -296,6 +299,22 @@ TEST(ShareSchedulerTest, NoiseInOneGroupsShareDoesNotLeaveTheDeviceIdle) {
   for (auto& [name, share] : device) busy += share;
   EXPECT_GT(busy, 95);
   EXPECT_GE(device["r50"], 48);
+}
+
+// Groups starting: NVML shows nothing of them for a while (its samples
+// trail the device). That is no squeeze: the capacity is not lowered, and
+// the device is kept busy from the start.
+TEST(ShareSchedulerTest, GroupsStartingDoNotLowerTheCapacity) {
+  FakeGpu gpu(0.97);
+  for (const char* name : {"r10", "r20", "r30", "r40"}) {
+    gpu.Add(name, static_cast<uint32_t>(std::stoi(name + 1))).share_lag_ticks = 15;
+  }
+  gpu.Run(2000 * kMs);
+  EXPECT_GE(gpu.scheduler().capacity_bp(), 9400u);
+  std::map<std::string, double> device = gpu.ShareOfDevice(2000 * kMs);
+  double busy = 0;
+  for (auto& [name, share] : device) busy += share;
+  EXPECT_GT(busy, 95);
 }
 
 TEST(ShareSchedulerTest, DemandLimitedGroupDoesNotCollapseCapacity) {
