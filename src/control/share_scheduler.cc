@@ -270,10 +270,17 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       // left, so that a capacity lowered by a transient (groups starting,
       // launch costs being learned) comes back within a second or two; near
       // the device's real capacity the steps shrink to kCapacityUpBp.
+      // Not beyond what the device was seen to run plus the squeeze margin:
+      // a capacity above what the device delivers lets every queue grow
+      // (launches admitted faster than they run), which skews their launch
+      // costs and takes the device from a group that returns.
       uint32_t up = kCapacityUpBp;
-      if (wanting_any && (last_squeeze_ns_ < 0 || now - last_squeeze_ns_ > kDueWindowNs)) {
-        up = std::max(
-            up, (kMaxCapacityBp - std::min(kMaxCapacityBp, capacity_bp_)) / kCapacityUpDivisor);
+      const uint64_t seen_bp = total_executed + kSqueezeMarginBp + total_due / 100;
+      if (wanting_any && seen_bp > capacity_bp_ &&
+          (last_squeeze_ns_ < 0 || now - last_squeeze_ns_ > kDueWindowNs)) {
+        const auto room = static_cast<uint32_t>(seen_bp - capacity_bp_);
+        up = std::max(up, std::min(room, (kMaxCapacityBp - std::min(kMaxCapacityBp, capacity_bp_)) /
+                                             kCapacityUpDivisor));
       }
       capacity_bp_ = std::min(kMaxCapacityBp, capacity_bp_ + up);
     }
