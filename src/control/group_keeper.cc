@@ -25,37 +25,46 @@ int64_t GroupKeeper::Step() {
   return std::max<int64_t>(0, std::min(tick_ns, next_reap_ns_ - clock_.NowNs()));
 }
 
-void GroupKeeper::RunForever() {
+void GroupKeeper::GrantProvisionally(GroupSegment& segment) {
+  for (int d = 0; d < segment.device_count(); ++d) {
+    if (segment.ComputeGrant(d) == 0) segment.SetComputeGrant(d, kProvisionalGrantBp);
+  }
+}
+
+int64_t GroupKeeper::MemberStep() {
   const int64_t period_ns = std::chrono::nanoseconds(kPeriod).count();
-  enum class Role { kNone, kDaemon, kThisProcess } role = Role::kNone;  // last logged
+  if (segment_.DaemonClaims(clock_.NowNs())) {
+    if (role_ != Role::kDaemon) {
+      GS_LOG(kInfo, "control", "gpusliced controls group '%s'", segment_.group().c_str());
+      role_ = Role::kDaemon;
+    }
+    segment_.ResignController();
+    return period_ns;
+  }
+  // A daemon that holds the role but no longer claims the group (hung)
+  // does not block it: members step without the role.
+  if (segment_.TryBecomeController() || segment_.ControllerIsDaemon()) {
+    if (role_ != Role::kThisProcess) {
+      GS_LOG(kInfo, "control", "this process now keeps group '%s'", segment_.group().c_str());
+      role_ = Role::kThisProcess;
+      // The daemon's scheduler no longer runs: pace by the limits alone, or
+      // provisionally while a daemon is expected to adopt the group.
+      segment_.ClearSchedule();
+      if (daemon_expected_ && daemon_expected_()) GrantProvisionally(segment_);
+    }
+    return Step();
+  }
+  // Another member keeps the group: look again within a period (if it
+  // dies, its lock is gone and the next look takes the role).
+  role_ = Role::kNone;
+  return period_ns;
+}
+
+void GroupKeeper::RunForever() {
   for (;;) {
     // Read before deciding, so a limit set meanwhile ends the wait at once.
     const uint32_t seen = segment_.ChangeWord();
-    if (segment_.DaemonClaims(clock_.NowNs())) {
-      if (role != Role::kDaemon) {
-        GS_LOG(kInfo, "control", "gpusliced controls group '%s'", segment_.group().c_str());
-        role = Role::kDaemon;
-      }
-      segment_.ResignController();
-      segment_.WaitForChange(seen, period_ns);
-      continue;
-    }
-    // A daemon that holds the role but no longer claims the group (hung)
-    // does not block it: members step without the role.
-    if (segment_.TryBecomeController() || segment_.ControllerIsDaemon()) {
-      if (role != Role::kThisProcess) {
-        GS_LOG(kInfo, "control", "this process now keeps group '%s'", segment_.group().c_str());
-        role = Role::kThisProcess;
-        // The daemon's scheduler no longer runs: pace by the limits alone.
-        segment_.ClearSchedule();
-      }
-      segment_.WaitForChange(seen, Step());
-      continue;
-    }
-    // Another member keeps the group: look again within a period (if it
-    // dies, its lock is gone and the next look takes the role).
-    role = Role::kNone;
-    segment_.WaitForChange(seen, period_ns);
+    segment_.WaitForChange(seen, MemberStep());
   }
 }
 

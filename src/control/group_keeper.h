@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 
 #include "common/clock.h"
 #include "control/compute_controller.h"
@@ -39,11 +40,38 @@ class GroupKeeper {
   // the group: members step without the role until it beats again.
   void RunForever();
 
+  // One pass of RunForever's loop at the clock's now: returns the
+  // nanoseconds to wait (on the segment's change word) before the next.
+  int64_t MemberStep();
+
+  // A grant just below the whole device: launches take the paced path (they
+  // are counted and their queue stays within the burst) while costing
+  // nothing when the group is alone.
+  static constexpr uint32_t kProvisionalGrantBp = kFullGrantBp - 1;
+
+  // Writes kProvisionalGrantBp on every attached device of `segment` that
+  // has no grant. A member does this while gpusliced is expected (its socket
+  // exists) but does not control the group yet, so that the group is paced
+  // from its first launch: an unpaced group fills the driver's queue (up to
+  // 1024 launches, seconds of long kernels) before the daemon adopts it, and
+  // its first grant then waits for that queue to drain.
+  static void GrantProvisionally(GroupSegment& segment);
+
+  // Whether gpusliced is expected on this node (a member's keeper: its
+  // socket exists). When it says so, a member taking the controller role
+  // paces provisionally (GrantProvisionally) rather than by the limits alone.
+  void set_daemon_expected(std::function<bool()> expected) {
+    daemon_expected_ = std::move(expected);
+  }
+
  private:
+  enum class Role { kNone, kDaemon, kThisProcess };
   GroupSegment& segment_;
   ComputeController& compute_;
   const Clock& clock_;
   int64_t next_reap_ns_ = 0;
+  std::function<bool()> daemon_expected_;
+  Role role_ = Role::kNone;  // RunForever's, last logged
 };
 
 }  // namespace gpuslice::control

@@ -80,5 +80,34 @@ TEST_F(GroupKeeperTest, StepsEveryControllerPeriodWhileADeviceIsLimited) {
   EXPECT_EQ(keeper.Step(), 10 * kMs);  // the next beat comes first
 }
 
+TEST_F(GroupKeeperTest, MemberPacesProvisionallyWhileADaemonIsExpected) {
+  // A member taking the role while gpusliced is expected (about to adopt the
+  // group) paces it just below the whole device, so that its first launches
+  // are paced (counted, with a shallow queue) rather than unpaced.
+  bool expected = true;
+  GroupKeeper keeper(*segment_, *compute_, clock_);
+  keeper.set_daemon_expected([&] { return expected; });
+  keeper.MemberStep();
+  EXPECT_TRUE(segment_->is_controller());
+  EXPECT_EQ(segment_->ComputeGrant(0), GroupKeeper::kProvisionalGrantBp);
+  EXPECT_LT(segment_->PacedRateBp(0), kFullGrantBp);
+  EXPECT_NE(segment_->ComputeLimitedMask() & 1u, 0u);  // the launch gate's slow path
+
+  // A grant the daemon wrote is not overwritten.
+  segment_->SetComputeGrant(0, 2500);
+  GroupKeeper::GrantProvisionally(*segment_);
+  EXPECT_EQ(segment_->ComputeGrant(0), 2500u);
+}
+
+TEST_F(GroupKeeperTest, MemberPacesByItsLimitsAloneWithoutADaemon) {
+  segment_->SetComputeGrant(0, 2500);  // a departed daemon's
+  GroupKeeper keeper(*segment_, *compute_, clock_);
+  keeper.set_daemon_expected([] { return false; });
+  keeper.MemberStep();
+  EXPECT_TRUE(segment_->is_controller());
+  EXPECT_EQ(segment_->ComputeGrant(0), 0u);
+  EXPECT_EQ(segment_->PacedRateBp(0), kFullGrantBp);
+}
+
 }  // namespace
 }  // namespace gpuslice::control

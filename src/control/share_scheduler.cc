@@ -34,6 +34,8 @@ constexpr uint32_t kSqueezeMarginBp = 50;
 constexpr uint32_t kGrowBp = 30;
 constexpr int64_t kProbeNs = 2'000'000'000;
 constexpr uint32_t kUnmarkGrowBp = 200;
+// How long after a group appears its measured share starts to count.
+constexpr int64_t kSettleNs = 2'000'000'000;
 // How far back the grants a measured share is compared with go.
 constexpr int64_t kDueWindowNs = 1'500'000'000;
 // Capacity steps per tick: down by half the worst shortfall within these
@@ -41,6 +43,9 @@ constexpr int64_t kDueWindowNs = 1'500'000'000;
 constexpr uint32_t kCapacityDownMinBp = 20;
 constexpr uint32_t kCapacityDownMaxBp = 100;
 constexpr uint32_t kCapacityUpBp = 10;
+// While no group was squeezed for kDueWindowNs and some group wants more, up
+// by at least (kMaxCapacityBp - capacity) / kCapacityUpDivisor per tick.
+constexpr uint32_t kCapacityUpDivisor = 16;
 
 // Water-fills `room` (what each item may still take) by `weight` with
 // `amount`: returns what each gets; the sum never exceeds `amount`.
@@ -98,6 +103,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     if (!known) {
       st = State{};
       st.fresh_until_ns = now + kFreshNs;
+      st.known_since_ns = now;
     }
     if (st.paused && !in.paused) {  // resumed
       st.samples.clear();
@@ -169,6 +175,12 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
   bool squeezed = false;
   uint32_t shortfall = 0;
   uint32_t restore = 0;
+  bool wanting_any = false;  // some active group is held back by its grant
+  // What the active groups ran and were due, in all: a device that cannot
+  // deliver the grants runs less than they add up to; one that has idle
+  // time runs about what they add up to, whatever one group's noise says.
+  uint64_t total_executed = 0;
+  uint64_t total_due = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     View& v = views[i];
     if (v.st == nullptr) continue;
@@ -177,6 +189,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     if (v.held) {
       st.last_held_ns = now;
       st.demand_limited = false;
+      wanting_any = wanting_any || v.active;
     }
     if (st.demand_limited && v.executed > st.used_at_mark_bp + kUnmarkGrowBp) {
       st.demand_limited = false;
@@ -200,6 +213,10 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       if (now - t <= kDueWindowNs) granted = std::min(granted, g);
     }
     const uint32_t due = v.wanting ? granted : std::min(request, granted);
+    if (v.active) {
+      total_executed += v.executed;
+      total_due += due;
+    }
     const uint32_t margin = kSqueezeMarginBp + due / 100;
     const bool squeeze = v.active && !unmeasured && !st.demand_limited && v.executed + margin < due;
     if (!squeeze) {
@@ -227,17 +244,45 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       st.used_at_squeeze_bp = v.executed;
       st.capacity_at_squeeze_bp = capacity_bp_;
     }
+    v.wanting = true;
+    // A group's measured share covers about a second and trails the device
+    // by up to another: until then its shortfall does not lower K (a group
+    // starting is not a device that cannot deliver).
+    if (now - st.known_since_ns < kSettleNs) continue;
     squeezed = true;
     shortfall = std::max(shortfall, due - v.executed);
-    v.wanting = true;
   }
   capacity_bp_ = std::max(capacity_bp_, restore);
+  // One group below its due while the device ran (nearly) all the grants is
+  // noise in its measurement, not a device that cannot deliver: no squeeze.
+  if (squeezed && total_executed + kSqueezeMarginBp + total_due / 100 >= total_due) {
+    squeezed = false;
+  }
   if (active >= 2) {
     if (squeezed) {
       const uint32_t down = std::clamp(shortfall / 2, kCapacityDownMinBp, kCapacityDownMaxBp);
       capacity_bp_ = std::max(kMinCapacityBp, capacity_bp_ - std::min(capacity_bp_, down));
+      last_squeeze_ns_ = now;
     } else if (restore == 0) {
-      capacity_bp_ = std::min(kMaxCapacityBp, capacity_bp_ + kCapacityUpBp);
+      // Work conservation: capacity not handed out is device time left idle
+      // while groups wait. With no squeeze for as long as the measured shares
+      // trail (every group got its grant), raise it by a part of what is
+      // left, so that a capacity lowered by a transient (groups starting,
+      // launch costs being learned) comes back within a second or two; near
+      // the device's real capacity the steps shrink to kCapacityUpBp.
+      // Not beyond what the device was seen to run plus the squeeze margin:
+      // a capacity above what the device delivers lets every queue grow
+      // (launches admitted faster than they run), which skews their launch
+      // costs and takes the device from a group that returns.
+      uint32_t up = kCapacityUpBp;
+      const uint64_t seen_bp = total_executed + kSqueezeMarginBp + total_due / 100;
+      if (wanting_any && seen_bp > capacity_bp_ &&
+          (last_squeeze_ns_ < 0 || now - last_squeeze_ns_ > kDueWindowNs)) {
+        const auto room = static_cast<uint32_t>(seen_bp - capacity_bp_);
+        up = std::max(up, std::min(room, (kMaxCapacityBp - std::min(kMaxCapacityBp, capacity_bp_)) /
+                                             kCapacityUpDivisor));
+      }
+      capacity_bp_ = std::min(kMaxCapacityBp, capacity_bp_ + up);
     }
   }
 

@@ -34,12 +34,13 @@
 // queue in the driver), so only the measured share tells: while a group
 // that wants more runs less than the least grant it had over the last 1.5 s
 // (the measurement trails by about a second), K drops; otherwise K creeps
-// back up (1 point per second). Every 2 s of a squeeze the scheduler checks
-// that it helped (the group's share grew); if not, the group is taken to be
-// out of work (a synchronous workload), K is given back, and the group no
-// longer lowers it until it is held back or its share grows. Requests are
-// scaled by K / 10000, so when every group saturates, shares of the time
-// the device executes follow the requests.
+// back up (1 point per second), and while no group was squeezed for 1.5 s
+// and some group is held back by its grant (the device is left idle while
+// groups wait), by a sixteenth of what is left below 100 % per tick. Every 2 s of a squeeze the
+// scheduler checks that it helped (the group's share grew); if not, the group is taken to be out of
+// work (a synchronous workload), K is given back, and the group no longer lowers it until it is
+// held back or its share grows. Requests are scaled by K / 10000, so when every group saturates,
+// shares of the time the device executes follow the requests.
 //
 // Latency priority: while a latency group is active on the GPU, batch groups
 // get a short burst (kBatchBurstWithLatencyNs) so their queues stay shallow.
@@ -124,6 +125,7 @@ class ShareScheduler {
     std::deque<std::pair<int64_t, uint32_t>> grants;  // (time, grant), the last kDueWindowNs
     bool paused = false;
     int64_t fresh_until_ns = 0;
+    int64_t known_since_ns = 0;
     int64_t last_held_ns = -1;  // new or resumed: its request stands until then
     // Squeeze tracking (see Capacity above).
     int64_t squeezed_since_ns = -1;
@@ -136,6 +138,7 @@ class ShareScheduler {
   const Clock& clock_;
   std::map<std::string, State> states_;
   uint32_t capacity_bp_ = 9500;
+  int64_t last_squeeze_ns_ = -1;  // when the capacity was last lowered
 };
 
 }  // namespace gpuslice::control

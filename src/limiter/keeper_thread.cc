@@ -1,6 +1,7 @@
 #include "limiter/keeper_thread.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <csignal>
 
@@ -13,8 +14,14 @@
 namespace gpuslice::limiter {
 namespace {
 
+struct Args {
+  GroupSegment* segment;
+  std::string daemon_socket;
+};
+
 void* Run(void* arg) {
-  auto* segment = static_cast<GroupSegment*>(arg);
+  auto* args = static_cast<Args*>(arg);
+  GroupSegment* segment = args->segment;
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
@@ -28,21 +35,27 @@ void* Run(void* arg) {
   auto* compute = new control::ComputeController(
       *segment, *nvml, [segment] { return segment->MemberPids(); }, {*realtime, *monotonic});
   auto* keeper = new control::GroupKeeper(*segment, *compute, *monotonic);
+  if (!args->daemon_socket.empty()) {
+    keeper->set_daemon_expected(
+        [socket = args->daemon_socket] { return access(socket.c_str(), F_OK) == 0; });
+  }
   keeper->RunForever();
   return nullptr;
 }
 
 }  // namespace
 
-bool StartKeeperThread(GroupSegment* segment) {
+bool StartKeeperThread(GroupSegment* segment, std::string daemon_socket) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&attr, size_t{256} * 1024);
   pthread_t thread;
-  const int rc = pthread_create(&thread, &attr, &Run, segment);
+  auto* args = new Args{segment, std::move(daemon_socket)};
+  const int rc = pthread_create(&thread, &attr, &Run, args);
   pthread_attr_destroy(&attr);
   if (rc != 0) {
+    delete args;
     GS_LOG(kWarn, "limiter", "cannot start the group keeper thread (error %d)", rc);
     return false;
   }

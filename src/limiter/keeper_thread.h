@@ -9,6 +9,8 @@
 // detached: it never delays the host's exit.
 #pragma once
 
+#include <string>
+
 #include "shm/group_segment.h"
 
 namespace gpuslice::limiter {
@@ -17,6 +19,10 @@ namespace gpuslice::limiter {
 // process (the limiter never frees it). Returns false if no thread could be
 // started (the group then relies on other members and on reclamation when an
 // allocation would fail).
-bool StartKeeperThread(GroupSegment* segment);
+// `daemon_socket`: gpusliced's socket when this process registers with it
+// (empty: it does not). While that file exists and the daemon does not
+// control the group, the keeper paces it provisionally
+// (control::GroupKeeper::GrantProvisionally).
+bool StartKeeperThread(GroupSegment* segment, std::string daemon_socket = {});
 
 }  // namespace gpuslice::limiter

@@ -8,9 +8,11 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/quantity.h"
+#include "control/group_keeper.h"
 #include "limiter/compute_gate.h"
 #include "limiter/core/limit_config.h"
 #include "limiter/keeper_thread.h"
@@ -149,7 +151,8 @@ CUresult Limiter::AttachWithCuda() {
     slot_.store(-1);
     if (segment_ != nullptr) {
       if (segment_->ReopenAfterFork().ok()) {
-        StartKeeperThread(segment_.get());  // the parent's keeper did not survive the fork
+        // The parent's keeper did not survive the fork.
+        StartKeeperThread(segment_.get(), registration_ ? socket_path_ : std::string());
       } else {
         ComputeGate::Arm(nullptr);
         (void)segment_.release();  // the mapping is the parent's too: never unmapped here
@@ -254,7 +257,13 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
   daemon_ = std::move(*endpoint);
   registration_ = RegistrationFor(*config, devices, daemon_);
   segment_ = std::move(segment).value();
-  StartKeeperThread(segment_.get());
+  if (registration_ && !segment_->DaemonClaims(MonotonicNs()) &&
+      access(socket_path_.c_str(), F_OK) == 0) {
+    // Paced from the first launch while gpusliced is about to adopt the group
+    // (the keeper thread keeps this when it takes the role meanwhile).
+    control::GroupKeeper::GrantProvisionally(*segment_);
+  }
+  StartKeeperThread(segment_.get(), registration_ ? socket_path_ : std::string());
   ComputeGate::Arm(segment_.get());
   ordinal_to_device_ = std::move(map);
   GS_LOG(kInfo, "limiter", "attached to group '%s' (%zu devices)", segment_->group().c_str(),

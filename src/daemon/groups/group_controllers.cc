@@ -72,10 +72,20 @@ void GroupControllers::Rescan() {
     segment.ResignController();
     it = groups_.erase(it);
   }
+  Adopt(/*all=*/true);
+}
+
+bool GroupControllers::Adopt(bool all) {
+  if (all) idle_files_.clear();
+  bool adopted = false;
   for (const std::string& name : GroupSegment::ListGroups(options_.shm_dir)) {
-    if (groups_.contains(name)) continue;
+    if (groups_.contains(name) || (!all && idle_files_.contains(name))) continue;
     auto segment = GroupSegment::Open(options_.shm_dir, name, /*create=*/false);
-    if (!segment.ok() || !(*segment)->HasAttachedProcess()) continue;  // idle or not a segment
+    if (!segment.ok() || !(*segment)->HasAttachedProcess()) {  // idle or not a segment
+      idle_files_.insert(name);
+      continue;
+    }
+    idle_files_.erase(name);
     Group g;
     g.inode = InodeOf((*segment)->path());
     g.segment = std::move(segment).value();
@@ -86,19 +96,27 @@ void GroupControllers::Rescan() {
     g.keeper = std::make_unique<control::GroupKeeper>(*seg, *g.compute, clocks_.monotonic);
     GS_LOG(kInfo, "gpusliced", "event=group_adopted group=%s", name.c_str());
     groups_.emplace(name, std::move(g));
+    adopted = true;
   }
+  return adopted;
 }
 
 int64_t GroupControllers::Tick() {
   const int64_t now = clocks_.monotonic.NowNs();
   const bool rescanned = !scanned_ || now - last_scan_ns_ >= options_.rescan_ns;
+  bool adopted = false;
   if (rescanned) {
     Rescan();
     scanned_ = true;
     last_scan_ns_ = now;
+    last_adopt_ns_ = now;
+  } else if (now - last_adopt_ns_ >= options_.adopt_ns) {
+    adopted = Adopt(/*all=*/false);
+    last_adopt_ns_ = now;
   }
   int64_t next = std::chrono::nanoseconds(control::GroupKeeper::kPeriod).count();
-  bool changed = rescanned;
+  next = std::min(next, std::max<int64_t>(0, last_adopt_ns_ + options_.adopt_ns - now));
+  bool changed = rescanned || adopted;
   for (auto& [name, g] : groups_) {
     g.segment->BeatAsDaemon(options_.self, clocks_.monotonic.NowNs());
     const bool was = g.segment->is_controller();

@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,7 +72,11 @@ class GroupControllers {
   struct Options {
     std::string shm_dir;
     pid_t self = 0;                     // the daemon's pid, written in its claims
-    int64_t rescan_ns = 1'000'000'000;  // how often the directory is listed
+    int64_t rescan_ns = 1'000'000'000;  // how often every group is looked at again
+    // How often the directory is listed for new groups between rescans (a
+    // group is adopted, and scheduled, within about this long of its first
+    // member attaching; files found idle are looked at again at rescans).
+    int64_t adopt_ns = 100'000'000;
   };
   struct Clocks {
     const Clock& realtime;   // NVML's sample time base
@@ -89,7 +94,7 @@ class GroupControllers {
   // (the control loop's thread reads it unlocked).
   void SetScheduleOf(ScheduleOf schedule_of) { schedule_of_ = std::move(schedule_of); }
 
-  // Adopts new groups (at most once per rescan), drops groups whose segment
+  // Adopts new groups (at most once per adopt_ns), drops groups whose segment
   // is gone, claims and steps every adopted group, and schedules every GPU
   // when due. Returns the nanoseconds until it is next due.
   int64_t Tick();
@@ -127,6 +132,10 @@ class GroupControllers {
     ino_t inode = 0;  // of the file adopted; another inode: the segment was replaced
   };
   void Rescan();
+  // Adopts the groups of the directory not adopted yet that have a process
+  // attached; skips those found idle since the last rescan unless `all`.
+  // True if it adopted one.
+  bool Adopt(bool all);
   // Runs every GPU's scheduler and writes the results into the segments.
   void Schedule();
   // Holds `g` to the daemon's limits, where it has a word on them.
@@ -146,6 +155,8 @@ class GroupControllers {
   std::map<std::string, std::pair<bool, std::vector<DeviceGrant>>>
       grants_;  // GUARDED_BY(snapshot_mu_)
   int64_t last_scan_ns_ = 0;
+  int64_t last_adopt_ns_ = 0;
+  std::set<std::string> idle_files_;  // found idle since the last rescan
   bool scanned_ = false;
   mutable std::mutex snapshot_mu_;
   std::vector<GroupControl> snapshot_;  // GUARDED_BY(snapshot_mu_)

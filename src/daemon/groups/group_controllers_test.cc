@@ -101,6 +101,27 @@ TEST_F(GroupControllersTest, ClaimsAGroupAndControlsItOnceTheMemberYields) {
   EXPECT_EQ(member->LastAliveNs(), clock_.NowNs());  // the daemon's keeper beats
 }
 
+// A group whose first member attaches between rescans is adopted (and so
+// scheduled) within adopt_ns, not at the next rescan: until then it runs on
+// its provisional grant, queueing more than its share.
+TEST_F(GroupControllersTest, AdoptsANewGroupWithinAnAdoptPeriodBetweenRescans) {
+  auto controllers = Controllers(/*rescan_ns=*/60'000 * kMs);
+  { auto gone = Member("idle"); }
+  controllers->Tick();
+  EXPECT_TRUE(controllers->Snapshot().empty());
+
+  auto member = Member("new");
+  clock_.Advance(50 * kMs);
+  controllers->Tick();
+  EXPECT_FALSE(member->DaemonClaims(clock_.NowNs()));  // not due yet
+  clock_.Advance(50 * kMs);
+  const int64_t next = controllers->Tick();
+  EXPECT_TRUE(member->DaemonClaims(clock_.NowNs()));
+  ASSERT_EQ(controllers->Snapshot().size(), 1u);
+  EXPECT_EQ(controllers->Snapshot()[0].group, "new");
+  EXPECT_LE(next, 100 * kMs);
+}
+
 TEST_F(GroupControllersTest, LeavesIdleGroupsAloneAndReleasesGroupsThatGoIdle) {
   { auto gone = Member("idle"); }
   auto member = Member("busy");
