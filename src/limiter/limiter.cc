@@ -152,7 +152,7 @@ CUresult Limiter::AttachWithCuda() {
     if (segment_ != nullptr) {
       if (segment_->ReopenAfterFork().ok()) {
         // The parent's keeper did not survive the fork.
-        StartKeeperThread(segment_.get(), registration_ ? socket_path_ : std::string());
+        StartKeeperThread(segment_.get(), DaemonSocket());
       } else {
         ComputeGate::Arm(nullptr);
         (void)segment_.release();  // the mapping is the parent's too: never unmapped here
@@ -257,13 +257,14 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
   daemon_ = std::move(*endpoint);
   registration_ = RegistrationFor(*config, devices, daemon_);
   segment_ = std::move(segment).value();
-  if (registration_ && !segment_->DaemonClaims(MonotonicNs()) &&
-      access(socket_path_.c_str(), F_OK) == 0) {
+  const std::string daemon_socket = DaemonSocket();
+  if (!daemon_socket.empty() && !segment_->DaemonClaims(MonotonicNs()) &&
+      access(daemon_socket.c_str(), F_OK) == 0) {
     // Paced from the first launch while gpusliced is about to adopt the group
     // (the keeper thread keeps this when it takes the role meanwhile).
     control::GroupKeeper::GrantProvisionally(*segment_);
   }
-  StartKeeperThread(segment_.get(), registration_ ? socket_path_ : std::string());
+  StartKeeperThread(segment_.get(), daemon_socket);
   ComputeGate::Arm(segment_.get());
   ordinal_to_device_ = std::move(map);
   GS_LOG(kInfo, "limiter", "attached to group '%s' (%zu devices)", segment_->group().c_str(),
@@ -445,6 +446,10 @@ uint64_t Limiter::MemoryLimit(int device) const {
 
 uint64_t Limiter::MemoryUsed(int device) const {
   return segment_ != nullptr && device >= 0 ? segment_->MemoryUsed(device) : 0;
+}
+
+std::string Limiter::DaemonSocket() const {
+  return registration_ && !daemon_.tcp() ? daemon_.socket_path : std::string();
 }
 
 bool Limiter::IsGroupMember(uint32_t pid) const {

@@ -134,6 +134,9 @@ class Limiter {
   Limiter();
   CUresult AttachWithCuda();
   bool Attach(const std::vector<std::pair<int, std::string>>& devices);
+  // The daemon's socket when this process registers over one; empty
+  // otherwise (a daemon reached over TCP cannot be looked for on disk).
+  std::string DaemonSocket() const;
   // Joins a slot on first charge; -1 if that is impossible.
   int Slot();
   static void AtForkPrepare();
