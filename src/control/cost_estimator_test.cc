@@ -12,7 +12,7 @@
 #include <deque>
 #include <vector>
 
-#include "control/launch_pacer.h"
+#include "shm/launch_pacer.h"
 
 namespace gpuslice::control {
 namespace {

@@ -4,25 +4,15 @@
 #include <type_traits>
 
 #include "common/clock.h"
-#include "control/launch_pacer.h"
 #include "limiter/limiter.h"
 #include "limiter/real/real_driver.h"
 
 namespace gpuslice::limiter {
 namespace {
-using control::ChargeAfter;
-using control::kPacerBurstNs;
-using control::PacedIntervalBpNs;
 
 // A paused launch looks at the segment again at least this often (resuming
 // wakes it at once; this only bounds a missed wake-up).
 constexpr int64_t kPausedRecheckNs = 100'000'000;
-using control::TryAdmit;
-
-template <typename T>
-std::atomic_ref<T> Shared(T& field) {
-  return std::atomic_ref<T>(field);
-}
 
 // The stream handle the driver means: stream 0 of a _ptsz entry point is the
 // calling thread's default stream.
@@ -38,19 +28,11 @@ bool Capturing(CUstream stream) {
          status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-// Lowers `field` to `value` if it is 0 or higher.
-void LowerNonZero(int64_t& field, int64_t value) {
-  auto f = Shared(field);
-  int64_t seen = f.load();
-  while ((seen == 0 || value < seen) && !f.compare_exchange_weak(seen, value)) {
-  }
-}
-
 // Waits while the group is paused and until the budget of `dev` admits a
 // launch estimated at `charge_ns` of device time (0: only until earlier
 // charges are paid). False if the device is no longer paced (limit and grant
 // lifted meanwhile).
-bool Admit(const GroupSegment& segment, int dev, DeviceCompute& c, int64_t charge_ns) {
+bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t charge_ns) {
   int64_t waiting_since = 0;
   int64_t now = 0;
   bool paced = true;
@@ -69,8 +51,7 @@ bool Admit(const GroupSegment& segment, int dev, DeviceCompute& c, int64_t charg
       break;
     }
     const int64_t burst = segment.ComputeBurst(dev) > 0 ? segment.ComputeBurst(dev) : kPacerBurstNs;
-    const int64_t wait =
-        TryAdmit(Shared(c.next_free_ns), now, PacedIntervalBpNs(charge_ns, rate_bp), burst);
+    const int64_t wait = budget.TryAdmit(now, PacedIntervalBpNs(charge_ns, rate_bp), burst);
     if (wait == 0) break;
     if (waiting_since == 0) waiting_since = now;
     // Sleep on until half the burst is free, so that one wake-up admits a
@@ -78,15 +59,9 @@ bool Admit(const GroupSegment& segment, int dev, DeviceCompute& c, int64_t charg
     // still runs ahead of now when this thread wakes).
     segment.WaitForChange(seen, wait + burst / 2);
     // The controller may have refined the estimate while this thread slept.
-    if (const int64_t fresh = Shared(c.charge_ns).load(std::memory_order_acquire); fresh > 0) {
-      charge_ns = fresh;
-    }
+    if (const int64_t fresh = budget.charge_ns(); fresh > 0) charge_ns = fresh;
   }
-  if (waiting_since != 0) {
-    Shared(c.waits).fetch_add(1, std::memory_order_relaxed);
-    Shared(c.wait_ns).fetch_add(static_cast<uint64_t>(now - waiting_since),
-                                std::memory_order_relaxed);
-  }
+  if (waiting_since != 0) budget.CountWait(now - waiting_since);
   return paced;
 }
 
@@ -95,7 +70,7 @@ bool Admit(const GroupSegment& segment, int dev, DeviceCompute& c, int64_t charg
 // to it). The stream is drained first, so that work queued before the device
 // was paced (a group that just got a grant) is not taken for this launch's.
 // It is charged to the budget afterwards and kept as the bootstrap estimate.
-CUresult Probe(const GroupSegment& segment, int dev, DeviceCompute& c, CUstream stream,
+CUresult Probe(const GroupSegment& segment, int dev, ComputeBudget budget, CUstream stream,
                CUresult (*call)(void*), void* launch) {
   const real::CudaTable& cu = real::Cuda();
   const bool can_sync = cu.cuStreamSynchronize != nullptr;
@@ -104,14 +79,14 @@ CUresult Probe(const GroupSegment& segment, int dev, DeviceCompute& c, CUstream 
   const int64_t start = MonotonicNs();
   const CUresult rc = call(launch);
   if (rc != CUDA_SUCCESS) return rc;
-  Shared(c.launches).fetch_add(1, std::memory_order_relaxed);
+  budget.CountLaunch();
   if (!can_sync || cu.cuStreamSynchronize(stream) != CUDA_SUCCESS) {
     return rc;  // the launch's own error, if any, surfaces at the program's next sync
   }
   const int64_t measured = std::max<int64_t>(1, MonotonicNs() - start);
-  LowerNonZero(c.probe_ns, measured);
+  budget.RecordProbe(measured);
   if (const uint32_t rate_bp = segment.PacedRateBp(dev); rate_bp < kFullGrantBp) {
-    ChargeAfter(Shared(c.next_free_ns), start, PacedIntervalBpNs(measured, rate_bp));
+    budget.ChargeAfter(start, PacedIntervalBpNs(measured, rate_bp));
   }
   return rc;
 }
@@ -125,20 +100,19 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   if (Capturing(stream)) return call(launch);
   const int dev = Limiter::Get().StreamGroupDevice(stream);
   if (dev < 0 || (segment->ComputeLimitedMask() & (1u << dev)) == 0) return call(launch);
-  DeviceCompute& c = segment->Compute(dev);
+  ComputeBudget budget = segment->Budget(dev);
 
   // Until the controller has an estimate, the first launches are measured.
-  int64_t charge = Shared(c.charge_ns).load(std::memory_order_acquire);
+  int64_t charge = budget.charge_ns();
   bool probe = false;
   if (charge == 0) {
-    probe = Shared(c.probes).fetch_add(1) < kBootstrapProbes ||
-            Shared(c.probe_ns).load(std::memory_order_acquire) == 0;
-    charge = probe ? 0 : Shared(c.probe_ns).load(std::memory_order_acquire);
+    probe = budget.TakeProbe(kBootstrapProbes);
+    charge = probe ? 0 : budget.probe_ns();
   }
-  if (!Admit(*segment, dev, c, charge)) return call(launch);  // no longer paced
-  if (probe) return Probe(*segment, dev, c, stream, call, launch);
+  if (!Admit(*segment, dev, budget, charge)) return call(launch);  // no longer paced
+  if (probe) return Probe(*segment, dev, budget, stream, call, launch);
   const CUresult rc = call(launch);
-  if (rc == CUDA_SUCCESS) Shared(c.launches).fetch_add(1, std::memory_order_relaxed);
+  if (rc == CUDA_SUCCESS) budget.CountLaunch();
   return rc;
 }
 

@@ -4,7 +4,7 @@
 // runs its real launch through Paced(). When no device of the group has a
 // compute limit that costs one load from the segment and a branch. Otherwise
 // the launch waits until the group's budget on its device admits it
-// (core/launch_pacer.h: the budget advances by the launch's estimated device
+// (shm/launch_pacer.h, ComputeBudget: the budget advances by the launch's estimated device
 // time stretched by the limit), sleeping on the segment's futex, never
 // polling; a limit change wakes it at once. Until the group controller has an
 // estimate of a launch's device time, the first launches are measured by

@@ -23,6 +23,7 @@
 
 #include "common/status.h"
 #include "gpuslice/group_segment.h"
+#include "shm/launch_pacer.h"
 
 namespace gpuslice {
 
@@ -59,6 +60,63 @@ struct GroupSnapshot {
 // Idle time after which a group's segment is removed (by `gpuslice status
 // --gc` and by gpusliced): no process attached and no controller heartbeat.
 inline constexpr int64_t kDefaultGroupGcGraceS = 600;
+
+// The launch path's handle on one device's compute budget (DeviceCompute in
+// include/gpuslice/group_segment.h; the arithmetic is launch_pacer.h). Every
+// operation is one atomic step on the shared fields, safe from any thread of
+// any member.
+class ComputeBudget {
+ public:
+  explicit ComputeBudget(DeviceCompute& c) : c_(c) {}
+
+  // The group controller's estimate of one launch's device time; 0: none yet.
+  int64_t charge_ns() const { return Load(c_.charge_ns); }
+
+  // Bootstrap (no estimate yet): true if this launch is to be measured: one
+  // of the first `probes` launches, or any while no measurement exists.
+  bool TakeProbe(uint32_t probes) {
+    return std::atomic_ref<uint32_t>(c_.probes).fetch_add(1) < probes || probe_ns() == 0;
+  }
+  // The least launch-to-completion time measured; 0: none.
+  int64_t probe_ns() const { return Load(c_.probe_ns); }
+  // Records a measurement (keeps the least).
+  void RecordProbe(int64_t measured_ns) {
+    std::atomic_ref<int64_t> f(c_.probe_ns);
+    int64_t seen = f.load();
+    while ((seen == 0 || measured_ns < seen) && !f.compare_exchange_weak(seen, measured_ns)) {
+    }
+  }
+
+  // Admits a launch of `interval_ns` of wall time at `now_ns` within
+  // `burst_ns`: 0 if admitted (the budget advanced), else the nanoseconds to
+  // wait before trying again (nothing changed).
+  int64_t TryAdmit(int64_t now_ns, int64_t interval_ns, int64_t burst_ns) {
+    return gpuslice::TryAdmit(std::atomic_ref<int64_t>(c_.next_free_ns), now_ns, interval_ns,
+                              burst_ns);
+  }
+  // Charges `interval_ns` from `now_ns` whatever the budget holds (a launch
+  // measured after the fact).
+  void ChargeAfter(int64_t now_ns, int64_t interval_ns) {
+    gpuslice::ChargeAfter(std::atomic_ref<int64_t>(c_.next_free_ns), now_ns, interval_ns);
+  }
+
+  // Counters readers and the scheduler see.
+  void CountLaunch() {
+    std::atomic_ref<uint64_t>(c_.launches).fetch_add(1, std::memory_order_relaxed);
+  }
+  void CountWait(int64_t waited_ns) {
+    std::atomic_ref<uint64_t>(c_.waits).fetch_add(1, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(c_.wait_ns)
+        .fetch_add(static_cast<uint64_t>(waited_ns), std::memory_order_relaxed);
+  }
+
+ private:
+  template <typename T>
+  static T Load(const T& field) {
+    return std::atomic_ref<const T>(field).load(std::memory_order_acquire);
+  }
+  DeviceCompute& c_;
+};
 
 class GroupSegment {
  public:
@@ -110,7 +168,9 @@ class GroupSegment {
   uint32_t ComputeLimitedMask() const {
     return std::atomic_ref<uint32_t>(layout_->compute_limited).load(std::memory_order_acquire);
   }
-  // The compute budget of `dev` (fields are shared: use std::atomic_ref).
+  // The compute budget of `dev`, for the launch path.
+  ComputeBudget Budget(int dev) { return ComputeBudget(layout_->devices[dev].compute); }
+  // The raw budget fields of `dev` (tests that stage a state; code uses Budget).
   DeviceCompute& Compute(int dev) { return layout_->devices[dev].compute; }
   // The UUID of `dev` ("GPU-…"). REQUIRES: dev < device_count().
   std::string DeviceUuid(int dev) const;
@@ -123,7 +183,7 @@ class GroupSegment {
   void SetComputeGrant(int dev, uint32_t grant_bp);
   uint32_t ComputeGrant(int dev) const;
   // Sets how far ahead of now the group may have admitted work on `dev`
-  // (0: control::kPacerBurstNs).
+  // (0: kPacerBurstNs).
   void SetComputeBurst(int dev, int64_t burst_ns);
   int64_t ComputeBurst(int dev) const;
   // Pauses (launches on every device wait; memory is kept) or resumes the

@@ -18,7 +18,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace gpuslice::control {
+namespace gpuslice {
 
 // How far ahead of now a group may have admitted work (wall time): short
 // enough that no 1 s window can hold much more than its share, long enough
@@ -58,4 +58,4 @@ inline int64_t TryAdmit(std::atomic_ref<int64_t> next_free, int64_t now_ns, int6
   }
 }
 
-}  // namespace gpuslice::control
+}  // namespace gpuslice
