@@ -23,6 +23,7 @@
 #include "cli/unix_http_client.h"
 #include "nlohmann/json.hpp"
 #include "shm/group_segment.h"
+#include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -183,13 +184,7 @@ TEST_F(LimiterRegistrationTest, RegistersOverTcpWithItsToken) {
       "gpusliced", next_++,
       {"--socket", Socket(), "--state-dir", dir_ + "/state", "--shm-dir", shm_dir_, "--log-level",
        "debug", "--listen-tcp", "127.0.0.1:" + port, "--token-file", dir_ + "/tokens"});  // err0
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto r = cli::UnixHttpClient(Socket(), 5s).Request("GET", "/readyz");
-        return r.ok() && r->status == 200;
-      },
-      20s))
-      << Read("err0");
+  ASSERT_TRUE(testing::WaitForDaemonReady(Socket())) << Read("err0");
   ASSERT_GT(daemon, 0);
   const std::vector<std::string> tcp = {"HYPERVISOR_IP=127.0.0.1", "HYPERVISOR_PORT=" + port,
                                         "GPUSLICE_SOCKET=" + dir_ + "/not-this-one.sock"};

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cli/unix_http_client.h"
+#include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -75,13 +76,7 @@ class PrometheusTest : public testing::SimProcessTest {
                                      "--shm-dir", shm_dir_};
     args.insert(args.end(), extra.begin(), extra.end());
     StartProgram("gpusliced", 0, args, {R"(GPUSLICE_SIM_CONFIG={"device_count":2})"});
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
-          return r.ok() && r->status == 200;
-        },
-        20s))
-        << Read("err0");
+    ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err0");
   }
 
   // A group with limits and this test process as its one tenant.

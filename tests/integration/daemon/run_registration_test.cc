@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/unix_http_client.h"
+#include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -49,13 +50,7 @@ class RunRegistrationTest : public testing::SimProcessTest {
                   "--state-dir", dir_ + "/state", "--shm-dir", shm_dir_, "--mps-root", mps_root_,
                   "--mps-control", BuildDir() + "/sim/bin/nvidia-cuda-mps-control"},
                  {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
-          return r.ok() && r->status == 200;
-        },
-        20s))
-        << Read("err0");
+    ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err0");
   }
 
   std::pair<int, json> Call(const std::string& method, const std::string& target,

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cli/unix_http_client.h"
+#include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/forked_tenant.h"
 #include "tests/integration/support/sim_process_test.h"
 
@@ -50,13 +51,7 @@ class TenantRegistryTest : public testing::SimProcessTest {
                            {"--socket", socket_, "--socket-mode", "0666", "--poll-interval-ms",
                             "100", "--log-level", "debug", "--state-dir", dir_ + "/state"},
                            {R"(GPUSLICE_SIM_CONFIG={"device_count":2})"});
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
-          return r.ok() && r->status == 200;
-        },
-        20s))
-        << Read("err0");
+    ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err0");
   }
 
   std::pair<int, json> Call(const std::string& method, const std::string& target,

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cli/unix_http_client.h"
+#include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/forked_tenant.h"
 #include "tests/integration/support/sim_process_test.h"
 
@@ -61,13 +62,7 @@ class TierBackstopTest : public testing::SimProcessTest {
     args.insert(args.end(), extra.begin(), extra.end());
     daemon_ =
         StartProgram("gpusliced", n, args, {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
-          return r.ok() && r->status == 200;
-        },
-        20s))
-        << Read("err" + std::to_string(n));
+    ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err" + std::to_string(n));
   }
   // A short MPS root: <root>/<uuid>/pipe/control must fit a socket address.
   std::vector<std::string> MpsFlags(const std::string& control) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cli/unix_http_client.h"
+#include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/forked_tenant.h"
 #include "tests/integration/support/sim_process_test.h"
 
@@ -188,13 +189,7 @@ class TwoPodsTest : public testing::SimProcessTest {
                            {"--socket", socket_, "--poll-interval-ms", "100", "--log-level",
                             "debug", "--state-dir", dir_ + "/state", "--shm-dir", shm_dir_},
                            {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
-          return r.ok() && r->status == 200;
-        },
-        20s))
-        << Read("err0");
+    ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err0");
   }
 
   // The simulator's node helper (host pids for namespaced processes).

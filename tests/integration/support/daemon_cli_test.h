@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/unix_http_client.h"
+#include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice::testing {
@@ -35,12 +36,7 @@ class DaemonCliTest : public SimProcessTest {
                            {"--socket", socket_, "--socket-mode", "0666", "--poll-interval-ms",
                             "100", "--state-dir", dir_ + "/state", "--shm-dir", shm_dir_},
                            {R"(GPUSLICE_SIM_CONFIG={"device_count":2})"});
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
-          return r.ok() && r->status == 200;
-        },
-        20s));
+    ASSERT_TRUE(testing::WaitForDaemonReady(socket_));
   }
 
   // SIGTERM, and waits for it to exit.

@@ -19,6 +19,7 @@
 
 #include "cli/unix_http_client.h"
 #include "shm/group_segment.h"
+#include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -84,13 +85,7 @@ class TopTest : public testing::SimProcessTest {
       args.insert(args.end(), {"--socket-mode", "0666"});
     }
     daemon_ = StartProgram("gpusliced", next_++, args);
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", "/readyz");
-          return r.ok() && r->status == 200;
-        },
-        20s))
-        << Read("err0");
+    ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err0");
   }
 
   // A workload of 2 ms kernels in `group` held to `compute` percent.
