@@ -90,6 +90,9 @@ ScheduleEntry ScheduleEntryOn(const ScheduleSettings& schedule, const std::strin
     if (own->second.request_percent) out.request_percent = own->second.request_percent;
     if (own->second.priority) out.priority = own->second.priority;
     if (own->second.weight) out.weight = own->second.weight;
+    if (own->second.memory_request_bytes) {
+      out.memory_request_bytes = own->second.memory_request_bytes;
+    }
   }
   return out;
 }
@@ -125,6 +128,7 @@ json ScheduleEntryJson(const ScheduleEntry& entry) {
   if (entry.request_percent) j["request"] = *entry.request_percent;
   if (entry.priority) j["priority"] = PriorityName(*entry.priority);
   if (entry.weight) j["weight"] = *entry.weight;
+  if (entry.memory_request_bytes) j["memory_request_bytes"] = *entry.memory_request_bytes;
   return j;
 }
 
@@ -197,7 +201,8 @@ StatusOr<Group> GroupFromJson(const json& j) {
     for (const auto& [gpu, e] : schedule->items()) {
       ScheduleEntry entry;
       if (!e.is_object() || !ReadOptional(e, "request", entry.request_percent) ||
-          !ReadOptional(e, "weight", entry.weight)) {
+          !ReadOptional(e, "weight", entry.weight) ||
+          !ReadOptional(e, "memory_request_bytes", entry.memory_request_bytes)) {
         return InvalidArgument("group " + g.id + ": a malformed schedule for " + gpu);
       }
       if (auto p = e.find("priority"); p != e.end() && p->is_string()) {
