@@ -464,7 +464,7 @@ int Run(int argc, char** argv) {
   GpuRoutesOptions route_options;
   route_options.default_lease_s = config.default_lease_s;
   route_options.extra_metrics = [&registry, &usage, &monitor, &controllers, &backstop,
-                                 &compute_backstop, &config, &enforcers] {
+                                 &compute_backstop, &config, &enforcers, &mps] {
     std::map<std::string, int> gpu_index;
     for (const GpuInfo& gpu : monitor.Current()->gpus)
       gpu_index[gpu.uuid] = static_cast<int>(gpu.index);
@@ -473,6 +473,11 @@ int Run(int argc, char** argv) {
         FormatGroupMetrics(controllers.Snapshot(), gpu_index);
     if (backstop) text += backstop->FormatMetrics();
     text += enforcers.FormatMetrics(gpu_index);
+    text +=
+        "# HELP gpuslice_mps_state_save_failures_total Writes of the MPS state file that "
+        "failed.\n# TYPE gpuslice_mps_state_save_failures_total counter\n"
+        "gpuslice_mps_state_save_failures_total " +
+        std::to_string(mps.GetStatus().save_failures) + "\n";
     if (config.compute_backstop != "off") text += compute_backstop.FormatMetrics(!backstop);
     return text;
   };

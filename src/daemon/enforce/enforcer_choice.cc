@@ -48,15 +48,20 @@ std::optional<std::string> GroupCgroup(const std::vector<CgroupInfo>& members, s
   const std::string& pod = members.front().pod_uid;
   const bool one_pod = !pod.empty() && std::all_of(members.begin(), members.end(),
                                                    [&](const auto& m) { return m.pod_uid == pod; });
-  std::vector<std::string> common = Components(members.front().path);
+  if (std::any_of(members.begin(), members.end(),
+                  [](const CgroupInfo& m) { return m.unified_path.empty(); })) {
+    *why = "a member has no cgroup v2 path";
+    return std::nullopt;
+  }
+  std::vector<std::string> common = Components(members.front().unified_path);
   size_t n = common.size();
   for (const CgroupInfo& m : members) {
-    const std::vector<std::string> parts = Components(m.path);
+    const std::vector<std::string> parts = Components(m.unified_path);
     size_t k = 0;
     while (k < n && k < parts.size() && parts[k] == common[k]) ++k;
     if (!one_pod && (k != n || parts.size() != n)) {
-      *why = "the members are in different cgroups (" + members.front().path + ", " + m.path +
-             ") and not one pod's";
+      *why = "the members are in different cgroups (" + members.front().unified_path + ", " +
+             m.unified_path + ") and not one pod's";
       return std::nullopt;
     }
     n = k;

@@ -68,8 +68,8 @@ struct ChoiceInput {
   std::optional<uint64_t> memory_limit_bytes;
   std::optional<uint64_t> memory_request_bytes;
   std::optional<uint32_t> compute_limit_percent;
-  bool mps_granted = false;  // the group runs on MPS on this GPU
-  std::vector<CgroupInfo> member_cgroups;
+  bool mps_granted = false;                // the group runs on MPS on this GPU
+  std::vector<CgroupInfo> member_cgroups;  // their unified_path is what counts
 };
 
 EnforcerChoice ChooseEnforcers(const ChoiceInput& input);

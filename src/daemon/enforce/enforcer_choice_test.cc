@@ -10,6 +10,7 @@ constexpr uint64_t kGiB = 1ull << 30;
 CgroupInfo In(const std::string& path, const std::string& pod = "") {
   CgroupInfo c;
   c.path = path;
+  c.unified_path = path;
   c.pod_uid = pod;
   return c;
 }

@@ -169,6 +169,7 @@ json TenantJson(const Tenant& t) {
           {"runtime", t.cgroup.runtime},
           {"qos", t.cgroup.qos},
           {"cgroup", t.cgroup.path},
+          {"cgroup_v2", t.cgroup.unified_path},
           {"pod", t.hints.pod_name},
           {"namespace", t.hints.pod_namespace},
           {"container", t.hints.container_name},
@@ -232,8 +233,8 @@ StatusOr<Tenant> TenantFromJson(const json& j) {
     t.start_time = j.at("start_time").get<uint64_t>();
     t.uid = j.at("uid").get<uid_t>();
     t.group = j.at("group").get<std::string>();
-    t.cgroup = CgroupInfo{Str(j, "cgroup"), Str(j, "pod_uid"), Str(j, "container_id"),
-                          Str(j, "runtime"), Str(j, "qos")};
+    t.cgroup = CgroupInfo{Str(j, "cgroup"),  Str(j, "pod_uid"), Str(j, "container_id"),
+                          Str(j, "runtime"), Str(j, "qos"),     Str(j, "cgroup_v2")};
     t.hints = ClaimedHints{Str(j, "pod"), Str(j, "namespace"), Str(j, "container"),
                            Str(j, "claimed_pod_uid")};
     t.hint_conflicts = j.value("hint_conflicts", std::vector<std::string>{});

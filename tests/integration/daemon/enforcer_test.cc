@@ -150,7 +150,8 @@ class EnforcerTest : public testing::SimProcessTest, public ::testing::WithParam
     const std::string out = dir_ + "/probe" + std::to_string(++probes_) + ".out";
     options.then = [argv, env, out](const testing::TenantReply&) mutable {
       const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      if (fd < 0 || dup2(fd, 1) < 0) _exit(7);
+      const int err = open((out + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd < 0 || err < 0 || dup2(fd, 1) < 0 || dup2(err, 2) < 0) _exit(7);
       std::vector<char*> argv_c, env_c;
       for (auto& a : argv) argv_c.push_back(a.data());
       argv_c.push_back(nullptr);
@@ -163,7 +164,7 @@ class EnforcerTest : public testing::SimProcessTest, public ::testing::WithParam
     last_ = t;
     const std::string name = "probe" + std::to_string(probes_) + ".out";
     EXPECT_TRUE(WaitFor([&] { return Read(name).find("\"granted\"") != std::string::npos; }, 20s))
-        << Read(name) << Read("err0");
+        << Read(name) << Read(name + ".err") << Read("err0");
     const std::string text = Read(name);
     return json::parse(text.substr(0, text.find('\n')), nullptr, false);
   }
@@ -229,7 +230,8 @@ TEST_P(EnforcerTest, TheGroupsMemoryIsHeldByTheStrongestEnforcerTheNodeHas) {
   EXPECT_NE(status.find(std::string("enforcer GPU 0: memory ") + (r615 ? "driver" : "limiter")),
             std::string::npos)
       << status;
-  if (last_.pid > 0 && last_.pid != testing::ForkedTenant::kNoProcess) kill(last_.pid, SIGKILL);
+  const pid_t first = last_.pid;  // its memory in the cgroup is freed when it exits
+  if (first > 0 && first != testing::ForkedTenant::kNoProcess) kill(first, SIGKILL);
   tenants_.Join(last_);
 
   // The group's last member gone: its driver limit goes.
@@ -254,7 +256,7 @@ TEST_P(EnforcerTest, TheGroupsMemoryIsHeldByTheStrongestEnforcerTheNodeHas) {
 INSTANTIATE_TEST_SUITE_P(Nodes, EnforcerTest,
                          ::testing::Values(Node{"old", "580.65.06", false},
                                            Node{"r615", "615.10", true}),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
 
 }  // namespace
 }  // namespace gpuslice
