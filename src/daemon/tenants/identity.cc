@@ -208,10 +208,10 @@ CgroupInfo ParseCgroupFile(std::string_view text) {
       fallback = std::move(info);
     }
   }
+  const bool unified_names_one =
+      unified && (!unified->pod_uid.empty() || !unified->container_id.empty());
   CgroupInfo out;
-  if (unified && (!unified->pod_uid.empty() || !unified->container_id.empty())) {
-    out = *unified;
-  } else if (v1_found) {
+  if (v1_found && !unified_names_one) {
     out = *v1_found;
   } else if (unified) {
     out = *unified;

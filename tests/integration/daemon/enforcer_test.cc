@@ -219,7 +219,7 @@ TEST_P(EnforcerTest, TheGroupsMemoryIsHeldByTheStrongestEnforcerTheNodeHas) {
     EXPECT_EQ(enforcer["memory"]["enforcer"], "limiter") << enforcer.dump();
     EXPECT_NE(enforcer["memory"]["reason"].get<std::string>().find("580.65.06"), std::string::npos);
     // Nothing but the limiter would have held it.
-    EXPECT_EQ(bare.value("granted_bytes", uint64_t{0}), 16 * 64 * kMiB) << bare.dump();
+    EXPECT_EQ(bare.value("granted_bytes", uint64_t{0}), uint64_t{16} * 64 * kMiB) << bare.dump();
   }
   const std::string metric =
       std::string(
