@@ -109,14 +109,6 @@ CUresult CreateArray(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& desc, auto&
   return rc;
 }
 
-CUresult CreateContext(CUcontext* pctx, CUdevice dev, auto&& create) {
-  Limiter& l = Limiter::Get();
-  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
-  if (pctx == nullptr) return create();
-  return Reserved(l, l.GroupDevice(dev), l.context_bytes(), 0, Resource::kContext, create,
-                  [&] { return reinterpret_cast<uint64_t>(*pctx); });
-}
-
 CUresult DestroyContext(CUcontext ctx, auto&& destroy) {
   Limiter& l = Limiter::Get();
   const CUresult rc = destroy();
@@ -125,6 +117,25 @@ CUresult DestroyContext(CUcontext ctx, auto&& destroy) {
     l.ReleaseContext(reinterpret_cast<uintptr_t>(ctx));
   }
   return rc;
+}
+
+// Creates a context with its estimated reservation charged first, then
+// settles on the driver's count; a context the group has no room for is
+// destroyed again and refused.
+CUresult CreateContext(CUcontext* pctx, CUdevice dev, auto&& create) {
+  Limiter& l = Limiter::Get();
+  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
+  if (pctx == nullptr) return create();
+  const int device = l.GroupDevice(dev);
+  const CUresult rc = Reserved(l, device, l.ContextEstimate(device), 0, Resource::kContext, create,
+                               [&] { return reinterpret_cast<uint64_t>(*pctx); });
+  if (rc != CUDA_SUCCESS || device < 0 || l.SettleContext(reinterpret_cast<uint64_t>(*pctx))) {
+    return rc;
+  }
+  CUcontext ctx = *pctx;
+  DestroyContext(ctx, [&] { return GS_REAL(cuCtxDestroy_v2, ctx); });
+  *pctx = nullptr;
+  return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 CUresult ReleasePrimary(CUdevice dev, bool reset, auto&& release) {
@@ -269,7 +280,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) noexcept {
   if (pctx == nullptr || device < 0) return GS_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
   std::optional<Charge> charge;
   if (l.PrimaryNeedsCharge(device)) {
-    charge = l.Reserve(device, l.context_bytes());
+    charge = l.Reserve(device, l.ContextEstimate(device));
     if (!charge) return CUDA_ERROR_OUT_OF_MEMORY;
   }
   const CUresult rc = GS_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
@@ -277,7 +288,13 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) noexcept {
     if (charge) l.Release(*charge);
     return rc;
   }
-  l.PrimaryRetainDone(device, reinterpret_cast<uintptr_t>(*pctx), charge);
+  if (l.PrimaryRetainDone(device, reinterpret_cast<uintptr_t>(*pctx), charge) &&
+      !l.SettlePrimary(device)) {
+    // No room for the context as the driver counts it: undo this retain.
+    ReleasePrimary(dev, false, [&] { return GS_REAL(cuDevicePrimaryCtxRelease_v2, dev); });
+    *pctx = nullptr;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   return rc;
 }
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev) noexcept {

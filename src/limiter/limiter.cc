@@ -14,7 +14,9 @@
 #include "common/quantity.h"
 #include "control/group_keeper.h"
 #include "limiter/compute_gate.h"
+#include "limiter/core/context_footprint.h"
 #include "limiter/core/limit_config.h"
+#include "limiter/driver_usage.h"
 #include "limiter/keeper_thread.h"
 #include "limiter/real/real_driver.h"
 #include "limiter/registration_thread.h"
@@ -221,6 +223,7 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
       auto bytes = ParseBytes(v);
       if (bytes.ok()) {
         context_bytes_ = *bytes;
+        context_bytes_fixed_ = true;
       } else {
         error = bytes.status().WithContext("GPUSLICE_CONTEXT_BYTES");
       }
@@ -404,23 +407,80 @@ void Limiter::Settle(Resource kind, uint64_t id, uint64_t actual) {
   Track(kind, id, *c);
 }
 
+uint64_t Limiter::ContextEstimate(int device) const {
+  std::lock_guard lock(mu_);
+  auto it = settled_context_.find(device);
+  return it != settled_context_.end() ? it->second : context_bytes_;
+}
+
+std::optional<uint64_t> Limiter::SettledContext(const Charge& c) {
+  const int slot = slot_.load(std::memory_order_acquire);
+  if (context_bytes_fixed_ || slot < 0 || c.device < 0 || !HasMemoryLimit(c.device)) {
+    return c.bytes;
+  }
+  const std::optional<uint64_t> driver =
+      DriverProcessBytes(segment_->DeviceUuid(c.device), static_cast<uint32_t>(getpid()));
+  if (!driver) return c.bytes;  // the estimate stands
+  const uint64_t settled =
+      SettledContextBytes(*driver, segment_->SlotMemory(slot, c.device), c.bytes, granularity_);
+  if (settled > c.bytes && !segment_->Reserve(slot, c.device, settled - c.bytes)) {
+    return std::nullopt;
+  }
+  if (settled < c.bytes) segment_->Release(slot, c.device, c.bytes - settled);
+  std::lock_guard lock(mu_);
+  settled_context_[c.device] = settled;
+  return settled;
+}
+
+bool Limiter::SettleContext(uint64_t id) {
+  std::optional<Charge> c = Untrack(Resource::kContext, id);
+  if (!c) return true;
+  const std::optional<uint64_t> settled = SettledContext(*c);
+  if (settled) c->bytes = *settled;
+  Track(Resource::kContext, id, *c);
+  return settled.has_value();
+}
+
+bool Limiter::SettlePrimary(int device) {
+  Charge c;
+  {
+    std::lock_guard lock(mu_);
+    auto it = primary_.find(device);
+    if (it == primary_.end()) return true;
+    c = it->second.charge;
+  }
+  const std::optional<uint64_t> settled = SettledContext(c);
+  if (!settled) return false;
+  std::lock_guard lock(mu_);
+  // A release racing with this retain may have given the charge back already.
+  if (auto it = primary_.find(device); it != primary_.end()) {
+    it->second.charge.bytes = *settled;
+  } else if (const int slot = slot_.load(std::memory_order_acquire); *settled > c.bytes) {
+    segment_->Release(slot, device, *settled - c.bytes);
+  } else if (*settled < c.bytes) {
+    segment_->Charge(slot, device, c.bytes - *settled);  // that release gave back c.bytes
+  }
+  return true;
+}
+
 bool Limiter::PrimaryNeedsCharge(int device) {
   std::lock_guard lock(mu_);
   auto it = primary_.find(device);
   return it == primary_.end() || it->second.retains == 0;
 }
 
-void Limiter::PrimaryRetainDone(int device, uintptr_t ctx, std::optional<Charge> charge) {
+bool Limiter::PrimaryRetainDone(int device, uintptr_t ctx, std::optional<Charge> charge) {
   {
     std::lock_guard lock(mu_);
     PrimaryCount& pc = primary_[device];
     if (pc.retains++ == 0) {
       pc.ctx = ctx;
       pc.charge = charge.value_or(Charge{});
-      return;
+      return charge.has_value();
     }
   }
   if (charge) Release(*charge);  // a racing retain charged first
+  return false;
 }
 
 void Limiter::PrimaryRelease(int device, bool reset) {

@@ -80,8 +80,9 @@ class Limiter {
 
   // Rounds an allocation up to the driver's allocation granularity.
   uint64_t Rounded(uint64_t bytes) const;
-  // Bytes a context reserves on its device (GPUSLICE_CONTEXT_BYTES).
-  uint64_t context_bytes() const { return context_bytes_; }
+  // Bytes a new context on `device` reserves before it exists: what the last
+  // context there settled at, else GPUSLICE_CONTEXT_BYTES (300 MiB by default).
+  uint64_t ContextEstimate(int device) const;
 
   // Charges `bytes` to `device` for this process, all or nothing.
   // REQUIRES: attached, device >= 0.
@@ -99,6 +100,15 @@ class Limiter {
   // figure, known after the call), charging or giving back the difference.
   void Settle(Resource kind, uint64_t id, uint64_t actual);
 
+  // Contexts are charged ContextEstimate() first, then settled on the driver's
+  // count (core/context_footprint.h) where their device has a memory limit and
+  // GPUSLICE_CONTEXT_BYTES does not fix the size. False if the group has no
+  // room for the difference: nothing changed, and the caller destroys the
+  // context and refuses it. The tracked context `id`:
+  bool SettleContext(uint64_t id);
+  // The primary context of `device`, whose charge this caller made:
+  bool SettlePrimary(int device);
+
   // Gives back everything tracked in context `ctx` (it was destroyed, and the
   // driver freed its memory with it).
   void ReleaseContext(uintptr_t ctx);
@@ -109,7 +119,8 @@ class Limiter {
   bool PrimaryNeedsCharge(int device);
   // After a successful retain: `charge` is what this caller reserved (if it
   // saw no retain); a surplus charge from a racing retain is given back.
-  void PrimaryRetainDone(int device, uintptr_t ctx, std::optional<Charge> charge);
+  // True if `charge` became the context's (this was the first retain).
+  bool PrimaryRetainDone(int device, uintptr_t ctx, std::optional<Charge> charge);
   void PrimaryRelease(int device, bool reset);
 
   // The group's limit and usage on `device`.
@@ -139,6 +150,9 @@ class Limiter {
   std::string DaemonSocket() const;
   // Joins a slot on first charge; -1 if that is impossible.
   int Slot();
+  // The settled size of context charge `c` (see SettleContext), with the
+  // difference charged or given back; nullopt if the group has no room.
+  std::optional<uint64_t> SettledContext(const Charge& c);
   static void AtForkPrepare();
   static void AtForkParent();
   static void AtForkChild();
@@ -148,6 +162,7 @@ class Limiter {
   std::unique_ptr<GroupSegment> segment_;
   std::vector<int> ordinal_to_device_;  // CUDA ordinal -> group device
   uint64_t context_bytes_ = 300ull << 20;
+  bool context_bytes_fixed_ = false;  // GPUSLICE_CONTEXT_BYTES given: never settled
   uint64_t granularity_ = 2ull << 20;
   std::atomic<int> slot_{-1};
   std::atomic<bool> forked_{false};
@@ -160,6 +175,7 @@ class Limiter {
   mutable std::mutex mu_;  // guards the maps below
   std::unordered_map<uint64_t, Charge> tracked_[5];
   std::unordered_map<int, PrimaryCount> primary_;
+  std::unordered_map<int, uint64_t> settled_context_;  // device -> last settled context
 };
 
 }  // namespace gpuslice::limiter
