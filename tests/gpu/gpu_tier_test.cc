@@ -510,17 +510,42 @@ TEST_F(GpuTierTest, MpsManagerOnRealMps) {
 // loop alone (CUDA events cannot tell two time-sliced contexts apart).
 class DaemonTierTest : public GpuTierTest {
  protected:
-  void SetUp() override {
-    GpuTierTest::SetUp();
-    if (IsSkipped()) return;
+  // Starts gpusliced (stderr in err90) with `flags`, and waits until it answers.
+  void StartDaemon(const std::vector<std::string>& flags = {}) {
     socket_ = dir_ + "/gpusliced.sock";
-    daemon_ = Start(
-        90, {BuildDir() + "/bin/gpusliced", "--socket", socket_, "--state-dir", dir_ + "/state",
-             "--shm-dir", dir_ + "/shm", "--mps-root", dir_ + "/mps", "--poll-interval-ms", "200"});
+    std::vector<std::string> argv = {BuildDir() + "/bin/gpusliced",
+                                     "--socket",
+                                     socket_,
+                                     "--state-dir",
+                                     dir_ + "/state",
+                                     "--shm-dir",
+                                     dir_ + "/shm",
+                                     "--mps-root",
+                                     dir_ + "/mps",
+                                     "--poll-interval-ms",
+                                     "200"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    daemon_ = Start(90, argv);
     const auto deadline = steady_clock::now() + milliseconds(30000);
     while (Cli({"gpu", "list"}).first != 0 && steady_clock::now() < deadline) {
       std::this_thread::sleep_for(milliseconds(100));
     }
+  }
+
+  // A GEMM loop of `seconds` without the limiter: no tenant of any daemon.
+  pid_t PlainGemm(int n, int seconds) {
+    return Start(
+        n, {Program("gemm"), "--n", "4096", "--seconds", std::to_string(seconds), "--sync", "1"});
+  }
+
+  // Waits up to `timeout` for the daemon's log to say `text`.
+  bool DaemonSays(const std::string& text, milliseconds timeout) {
+    const auto deadline = steady_clock::now() + timeout;
+    while (Read("err", 90).find(text) == std::string::npos) {
+      if (steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    return true;
   }
 
   // `gpuslice ARGS --socket S --json`: its exit code and what it printed.
@@ -554,6 +579,7 @@ class DaemonTierTest : public GpuTierTest {
 TEST_F(DaemonTierTest, SchedulesTwoGroupsOnTheRealGpu) {
   RealNvml nvml;
   ASSERT_TRUE(nvml.ok()) << nvml.error();
+  StartDaemon();
   auto [code, out] = Cli({"gpu", "list"});
   ASSERT_EQ(code, 0) << out << Read("err", 90);
   const json gpus = json::parse(out, nullptr, false);
@@ -597,6 +623,31 @@ TEST_F(DaemonTierTest, SchedulesTwoGroupsOnTheRealGpu) {
   EXPECT_TRUE(both_registered) << Cli({"tenants"}).second;
   EXPECT_GE(train_share, 60.0) << groups;
   EXPECT_LE(notebook_share, 35.0) << groups;
+}
+
+// The compute backstop on the real NVML: a GEMM loop that never went through
+// the limiter is found (log line) and, under `throttle`, held near 20 % by
+// SIGSTOP/SIGCONT; its throughput over the run against the loop alone.
+TEST_F(DaemonTierTest, BackstopThrottlesAnUnregisteredProcess) {
+  ASSERT_EQ(Join(PlainGemm(0, 5)), 0) << Read("err", 0);
+  const double alone = Tflops(0);
+  ASSERT_GT(alone, 0) << Read("out", 0);
+  StartDaemon({"--compute-backstop", "throttle", "--compute-backstop-unregistered-percent", "20",
+               "--compute-backstop-over-ms", "2000"});
+  const pid_t gemm = PlainGemm(1, 20);
+  const bool found = DaemonSays("event=backstop_compute_unregistered", milliseconds(15000));
+  const bool throttled = DaemonSays("event=backstop_throttle_started", milliseconds(15000));
+  ASSERT_EQ(Join(gemm), 0) << Read("err", 1);
+  const double share = 100.0 * Tflops(1) / alone;
+  char measured[200];
+  snprintf(measured, sizeof measured,
+           "alone %.1f TFLOP/s; unregistered loop %.1f%% of it over 20 s; found: %s, "
+           "throttled: %s",
+           alone, share, found ? "yes" : "no", throttled ? "yes" : "no");
+  Report(measured, "found and throttled; share <= 60 (20% after detection)");
+  EXPECT_TRUE(found) << Read("err", 90);
+  EXPECT_TRUE(throttled) << Read("err", 90);
+  EXPECT_LE(share, 60.0) << Read("err", 90);
 }
 
 }  // namespace
