@@ -1,6 +1,7 @@
 #include "daemon/dashboard/dashboard_feed.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -40,7 +41,30 @@ json MembersMemoryLimit(const json& tenants, const std::string& group, const std
 
 DashboardFeed::DashboardFeed(Options options, SampleSource source, EventHub& hub,
                              const Clock& clock, const Clock& wall)
-    : options_(options), source_(std::move(source)), hub_(hub), clock_(clock), wall_(wall) {}
+    : options_(options), source_(std::move(source)), hub_(hub), clock_(clock), wall_(wall) {
+  subscription_ =
+      hub_.Subscribe([this](std::shared_ptr<const std::string> event) { OnEvent(*event); });
+}
+
+DashboardFeed::~DashboardFeed() { hub_.Unsubscribe(subscription_); }
+
+// `event` as EventHub formats it: "id: N\nevent: TYPE\ndata: JSON\n\n".
+void DashboardFeed::OnEvent(const std::string& event) {
+  const size_t type_at = event.find("event: ");
+  const size_t data_at = event.find("\ndata: ");
+  if (type_at == std::string::npos || data_at == std::string::npos) return;
+  const size_t type_end = event.find('\n', type_at);
+  const std::string type = event.substr(type_at + 7, type_end - type_at - 7);
+  if (type == "sample" || type == "gpu") return;
+  const size_t data_end = event.find('\n', data_at + 7);
+  json data = json::parse(event.substr(data_at + 7, data_end - data_at - 7), nullptr,
+                          /*allow_exceptions=*/false);
+  if (data.is_discarded()) data = nullptr;
+  json entry = {{"t", wall_.NowNs() / 1'000'000}, {"type", type}, {"data", std::move(data)}};
+  std::lock_guard lock(mu_);
+  events_.push_back(std::move(entry));
+  while (events_.size() > options_.history_events) events_.pop_front();
+}
 
 int64_t DashboardFeed::Tick() {
   const int64_t now = clock_.NowNs();
@@ -65,11 +89,15 @@ int64_t DashboardFeed::Tick() {
 
 json DashboardFeed::History() const {
   json points = json::array();
+  json events = json::array();
   {
     std::lock_guard lock(mu_);
     for (const json& p : points_) points.push_back(p);
+    for (const json& e : events_) events.push_back(e);
   }
-  return {{"period_ms", options_.period_ns / 1'000'000}, {"points", std::move(points)}};
+  return {{"period_ms", options_.period_ns / 1'000'000},
+          {"points", std::move(points)},
+          {"events", std::move(events)}};
 }
 
 json PointOf(const json& sample, int64_t t_ms) {

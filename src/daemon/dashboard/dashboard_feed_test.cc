@@ -107,6 +107,23 @@ TEST_F(DashboardFeedTest, HistoryKeepsTheLastPointsOldestFirst) {
   EXPECT_DOUBLE_EQ(h["points"][2]["groups"]["train"]["GPU-a"]["share"].get<double>(), 40.0);
 }
 
+TEST_F(DashboardFeedTest, HistoryKeepsTheLastEventsButSamplesAndGpuReadings) {
+  DashboardFeed feed(
+      {.history_events = 2}, [this] { return Sample(share_); }, hub_, clock_, wall_);
+  feed.Tick();
+  hub_.Publish("gpu", R"({"index":0})");
+  hub_.Publish("tenant_registered", R"({"pid":1})");
+  wall_.Advance(kSecond);
+  hub_.Publish("group_limits_changed", R"({"id":"train"})");
+  hub_.Publish("group_paused", R"({"id":"train"})");
+  const json events = feed.History()["events"];
+  ASSERT_EQ(events.size(), 2u) << events.dump();
+  EXPECT_EQ(events[0], json({{"t", 1'700'000'001'000},
+                             {"type", "group_limits_changed"},
+                             {"data", {{"id", "train"}}}}));
+  EXPECT_EQ(events[1]["type"], "group_paused");
+}
+
 TEST(PointOfTest, PicksThePlottedNumbers) {
   const json p = PointOf(Sample(0.5), 42);
   EXPECT_EQ(p["t"], 42);

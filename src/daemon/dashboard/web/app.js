@@ -68,18 +68,24 @@ async function api(method, path, body) {
 
 // ---- charts ----
 
-// Chart kinds per GPU: which numbers of a point they plot, per group.
+// The charts of each GPU: the lines each plots (per group, or of the GPU).
 const KINDS = {
   share: {title: 'compute share of each group (%): measured —, limit - -, request ···',
-          range: [0, 100],
-          series: (g, uuid) => [
-            {label: g, key: p => p.groups[g]?.[uuid]?.share, width: 2},
-            {label: g + ' limit', key: p => p.groups[g]?.[uuid]?.limit, dash: [6, 4]},
-            {label: g + ' request', key: p => p.groups[g]?.[uuid]?.request, dash: [2, 3]}]},
+          y: {range: [0, 100]},
+          lines: (uuid, groups) => groups.flatMap(g => [
+            {label: g, color: colorOf(g), width: 2, key: p => p.groups[g]?.[uuid]?.share},
+            {label: g + ' limit', color: colorOf(g), dash: [6, 4], key: p => p.groups[g]?.[uuid]?.limit},
+            {label: g + ' request', color: colorOf(g), dash: [2, 3], key: p => p.groups[g]?.[uuid]?.request}])},
   memory: {title: 'memory of each group (GiB): used —, limit - -',
-           series: (g, uuid) => [
-             {label: g, key: p => gib(p.groups[g]?.[uuid]?.memory_used), width: 2},
-             {label: g + ' limit', key: p => gib(p.groups[g]?.[uuid]?.memory_limit), dash: [6, 4]}]},
+           y: {range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1]},
+           lines: (uuid, groups) => groups.flatMap(g => [
+             {label: g, color: colorOf(g), width: 2, key: p => gib(p.groups[g]?.[uuid]?.memory_used)},
+             {label: g + ' limit', color: colorOf(g), dash: [6, 4], key: p => gib(p.groups[g]?.[uuid]?.memory_limit)}])},
+  power: {title: 'power (W) and SM clock (MHz, right)',
+          lines: uuid => [
+            {label: 'power W', color: '#d9480f', width: 2, key: p => p.gpus[uuid]?.power_watts},
+            {label: 'power limit W', color: '#d9480f', dash: [6, 4], key: p => p.gpus[uuid]?.power_limit_watts},
+            {label: 'SM MHz', color: '#1098ad', scale: 'mhz', key: p => p.gpus[uuid]?.sm_mhz}]},
 };
 
 function gib(b) { return b == null ? null : b / 2 ** 30; }
@@ -97,22 +103,24 @@ function drawChart(container, uuid, kind) {
   if (typeof uPlot === 'undefined') return;
   const spec = KINDS[kind];
   const groups = groupsOn(uuid);
-  const lines = groups.flatMap(g => spec.series(g, uuid).map(s => ({...s, color: colorOf(g)})));
+  const lines = spec.lines(uuid, groups);
   const data = [state.points.map(p => p.t / 1000),
                 ...lines.map(s => state.points.map(p => s.key(p) ?? null))];
-  const id = uuid + '/' + kind, key = groups.join('\n');
+  const id = uuid + '/' + kind, key = lines.map(s => s.label).join('\n');
   let chart = state.charts.get(id);
-  if (chart && chart.key !== key) {  // the groups changed: a new chart
+  if (chart && chart.key !== key) {  // other lines (a group came or went): a new chart
     chart.plot.destroy();
     chart = null;
   }
   if (!chart) {
+    const axes = [{stroke: '#888'}, {stroke: '#888'}];
+    if (lines.some(s => s.scale)) axes.push({scale: 'mhz', side: 1, stroke: '#888', grid: {show: false}});
     const plot = new uPlot({
       width: Math.max(300, container.clientWidth), height: 200,
-      scales: {x: {time: true}, y: spec.range ? {range: spec.range} : {}},
+      scales: {x: {time: true}, y: spec.y || {}},
       series: [{}, ...lines.map(s => ({label: s.label, stroke: s.color, width: s.width || 1,
-                                      dash: s.dash, spanGaps: false}))],
-      axes: [{stroke: '#888'}, {stroke: '#888'}],
+                                      dash: s.dash, scale: s.scale || 'y', points: {show: false}}))],
+      axes,
       legend: {live: false},
     }, data, container);
     chart = {plot, key};
@@ -121,7 +129,6 @@ function drawChart(container, uuid, kind) {
     chart.plot.setData(data);
   }
   container.dataset.points = String(data[0].length);
-  container.dataset.groups = groups.join(',');
 }
 
 window.addEventListener('resize', () => {
@@ -189,7 +196,8 @@ function groupRow(tbody, g, on, gpu) {
   }
   row.group = g;
   const s = on.schedule || {};
-  const memLimit = on.limit.memory_bytes;
+  // The group's memory limit on this GPU, else its members' lowest (as charted).
+  const memLimit = state.points.at(-1)?.groups[g.id]?.[gpu.uuid]?.memory_limit ?? on.limit.memory_bytes;
   const used = on.memory_used_bytes;
   const bar = el('span', {class: 'bar' + (memLimit && used > memLimit ? ' over' : '')}, el('span'));
   bar.firstChild.style.width = (Math.min(1, used / (memLimit || gpu.memory.total_bytes)) * 100).toFixed(1) + '%';
@@ -267,12 +275,12 @@ function renderTenants() {
   document.querySelector('#tenants tbody').replaceChildren(...rows);
 }
 
-function addEvent(type, data) {
-  let detail = data;
-  try { detail = JSON.stringify(JSON.parse(data)); } catch (e) { /* shown as sent */ }
+// Shows an event (`data`: its JSON, parsed) at the top of the list.
+function addEvent(t, type, data) {
+  let detail = JSON.stringify(data);
   if (detail.length > 200) detail = detail.slice(0, 200) + '…';
   const list = document.getElementById('events');
-  list.prepend(el('li', {}, el('time', {}, new Date().toLocaleTimeString()),
+  list.prepend(el('li', {}, el('time', {}, new Date(t).toLocaleTimeString()),
                   el('span', {class: 'type'}, type), detail));
   while (list.children.length > MAX_EVENTS) list.lastChild.remove();
 }
@@ -305,7 +313,7 @@ function onEvent(block) {
   }
   if (!data) return;  // a comment (keep-alive)
   if (type === 'sample') onSample(JSON.parse(data));
-  else if (type !== 'gpu') addEvent(type, data);  // GPU readings come with every sample
+  else if (type !== 'gpu') addEvent(Date.now(), type, JSON.parse(data));  // GPU readings: in samples
 }
 
 async function stream() {
@@ -313,6 +321,8 @@ async function stream() {
     try {
       const history = await api('GET', '/v1/dashboard/history');
       state.points = history.points.slice(-MAX_POINTS);
+      document.getElementById('events').replaceChildren();
+      for (const e of history.events) addEvent(e.t, e.type, e.data);
       const res = await fetch('/v1/events', {headers: {Accept: 'text/event-stream'}});
       if (!res.ok || !res.body) throw new Error('event stream: ' + res.status);
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
