@@ -66,6 +66,8 @@ async function main() {
     const { page, response } = await openPage(browser, '', problems);
     const h = response.headers();
     check(response.status() === 200, 'GET / status ' + response.status());
+    check(await page.evaluate(() => typeof uPlot !== 'undefined'),
+          'gpusliced was built without its chart library (node_modules/uplot): run scripts/setup, then build again');
     check(h['content-type'] === 'text/html; charset=utf-8', 'content-type ' + h['content-type']);
     check((h['content-security-policy'] || '').includes("script-src 'self'"), 'CSP ' + h['content-security-policy']);
     check(h['cache-control'] === 'no-cache', 'cache-control of / ' + h['cache-control']);
