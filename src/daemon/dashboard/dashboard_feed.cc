@@ -43,7 +43,7 @@ DashboardFeed::DashboardFeed(Options options, SampleSource source, EventHub& hub
                              const Clock& clock, const Clock& wall)
     : options_(options), source_(std::move(source)), hub_(hub), clock_(clock), wall_(wall) {
   subscription_ =
-      hub_.Subscribe([this](std::shared_ptr<const std::string> event) { OnEvent(*event); });
+      hub_.Subscribe([this](const std::shared_ptr<const std::string>& event) { OnEvent(*event); });
 }
 
 DashboardFeed::~DashboardFeed() { hub_.Unsubscribe(subscription_); }

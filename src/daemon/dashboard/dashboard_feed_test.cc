@@ -44,8 +44,8 @@ json Sample(double share) {
 class DashboardFeedTest : public ::testing::Test {
  protected:
   DashboardFeedTest() {
-    subscription_ =
-        hub_.Subscribe([this](std::shared_ptr<const std::string> e) { events_.push_back(*e); });
+    subscription_ = hub_.Subscribe(
+        [this](const std::shared_ptr<const std::string>& e) { events_.push_back(*e); });
   }
   ~DashboardFeedTest() override { hub_.Unsubscribe(subscription_); }
 

@@ -41,7 +41,9 @@ std::string FindProgram(const std::string& name, const std::vector<std::string>&
   const char* path = getenv("PATH");
   std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
   for (std::string dir; std::getline(dirs, dir, ':');) {
-    std::string candidate = dir + "/" + name;
+    std::string candidate = dir;
+    candidate += '/';
+    candidate += name;
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   for (const std::string& f : fallbacks) {
