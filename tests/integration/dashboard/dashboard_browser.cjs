@@ -12,7 +12,7 @@ const args = {};
 for (let i = 2; i < process.argv.length; i += 2) args[process.argv[i].slice(2)] = process.argv[i + 1];
 const { url, token, group } = args;
 const limit = Number(args.limit);
-const WAIT = { timeout: 20000 };
+const WAIT = { timeout: 30000 };  // per step: generous for a loaded CI machine
 
 function check(ok, what) {
   if (!ok) throw new Error('check failed: ' + what);
@@ -141,5 +141,5 @@ async function main() {
   }
 }
 
-setTimeout(() => { console.error('dashboard_browser: gave up after 120 s'); process.exit(2); }, 120000).unref();
+setTimeout(() => { console.error('dashboard_browser: gave up after 240 s'); process.exit(2); }, 240000).unref();
 main().then(() => log('all checks passed'), e => { console.error('dashboard_browser: ' + e.message); process.exit(1); });
