@@ -74,6 +74,29 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+// Sends `request` (a whole HTTP/1.1 request) to 127.0.0.1:`port`; the status
+// line of the answer, or "" when nothing answers.
+std::string StatusLine(int port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    ssize_t n = 0;
+    while (response.find("\r\n") == std::string::npos && (n = read(fd, buf, sizeof buf)) > 0) {
+      response.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return response.substr(0, response.find("\r\n"));
+}
+
 class DashboardBrowserTest : public testing::SimProcessTest {
  protected:
   json Group(const std::string& id) {
@@ -155,6 +178,14 @@ TEST_F(DashboardBrowserTest, ThePageIsLiveAndOnlyAnAdminChangesALimit) {
   ASSERT_FALSE(train["gpus"].empty()) << train.dump();
   EXPECT_EQ(train["gpus"][0]["schedule"]["limit"], 25) << train.dump();
   EXPECT_EQ(train["paused"], false);  // paused and resumed again
+  // A page of another site cannot use a browser that holds the token (or
+  // reaches the socket through a forward) to change settings: the daemon
+  // refuses a request whose Origin is not its own host, token or not.
+  const std::string host = "127.0.0.1:" + std::to_string(port);
+  EXPECT_EQ(StatusLine(port, "POST /v1/groups/notebook/pause HTTP/1.1\r\nHost: " + host +
+                                 "\r\nOrigin: http://evil.example\r\nAuthorization: Bearer " +
+                                 token + "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+            "HTTP/1.1 403 Forbidden");
   // Nothing else changed: notebook as it was.
   const json notebook = Group("notebook");
   EXPECT_EQ(notebook["paused"], false);
