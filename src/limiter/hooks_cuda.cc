@@ -456,7 +456,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) noexcept {
   return Freed(ProcessState::Get(), GS_REAL(cuMemFree_v2, dptr), Resource::kPointer, dptr);
 }
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) noexcept {
-  return Freed(ProcessState::Get(), GS_REAL(cuMemFreeAsync, dptr, hStream), Resource::kPointer, dptr);
+  return Freed(ProcessState::Get(), GS_REAL(cuMemFreeAsync, dptr, hStream), Resource::kPointer,
+               dptr);
 }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) noexcept {
   return Freed(ProcessState::Get(), GS_REAL(cuMemFreeAsync_ptsz, dptr, hStream), Resource::kPointer,

@@ -216,30 +216,40 @@ TEST_F(LedgerTest, ResetPrimaryEndsEveryRetain) {
   EXPECT_TRUE(ledger_.PrimaryNeedsCharge(device_));
 }
 
+// Each thread fills the group until refused, then frees what it holds; the
+// group's count never passes the limit, and everything comes back.
 TEST_F(LedgerTest, ThreadsRacingAtTheLimitNeverOvershootAndGiveEverythingBack) {
   constexpr int kThreads = 8;
   std::atomic<uint64_t> peak{0};
+  std::atomic<uint64_t> refusals{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (uint64_t i = 0; i < 2000; ++i) {
-        const uint64_t id = (uint64_t(t) << 40) | (i << 21);
-        auto c = ledger_.Reserve(device_, 3 * kMiB);
-        if (!c) continue;
-        ledger_.Track(Resource::kPointer, id, *c);
-        const uint64_t used = Used();
-        uint64_t seen = peak.load();
-        while (used > seen && !peak.compare_exchange_weak(seen, used)) {
+      uint64_t next = 1;
+      for (int round = 0; round < 300; ++round) {
+        std::vector<uint64_t> held;
+        while (auto c = ledger_.Reserve(device_, 3 * kMiB)) {
+          const uint64_t id = (uint64_t(t) << 40) | (next++ << 21);
+          ledger_.Track(Resource::kPointer, id, *c);
+          held.push_back(id);
+          const uint64_t used = Used();
+          uint64_t seen = peak.load();
+          while (used > seen && !peak.compare_exchange_weak(seen, used)) {
+          }
         }
-        auto back = ledger_.Untrack(Resource::kPointer, id);
-        ASSERT_TRUE(back);
-        ledger_.Release(*back);
+        refusals.fetch_add(1);
+        for (uint64_t id : held) {
+          auto back = ledger_.Untrack(Resource::kPointer, id);
+          ASSERT_TRUE(back);
+          ledger_.Release(*back);
+        }
       }
     });
   }
   for (auto& th : threads) th.join();
   EXPECT_LE(peak.load(), 10 * kMiB);
-  EXPECT_GT(peak.load(), 3 * kMiB);  // the threads did overlap
+  EXPECT_EQ(peak.load(), 9 * kMiB);  // three 3 MiB charges fit, a fourth never
+  EXPECT_EQ(refusals.load(), uint64_t{kThreads} * 300);
   EXPECT_EQ(Used(), 0u);
   EXPECT_EQ(ledger_.tracked(), 0u);
 }
