@@ -111,6 +111,7 @@ struct Options {
   long allocs = 20'000;     // alloc+free pairs
   long burst = 1'000'000;   // launches for the throughput figure
   bool json = false;
+  bool alloc_only = false;  // only the allocation pair (any driver, a real GPU's too)
 };
 
 // Parses argv into `opts`; returns -1 to go on, else the exit code.
@@ -133,9 +134,12 @@ int ParseArgs(int argc, char** argv, Options* opts) {
       }
     } else if (arg == "--json") {
       opts->json = true;
+    } else if (arg == "--alloc-only") {
+      opts->alloc_only = true;
     } else {
       fprintf(stderr,
-              "usage: gpuslice-bench-launch [--launches N] [--allocs N] [--burst N] [--json]\n");
+              "usage: gpuslice-bench-launch [--launches N] [--allocs N] [--burst N] [--json] "
+              "[--alloc-only]\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }
@@ -205,6 +209,34 @@ int64_t LaunchBatch(CUfunction spin, void** params, long n, std::vector<int64_t>
 
 }  // namespace
 
+// Times `n` cuMemAlloc_v2 + cuMemFree_v2 pairs of 1 MiB into `through`
+// and, interleaved, the same pairs on the driver's own entry points into
+// `direct`. False if those were not found (`direct` stays empty).
+bool AllocPairs(long n, std::vector<int64_t>* through, std::vector<int64_t>* direct_ns) {
+  using AllocFn = CUresult (*)(CUdeviceptr*, size_t);
+  using FreeFn = CUresult (*)(CUdeviceptr);
+  const auto direct_alloc = reinterpret_cast<AllocFn>(DriverSymbol("cuMemAlloc_v2"));
+  const auto direct_free = reinterpret_cast<FreeFn>(DriverSymbol("cuMemFree_v2"));
+  const bool paired = direct_alloc != nullptr && direct_free != nullptr;
+  through->reserve(n);
+  direct_ns->reserve(n);
+  for (long i = 0; i < n; ++i) {
+    // The two pairs alternate which goes first.
+    for (int turn = 0; turn < 2; ++turn) {
+      const bool direct = paired && (turn == (i & 1));
+      if (!paired && turn == 1) break;
+      CUdeviceptr ptr;
+      int64_t a = NowNs();
+      CUresult rc = direct ? direct_alloc(&ptr, 1 << 20) : cuMemAlloc(&ptr, 1 << 20);
+      CUresult rc_free = rc != CUDA_SUCCESS ? rc : direct ? direct_free(ptr) : cuMemFree(ptr);
+      (direct ? direct_ns : through)->push_back(NowNs() - a);
+      Check(rc, "cuMemAlloc");
+      Check(rc_free, "cuMemFree");
+    }
+  }
+  return paired;
+}
+
 int main(int argc, char** argv) {
   Options opts;
   if (int rc = ParseArgs(argc, argv, &opts); rc >= 0) return rc;
@@ -215,6 +247,27 @@ int main(int argc, char** argv) {
   CUcontext ctx;
   Check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
   Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  if (opts.alloc_only) {
+    std::vector<int64_t> timer(100'000);
+    for (auto& t : timer) {
+      int64_t a = NowNs();
+      t = NowNs() - a;
+    }
+    std::sort(timer.begin(), timer.end());
+    const int64_t timer_ns = timer[timer.size() / 2];
+    std::vector<int64_t> warm, warm_direct, through, direct;
+    AllocPairs(64, &warm, &warm_direct);
+    const bool paired = AllocPairs(opts.allocs, &through, &direct);
+    Dl_info info{};
+    dladdr(reinterpret_cast<void*>(&cuMemAlloc), &info);
+    printf("driver: %s\ntimer overhead %lld ns (subtracted)\n\n",
+           info.dli_fname != nullptr ? info.dli_fname : "?", static_cast<long long>(timer_ns));
+    printf("%-26s %9s %9s %9s %9s %9s\n", "call", "calls", "p50 ns", "p90 ns", "p99 ns", "mean ns");
+    PrintRow("cuMemAlloc+cuMemFree 1MiB", Summarize(through, timer_ns));
+    if (paired) PrintRow("  same, driver's own", Summarize(direct, timer_ns));
+    Check(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
+    return 0;
+  }
   // The simulated driver accepts any image; a real one needs a real cubin, so
   // this benchmark is for the simulator (and the limiter on top of it).
   static const char kImage[] = "gpuslice-bench";
@@ -273,29 +326,9 @@ int main(int argc, char** argv) {
   const double overall_per_s = static_cast<double>(bursts * kBatch) * 1e9 /
                                static_cast<double>(std::max<int64_t>(total_ns, 1));
 
-  using AllocFn = CUresult (*)(CUdeviceptr*, size_t);
-  using FreeFn = CUresult (*)(CUdeviceptr);
-  const auto direct_alloc = reinterpret_cast<AllocFn>(DriverSymbol("cuMemAlloc_v2"));
-  const auto direct_free = reinterpret_cast<FreeFn>(DriverSymbol("cuMemFree_v2"));
-  const bool paired = direct_alloc != nullptr && direct_free != nullptr;
   std::vector<int64_t> alloc_ns;
   std::vector<int64_t> direct_ns;
-  alloc_ns.reserve(opts.allocs);
-  direct_ns.reserve(opts.allocs);
-  for (long i = 0; i < opts.allocs; ++i) {
-    // The two pairs alternate which goes first.
-    for (int turn = 0; turn < 2; ++turn) {
-      const bool direct = paired && (turn == (i & 1));
-      if (!paired && turn == 1) break;
-      CUdeviceptr ptr;
-      int64_t a = NowNs();
-      CUresult rc = direct ? direct_alloc(&ptr, 1 << 20) : cuMemAlloc(&ptr, 1 << 20);
-      CUresult rc_free = rc != CUDA_SUCCESS ? rc : direct ? direct_free(ptr) : cuMemFree(ptr);
-      (direct ? direct_ns : alloc_ns).push_back(NowNs() - a);
-      Check(rc, "cuMemAlloc");
-      Check(rc_free, "cuMemFree");
-    }
-  }
+  const bool paired = AllocPairs(opts.allocs, &alloc_ns, &direct_ns);
 
   const Percentiles launch = Summarize(launch_ns, timer_ns);
   const Percentiles alloc = Summarize(alloc_ns, timer_ns);

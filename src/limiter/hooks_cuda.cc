@@ -11,6 +11,7 @@
 #include <atomic>
 #include <climits>
 
+#include "common/hot.h"
 #include "common/log.h"
 #include "cuda_abi/array_format.h"
 #include "limiter/compute_gate.h"
@@ -328,7 +329,7 @@ CUresult cuArray3DCreate(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR_v1*) noexcept {
   return Legacy("cuArray3DCreate");
 }
 
-CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) noexcept {
+GS_HOT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) noexcept {
   ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   auto allocate = [&] { return GS_REAL(cuMemAlloc_v2, dptr, bytesize); };
@@ -452,7 +453,7 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
 
 // ---- frees ----
 
-CUresult cuMemFree_v2(CUdeviceptr dptr) noexcept {
+GS_HOT CUresult cuMemFree_v2(CUdeviceptr dptr) noexcept {
   return Freed(ProcessState::Get(), GS_REAL(cuMemFree_v2, dptr), Resource::kPointer, dptr);
 }
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) noexcept {

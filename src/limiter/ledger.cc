@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdlib>
 
+#include "common/hot.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "shm/group_segment.h"
@@ -15,13 +16,13 @@ namespace gpuslice::limiter {
 
 TrackedTable::~TrackedTable() { free(entries_); }
 
-size_t TrackedTable::Home(uint8_t kind, uint64_t id) const {
+GS_HOT size_t TrackedTable::Home(uint8_t kind, uint64_t id) const {
   // Fibonacci hashing: pointers share their low bits (allocation granules).
   const uint64_t key = id ^ (uint64_t{kind} << 56);
   return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
 }
 
-size_t TrackedTable::Find(uint8_t kind, uint64_t id) const {
+GS_HOT size_t TrackedTable::Find(uint8_t kind, uint64_t id) const {
   if (capacity_ == 0) return 0;
   const size_t mask = capacity_ - 1;
   for (size_t i = Home(kind, id);; i = (i + 1) & mask) {
@@ -51,7 +52,7 @@ bool TrackedTable::Grow() {
   return true;
 }
 
-bool TrackedTable::Insert(Resource kind, uint64_t id, const Charge& c) {
+GS_HOT bool TrackedTable::Insert(Resource kind, uint64_t id, const Charge& c) {
   const auto k = static_cast<uint8_t>(static_cast<uint8_t>(kind) + 1);
   if (size_t i = Find(k, id); i < capacity_) {
     entries_[i].bytes = c.bytes;
@@ -69,7 +70,7 @@ bool TrackedTable::Insert(Resource kind, uint64_t id, const Charge& c) {
   return true;
 }
 
-void TrackedTable::RemoveAt(size_t i) {
+GS_HOT void TrackedTable::RemoveAt(size_t i) {
   // Backward-shift deletion: move up every later entry of the probe run
   // whose home does not lie cyclically in (i, j], so lookups need no tombstones.
   const size_t mask = capacity_ - 1;
@@ -84,7 +85,7 @@ void TrackedTable::RemoveAt(size_t i) {
   --size_;
 }
 
-std::optional<Charge> TrackedTable::Erase(Resource kind, uint64_t id) {
+GS_HOT std::optional<Charge> TrackedTable::Erase(Resource kind, uint64_t id) {
   const size_t i = Find(static_cast<uint8_t>(static_cast<uint8_t>(kind) + 1), id);
   if (i >= capacity_) return std::nullopt;
   const Entry& e = entries_[i];
@@ -116,7 +117,7 @@ void TrackedTable::Clear() {
 
 void Ledger::Bind(GroupSegment* segment) { segment_ = segment; }
 
-int Ledger::Slot() {
+GS_HOT int Ledger::Slot() {
   int s = slot_.load(std::memory_order_acquire);
   if (s >= 0) return s;
   std::lock_guard lock(join_mu_);
@@ -133,7 +134,7 @@ int Ledger::Slot() {
   return *joined;
 }
 
-std::optional<Charge> Ledger::Reserve(int device, uint64_t bytes) {
+GS_HOT std::optional<Charge> Ledger::Reserve(int device, uint64_t bytes) {
   const int slot = Slot();
   if (slot < 0 || device < 0) return std::nullopt;
   if (!segment_->Reserve(slot, device, bytes)) return std::nullopt;
@@ -145,12 +146,12 @@ void Ledger::ForceCharge(const Charge& c) {
   if (slot >= 0 && c.device >= 0 && c.bytes > 0) segment_->Charge(slot, c.device, c.bytes);
 }
 
-void Ledger::Release(const Charge& c) {
+GS_HOT void Ledger::Release(const Charge& c) {
   const int slot = slot_.load(std::memory_order_acquire);
   if (slot >= 0 && c.device >= 0 && c.bytes > 0) segment_->Release(slot, c.device, c.bytes);
 }
 
-void Ledger::Track(Resource kind, uint64_t id, const Charge& c) {
+GS_HOT void Ledger::Track(Resource kind, uint64_t id, const Charge& c) {
   bool kept;
   {
     std::lock_guard lock(mu_);
@@ -159,7 +160,7 @@ void Ledger::Track(Resource kind, uint64_t id, const Charge& c) {
   if (!kept) GS_LOG(kError, "limiter", "out of host memory: a charge stays until exit");
 }
 
-std::optional<Charge> Ledger::Untrack(Resource kind, uint64_t id) {
+GS_HOT std::optional<Charge> Ledger::Untrack(Resource kind, uint64_t id) {
   std::lock_guard lock(mu_);
   return tracked_.Erase(kind, id);
 }

@@ -21,6 +21,8 @@
 // LockForFork() in the parent released), after which it holds nothing.
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -89,6 +91,32 @@ class TrackedTable {
   size_t capacity_ = 0;  // 0 or a power of two
   size_t size_ = 0;
   int shift_ = 64;  // 64 - log2(capacity_)
+};
+
+// A lock for critical sections of a few dozen instructions: one atomic
+// exchange to take, one store to give (no call into libc, whose pages a
+// driver call may have evicted). Waiters spin briefly, then yield.
+class SpinLock {
+ public:
+  void lock() {
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
+        if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+          __builtin_ia32_pause();
+#elif defined(__aarch64__)
+          asm volatile("yield");
+#endif
+        } else {
+          sched_yield();
+        }
+      }
+    }
+  }
+  void unlock() { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
 };
 
 class Ledger {
@@ -172,7 +200,7 @@ class Ledger {
   std::atomic<int> slot_{-1};
   std::mutex join_mu_;  // serialises joining
 
-  mutable std::mutex mu_;  // guards the two below
+  mutable SpinLock mu_;  // guards the two below
   TrackedTable tracked_;
   PrimaryCount primary_[kGroupMaxDevices];
 };

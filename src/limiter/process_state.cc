@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "common/clock.h"
+#include "common/hot.h"
 #include "common/log.h"
 #include "common/quantity.h"
 #include "control/group_keeper.h"
@@ -97,7 +98,7 @@ std::optional<RegistrationRequest> RegistrationFor(
 
 }  // namespace
 
-ProcessState& ProcessState::Get() {
+GS_HOT ProcessState& ProcessState::Get() {
   static auto* limiter = new ProcessState();  // never destroyed: hooks may run during exit
   return *limiter;
 }
@@ -130,7 +131,7 @@ void ProcessState::AtForkChild() {
   l.attach_mu_.unlock();
 }
 
-CUresult ProcessState::EnsureAttached() {
+GS_HOT CUresult ProcessState::EnsureAttached() {
   const int state = state_.load(std::memory_order_acquire);
   if (state == kFailedClosed) return CUDA_ERROR_NOT_INITIALIZED;
   if (state == kAttached && !forked_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
@@ -280,12 +281,12 @@ bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& device
 
 // ---- devices ----
 
-int ProcessState::GroupDevice(CUdevice ordinal) const {
+GS_HOT int ProcessState::GroupDevice(CUdevice ordinal) const {
   if (ordinal < 0 || static_cast<size_t>(ordinal) >= ordinal_to_device_.size()) return -1;
   return ordinal_to_device_[ordinal];
 }
 
-int ProcessState::CurrentGroupDevice(uintptr_t* ctx) const {
+GS_HOT int ProcessState::CurrentGroupDevice(uintptr_t* ctx) const {
   // The last context this thread asked about, and its group device.
   struct Cached {
     uintptr_t ctx;
@@ -335,9 +336,10 @@ int ProcessState::GroupDeviceByUuid(const char* uuid) const {
   return segment_ != nullptr ? segment_->FindDevice(uuid) : -1;
 }
 
-uint64_t ProcessState::Rounded(uint64_t bytes) const {
+GS_HOT uint64_t ProcessState::Rounded(uint64_t bytes) const {
   const uint64_t g = granularity_;
   if (bytes > UINT64_MAX - g) return UINT64_MAX;
+  if ((g & (g - 1)) == 0) return (bytes + g - 1) & ~(g - 1);  // no division on the hot path
   return (bytes + g - 1) / g * g;
 }
 

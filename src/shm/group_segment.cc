@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "common/clock.h"
+#include "common/hot.h"
 
 namespace gpuslice {
 namespace {
@@ -406,7 +407,7 @@ GroupSegment::ComputeCounters GroupSegment::Counters(int dev) const {
 
 // ---- the ledger's lock ----
 
-void GroupSegment::LockLedger() const {
+GS_HOT void GroupSegment::LockLedger() const {
   int r = pthread_mutex_lock(&layout_->mutex);
   if (r == EOWNERDEAD) {
     RepairLedger();
@@ -414,7 +415,7 @@ void GroupSegment::LockLedger() const {
   }
 }
 
-void GroupSegment::UnlockLedger() const { pthread_mutex_unlock(&layout_->mutex); }
+GS_HOT void GroupSegment::UnlockLedger() const { pthread_mutex_unlock(&layout_->mutex); }
 
 void GroupSegment::RepairLedger() const {
   for (int d = 0; d < kGroupMaxDevices; ++d) {
@@ -492,7 +493,7 @@ int GroupSegment::ReapDead() {
 
 // ---- the ledger ----
 
-bool GroupSegment::Reserve(int slot, int dev, uint64_t bytes) {
+GS_HOT bool GroupSegment::Reserve(int slot, int dev, uint64_t bytes) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     LockLedger();
     GroupDevice& d = layout_->devices[dev];
@@ -522,7 +523,7 @@ void GroupSegment::Charge(int slot, int dev, uint64_t bytes) {
   UnlockLedger();
 }
 
-void GroupSegment::Release(int slot, int dev, uint64_t bytes) {
+GS_HOT void GroupSegment::Release(int slot, int dev, uint64_t bytes) {
   LockLedger();
   auto held = Atomic(layout_->slots[slot].memory[dev]);
   bytes = std::min(bytes, held.load());

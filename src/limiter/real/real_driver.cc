@@ -5,6 +5,8 @@
 #include <atomic>
 #include <mutex>
 
+#include "common/hot.h"
+
 namespace gpuslice::limiter::real {
 namespace {
 
@@ -98,7 +100,7 @@ Loader<NvmlTable>& NvmlLoader() {
 
 }  // namespace
 
-const CudaTable& Cuda() { return CudaLoader().Get(); }
+GS_HOT const CudaTable& Cuda() { return CudaLoader().Get(); }
 const NvmlTable& Nvml() { return NvmlLoader().Get(); }
 void* CudaHandle() { return CudaLoader().handle(); }
 void* NvmlHandle() { return NvmlLoader().handle(); }
