@@ -253,23 +253,52 @@ CUresult cuMemGetInfo(unsigned int* free, unsigned int* total) noexcept {
   return rc;
 }
 
-// ---- contexts ----
+// ---- context switches ----
+
+namespace {
+
+// Returns `rc` after a call that may have changed this thread's current
+// context: the cached device of the current context is forgotten.
+CUresult Switched(CUresult rc) {
+  ProcessState::ForgetCurrentContext();
+  return rc;
+}
+
+}  // namespace
+
+CUresult cuCtxSetCurrent(CUcontext ctx) noexcept { return Switched(GS_REAL(cuCtxSetCurrent, ctx)); }
+CUresult cuCtxPushCurrent(CUcontext ctx) noexcept {
+  return Switched(GS_REAL(cuCtxPushCurrent, ctx));
+}
+CUresult cuCtxPushCurrent_v2(CUcontext ctx) noexcept {
+  return Switched(GS_REAL(cuCtxPushCurrent_v2, ctx));
+}
+CUresult cuCtxPopCurrent(CUcontext* pctx) noexcept {
+  return Switched(GS_REAL(cuCtxPopCurrent, pctx));
+}
+CUresult cuCtxPopCurrent_v2(CUcontext* pctx) noexcept {
+  return Switched(GS_REAL(cuCtxPopCurrent_v2, pctx));
+}
+
+// ---- contexts (a created context becomes current) ----
 
 CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) noexcept {
-  return CreateContext(pctx, dev, [&] { return GS_REAL(cuCtxCreate, pctx, flags, dev); });
+  return Switched(CreateContext(pctx, dev, [&] { return GS_REAL(cuCtxCreate, pctx, flags, dev); }));
 }
 CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) noexcept {
-  return CreateContext(pctx, dev, [&] { return GS_REAL(cuCtxCreate_v2, pctx, flags, dev); });
+  return Switched(
+      CreateContext(pctx, dev, [&] { return GS_REAL(cuCtxCreate_v2, pctx, flags, dev); }));
 }
 CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
                         unsigned int flags, CUdevice dev) noexcept {
-  return CreateContext(
-      pctx, dev, [&] { return GS_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev); });
+  return Switched(CreateContext(pctx, dev, [&] {
+    return GS_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev);
+  }));
 }
 CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams, unsigned int flags,
                         CUdevice dev) noexcept {
-  return CreateContext(pctx, dev,
-                       [&] { return GS_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev); });
+  return Switched(CreateContext(
+      pctx, dev, [&] { return GS_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev); }));
 }
 CUresult cuCtxDestroy(CUcontext ctx) noexcept {
   return DestroyContext(ctx, [&] { return GS_REAL(cuCtxDestroy, ctx); });

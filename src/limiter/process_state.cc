@@ -287,25 +287,20 @@ GS_HOT int ProcessState::GroupDevice(CUdevice ordinal) const {
 }
 
 GS_HOT int ProcessState::CurrentGroupDevice(uintptr_t* ctx) const {
-  // The last context this thread asked about, and its group device.
-  struct Cached {
-    uintptr_t ctx;
-    uint64_t generation;  // of contexts_generation_; 0: empty
-    int device;
-  };
-  static thread_local Cached cached __attribute__((tls_model("initial-exec"))) = {0, 0, -1};
-
+  const uint64_t generation = contexts_generation_.load(std::memory_order_acquire);
+  if (current_.generation == generation) [[likely]] {
+    if (ctx != nullptr) *ctx = current_.ctx;
+    return current_.device;
+  }
   const real::CudaTable& cu = real::Cuda();
   CUcontext current = nullptr;
   if (cu.cuCtxGetCurrent == nullptr || cu.cuCtxGetCurrent(&current) != CUDA_SUCCESS) return -1;
   const auto raw = reinterpret_cast<uintptr_t>(current);
   if (ctx != nullptr) *ctx = raw;
-  const uint64_t generation = contexts_generation_.load(std::memory_order_acquire);
-  if (raw != 0 && cached.ctx == raw && cached.generation == generation) return cached.device;
   CUdevice dev = -1;
   if (cu.cuCtxGetDevice == nullptr || cu.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return -1;
   const int device = GroupDevice(dev);
-  if (raw != 0) cached = Cached{raw, generation, device};
+  current_ = CurrentContext{generation, raw, device};
   return device;
 }
 
@@ -326,9 +321,11 @@ int ProcessState::StreamGroupDevice(CUstream stream) const {
   CUcontext ctx = nullptr;
   if (cu.cuStreamGetCtx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
   if (cu.cuCtxPushCurrent_v2 == nullptr || cu.cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS) return -1;
+  ForgetCurrentContext();  // switched behind the hooks' back: ask the driver, twice
   const int device = CurrentGroupDevice();
   CUcontext popped = nullptr;
   cu.cuCtxPopCurrent_v2(&popped);
+  ForgetCurrentContext();
   return device;
 }
 

@@ -17,11 +17,13 @@
 // gpusliced (when its socket exists and GPUSLICE_REGISTER is not 0) on a
 // thread of its own (registration_thread.h); the host never waits for it.
 //
-// Device lookup of the current context (the allocation path): one driver
-// call (cuCtxGetCurrent) and a per-thread cache of the context's device,
-// forgotten whenever a context is destroyed or a primary context released
-// (ForgetContexts), so a handle reused for a context on another device is
-// asked about again.
+// Device lookup of the current context (the allocation path): no driver
+// call. Each thread caches its current context and that context's device;
+// the entry is forgotten when the thread switches contexts through a hooked
+// entry point (cuCtxSetCurrent, cuCtxPushCurrent, cuCtxPopCurrent, context
+// creation: ForgetCurrentContext) and, for every thread, when a context is
+// destroyed or a primary context released (ForgetContexts), so a handle
+// reused for a context on another device is asked about again.
 //
 // Thread-safe. Fork: the child starts with an empty ledger and joins the
 // group as itself on its first call (pthread_atfork), and registers itself.
@@ -96,6 +98,8 @@ class ProcessState {
   // A context was destroyed or a primary context released: lookups of the
   // current context's device ask the driver again.
   void ForgetContexts() { contexts_generation_.fetch_add(1, std::memory_order_release); }
+  // This thread's current context changed: its next lookup asks the driver.
+  static void ForgetCurrentContext() { current_.generation = 0; }
 
   // The group's limit and usage on `device`.
   uint64_t MemoryLimit(int device) const;
@@ -143,6 +147,15 @@ class ProcessState {
   // Bumped by ForgetContexts (and attach): per-thread context -> device
   // entries of an older generation are stale.
   std::atomic<uint64_t> contexts_generation_{1};
+  // This thread's current context and its group device, valid while
+  // `generation` equals contexts_generation_ (0: nothing cached).
+  struct CurrentContext {
+    uint64_t generation;
+    uintptr_t ctx;
+    int device;
+  };
+  static inline thread_local CurrentContext current_
+      __attribute__((tls_model("initial-exec"))) = {0, 0, -1};
 };
 
 }  // namespace gpuslice::limiter

@@ -70,8 +70,6 @@ void FillCuda(CudaTable* t, void* h) {
   Resolve(h, "cuCtxGetCurrent", &t->cuCtxGetCurrent);
   Resolve(h, "cuStreamGetCtx", &t->cuStreamGetCtx);
   Resolve(h, "cuStreamGetDevice", &t->cuStreamGetDevice);
-  Resolve(h, "cuCtxPushCurrent_v2", &t->cuCtxPushCurrent_v2);
-  Resolve(h, "cuCtxPopCurrent_v2", &t->cuCtxPopCurrent_v2);
   Resolve(h, "cuStreamSynchronize", &t->cuStreamSynchronize);
   Resolve(h, "cuStreamIsCapturing", &t->cuStreamIsCapturing);
   Resolve(h, "cuArrayGetMemoryRequirements", &t->cuArrayGetMemoryRequirements);
