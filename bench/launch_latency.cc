@@ -149,6 +149,7 @@ int ParseArgs(int argc, char** argv, Options* opts) {
 // The driver's own definition of `name`: looked up in the dynamic symbol
 // table of the loaded libcuda.so*, so neither an interposed symbol nor an
 // interposed dlsym answers. nullptr if not found.
+// NOLINTBEGIN(performance-no-int-to-ptr): ELF addresses are integers by definition.
 void* DriverSymbol(const char* name) {
   struct Query {
     const char* name;
@@ -189,6 +190,7 @@ void* DriverSymbol(const char* name) {
       &query);
   return query.found;
 }
+// NOLINTEND(performance-no-int-to-ptr)
 
 // Launches `n` spin kernels (n <= kBatch), timing each one into `samples`
 // when it is non-null; returns the time of the whole batch.

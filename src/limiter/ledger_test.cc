@@ -223,6 +223,7 @@ TEST_F(LedgerTest, ThreadsRacingAtTheLimitNeverOvershootAndGiveEverythingBack) {
   std::atomic<uint64_t> peak{0};
   std::atomic<uint64_t> refusals{0};
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       uint64_t next = 1;

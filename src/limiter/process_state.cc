@@ -151,6 +151,7 @@ CUresult ProcessState::AttachWithCuda() {
   if (forked_.exchange(false)) {
     // The child of a fork: a new member of the group, with nothing allocated.
     ledger_.ResetInChild();
+    ForgetContexts();  // the parent's contexts are not the child's
     if (segment_ != nullptr) {
       if (segment_->ReopenAfterFork().ok()) {
         // The parent's keeper did not survive the fork.

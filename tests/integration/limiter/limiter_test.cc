@@ -274,8 +274,8 @@ TEST_P(ContextSwitchTest, EachAllocationIsChargedToTheDeviceCurrentWhenItWasMade
   auto seg = Segment("switch");
   ASSERT_NE(seg, nullptr);
   ASSERT_EQ(seg->device_count(), 2);
-  EXPECT_EQ(seg->MemoryUsed(0), kContext + 2 * 64 * kMiB);
-  EXPECT_EQ(seg->MemoryUsed(1), kContext + 4 * 64 * kMiB);
+  EXPECT_EQ(seg->MemoryUsed(0), kContext + 128 * kMiB);
+  EXPECT_EQ(seg->MemoryUsed(1), kContext + 256 * kMiB);
 }
 
 INSTANTIATE_TEST_SUITE_P(Limiter, ContextSwitchTest,
