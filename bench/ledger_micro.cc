@@ -2,7 +2,7 @@
 // by part (google benchmark; no GPU, no simulator):
 //
 // - BM_SegmentReserveRelease: one GroupSegment::Reserve + Release pair, the
-//   group's shared ledger (robust process-shared mutex in a file mapping);
+//   group's shared ledger (lock-free: compare-and-swap in a file mapping);
 // - BM_LedgerTrackUntrack: one Ledger::Track + Untrack pair, the process's
 //   table of tracked pointers, with `range(0)` other pointers live;
 // - BM_UnorderedMapTrackUntrack: the same with a node-based map under a
