@@ -258,6 +258,29 @@ TEST_F(LimiterTest, AKilledMembersMemoryReturnsToTheGroup) {
                                                   .count()));
 }
 
+// The device of the current context is cached per thread: every way of
+// switching contexts, through every path to the driver, moves the charge to
+// the new context's device.
+class ContextSwitchTest : public LimiterTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ContextSwitchTest, EachAllocationIsChargedToTheDeviceCurrentWhenItWasMade) {
+  StartProgram(
+      "gpuslice-alloc-probe", 1,
+      {"--via", GetParam(), "switch", "--chunk", std::to_string(64 * kMiB), "--hold-s", "30"},
+      Limited("switch", "4GiB",
+              {R"(GPUSLICE_SIM_CONFIG={"device_count":2})", "GPUSLICE_CONTEXT_BYTES=300MiB",
+               "GPUSLICE_REGISTER=0"}));
+  EXPECT_EQ(WaitForJson("out1")["granted"], 4) << Read("err1");
+  auto seg = Segment("switch");
+  ASSERT_NE(seg, nullptr);
+  ASSERT_EQ(seg->device_count(), 2);
+  EXPECT_EQ(seg->MemoryUsed(0), kContext + 128 * kMiB);
+  EXPECT_EQ(seg->MemoryUsed(1), kContext + 256 * kMiB);
+}
+
+INSTANTIATE_TEST_SUITE_P(Limiter, ContextSwitchTest,
+                         ::testing::Values("link", "dlsym", "procaddr"));
+
 TEST_F(LimiterTest, AForkedChildIsAMemberWithItsOwnAccount) {
   pid_t p = StartProgram("gpuslice-alloc-probe", 0, {"fork", "--chunk", std::to_string(64 * kMiB)},
                          Limited("fork", "1GiB"));
