@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# scripts/demo end to end, short: the real daemon and tenants on the simulated
+# GPU (no setup, no build: the test's build directory).
+#   1. `scripts/demo --no-build --seconds 12`: exit 0 (every tenant met its
+#      target), a summary with a row per tenant and span, each with a target,
+#      a measured share and the simulator's, every row marked pass; the PNG
+#      exists and is a PNG; the daemon it started is gone and its temporary
+#      directory removed.
+#   2. The same interrupted by SIGINT once its table runs: exit 130, and every
+#      process it started (its children) is gone.
+# Usage: demo_test.sh BUILD_DIR
+set -euo pipefail
+build=${1:?usage: demo_test.sh BUILD_DIR}
+repo=$(cd "$(dirname "$0")/../../.." && pwd)
+work=$(mktemp -d)
+demo_pid=""
+cleanup() {
+  # Only the demo this test started, by its pid (it ends its own children).
+  if [[ -n $demo_pid && $demo_pid -gt 1 ]] && kill -0 "$demo_pid" 2>/dev/null; then
+    kill -TERM "$demo_pid" 2>/dev/null || true
+    wait "$demo_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; echo "--- demo output:" >&2; cat "$work/out.log" >&2 || true; exit 1; }
+
+# Children of a process, from /proc (pid ppid).
+children_of() { ps -o pid= --ppid "$1" 2>/dev/null | tr -d ' ' || true; }
+
+# ---- 1. a short run ----
+status=0
+"$repo/scripts/demo" --no-build --build "$build" --seconds 12 --out "$work/out" \
+  >"$work/out.log" 2>&1 || status=$?
+[[ $status == 0 ]] || fail "scripts/demo exited $status (0: every tenant met its target)"
+
+summary=$(sed -n '/^Summary/,$p' "$work/out.log")
+[[ -n $summary ]] || fail "no summary"
+for row in "training +first half" "training +second half" "notebook +first half" \
+           "notebook +second half" "notebook +peak" "inference +first half" \
+           "inference +second half"; do
+  line=$(grep -E "^  $row " <<<"$summary") || fail "no summary row '$row'"
+  grep -qE ' pass' <<<"$line" || fail "row not passed: $line"
+done
+# Share rows: a target, the daemon's share and the simulator's, both numbers.
+shares=$(grep -cE '^  (training|notebook|inference) +(first|second) half +[<>]= [0-9]+% \((request|limit)\) +[0-9.]+% +[0-9.]+% +pass$' <<<"$summary" || true)
+[[ $shares == 6 ]] || fail "expected 6 share rows with target, achieved and SIM, got $shares"
+grep -qE 'notebook +peak +<= 4.0 GiB \(slice\) +[0-9.]+ GiB +pass; \+2 GiB refused' <<<"$summary" ||
+  fail "the memory slice row is not as expected"
+grep -q 'Every tenant got what it was promised' "$work/out.log" || fail "no closing verdict"
+# The table ran every second and the live change and nvidia-smi were shown.
+tables=$(grep -cE '^ +[0-9]+ s +GROUP' "$work/out.log" || true)
+((tables >= 12)) || fail "expected >= 12 tables (one a second), got $tables"
+grep -q '\$ gpuslice group set notebook --limit 25' "$work/out.log" || fail "no live change"
+grep -qE '\| +[0-9]+MiB / +4096MiB \|' "$work/out.log" ||
+  fail "nvidia-smi inside the slice does not show the 4 GiB slice"
+
+png="$work/out/shares.png"
+[[ -s $png ]] || fail "no $png"
+[[ $(head -c 8 "$png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
+  fail "$png is not a PNG"
+[[ -s $work/out/summary.txt ]] || fail "no summary.txt"
+
+daemon=$(sed -nE 's/^gpusliced is running \(pid ([0-9]+)\).*/\1/p' "$work/out.log")
+[[ -n $daemon && $daemon -gt 1 ]] || fail "the demo did not say its daemon's pid"
+if kill -0 "$daemon" 2>/dev/null && grep -q gpusliced "/proc/$daemon/cmdline" 2>/dev/null; then
+  fail "gpusliced (pid $daemon) still runs after the demo"
+fi
+tmpdir=$(sed -nE 's/.*segments in ([^ ]+) \.\.\..*/\1/p' "$work/out.log")
+[[ -n $tmpdir && ! -e $tmpdir ]] || fail "the demo's directory '$tmpdir' was not removed"
+
+# ---- 2. interrupted ----
+"$repo/scripts/demo" --no-build --build "$build" --seconds 60 --out "$work/out2" \
+  >"$work/out.log" 2>&1 &
+demo_pid=$!
+deadline=$((SECONDS + 30))
+until grep -q '^Every second' "$work/out.log"; do
+  ((SECONDS < deadline)) || fail "the demo's table did not start within 30 s"
+  kill -0 "$demo_pid" 2>/dev/null || fail "the demo exited early"
+  sleep 0.1
+done
+mapfile -t kids < <(children_of "$demo_pid")
+((${#kids[@]} >= 4)) || fail "expected the daemon and 3 tenants as children, got ${kids[*]}"
+kill -INT "$demo_pid"
+status=0
+wait "$demo_pid" || status=$?
+demo_pid=""
+[[ $status == 130 ]] || fail "interrupted demo exited $status, not 130"
+for k in "${kids[@]}"; do
+  # A child gone, or its pid already reused by a process that is not the demo's.
+  if [[ -r /proc/$k/cmdline ]] && grep -qE 'gpusliced|gpuslice-workload' "/proc/$k/cmdline" 2>/dev/null; then
+    fail "process $k ($(tr '\0' ' ' <"/proc/$k/cmdline")) outlived the interrupted demo"
+  fi
+done
+grep -q 'interrupted' "$work/out.log" || fail "the interrupted demo did not say so"
+echo "demo_test: passed (short run and SIGINT)"
