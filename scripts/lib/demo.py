@@ -476,7 +476,8 @@ class Demo:
                         tn.target["limits"][1] = (self.change_at, NOTEBOOK_LIMIT_LATER)
                 self.events.append((self.change_at, f"notebook limit {NOTEBOOK_LIMIT}% -> {NOTEBOOK_LIMIT_LATER}%"))
                 print()
-            n += 1
+            # The next whole second; one missed (nvidia-smi ran) is skipped, not caught up.
+            n = max(n + 1, int(time.monotonic() - start) + 1)
 
     # ---- judging ----
 
@@ -665,14 +666,18 @@ notebook always wants more it must also sit near its cap (>= limit - {2 * TOLERA
             page = False
         pids = [p.pid for p in self.children if p.poll() is None and p.pid > 1]
         stop = os.path.join(self.tmp, "stop")
+        ordered = [p for p in self.children if p is not self.daemon] + [self.daemon]
         with open(stop, "w") as f:
-            f.write("#!/bin/sh\n# Stops what scripts/demo --keep left running (by pid) and "
-                    "removes its directory.\n")
-            for p in self.children:
-                if p.poll() is None and p.pid > 1 and p is not self.daemon:
-                    f.write(f"kill {p.pid} 2>/dev/null\n")
-            f.write(f"kill {self.daemon.pid} 2>/dev/null\n")
-            f.write(f"while kill -0 {self.daemon.pid} 2>/dev/null; do sleep 0.1; done\n")
+            f.write("#!/bin/sh\n# Stops what scripts/demo --keep left running and removes its "
+                    "directory. A pid is\n# signalled only while it is still the same process "
+                    "(its start time).\nstarted() { sed 's/.*) //' /proc/$1/stat 2>/dev/null "
+                    "| cut -d' ' -f20; }\n")
+            for p in ordered:
+                st = start_time(p.pid)
+                if p.poll() is None and p.pid > 1 and st:
+                    f.write(f'[ "$(started {p.pid})" = "{st}" ] && kill {p.pid}\n')
+            st = start_time(self.daemon.pid)
+            f.write(f'while [ "$(started {self.daemon.pid})" = "{st}" ]; do sleep 0.1; done\n')
             f.write(f"rm -rf {shlex.quote(self.tmp)}\necho 'gpuslice demo stopped'\n")
         os.chmod(stop, 0o755)
         print("\nKept running (--keep): gpusliced and the tenants "
@@ -684,9 +689,18 @@ notebook always wants more it must also sit near its cap (>= limit - {2 * TOLERA
             print(f"  Dashboard:  {url} (this build serves no dashboard page yet; the API is "
                   f"there: {url}v1/groups, {url}metrics)")
         print(f"  Admin token for the dashboard's changes: {token}")
-        print(f"  From a shell: export GPUSLICE_SOCKET={self.env['GPUSLICE_SOCKET']}; "
-              "gpuslice top")
+        print(f"  Watch it:    GPUSLICE_SOCKET={self.env['GPUSLICE_SOCKET']} "
+              f"GPUSLICE_SHM_DIR={self.env['GPUSLICE_SHM_DIR']} {self.cli} top")
         print(f"  To stop it:  {stop}")
+
+
+def start_time(pid):
+    """The start time of process `pid` (field 22 of /proc/<pid>/stat), or "" when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
 
 
 def fmt_pct1(v):
