@@ -146,6 +146,16 @@ def fmt_bytes(n):
     return f"{n / (1 << 20):.0f} MiB"
 
 
+def exit_text(code):
+    """How a child ended: "exit 3", or "killed by SIGKILL"."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit {code}"
+
+
 def fmt_pct(v, none="-"):
     return none if v is None else f"{v:.0f}%"
 
@@ -281,7 +291,8 @@ class Demo:
         deadline = time.monotonic() + 20
         while http_get(self.env["GPUSLICE_SOCKET"], "/readyz")[0] != 200:
             if self.daemon.poll() is not None:
-                raise Fail(f"gpusliced exited ({self.daemon.returncode}) at start:\n{tail(log)}")
+                raise Fail(f"gpusliced exited ({exit_text(self.daemon.returncode)}) at start:\n"
+                           f"{tail(log)}")
             if time.monotonic() > deadline:
                 raise Fail(f"gpusliced was not ready within 20 s:\n{tail(log)}")
             time.sleep(0.05)
@@ -332,7 +343,8 @@ class Demo:
                 return
             for t in tenants:
                 if t.proc.poll() is not None:
-                    raise Fail(f"the {t.group} tenant exited ({t.proc.returncode}) at start:\n"
+                    raise Fail(f"the {t.group} tenant exited "
+                               f"({exit_text(t.proc.returncode)}) at start:\n"
                                f"{tail(os.path.join(self.tmp, t.group + '.log'))}")
             if time.monotonic() > deadline:
                 raise Fail("the tenants did not reach the simulated GPU within 20 s")
@@ -455,11 +467,13 @@ class Demo:
             sys.stdout.flush()
             drawn = len(lines) if self.tty else 0
             if self.daemon.poll() is not None:
-                raise Fail(f"gpusliced exited ({self.daemon.returncode}) during the demo:\n"
+                raise Fail(f"gpusliced exited ({exit_text(self.daemon.returncode)}) "
+                           "during the demo:\n"
                            f"{tail(os.path.join(self.tmp, 'gpusliced.log'))}")
             for tn in tenants:
                 if tn.proc.poll() is not None and n < self.seconds:
-                    raise Fail(f"the {tn.group} tenant exited early ({tn.proc.returncode}):\n"
+                    raise Fail(f"the {tn.group} tenant exited early "
+                               f"({exit_text(tn.proc.returncode)}):\n"
                                f"{tail(os.path.join(self.tmp, tn.group + '.log'))}")
             if not shown_slice and t >= self.smi_at:
                 shown_slice, drawn = True, 0
@@ -474,7 +488,8 @@ class Demo:
                 for tn in tenants:
                     if tn.group == "notebook":
                         tn.target["limits"][1] = (self.change_at, NOTEBOOK_LIMIT_LATER)
-                self.events.append((self.change_at, f"notebook limit {NOTEBOOK_LIMIT}% -> {NOTEBOOK_LIMIT_LATER}%"))
+                self.events.append((self.change_at, f"notebook limit {NOTEBOOK_LIMIT}% -> "
+                                                    f"{NOTEBOOK_LIMIT_LATER}%"))
                 print()
             # The next whole second; one missed (nvidia-smi ran) is skipped, not caught up.
             n = max(n + 1, int(time.monotonic() - start) + 1)
@@ -588,7 +603,8 @@ notebook always wants more it must also sit near its cap (>= limit - {2 * TOLERA
         err = share_plot.plot(png, "gpuslice demo: shares of one simulated H100 "
                               "(solid: measured by gpusliced; dashed: promises)",
                               times, series, refs=refs,
-                              marks=[(self.change_at, f"notebook {NOTEBOOK_LIMIT}% -> {NOTEBOOK_LIMIT_LATER}%")],
+                              marks=[(self.change_at, f"notebook {NOTEBOOK_LIMIT}% -> "
+                                                      f"{NOTEBOOK_LIMIT_LATER}%")],
                               ylabel="share of the GPU (%)")
         return png, err
 
@@ -610,7 +626,8 @@ notebook always wants more it must also sit near its cap (>= limit - {2 * TOLERA
         print(f"\nEvery second for {self.seconds} s, from the daemon (GET /v1/groups); "
               "(SIM) is the simulator's ground truth:\n")
         self.watch(tenants)
-        if not self.keep:  # they stop by themselves 2 s after the table; the latency file is written then
+        if not self.keep:
+            # They stop by themselves 2 s after the table and write the latency file then.
             deadline = time.monotonic() + 10
             for tn in tenants:
                 try:
@@ -632,7 +649,8 @@ notebook always wants more it must also sit near its cap (>= limit - {2 * TOLERA
         with open(os.path.join(self.out, "samples.json"), "w") as f:
             json.dump({"events": self.events, "samples": self.samples}, f)
         passed = all(r[5] for r in rows)
-        print(f"\n  {'Every tenant got what it was promised.' if passed else 'A tenant MISSED its target (above).'}")
+        print("\n  " + ("Every tenant got what it was promised." if passed
+                         else "A tenant MISSED its target (above)."))
         if self.keep:
             self.kept(tenants)
         return (0 if passed else 1), ok_plot

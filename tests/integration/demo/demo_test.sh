@@ -45,7 +45,9 @@ for row in "training +first half" "training +second half" "notebook +first half"
   grep -qE ' pass' <<<"$line" || fail "row not passed: $line"
 done
 # Share rows: a target, the daemon's share and the simulator's, both numbers.
-shares=$(grep -cE '^  (training|notebook|inference) +(first|second) half +[<>]= [0-9]+% \((request|limit)\) +[0-9.]+% +[0-9.]+% +pass$' <<<"$summary" || true)
+share_row='^  (training|notebook|inference) +(first|second) half +[<>]= [0-9]+% '
+share_row+='\((request|limit)\) +[0-9.]+% +[0-9.]+% +pass$'
+shares=$(grep -cE "$share_row" <<<"$summary" || true)
 [[ $shares == 6 ]] || fail "expected 6 share rows with target, achieved and SIM, got $shares"
 grep -qE 'notebook +peak +<= 4.0 GiB \(slice\) +[0-9.]+ GiB +pass; \+2 GiB refused' <<<"$summary" ||
   fail "the memory slice row is not as expected"
