@@ -307,7 +307,7 @@ class Demo:
                    wl + ["--kernel-us", "2000", "--alloc", str(16 * GIB)],
                    {"kind": "request", "request": TRAINING_REQUEST}),
             Tenant("notebook", f"a notebook: capped at {NOTEBOOK_LIMIT}% (its limit) in a "
-                   f"{NOTEBOOK_MEMORY} memory slice; first in line for spare time "
+                   f"{fmt_bytes(NOTEBOOK_MEMORY_BYTES).replace('.0', '')} memory slice; first in line for spare time "
                    f"(weight {NOTEBOOK_WEIGHT})",
                    ["--limit", str(NOTEBOOK_LIMIT), "--memory", NOTEBOOK_MEMORY,
                     "--weight", str(NOTEBOOK_WEIGHT)],
@@ -428,7 +428,7 @@ class Demo:
         out = subprocess.run([self.cli, "run", "--group", "notebook", "--", "nvidia-smi"],
                              env=self.env, capture_output=True, text=True, timeout=30)
         for line in (out.stdout or out.stderr).splitlines():
-            print("    " + line)
+            print(("    " + line).rstrip())
         outside = subprocess.run(
             ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader"],
             env=self.env, capture_output=True, text=True, timeout=30)
