@@ -568,6 +568,15 @@ notebook always wants more it must also sit near its cap (>= limit - {2 * TOLERA
         if lat:
             print(f"\n  inference, launch to completion (not judged): p50 {lat[0]:.2f} ms, "
                   f"p99 {lat[1]:.2f} ms over {lat[2]} requests of 1 ms")
+        missed = {w for g, w, text, _, _, ok in rows if not ok and "(request)" in text}
+        for span in sorted(missed):
+            used = sum(a for _, w, _, a, _, _ in rows if w == span and a is not None)
+            if used < 90:
+                load = os.getloadavg()[0]
+                print(f"  note ({span}): the tenants used {used:.0f}% of the GPU while they "
+                      "wanted more: the daemon lowered\n    the capacity it hands out. On a busy "
+                      "machine the tenants may not get the CPU to launch in time\n    (load "
+                      f"average {load:.1f} on {os.cpu_count()} CPUs).")
         for g, w, _, a, sm, _ in rows:
             if w != "memory" and a is not None and sm is not None and abs(a - sm) > TOLERANCE:
                 print(f"  note: {g} ({w}): the daemon's reading {a:.1f}% and the simulator's "
