@@ -714,11 +714,14 @@ notebook always wants more it must also sit near its cap (>= limit - {2 * TOLERA
               f"(pids {' '.join(map(str, pids))}; the tenants stop by themselves in "
               f"{KEEP_S // 60} minutes).")
         if page:
+            with open(token) as f:
+                secret = f.read().strip()
             print(f"  Dashboard:  {url}")
+            print(f"  With changes allowed (the token in the fragment, docs/dashboard.md): "
+                  f"{url}#token={secret}")
         else:
-            print(f"  Dashboard:  {url} (this build serves no dashboard page yet; the API is "
-                  f"there: {url}v1/groups, {url}metrics)")
-        print(f"  Admin token for the dashboard's changes: {token}")
+            print(f"  Dashboard:  {url} (this build serves no dashboard page; the API is "
+                  f"there: {url}v1/groups, {url}metrics; token in {token})")
         print(f"  Watch it:    GPUSLICE_SOCKET={self.env['GPUSLICE_SOCKET']} "
               f"GPUSLICE_SHM_DIR={self.env['GPUSLICE_SHM_DIR']} {self.cli} top")
         print(f"  To stop it:  {stop}")
