@@ -26,7 +26,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; echo "--- demo output:" >&2; cat "$work/out.log" >&2 || true; exit 1; }
+log="$work/run1.log"  # the current part's output (each part its own file)
+fail() { echo "FAIL: $*" >&2; echo "--- demo output:" >&2; cat "$log" >&2 || true; exit 1; }
 
 # Children of a process, from /proc (pid ppid).
 children_of() { ps -o pid= --ppid "$1" 2>/dev/null | tr -d ' ' || true; }
@@ -39,10 +40,10 @@ children_of() { ps -o pid= --ppid "$1" 2>/dev/null | tr -d ' ' || true; }
 # and tolerated here; an upper bound broken is not.
 status=0
 "$repo/scripts/demo" --no-build --build "$build" --seconds 12 --out "$work/out" \
-  >"$work/out.log" 2>&1 || status=$?
+  >"$log" 2>&1 || status=$?
 [[ $status == 0 || $status == 1 ]] || fail "scripts/demo exited $status (0 or 1 expected)"
 
-summary=$(sed -n '/^Summary/,$p' "$work/out.log")
+summary=$(sed -n '/^Summary/,$p' "$log")
 [[ -n $summary ]] || fail "no summary"
 for row in "training +first half" "training +second half" "notebook +first half" \
            "notebook +second half" "notebook +peak" "inference +first half" \
@@ -67,18 +68,18 @@ over=$(awk -v tol="$tolerance" '/% \(limit\)/ {
 misses=$(grep -cE ' MISS$' <<<"$summary" || true)
 if [[ $status == 0 ]]; then
   ((misses == 0)) || fail "exit 0 with MISS rows"
-  grep -q 'Every tenant got what it was promised' "$work/out.log" || fail "no closing verdict"
+  grep -q 'Every tenant got what it was promised' "$log" || fail "no closing verdict"
 else
   ((misses > 0)) || fail "exit 1 without a MISS row"
-  grep -q 'A tenant MISSED its target' "$work/out.log" || fail "no closing verdict"
+  grep -q 'A tenant MISSED its target' "$log" || fail "no closing verdict"
   echo "demo_test: note: a lower bound was missed (load average $(cut -d' ' -f1-3 /proc/loadavg)):"
   grep -E ' MISS$' <<<"$summary"
 fi
 # The table ran every second and the live change and nvidia-smi were shown.
-tables=$(grep -cE '^ +[0-9]+ s +GROUP' "$work/out.log" || true)
+tables=$(grep -cE '^ +[0-9]+ s +GROUP' "$log" || true)
 ((tables >= 8)) || fail "expected a table a second (>= 8 in 12 s), got $tables"
-grep -q '\$ gpuslice group set notebook --limit 25' "$work/out.log" || fail "no live change"
-grep -qE '\| +[0-9]+MiB / +4096MiB \|' "$work/out.log" ||
+grep -q '\$ gpuslice group set notebook --limit 25' "$log" || fail "no live change"
+grep -qE '\| +[0-9]+MiB / +4096MiB \|' "$log" ||
   fail "nvidia-smi inside the slice does not show the 4 GiB slice"
 
 png="$work/out/shares.png"
@@ -87,20 +88,20 @@ png="$work/out/shares.png"
   fail "$png is not a PNG"
 [[ -s $work/out/summary.txt ]] || fail "no summary.txt"
 
-daemon=$(sed -nE 's/^gpusliced is running \(pid ([0-9]+)\).*/\1/p' "$work/out.log")
+daemon=$(sed -nE 's/^gpusliced is running \(pid ([0-9]+)\).*/\1/p' "$log")
 [[ -n $daemon && $daemon -gt 1 ]] || fail "the demo did not say its daemon's pid"
 if kill -0 "$daemon" 2>/dev/null && grep -q gpusliced "/proc/$daemon/cmdline" 2>/dev/null; then
   fail "gpusliced (pid $daemon) still runs after the demo"
 fi
-tmpdir=$(sed -nE 's/.*segments in ([^ ]+) \.\.\..*/\1/p' "$work/out.log")
+tmpdir=$(sed -nE 's/.*segments in ([^ ]+) \.\.\..*/\1/p' "$log")
 [[ -n $tmpdir && ! -e $tmpdir ]] || fail "the demo's directory '$tmpdir' was not removed"
 
 # ---- 2. interrupted ----
-"$repo/scripts/demo" --no-build --build "$build" --seconds 60 --out "$work/out2" \
-  >"$work/out.log" 2>&1 &
+log="$work/run2.log"
+"$repo/scripts/demo" --no-build --build "$build" --seconds 60 --out "$work/out2" >"$log" 2>&1 &
 demo_pid=$!
 deadline=$((SECONDS + 30))
-until grep -q '^Every second' "$work/out.log"; do
+until grep -q '^Every second' "$log" 2>/dev/null; do
   ((SECONDS < deadline)) || fail "the demo's table did not start within 30 s"
   kill -0 "$demo_pid" 2>/dev/null || fail "the demo exited early"
   sleep 0.1
@@ -118,17 +119,18 @@ for k in "${kids[@]}"; do
     fail "process $k ($(tr '\0' ' ' <"/proc/$k/cmdline")) outlived the interrupted demo"
   fi
 done
-grep -q 'interrupted' "$work/out.log" || fail "the interrupted demo did not say so"
+grep -q 'interrupted' "$log" || fail "the interrupted demo did not say so"
 
 # ---- 3. --keep ----
+log="$work/run3.log"
 status=0
 "$repo/scripts/demo" --no-build --build "$build" --seconds 8 --keep --out "$work/out3" \
-  >"$work/out.log" 2>&1 || status=$?
+  >"$log" 2>&1 || status=$?
 [[ $status == 0 || $status == 1 ]] || fail "scripts/demo --keep exited $status"
-url=$(sed -nE 's/^  Dashboard: +(http:[^ ]+).*/\1/p' "$work/out.log")
-stop=$(sed -nE 's/^  To stop it: +//p' "$work/out.log")
+url=$(sed -nE 's/^  Dashboard: +(http:[^ ]+).*/\1/p' "$log")
+stop=$(sed -nE 's/^  To stop it: +//p' "$log")
 [[ -n $url && -n $stop && -x $stop ]] || fail "--keep printed no URL or stop script"
-mapfile -t kept < <(sed -nE 's/^Kept running.*\(pids ([0-9 ]+);.*/\1/p' "$work/out.log" | tr ' ' '\n')
+mapfile -t kept < <(sed -nE 's/^Kept running.*\(pids ([0-9 ]+);.*/\1/p' "$log" | tr ' ' '\n')
 ((${#kept[@]} == 4)) || fail "--keep should leave the daemon and 3 tenants, said: ${kept[*]}"
 curl -sf "${url}v1/groups" | grep -q '"notebook"' || { "$stop"; fail "no daemon answers at $url"; }
 "$stop" >/dev/null
