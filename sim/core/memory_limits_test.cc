@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -93,6 +94,8 @@ TEST(MemoryLimits, RemovedCgroupsLoseTheirLimits) {
 // This process in cgroup /tenants/a/job under a fake root.
 class CgroupEnforcementTest : public ::testing::Test {
  protected:
+  static constexpr const char* kConfig = R"({"context_bytes": "100MiB",
+        "devices": [{"memory": "8GiB"}]})";
   void SetUp() override {
     base_ = testing::TempDir() + "/ml_test." + std::to_string(getpid()) + "." +
             testing::UnitTest::GetInstance()->current_test_info()->name();
@@ -101,8 +104,7 @@ class CgroupEnforcementTest : public ::testing::Test {
     std::ofstream(cgroup_file_) << "0::/tenants/a/job\n";
     setenv("GPUSLICE_SIM_CGROUP_FILE", cgroup_file_.c_str(), 1);
     setenv("GPUSLICE_SIM_CGROUP_ROOT", "/fake/cg", 1);
-    auto gpu = SimGpu::Open({base_ + "/state", R"({"context_bytes": "100MiB",
-        "devices": [{"memory": "8GiB"}]})"});
+    auto gpu = SimGpu::Open({base_ + "/state", kConfig});
     ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
     gpu_ = std::move(*gpu);
   }
@@ -179,6 +181,31 @@ TEST_F(CgroupEnforcementTest, HardLimitOfAnAncestorRefusesAndInfoReportsIt) {
   EXPECT_TRUE(gpu_->Allocate(*ctx, 30 * kMiB).ok());
   gpu_->MemoryInfo(0, &free_bytes, &total);
   EXPECT_EQ(total, 8192 * kMiB);
+  EXPECT_TRUE(gpu_->DestroyContext(*ctx).ok());
+}
+
+// A process of the cgroup that died holding its memory (SIGKILL, nothing
+// freed) does not keep the next one out: its memory is the cgroup's no more.
+TEST_F(CgroupEnforcementTest, ADeadMembersMemoryIsNotChargedToTheCgroup) {
+  Limit("/fake/cg/tenants/a", 0, 512 * kMiB);
+  const std::string state = base_ + "/state";
+  const pid_t child = fork();
+  if (child == 0) {
+    auto own = SimGpu::Open({state, kConfig});
+    if (!own.ok()) _exit(1);
+    auto ctx = (*own)->CreateContext(0);
+    if (!ctx.ok() || !(*own)->Allocate(*ctx, 400 * kMiB).ok()) _exit(2);  // 500 of 512 MiB
+    raise(SIGKILL);
+    _exit(3);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  // At once, without waiting for the reap interval.
+  auto ctx = gpu_->CreateContext(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  EXPECT_TRUE(gpu_->Allocate(*ctx, 400 * kMiB).ok());
   EXPECT_TRUE(gpu_->DestroyContext(*ctx).ok());
 }
 

@@ -431,10 +431,14 @@ StatusOr<ContextId> SimGpu::CreateContext(int device, uint32_t flags, const MpsA
                                " for a context");
     }
   }
+  // A cgroup's limit counts only live processes: the driver frees an exited
+  // process's memory, so the dead are reaped before a refusal.
   if (Status s =
           CheckCgroupCharge(*state_, device, state_->processes[process_slot_].cgroup, reserve);
       !s.ok()) {
-    return s;
+    ReapDeadProcessesLocked(now, true);
+    GS_RETURN_IF_ERROR(
+        CheckCgroupCharge(*state_, device, state_->processes[process_slot_].cgroup, reserve));
   }
   int slot = -1;
   for (int i = 0; i < kMaxContexts && slot < 0; ++i) {
@@ -514,6 +518,10 @@ Status SimGpu::Allocate(ContextId ctx, uint64_t bytes, bool managed) {
     }
   }
   if (!managed) {
+    if (!CheckCgroupCharge(*state_, c->device, state_->processes[process_slot_].cgroup, rounded)
+             .ok()) {
+      ReapDeadProcessesLocked(NowNs(), true);
+    }
     GS_RETURN_IF_ERROR(
         CheckCgroupCharge(*state_, c->device, state_->processes[process_slot_].cgroup, rounded));
   }

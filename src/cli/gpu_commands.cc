@@ -117,6 +117,24 @@ void PrintGpuTable(const json& j) {
            g["persistence"].get<bool>() ? "on" : "off",
            g["compute_mode"].get<std::string>().c_str(), g["mps"].get<std::string>().c_str());
   }
+  // What each GPU's node offers for partitioning it (DESIGN.md section 5a).
+  printf("\n%-4s %-12s %-10s %-5s %-14s %s\n", "GPU", "DRIVER", "CGROUP V2", "MIG", "MEMORY LIMITS",
+         "MPS");
+  for (const auto& g : j["gpus"]) {
+    const json f = g.value("features", json::object());
+    const json mps = f.value("mps", json::object());
+    std::string mps_text = "unavailable";
+    if (mps.value("available", false) && mps["protocol"].is_number()) {
+      mps_text = "v" + std::to_string(mps["protocol"].get<int>());
+    } else if (!mps.value("reason", std::string()).empty()) {
+      mps_text += " (" + mps.value("reason", std::string()) + ")";
+    }
+    const std::string driver = f.value("driver_version", std::string());
+    printf("%-4d %-12s %-10s %-5s %-14s %s\n", g["index"].get<int>(),
+           driver.empty() ? "?" : driver.c_str(), f.value("cgroup_v2", false) ? "yes" : "no",
+           f.value("mig", false) ? "on" : "off",
+           f.value("memory_limits", false) ? "driver" : "limiter", mps_text.c_str());
+  }
 }
 
 }  // namespace

@@ -183,6 +183,17 @@ nlohmann::json StatusJson(const std::vector<GroupReport>& groups, const DaemonVi
         }
       }
       group["tenants"] = g.registry ? tenants : json(nullptr);
+      json enforcers = json::array();
+      if (g.registry) {
+        for (const GroupEnforcer& e : g.registry->enforcers) {
+          enforcers.push_back(
+              {{"gpu", e.gpu},
+               {"uuid", e.uuid},
+               {"memory", {{"enforcer", e.memory}, {"reason", e.memory_reason}}},
+               {"compute", {{"enforcer", e.compute}, {"reason", e.compute_reason}}}});
+        }
+      }
+      group["enforcers"] = g.registry ? enforcers : json(nullptr);
     }
     out["groups"].push_back(std::move(group));
   }
@@ -200,6 +211,15 @@ nlohmann::json StatusJson(const std::vector<GroupReport>& groups, const DaemonVi
     only.push_back({{"group", r.id}, {"tier", r.tier}, {"tenants", tenants}});
   }
   out["registry_only_groups"] = std::move(only);
+  return out;
+}
+
+std::string EnforcerText(const std::vector<GroupEnforcer>& enforcers) {
+  std::string out;
+  for (const GroupEnforcer& e : enforcers) {
+    out += "  enforcer GPU " + std::to_string(e.gpu) + ": memory " + e.memory + " (" +
+           e.memory_reason + "); compute " + e.compute + " (" + e.compute_reason + ")\n";
+  }
   return out;
 }
 
@@ -252,6 +272,7 @@ std::string StatusText(const std::vector<GroupReport>& groups, const DaemonView&
     if (g.registry) {
       out += "  registry: tier " + g.registry->tier + ", " +
              std::to_string(g.registry->tenants.size()) + " tenant(s)\n";
+      out += EnforcerText(g.registry->enforcers);
       for (const RegisteredTenant& t : g.registry->tenants) {
         if (!Attached(g, t.host_pid)) out += "    tenant: " + TenantText(t) + ", not attached\n";
       }
@@ -263,6 +284,7 @@ std::string StatusText(const std::vector<GroupReport>& groups, const DaemonView&
              members.c_str());
     out += line;
     out += "  registry: tier " + r.tier + ", " + std::to_string(r.tenants.size()) + " tenant(s)\n";
+    out += EnforcerText(r.enforcers);
     for (const RegisteredTenant& t : r.tenants) out += "    tenant: " + TenantText(t) + "\n";
   }
   if (daemon.used && !daemon.answered && daemon.socket_exists) {

@@ -96,6 +96,9 @@ GroupReport ReadGroupReport(const GroupSegment& segment, int64_t now_ns);
 // "tenants", members' "tenant" and "registry_only_groups".
 nlohmann::json StatusJson(const std::vector<GroupReport>& groups, const DaemonView& daemon = {});
 
+// "  enforcer GPU 0: memory driver (…); compute limiter (…)\n" per entry.
+std::string EnforcerText(const std::vector<GroupEnforcer>& enforcers);
+
 // "45s", "12m", "3h", "2d": an idle time as `status` shows it.
 std::string IdleText(int64_t ns);
 

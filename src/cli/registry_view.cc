@@ -145,12 +145,27 @@ StatusOr<std::vector<RegistryGroup>> ParseRegistry(const json& tenants_body,
   std::map<std::string, RegistryGroup> by_id;
   for (const json& g : Array(groups_body, "groups")) {
     const std::string id = Str(g, "id");
-    if (!id.empty()) by_id[id] = {id, Str(g, "tier"), {}};
+    if (id.empty()) continue;
+    by_id[id] = {id, Str(g, "tier"), {}, {}};
+    for (const json& gpu : Array(g, "gpus")) {
+      const json e = gpu.value("enforcer", json());
+      if (!e.is_object()) continue;
+      const json memory = e.value("memory", json::object());
+      const json compute = e.value("compute", json::object());
+      GroupEnforcer ge{static_cast<int>(Int(gpu, "index")),
+                       Str(gpu, "uuid"),
+                       Str(memory, "enforcer"),
+                       Str(memory, "reason"),
+                       Str(compute, "enforcer"),
+                       Str(compute, "reason")};
+      if (ge.memory == "none" && ge.compute == "none") continue;
+      by_id[id].enforcers.push_back(std::move(ge));
+    }
   }
   for (const json& t : Array(tenants_body, "tenants")) {
     const std::string group = Str(t, "group");
     RegistryGroup& g = by_id[group];
-    if (g.id.empty()) g = {group, Str(t, "tier"), {}};
+    if (g.id.empty()) g = {group, Str(t, "tier"), {}, {}};
     g.tenants.push_back({static_cast<int32_t>(Int(t, "host_pid")),
                          static_cast<int32_t>(Int(t, "container_pid")), PodText(t),
                          Str(t, "container"), Str(t, "tier")});

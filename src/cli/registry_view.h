@@ -31,10 +31,20 @@ struct RegisteredTenant {
 };
 
 // A group as the registry knows it: its tier and its live tenants (by host pid).
+// The enforcer of a group's limits on one GPU, per dimension (the daemon's
+// "enforcer" of each of a group's GPUs; docs/daemon.md "Enforcers").
+struct GroupEnforcer {
+  int gpu = 0;
+  std::string uuid;
+  std::string memory, memory_reason;    // "driver", "limiter", "none"
+  std::string compute, compute_reason;  // "mps", "limiter", "none"
+};
+
 struct RegistryGroup {
   std::string id;
   std::string tier;
   std::vector<RegisteredTenant> tenants;
+  std::vector<GroupEnforcer> enforcers;  // GPUs where a dimension has an enforcer
 };
 
 // Groups from GET /v1/groups and GET /v1/tenants bodies, by id; a tenant whose

@@ -138,6 +138,28 @@ TEST(ParseRegistry, GroupsWithTheirTenantsByHostPid) {
   EXPECT_FALSE(ParseRegistry(json::parse("[]"), json::parse(R"({"groups":[]})")).ok());
 }
 
+// Each GPU's enforcer of a group, as `status` shows it (GPUs where neither
+// dimension has one are left out).
+TEST(ParseRegistry, GroupsCarryTheirEnforcersPerGpu) {
+  auto groups = ParseRegistry(json::parse(R"({"tenants":[]})"), json::parse(R"({"groups":[
+      {"id":"train","tier":"shared","gpus":[
+        {"index":0,"uuid":"GPU-0","enforcer":{
+          "memory":{"enforcer":"driver","reason":"driver hard limit"},
+          "compute":{"enforcer":"limiter","reason":"time caps"}}},
+        {"index":1,"uuid":"GPU-1","enforcer":{
+          "memory":{"enforcer":"none","reason":"no memory limit"},
+          "compute":{"enforcer":"none","reason":"no compute limit"}}},
+        {"index":2,"uuid":"GPU-2","enforcer":null}]}]})"));
+  ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+  ASSERT_EQ(groups->size(), 1u);
+  const RegistryGroup& train = (*groups)[0];
+  ASSERT_EQ(train.enforcers.size(), 1u);
+  EXPECT_EQ(train.enforcers[0].gpu, 0);
+  EXPECT_EQ(train.enforcers[0].memory, "driver");
+  EXPECT_EQ(EnforcerText(train.enforcers),
+            "  enforcer GPU 0: memory driver (driver hard limit); compute limiter (time caps)\n");
+}
+
 GroupReport Report(const std::string& group, std::vector<int32_t> pids) {
   GroupReport r{.group = group,
                 .path = "/dev/shm/gpuslice/" + group,
@@ -159,8 +181,9 @@ TEST(MergeRegistry, MembersMatchByHostPidThenUniqueContainerPid) {
                                            {9001, 1, "ns/a", "c", "shared"},
                                            {9002, 7, "ns/b", "c", "shared"},
                                            {9003, 7, "ns/c", "c", "shared"},
-                                           {9004, 3, "", "", "shared"}}},
-                                         {"other", "mps", {{600, 600, "", "", "mps"}}}};
+                                           {9004, 3, "", "", "shared"}},
+                                          {}},
+                                         {"other", "mps", {{600, 600, "", "", "mps"}}, {}}};
   auto only = MergeRegistry(registry, reports);
   ASSERT_EQ(only.size(), 1u);
   EXPECT_EQ(only[0].id, "other");

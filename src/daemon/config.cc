@@ -44,6 +44,7 @@ Status ApplyConfigJson(const json& j, DaemonConfig& c) {
     GS_CONFIG_KEY(nvml_library)
     GS_CONFIG_KEY(mps_root)
     GS_CONFIG_KEY(mps_control)
+    GS_CONFIG_KEY(cgroup_root)
     GS_CONFIG_KEY(state_dir)
     GS_CONFIG_KEY(shm_dir)
     GS_CONFIG_KEY(group_gc_grace_s)

@@ -29,7 +29,8 @@ struct DaemonConfig {
   std::string nvml_library = "libnvidia-ml.so.1";
   std::string mps_root = "/run/gpuslice/mps";           // MPS pipe/log dirs and state
   std::string mps_control = "nvidia-cuda-mps-control";  // a path, or a name on PATH
-  std::string state_dir = kDefaultStateDir;             // durable records (leases, tenants)
+  std::string cgroup_root = "/sys/fs/cgroup";  // the cgroup v2 mount (driver memory limits)
+  std::string state_dir = kDefaultStateDir;    // durable records (leases, tenants)
   std::string shm_dir;             // group segments; empty: $GPUSLICE_SHM_DIR or the default
   int64_t group_gc_grace_s = 600;  // idle groups' segments are removed after this
   int64_t poll_interval_ms = 500;  // GPU sampling period

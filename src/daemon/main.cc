@@ -28,6 +28,7 @@
 #include "daemon/config.h"
 #include "daemon/dashboard/dashboard_feed.h"
 #include "daemon/dashboard/dashboard_routes.h"
+#include "daemon/enforce/enforcers.h"
 #include "daemon/event_hub.h"
 #include "daemon/gpu/gpu_json.h"
 #include "daemon/gpu/gpu_manager.h"
@@ -116,6 +117,8 @@ std::optional<int> Configure(int argc, char** argv, DaemonConfig& config) {
        "MPS pipe and log directories and state (default /run/gpuslice/mps)");
   bind("--mps-control", &DaemonConfig::mps_control,
        "nvidia-cuda-mps-control to run: a path or a name on PATH");
+  bind("--cgroup-root", &DaemonConfig::cgroup_root,
+       "The cgroup v2 mount the driver's per-cgroup memory limits name (default /sys/fs/cgroup)");
   bind("--state-dir", &DaemonConfig::state_dir,
        "Durable records: leases, groups, tenants (default /var/lib/gpuslice)");
   bind("--shm-dir", &DaemonConfig::shm_dir,
@@ -262,23 +265,34 @@ int Run(int argc, char** argv) {
   // Set once the MPS manager is up: a group's last member leaving releases its
   // MPS tenant, a change of its limits changes the MPS tenant's settings.
   std::atomic<GroupTiers*> tiers_ref{nullptr};
-  TenantRegistry registry({}, clock, pid_watcher, state->get(),
-                          [&hub, &tiers_ref](std::string_view type, const nlohmann::json& data) {
-                            hub.Publish(type, data.dump());
-                            GroupTiers* tiers = tiers_ref.load();
-                            if (tiers == nullptr) return;
-                            if (type == "tenant_exited") {
-                              auto group = data.find("group");
-                              if (group != data.end() && group->is_string()) {
-                                tiers->TenantLeft(group->get<std::string>());
-                              }
-                            } else if (type == "group_limits_changed") {
-                              auto id = data.find("id");
-                              if (id != data.end() && id->is_string()) {
-                                tiers->LimitsChanged(id->get<std::string>());
-                              }
-                            }
-                          });
+  // Set once the enforcers are up: every change of who is in a group or of
+  // its limits reaches the driver's limits before the call that made it
+  // returns (a registration's reply follows its driver limit).
+  std::atomic<Enforcers*> enforcers_ref{nullptr};
+  TenantRegistry registry(
+      {}, clock, pid_watcher, state->get(),
+      [&hub, &tiers_ref, &enforcers_ref](std::string_view type, const nlohmann::json& data) {
+        hub.Publish(type, data.dump());
+        if (Enforcers* e = enforcers_ref.load();
+            e != nullptr && (type == "tenant_registered" || type == "tenant_exited" ||
+                             type == "group_limits_changed" || type == "group_schedule_changed" ||
+                             type == "group_forgotten")) {
+          e->Reconcile();
+        }
+        GroupTiers* tiers = tiers_ref.load();
+        if (tiers == nullptr) return;
+        if (type == "tenant_exited") {
+          auto group = data.find("group");
+          if (group != data.end() && group->is_string()) {
+            tiers->TenantLeft(group->get<std::string>());
+          }
+        } else if (type == "group_limits_changed") {
+          auto id = data.find("id");
+          if (id != data.end() && id->is_string()) {
+            tiers->LimitsChanged(id->get<std::string>());
+          }
+        }
+      });
   // Requests for "all" GPUs are admitted against every GPU of the node.
   registry.SetNodeGpus([&monitor] {
     std::vector<std::string> uuids;
@@ -323,12 +337,38 @@ int Run(int argc, char** argv) {
     return "off";
   });
   mps::MpsHealthChecker mps_health(mps, std::chrono::seconds(5));
+  // What each GPU's node offers (DESIGN.md section 5a): the driver's part
+  // comes from NVML, the node's here. MPS v3 ships with r615 (CUDA 13.4).
+  const bool cgroup_v2 = access((config.cgroup_root + "/cgroup.controllers").c_str(), F_OK) == 0;
+  monitor.SetFeaturesProvider([&mps, cgroup_v2](GpuFeatures& f) {
+    f.cgroup_v2 = cgroup_v2;
+    const mps::MpsStatus status = mps.GetStatus();
+    f.mps_protocol = !status.available ? 0 : DriverMajor(f.driver_version) >= 615 ? 3 : 2;
+    f.mps_reason = status.available ? "" : status.reason;
+  });
   // Isolation tiers (docs/daemon.md "Tenants and groups"): an mps group holds
   // one MPS tenant, named by the group, while it has members.
   GroupTiers tiers(registry, mps);
   tiers.Reconcile();
   tiers.Start();
   tiers_ref.store(&tiers);
+  // The enforcer of each group on each GPU (docs/daemon.md "Enforcers").
+  Enforcers enforcers(
+      Enforcers::Options{.cgroup_root = config.cgroup_root}, **backend, registry,
+      Enforcers::Sources{.gpus = [&monitor] { return monitor.Current(); },
+                         .mps_granted =
+                             [&tiers](const std::string& group, const std::string& uuid) {
+                               auto grant = tiers.GroupState(group);
+                               return grant && grant->tier == Tier::kMps &&
+                                      std::find(grant->uuids.begin(), grant->uuids.end(), uuid) !=
+                                          grant->uuids.end();
+                             }},
+      state->get());
+  enforcers_ref.store(&enforcers);
+  struct EnforcersUnref {  // declared after the enforcers: unset before they go
+    std::atomic<Enforcers*>& ref;
+    ~EnforcersUnref() { ref.store(nullptr); }
+  } enforcers_unref{enforcers_ref};
   struct TiersUnref {  // on every way out: no exit reaches the tiers once they go
     PidWatcher& watcher;
     std::atomic<GroupTiers*>& ref;
@@ -379,8 +419,9 @@ int Run(int argc, char** argv) {
   compute_backstop.Recover();
   if (config.compute_backstop != "off") compute_backstop.Start();
 
-  monitor.SetTickHook([&manager, &usage, &monitor, &collector, &hub, &backstop] {
+  monitor.SetTickHook([&manager, &usage, &monitor, &collector, &hub, &backstop, &enforcers] {
     manager.ExpireDue();
+    enforcers.Reconcile();
     usage.Refresh(*monitor.Current());
     if (backstop) backstop->Tick(*monitor.Current());
     SegmentCollector::Sweep sweep = collector.MaybeSweep();
@@ -425,7 +466,7 @@ int Run(int argc, char** argv) {
   GpuRoutesOptions route_options;
   route_options.default_lease_s = config.default_lease_s;
   route_options.extra_metrics = [&registry, &usage, &monitor, &controllers, &backstop,
-                                 &compute_backstop, &config] {
+                                 &compute_backstop, &config, &enforcers, &mps] {
     std::map<std::string, int> gpu_index;
     for (const GpuInfo& gpu : monitor.Current()->gpus)
       gpu_index[gpu.uuid] = static_cast<int>(gpu.index);
@@ -433,18 +474,29 @@ int Run(int argc, char** argv) {
         FormatTenantMetrics(registry, UsageOfEach(*monitor.Current(), *usage.Current())) +
         FormatGroupMetrics(controllers.Snapshot(), gpu_index);
     if (backstop) text += backstop->FormatMetrics();
+    text += enforcers.FormatMetrics(gpu_index);
+    text +=
+        "# HELP gpuslice_mps_state_save_failures_total Writes of the MPS state file that "
+        "failed.\n# TYPE gpuslice_mps_state_save_failures_total counter\n"
+        "gpuslice_mps_state_save_failures_total " +
+        std::to_string(mps.GetStatus().save_failures) + "\n";
     if (config.compute_backstop != "off") text += compute_backstop.FormatMetrics(!backstop);
     return text;
   };
   AddGpuRoutes(router, manager, monitor, route_options);
-  AddTenantRoutes(router, registry, monitor, usage,
-                  TenantRoutesOptions{.is_admin =
-                                          [auth = server_options->auth](const Caller& c) {
-                                            return Authorize(c, Access::kMutate, auth).ok();
-                                          },
-                                      .proc_root = "/proc",
-                                      .tiers = &tiers,
-                                      .grant_bp = grant_of});
+  AddTenantRoutes(
+      router, registry, monitor, usage,
+      TenantRoutesOptions{
+          .is_admin = [auth = server_options->auth](
+                          const Caller& c) { return Authorize(c, Access::kMutate, auth).ok(); },
+          .proc_root = "/proc",
+          .tiers = &tiers,
+          .grant_bp = grant_of,
+          .enforcer_of =
+              [&enforcers](const std::string& group, const std::string& uuid) {
+                auto c = enforcers.ChoiceOf(group, uuid);
+                return c ? EnforcerChoiceJson(*c) : nlohmann::json(nullptr);
+              }});
   mps::RegisterMpsRoutes(router, mps);
   // The web dashboard (docs/dashboard.md): the page at /, and a sample of the
   // node every second on the event stream, the last minutes kept for new pages.

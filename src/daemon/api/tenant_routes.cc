@@ -71,8 +71,24 @@ StatusOr<GpuLimit> ParseLimit(const json& j, const std::string& where) {
 // every field optional; `where` prefixes field names in errors.
 StatusOr<ScheduleEntry> ParseScheduleEntry(const json& j, const std::string& where) {
   if (!j.is_object()) return InvalidArgument("\"" + where + "\" must be an object");
-  GS_RETURN_IF_ERROR(UnknownFields(j, {"request", "priority", "weight"}, where + "."));
+  GS_RETURN_IF_ERROR(
+      UnknownFields(j, {"request", "priority", "weight", "memory_request"}, where + "."));
   ScheduleEntry entry;
+  if (auto it = j.find("memory_request"); it != j.end() && !it->is_null()) {
+    if (it->is_number_unsigned()) {
+      entry.memory_request_bytes = it->get<uint64_t>();
+    } else if (it->is_string()) {
+      auto bytes = ParseBytes(it->get<std::string>());
+      if (!bytes.ok()) {
+        return InvalidArgument("\"" + where + ".memory_request\": " + bytes.status().message());
+      }
+      entry.memory_request_bytes = *bytes;
+    } else {
+      return InvalidArgument("\"" + where +
+                             ".memory_request\" must be a number of bytes or a quantity like "
+                             "\"8GiB\"");
+    }
+  }
   if (auto it = j.find("request"); it != j.end() && !it->is_null()) {
     if (!it->is_number_unsigned() || it->get<uint64_t>() > 100) {
       return InvalidArgument("\"" + where + ".request\" must be a percentage from 0 to 100");
@@ -392,6 +408,7 @@ json GroupView(const Group& g, const std::vector<Tenant>& members,
     std::optional<uint32_t> grant_bp;
     if (options.grant_bp) grant_bp = options.grant_bp(g.id, u.uuid);
     view["grant_percent"] = grant_bp ? json(*grant_bp / 100.0) : json(nullptr);
+    view["enforcer"] = options.enforcer_of ? options.enforcer_of(g.id, u.uuid) : json(nullptr);
   }
   j["gpus"] = std::move(gpus);
   return j;

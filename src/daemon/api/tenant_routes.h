@@ -38,6 +38,9 @@ struct TenantRoutesOptions {
   // (GroupControllers' view); null or nullopt: unknown (shown as null).
   std::function<std::optional<uint32_t>(const std::string& group, const std::string& uuid)>
       grant_bp;
+  // The enforcer of `group`'s limits on GPU `uuid`, per dimension
+  // (EnforcerChoiceJson); null or a null result: unknown (shown as null).
+  std::function<nlohmann::json(const std::string& group, const std::string& uuid)> enforcer_of;
 };
 
 // A registration's reply carries the tier granted ("tier", "tier_reason",

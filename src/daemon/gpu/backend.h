@@ -16,6 +16,24 @@
 
 namespace gpuslice::daemon {
 
+// What a GPU's node offers for partitioning it (DESIGN.md section 5a): the
+// backend fills the driver's part, the daemon the node's (cgroup v2, MPS).
+struct GpuFeatures {
+  std::string driver_version;      // "615.10"; "" when the driver does not say
+  bool mig = false;                // MIG mode enabled
+  bool memory_limits_api = false;  // nvmlDeviceSetMemoryLimits_v1 present (r615+)
+  bool cgroup_v2 = false;          // the node's cgroup root is cgroup v2
+  // MPS: 0 unavailable (`mps_reason` says why), else the protocol the
+  // control daemon speaks (2 legacy, 3 with namespaces and a TOML config).
+  uint32_t mps_protocol = 0;
+  std::string mps_reason;
+
+  bool operator==(const GpuFeatures&) const = default;
+};
+
+// The clearing value of a hard limit (NVML_DEVICE_MEMORY_LIMIT_MAX).
+inline constexpr uint64_t kNoMemoryLimit = ~0ull;
+
 // Everything the daemon reports about one GPU at one instant.
 struct GpuInfo {
   uint32_t index = 0;
@@ -42,6 +60,7 @@ struct GpuInfo {
   bool persistence = false;
   uint32_t compute_mode = 0;  // NVML value (0 default, 2 prohibited, 3 exclusive process)
   std::string mps = "off";    // filled by the MPS provider, when there is one
+  GpuFeatures features;
 
   bool operator==(const GpuInfo&) const = default;
 };
@@ -91,6 +110,17 @@ class GpuBackend {
   // microseconds); empty when no sampling window closed since.
   virtual StatusOr<std::vector<ProcessUtilization>> ProcessUtilizationSince(uint32_t index,
                                                                             uint64_t since_us) = 0;
+  // The driver's per-cgroup memory limits (r615; DESIGN.md section 5a) on GPU
+  // `index` for the cgroup at sysfs path `cgroup` ("/sys/fs/cgroup/a/b"):
+  // allocations of its processes beyond `hard_bytes` fail; `soft_bytes` is
+  // guaranteed. Soft 0 with hard kNoMemoryLimit clears them. Errors:
+  // kUnimplemented (the driver has none), kFailedPrecondition (MIG, no
+  // cgroup v2), kNotFound (no such cgroup), kPermissionDenied (not root),
+  // kInvalidArgument (soft above hard, a path outside the cgroup root).
+  virtual Status SetMemoryLimits(uint32_t /*index*/, const std::string& /*cgroup*/,
+                                 uint64_t /*soft_bytes*/, uint64_t /*hard_bytes*/) {
+    return {StatusCode::kUnimplemented, "this backend has no driver memory limits"};
+  }
 };
 
 }  // namespace gpuslice::daemon

@@ -158,4 +158,44 @@ void FakeBackend::Mutate(uint32_t index, const std::function<void(GpuInfo&)>& f)
   if (index < gpus_.size()) f(gpus_[index]);
 }
 
+Status FakeBackend::SetMemoryLimits(uint32_t index, const std::string& cgroup, uint64_t soft_bytes,
+                                    uint64_t hard_bytes) {
+  std::lock_guard lock(mu_);
+  ++memory_limit_calls_;
+  if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  if (auto f = memory_limit_failures_.find(index); f != memory_limit_failures_.end()) {
+    return f->second;
+  }
+  if (!gpus_[index].features.memory_limits_api) {
+    return {StatusCode::kUnimplemented, "driver has no memory limits"};
+  }
+  if (soft_bytes > hard_bytes) return InvalidArgument("soft limit above hard limit");
+  if (soft_bytes == 0 && hard_bytes == kNoMemoryLimit) {
+    memory_limits_[index].erase(cgroup);
+  } else {
+    memory_limits_[index][cgroup] = MemoryLimit{soft_bytes, hard_bytes};
+  }
+  return Status::Ok();
+}
+
+std::map<std::string, FakeBackend::MemoryLimit> FakeBackend::MemoryLimits(uint32_t index) const {
+  std::lock_guard lock(mu_);
+  auto it = memory_limits_.find(index);
+  return it == memory_limits_.end() ? std::map<std::string, MemoryLimit>{} : it->second;
+}
+
+int FakeBackend::memory_limit_calls() const {
+  std::lock_guard lock(mu_);
+  return memory_limit_calls_;
+}
+
+void FakeBackend::FailMemoryLimits(uint32_t index, Status status) {
+  std::lock_guard lock(mu_);
+  if (status.ok()) {
+    memory_limit_failures_.erase(index);
+  } else {
+    memory_limit_failures_[index] = std::move(status);
+  }
+}
+
 }  // namespace gpuslice::daemon

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -27,6 +28,23 @@ class FakeBackend final : public GpuBackend {
   StatusOr<std::vector<GpuProcess>> Processes(uint32_t index) override;
   StatusOr<std::vector<ProcessUtilization>> ProcessUtilizationSince(uint32_t index,
                                                                     uint64_t since_us) override;
+  // Kept per GPU and cgroup (a clear removes the entry); fails with
+  // kUnimplemented unless the GPU's features say memory_limits_api, or with
+  // what FailMemoryLimits injected.
+  Status SetMemoryLimits(uint32_t index, const std::string& cgroup, uint64_t soft_bytes,
+                         uint64_t hard_bytes) override;
+
+  struct MemoryLimit {
+    uint64_t soft_bytes = 0;
+    uint64_t hard_bytes = 0;
+    bool operator==(const MemoryLimit&) const = default;
+  };
+  // The driver limits set on GPU `index`, by cgroup path.
+  std::map<std::string, MemoryLimit> MemoryLimits(uint32_t index) const;
+  // Every SetMemoryLimits call so far.
+  int memory_limit_calls() const;
+  // Every SetMemoryLimits on `index` fails with `status` (ok: none fails).
+  void FailMemoryLimits(uint32_t index, Status status);
 
   struct Call {
     uint32_t index;
@@ -61,6 +79,9 @@ class FakeBackend final : public GpuBackend {
     bool sticky;
   };
   std::vector<Failure> failures_;
+  std::map<uint32_t, std::map<std::string, MemoryLimit>> memory_limits_;
+  std::map<uint32_t, Status> memory_limit_failures_;
+  int memory_limit_calls_ = 0;
 };
 
 }  // namespace gpuslice::daemon

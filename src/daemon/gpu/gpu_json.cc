@@ -27,6 +27,18 @@ std::string ModeName(uint32_t mode) {
 
 }  // namespace
 
+nlohmann::json GpuFeaturesJson(const GpuFeatures& f) {
+  return {{"driver_version", f.driver_version},
+          {"mig", f.mig},
+          {"cgroup_v2", f.cgroup_v2},
+          {"memory_limits", f.memory_limits_api},
+          {"mps",
+           {{"available", f.mps_protocol != 0},
+            {"protocol",
+             f.mps_protocol == 0 ? nlohmann::json(nullptr) : nlohmann::json(f.mps_protocol)},
+            {"reason", f.mps_reason}}}};
+}
+
 nlohmann::json GpuJson(const GpuInfo& g) {
   return {
       {"index", g.index},
@@ -57,6 +69,7 @@ nlohmann::json GpuJson(const GpuInfo& g) {
       {"persistence", g.persistence},
       {"compute_mode", ModeName(g.compute_mode)},
       {"mps", g.mps},
+      {"features", GpuFeaturesJson(g.features)},
   };
 }
 

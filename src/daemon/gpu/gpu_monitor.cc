@@ -39,6 +39,7 @@ void GpuMonitor::Sample() {
     if (info.ok()) {
       g = std::move(*info);
       g.mps = mps_ ? mps_(g) : "off";
+      if (features_) features_(g.features);
       read.read_ns = clock_.NowNs();
     } else {
       GS_LOG(kWarn, "gpusliced", "event=sample_failed gpu=%u error=\"%s\"", i,

@@ -56,6 +56,10 @@ class GpuMonitor {
   GpuMonitor& operator=(const GpuMonitor&) = delete;
 
   void SetMpsProvider(MpsProvider provider) { mps_ = std::move(provider); }
+  // Fills the node's part of GpuInfo::features (cgroup v2, MPS) after each read.
+  void SetFeaturesProvider(std::function<void(GpuFeatures&)> provider) {
+    features_ = std::move(provider);
+  }
   void SetChangeListener(ChangeListener listener) { listener_ = std::move(listener); }
   // Runs on the monitor thread after every sample (the daemon expires leases there).
   void SetTickHook(std::function<void()> hook) { tick_ = std::move(hook); }
@@ -79,6 +83,7 @@ class GpuMonitor {
   GpuBackend& backend_;
   const std::chrono::milliseconds interval_;
   MpsProvider mps_;
+  std::function<void(GpuFeatures&)> features_;
   ChangeListener listener_;
   std::function<void()> tick_;
   SampleSink sink_;

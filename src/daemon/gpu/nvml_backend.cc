@@ -38,12 +38,29 @@ namespace gpuslice::daemon {
   X(nvmlDeviceSetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t))                            \
   X(nvmlDeviceSetComputeMode, (nvmlDevice_t, nvmlComputeMode_t))
 
+// Optional entry points: null where the driver lacks them (an older driver,
+// a GPU without MIG); what depends on them is reported absent.
+#define GS_NVML_OPTIONAL_FUNCTIONS(X)                                   \
+  X(nvmlSystemGetDriverVersion, (char*, unsigned int))                  \
+  X(nvmlDeviceGetMigMode, (nvmlDevice_t, unsigned int*, unsigned int*)) \
+  X(nvmlDeviceSetMemoryLimits_v1, (nvmlDevice_t, nvmlSetMemoryLimits_v1_t*))
+
 // NOLINTBEGIN(bugprone-macro-parentheses): `name` is a declarator and a symbol name.
 struct NvmlBackend::Api {
 #define GS_NVML_MEMBER(name, args) decltype(&::name) name = nullptr;
   GS_NVML_FUNCTIONS(GS_NVML_MEMBER)
+  GS_NVML_OPTIONAL_FUNCTIONS(GS_NVML_MEMBER)
 #undef GS_NVML_MEMBER
 };
+
+int DriverMajor(std::string_view version) {
+  int major = 0;
+  size_t i = 0;
+  for (; i < version.size() && version[i] >= '0' && version[i] <= '9' && major < 100000; ++i) {
+    major = major * 10 + (version[i] - '0');
+  }
+  return i == 0 ? 0 : major;
+}
 
 namespace {
 
@@ -57,6 +74,8 @@ StatusCode CodeOf(nvmlReturn_t rc) {
       return StatusCode::kFailedPrecondition;
     case NVML_ERROR_NOT_FOUND:
       return StatusCode::kNotFound;
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return StatusCode::kUnimplemented;
     case NVML_ERROR_GPU_IS_LOST:
     case NVML_ERROR_TIMEOUT:
     case NVML_ERROR_UNINITIALIZED:
@@ -85,6 +104,10 @@ StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Open(const char* library) {
   }
   GS_NVML_FUNCTIONS(GS_NVML_RESOLVE)
 #undef GS_NVML_RESOLVE
+#define GS_NVML_RESOLVE_OPTIONAL(name, args) \
+  b->api_->name = reinterpret_cast<decltype(&::name)>(dlsym(b->handle_, #name));
+  GS_NVML_OPTIONAL_FUNCTIONS(GS_NVML_RESOLVE_OPTIONAL)
+#undef GS_NVML_RESOLVE_OPTIONAL
   // NOLINTEND(bugprone-macro-parentheses)
   nvmlReturn_t rc = b->api_->nvmlInit_v2();
   if (rc != NVML_SUCCESS) {
@@ -98,6 +121,11 @@ StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Open(const char* library) {
     GS_RETURN_IF_ERROR(
         b->Check(b->api_->nvmlDeviceGetHandleByIndex_v2(i, &d), "nvmlDeviceGetHandleByIndex", i));
     b->devices_.push_back(d);
+  }
+  if (char v[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+      b->api_->nvmlSystemGetDriverVersion != nullptr &&
+      b->api_->nvmlSystemGetDriverVersion(v, sizeof v) == NVML_SUCCESS) {
+    b->driver_version_ = v;
   }
   b->locked_gpu_.resize(count);
   b->locked_mem_.resize(count);
@@ -164,10 +192,32 @@ StatusOr<GpuInfo> NvmlBackend::Read(uint32_t index) {
   if (nvmlComputeMode_t m{}; a.nvmlDeviceGetComputeMode(d, &m) == NVML_SUCCESS) {
     g.compute_mode = static_cast<uint32_t>(m);
   }
+  g.features.driver_version = driver_version_;
+  if (unsigned int current = 0, pending = 0;
+      a.nvmlDeviceGetMigMode != nullptr &&
+      a.nvmlDeviceGetMigMode(d, &current, &pending) == NVML_SUCCESS) {
+    g.features.mig = current == NVML_DEVICE_MIG_ENABLE;
+  }
+  // An r615 library exports the setter; the simulated one (one binary for
+  // every driver version) exports it always, so the version decides too.
+  g.features.memory_limits_api =
+      a.nvmlDeviceSetMemoryLimits_v1 != nullptr && DriverMajor(driver_version_) >= 615;
   std::lock_guard lock(mu_);
   g.locked_gpu_clocks = locked_gpu_[index];
   g.locked_memory_clocks = locked_mem_[index];
   return g;
+}
+
+Status NvmlBackend::SetMemoryLimits(uint32_t index, const std::string& cgroup, uint64_t soft_bytes,
+                                    uint64_t hard_bytes) {
+  if (index >= devices_.size()) return NotFound("no GPU " + std::to_string(index));
+  if (api_->nvmlDeviceSetMemoryLimits_v1 == nullptr) {
+    return {StatusCode::kUnimplemented,
+            "the NVML library has no nvmlDeviceSetMemoryLimits_v1 (driver before r615)"};
+  }
+  nvmlSetMemoryLimits_v1_t limits{cgroup.c_str(), soft_bytes, hard_bytes};
+  return Check(api_->nvmlDeviceSetMemoryLimits_v1(devices_[index], &limits),
+               "nvmlDeviceSetMemoryLimits_v1", index);
 }
 
 StatusOr<std::vector<GpuProcess>> NvmlBackend::Processes(uint32_t index) {

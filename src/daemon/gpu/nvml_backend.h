@@ -7,12 +7,17 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/gpu/backend.h"
 #include "nvml_abi/nvml.h"
 
 namespace gpuslice::daemon {
+
+// The major number of a driver version ("615.10" -> 615); 0 when it has none.
+int DriverMajor(std::string_view version);
 
 class NvmlBackend final : public GpuBackend {
  public:
@@ -31,6 +36,8 @@ class NvmlBackend final : public GpuBackend {
   StatusOr<std::vector<GpuProcess>> Processes(uint32_t index) override;
   StatusOr<std::vector<ProcessUtilization>> ProcessUtilizationSince(uint32_t index,
                                                                     uint64_t since_us) override;
+  Status SetMemoryLimits(uint32_t index, const std::string& cgroup, uint64_t soft_bytes,
+                         uint64_t hard_bytes) override;
 
   struct Api;  // the resolved entry points (nvml_backend.cc)
 
@@ -41,6 +48,7 @@ class NvmlBackend final : public GpuBackend {
   void* handle_ = nullptr;
   std::unique_ptr<Api> api_;
   std::vector<nvmlDevice_t> devices_;
+  std::string driver_version_;  // "" when NVML does not say
   mutable std::mutex mu_;
   std::vector<std::optional<ClockRange>> locked_gpu_;  // GUARDED_BY(mu_)
   std::vector<std::optional<ClockRange>> locked_mem_;  // GUARDED_BY(mu_)

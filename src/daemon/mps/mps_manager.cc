@@ -286,7 +286,7 @@ Status MpsManager::Recover() {
       StopDaemon(orphan);
     }
   }
-  (void)Save();  // logged; an unwritable root leaves MPS unavailable, not the daemon down
+  SaveState();  // counted; an unwritable root leaves MPS unavailable, not the daemon down
   return Status::Ok();
 }
 
@@ -440,12 +440,12 @@ Status MpsManager::BringUp(GpuState& gpu) {
   // Saved before the daemon starts, so a crash in between leaves enough to
   // restore the compute mode.
   gpu_state_[gpu.uuid] = gpu;
-  (void)Save();
+  SaveState();
   Status started = StartDaemon(gpu);
   gpu_state_.erase(gpu.uuid);
   if (!started.ok()) {
     TearDown(gpu);
-    (void)Save();
+    SaveState();
   }
   return started;
 }
@@ -506,7 +506,7 @@ StatusOr<AcquireResult> MpsManager::Acquire(const AcquireRequest& request) {
                     "tenant '" + request.tenant + "' already holds other GPUs; release it first");
     }
     existing.settings = request.settings;
-    (void)Save();
+    SaveState();
     return EnvFor(existing);
   }
 
@@ -542,7 +542,7 @@ StatusOr<AcquireResult> MpsManager::Acquire(const AcquireRequest& request) {
     }
   }
   Tenant& stored = tenants_[request.tenant] = std::move(tenant);
-  (void)Save();
+  SaveState();
   return EnvFor(stored);
 }
 
@@ -560,7 +560,7 @@ Status MpsManager::Release(std::string_view name) {
     }
   }
   tenants_.erase(it);
-  (void)Save();
+  SaveState();
   return Status::Ok();
 }
 
@@ -608,7 +608,7 @@ StatusOr<AcquireResult> MpsManager::UpdateSettings(std::string_view name,
       }
     }
   }
-  (void)Save();
+  SaveState();
   return EnvFor(tenant);
 }
 
@@ -676,7 +676,7 @@ void MpsManager::CheckHealth() {
       gpu.last_error = started.message();
     }
   }
-  if (changed) (void)Save();
+  if (changed) SaveState();
 }
 
 MpsStatus MpsManager::GetStatus() const {
@@ -686,6 +686,8 @@ MpsStatus MpsManager::GetStatus() const {
   status.reason = unavailable_;
   status.control_binary = binary_path_.empty() ? options_.control_binary : binary_path_;
   status.root = options_.root;
+  status.save_failures = save_failures_;
+  status.last_save_error = last_save_error_;
   for (const auto& [uuid, gpu] : gpu_state_) {
     GpuMpsStatus g;
     g.index = gpu.index;
@@ -719,6 +721,13 @@ std::vector<TenantInfo> MpsManager::Tenants() const {
     out.push_back(std::move(info));
   }
   return out;
+}
+
+void MpsManager::SaveState() {
+  if (Status s = Save(); !s.ok()) {
+    ++save_failures_;
+    last_save_error_ = s.message();
+  }
 }
 
 Status MpsManager::Save() {

@@ -122,6 +122,10 @@ struct MpsStatus {
   std::string control_binary;
   std::string root;
   std::vector<GpuMpsStatus> gpus;  // GPUs with a daemon (or one being restarted)
+  // State file writes that failed (what they held is lost to a daemon
+  // restart), and the last one's error.
+  uint64_t save_failures = 0;
+  std::string last_save_error;
 };
 
 class MpsManager {
@@ -208,7 +212,10 @@ class MpsManager {
   bool WaitUntil(int64_t timeout_ns, const std::function<bool()>& condition);
   StatusOr<pid_t> ReadPidFile(const std::string& uuid);
   AcquireResult EnvFor(const Tenant& tenant) const;
+  // REQUIRES: mu_ held. Writes the state file; Save's error is logged,
+  // SaveState's also counted (MpsStatus::save_failures, the metrics).
   Status Save();
+  void SaveState();
 
   const MpsOptions options_;
   GpuModeControl& gpus_;
@@ -221,6 +228,8 @@ class MpsManager {
   std::string binary_path_;                    // GUARDED_BY(mu_)
   std::map<std::string, GpuState> gpu_state_;  // by UUID; GUARDED_BY(mu_)
   std::map<std::string, Tenant> tenants_;      // GUARDED_BY(mu_)
+  uint64_t save_failures_ = 0;                 // GUARDED_BY(mu_)
+  std::string last_save_error_;                // GUARDED_BY(mu_)
 };
 
 // Checks an API's tenant settings: percentage 1..100, pinned memory limit a

@@ -407,3 +407,27 @@ TEST_F(MpsManagerTest, BadInputIsRejected) {
 
 }  // namespace
 }  // namespace gpuslice::daemon::mps
+
+namespace gpuslice::daemon::mps {
+namespace {
+
+// A state file that cannot be written is never dropped silently: each failed
+// save is counted and its error kept (the daemon's metrics and
+// GET /v1/mps/status show them), and the tenant is served all the same.
+TEST_F(MpsManagerTest, AFailedStateSaveIsCountedAndKept) {
+  auto m = NewManager();
+  EXPECT_EQ(m->GetStatus().save_failures, 0u);
+  host_.fail_writes = true;
+  AcquireResult r = Acquire(*m, "alice", "0");
+  EXPECT_EQ(r.tier, Tier::kMps);
+  const MpsStatus s = m->GetStatus();
+  EXPECT_GE(s.save_failures, 1u);
+  EXPECT_NE(s.last_save_error.find("Permission denied"), std::string::npos) << s.last_save_error;
+  const uint64_t failures = s.save_failures;
+  host_.fail_writes = false;
+  ASSERT_TRUE(m->Release("alice").ok());
+  EXPECT_EQ(m->GetStatus().save_failures, failures) << "a save that works is not counted";
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon::mps

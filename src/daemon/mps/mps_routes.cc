@@ -113,7 +113,9 @@ ApiResponse HandleStatus(MpsManager& manager, const ApiRequest& /*request*/) {
   json body = {{"available", s.available},
                {"control_binary", s.control_binary},
                {"root", s.root},
-               {"gpus", gpus}};
+               {"gpus", gpus},
+               {"state_save_failures", s.save_failures}};
+  if (!s.last_save_error.empty()) body["last_state_save_error"] = s.last_save_error;
   if (!s.available) body["reason"] = s.reason;
   return ApiResponse::Json(200, body);
 }

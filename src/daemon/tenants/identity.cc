@@ -208,10 +208,18 @@ CgroupInfo ParseCgroupFile(std::string_view text) {
       fallback = std::move(info);
     }
   }
-  if (unified && (!unified->pod_uid.empty() || !unified->container_id.empty())) return *unified;
-  if (v1_found) return *v1_found;
-  if (unified) return *unified;
-  return fallback.value_or(CgroupInfo{});
+  const bool unified_names_one =
+      unified && (!unified->pod_uid.empty() || !unified->container_id.empty());
+  CgroupInfo out;
+  if (v1_found && !unified_names_one) {
+    out = *v1_found;
+  } else if (unified) {
+    out = *unified;
+  } else {
+    out = fallback.value_or(CgroupInfo{});
+  }
+  if (unified) out.unified_path = unified->path;
+  return out;
 }
 
 uint64_t ReadStartTime(const std::string& proc_root, pid_t pid) {

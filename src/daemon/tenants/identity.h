@@ -33,6 +33,9 @@ struct CgroupInfo {
   std::string container_id;  // lower-case hex; empty: not in a container, or not recognised
   std::string runtime;       // "containerd", "cri-o", "docker", or "" (unknown / none)
   std::string qos;           // "guaranteed", "burstable", "besteffort"; "" outside a pod
+  // The cgroup v2 ("0::") line's path whatever `path` is; "" when the process
+  // has none (cgroup v1 only). The driver's memory limits name this one.
+  std::string unified_path;
 
   bool operator==(const CgroupInfo&) const = default;
 };

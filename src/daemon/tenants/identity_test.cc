@@ -63,7 +63,7 @@ TEST(ParseCgroupPathTest, ContainerWithoutPodAndPlainProcesses) {
   EXPECT_EQ(docker.runtime, "docker");
   EXPECT_EQ(ParseCgroupPath("/docker/" + kId).runtime, "docker");
   CgroupInfo plain = ParseCgroupPath("/user.slice/user-1000.slice/session-3.scope");
-  EXPECT_EQ(plain, (CgroupInfo{"/user.slice/user-1000.slice/session-3.scope", "", "", "", ""}));
+  EXPECT_EQ(plain, (CgroupInfo{"/user.slice/user-1000.slice/session-3.scope", "", "", "", "", ""}));
   // Look-alikes are not pods: a short "pod" name, a non-hex UID.
   EXPECT_EQ(ParseCgroupPath("/podcast.slice/app.scope").pod_uid, "");
   EXPECT_EQ(ParseCgroupPath("/kubepods/podzzzzzzzz-3b4a-4c6d-9e8f-0a1b2c3d4e5f/x").pod_uid, "");
@@ -83,6 +83,11 @@ TEST(ParseCgroupFileTest, V2AndV1) {
   EXPECT_EQ(ParseCgroupFile("0::/\n" + v1).pod_uid, kUid);
   EXPECT_EQ(ParseCgroupFile("0::/user.slice/x.scope\n").path, "/user.slice/x.scope");
   EXPECT_EQ(ParseCgroupFile("garbage"), CgroupInfo{});
+  // The v2 path is kept whichever line names the pod or container.
+  EXPECT_EQ(ParseCgroupFile("4:memory:/docker/" + std::string(64, 'a') + "\n0::/tenants/a\n")
+                .unified_path,
+            "/tenants/a");
+  EXPECT_EQ(ParseCgroupFile("4:memory:/x\n").unified_path, "");
 }
 
 TEST(IdentifyProcessTest, ReadsNamespacePidUidStartTimeCgroupAndEnvironment) {

@@ -90,6 +90,9 @@ ScheduleEntry ScheduleEntryOn(const ScheduleSettings& schedule, const std::strin
     if (own->second.request_percent) out.request_percent = own->second.request_percent;
     if (own->second.priority) out.priority = own->second.priority;
     if (own->second.weight) out.weight = own->second.weight;
+    if (own->second.memory_request_bytes) {
+      out.memory_request_bytes = own->second.memory_request_bytes;
+    }
   }
   return out;
 }
@@ -125,6 +128,7 @@ json ScheduleEntryJson(const ScheduleEntry& entry) {
   if (entry.request_percent) j["request"] = *entry.request_percent;
   if (entry.priority) j["priority"] = PriorityName(*entry.priority);
   if (entry.weight) j["weight"] = *entry.weight;
+  if (entry.memory_request_bytes) j["memory_request_bytes"] = *entry.memory_request_bytes;
   return j;
 }
 
@@ -165,6 +169,7 @@ json TenantJson(const Tenant& t) {
           {"runtime", t.cgroup.runtime},
           {"qos", t.cgroup.qos},
           {"cgroup", t.cgroup.path},
+          {"cgroup_v2", t.cgroup.unified_path},
           {"pod", t.hints.pod_name},
           {"namespace", t.hints.pod_namespace},
           {"container", t.hints.container_name},
@@ -197,7 +202,8 @@ StatusOr<Group> GroupFromJson(const json& j) {
     for (const auto& [gpu, e] : schedule->items()) {
       ScheduleEntry entry;
       if (!e.is_object() || !ReadOptional(e, "request", entry.request_percent) ||
-          !ReadOptional(e, "weight", entry.weight)) {
+          !ReadOptional(e, "weight", entry.weight) ||
+          !ReadOptional(e, "memory_request_bytes", entry.memory_request_bytes)) {
         return InvalidArgument("group " + g.id + ": a malformed schedule for " + gpu);
       }
       if (auto p = e.find("priority"); p != e.end() && p->is_string()) {
@@ -227,8 +233,8 @@ StatusOr<Tenant> TenantFromJson(const json& j) {
     t.start_time = j.at("start_time").get<uint64_t>();
     t.uid = j.at("uid").get<uid_t>();
     t.group = j.at("group").get<std::string>();
-    t.cgroup = CgroupInfo{Str(j, "cgroup"), Str(j, "pod_uid"), Str(j, "container_id"),
-                          Str(j, "runtime"), Str(j, "qos")};
+    t.cgroup = CgroupInfo{Str(j, "cgroup"),  Str(j, "pod_uid"), Str(j, "container_id"),
+                          Str(j, "runtime"), Str(j, "qos"),     Str(j, "cgroup_v2")};
     t.hints = ClaimedHints{Str(j, "pod"), Str(j, "namespace"), Str(j, "container"),
                            Str(j, "claimed_pod_uid")};
     t.hint_conflicts = j.value("hint_conflicts", std::vector<std::string>{});

@@ -84,6 +84,9 @@ struct ScheduleEntry {
   std::optional<uint32_t> request_percent;  // 0..100
   std::optional<Priority> priority;
   std::optional<uint32_t> weight;  // 1..1000
+  // Memory guaranteed under contention (the driver's soft limit where the
+  // driver holds the group's memory; DESIGN.md section 5a), bytes.
+  std::optional<uint64_t> memory_request_bytes;
 
   bool operator==(const ScheduleEntry&) const = default;
 };

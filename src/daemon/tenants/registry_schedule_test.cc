@@ -19,8 +19,10 @@ using namespace std::string_literals;
 constexpr const char* kPodA = "aaaaaaaa-1111-2222-3333-444444444444";
 
 ScheduleEntry Request(uint32_t percent) {
-  return ScheduleEntry{
-      .request_percent = percent, .priority = std::nullopt, .weight = std::nullopt};
+  return ScheduleEntry{.request_percent = percent,
+                       .priority = std::nullopt,
+                       .weight = std::nullopt,
+                       .memory_request_bytes = std::nullopt};
 }
 
 class RegistryScheduleTest : public ::testing::Test {
@@ -140,8 +142,14 @@ TEST_F(RegistryScheduleTest, ARequestAboveTheLimitAndOutOfRangeValuesAreInvalid)
 TEST_F(RegistryScheduleTest, ScheduleOnIsTheEffectiveValuesOnOneGpu) {
   EXPECT_FALSE(registry_->ScheduleOn("nobody", "GPU-0").has_value());
   ASSERT_TRUE(registry_->SetGroup("g", {{kAllGpus, {std::nullopt, 80}}}, std::nullopt).ok());
-  ScheduleEntry all{.request_percent = 30, .priority = Priority::kLatency, .weight = 2};
-  ScheduleEntry gpu1{.request_percent = 70, .priority = std::nullopt, .weight = std::nullopt};
+  ScheduleEntry all{.request_percent = 30,
+                    .priority = Priority::kLatency,
+                    .weight = 2,
+                    .memory_request_bytes = std::nullopt};
+  ScheduleEntry gpu1{.request_percent = 70,
+                     .priority = std::nullopt,
+                     .weight = std::nullopt,
+                     .memory_request_bytes = std::nullopt};
   ASSERT_TRUE(SetSchedule("g", {{kAllGpus, all}, {"GPU-1", gpu1}}).ok());
   auto s0 = registry_->ScheduleOn("g", "GPU-0");
   ASSERT_TRUE(s0.has_value());
@@ -199,7 +207,10 @@ TEST_F(RegistryScheduleTest, AScheduleChangeIsOneEventAndLeavesTheLimits) {
 }
 
 TEST_F(RegistryScheduleTest, TheScheduleAndPausedFlagSurviveARestart) {
-  ScheduleEntry all{.request_percent = 25, .priority = Priority::kLatency, .weight = 3};
+  ScheduleEntry all{.request_percent = 25,
+                    .priority = Priority::kLatency,
+                    .weight = 3,
+                    .memory_request_bytes = std::nullopt};
   ASSERT_TRUE(SetSchedule("g", {{kAllGpus, all}, {"GPU-1", Request(10)}}).ok());
   ASSERT_TRUE(registry_->SetPaused("g", true).ok());
   registry_ = MakeRegistry();
@@ -252,8 +263,10 @@ TEST_F(RegistryScheduleTest, AGroupsFileFromBeforeSchedulingStillLoads) {
 
 TEST_F(RegistryScheduleTest, ARegistrationsScheduleAppliesOnlyToTheGroupItCreates) {
   Registration first = Reg(100, 1000, "train");
-  first.schedule =
-      ScheduleEntry{.request_percent = 30, .priority = Priority::kLatency, .weight = std::nullopt};
+  first.schedule = ScheduleEntry{.request_percent = 30,
+                                 .priority = Priority::kLatency,
+                                 .weight = std::nullopt,
+                                 .memory_request_bytes = std::nullopt};
   std::string refused = "stale";
   ASSERT_TRUE(registry_->Register(first, &refused).ok());
   EXPECT_EQ(refused, "");

@@ -213,6 +213,14 @@ TEST_F(TierBackstopTest, AnMpsGroupGetsMpsWithItsEnvironmentAndReleasesItAfterIt
   ASSERT_EQ(code, 200);
   EXPECT_EQ(groups["tier"], "mps");
   EXPECT_EQ(groups["tier_granted"], "mps") << groups.dump();
+  // MPS holds the group's compute there (docs/daemon.md "Enforcers").
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Call("GET", "/v1/groups/train")
+                   .second["gpus"][0]["enforcer"]["compute"]["enforcer"] == "mps";
+      },
+      10s))
+      << Call("GET", "/v1/groups/train").second.dump();
   auto [mcode, mps] = Call("GET", "/v1/mps/tenants");
   ASSERT_EQ(mps["tenants"].size(), 1u) << mps.dump();
   EXPECT_EQ(mps["tenants"][0]["name"], "train");

@@ -1,0 +1,84 @@
+// The enforcer of each group on each GPU, per dimension (DESIGN.md section
+// 5a; docs/daemon.md "Enforcers"): the strongest the node has, and why.
+//
+// Memory:
+//  1. No memory limit: nothing to enforce (kNone).
+//  2. The driver's per-cgroup hard limit (kDriver) where the GPU offers it
+//     (r615 memory limits API, cgroup v2, not MIG) and the group has one
+//     cgroup of its own: the deepest cgroup holding every member, when the
+//     members are one pod's or all sit in the same cgroup, and never the
+//     root cgroup. The limit is the hard limit, the group's memory request
+//     the soft limit. The limiter keeps its accounting as a second line.
+//  3. Otherwise the limiter (kLimiter), saying what was missing.
+// Compute:
+//  1. An `mps` group granted MPS: MPS (kMps; its active thread percentage,
+//     by namespace with MPS v3).
+//  2. A compute limit otherwise: the limiter's time caps (kLimiter).
+//  3. No limit: kNone.
+//
+// Pure functions; thread-compatible values.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/gpu/backend.h"
+#include "daemon/tenants/identity.h"
+
+namespace gpuslice::daemon {
+
+enum class Enforcer { kNone, kLimiter, kDriver, kMps };
+std::string_view EnforcerName(Enforcer enforcer);  // "none", "limiter", "driver", "mps"
+
+struct DimensionChoice {
+  Enforcer enforcer = Enforcer::kNone;
+  std::string reason;
+
+  bool operator==(const DimensionChoice&) const = default;
+};
+
+// A driver memory limit to hold: on GPU `gpu_index` for `cgroup` (the sysfs
+// path), soft and hard in bytes.
+struct DriverMemoryLimit {
+  uint32_t gpu_index = 0;
+  std::string cgroup;
+  uint64_t soft_bytes = 0;
+  uint64_t hard_bytes = 0;
+
+  bool operator==(const DriverMemoryLimit&) const = default;
+};
+
+struct EnforcerChoice {
+  DimensionChoice memory;
+  DimensionChoice compute;
+  std::optional<DriverMemoryLimit> driver_limit;  // set iff memory is kDriver
+
+  bool operator==(const EnforcerChoice&) const = default;
+};
+
+// What the choice for one group on one GPU depends on.
+struct ChoiceInput {
+  uint32_t gpu_index = 0;
+  GpuFeatures features;
+  std::string cgroup_root = "/sys/fs/cgroup";  // the cgroup v2 mount
+  std::optional<uint64_t> memory_limit_bytes;
+  std::optional<uint64_t> memory_request_bytes;
+  std::optional<uint32_t> compute_limit_percent;
+  bool mps_granted = false;                // the group runs on MPS on this GPU
+  std::vector<CgroupInfo> member_cgroups;  // their unified_path is what counts
+};
+
+EnforcerChoice ChooseEnforcers(const ChoiceInput& input);
+
+// The cgroup (a path in the cgroup v2 hierarchy, "/a/b") that holds exactly
+// the group's members as memory rule 2 says, or nullopt with `*why`.
+std::optional<std::string> GroupCgroup(const std::vector<CgroupInfo>& members, std::string* why);
+
+// {"memory": {"enforcer", "reason", "cgroup" (driver only)}, "compute": {...}}.
+nlohmann::json EnforcerChoiceJson(const EnforcerChoice& choice);
+
+}  // namespace gpuslice::daemon

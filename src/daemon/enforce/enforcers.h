@@ -1,0 +1,99 @@
+// Enforcers: the daemon's choice of enforcer for each group on each GPU, per
+// dimension (enforcer_choice.h), made real and kept current (DESIGN.md
+// section 5a; docs/daemon.md "Enforcers").
+//
+// Reconcile() recomputes every choice from the registry (groups, limits,
+// schedule, members' cgroups), the GPUs' features and the tiers granted, and
+// makes the driver's per-cgroup memory limits match:
+//  1. A choice of the driver for memory sets (soft, hard) on the group's
+//     cgroup; a changed limit or cgroup is set again (the old cgroup cleared
+//     first). So a limit change goes to the driver where the driver holds it
+//     (and to the limiter through the group segment, as always).
+//  2. A limit this object set that no choice holds any more (the group left:
+//     its last member gone, the group forgotten, its limit removed, the group
+//     moved to another cgroup) is cleared (soft 0, hard kNoMemoryLimit).
+//  3. A driver refusal falls the group's memory back to the limiter on that
+//     GPU, with the driver's error as the reason, and is counted; the next
+//     Reconcile tries again.
+//  4. What is set is saved (record "driver_limits") after every change, so a
+//     restarted daemon clears the limits of groups that left meanwhile. A
+//     failed save is counted and logged, never dropped silently.
+// The daemon calls Reconcile after every registry event (a tenant
+// registered or left, a group's limits changed or forgotten: synchronously,
+// so a registration's reply follows its driver limit) and after every GPU
+// sample.
+//
+// Thread-safe: Reconcile calls are serialised by one lock; ChoiceOf,
+// Choices and FormatMetrics read under another.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/enforce/enforcer_choice.h"
+#include "daemon/gpu/backend.h"
+#include "daemon/gpu/gpu_monitor.h"
+#include "daemon/state/state_store.h"
+#include "daemon/tenants/registry.h"
+
+namespace gpuslice::daemon {
+
+inline constexpr const char* kDriverLimitsRecordName = "driver_limits";
+
+class Enforcers {
+ public:
+  struct Options {
+    std::string cgroup_root = "/sys/fs/cgroup";
+  };
+  struct Sources {
+    // The GPUs as last sampled (features included).
+    std::function<std::shared_ptr<const Snapshot>()> gpus;
+    // Whether group `group` runs on MPS on GPU `uuid`; null: never.
+    std::function<bool(const std::string& group, const std::string& uuid)> mps_granted;
+  };
+  using Key = std::pair<std::string, std::string>;  // group id, GPU UUID
+
+  // REQUIRES: every argument outlives this object; `store` may be null
+  // (nothing saved). Loads what an earlier run set (its owner is now this).
+  Enforcers(Options options, GpuBackend& backend, const TenantRegistry& registry, Sources sources,
+            StateStore* store);
+
+  void Reconcile();
+
+  std::optional<EnforcerChoice> ChoiceOf(const std::string& group, const std::string& uuid) const;
+  std::map<Key, EnforcerChoice> Choices() const;
+  // gpuslice_group_enforcer{group,gpu,dimension,enforcer} 1 per choice, the
+  // driver limits held, and the failure counters.
+  std::string FormatMetrics(const std::map<std::string, int>& gpu_index) const;
+
+  uint64_t driver_failures() const;
+  uint64_t save_failures() const;
+
+ private:
+  using Held = DriverMemoryLimit;
+  // REQUIRES: reconcile_mu_ held.
+  void Save();
+
+  const Options options_;
+  GpuBackend& backend_;
+  const TenantRegistry& registry_;
+  const Sources sources_;
+  StateStore* const store_;
+
+  std::mutex reconcile_mu_;   // one Reconcile at a time; taken before mu_
+  std::map<Key, Held> held_;  // GUARDED_BY(reconcile_mu_): what is set in the driver
+
+  mutable std::mutex mu_;
+  std::map<Key, EnforcerChoice> choices_;  // GUARDED_BY(mu_)
+  uint64_t driver_failures_ = 0;           // GUARDED_BY(mu_)
+  uint64_t save_failures_ = 0;             // GUARDED_BY(mu_)
+};
+
+}  // namespace gpuslice::daemon

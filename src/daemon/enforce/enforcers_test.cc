@@ -1,0 +1,212 @@
+#include "daemon/enforce/enforcers.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "daemon/gpu/fake_backend.h"
+#include "daemon/tenants/fake_proc.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+constexpr uint64_t kGiB = 1ull << 30;
+constexpr const char* kRoot = "/sys/fs/cgroup";
+constexpr const char* kCgroupA = "/sys/fs/cgroup/tenants/a";
+
+class EnforcersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_dir_ = proc_.root() + "-state";
+    std::filesystem::remove_all(state_dir_);
+    store_ = std::move(StateStore::Open(state_dir_).value());
+    registry_ = std::make_unique<TenantRegistry>(TenantRegistry::Options{proc_.root()}, clock_,
+                                                 watcher_, nullptr, nullptr);
+    proc_.Add(100, "100", 0, 11, "0::/tenants/a\n");
+    proc_.Add(101, "101", 0, 12, "0::/tenants/a\n");
+    proc_.Add(200, "200", 0, 21, "0::/\n");
+    Driver("615.10");
+  }
+  void TearDown() override { std::filesystem::remove_all(state_dir_); }
+
+  // Both GPUs run `version`; r615 and later have the memory limits API.
+  void Driver(const std::string& version) {
+    for (uint32_t i = 0; i < 2; ++i) {
+      backend_.Mutate(i, [&](GpuInfo& g) {
+        g.features.driver_version = version;
+        g.features.memory_limits_api = version >= "615";
+        g.features.cgroup_v2 = true;
+      });
+    }
+  }
+  std::shared_ptr<const Snapshot> Gpus() {
+    auto s = std::make_shared<Snapshot>();
+    for (uint32_t i = 0; i < backend_.DeviceCount(); ++i) s->gpus.push_back(*backend_.Read(i));
+    return s;
+  }
+  std::unique_ptr<Enforcers> Make() {
+    return std::make_unique<Enforcers>(
+        Enforcers::Options{.cgroup_root = kRoot}, backend_, *registry_,
+        Enforcers::Sources{
+            .gpus = [this] { return Gpus(); },
+            .mps_granted = [this](const std::string& g,
+                                  const std::string&) { return mps_groups_.contains(g); }},
+        store_.get());
+  }
+  void Register(pid_t pid, const std::string& group) {
+    Registration r;
+    r.pid = pid;
+    r.uid = 0;
+    r.group = group;
+    r.devices = {"GPU-fake-0"};
+    ASSERT_TRUE(registry_->Register(r).ok());
+  }
+  void Limit(const std::string& group, uint64_t memory, uint64_t request = 0) {
+    TenantRegistry::GroupChange change;
+    change.limits = Limits{{kAllGpus, GpuLimit{.memory_bytes = memory, .compute_percent = 50}}};
+    if (request > 0) {
+      ScheduleEntry entry;
+      entry.memory_request_bytes = request;
+      change.schedule = ScheduleSettings{{kAllGpus, entry}};
+    }
+    ASSERT_TRUE(registry_->UpdateGroup(group, change).ok());
+  }
+
+  FakeProc proc_;
+  SimulatedClock clock_{1'000};
+  FakeWatcher watcher_;
+  FakeBackend backend_{2};
+  std::string state_dir_;
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<TenantRegistry> registry_;
+  std::set<std::string> mps_groups_;
+};
+
+TEST_F(EnforcersTest, TheDriverHoldsAGroupsMemoryFromItsFirstMemberUntilItsLast) {
+  auto enforcers = Make();
+  Limit("train", 2 * kGiB, kGiB);
+  Register(100, "train");
+  Register(101, "train");
+  enforcers->Reconcile();
+  auto limits = backend_.MemoryLimits(0);
+  ASSERT_EQ(limits.size(), 1u);
+  EXPECT_EQ(limits[kCgroupA], (FakeBackend::MemoryLimit{kGiB, 2 * kGiB}));
+  EXPECT_TRUE(backend_.MemoryLimits(1).empty()) << "no member uses GPU 1";
+  auto c = enforcers->ChoiceOf("train", "GPU-fake-0");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->memory.enforcer, Enforcer::kDriver);
+  EXPECT_EQ(c->compute.enforcer, Enforcer::kLimiter);
+  EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-1")->memory.enforcer, Enforcer::kLimiter);
+  // Nothing changed: nothing set again.
+  const int calls = backend_.memory_limit_calls();
+  enforcers->Reconcile();
+  EXPECT_EQ(backend_.memory_limit_calls(), calls);
+
+  // A limit change goes to the driver.
+  Limit("train", 3 * kGiB);
+  enforcers->Reconcile();
+  EXPECT_EQ(backend_.MemoryLimits(0)[kCgroupA], (FakeBackend::MemoryLimit{kGiB, 3 * kGiB}));
+
+  // One member leaving keeps it; the last clears it.
+  registry_->OnExited({100});
+  enforcers->Reconcile();
+  EXPECT_EQ(backend_.MemoryLimits(0).size(), 1u);
+  registry_->OnExited({101});
+  enforcers->Reconcile();
+  EXPECT_TRUE(backend_.MemoryLimits(0).empty());
+  EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->memory.enforcer, Enforcer::kLimiter);
+}
+
+TEST_F(EnforcersTest, AnOldDriverLeavesMemoryToTheLimiter) {
+  Driver("580.65.06");
+  auto enforcers = Make();
+  Limit("train", 2 * kGiB);
+  Register(100, "train");
+  enforcers->Reconcile();
+  EXPECT_EQ(backend_.memory_limit_calls(), 0);
+  auto c = enforcers->ChoiceOf("train", "GPU-fake-0");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->memory.enforcer, Enforcer::kLimiter);
+  EXPECT_NE(c->memory.reason.find("580.65.06"), std::string::npos) << c->memory.reason;
+}
+
+TEST_F(EnforcersTest, ADriverRefusalFallsBackToTheLimiterAndIsCounted) {
+  auto enforcers = Make();
+  backend_.FailMemoryLimits(0, {StatusCode::kPermissionDenied, "not root"});
+  Limit("train", 2 * kGiB);
+  Register(100, "train");
+  enforcers->Reconcile();
+  auto c = enforcers->ChoiceOf("train", "GPU-fake-0");
+  EXPECT_EQ(c->memory.enforcer, Enforcer::kLimiter);
+  EXPECT_NE(c->memory.reason.find("not root"), std::string::npos) << c->memory.reason;
+  EXPECT_EQ(enforcers->driver_failures(), 1u);
+  const std::string metrics = enforcers->FormatMetrics({{"GPU-fake-0", 0}});
+  EXPECT_NE(metrics.find("gpuslice_driver_limit_failures_total 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("gpuslice_group_enforcer{group=\"train\",gpu=\"0\",dimension=\"memory\","
+                         "enforcer=\"limiter\"} 1\n"),
+            std::string::npos)
+      << metrics;
+  // The driver accepts it later: the next Reconcile sets it.
+  backend_.FailMemoryLimits(0, Status::Ok());
+  enforcers->Reconcile();
+  EXPECT_EQ(backend_.MemoryLimits(0).size(), 1u);
+  EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->memory.enforcer, Enforcer::kDriver);
+}
+
+TEST_F(EnforcersTest, GroupsSharingACgroupOrInTheRootOneAreLeftToTheLimiter) {
+  auto enforcers = Make();
+  Limit("a", 2 * kGiB);
+  Limit("b", 2 * kGiB);
+  Limit("root", 2 * kGiB);
+  Register(100, "a");
+  Register(101, "b");
+  Register(200, "root");
+  enforcers->Reconcile();
+  EXPECT_TRUE(backend_.MemoryLimits(0).empty());
+  EXPECT_NE(enforcers->ChoiceOf("a", "GPU-fake-0")->memory.reason.find("several groups"),
+            std::string::npos);
+  EXPECT_NE(enforcers->ChoiceOf("root", "GPU-fake-0")->memory.reason.find("root cgroup"),
+            std::string::npos);
+}
+
+TEST_F(EnforcersTest, MpsGroupsComputeIsMps) {
+  auto enforcers = Make();
+  Limit("train", 2 * kGiB);
+  Register(100, "train");
+  mps_groups_.insert("train");
+  enforcers->Reconcile();
+  EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->compute.enforcer, Enforcer::kMps);
+}
+
+TEST_F(EnforcersTest, ARestartedDaemonClearsTheLimitsOfGroupsThatLeftMeanwhile) {
+  {
+    auto enforcers = Make();
+    Limit("train", 2 * kGiB);
+    Register(100, "train");
+    enforcers->Reconcile();
+    ASSERT_EQ(backend_.MemoryLimits(0).size(), 1u);
+  }
+  ASSERT_TRUE(registry_->Unregister(100).ok());
+  auto restarted = Make();
+  restarted->Reconcile();
+  EXPECT_TRUE(backend_.MemoryLimits(0).empty());
+  auto again = Make();  // and the record says so
+  const int calls = backend_.memory_limit_calls();
+  again->Reconcile();
+  EXPECT_EQ(backend_.memory_limit_calls(), calls);
+}
+
+TEST_F(EnforcersTest, AFailedSaveIsCountedAndShown) {
+  auto enforcers = Make();
+  Limit("train", 2 * kGiB);
+  Register(100, "train");
+  std::filesystem::remove_all(state_dir_);
+  enforcers->Reconcile();
+  EXPECT_EQ(backend_.MemoryLimits(0).size(), 1u) << "the limit holds all the same";
+  EXPECT_EQ(enforcers->save_failures(), 1u);
+  EXPECT_NE(enforcers->FormatMetrics({}).find("gpuslice_driver_limits_save_failures_total 1\n"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon

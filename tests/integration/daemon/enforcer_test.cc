@@ -1,0 +1,262 @@
+// The enforcer of each group's limits end to end (DESIGN.md section 5a;
+// docs/daemon.md "Enforcers"): gpusliced on a private simulated GPU of an
+// r615 node and of an older node, the same group and limit on both, and a
+// tenant process in the group's own cgroup v2 directory (made here).
+//  - r615: the daemon holds the group's memory by the driver's hard limit on
+//    that cgroup, so a process WITHOUT the limiter is refused beyond it by the
+//    (simulated) driver itself and sees the limit as its memory total; the
+//    limit goes when the group's last member goes.
+//  - older driver: the limiter holds it; a process without the limiter is
+//    not held (which is why the limiter is there).
+//  - both: a process with the limiter stays within the limit.
+// The choice and its reason are checked in the API, the metrics, `gpuslice
+// status` and `gpuslice gpu list`.
+//
+// Needs root and a writable cgroup v2 hierarchy; skipped saying why otherwise.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/unix_http_client.h"
+#include "tests/integration/support/daemon_ready.h"
+#include "tests/integration/support/forked_tenant.h"
+#include "tests/integration/support/sim_process_test.h"
+
+namespace gpuslice {
+namespace {
+
+using nlohmann::json;
+using testing::BuildDir;
+using testing::WaitFor;
+using namespace std::chrono_literals;
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kLimit = 512 * kMiB;
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Where the cgroup v2 hierarchy is mounted ("" if nowhere).
+std::string CgroupV2Root() {
+  std::istringstream mounts(ReadText("/proc/mounts"));
+  std::string device, dir, type, rest;
+  while (mounts >> device >> dir >> type && std::getline(mounts, rest)) {
+    if (type == "cgroup2") return dir;
+  }
+  return "";
+}
+
+struct Node {
+  const char* name;
+  const char* driver_version;
+  bool r615;
+};
+
+class EnforcerTest : public testing::SimProcessTest, public ::testing::WithParamInterface<Node> {
+ protected:
+  void SetUp() override {
+    SimProcessTest::SetUp();
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (cgroups, the driver's memory limits)";
+    root_ = CgroupV2Root();
+    if (root_.empty()) GTEST_SKIP() << "no cgroup v2 hierarchy is mounted";
+    base_ = root_ + "/gpuslice-enforcer-" + std::to_string(getpid());
+    if (mkdir(base_.c_str(), 0755) != 0) {
+      GTEST_SKIP() << "the cgroup v2 hierarchy at " << root_
+                   << " is not writable here (mkdir: " << strerror(errno) << ")";
+    }
+    cgroup_ = base_ + "/train";
+    ASSERT_EQ(mkdir(cgroup_.c_str(), 0755), 0) << strerror(errno);
+    config_ =
+        std::string(R"({"device_count":2,"driver_version":")") + GetParam().driver_version + "\"}";
+    socket_ = dir_ + "/gpusliced.sock";
+    tenants_.set_socket(socket_);
+  }
+  void TearDown() override {
+    tenants_.KillAll();
+    SimProcessTest::TearDown();
+    // A cgroup is busy until its last process is reaped (done above).
+    if (!cgroup_.empty()) rmdir(cgroup_.c_str());
+    if (!base_.empty()) rmdir(base_.c_str());
+  }
+
+  std::vector<std::string> SimEnv() const {
+    return {"GPUSLICE_SIM_CONFIG=" + config_, "GPUSLICE_SIM_CGROUP_ROOT=" + root_};
+  }
+  void StartDaemon() {
+    daemon_ = StartProgram(
+        "gpusliced", 0,
+        {"--socket", socket_, "--poll-interval-ms", "100", "--log-level", "debug", "--state-dir",
+         dir_ + "/state", "--cgroup-root", root_, "--mps-control", dir_ + "/no-mps-control"},
+        SimEnv());
+    ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err0");
+  }
+  std::pair<int, json> Call(const std::string& method, const std::string& target,
+                            const std::string& body = "") {
+    auto r = cli::UnixHttpClient(socket_, 10s).Request(method, target, body);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return {0, nullptr};
+    return {r->status, json::parse(r->body, nullptr, false)};
+  }
+  std::string Metrics() {
+    auto r = cli::UnixHttpClient(socket_, 10s).Request("GET", "/metrics");
+    return r.ok() ? r->body : "";
+  }
+  std::string Cli(const std::vector<std::string>& args) {
+    std::string cmd = BuildDir() + "/bin/gpuslice";
+    for (const std::string& a : args) cmd += " '" + a + "'";
+    cmd += " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[512];
+    while (p != nullptr && fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    if (p != nullptr) pclose(p);
+    return out;
+  }
+
+  // A tenant of group "train" in the group's cgroup that registers itself
+  // and then runs gpuslice-alloc-probe (64 MiB chunks, at most 1 GiB) with
+  // `extra_env`; its first output line, once printed.
+  json RunProbe(const std::vector<std::string>& extra_env) {
+    testing::ForkedTenantOptions options;
+    options.cgroup = cgroup_;
+    std::vector<std::string> argv = {BuildDir() + "/bin/gpuslice-alloc-probe",
+                                     "alloc",
+                                     "--chunk",
+                                     std::to_string(64 * kMiB),
+                                     "--max",
+                                     "16",
+                                     "--hold-s",
+                                     "60"};
+    std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
+                                    "GPUSLICE_SIM_STATE=" + state_};
+    for (const std::string& e : SimEnv()) env.push_back(e);
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    const std::string out = dir_ + "/probe" + std::to_string(++probes_) + ".out";
+    options.then = [argv, env, out](const testing::TenantReply&) mutable {
+      const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      const int err = open((out + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd < 0 || err < 0 || dup2(fd, 1) < 0 || dup2(err, 2) < 0) _exit(7);
+      std::vector<char*> argv_c, env_c;
+      for (auto& a : argv) argv_c.push_back(a.data());
+      argv_c.push_back(nullptr);
+      for (auto& e : env) env_c.push_back(e.data());
+      env_c.push_back(nullptr);
+      execve(argv_c[0], argv_c.data(), env_c.data());
+    };
+    testing::ForkedTenant t = tenants_.Start(R"({"group": "train", "devices": [0]})", options);
+    EXPECT_EQ(t.status, 201) << t.body.dump() << t.step_error;
+    last_ = t;
+    const std::string name = "probe" + std::to_string(probes_) + ".out";
+    EXPECT_TRUE(WaitFor([&] { return Read(name).find("\"granted\"") != std::string::npos; }, 20s))
+        << Read(name) << Read(name + ".err") << Read("err0");
+    const std::string text = Read(name);
+    return json::parse(text.substr(0, text.find('\n')), nullptr, false);
+  }
+
+  std::string root_, base_, cgroup_, config_, socket_;
+  pid_t daemon_ = kNoProcess;
+  testing::ForkedTenants tenants_;
+  testing::ForkedTenant last_;
+  int probes_ = 0;
+};
+
+TEST_P(EnforcerTest, TheGroupsMemoryIsHeldByTheStrongestEnforcerTheNodeHas) {
+  const bool r615 = GetParam().r615;
+  StartDaemon();
+  // What the node offers, as the API and the CLI show it.
+  auto [gcode, gpus] = Call("GET", "/v1/gpus");
+  ASSERT_EQ(gcode, 200);
+  const json features = gpus["gpus"][0]["features"];
+  EXPECT_EQ(features["driver_version"], GetParam().driver_version) << features.dump();
+  EXPECT_EQ(features["memory_limits"], r615);
+  EXPECT_EQ(features["cgroup_v2"], true);
+  EXPECT_EQ(features["mig"], false);
+  EXPECT_EQ(features["mps"]["available"], false) << "no control binary: " << features.dump();
+  const std::string list = Cli({"gpu", "list", "--socket", socket_});
+  EXPECT_NE(list.find(GetParam().driver_version), std::string::npos) << list;
+  EXPECT_NE(list.find(r615 ? "driver" : "limiter"), std::string::npos) << list;
+
+  auto [pcode, put] = Call("PUT", "/v1/groups/train",
+                           R"({"limits": {"all": {"memory": "512MiB", "compute_percent": 50}},
+                               "schedule": {"all": {"memory_request": "128MiB"}}})");
+  ASSERT_EQ(pcode, 200) << put.dump();
+
+  // Without the limiter.
+  const json bare = RunProbe({});
+  auto [code, group] = Call("GET", "/v1/groups/train");
+  ASSERT_EQ(code, 200);
+  const json enforcer = group["gpus"][0]["enforcer"];
+  std::cerr << GetParam().name << ": GPU 0 " << enforcer.dump() << "\n"
+            << "  without the limiter: " << bare.dump() << "\n";
+  EXPECT_EQ(group["gpus"][0]["enforcer"]["compute"]["enforcer"], "limiter");
+  if (r615) {
+    EXPECT_EQ(enforcer["memory"]["enforcer"], "driver") << enforcer.dump();
+    EXPECT_EQ(enforcer["memory"]["cgroup"], cgroup_);
+    EXPECT_EQ(enforcer["memory"]["hard_bytes"], kLimit);
+    EXPECT_EQ(enforcer["memory"]["soft_bytes"], 128 * kMiB);
+    // The driver refused it beyond the hard limit, and it saw the limit.
+    EXPECT_GT(bare.value("granted_bytes", uint64_t{0}), 0u) << bare.dump();
+    EXPECT_LE(bare.value("granted_bytes", uint64_t{0}), kLimit) << bare.dump();
+    EXPECT_NE(bare.value("error", ""), "") << bare.dump();
+    EXPECT_EQ(bare.value("total", uint64_t{0}), kLimit) << bare.dump();
+  } else {
+    EXPECT_EQ(enforcer["memory"]["enforcer"], "limiter") << enforcer.dump();
+    EXPECT_NE(enforcer["memory"]["reason"].get<std::string>().find("580.65.06"), std::string::npos);
+    // Nothing but the limiter would have held it.
+    EXPECT_EQ(bare.value("granted_bytes", uint64_t{0}), uint64_t{16} * 64 * kMiB) << bare.dump();
+  }
+  const std::string metric =
+      std::string(
+          R"(gpuslice_group_enforcer{group="train",gpu="0",dimension="memory",enforcer=")") +
+      (r615 ? "driver" : "limiter") + "\"} 1\n";
+  EXPECT_NE(Metrics().find(metric), std::string::npos) << Metrics();
+  const std::string status = Cli({"status", "--socket", socket_, "--shm-dir", shm_dir_});
+  EXPECT_NE(status.find(std::string("enforcer GPU 0: memory ") + (r615 ? "driver" : "limiter")),
+            std::string::npos)
+      << status;
+  const pid_t first = last_.pid;  // its memory in the cgroup is freed when it exits
+  if (first > 0 && first != testing::ForkedTenant::kNoProcess) kill(first, SIGKILL);
+  tenants_.Join(last_);
+
+  // The group's last member gone: its driver limit goes.
+  if (r615) {
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          return Read("err0").find("event=driver_limit_cleared group=train") != std::string::npos;
+        },
+        10s))
+        << Read("err0");
+  }
+  // With the limiter: held to the limit on both nodes.
+  const json held =
+      RunProbe({"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so", "GPUSLICE_SHM_DIR=" + shm_dir_,
+                "GPUSLICE_GROUP=train", "GPUSLICE_MEMORY_LIMIT=512MiB"});
+  std::cerr << "  with the limiter: " << held.dump() << "\n";
+  EXPECT_GT(held.value("granted_bytes", uint64_t{0}), 0u) << held.dump();
+  EXPECT_LE(held.value("granted_bytes", uint64_t{0}), kLimit) << held.dump();
+  EXPECT_LE(held.value("total", uint64_t{0}), kLimit) << held.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Nodes, EnforcerTest,
+                         ::testing::Values(Node{"old", "580.65.06", false},
+                                           Node{"r615", "615.10", true}),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+}  // namespace
+}  // namespace gpuslice
