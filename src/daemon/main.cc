@@ -508,15 +508,19 @@ int Run(int argc, char** argv) {
         [&hub](std::string_view type, const nlohmann::json& data) {
           hub.Publish(type, data.dump());
         },
-        [&monitor] {
+        [&monitor, &backend, facts = std::map<uint32_t, GpuFacts>()]() mutable {
           std::vector<kube::SliceGpu> gpus;
           for (const GpuInfo& g : monitor.Current()->gpus) {
+            if (!facts.contains(g.index)) {  // read once: they do not change
+              auto f = (*backend)->Facts(g.index);
+              facts[g.index] = f.ok() ? *f : GpuFacts{};
+            }
             gpus.push_back({.index = g.index,
                             .uuid = g.uuid,
                             .product = g.name,
                             .memory_bytes = g.memory_total_bytes,
-                            .compute_capability = "",
-                            .driver_version = ""});
+                            .compute_capability = facts[g.index].compute_capability,
+                            .driver_version = facts[g.index].driver_version});
           }
           return gpus;
         });

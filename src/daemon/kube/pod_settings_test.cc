@@ -48,8 +48,11 @@ TEST(PodSettingsTest, ABadValueNamesTheAnnotation) {
     auto s = ParsePodSettings(PodWith({{key, value}}));
     ASSERT_FALSE(s.ok()) << key << "=" << value;
     EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(s.status().message().find(key + "=\"" + value + "\""), std::string::npos)
-        << s.status().message();
+    std::string quoted = key;
+    quoted += "=\"";
+    quoted += value;
+    quoted += "\"";
+    EXPECT_NE(s.status().message().find(quoted), std::string::npos) << s.status().message();
   }
   auto above =
       ParsePodSettings(PodWith({{"gpuslice.io/cores", "20"}, {"gpuslice.io/request", "30"}}));

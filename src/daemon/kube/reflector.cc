@@ -187,9 +187,17 @@ void Reflector::Run() {
     }
     if (stop_.load()) return;
     bool delivered = false;
-    switch (Watch(&delivered)) {
+    const WatchEnd end = Watch(&delivered);
+    if (stop_.load()) return;
+    switch (end) {
       case WatchEnd::kEnded:
-        failures = 0;
+        // A server that ends watches at once, delivering nothing, is not
+        // asked again in a tight loop.
+        if (delivered) {
+          failures = 0;
+        } else if (!backoff()) {
+          return;
+        }
         break;
       case WatchEnd::kGone: {
         GS_LOG(kInfo, "kube", "event=watch_gone reflector=%s relisting", options_.name.c_str());

@@ -6,8 +6,10 @@
 //     resourceVersion with allowWatchBookmarks; each ADDED/MODIFIED/DELETED
 //     event goes to OnEvent, and every event and BOOKMARK moves the
 //     resourceVersion the next watch starts from.
-//  2. A watch the server ends (timeoutSeconds) is resumed at once from the
-//     last resourceVersion, without a LIST.
+//  2. A watch the server ends (timeoutSeconds) is resumed from the last
+//     resourceVersion, without a LIST: at once if it delivered something,
+//     else after a backoff (a server that ends every watch at once is not
+//     hammered).
 //  3. 410 Gone (the HTTP answer, or an ERROR event with code 410): the
 //     resourceVersion is too old, so the reflector LISTs again at once.
 //  4. Any other failure (a transport error, a dropped connection, an HTTP

@@ -259,6 +259,24 @@ TEST_F(ReflectorTest, ARefusedTokenRecoversWhenTheFileRotates) {
   EXPECT_TRUE(accepted_after);
 }
 
+TEST_F(ReflectorTest, WatchesEndedAtOnceWithNothingAreRetriedAfterABackoff) {
+  Reflector::Options o = NodeOptions();
+  o.watch_timeout_s = 0;  // the fake server ends each watch at once, empty
+  Reflector r(*client_, o, handler_, sleeper_);
+  r.Start();
+  for (int i = 0; i < 2000 && sleeper_.sleeps().size() < 4; ++i) {
+    std::this_thread::sleep_for(milliseconds(5));  // polling a condition with a bound
+  }
+  r.Stop();
+  auto sleeps = sleeper_.sleeps();
+  ASSERT_GE(sleeps.size(), 4u);
+  EXPECT_EQ(std::vector<milliseconds>(sleeps.begin(), sleeps.begin() + 4),
+            (std::vector<milliseconds>{milliseconds(100), milliseconds(200), milliseconds(400),
+                                       milliseconds(800)}));
+  EXPECT_EQ(r.lists(), 1u);  // resumed from the resourceVersion each time
+  EXPECT_EQ(r.errors(), 0u);
+}
+
 TEST_F(ReflectorTest, StopEndsAWatchInFlight) {
   Reflector r(*client_, NodeOptions(), handler_, sleeper_);
   r.Start();

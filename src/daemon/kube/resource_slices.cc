@@ -73,6 +73,18 @@ nlohmann::json SliceSpec(const std::string& node, const SliceGpu& gpu, int64_t g
       {"devices", nlohmann::json::array({device})}};
 }
 
+nlohmann::json ResourceSliceObject(const std::string& node, const SliceGpu& gpu, int64_t generation,
+                                   int64_t slice_count, const nlohmann::json& owner) {
+  nlohmann::json slice = {{"apiVersion", "resource.k8s.io/v1"},
+                          {"kind", "ResourceSlice"},
+                          {"metadata",
+                           {{"name", SliceName(node, gpu)},
+                            {"labels", {{"app.kubernetes.io/managed-by", "gpusliced"}}}}},
+                          {"spec", SliceSpec(node, gpu, generation, slice_count)}};
+  if (!owner.is_null()) slice["metadata"]["ownerReferences"] = nlohmann::json::array({owner});
+  return slice;
+}
+
 SlicePublisher::SlicePublisher(KubeClient& client, std::string node)
     : client_(client), node_(std::move(node)) {}
 
@@ -150,12 +162,8 @@ Status SlicePublisher::Publish(const std::vector<SliceGpu>& gpus) {
   std::optional<nlohmann::json> owner = Owner();
   for (const SliceGpu& gpu : gpus) {
     const std::string name = SliceName(node_, gpu);
-    nlohmann::json slice = {
-        {"apiVersion", "resource.k8s.io/v1"},
-        {"kind", "ResourceSlice"},
-        {"metadata", {{"name", name}, {"labels", {{"app.kubernetes.io/managed-by", "gpusliced"}}}}},
-        {"spec", SliceSpec(node_, gpu, generation, count)}};
-    if (owner) slice["metadata"]["ownerReferences"] = nlohmann::json::array({*owner});
+    nlohmann::json slice =
+        ResourceSliceObject(node_, gpu, generation, count, owner ? *owner : nlohmann::json());
     auto it = existing.find(name);
     GS_RETURN_IF_ERROR(
         Write(name, std::move(slice),

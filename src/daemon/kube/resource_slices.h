@@ -57,6 +57,10 @@ std::string SliceName(const std::string& node, const SliceGpu& gpu);
 nlohmann::json SliceSpec(const std::string& node, const SliceGpu& gpu, int64_t generation,
                          int64_t slice_count);
 
+// The whole ResourceSlice object for `gpu`; `owner` (an ownerReference) may be null.
+nlohmann::json ResourceSliceObject(const std::string& node, const SliceGpu& gpu, int64_t generation,
+                                   int64_t slice_count, const nlohmann::json& owner);
+
 class SlicePublisher {
  public:
   // REQUIRES: `client` outlives the publisher.

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
 #include "daemon/kube/kube_test_util.h"
 
 namespace gpuslice::daemon::kube {
@@ -28,6 +32,30 @@ TEST(SemverTest, NormalisesDriverAndCapabilityVersions) {
   EXPECT_EQ(SemverOf("1.2.3.4"), "");
   EXPECT_EQ(SemverOf("8.x"), "");
   EXPECT_EQ(SemverOf("8."), "");
+}
+
+// The slice as published passes the Kubernetes schemas, unknown fields
+// refused (deploy/validate.mjs, as for the manifests).
+TEST(ResourceSliceSchemaTest, APublishedSliceIsAValidResourceSlice) {
+  const std::string source = GPUSLICE_SOURCE_DIR;
+  if (!std::filesystem::exists(source + "/deploy/node_modules/kubernetes-models")) {
+    GTEST_SKIP() << "deploy/node_modules is missing (scripts/setup installs it)";
+  }
+  TempDir dir;
+  const std::string good = dir.path() + "/slice.json";
+  const std::string bad = dir.path() + "/bad.json";
+  json owner = {
+      {"apiVersion", "v1"}, {"kind", "Node"}, {"name", "n1"}, {"uid", "u"}, {"controller", true}};
+  json slice = ResourceSliceObject("n1", Gpu(0), 3, 2, owner);
+  std::ofstream(good) << slice.dump();  // JSON is YAML
+  slice["spec"]["devices"][0]["capacity"]["cores"]["requestPolicy"]["validRange"]["stepp"] = "1";
+  std::ofstream(bad) << slice.dump();
+  const std::string validate = "node " + source + "/deploy/validate.mjs ";
+  EXPECT_EQ(std::system((validate + good + " >/dev/null").c_str()),
+            0);  // NOLINT(concurrency-mt-unsafe)
+  EXPECT_EQ(std::system((validate + "--expect-invalid " + bad + " >/dev/null")
+                            .c_str()),  // NOLINT(concurrency-mt-unsafe)
+            0);
 }
 
 class SlicePublisherTest : public FakeApiTest {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -156,6 +157,11 @@ TEST_F(KubeDaemonTest, TheNodesGpusArePublishedAsResourceSlices) {
     EXPECT_TRUE(d["allowMultipleAllocations"].get<bool>());
     EXPECT_TRUE(d["attributes"]["uuid"]["string"].get<std::string>().starts_with("GPU-"));
     EXPECT_GT(std::stoull(d["capacity"]["memory"]["value"].get<std::string>()), 0u);
+    // From NVML: the simulator's compute capability and driver version, as versions.
+    EXPECT_TRUE(d["attributes"].contains("computeCapability")) << d.dump();
+    EXPECT_TRUE(d["attributes"].contains("driverVersion")) << d.dump();
+    const std::string cc = d["attributes"].value("/computeCapability/version"_json_pointer, "");
+    EXPECT_EQ(std::count(cc.begin(), cc.end(), '.'), 2) << cc;
   }
 }
 
