@@ -63,6 +63,11 @@ Status ApplyConfigJson(const json& j, DaemonConfig& c) {
     GS_CONFIG_KEY(compute_backstop_tolerance)
     GS_CONFIG_KEY(compute_backstop_over_ms)
     GS_CONFIG_KEY(compute_backstop_unregistered_percent)
+    GS_CONFIG_KEY(kube_node)
+    GS_CONFIG_KEY(kube_api)
+    GS_CONFIG_KEY(kube_ca)
+    GS_CONFIG_KEY(kube_token_file)
+    GS_CONFIG_KEY(kube_resource_slices)
 #undef GS_CONFIG_KEY
     return InvalidArgument("unknown config key \"" + key + "\"");
   }
@@ -169,6 +174,15 @@ Status ValidateConfig(const DaemonConfig& c) {
       return InvalidArgument(std::string(r.name) + " must be in " + std::to_string(r.min) + ".." +
                              std::to_string(r.max) + ", not " + std::to_string(r.value));
     }
+  }
+  if (c.kube_resource_slices != "on" && c.kube_resource_slices != "off") {
+    return InvalidArgument("kube_resource_slices \"" + c.kube_resource_slices +
+                           "\" is not one of on, off");
+  }
+  if (!c.kube_node.empty() && c.kube_api != "in-cluster" && !c.kube_api.starts_with("https://") &&
+      !c.kube_api.starts_with("http://")) {
+    return InvalidArgument("kube_api \"" + c.kube_api +
+                           R"(" is neither "in-cluster" nor an http(s):// URL)");
   }
   return Status::Ok();
 }

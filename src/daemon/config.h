@@ -53,6 +53,14 @@ struct DaemonConfig {
   int64_t compute_backstop_tolerance = 5;
   int64_t compute_backstop_over_ms = 5000;
   int64_t compute_backstop_unregistered_percent = 10;
+  // Kubernetes, the API server's side (docs/kubernetes.md): off unless
+  // kube_node is set. kube_api: "in-cluster" (the pod's service account) or
+  // a URL, with kube_ca and kube_token_file.
+  std::string kube_node;
+  std::string kube_api = "in-cluster";
+  std::string kube_ca;
+  std::string kube_token_file;
+  std::string kube_resource_slices = "on";  // on, off
 };
 
 // Applies the keys of a JSON object (the names of DaemonConfig's fields) to

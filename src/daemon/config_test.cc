@@ -55,6 +55,25 @@ TEST(ConfigTest, ValidatesRangesAndFormats) {
             std::string::npos);
 }
 
+TEST(ConfigTest, KubernetesKeys) {
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyConfigJson({{"kube_node", "node-1"},
+                               {"kube_api", "https://10.0.0.1:6443"},
+                               {"kube_ca", "/ca.crt"},
+                               {"kube_token_file", "/token"},
+                               {"kube_resource_slices", "off"}},
+                              c)
+                  .ok());
+  EXPECT_EQ(c.kube_node, "node-1");
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.kube_api = "10.0.0.1:6443";
+  EXPECT_NE(ValidateConfig(c).message().find("kube_api"), std::string::npos);
+  c.kube_api = "in-cluster";
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.kube_resource_slices = "maybe";
+  EXPECT_NE(ValidateConfig(c).message().find("kube_resource_slices"), std::string::npos);
+}
+
 TEST(ConfigTest, ParsesHostPortModeAndGroups) {
   EXPECT_EQ(ParseHostPort("127.0.0.1:9400")->port, 9400);
   EXPECT_EQ(ParseHostPort("[::1]:80")->host, "::1");

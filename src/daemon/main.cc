@@ -41,6 +41,7 @@
 #include "daemon/groups/group_metrics.h"
 #include "daemon/groups/segment_collector.h"
 #include "daemon/http/server.h"
+#include "daemon/kube/kube_node.h"
 #include "daemon/mps/health_checker.h"
 #include "daemon/mps/mps_manager.h"
 #include "daemon/mps/mps_routes.h"
@@ -153,6 +154,16 @@ std::optional<int> Configure(int argc, char** argv, DaemonConfig& config) {
   bind("--compute-backstop-unregistered-percent",
        &DaemonConfig::compute_backstop_unregistered_percent,
        "What throttle holds an unregistered process to (default 10)");
+  // Kubernetes (docs/kubernetes.md): nothing starts without --kube-node.
+  bind("--kube-node", &DaemonConfig::kube_node,
+       "Watch this Kubernetes node's pods and publish its GPUs as ResourceSlices (off by default)");
+  bind("--kube-api", &DaemonConfig::kube_api,
+       "The API server: in-cluster (the pod's service account; default) or an https:// URL");
+  bind("--kube-ca", &DaemonConfig::kube_ca, "CA bundle for --kube-api URL (default: system CAs)");
+  bind("--kube-token-file", &DaemonConfig::kube_token_file,
+       "Bearer token file for --kube-api URL, re-read when it changes");
+  bind("--kube-resource-slices", &DaemonConfig::kube_resource_slices,
+       "Publish ResourceSlices for DRA: on (default), off");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -231,6 +242,15 @@ int Run(int argc, char** argv) {
   if (!server_options.ok()) {
     fprintf(stderr, "gpusliced: %s\n", server_options.status().message().c_str());
     return kExitUsage;
+  }
+  std::optional<kube::KubeConfig> kube_api;
+  if (!config.kube_node.empty()) {
+    auto api = kube::KubeConfigFromFlags(config.kube_api, config.kube_ca, config.kube_token_file);
+    if (!api.ok()) {
+      fprintf(stderr, "gpusliced: --kube-api: %s\n", api.status().message().c_str());
+      return kExitUsage;
+    }
+    kube_api = std::move(*api);
   }
   auto backend = NvmlBackend::Open(config.nvml_library.c_str());
   if (!backend.ok()) {
@@ -539,6 +559,36 @@ int Run(int argc, char** argv) {
   GS_LOG(kInfo, "gpusliced", "event=ready socket=%s tcp=%s gpus=%u pid=%d", config.socket.c_str(),
          config.listen_tcp.empty() ? "off" : config.listen_tcp.c_str(), manager.DeviceCount(),
          static_cast<int>(getpid()));
+  // Kubernetes (docs/kubernetes.md): the node's pods' annotations into the
+  // registry, the node's GPUs as ResourceSlices.
+  std::unique_ptr<kube::KubeNode> kube_node;
+  if (kube_api) {
+    kube_node = std::make_unique<kube::KubeNode>(
+        kube::KubeNodeOptions{.node = config.kube_node,
+                              .api = *kube_api,
+                              .publish_slices = config.kube_resource_slices == "on"},
+        registry,
+        [&hub](std::string_view type, const nlohmann::json& data) {
+          hub.Publish(type, data.dump());
+        },
+        [&monitor, &backend, facts = std::map<uint32_t, GpuFacts>()]() mutable {
+          std::vector<kube::SliceGpu> gpus;
+          for (const GpuInfo& g : monitor.Current()->gpus) {
+            if (!facts.contains(g.index)) {  // read once: they do not change
+              auto f = (*backend)->Facts(g.index);
+              facts[g.index] = f.ok() ? *f : GpuFacts{};
+            }
+            gpus.push_back({.index = g.index,
+                            .uuid = g.uuid,
+                            .product = g.name,
+                            .memory_bytes = g.memory_total_bytes,
+                            .compute_capability = facts[g.index].compute_capability,
+                            .driver_version = facts[g.index].driver_version});
+          }
+          return gpus;
+        });
+    kube_node->Start();
+  }
   sd_notify(0, "READY=1");
 
   for (;;) {
@@ -552,6 +602,7 @@ int Run(int argc, char** argv) {
     break;
   }
   sd_notify(0, "STOPPING=1");
+  if (kube_node) kube_node->Stop();  // no more settings into the registry
   // In this order: no request, then no sampling or expiry, then the reverts;
   // the executors end before the monitor their callbacks poke is destroyed.
   server.Stop();

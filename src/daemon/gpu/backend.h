@@ -90,9 +90,21 @@ struct EnergyReading {
   uint32_t power_mw = 0;
 };
 
+// What a GPU is, fixed while the driver runs (for the Kubernetes
+// ResourceSlices' attributes); "" where unknown.
+struct GpuFacts {
+  std::string compute_capability;  // "8.0"
+  std::string driver_version;      // "535.104.05"
+};
+
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
+
+  // GPU `index`'s facts; kUnimplemented from a backend that reads none.
+  virtual StatusOr<GpuFacts> Facts(uint32_t /*index*/) {
+    return Unimplemented("this GPU backend reads no compute capability or driver version");
+  }
 
   virtual uint32_t DeviceCount() const = 0;
   // A full sample of GPU `index`. REQUIRES: index < DeviceCount().

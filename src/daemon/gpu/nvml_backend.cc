@@ -36,7 +36,9 @@ namespace gpuslice::daemon {
   X(nvmlDeviceSetMemoryLockedClocks, (nvmlDevice_t, unsigned int, unsigned int))                \
   X(nvmlDeviceResetMemoryLockedClocks, (nvmlDevice_t))                                          \
   X(nvmlDeviceSetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t))                            \
-  X(nvmlDeviceSetComputeMode, (nvmlDevice_t, nvmlComputeMode_t))
+  X(nvmlDeviceSetComputeMode, (nvmlDevice_t, nvmlComputeMode_t))                                \
+  X(nvmlSystemGetDriverVersion, (char*, unsigned int))                                          \
+  X(nvmlDeviceGetCudaComputeCapability, (nvmlDevice_t, int*, int*))
 
 // Optional entry points: null where the driver lacks them (an older driver,
 // a GPU without MIG); what depends on them is reported absent.
@@ -144,6 +146,22 @@ Status NvmlBackend::Check(nvmlReturn_t rc, const char* what, uint32_t index) con
 }
 
 uint32_t NvmlBackend::DeviceCount() const { return static_cast<uint32_t>(devices_.size()); }
+
+StatusOr<GpuFacts> NvmlBackend::Facts(uint32_t index) {
+  if (index >= devices_.size()) return NotFound("no GPU " + std::to_string(index));
+  GpuFacts f;
+  int major = 0;
+  int minor = 0;
+  GS_RETURN_IF_ERROR(
+      Check(api_->nvmlDeviceGetCudaComputeCapability(devices_[index], &major, &minor),
+            "nvmlDeviceGetCudaComputeCapability", index));
+  f.compute_capability = std::to_string(major) + "." + std::to_string(minor);
+  char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+  GS_RETURN_IF_ERROR(Check(api_->nvmlSystemGetDriverVersion(version, sizeof version),
+                           "nvmlSystemGetDriverVersion", index));
+  f.driver_version = version;
+  return f;
+}
 
 StatusOr<GpuInfo> NvmlBackend::Read(uint32_t index) {
   if (index >= devices_.size()) return NotFound("no GPU " + std::to_string(index));

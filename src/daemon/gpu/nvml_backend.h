@@ -30,6 +30,7 @@ class NvmlBackend final : public GpuBackend {
 
   uint32_t DeviceCount() const override;
   StatusOr<GpuInfo> Read(uint32_t index) override;
+  StatusOr<GpuFacts> Facts(uint32_t index) override;
   StatusOr<SettingValue> Get(uint32_t index, SettingKind kind) override;
   Status Set(uint32_t index, const SettingValue& value) override;
   StatusOr<EnergyReading> Energy(uint32_t index) override;
