@@ -36,14 +36,13 @@ namespace gpuslice::daemon {
   X(nvmlDeviceSetMemoryLockedClocks, (nvmlDevice_t, unsigned int, unsigned int))                \
   X(nvmlDeviceResetMemoryLockedClocks, (nvmlDevice_t))                                          \
   X(nvmlDeviceSetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t))                            \
-  X(nvmlDeviceSetComputeMode, (nvmlDevice_t, nvmlComputeMode_t))                                \
-  X(nvmlSystemGetDriverVersion, (char*, unsigned int))                                          \
-  X(nvmlDeviceGetCudaComputeCapability, (nvmlDevice_t, int*, int*))
+  X(nvmlDeviceSetComputeMode, (nvmlDevice_t, nvmlComputeMode_t))
 
 // Optional entry points: null where the driver lacks them (an older driver,
 // a GPU without MIG); what depends on them is reported absent.
 #define GS_NVML_OPTIONAL_FUNCTIONS(X)                                   \
   X(nvmlSystemGetDriverVersion, (char*, unsigned int))                  \
+  X(nvmlDeviceGetCudaComputeCapability, (nvmlDevice_t, int*, int*))     \
   X(nvmlDeviceGetMigMode, (nvmlDevice_t, unsigned int*, unsigned int*)) \
   X(nvmlDeviceSetMemoryLimits_v1, (nvmlDevice_t, nvmlSetMemoryLimits_v1_t*))
 
@@ -149,6 +148,10 @@ uint32_t NvmlBackend::DeviceCount() const { return static_cast<uint32_t>(devices
 
 StatusOr<GpuFacts> NvmlBackend::Facts(uint32_t index) {
   if (index >= devices_.size()) return NotFound("no GPU " + std::to_string(index));
+  if (api_->nvmlDeviceGetCudaComputeCapability == nullptr ||
+      api_->nvmlSystemGetDriverVersion == nullptr) {
+    return Unimplemented("this NVML has no compute capability or driver version query");
+  }
   GpuFacts f;
   int major = 0;
   int minor = 0;

@@ -97,8 +97,10 @@ TenantRegistry::GroupChange GroupChangeFor(const PodSettings& s) {
   change.limits = std::move(limits);
   ScheduleSettings schedule;
   if (s.request_percent || s.priority) {
-    schedule[kAllGpus] =
-        ScheduleEntry{.request_percent = s.request_percent, .priority = s.priority, .weight = {}};
+    schedule[kAllGpus] = ScheduleEntry{.request_percent = s.request_percent,
+                                       .priority = s.priority,
+                                       .weight = {},
+                                       .memory_request_bytes = {}};
   }
   change.schedule = std::move(schedule);
   change.tier = s.tier;
