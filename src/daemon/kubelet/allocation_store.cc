@@ -13,7 +13,7 @@ using nlohmann::json;
 json AllocationJson(const Allocation& a) {
   json devices = json::array();
   for (const DeviceShare& d : a.devices) {
-    json j{{"uuid", d.uuid}, {"pool", d.pool}, {"device", d.device}};
+    json j{{"uuid", d.uuid}, {"pool", d.pool}, {"device", d.device}, {"request", d.request}};
     if (d.memory_bytes) j["memory_bytes"] = *d.memory_bytes;
     if (d.cores_percent) j["cores_percent"] = *d.cores_percent;
     devices.push_back(std::move(j));
@@ -36,6 +36,7 @@ StatusOr<Allocation> AllocationFromJson(const json& j) {
       s.uuid = d.at("uuid").get<std::string>();
       s.pool = d.value("pool", "");
       s.device = d.value("device", "");
+      s.request = d.value("request", "");
       if (d.contains("memory_bytes")) s.memory_bytes = d["memory_bytes"].get<uint64_t>();
       if (d.contains("cores_percent")) s.cores_percent = d["cores_percent"].get<uint32_t>();
       a.devices.push_back(std::move(s));

@@ -57,6 +57,7 @@ class AllocationStoreTest : public ::testing::Test {
     a.devices = {DeviceShare{.uuid = kGpu0,
                              .pool = "node-1",
                              .device = "gpu-0",
+                             .request = "gpu",
                              .memory_bytes = 4 * kGiB,
                              .cores_percent = 30}};
     a.source = "dra";
@@ -178,9 +179,9 @@ TEST(AllocationLimits, SharesOfOneGpuAddUp) {
   Allocation a;
   a.devices = {
       DeviceShare{
-          .uuid = kGpu0, .pool = "", .device = "", .memory_bytes = kGiB, .cores_percent = 60},
+          .uuid = kGpu0, .pool = "", .device = "", .request = "", .memory_bytes = kGiB, .cores_percent = 60},
       DeviceShare{
-          .uuid = kGpu0, .pool = "", .device = "", .memory_bytes = kGiB, .cores_percent = 60}};
+          .uuid = kGpu0, .pool = "", .device = "", .request = "", .memory_bytes = kGiB, .cores_percent = 60}};
   const GpuLimit l = LimitOn(LimitsOf(a), kGpu0);
   EXPECT_EQ(l.memory_bytes, 2 * kGiB);
   EXPECT_EQ(l.compute_percent, 100u);
