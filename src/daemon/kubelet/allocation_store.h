@@ -46,7 +46,7 @@ struct DeviceShare {
   std::string uuid;                       // the GPU's UUID ("GPU-…")
   std::string pool;                       // DRA pool name ("" for the device plugin)
   std::string device;                     // DRA device name, or the device plugin's resource
-  std::string request;  // the claim request that got it ("" if none)
+  std::string request;                    // the claim request that got it ("" if none)
   std::optional<uint64_t> memory_bytes;   // unset: no memory limit
   std::optional<uint32_t> cores_percent;  // 1..100; unset: no compute limit
 

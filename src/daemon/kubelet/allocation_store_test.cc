@@ -177,11 +177,18 @@ TEST_F(AllocationStoreTest, BadClaimsAreRefused) {
 
 TEST(AllocationLimits, SharesOfOneGpuAddUp) {
   Allocation a;
-  a.devices = {
-      DeviceShare{
-          .uuid = kGpu0, .pool = "", .device = "", .request = "", .memory_bytes = kGiB, .cores_percent = 60},
-      DeviceShare{
-          .uuid = kGpu0, .pool = "", .device = "", .request = "", .memory_bytes = kGiB, .cores_percent = 60}};
+  a.devices = {DeviceShare{.uuid = kGpu0,
+                           .pool = "",
+                           .device = "",
+                           .request = "",
+                           .memory_bytes = kGiB,
+                           .cores_percent = 60},
+               DeviceShare{.uuid = kGpu0,
+                           .pool = "",
+                           .device = "",
+                           .request = "",
+                           .memory_bytes = kGiB,
+                           .cores_percent = 60}};
   const GpuLimit l = LimitOn(LimitsOf(a), kGpu0);
   EXPECT_EQ(l.memory_bytes, 2 * kGiB);
   EXPECT_EQ(l.compute_percent, 100u);

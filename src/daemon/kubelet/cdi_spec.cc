@@ -105,10 +105,12 @@ Status WriteCdiSpec(const Allocation& a, const CdiOptions& options,
     const ssize_t n = write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const std::string why = strerror(errno);
+      std::string message = "cannot write " + tmp;
+      message += ": ";
+      message += strerror(errno);
       close(fd);
       unlink(tmp.c_str());
-      return Unavailable("cannot write " + tmp + ": " + why);
+      return Unavailable(message);
     }
     done += static_cast<size_t>(n);
   }
@@ -133,7 +135,8 @@ Status RemoveCdiSpec(const std::string& dir, const std::string& claim_uid) {
 std::map<std::string, std::string> CdiEnv(const json& spec) {
   std::map<std::string, std::string> env;
   for (const json& device : spec.value("devices", json::array())) {
-    for (const json& e : device.value("containerEdits", json::object()).value("env", json::array())) {
+    for (const json& e :
+         device.value("containerEdits", json::object()).value("env", json::array())) {
       if (!e.is_string()) continue;
       const std::string s = e.get<std::string>();
       const size_t eq = s.find('=');

@@ -47,12 +47,22 @@ StatusOr<long double> ParseKubeQuantity(std::string_view text) {
     const char* name;
     long double factor;
   };
-  static constexpr Unit kUnits[] = {
-      {"", 1.0L},    {"Ki", 1024.0L}, {"Mi", 1048576.0L}, {"Gi", 1073741824.0L},
-      {"Ti", 1099511627776.0L},       {"Pi", 1125899906842624.0L},
-      {"Ei", 1152921504606846976.0L}, {"n", 1e-9L},       {"u", 1e-6L},
-      {"m", 1e-3L},  {"k", 1e3L},     {"M", 1e6L},        {"G", 1e9L},
-      {"T", 1e12L},  {"P", 1e15L},    {"E", 1e18L}};
+  static constexpr Unit kUnits[] = {{"", 1.0L},
+                                    {"Ki", 1024.0L},
+                                    {"Mi", 1048576.0L},
+                                    {"Gi", 1073741824.0L},
+                                    {"Ti", 1099511627776.0L},
+                                    {"Pi", 1125899906842624.0L},
+                                    {"Ei", 1152921504606846976.0L},
+                                    {"n", 1e-9L},
+                                    {"u", 1e-6L},
+                                    {"m", 1e-3L},
+                                    {"k", 1e3L},
+                                    {"M", 1e6L},
+                                    {"G", 1e9L},
+                                    {"T", 1e12L},
+                                    {"P", 1e15L},
+                                    {"E", 1e18L}};
   for (const Unit& u : kUnits) {
     if (suffix == u.name) return value * u.factor;
   }

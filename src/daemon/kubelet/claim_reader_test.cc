@@ -83,8 +83,7 @@ TEST(FileClaimReader, ReadsNamespaceAndName) {
   auto info = reader.Read(ClaimRef{"team-a", "slice", "u-1"});
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   EXPECT_EQ(info->devices.size(), 1u);
-  EXPECT_EQ(reader.Read(ClaimRef{"team-b", "slice", "u-1"}).status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(reader.Read(ClaimRef{"team-b", "slice", "u-1"}).status().code(), StatusCode::kNotFound);
   std::filesystem::remove_all(dir);
 }
 

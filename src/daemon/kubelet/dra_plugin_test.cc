@@ -56,13 +56,12 @@ class DraPluginTest : public ::testing::Test {
     std::ofstream(dir_ + "/dev/nvidia1") << "";
     std::ofstream(dir_ + "/dev/nvidiactl") << "";
     state_ = std::move(StateStore::Open(dir_ + "/state").value());
-    reader_.claims[kUid] = ClaimInfo{
-        .pod_uids = {"pod-1"},
-        .devices = {ClaimDevice{.request = "gpu",
-                                .pool = "node-1",
-                                .device = DeviceNameOf(kGpu1),
-                                .memory_bytes = 4 * kGiB,
-                                .cores_percent = 30}}};
+    reader_.claims[kUid] = ClaimInfo{.pod_uids = {"pod-1"},
+                                     .devices = {ClaimDevice{.request = "gpu",
+                                                             .pool = "node-1",
+                                                             .device = DeviceNameOf(kGpu1),
+                                                             .memory_bytes = 4 * kGiB,
+                                                             .cores_percent = 30}}};
     MakePlugin();
   }
   void TearDown() override {

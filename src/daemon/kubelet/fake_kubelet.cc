@@ -109,8 +109,8 @@ StatusOr<pluginregistration::PluginInfo> FakeKubelet::RegisterPlugin(const std::
   pluginregistration::RegistrationStatusResponse response;
   grpc::ClientContext ctx;
   Deadline(ctx);
-  GS_RETURN_IF_ERROR(
-      FromGrpc(stub->NotifyRegistrationStatus(&ctx, status, &response), "NotifyRegistrationStatus"));
+  GS_RETURN_IF_ERROR(FromGrpc(stub->NotifyRegistrationStatus(&ctx, status, &response),
+                              "NotifyRegistrationStatus"));
   return info;
 }
 
@@ -125,10 +125,10 @@ StatusOr<dra_api::NodePrepareResourcesResponse> FakeKubelet::Prepare(
     namespace b1 = k8s::io::kubelet::pkg::apis::dra::v1beta1;
     auto stub = b1::DRAPlugin::NewStub(Dial(endpoint));
     b1::NodePrepareResourcesResponse response;
-    GS_RETURN_IF_ERROR(FromGrpc(
-        stub->NodePrepareResources(&ctx, Convert<b1::NodePrepareResourcesRequest>(request),
-                                   &response),
-        "NodePrepareResources v1beta1"));
+    GS_RETURN_IF_ERROR(
+        FromGrpc(stub->NodePrepareResources(&ctx, Convert<b1::NodePrepareResourcesRequest>(request),
+                                            &response),
+                 "NodePrepareResources v1beta1"));
     return Convert<dra_api::NodePrepareResourcesResponse>(response);
   }
   auto stub = dra_api::DRAPlugin::NewStub(Dial(endpoint));
@@ -149,10 +149,10 @@ StatusOr<dra_api::NodeUnprepareResourcesResponse> FakeKubelet::Unprepare(
     namespace b1 = k8s::io::kubelet::pkg::apis::dra::v1beta1;
     auto stub = b1::DRAPlugin::NewStub(Dial(endpoint));
     b1::NodeUnprepareResourcesResponse response;
-    GS_RETURN_IF_ERROR(FromGrpc(
-        stub->NodeUnprepareResources(&ctx, Convert<b1::NodeUnprepareResourcesRequest>(request),
-                                     &response),
-        "NodeUnprepareResources v1beta1"));
+    GS_RETURN_IF_ERROR(
+        FromGrpc(stub->NodeUnprepareResources(
+                     &ctx, Convert<b1::NodeUnprepareResourcesRequest>(request), &response),
+                 "NodeUnprepareResources v1beta1"));
     return Convert<dra_api::NodeUnprepareResourcesResponse>(response);
   }
   auto stub = dra_api::DRAPlugin::NewStub(Dial(endpoint));
@@ -198,8 +198,7 @@ std::vector<v1beta1::RegisterRequest> FakeKubelet::Registrations() const {
 bool FakeKubelet::WaitForRegistrations(size_t n, std::chrono::milliseconds timeout) const {
   if (!registration_) return false;
   std::unique_lock lock(registration_->mu);
-  return registration_->cv.wait_for(lock, timeout,
-                                    [&] { return registration_->seen.size() >= n; });
+  return registration_->cv.wait_for(lock, timeout, [&] { return registration_->seen.size() >= n; });
 }
 
 StatusOr<v1beta1::ListAndWatchResponse> FakeKubelet::ListDevices(const std::string& socket) {

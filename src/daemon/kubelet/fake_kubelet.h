@@ -50,9 +50,9 @@ class FakeKubelet {
 
   // --- DRA ---
   // "v1" or "v1beta1".
-  StatusOr<dra_api::NodePrepareResourcesResponse> Prepare(
-      const std::string& endpoint, const std::vector<dra_api::Claim>& claims,
-      const std::string& version = "v1");
+  StatusOr<dra_api::NodePrepareResourcesResponse> Prepare(const std::string& endpoint,
+                                                          const std::vector<dra_api::Claim>& claims,
+                                                          const std::string& version = "v1");
   StatusOr<dra_api::NodeUnprepareResourcesResponse> Unprepare(
       const std::string& endpoint, const std::vector<dra_api::Claim>& claims,
       const std::string& version = "v1");
