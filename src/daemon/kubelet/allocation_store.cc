@@ -116,12 +116,12 @@ Status AllocationStore::SaveLocked() const {
   if (store_ == nullptr) return Status::Ok();
   json list = json::array();
   for (const auto& [uid, a] : allocations_) list.push_back(AllocationJson(a));
-  return store_->Save(kAllocationRecordName, json{{"allocations", list}});
+  return store_->Save(record_, json{{"allocations", list}});
 }
 
 Status AllocationStore::Restore() {
   if (store_ == nullptr) return Status::Ok();
-  auto record = store_->Load(kAllocationRecordName);
+  auto record = store_->Load(record_);
   if (!record.ok()) {
     return record.status().code() == StatusCode::kNotFound ? Status::Ok() : record.status();
   }
@@ -220,6 +220,24 @@ StatusOr<bool> AllocationStore::Release(const std::string& claim_uid, const std:
   }
   GS_RETURN_IF_ERROR(Unprepare(claim_uid));
   return true;
+}
+
+Status AllocationStore::SetOwner(const std::string& claim_uid, const std::string& owner_namespace,
+                                 const std::string& owner_name) {
+  std::lock_guard lock(mu_);
+  auto it = allocations_.find(claim_uid);
+  if (it == allocations_.end()) return NotFound("no allocation " + claim_uid);
+  if (it->second.claim_namespace == owner_namespace && it->second.claim_name == owner_name) {
+    return Status::Ok();
+  }
+  const Allocation before = it->second;
+  it->second.claim_namespace = owner_namespace;
+  it->second.claim_name = owner_name;
+  if (Status s = SaveLocked(); !s.ok()) {
+    it->second = before;
+    return s;
+  }
+  return Status::Ok();
 }
 
 std::optional<Allocation> AllocationStore::Get(const std::string& claim_uid) const {

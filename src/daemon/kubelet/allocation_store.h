@@ -82,6 +82,16 @@ class GroupLimitSink {
   virtual Status ClearLimits(const std::string& group) = 0;
 };
 
+// A sink that sets nothing: allocations whose limits travel only in the
+// containers' environment (the device plugin's, see device_plugin.h).
+class NoLimitSink final : public GroupLimitSink {
+ public:
+  Status SetLimits(const std::string& /*group*/, const Limits& /*limits*/) override {
+    return Status::Ok();
+  }
+  Status ClearLimits(const std::string& /*group*/) override { return Status::Ok(); }
+};
+
 // GroupLimitSink over the daemon's TenantRegistry (the PUT /v1/groups path).
 class RegistryLimitSink final : public GroupLimitSink {
  public:
@@ -98,7 +108,11 @@ class AllocationStore {
  public:
   // REQUIRES: `store` (may be null: nothing is saved) and `sink` outlive the
   // AllocationStore.
-  AllocationStore(StateStore* store, GroupLimitSink& sink) : store_(store), sink_(sink) {}
+  // `record` names the checkpoint (kAllocationRecordName unless another
+  // store shares the state directory).
+  AllocationStore(StateStore* store, GroupLimitSink& sink,
+                  std::string record = kAllocationRecordName)
+      : store_(store), sink_(sink), record_(std::move(record)) {}
 
   // Loads the checkpoint and sets every recorded group's limits again. A
   // missing record is an empty store; an unreadable one is set aside by the
@@ -119,6 +133,11 @@ class AllocationStore {
   // is left. Returns whether the allocation is gone. OK (true) if absent.
   StatusOr<bool> Release(const std::string& claim_uid, const std::string& pod_uid);
 
+  // Names the claim's owner (namespace and name) when first learnt later
+  // (the device plugin's pod, found through PodResources). kNotFound if absent.
+  Status SetOwner(const std::string& claim_uid, const std::string& owner_namespace,
+                  const std::string& owner_name);
+
   std::optional<Allocation> Get(const std::string& claim_uid) const;
   std::vector<Allocation> All() const;
 
@@ -127,6 +146,7 @@ class AllocationStore {
 
   StateStore* store_;
   GroupLimitSink& sink_;
+  const std::string record_;
   mutable std::mutex mu_;
   std::map<std::string, Allocation> allocations_;  // by claim UID
 };

@@ -186,6 +186,8 @@ void FakeKubelet::StopDevicePluginManager() {
 
 Status FakeKubelet::RestartDevicePluginManager() {
   StopDevicePluginManager();
+  // A starting kubelet removes every socket of the directory, the plugins' too.
+  for (const std::string& socket : FindPluginSockets(dp_dir_)) unlink(socket.c_str());
   return StartDevicePluginManager(dp_dir_);
 }
 

@@ -60,8 +60,9 @@ class FakeKubelet {
   // --- device plugins ---
   // Serves v1beta1.Registration on `dir`/kubelet.sock.
   Status StartDevicePluginManager(const std::string& dir);
-  // A kubelet restart: the server stops, kubelet.sock is removed and
-  // recreated by a new server. Registrations seen so far are kept.
+  // A kubelet restart: the server stops, kubelet.sock and the plugins'
+  // sockets are removed, and kubelet.sock is recreated by a new server. Registrations seen so far
+  // are kept.
   Status RestartDevicePluginManager();
   void StopDevicePluginManager();
   std::vector<v1beta1::RegisterRequest> Registrations() const;

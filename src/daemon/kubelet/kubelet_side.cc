@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/log.h"
+#include "daemon/kubelet/device_plugin.h"
 
 namespace gpuslice::daemon::kubelet {
 
@@ -39,6 +40,9 @@ void AddKubeletFlags(CLI::App& app, KubeletConfig& config) {
                  "Host file mounted as the containers' /etc/ld.so.preload instead of LD_PRELOAD");
   app.add_option("--vgpu-per-gpu", config.device_plugin_slices,
                  "gpuslice.io/vgpu devices advertised per GPU (default 10)");
+  app.add_option("--gpu-memory-unit-mib", config.memory_unit_mib,
+                 "MiB per gpuslice.io/gpu-memory device (default 1; raise it on GPUs above "
+                 "~48 GiB: the kubelet reads at most 4 MiB of device list)");
 }
 
 StatusOr<std::unique_ptr<KubeletSide>> KubeletSide::Start(const KubeletConfig& config,
@@ -73,6 +77,32 @@ StatusOr<std::unique_ptr<KubeletSide>> KubeletSide::Start(const KubeletConfig& c
     side->dra_ = std::make_unique<DraPlugin>(options, *reader, *side->store_, context.node_gpus);
     GS_RETURN_IF_ERROR(side->dra_->Start());
   }
+  if (config.device_plugin) {
+    // Its own record: these allocations' limits travel in the containers'
+    // environment, their group being the pod (device_plugin.h).
+    side->no_sink_ = std::make_unique<NoLimitSink>();
+    side->dp_store_ =
+        std::make_unique<AllocationStore>(context.state, *side->no_sink_, "kube_device_plugin");
+    if (Status s = side->dp_store_->Restore(); !s.ok()) {
+      GS_LOG(kError, "kubelet", "event=allocations_restore_failed error=\"%s\"",
+             s.message().c_str());
+    }
+    DevicePluginOptions options;
+    options.dir = config.kubelet_dir + "/device-plugins";
+    options.pod_resources_socket = config.kubelet_dir + "/pod-resources/kubelet.sock";
+    options.vgpu_per_gpu = config.device_plugin_slices;
+    options.memory_unit_mib = config.memory_unit_mib;
+    options.inject = cdi;
+    side->device_plugins_ = std::make_unique<DevicePlugins>(
+        options, *side->dp_store_, [node_gpus = context.node_gpus, memory = context.memory] {
+          std::vector<GpuOffer> offers;
+          for (const NodeGpu& g : node_gpus()) {
+            offers.push_back(GpuOffer{g.index, g.uuid, memory ? memory(g.uuid) : 0});
+          }
+          return offers;
+        });
+    GS_RETURN_IF_ERROR(side->device_plugins_->Start());
+  }
   return side;
 }
 
@@ -80,6 +110,7 @@ KubeletSide::~KubeletSide() { Stop(); }
 
 void KubeletSide::Stop() {
   if (dra_) dra_->Stop();
+  if (device_plugins_) device_plugins_->Stop();
 }
 
 }  // namespace gpuslice::daemon::kubelet

@@ -31,13 +31,17 @@ struct KubeletConfig {
   std::string limiter_library = "/usr/lib/gpuslice/libgpuslice.so";
   std::string ld_so_preload;           // host file mounted as /etc/ld.so.preload; "": LD_PRELOAD
   uint32_t device_plugin_slices = 10;  // gpuslice.io/vgpu devices per GPU
+  uint32_t memory_unit_mib = 1;        // MiB per gpuslice.io/gpu-memory device
 
   bool enabled() const { return dra || device_plugin; }
 };
 
 // Adds --kubelet-dir, --dra, --device-plugin, --cdi-dir, --dra-claims-dir,
-// --limiter-library, --ld-so-preload and --vgpu-per-gpu to `app`.
+// --limiter-library, --ld-so-preload, --vgpu-per-gpu and --gpu-memory-unit-mib
+// to `app`.
 void AddKubeletFlags(CLI::App& app, KubeletConfig& config);
+
+class DevicePlugins;
 
 class KubeletSide {
  public:
@@ -67,6 +71,9 @@ class KubeletSide {
   std::unique_ptr<AllocationStore> store_;
   std::unique_ptr<ClaimReader> owned_reader_;
   std::unique_ptr<DraPlugin> dra_;
+  std::unique_ptr<NoLimitSink> no_sink_;
+  std::unique_ptr<AllocationStore> dp_store_;
+  std::unique_ptr<DevicePlugins> device_plugins_;
 };
 
 }  // namespace gpuslice::daemon::kubelet

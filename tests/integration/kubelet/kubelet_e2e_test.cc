@@ -10,6 +10,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include "cli/unix_http_client.h"
 #include "daemon/kubelet/cdi_spec.h"
+#include "daemon/kubelet/device_plugin.h"
 #include "daemon/kubelet/fake_kubelet.h"
 #include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/sim_process_test.h"
@@ -49,14 +51,30 @@ class KubeletE2eTest : public testing::SimProcessTest {
     std::filesystem::remove_all(kubelet_dir_);
   }
 
-  void StartDaemon() {
-    daemon_ =
-        StartProgram("gpusliced", next_++,
-                     {"--socket", socket_, "--poll-interval-ms", "100", "--log-level", "debug",
-                      "--state-dir", dir_ + "/state", "--shm-dir", shm_dir_, "--dra",
-                      "--kubelet-dir", kubelet_dir_, "--cdi-dir", dir_ + "/cdi", "--dra-claims-dir",
-                      dir_ + "/claims", "--limiter-library", BuildDir() + "/lib/libgpuslice.so"},
-                     {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
+  void StartDaemon(const std::vector<std::string>& mode = {"--dra"}) {
+    std::vector<std::string> args = {"--socket",
+                                     socket_,
+                                     "--poll-interval-ms",
+                                     "100",
+                                     "--log-level",
+                                     "debug",
+                                     "--state-dir",
+                                     dir_ + "/state",
+                                     "--shm-dir",
+                                     shm_dir_,
+                                     "--kubelet-dir",
+                                     kubelet_dir_,
+                                     "--cdi-dir",
+                                     dir_ + "/cdi",
+                                     "--dra-claims-dir",
+                                     dir_ + "/claims",
+                                     "--limiter-library",
+                                     BuildDir() + "/lib/libgpuslice.so",
+                                     "--gpu-memory-unit-mib",
+                                     "256"};
+    args.insert(args.end(), mode.begin(), mode.end());
+    daemon_ = StartProgram("gpusliced", next_++, args,
+                           {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
     ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err" + std::to_string(next_ - 1));
   }
   void StopDaemon() {
@@ -139,8 +157,12 @@ class KubeletE2eTest : public testing::SimProcessTest {
   // gpuslice-alloc-probe with exactly the CDI spec's environment (plus the
   // simulator's); its stdout.
   std::string RunTenant(const json& spec, const std::vector<std::string>& args) {
+    return RunTenantWith(CdiEnv(spec), args);
+  }
+  std::string RunTenantWith(const std::map<std::string, std::string>& vars,
+                            const std::vector<std::string>& args) {
     std::vector<std::string> env;
-    for (const auto& [name, value] : CdiEnv(spec)) {
+    for (const auto& [name, value] : vars) {
       std::string entry = name;
       entry += "=";
       entry += value;
@@ -238,6 +260,59 @@ TEST_F(KubeletE2eTest, ADaemonRestartKeepsTheAllocationAndPreparesNothingTwice) 
   const json saved = json::parse(text.str(), nullptr, false);
   ASSERT_TRUE(saved.is_object()) << text.str();
   EXPECT_EQ(saved["data"]["allocations"].size(), 1u) << saved.dump();
+}
+
+// Without DRA: the device plugins register with the kubelet, a container
+// given 16 gpu-memory devices (256 MiB each) and 30 gpu-cores devices runs
+// with what the two Allocate answers inject, merged as the kubelet merges
+// them, and sees exactly 4 GiB; a kubelet restart re-registers.
+TEST_F(KubeletE2eTest, TheDevicePluginsGiveAContainerItsSlice) {
+  using daemon::kubelet::DpDeviceId;
+  using daemon::kubelet::DpResource;
+  ASSERT_TRUE(kubelet_.StartDevicePluginManager(kubelet_dir_ + "/device-plugins").ok());
+  StartDaemon({"--device-plugin"});
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
+  const std::string uuid = GpuUuid(0);
+  ASSERT_FALSE(uuid.empty());
+
+  std::vector<std::string> memory, cores;
+  for (int n = 0; n < 16; ++n) memory.push_back(DpDeviceId(DpResource::kMemory, uuid, n));
+  for (int n = 0; n < 30; ++n) cores.push_back(DpDeviceId(DpResource::kCores, uuid, n));
+  const std::string dp = kubelet_dir_ + "/device-plugins/";
+  auto m = kubelet_.Allocate(dp + "gpuslice-gpu-memory.sock", {memory});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto c = kubelet_.Allocate(dp + "gpuslice-gpu-cores.sock", {cores});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::map<std::string, std::string> env;
+  for (const auto* r : {&*m, &*c}) {
+    for (const auto& [name, value] : r->container_responses(0).envs()) env[name] = value;
+  }
+  EXPECT_EQ(json::parse(env.at("GPUSLICE_COMPUTE_LIMIT")), json({{uuid, "30"}}));
+  env["GPUSLICE_GROUP"] = "pod-0a0b0c0d";  // what the pod's UID would be
+  const json info = json::parse(RunTenantWith(env, {"info"}), nullptr, false);
+  ASSERT_TRUE(info.is_object()) << Read("err" + std::to_string(next_ - 1));
+  EXPECT_EQ(info["total"], 4 * kGiB) << info.dump();
+  const json alloc = json::parse(
+      RunTenantWith(env, {"alloc", "--api", "alloc", "--chunk", std::to_string(256 << 20)}),
+      nullptr, false);
+  ASSERT_TRUE(alloc.is_object()) << Read("err" + std::to_string(next_ - 1));
+  EXPECT_LE(alloc["granted_bytes"].get<uint64_t>(), 4 * kGiB) << alloc.dump();
+  EXPECT_EQ(alloc["error"], "CUDA_ERROR_OUT_OF_MEMORY") << alloc.dump();
+
+  // A kubelet restart (its socket and the plugins' removed): registered again.
+  ASSERT_TRUE(kubelet_.RestartDevicePluginManager().ok());
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(6, 10s)) << kubelet_.Registrations().size();
+  EXPECT_TRUE(WaitFor([&] { return kubelet_.ListDevices(dp + "gpuslice-vgpu.sock").ok(); }, 5s));
+
+  // A daemon restart keeps both allocations.
+  StopDaemon();
+  StartDaemon({"--device-plugin"});
+  std::ifstream record(dir_ + "/state/kube_device_plugin.json");
+  std::stringstream text;
+  text << record.rdbuf();
+  const json saved = json::parse(text.str(), nullptr, false);
+  ASSERT_TRUE(saved.is_object()) << text.str();
+  EXPECT_EQ(saved["data"]["allocations"].size(), 2u) << saved.dump();
 }
 
 }  // namespace
