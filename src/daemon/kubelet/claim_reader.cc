@@ -148,7 +148,9 @@ std::string DeviceNameOf(std::string_view uuid) {
 
 StatusOr<std::string> ResolveDevice(std::string_view device, const std::vector<NodeGpu>& gpus) {
   for (const NodeGpu& g : gpus) {
-    if (device == DeviceNameOf(g.uuid) || device == "gpu-" + std::to_string(g.index)) return g.uuid;
+    if (device == DeviceNameOf(g.uuid) || device == "gpu-" + std::to_string(g.index) ||
+        device == "gpu" + std::to_string(g.index))
+      return g.uuid;
   }
   return NotFound("no GPU of this node is published as device \"" + std::string(device) + "\"");
 }

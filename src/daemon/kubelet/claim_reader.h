@@ -11,7 +11,8 @@
 //
 // Device names (the contract with the ResourceSlices this driver publishes):
 // a GPU is published as DeviceNameOf(uuid), "gpu-" + the UUID's hex in lower
-// case without its "GPU-" prefix; "gpu-<index>" is also understood.
+// case without its "GPU-" prefix; "gpu<index>" (the name the ResourceSlice
+// publisher of src/daemon/kube gives) and "gpu-<index>" are also understood.
 #pragma once
 
 #include <cstdint>

@@ -93,6 +93,7 @@ TEST(DeviceNames, PublishedNameAndIndexBothResolve) {
   const std::vector<NodeGpu> gpus = {{0, "GPU-aaaa"}, {1, uuid}};
   EXPECT_EQ(*ResolveDevice(DeviceNameOf(uuid), gpus), uuid);
   EXPECT_EQ(*ResolveDevice("gpu-1", gpus), uuid);
+  EXPECT_EQ(*ResolveDevice("gpu1", gpus), uuid);
   EXPECT_EQ(ResolveDevice("gpu-2", gpus).status().code(), StatusCode::kNotFound);
 }
 
