@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "daemon/kubelet/fake_kubelet.h"
 
@@ -21,29 +22,55 @@ constexpr char kGpu0[] = "GPU-00000000-aaaa-bbbb-cccc-000000000000";
 constexpr char kGpu1[] = "GPU-11111111-aaaa-bbbb-cccc-111111111111";
 constexpr uint64_t kGiB = 1ull << 30;
 
+// Called on the plugin's gRPC threads: locked, so the test's reads after a
+// call are ordered after the call's writes (gRPC's own ordering is invisible
+// to ThreadSanitizer).
 class FakeClaimReader : public ClaimReader {
  public:
   StatusOr<ClaimInfo> Read(const ClaimRef& ref) override {
+    std::lock_guard lock(mu);
     ++reads;
     auto it = claims.find(ref.uid);
     if (it == claims.end()) return NotFound("no claim " + ref.uid);
     return it->second;
   }
-  std::map<std::string, ClaimInfo> claims;
+  int Reads() {
+    std::lock_guard lock(mu);
+    return reads;
+  }
+  void Forget() {
+    std::lock_guard lock(mu);
+    claims.clear();
+  }
+  std::mutex mu;
+  std::map<std::string, ClaimInfo> claims;  // set before the first call
   int reads = 0;
 };
 
 class RecordingSink : public GroupLimitSink {
  public:
   Status SetLimits(const std::string& group, const Limits& limits) override {
-    groups[group] = limits;
+    std::lock_guard lock(mu);
+    groups_[group] = limits;
     return Status::Ok();
   }
   Status ClearLimits(const std::string& group) override {
-    groups.erase(group);
+    std::lock_guard lock(mu);
+    groups_.erase(group);
     return Status::Ok();
   }
-  std::map<std::string, Limits> groups;
+  std::map<std::string, Limits> groups() {
+    std::lock_guard lock(mu);
+    return groups_;
+  }
+  void Clear() {
+    std::lock_guard lock(mu);
+    groups_.clear();
+  }
+
+ private:
+  std::mutex mu;
+  std::map<std::string, Limits> groups_;
 };
 
 class DraPluginTest : public ::testing::Test {
@@ -138,8 +165,8 @@ TEST_F(DraPluginTest, PrepareRecordsLimitsAndWritesTheCdiSpec) {
   EXPECT_EQ(claim.devices(0).device_name(), DeviceNameOf(kGpu1));
   ASSERT_EQ(claim.devices(0).cdi_device_ids_size(), 1);
   EXPECT_EQ(claim.devices(0).cdi_device_ids(0), std::string("gpuslice.io/claim=") + kUid);
-  EXPECT_EQ(LimitOn(sink_.groups[kUid], kGpu1).memory_bytes, 4 * kGiB);
-  EXPECT_EQ(LimitOn(sink_.groups[kUid], kGpu1).compute_percent, 30u);
+  EXPECT_EQ(LimitOn(sink_.groups()[kUid], kGpu1).memory_bytes, 4 * kGiB);
+  EXPECT_EQ(LimitOn(sink_.groups()[kUid], kGpu1).compute_percent, 30u);
   auto a = store_->Get(kUid);
   ASSERT_TRUE(a);
   EXPECT_EQ(a->pod_uids, std::vector<std::string>{"pod-1"});
@@ -177,7 +204,7 @@ TEST_F(DraPluginTest, PreparingTwiceIsOneAllocation) {
   EXPECT_EQ(again->claims().at(kUid).error(), "");
   EXPECT_EQ(again->claims().at(kUid).devices(0).cdi_device_ids(0),
             std::string("gpuslice.io/claim=") + kUid);
-  EXPECT_EQ(reader_.reads, 1);  // answered from the record
+  EXPECT_EQ(reader_.Reads(), 1);  // answered from the record
   EXPECT_EQ(store_->All().size(), 1u);
 }
 
@@ -190,7 +217,7 @@ TEST_F(DraPluginTest, UnprepareTwiceIsFine) {
     EXPECT_EQ(r->claims().at(kUid).error(), "");
   }
   EXPECT_TRUE(store_->All().empty());
-  EXPECT_EQ(sink_.groups.count(kUid), 0u);
+  EXPECT_EQ(sink_.groups().count(kUid), 0u);
   EXPECT_FALSE(std::filesystem::exists(SpecPath()));
 }
 
@@ -200,7 +227,7 @@ TEST_F(DraPluginTest, AFailedPrepareLeavesNothing) {
   ASSERT_TRUE(r.ok());
   EXPECT_NE(r->claims().at(kUid).error().find("gpu-7"), std::string::npos);
   EXPECT_TRUE(store_->All().empty());
-  EXPECT_TRUE(sink_.groups.empty());
+  EXPECT_TRUE(sink_.groups().empty());
   EXPECT_FALSE(std::filesystem::exists(SpecPath()));
   dra_api::Claim unknown = Claim();
   unknown.set_uid("no-such-claim");
@@ -212,15 +239,15 @@ TEST_F(DraPluginTest, AFailedPrepareLeavesNothing) {
 TEST_F(DraPluginTest, ADaemonRestartKeepsTheAllocation) {
   ASSERT_TRUE(kubelet_.Prepare(plugin_->options().plugin_socket, {Claim()}).ok());
   std::filesystem::remove(SpecPath());  // /var/run/cdi lost, as on a tmpfs
-  sink_.groups.clear();                 // the new daemon's registry
+  sink_.Clear();                        // the new daemon's registry
   MakePlugin();                         // a new daemon on the same state directory
   EXPECT_TRUE(std::filesystem::exists(SpecPath()));
-  EXPECT_EQ(LimitOn(sink_.groups[kUid], kGpu1).memory_bytes, 4 * kGiB);
-  reader_.claims.clear();  // the API server is not even needed for a retry
+  EXPECT_EQ(LimitOn(sink_.groups()[kUid], kGpu1).memory_bytes, 4 * kGiB);
+  reader_.Forget();  // the API server is not even needed for a retry
   auto r = kubelet_.Prepare(plugin_->options().plugin_socket, {Claim()});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->claims().at(kUid).error(), "");
-  EXPECT_EQ(reader_.reads, 1);
+  EXPECT_EQ(reader_.Reads(), 1);
 }
 
 TEST_F(DraPluginTest, LdSoPreloadInsteadOfLdPreload) {
