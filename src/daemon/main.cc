@@ -42,6 +42,7 @@
 #include "daemon/groups/segment_collector.h"
 #include "daemon/http/server.h"
 #include "daemon/kube/kube_node.h"
+#include "daemon/kubelet/kubelet_side.h"
 #include "daemon/mps/health_checker.h"
 #include "daemon/mps/mps_manager.h"
 #include "daemon/mps/mps_routes.h"
@@ -91,7 +92,8 @@ void RaiseFileLimit() {
 
 // Parses flags over the config file over the environment over defaults.
 // Returns the exit code to use when the daemon must not start.
-std::optional<int> Configure(int argc, char** argv, DaemonConfig& config) {
+std::optional<int> Configure(int argc, char** argv, DaemonConfig& config,
+                             kubelet::KubeletConfig& kubelet_config) {
   CLI::App app{"gpusliced: the gpuslice node daemon (GPU monitoring and management, HTTP API)",
                "gpusliced"};
   app.set_version_flag("--version", "gpusliced 0.1.0");
@@ -164,6 +166,7 @@ std::optional<int> Configure(int argc, char** argv, DaemonConfig& config) {
        "Bearer token file for --kube-api URL, re-read when it changes");
   bind("--kube-resource-slices", &DaemonConfig::kube_resource_slices,
        "Publish ResourceSlices for DRA: on (default), off");
+  kubelet::AddKubeletFlags(app, kubelet_config);  // docs/kubernetes.md "Kubelet side"
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -234,7 +237,8 @@ int Run(int argc, char** argv) {
 
   InitLogging(LogLevel::kInfo);
   DaemonConfig config;
-  if (auto code = Configure(argc, argv, config)) return *code;
+  kubelet::KubeletConfig kubelet_config;
+  if (auto code = Configure(argc, argv, config, kubelet_config)) return *code;
   SetLogLevel(LevelOf(config.log_level));
   RaiseFileLimit();
 
@@ -556,6 +560,40 @@ int Run(int argc, char** argv) {
     GS_LOG(kError, "gpusliced", "event=node_segment_unavailable error=\"%s\"",
            w.status().message().c_str());
   }
+  // The kubelet side (docs/kubernetes.md "Kubelet side"), only when asked:
+  // allocations restored, the DRA plugin and device plugins served.
+  std::unique_ptr<kubelet::KubeletSide> kubelet_side;
+  if (kubelet_config.enabled()) {
+    auto side = kubelet::KubeletSide::Start(
+        kubelet_config,
+        kubelet::KubeletSide::Context{.registry = registry,
+                                      .state = state->get(),
+                                      .node_gpus =
+                                          [&monitor] {
+                                            std::vector<kubelet::NodeGpu> gpus;
+                                            for (const GpuInfo& gpu : monitor.Current()->gpus) {
+                                              gpus.push_back(kubelet::NodeGpu{gpu.index, gpu.uuid});
+                                            }
+                                            return gpus;
+                                          },
+                                      .memory = [&monitor](const std::string& uuid) -> uint64_t {
+                                        for (const GpuInfo& gpu : monitor.Current()->gpus) {
+                                          if (gpu.uuid == uuid) return gpu.memory_total_bytes;
+                                        }
+                                        return 0;
+                                      },
+                                      .daemon_socket = config.socket,
+                                      .shm_dir = shm_dir});
+    if (!side.ok()) {
+      GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"",
+             side.status().message().c_str());
+      server.Stop();
+      control_loop.Stop();
+      monitor.Stop();
+      return kExitFailure;
+    }
+    kubelet_side = std::move(*side);
+  }
   GS_LOG(kInfo, "gpusliced", "event=ready socket=%s tcp=%s gpus=%u pid=%d", config.socket.c_str(),
          config.listen_tcp.empty() ? "off" : config.listen_tcp.c_str(), manager.DeviceCount(),
          static_cast<int>(getpid()));
@@ -603,6 +641,7 @@ int Run(int argc, char** argv) {
   }
   sd_notify(0, "STOPPING=1");
   if (kube_node) kube_node->Stop();  // no more settings into the registry
+  if (kubelet_side) kubelet_side->Stop();  // allocations stay recorded
   // In this order: no request, then no sampling or expiry, then the reverts;
   // the executors end before the monitor their callbacks poke is destroyed.
   server.Stop();

@@ -1,0 +1,154 @@
+// AllocationStore: the daemon's authoritative record of what the kubelet
+// handed out on this node (DESIGN.md section 5b; docs/kubernetes.md "Kubelet
+// side"). One allocation per claim UID (a DRA ResourceClaim, or a device
+// plugin allocation named the same way): its namespace and name, the pods
+// that use it, and per GPU the memory bytes and cores percent it holds.
+//
+// Invariants:
+//  1. The claim UID is the group id: while an allocation exists, the group
+//     `claim_uid` has exactly the allocation's limits (GroupLimitSink); when
+//     it is removed, the group's limits are cleared.
+//  2. Idempotent: Prepare of a claim that is already recorded with the same
+//     devices changes nothing but the set of pods (a kubelet retry, a second
+//     pod sharing the claim); Prepare with other devices is refused
+//     (kFailedPrecondition): an allocation never changes under a running pod.
+//     Unprepare of an unknown claim is OK.
+//  3. Reference-counted by pod: Release drops one pod and removes the
+//     allocation with its last pod; Unprepare (the kubelet's word that no
+//     pod uses the claim any more) removes it whatever pods it names.
+//  4. Durable: every change is checkpointed (record "kube_allocations" of the
+//     StateStore) before the call returns; Restore reloads the record at
+//     start and sets each group's limits again, so a daemon restart loses
+//     nothing and prepares nothing twice.
+//
+// Thread-safe: one mutex; the sink is called with it held (the sink must not
+// call back into the store).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/state/state_store.h"
+#include "daemon/tenants/registry.h"
+
+namespace gpuslice::daemon::kubelet {
+
+inline constexpr char kAllocationRecordName[] = "kube_allocations";
+
+// One GPU's share of an allocation.
+struct DeviceShare {
+  std::string uuid;                       // the GPU's UUID ("GPU-…")
+  std::string pool;                       // DRA pool name ("" for the device plugin)
+  std::string device;                     // DRA device name, or the device plugin's resource
+  std::string request;                    // the claim request that got it ("" if none)
+  std::optional<uint64_t> memory_bytes;   // unset: no memory limit
+  std::optional<uint32_t> cores_percent;  // 1..100; unset: no compute limit
+
+  bool operator==(const DeviceShare&) const = default;
+};
+
+struct Allocation {
+  std::string claim_uid;  // also the group id (limiter::ValidGroupId)
+  std::string claim_namespace;
+  std::string claim_name;
+  std::vector<std::string> pod_uids;  // sorted, unique
+  std::vector<DeviceShare> devices;
+  std::string source;  // "dra" or "device-plugin"
+
+  bool operator==(const Allocation&) const = default;
+};
+
+nlohmann::json AllocationJson(const Allocation& a);
+StatusOr<Allocation> AllocationFromJson(const nlohmann::json& j);
+// The group limits an allocation stands for, by GPU UUID (shares of one GPU
+// add up; cores capped at 100).
+Limits LimitsOf(const Allocation& a);
+
+// Where an allocation's limits go: the TenantRegistry in the daemon, a fake
+// in tests.
+class GroupLimitSink {
+ public:
+  virtual ~GroupLimitSink() = default;
+  // Replaces group `group`'s limits with `limits`, creating the group.
+  virtual Status SetLimits(const std::string& group, const Limits& limits) = 0;
+  // Clears group `group`'s limits (and forgets the group when it has no
+  // member). OK when the group is unknown.
+  virtual Status ClearLimits(const std::string& group) = 0;
+};
+
+// A sink that sets nothing: allocations whose limits travel only in the
+// containers' environment (the device plugin's, see device_plugin.h).
+class NoLimitSink final : public GroupLimitSink {
+ public:
+  Status SetLimits(const std::string& /*group*/, const Limits& /*limits*/) override {
+    return Status::Ok();
+  }
+  Status ClearLimits(const std::string& /*group*/) override { return Status::Ok(); }
+};
+
+// GroupLimitSink over the daemon's TenantRegistry (the PUT /v1/groups path).
+class RegistryLimitSink final : public GroupLimitSink {
+ public:
+  // REQUIRES: `registry` outlives the sink.
+  explicit RegistryLimitSink(TenantRegistry& registry) : registry_(registry) {}
+  Status SetLimits(const std::string& group, const Limits& limits) override;
+  Status ClearLimits(const std::string& group) override;
+
+ private:
+  TenantRegistry& registry_;
+};
+
+class AllocationStore {
+ public:
+  // REQUIRES: `store` (may be null: nothing is saved) and `sink` outlive the
+  // AllocationStore.
+  // `record` names the checkpoint (kAllocationRecordName unless another
+  // store shares the state directory).
+  AllocationStore(StateStore* store, GroupLimitSink& sink,
+                  std::string record = kAllocationRecordName)
+      : store_(store), sink_(sink), record_(std::move(record)) {}
+
+  // Loads the checkpoint and sets every recorded group's limits again. A
+  // missing record is an empty store; an unreadable one is set aside by the
+  // StateStore and reported (the store starts empty).
+  Status Restore();
+
+  // Records `a` (invariant 2) and sets its group's limits; returns the
+  // allocation as recorded. kInvalidArgument: a bad claim UID (not a group
+  // id), no device, or a device without a UUID; kFailedPrecondition: the
+  // claim is recorded with other devices; kUnavailable: not saved (nothing
+  // changed).
+  StatusOr<Allocation> Prepare(const Allocation& a);
+
+  // Removes claim `claim_uid` and clears its group's limits. OK if absent.
+  Status Unprepare(const std::string& claim_uid);
+
+  // Drops `pod_uid` from the claim's pods; removes the allocation when none
+  // is left. Returns whether the allocation is gone. OK (true) if absent.
+  StatusOr<bool> Release(const std::string& claim_uid, const std::string& pod_uid);
+
+  // Names the claim's owner (namespace and name) when first learnt later
+  // (the device plugin's pod, found through PodResources). kNotFound if absent.
+  Status SetOwner(const std::string& claim_uid, const std::string& owner_namespace,
+                  const std::string& owner_name);
+
+  std::optional<Allocation> Get(const std::string& claim_uid) const;
+  std::vector<Allocation> All() const;
+
+ private:
+  Status SaveLocked() const;
+
+  StateStore* store_;
+  GroupLimitSink& sink_;
+  const std::string record_;
+  mutable std::mutex mu_;
+  std::map<std::string, Allocation> allocations_;  // by claim UID
+};
+
+}  // namespace gpuslice::daemon::kubelet

@@ -1,0 +1,64 @@
+// CDI specs for prepared claims (DESIGN.md section 5b; the Container Device
+// Interface, spec version kCdiVersion). One spec file per claim,
+// `dir`/gpuslice.io-<claim uid>.json, holding one device named by the claim
+// UID (CDI name "gpuslice.io/claim=<uid>") whose containerEdits inject the
+// limiter into the container:
+//  - the limiter library, mounted read-only, and LD_PRELOAD naming it (or,
+//    with ld_so_preload set, that host file mounted as /etc/ld.so.preload);
+//  - the daemon's socket directory and the segment directory, mounted, with
+//    GPUSLICE_SOCKET and GPUSLICE_SHM_DIR naming them in the container;
+//  - GPUSLICE_GROUP = the claim UID (the daemon's group for the claim);
+//  - the limits as the bootstrap fallback: GPUSLICE_MEMORY_LIMIT and
+//    GPUSLICE_COMPUTE_LIMIT as JSON objects keyed by GPU UUID (the daemon's
+//    word wins once the limiter has registered);
+//  - NVIDIA_VISIBLE_DEVICES naming the claim's GPUs, and their device nodes
+//    where `dev_root` has them (/dev/nvidia<minor> by the GPU's index,
+//    /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools).
+// Files are replaced atomically (temporary file, fsync, rename), so a
+// runtime never reads half a spec.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/kubelet/allocation_store.h"
+#include "daemon/kubelet/claim_reader.h"
+
+namespace gpuslice::daemon::kubelet {
+
+inline constexpr char kCdiVersion[] = "0.8.0";
+inline constexpr char kCdiKind[] = "gpuslice.io/claim";
+
+struct CdiOptions {
+  std::string dir = "/var/run/cdi";
+  std::string library = "/usr/lib/gpuslice/libgpuslice.so";  // host path, mounted at the same path
+  std::string ld_so_preload;  // host file for /etc/ld.so.preload; "": LD_PRELOAD instead
+  std::string daemon_socket = "/run/gpuslice/gpusliced.sock";  // its directory is mounted
+  std::string shm_dir = "/dev/shm/gpuslice";
+  std::string dev_root = "/dev";
+};
+
+// The fully qualified CDI device name of claim `claim_uid`.
+std::string CdiDeviceId(const std::string& claim_uid);
+// The spec file of claim `claim_uid` in `dir`.
+std::string CdiSpecPath(const std::string& dir, const std::string& claim_uid);
+
+// The spec for `a`. `gpu_index` gives each GPU UUID's index (for its device
+// node); a GPU without one gets no device node.
+nlohmann::json CdiSpecFor(const Allocation& a, const CdiOptions& options,
+                          const std::map<std::string, uint32_t>& gpu_index);
+
+// Writes the spec of `a` to CdiSpecPath(options.dir, a.claim_uid),
+// atomically. kUnavailable naming the file on failure.
+Status WriteCdiSpec(const Allocation& a, const CdiOptions& options,
+                    const std::map<std::string, uint32_t>& gpu_index);
+// Removes claim `claim_uid`'s spec; OK if there is none.
+Status RemoveCdiSpec(const std::string& dir, const std::string& claim_uid);
+
+// The containerEdits.env of a spec's device, as NAME -> value.
+std::map<std::string, std::string> CdiEnv(const nlohmann::json& spec);
+
+}  // namespace gpuslice::daemon::kubelet

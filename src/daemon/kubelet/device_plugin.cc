@@ -1,0 +1,443 @@
+#include "daemon/kubelet/device_plugin.h"
+
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "common/log.h"
+#include "kubelet_proto/podresources_v1.grpc.pb.h"
+
+namespace gpuslice::daemon::kubelet {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr DpResource kResources[] = {DpResource::kVgpu, DpResource::kMemory, DpResource::kCores};
+
+char Letter(DpResource r) {
+  switch (r) {
+    case DpResource::kVgpu:
+      return 'v';
+    case DpResource::kMemory:
+      return 'm';
+    case DpResource::kCores:
+      return 'c';
+  }
+  return '?';
+}
+
+const char* Short(DpResource r) {
+  switch (r) {
+    case DpResource::kVgpu:
+      return "vgpu";
+    case DpResource::kMemory:
+      return "gpu-memory";
+    case DpResource::kCores:
+      return "gpu-cores";
+  }
+  return "";
+}
+
+// FNV-1a of the sorted ids: the same container's ids give the same name.
+std::string AllocationIdOf(DpResource r, std::vector<std::string> ids) {
+  std::sort(ids.begin(), ids.end());
+  uint64_t h = 1469598103934665603ull;
+  for (const std::string& id : ids) {
+    for (char c : id) {
+      h ^= static_cast<unsigned char>(c);
+      h *= 1099511628211ull;
+    }
+    h ^= 0xff;
+    h *= 1099511628211ull;
+  }
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016" PRIx64, h);
+  return std::string("dp-") + Short(r) + "-" + hex;
+}
+
+}  // namespace
+
+std::string ResourceName(DpResource r) { return std::string(kDriverName) + "/" + Short(r); }
+
+std::string DpDeviceId(DpResource r, const std::string& uuid, uint64_t n) {
+  return uuid + "-" + Letter(r) + std::to_string(n);
+}
+
+StatusOr<ParsedDeviceId> ParseDpDeviceId(const std::string& id) {
+  const size_t dash = id.rfind('-');
+  if (dash == std::string::npos || dash == 0 || dash + 2 > id.size()) {
+    return InvalidArgument("device id \"" + id + "\" is not gpuslice's");
+  }
+  ParsedDeviceId p{};
+  switch (id[dash + 1]) {
+    case 'v':
+      p.resource = DpResource::kVgpu;
+      break;
+    case 'm':
+      p.resource = DpResource::kMemory;
+      break;
+    case 'c':
+      p.resource = DpResource::kCores;
+      break;
+    default:
+      return InvalidArgument("device id \"" + id + "\" is not gpuslice's");
+  }
+  const std::string digits = id.substr(dash + 2);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit) ||
+      digits.size() > 12) {
+    return InvalidArgument("device id \"" + id + "\" is not gpuslice's");
+  }
+  p.uuid = id.substr(0, dash);
+  p.n = std::stoull(digits);
+  return p;
+}
+
+class DevicePlugins::Service final : public v1beta1::DevicePlugin::Service {
+ public:
+  Service(DevicePlugins& plugins, DpResource r) : plugins_(plugins), resource_(r) {}
+
+  grpc::Status GetDevicePluginOptions(grpc::ServerContext* /*context*/,
+                                      const v1beta1::Empty* /*request*/,
+                                      v1beta1::DevicePluginOptions* /*options*/) override {
+    return grpc::Status::OK;  // neither PreStartContainer nor GetPreferredAllocation
+  }
+
+  grpc::Status ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty* /*request*/,
+                            grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override {
+    v1beta1::ListAndWatchResponse list;
+    for (const std::string& id : plugins_.Devices(resource_)) {
+      auto* d = list.add_devices();
+      d->set_id(id);
+      d->set_health("Healthy");
+    }
+    if (!writer->Write(list)) return grpc::Status::OK;
+    // The list does not change while we serve; the stream stays open until
+    // the kubelet goes or the plugins stop.
+    std::unique_lock lock(plugins_.mu_);
+    while (!plugins_.stopping_ && !context->IsCancelled()) {
+      plugins_.cv_.wait_for(lock, std::chrono::milliseconds(200));
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetPreferredAllocation(grpc::ServerContext* /*context*/,
+                                      const v1beta1::PreferredAllocationRequest* /*request*/,
+                                      v1beta1::PreferredAllocationResponse* /*response*/) override {
+    return {grpc::StatusCode::UNIMPLEMENTED, "no preferred allocation"};
+  }
+
+  grpc::Status Allocate(grpc::ServerContext* /*context*/, const v1beta1::AllocateRequest* request,
+                        v1beta1::AllocateResponse* response) override {
+    for (const auto& container : request->container_requests()) {
+      std::vector<std::string> ids(container.devices_ids().begin(), container.devices_ids().end());
+      auto r = plugins_.AllocateContainer(resource_, ids);
+      if (!r.ok()) return {grpc::StatusCode::INVALID_ARGUMENT, r.status().ToString()};
+      *response->add_container_responses() = std::move(*r);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PreStartContainer(grpc::ServerContext* /*context*/,
+                                 const v1beta1::PreStartContainerRequest* /*request*/,
+                                 v1beta1::PreStartContainerResponse* /*response*/) override {
+    return grpc::Status::OK;
+  }
+
+ private:
+  DevicePlugins& plugins_;
+  DpResource resource_;
+};
+
+DevicePlugins::DevicePlugins(DevicePluginOptions options, AllocationStore& store, Gpus gpus)
+    : options_(std::move(options)), store_(store), gpus_(std::move(gpus)) {
+  if (options_.memory_unit_mib == 0) options_.memory_unit_mib = 1;
+}
+
+DevicePlugins::~DevicePlugins() { Stop(); }
+
+std::string DevicePlugins::SocketOf(DpResource r) const {
+  return options_.dir + "/gpuslice-" + Short(r) + ".sock";
+}
+
+std::vector<std::string> DevicePlugins::Devices(DpResource r) const {
+  std::vector<std::string> ids;
+  for (const GpuOffer& g : gpus_()) {
+    uint64_t count = 0;
+    switch (r) {
+      case DpResource::kVgpu:
+        count = options_.vgpu_per_gpu;
+        break;
+      case DpResource::kMemory:
+        count = g.memory_bytes / (uint64_t{options_.memory_unit_mib} << 20);
+        break;
+      case DpResource::kCores:
+        count = 100;
+        break;
+    }
+    for (uint64_t n = 0; n < count; ++n) ids.push_back(DpDeviceId(r, g.uuid, n));
+  }
+  return ids;
+}
+
+StatusOr<v1beta1::ContainerAllocateResponse> DevicePlugins::AllocateContainer(
+    DpResource r, const std::vector<std::string>& ids) {
+  if (ids.empty()) return InvalidArgument("no device ids");
+  std::map<std::string, uint32_t> index;
+  for (const GpuOffer& g : gpus_()) index[g.uuid] = g.index;
+  std::map<std::string, uint64_t> units;  // by GPU UUID
+  for (const std::string& id : ids) {
+    GS_ASSIGN_OR_RETURN(ParsedDeviceId p, ParseDpDeviceId(id));
+    if (p.resource != r) {
+      return InvalidArgument("device id \"" + id + "\" is not of " + ResourceName(r));
+    }
+    if (index.count(p.uuid) == 0) return NotFound("device id \"" + id + "\": no such GPU here");
+    ++units[p.uuid];
+  }
+  Allocation a;
+  a.claim_uid = AllocationIdOf(r, ids);
+  a.source = "device-plugin";
+  for (const auto& [uuid, n] : units) {
+    DeviceShare d;
+    d.uuid = uuid;
+    d.device = ResourceName(r);
+    if (r == DpResource::kMemory) d.memory_bytes = n * (uint64_t{options_.memory_unit_mib} << 20);
+    if (r == DpResource::kCores)
+      d.cores_percent = static_cast<uint32_t>(std::min<uint64_t>(n, 100));
+    a.devices.push_back(std::move(d));
+  }
+  GS_ASSIGN_OR_RETURN(Allocation recorded, store_.Prepare(a));
+
+  // The same injection as the DRA plugin's CDI spec, minus the group.
+  const json spec = CdiSpecFor(recorded, options_.inject, index);
+  v1beta1::ContainerAllocateResponse out;
+  for (const auto& [name, value] : CdiEnv(spec)) {
+    if (name == "GPUSLICE_GROUP") continue;  // the pod's UID: one group per pod
+    (*out.mutable_envs())[name] = value;
+  }
+  const json edits = spec["devices"][0]["containerEdits"];
+  for (const json& m : edits.value("mounts", json::array())) {
+    auto* mount = out.add_mounts();
+    mount->set_host_path(m.value("hostPath", ""));
+    mount->set_container_path(m.value("containerPath", ""));
+    const json options = m.value("options", json::array());
+    mount->set_read_only(std::find(options.begin(), options.end(), "ro") != options.end());
+  }
+  for (const json& n : edits.value("deviceNodes", json::array())) {
+    auto* d = out.add_devices();
+    d->set_host_path(n.value("hostPath", ""));
+    d->set_container_path(n.value("path", ""));
+    d->set_permissions("rw");
+  }
+  (*out.mutable_annotations())["gpuslice.io/allocation"] = recorded.claim_uid;
+  GS_LOG(kInfo, "kubelet", "event=device_plugin_allocated resource=%s allocation=%s devices=%zu",
+         ResourceName(r).c_str(), recorded.claim_uid.c_str(), ids.size());
+  return out;
+}
+
+Status DevicePlugins::Reconcile() {
+  auto stub = v1::PodResourcesLister::NewStub(grpc::CreateChannel(
+      "unix://" + options_.pod_resources_socket, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ListPodResourcesResponse list;
+  grpc::Status s = stub->List(&ctx, v1::ListPodResourcesRequest(), &list);
+  if (!s.ok()) {
+    return Unavailable("PodResources List on " + options_.pod_resources_socket + ": " +
+                       s.error_message());
+  }
+  std::map<std::string, std::pair<std::string, std::string>> held;  // allocation -> pod
+  for (const auto& pod : list.pod_resources()) {
+    for (const auto& container : pod.containers()) {
+      for (const auto& devices : container.devices()) {
+        for (DpResource r : kResources) {
+          if (devices.resource_name() != ResourceName(r)) continue;
+          std::vector<std::string> ids(devices.device_ids().begin(), devices.device_ids().end());
+          held[AllocationIdOf(r, ids)] = {pod.namespace_(), pod.name()};
+        }
+      }
+    }
+  }
+  std::vector<std::string> missing;
+  Status first;
+  for (const Allocation& a : store_.All()) {
+    if (a.source != "device-plugin") continue;
+    auto it = held.find(a.claim_uid);
+    if (it != held.end()) {
+      if (Status o = store_.SetOwner(a.claim_uid, it->second.first, it->second.second); !o.ok()) {
+        first = first.ok() ? o : first;
+      }
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    if (std::find(missing_once_.begin(), missing_once_.end(), a.claim_uid) == missing_once_.end()) {
+      missing.push_back(a.claim_uid);
+      continue;
+    }
+    if (Status u = store_.Unprepare(a.claim_uid); !u.ok()) first = first.ok() ? u : first;
+  }
+  std::lock_guard lock(mu_);
+  missing_once_ = std::move(missing);
+  return first;
+}
+
+Status DevicePlugins::Serve() {
+  std::error_code ec;
+  std::filesystem::create_directories(options_.dir, ec);
+  for (DpResource r : kResources) {
+    const std::string socket = SocketOf(r);
+    unlink(socket.c_str());
+    services_.push_back(std::make_unique<Service>(*this, r));
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix://" + socket, grpc::InsecureServerCredentials());
+    builder.RegisterService(services_.back().get());
+    auto server = builder.BuildAndStart();
+    if (!server) return Unavailable("cannot serve the device plugin on " + socket);
+    servers_.push_back(std::move(server));
+  }
+  return Status::Ok();
+}
+
+void DevicePlugins::StopServing() {
+  {
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  }
+  for (auto& server : servers_) {
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    server->Wait();
+  }
+  servers_.clear();
+  services_.clear();
+  for (DpResource r : kResources) unlink(SocketOf(r).c_str());
+}
+
+Status DevicePlugins::RegisterAll() {
+  const std::string kubelet = options_.dir + "/kubelet.sock";
+  auto stub = v1beta1::Registration::NewStub(
+      grpc::CreateChannel("unix://" + kubelet, grpc::InsecureChannelCredentials()));
+  for (DpResource r : kResources) {
+    v1beta1::RegisterRequest request;
+    request.set_version("v1beta1");
+    request.set_endpoint(std::filesystem::path(SocketOf(r)).filename().string());
+    request.set_resource_name(ResourceName(r));
+    request.mutable_options();  // all false
+    v1beta1::Empty empty;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::Status s = stub->Register(&ctx, request, &empty);
+    if (!s.ok()) {
+      return Unavailable("registering " + ResourceName(r) + " with " + kubelet + ": " +
+                         s.error_message());
+    }
+    std::lock_guard lock(mu_);
+    ++registrations_;
+  }
+  GS_LOG(kInfo, "kubelet", "event=device_plugins_registered kubelet=%s", kubelet.c_str());
+  return Status::Ok();
+}
+
+uint64_t DevicePlugins::KubeletSocketInode() const {
+  struct stat st {};
+  if (stat((options_.dir + "/kubelet.sock").c_str(), &st) != 0) return 0;
+  return st.st_ino;
+}
+
+bool DevicePlugins::OurSocketsPresent() const {
+  for (DpResource r : kResources) {
+    if (access(SocketOf(r).c_str(), F_OK) != 0) return false;
+  }
+  return true;
+}
+
+void DevicePlugins::Watch() {
+  int ticks = 0;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      if (cv_.wait_for(lock, options_.poll_interval, [&] { return stopping_; })) return;
+    }
+    const uint64_t inode = KubeletSocketInode();
+    if (inode == 0) continue;  // no kubelet now
+    const bool ours = OurSocketsPresent();
+    uint64_t registered = 0;
+    {
+      std::lock_guard lock(mu_);
+      registered = registered_inode_;
+    }
+    if (!ours) {  // a starting kubelet removes every socket of the directory
+      StopServing();
+      if (Status s = Serve(); !s.ok()) {
+        GS_LOG(kError, "kubelet", "event=device_plugin_serve_failed error=\"%s\"",
+               s.message().c_str());
+        continue;
+      }
+    }
+    if (!ours || inode != registered) {
+      if (Status s = RegisterAll(); !s.ok()) {
+        GS_LOG(kWarn, "kubelet", "event=device_plugin_register_failed error=\"%s\"",
+               s.message().c_str());
+        continue;
+      }
+      std::lock_guard lock(mu_);
+      registered_inode_ = inode;
+    }
+    if (options_.reconcile_every > 0 && ++ticks % options_.reconcile_every == 0 &&
+        access(options_.pod_resources_socket.c_str(), F_OK) == 0) {
+      if (Status s = Reconcile(); !s.ok()) {
+        GS_LOG(kWarn, "kubelet", "event=pod_resources_check_failed error=\"%s\"",
+               s.message().c_str());
+      }
+    }
+  }
+}
+
+Status DevicePlugins::Start() {
+  for (const GpuOffer& g : gpus_()) {
+    const uint64_t units = g.memory_bytes / (uint64_t{options_.memory_unit_mib} << 20);
+    if (units > 50000) {
+      GS_LOG(kWarn, "kubelet",
+             "event=device_plugin_large_list gpu=%s gpu_memory_devices=%" PRIu64
+             " hint=\"raise the memory unit: the kubelet reads at most 4 MiB per list\"",
+             g.uuid.c_str(), units);
+    }
+  }
+  GS_RETURN_IF_ERROR(Serve());
+  if (const uint64_t inode = KubeletSocketInode(); inode != 0) {
+    if (Status s = RegisterAll(); s.ok()) {
+      std::lock_guard lock(mu_);
+      registered_inode_ = inode;
+    } else {
+      GS_LOG(kWarn, "kubelet", "event=device_plugin_register_failed error=\"%s\"",
+             s.message().c_str());
+    }
+  }
+  watcher_ = std::thread([this] { Watch(); });
+  return Status::Ok();
+}
+
+void DevicePlugins::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (watcher_.joinable()) watcher_.join();
+  StopServing();
+}
+
+int DevicePlugins::registrations() const {
+  std::lock_guard lock(mu_);
+  return registrations_;
+}
+
+}  // namespace gpuslice::daemon::kubelet

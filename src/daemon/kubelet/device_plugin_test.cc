@@ -1,0 +1,172 @@
+// The device plugins through the fake kubelet over real unix sockets.
+#include "daemon/kubelet/device_plugin.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "daemon/kubelet/fake_kubelet.h"
+
+namespace gpuslice::daemon::kubelet {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr char kGpu0[] = "GPU-00000000-aaaa-bbbb-cccc-000000000000";
+constexpr char kGpu1[] = "GPU-11111111-aaaa-bbbb-cccc-111111111111";
+
+TEST(DpDeviceIds, RoundTripAndFitTheKubeletsLimit) {
+  const std::string id = DpDeviceId(DpResource::kMemory, kGpu1, 81919);
+  EXPECT_LE(id.size(), 63u);
+  auto p = ParseDpDeviceId(id);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->resource, DpResource::kMemory);
+  EXPECT_EQ(p->uuid, kGpu1);
+  EXPECT_EQ(p->n, 81919u);
+  EXPECT_EQ(ParseDpDeviceId(DpDeviceId(DpResource::kCores, kGpu0, 7))->resource,
+            DpResource::kCores);
+  for (const char* bad : {"", "nvidia0", "GPU-x-q1", "GPU-x-m", "GPU-x-m1a"}) {
+    EXPECT_FALSE(ParseDpDeviceId(bad).ok()) << bad;
+  }
+}
+
+class DevicePluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = "/tmp/gs-dp." + std::to_string(getpid()) + "." +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    state_ = std::move(StateStore::Open(dir_ + "/state").value());
+    store_ = std::make_unique<AllocationStore>(state_.get(), sink_, "kube_device_plugin");
+    ASSERT_TRUE(kubelet_.StartDevicePluginManager(dir_ + "/dp").ok());
+    ASSERT_TRUE(kubelet_.StartPodResources(dir_ + "/pr/kubelet.sock").ok());
+    DevicePluginOptions options;
+    options.dir = dir_ + "/dp";
+    options.pod_resources_socket = dir_ + "/pr/kubelet.sock";
+    options.vgpu_per_gpu = 4;
+    options.memory_unit_mib = 256;
+    options.poll_interval = 20ms;
+    options.reconcile_every = 0;  // the tests call Reconcile themselves
+    options.inject.library = "/opt/gpuslice/libgpuslice.so";
+    options.inject.daemon_socket = "/run/gpuslice/gpusliced.sock";
+    options.inject.dev_root = dir_ + "/nodev";
+    plugins_ = std::make_unique<DevicePlugins>(options, *store_, [] {
+      return std::vector<GpuOffer>{{0, kGpu0, 8ull << 30}, {1, kGpu1, 8ull << 30}};
+    });
+    ASSERT_TRUE(plugins_->Start().ok());
+  }
+  void TearDown() override {
+    plugins_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::string Socket(const char* name) const { return dir_ + "/dp/gpuslice-" + name + ".sock"; }
+
+  std::string dir_;
+  std::unique_ptr<StateStore> state_;
+  NoLimitSink sink_;
+  std::unique_ptr<AllocationStore> store_;
+  FakeKubelet kubelet_;
+  std::unique_ptr<DevicePlugins> plugins_;
+};
+
+TEST_F(DevicePluginTest, RegistersTheThreeResources) {
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 5s));
+  std::vector<std::string> names;
+  for (const auto& r : kubelet_.Registrations()) {
+    EXPECT_EQ(r.version(), "v1beta1");
+    names.push_back(r.resource_name() + " " + r.endpoint());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"gpuslice.io/vgpu gpuslice-vgpu.sock",
+                                             "gpuslice.io/gpu-memory gpuslice-gpu-memory.sock",
+                                             "gpuslice.io/gpu-cores gpuslice-gpu-cores.sock"}));
+}
+
+TEST_F(DevicePluginTest, ListsDeterministicDevices) {
+  auto vgpu = kubelet_.ListDevices(Socket("vgpu"));
+  ASSERT_TRUE(vgpu.ok()) << vgpu.status().ToString();
+  EXPECT_EQ(vgpu->devices_size(), 8);
+  EXPECT_EQ(vgpu->devices(0).id(), std::string(kGpu0) + "-v0");
+  EXPECT_EQ(vgpu->devices(0).health(), "Healthy");
+  auto memory = kubelet_.ListDevices(Socket("gpu-memory"));
+  ASSERT_TRUE(memory.ok());
+  EXPECT_EQ(memory->devices_size(), 2 * 32);  // 8 GiB in 256 MiB units, per GPU
+  auto cores = kubelet_.ListDevices(Socket("gpu-cores"));
+  ASSERT_TRUE(cores.ok());
+  EXPECT_EQ(cores->devices_size(), 200);
+}
+
+TEST_F(DevicePluginTest, AllocateReadsTheGpuAndAmountFromTheIds) {
+  std::vector<std::string> ids;
+  ids.reserve(16);
+  for (int n = 0; n < 16; ++n) ids.push_back(DpDeviceId(DpResource::kMemory, kGpu1, n));
+  auto r = kubelet_.Allocate(Socket("gpu-memory"), {ids});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->container_responses_size(), 1);
+  const auto& envs = r->container_responses(0).envs();
+  EXPECT_EQ(nlohmann::json::parse(envs.at("GPUSLICE_MEMORY_LIMIT")),
+            nlohmann::json({{kGpu1, std::to_string(16ull * 256 << 20)}}));
+  EXPECT_EQ(envs.at("LD_PRELOAD"), "/opt/gpuslice/libgpuslice.so");
+  EXPECT_EQ(envs.at("NVIDIA_VISIBLE_DEVICES"), kGpu1);
+  EXPECT_EQ(envs.count("GPUSLICE_GROUP"), 0u);  // the pod's UID
+  EXPECT_GE(r->container_responses(0).mounts_size(), 3);
+
+  std::vector<std::string> cores;
+  cores.reserve(30);
+  for (int n = 0; n < 30; ++n) cores.push_back(DpDeviceId(DpResource::kCores, kGpu0, n));
+  auto c = kubelet_.Allocate(Socket("gpu-cores"), {cores});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(nlohmann::json::parse(c->container_responses(0).envs().at("GPUSLICE_COMPUTE_LIMIT")),
+            nlohmann::json({{kGpu0, "30"}}));
+  EXPECT_EQ(store_->All().size(), 2u);
+  // The same ids again (a kubelet retry): the same allocation.
+  ASSERT_TRUE(kubelet_.Allocate(Socket("gpu-memory"), {ids}).ok());
+  EXPECT_EQ(store_->All().size(), 2u);
+  // Ids of another resource, or of no GPU here, are refused.
+  EXPECT_FALSE(kubelet_.Allocate(Socket("gpu-memory"), {cores}).ok());
+  EXPECT_FALSE(
+      kubelet_.Allocate(Socket("gpu-memory"), {{DpDeviceId(DpResource::kMemory, "GPU-x", 0)}})
+          .ok());
+}
+
+TEST_F(DevicePluginTest, PodResourcesNamesThePodAndReleasesWhatNoPodHolds) {
+  std::vector<std::string> ids = {DpDeviceId(DpResource::kVgpu, kGpu0, 2)};
+  ASSERT_TRUE(kubelet_.Allocate(Socket("vgpu"), {ids}).ok());
+  v1::PodResources pod;
+  pod.set_name("trainer");
+  pod.set_namespace_("team-a");
+  auto* devices = pod.add_containers()->add_devices();
+  devices->set_resource_name("gpuslice.io/vgpu");
+  devices->add_device_ids(ids[0]);
+  kubelet_.SetPods({pod});
+  ASSERT_TRUE(plugins_->Reconcile().ok());
+  ASSERT_EQ(store_->All().size(), 1u);
+  EXPECT_EQ(store_->All()[0].claim_namespace, "team-a");
+  EXPECT_EQ(store_->All()[0].claim_name, "trainer");
+  kubelet_.SetPods({});  // the pod is gone
+  ASSERT_TRUE(plugins_->Reconcile().ok());
+  EXPECT_EQ(store_->All().size(), 1u);  // once could be a race with a starting pod
+  ASSERT_TRUE(plugins_->Reconcile().ok());
+  EXPECT_TRUE(store_->All().empty());
+}
+
+TEST_F(DevicePluginTest, AKubeletRestartReRegisters) {
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 5s));
+  ASSERT_TRUE(kubelet_.RestartDevicePluginManager().ok());
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(6, 10s)) << kubelet_.Registrations().size();
+  // The plugins serve again on their (removed and recreated) sockets.
+  auto vgpu = kubelet_.ListDevices(Socket("vgpu"));
+  ASSERT_TRUE(vgpu.ok()) << vgpu.status().ToString();
+  EXPECT_EQ(vgpu->devices_size(), 8);
+  // The plugin counts a registration once the kubelet's answer is back.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (plugins_->registrations() < 6 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(plugins_->registrations(), 6);
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon::kubelet

@@ -1,0 +1,79 @@
+// KubeletSide: the kubelet-facing parts of gpusliced, as the daemon starts
+// them (docs/kubernetes.md "Kubelet side"; flags in docs/daemon.md). Nothing
+// starts unless a flag asks: --dra serves the DRA kubelet plugin,
+// --device-plugin the v1beta1 device plugins. Both share one AllocationStore
+// (checkpointed in the daemon's state directory, restored here) whose groups'
+// limits go to the TenantRegistry.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/kubelet/allocation_store.h"
+#include "daemon/kubelet/claim_reader.h"
+#include "daemon/kubelet/dra_plugin.h"
+
+namespace CLI {
+class App;
+}
+
+namespace gpuslice::daemon::kubelet {
+
+struct KubeletConfig {
+  std::string kubelet_dir = "/var/lib/kubelet";  // plugins/, plugins_registry/, device-plugins/
+  bool dra = false;
+  bool device_plugin = false;
+  std::string cdi_dir = "/var/run/cdi";
+  std::string claims_dir;  // ResourceClaims as files (FileClaimReader); "": the API server's
+  std::string limiter_library = "/usr/lib/gpuslice/libgpuslice.so";
+  std::string ld_so_preload;           // host file mounted as /etc/ld.so.preload; "": LD_PRELOAD
+  uint32_t device_plugin_slices = 10;  // gpuslice.io/vgpu devices per GPU
+  uint32_t memory_unit_mib = 1;        // MiB per gpuslice.io/gpu-memory device
+
+  bool enabled() const { return dra || device_plugin; }
+};
+
+// Adds --kubelet-dir, --dra, --device-plugin, --cdi-dir, --dra-claims-dir,
+// --limiter-library, --ld-so-preload, --vgpu-per-gpu and --gpu-memory-unit-mib
+// to `app`.
+void AddKubeletFlags(CLI::App& app, KubeletConfig& config);
+
+class DevicePlugins;
+
+class KubeletSide {
+ public:
+  struct Context {
+    TenantRegistry& registry;
+    StateStore* state;                                   // may be null
+    std::function<std::vector<NodeGpu>()> node_gpus;     // the node's GPUs now
+    std::function<uint64_t(const std::string&)> memory;  // a GPU's memory bytes, by UUID
+    std::string daemon_socket;                           // injected into containers
+    std::string shm_dir;
+    ClaimReader* claim_reader = nullptr;  // null: config.claims_dir's, else none (Unavailable)
+  };
+
+  // Restores the allocations and starts what `config` asks for.
+  // REQUIRES: config.enabled(); what `context` refers to outlives the result.
+  static StatusOr<std::unique_ptr<KubeletSide>> Start(const KubeletConfig& config, Context context);
+  ~KubeletSide();
+  // Stops serving (sockets removed). Allocations stay recorded. Idempotent.
+  void Stop();
+
+  AllocationStore& store() { return *store_; }
+
+ private:
+  KubeletSide() = default;
+
+  std::unique_ptr<RegistryLimitSink> sink_;
+  std::unique_ptr<AllocationStore> store_;
+  std::unique_ptr<ClaimReader> owned_reader_;
+  std::unique_ptr<DraPlugin> dra_;
+  std::unique_ptr<NoLimitSink> no_sink_;
+  std::unique_ptr<AllocationStore> dp_store_;
+  std::unique_ptr<DevicePlugins> device_plugins_;
+};
+
+}  // namespace gpuslice::daemon::kubelet

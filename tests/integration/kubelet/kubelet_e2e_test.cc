@@ -1,0 +1,319 @@
+// gpusliced's kubelet side end to end: the real daemon (--dra) on a private
+// simulated GPU, the fake kubelet registering its plugin and preparing a
+// claim for 4 GiB and 30 %, and a tenant started with the CDI spec's
+// environment (LD_PRELOAD and the rest, as a container runtime would apply
+// it) that must see exactly a 4 GiB device and be refused beyond it; then
+// unprepare releases it. Also: a daemon restart keeps the allocation and a
+// kubelet retry after it prepares nothing twice.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/unix_http_client.h"
+#include "daemon/kubelet/cdi_spec.h"
+#include "daemon/kubelet/device_plugin.h"
+#include "daemon/kubelet/fake_kubelet.h"
+#include "tests/integration/support/daemon_ready.h"
+#include "tests/integration/support/sim_process_test.h"
+
+namespace gpuslice {
+namespace {
+
+using daemon::kubelet::CdiEnv;
+using daemon::kubelet::FakeKubelet;
+using nlohmann::json;
+using testing::BuildDir;
+using testing::WaitFor;
+using namespace std::chrono_literals;
+
+constexpr char kSimConfig[] = R"({"device_count":2})";
+constexpr char kClaimUid[] = "c1a1e2d3-4b5c-4d6e-8f70-8192a3b4c5d6";
+constexpr uint64_t kGiB = 1ull << 30;
+
+class KubeletE2eTest : public testing::SimProcessTest {
+ protected:
+  void SetUp() override {
+    SimProcessTest::SetUp();
+    // Unix socket paths are short: the kubelet's tree lives under /tmp.
+    kubelet_dir_ = "/tmp/gs-kl." + std::to_string(getpid());
+    std::filesystem::remove_all(kubelet_dir_);
+    socket_ = dir_ + "/gpusliced.sock";
+  }
+  void TearDown() override {
+    SimProcessTest::TearDown();
+    std::filesystem::remove_all(kubelet_dir_);
+  }
+
+  void StartDaemon(const std::vector<std::string>& mode = {"--dra"}) {
+    std::vector<std::string> args = {"--socket",
+                                     socket_,
+                                     "--poll-interval-ms",
+                                     "100",
+                                     "--log-level",
+                                     "debug",
+                                     "--state-dir",
+                                     dir_ + "/state",
+                                     "--shm-dir",
+                                     shm_dir_,
+                                     "--kubelet-dir",
+                                     kubelet_dir_,
+                                     "--cdi-dir",
+                                     dir_ + "/cdi",
+                                     "--dra-claims-dir",
+                                     dir_ + "/claims",
+                                     "--limiter-library",
+                                     BuildDir() + "/lib/libgpuslice.so",
+                                     "--gpu-memory-unit-mib",
+                                     "256"};
+    args.insert(args.end(), mode.begin(), mode.end());
+    daemon_ = StartProgram("gpusliced", next_++, args,
+                           {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
+    ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err" + std::to_string(next_ - 1));
+  }
+  void StopDaemon() {
+    ASSERT_GT(daemon_, 0);
+    kill(daemon_, SIGTERM);
+    EXPECT_EQ(Join(daemon_), 0);
+  }
+
+  json Get(const std::string& target, int* status = nullptr) {
+    auto r = cli::UnixHttpClient(socket_, 5s).Request("GET", target);
+    if (status != nullptr) *status = r.ok() ? r->status : -1;
+    if (!r.ok()) return nullptr;
+    return json::parse(r->body, nullptr, false);
+  }
+
+  std::string GpuUuid(uint32_t index) {
+    json gpus = Get("/v1/gpus");
+    if (gpus.is_object()) gpus = gpus.value("gpus", json::array());
+    for (const json& g : gpus) {
+      if (g.value("index", 99u) == index) return g.value("uuid", "");
+    }
+    return "";
+  }
+
+  // The ResourceClaim as the API server would return it once allocated.
+  void WriteClaim(const std::string& device) {
+    std::filesystem::create_directories(dir_ + "/claims/team-a");
+    const json claim = {
+        {"apiVersion", "resource.k8s.io/v1"},
+        {"kind", "ResourceClaim"},
+        {"metadata", {{"name", "slice"}, {"namespace", "team-a"}, {"uid", kClaimUid}}},
+        {"status",
+         {{"allocation",
+           {{"devices",
+             {{"results",
+               json::array({{{"request", "gpu"},
+                             {"driver", "gpuslice.io"},
+                             {"pool", "node-1"},
+                             {"device", device},
+                             {"consumedCapacity", {{"memory", "4Gi"}, {"cores", "30"}}}}})}}}}},
+          {"reservedFor", json::array({{{"resource", "pods"},
+                                        {"name", "trainer"},
+                                        {"uid", "0a0b0c0d-1111-2222-3333-444455556666"}}})}}}};
+    std::ofstream(dir_ + "/claims/team-a/slice.json") << claim.dump();
+  }
+
+  static daemon::kubelet::dra_api::Claim Claim() {
+    daemon::kubelet::dra_api::Claim c;
+    c.set_namespace_("team-a");
+    c.set_name("slice");
+    c.set_uid(kClaimUid);
+    return c;
+  }
+
+  // Registers the daemon's plugin as the kubelet's plugin watcher would;
+  // its DRA endpoint.
+  std::string RegisterPlugin() {
+    std::vector<std::string> sockets;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          sockets = FakeKubelet::FindPluginSockets(kubelet_dir_ + "/plugins_registry");
+          return sockets.size() == 1;
+        },
+        5s));
+    if (sockets.size() != 1) return "";
+    auto info = kubelet_.RegisterPlugin(sockets[0]);
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    if (!info.ok()) return "";
+    EXPECT_EQ(info->type(), "DRAPlugin");
+    EXPECT_EQ(info->name(), "gpuslice.io");
+    return info->endpoint();
+  }
+
+  std::string SpecPath() const { return dir_ + "/cdi/gpuslice.io-" + kClaimUid + ".json"; }
+  json Spec() {
+    std::ifstream in(SpecPath());
+    return json::parse(in, nullptr, false);
+  }
+
+  // gpuslice-alloc-probe with exactly the CDI spec's environment (plus the
+  // simulator's); its stdout.
+  std::string RunTenant(const json& spec, const std::vector<std::string>& args) {
+    return RunTenantWith(CdiEnv(spec), args);
+  }
+  std::string RunTenantWith(const std::map<std::string, std::string>& vars,
+                            const std::vector<std::string>& args) {
+    std::vector<std::string> env;
+    for (const auto& [name, value] : vars) {
+      std::string entry = name;
+      entry += "=";
+      entry += value;
+      env.push_back(std::move(entry));
+    }
+    const pid_t pid = StartProgram("gpuslice-alloc-probe", next_, args, env);
+    const int n = next_++;
+    EXPECT_EQ(Join(pid), 0) << Read("err" + std::to_string(n));
+    return Read("out" + std::to_string(n));
+  }
+
+  std::string kubelet_dir_;
+  std::string socket_;
+  pid_t daemon_ = 0;
+  int next_ = 0;
+  FakeKubelet kubelet_;
+};
+
+TEST_F(KubeletE2eTest, AClaimFor4GiBAnd30PercentIsExactlyThatSlice) {
+  StartDaemon();
+  const std::string uuid = GpuUuid(0);
+  ASSERT_FALSE(uuid.empty());
+  WriteClaim("gpu-0");
+  const std::string endpoint = RegisterPlugin();
+  ASSERT_FALSE(endpoint.empty());
+
+  auto prepared = kubelet_.Prepare(endpoint, {Claim()});
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  const auto& result = prepared->claims().at(kClaimUid);
+  ASSERT_EQ(result.error(), "");
+  ASSERT_EQ(result.devices_size(), 1);
+  EXPECT_EQ(result.devices(0).cdi_device_ids(0), std::string("gpuslice.io/claim=") + kClaimUid);
+
+  // The daemon's word: group = claim, its limits on that GPU.
+  int status = 0;
+  const json group = Get(std::string("/v1/groups/") + kClaimUid, &status);
+  ASSERT_EQ(status, 200) << group.dump();
+  EXPECT_EQ(group["limits"][uuid]["memory_bytes"], 4 * kGiB) << group.dump();
+  EXPECT_EQ(group["limits"][uuid]["compute_percent"], 30) << group.dump();
+
+  // A tenant started the way the container runtime applies the CDI spec.
+  const json spec = Spec();
+  ASSERT_FALSE(spec.is_discarded());
+  EXPECT_EQ(CdiEnv(spec).at("GPUSLICE_SOCKET"), socket_);
+  const json info = json::parse(RunTenant(spec, {"info"}), nullptr, false);
+  ASSERT_TRUE(info.is_object()) << Read("err" + std::to_string(next_ - 1));
+  EXPECT_EQ(info["total"], 4 * kGiB) << info.dump();
+
+  // Refused beyond it: 256 MiB chunks until the driver says no.
+  const json alloc = json::parse(
+      RunTenant(spec, {"alloc", "--api", "alloc", "--chunk", std::to_string(256 << 20)}), nullptr,
+      false);
+  ASSERT_TRUE(alloc.is_object()) << Read("err" + std::to_string(next_ - 1));
+  EXPECT_LE(alloc["granted_bytes"].get<uint64_t>(), 4 * kGiB) << alloc.dump();
+  EXPECT_GE(alloc["granted_bytes"].get<uint64_t>(), 4 * kGiB - (512ull << 20)) << alloc.dump();
+  EXPECT_EQ(alloc["error"], "CUDA_ERROR_OUT_OF_MEMORY") << alloc.dump();
+
+  // Unprepare releases it: no group, no spec; twice is fine.
+  for (int i = 0; i < 2; ++i) {
+    auto un = kubelet_.Unprepare(endpoint, {Claim()});
+    ASSERT_TRUE(un.ok()) << un.status().ToString();
+    EXPECT_EQ(un->claims().at(kClaimUid).error(), "");
+  }
+  Get(std::string("/v1/groups/") + kClaimUid, &status);
+  EXPECT_EQ(status, 404);
+  EXPECT_FALSE(std::filesystem::exists(SpecPath()));
+}
+
+TEST_F(KubeletE2eTest, ADaemonRestartKeepsTheAllocationAndPreparesNothingTwice) {
+  StartDaemon();
+  const std::string uuid = GpuUuid(1);
+  ASSERT_FALSE(uuid.empty());
+  WriteClaim("gpu-1");
+  std::string endpoint = RegisterPlugin();
+  ASSERT_FALSE(endpoint.empty());
+  ASSERT_TRUE(kubelet_.Prepare(endpoint, {Claim()}).ok());
+  StopDaemon();
+  EXPECT_FALSE(std::filesystem::exists(endpoint));  // the socket went with it
+
+  // The claim vanishes from the "API server": a retry must need nothing.
+  std::filesystem::remove_all(dir_ + "/claims");
+  StartDaemon();
+  endpoint = RegisterPlugin();
+  ASSERT_FALSE(endpoint.empty());
+  int status = 0;
+  const json group = Get(std::string("/v1/groups/") + kClaimUid, &status);
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(group["limits"][uuid]["memory_bytes"], 4 * kGiB);
+  auto again = kubelet_.Prepare(endpoint, {Claim()});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->claims().at(kClaimUid).error(), "");
+  std::ifstream record(dir_ + "/state/kube_allocations.json");
+  std::stringstream text;
+  text << record.rdbuf();
+  const json saved = json::parse(text.str(), nullptr, false);
+  ASSERT_TRUE(saved.is_object()) << text.str();
+  EXPECT_EQ(saved["data"]["allocations"].size(), 1u) << saved.dump();
+}
+
+// Without DRA: the device plugins register with the kubelet, a container
+// given 16 gpu-memory devices (256 MiB each) and 30 gpu-cores devices runs
+// with what the two Allocate answers inject, merged as the kubelet merges
+// them, and sees exactly 4 GiB; a kubelet restart re-registers.
+TEST_F(KubeletE2eTest, TheDevicePluginsGiveAContainerItsSlice) {
+  using daemon::kubelet::DpDeviceId;
+  using daemon::kubelet::DpResource;
+  ASSERT_TRUE(kubelet_.StartDevicePluginManager(kubelet_dir_ + "/device-plugins").ok());
+  StartDaemon({"--device-plugin"});
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
+  const std::string uuid = GpuUuid(0);
+  ASSERT_FALSE(uuid.empty());
+
+  std::vector<std::string> memory, cores;
+  for (int n = 0; n < 16; ++n) memory.push_back(DpDeviceId(DpResource::kMemory, uuid, n));
+  for (int n = 0; n < 30; ++n) cores.push_back(DpDeviceId(DpResource::kCores, uuid, n));
+  const std::string dp = kubelet_dir_ + "/device-plugins/";
+  auto m = kubelet_.Allocate(dp + "gpuslice-gpu-memory.sock", {memory});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto c = kubelet_.Allocate(dp + "gpuslice-gpu-cores.sock", {cores});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::map<std::string, std::string> env;
+  for (const auto* r : {&*m, &*c}) {
+    for (const auto& [name, value] : r->container_responses(0).envs()) env[name] = value;
+  }
+  EXPECT_EQ(json::parse(env.at("GPUSLICE_COMPUTE_LIMIT")), json({{uuid, "30"}}));
+  env["GPUSLICE_GROUP"] = "pod-0a0b0c0d";  // what the pod's UID would be
+  const json info = json::parse(RunTenantWith(env, {"info"}), nullptr, false);
+  ASSERT_TRUE(info.is_object()) << Read("err" + std::to_string(next_ - 1));
+  EXPECT_EQ(info["total"], 4 * kGiB) << info.dump();
+  const json alloc = json::parse(
+      RunTenantWith(env, {"alloc", "--api", "alloc", "--chunk", std::to_string(256 << 20)}),
+      nullptr, false);
+  ASSERT_TRUE(alloc.is_object()) << Read("err" + std::to_string(next_ - 1));
+  EXPECT_LE(alloc["granted_bytes"].get<uint64_t>(), 4 * kGiB) << alloc.dump();
+  EXPECT_EQ(alloc["error"], "CUDA_ERROR_OUT_OF_MEMORY") << alloc.dump();
+
+  // A kubelet restart (its socket and the plugins' removed): registered again.
+  ASSERT_TRUE(kubelet_.RestartDevicePluginManager().ok());
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(6, 10s)) << kubelet_.Registrations().size();
+  EXPECT_TRUE(WaitFor([&] { return kubelet_.ListDevices(dp + "gpuslice-vgpu.sock").ok(); }, 5s));
+
+  // A daemon restart keeps both allocations.
+  StopDaemon();
+  StartDaemon({"--device-plugin"});
+  std::ifstream record(dir_ + "/state/kube_device_plugin.json");
+  std::stringstream text;
+  text << record.rdbuf();
+  const json saved = json::parse(text.str(), nullptr, false);
+  ASSERT_TRUE(saved.is_object()) << text.str();
+  EXPECT_EQ(saved["data"]["allocations"].size(), 2u) << saved.dump();
+}
+
+}  // namespace
+}  // namespace gpuslice
