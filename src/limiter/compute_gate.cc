@@ -1,10 +1,10 @@
 #include "limiter/compute_gate.h"
 
 #include <algorithm>
+#include <ctime>
 #include <type_traits>
 
 #include "common/clock.h"
-#include "limiter/limiter.h"
 #include "limiter/real/real_driver.h"
 
 namespace gpuslice::limiter {
@@ -91,6 +91,32 @@ CUresult Probe(const GroupSegment& segment, int dev, ComputeBudget budget, CUstr
   return rc;
 }
 
+// Before a launch on `stream`: if the stream has stayed busy longer than its
+// allowance, waits (polling: the driver has no wait with a timeout) until it
+// drains, the device is no longer paced, or kBacklogMaxWaitNs pass.
+void WatchBacklog(const GroupSegment& segment, int dev, CUstream stream, int64_t* busy_since,
+                  int64_t charge_ns) {
+  const uint32_t rate_bp = segment.PacedRateBp(dev);
+  if (rate_bp >= kFullGrantBp) return;
+  const int64_t burst = segment.ComputeBurst(dev) > 0 ? segment.ComputeBurst(dev) : kPacerBurstNs;
+  const int64_t allowance = BacklogAllowanceNs(PacedIntervalBpNs(charge_ns, rate_bp), burst);
+  BacklogWatch watch{std::atomic_ref<int64_t>(*busy_since)};
+  int64_t now = MonotonicNs();
+  if (!watch.Overdue(now, allowance)) return;
+  const real::CudaTable& cu = real::Cuda();
+  if (cu.cuStreamQuery == nullptr) return;
+  const int64_t deadline = now + kBacklogMaxWaitNs;
+  int64_t nap_ns = 100'000;
+  while (cu.cuStreamQuery(stream) == CUDA_ERROR_NOT_READY && now < deadline &&
+         segment.PacedRateBp(dev) < kFullGrantBp) {
+    const timespec ts{0, nap_ns};
+    nanosleep(&ts, nullptr);
+    nap_ns = std::min<int64_t>(nap_ns * 2, 2'000'000);
+    now = MonotonicNs();
+  }
+  watch.Drained(MonotonicNs());
+}
+
 }  // namespace
 
 CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline call, void* launch) {
@@ -98,7 +124,8 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   stream = Effective(stream, per_thread);
   // Captured work runs (and is charged) when its graph is launched.
   if (Capturing(stream)) return call(launch);
-  const int dev = Limiter::Get().StreamGroupDevice(stream);
+  int64_t* busy_since = nullptr;
+  const int dev = streams_.Resolve(stream, &busy_since);
   if (dev < 0 || (segment->ComputeLimitedMask() & (1u << dev)) == 0) return call(launch);
   ComputeBudget budget = segment->Budget(dev);
 
@@ -109,6 +136,7 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
     probe = budget.TakeProbe(kBootstrapProbes);
     charge = probe ? 0 : budget.probe_ns();
   }
+  if (!probe && charge > 0) WatchBacklog(*segment, dev, stream, busy_since, charge);
   if (!Admit(*segment, dev, budget, charge)) return call(launch);  // no longer paced
   if (probe) return Probe(*segment, dev, budget, stream, call, launch);
   const CUresult rc = call(launch);

@@ -154,7 +154,7 @@ CUresult Limiter::AttachWithCuda() {
         // The parent's keeper did not survive the fork.
         StartKeeperThread(segment_.get(), DaemonSocket());
       } else {
-        ComputeGate::Arm(nullptr);
+        compute_gate_.Disarm();
         (void)segment_.release();  // the mapping is the parent's too: never unmapped here
         state_.store(kDetached);
       }
@@ -265,7 +265,7 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
     control::GroupKeeper::GrantProvisionally(*segment_);
   }
   StartKeeperThread(segment_.get(), daemon_socket);
-  ComputeGate::Arm(segment_.get());
+  compute_gate_.Arm(segment_.get(), map);
   ordinal_to_device_ = std::move(map);
   GS_LOG(kInfo, "limiter", "attached to group '%s' (%zu devices)", segment_->group().c_str(),
          devices.size());

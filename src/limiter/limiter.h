@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cuda_abi/cuda_driver_api.h"
+#include "limiter/compute_gate.h"
 #include "limiter/daemon_client.h"
 #include "nvml_abi/nvml.h"
 #include "shm/group_segment.h"
@@ -123,6 +124,9 @@ class Limiter {
   // The group segment (nullptr before attach).
   GroupSegment* segment() const { return segment_.get(); }
 
+  // The process's compute gate (armed once attached).
+  ComputeGate& compute_gate() { return compute_gate_; }
+
  private:
   enum State : int { kDetached = 0, kAttached, kFailedClosed };
   struct PrimaryCount {
@@ -156,6 +160,7 @@ class Limiter {
   std::optional<RegistrationRequest> registration_;
   DaemonEndpoint daemon_;  // where registration_ goes
   std::atomic<bool> registration_started_{false};
+  ComputeGate compute_gate_;
 
   mutable std::mutex mu_;  // guards the maps below
   std::unordered_map<uint64_t, Charge> tracked_[5];

@@ -58,4 +58,57 @@ inline int64_t TryAdmit(std::atomic_ref<int64_t> next_free, int64_t now_ns, int6
   }
 }
 
+// ---- the backlog watch (one stream) ----
+//
+// The budget charges each launch its *estimated* device time. When the
+// workload changes (kernels 100x longer, a graph of many kernels in place of
+// one launch), the estimate is short until the group controller has seen the
+// new workload, and the driver's queue (up to about a thousand launches)
+// would fill with seconds of work that no later correction can take back.
+// The watch bounds that queue without knowing the new cost: a stream that has
+// had launches for longer than its allowance without being seen empty must
+// drain before it gets another launch. The allowance is what a correctly
+// charged stream needs to run empty again (the burst it may be ahead, two
+// launches' paced intervals and a little slack for other tenants' time
+// slices), so a steady workload never waits for it; a wrongly charged one
+// holds at most an allowance of launches in the driver's queue.
+
+// Slack of the allowance: other tenants' time slices and launch latency.
+inline constexpr int64_t kBacklogSlackNs = 5'000'000;
+// The longest a launch waits for its stream to drain (a stream that waits on
+// the host, e.g. cuStreamWaitValue32, never drains by itself).
+inline constexpr int64_t kBacklogMaxWaitNs = 2'000'000'000;
+
+// How long a stream may stay busy without draining, for launches paced at
+// `interval_ns` of wall time each within `burst_ns`.
+inline int64_t BacklogAllowanceNs(int64_t interval_ns, int64_t burst_ns) {
+  return burst_ns + 2 * interval_ns + kBacklogSlackNs;
+}
+
+// The watch's state: when the stream's current busy period began (the first
+// launch after it was last seen empty; 0: no launch yet). Lock-free; racing
+// threads on one stream at worst check once more than needed.
+class BacklogWatch {
+ public:
+  explicit BacklogWatch(std::atomic_ref<int64_t> busy_since) : busy_since_(busy_since) {}
+
+  // True if, before a launch at `now_ns`, the stream must be seen empty: it
+  // has been busy longer than `allowance_ns`. Otherwise the launch may go
+  // (and, if it starts a busy period, `now_ns` is its beginning).
+  bool Overdue(int64_t now_ns, int64_t allowance_ns) {
+    const int64_t since = busy_since_.load(std::memory_order_relaxed);
+    if (since == 0) {
+      busy_since_.store(now_ns, std::memory_order_relaxed);
+      return false;
+    }
+    return now_ns - since > allowance_ns;
+  }
+  // The stream was seen empty (or waited for) at `now_ns`: a launch now
+  // begins a new busy period.
+  void Drained(int64_t now_ns) { busy_since_.store(now_ns, std::memory_order_relaxed); }
+
+ private:
+  std::atomic_ref<int64_t> busy_since_;
+};
+
 }  // namespace gpuslice

@@ -72,6 +72,7 @@ void FillCuda(CudaTable* t, void* h) {
   Resolve(h, "cuCtxPopCurrent_v2", &t->cuCtxPopCurrent_v2);
   Resolve(h, "cuStreamSynchronize", &t->cuStreamSynchronize);
   Resolve(h, "cuStreamIsCapturing", &t->cuStreamIsCapturing);
+  Resolve(h, "cuStreamQuery", &t->cuStreamQuery);
   Resolve(h, "cuArrayGetMemoryRequirements", &t->cuArrayGetMemoryRequirements);
   Resolve(h, "cuMipmappedArrayGetMemoryRequirements", &t->cuMipmappedArrayGetMemoryRequirements);
 }

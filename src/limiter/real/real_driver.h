@@ -35,6 +35,7 @@ struct CudaTable {
   decltype(&::cuCtxPopCurrent_v2) cuCtxPopCurrent_v2 = nullptr;
   decltype(&::cuStreamSynchronize) cuStreamSynchronize = nullptr;
   decltype(&::cuStreamIsCapturing) cuStreamIsCapturing = nullptr;
+  decltype(&::cuStreamQuery) cuStreamQuery = nullptr;
   decltype(&::cuArrayGetMemoryRequirements) cuArrayGetMemoryRequirements = nullptr;
   decltype(&::cuMipmappedArrayGetMemoryRequirements) cuMipmappedArrayGetMemoryRequirements =
       nullptr;

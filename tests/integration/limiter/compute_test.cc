@@ -164,6 +164,34 @@ TEST_F(ComputeTest, AnotherMemberTakesOverWhenTheControllerIsKilled) {
   EXPECT_LE(share, 40);
 }
 
+// Workload changes (issue 14; bench/share_accuracy --suite workload-change
+// has the full set): a cap holds when single launches give way to graphs of
+// ten kernels (today's group-average charge ran at ~95 % for two seconds),
+// and a group whose members' kernels differ 250x stays near its cap (it ran
+// at ~99 %).
+TEST_F(ComputeTest, ACapHoldsWhenGraphsReplaceSingleLaunches) {
+  const pid_t p =
+      Start(0, {"--kernel-us", "200", "--duration-s", "10", "--phase", "3:200:graph10", "--quiet"},
+            Limited("graphs", "30"));
+  WaitRunning({p});
+  std::this_thread::sleep_for(milliseconds(4000));  // the switch, then its first second
+  const double share = Share({p}, milliseconds(2000));
+  EXPECT_GE(share, 15);
+  EXPECT_LE(share, 45);
+}
+
+TEST_F(ComputeTest, AGroupWithVeryDifferentKernelsStaysNearItsCap) {
+  const pid_t a =
+      Start(0, {"--kernel-us", "20", "--duration-s", "10", "--quiet"}, Limited("mixed", "40"));
+  const pid_t b =
+      Start(1, {"--kernel-us", "5000", "--duration-s", "10", "--quiet"}, Limited("mixed", "40"));
+  WaitRunning({a, b});
+  std::this_thread::sleep_for(milliseconds(3000));
+  const double share = Share({a, b}, milliseconds(3000));
+  EXPECT_GE(share, 25);
+  EXPECT_LE(share, 58);
+}
+
 // gpusliced's scheduler writes grants and pauses into the segment
 // (include/gpuslice/group_segment.h); the launch path follows them. Here the
 // test writes them, as the daemon would.
