@@ -42,7 +42,7 @@ struct PlantOptions {
 class Plant {
  public:
   explicit Plant(const PlantOptions& o) : o_(o), limit_(o.limit), estimator_(o.estimator) {
-    members_.push_back(Member{o.kernel_ns, o.sync});
+    members_.emplace_back(o.kernel_ns, o.sync);
   }
 
   void set_limit(uint32_t l) { limit_ = l; }
@@ -50,7 +50,7 @@ class Plant {
   void set_kernel_ns(int64_t k) { members_[0].kernel_ns = k; }
   // Adds a member launching kernels of `kernel_ns`; returns its index.
   size_t AddMember(int64_t kernel_ns, bool sync = false) {
-    members_.push_back(Member{kernel_ns, sync});
+    members_.emplace_back(kernel_ns, sync);
     return members_.size() - 1;
   }
   // A member leaves: it launches no more and its queued work is dropped
@@ -341,7 +341,7 @@ TEST(WorkloadChange, GraphsOfTenKernelsInPlaceOfSingleLaunchesAndBack) {
   o.kernel_ns = 200 * kUs;
   Plant plant(o);
   plant.RunUntil(6 * kSec);
-  plant.set_kernel_ns(10 * 200 * kUs);
+  plant.set_kernel_ns(2 * kMs);  // ten 200 us kernels
   plant.RunUntil(18 * kSec);
   ExpectCapHolds(plant, 6 * kSec, 30);
   plant.set_kernel_ns(200 * kUs);
