@@ -99,6 +99,7 @@ class Plant {
     bool running = true;
     std::deque<int64_t> queue;
     int64_t busy_since = 0;  // the backlog watch's state
+    int64_t charged = 0;
   };
 
   bool CompetitorHolds() const {
@@ -113,15 +114,15 @@ class Plant {
                                              : members_[0].kernel_ns * 3 / 2;
     const int64_t interval = PacedIntervalNs(charge, limit_);
     while (m.running && (!m.sync || m.queue.empty()) && m.queue.size() < 1024) {
-      if (o_.backlog_watch) {
-        BacklogWatch watch{std::atomic_ref<int64_t>(m.busy_since)};
-        if (watch.Overdue(now_, BacklogAllowanceNs(interval, kPacerBurstNs))) {
-          if (!m.queue.empty()) return;  // waits (polls) for the stream to drain
-          watch.Drained(now_);
-        }
+      BacklogWatch watch{std::atomic_ref<int64_t>(m.busy_since),
+                         std::atomic_ref<int64_t>(m.charged)};
+      if (o_.backlog_watch && watch.Overdue(now_, BacklogAllowanceNs(interval, kPacerBurstNs))) {
+        if (!m.queue.empty()) return;  // waits (polls) for the stream to drain
+        watch.Drained(now_);
       }
       if (TryAdmit(std::atomic_ref<int64_t>(next_free_), now_, interval) != 0) return;
       m.queue.push_back(m.kernel_ns);
+      watch.Charged(charge);
       ++launches_;
     }
   }
@@ -456,17 +457,23 @@ TEST(CostEstimator, AWindowRoundedToZeroBoundsTheCostFromAbove) {
   EXPECT_EQ(unsampled.CostNs(), 0);
 }
 
-TEST(BacklogWatch, AStreamBusyBeyondItsAllowanceMustDrain) {
+TEST(BacklogWatch, AStreamBusyBeyondItsAllowanceAndItsChargesMustDrain) {
   int64_t since = 0;
-  BacklogWatch w{std::atomic_ref<int64_t>(since)};
+  int64_t charged = 0;
+  BacklogWatch w{std::atomic_ref<int64_t>(since), std::atomic_ref<int64_t>(charged)};
   const int64_t allowance = BacklogAllowanceNs(kMs, 20 * kMs);
   EXPECT_EQ(allowance, 27 * kMs);
   EXPECT_FALSE(w.Overdue(100 * kMs, allowance));  // starts a busy period
   EXPECT_EQ(since, 100 * kMs);
+  w.Charged(10 * kMs);
   EXPECT_FALSE(w.Overdue(127 * kMs, allowance));
-  EXPECT_TRUE(w.Overdue(128 * kMs, allowance));
-  w.Drained(130 * kMs);
-  EXPECT_FALSE(w.Overdue(131 * kMs, allowance));
+  EXPECT_TRUE(w.Overdue(128 * kMs, allowance));  // 28 ms busy, 10 ms charged
+  w.Charged(5 * kMs);                            // 15 ms charged: a full queue is explained
+  EXPECT_FALSE(w.Overdue(128 * kMs, allowance));
+  EXPECT_TRUE(w.Overdue(131 * kMs, allowance));
+  w.Drained(131 * kMs);
+  EXPECT_EQ(charged, 0);
+  EXPECT_FALSE(w.Overdue(132 * kMs, allowance));
 }
 
 TEST(CostEstimator, NoEstimateWithoutEnoughEvidence) {

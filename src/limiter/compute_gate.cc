@@ -94,13 +94,12 @@ CUresult Probe(const GroupSegment& segment, int dev, ComputeBudget budget, CUstr
 // Before a launch on `stream`: if the stream has stayed busy longer than its
 // allowance, waits (polling: the driver has no wait with a timeout) until it
 // drains, the device is no longer paced, or kBacklogMaxWaitNs pass.
-void WatchBacklog(const GroupSegment& segment, int dev, CUstream stream, int64_t* busy_since,
+void WatchBacklog(const GroupSegment& segment, int dev, CUstream stream, BacklogWatch& watch,
                   int64_t charge_ns) {
   const uint32_t rate_bp = segment.PacedRateBp(dev);
   if (rate_bp >= kFullGrantBp) return;
   const int64_t burst = segment.ComputeBurst(dev) > 0 ? segment.ComputeBurst(dev) : kPacerBurstNs;
   const int64_t allowance = BacklogAllowanceNs(PacedIntervalBpNs(charge_ns, rate_bp), burst);
-  BacklogWatch watch{std::atomic_ref<int64_t>(*busy_since)};
   int64_t now = MonotonicNs();
   if (!watch.Overdue(now, allowance)) return;
   const real::CudaTable& cu = real::Cuda();
@@ -124,8 +123,8 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   stream = Effective(stream, per_thread);
   // Captured work runs (and is charged) when its graph is launched.
   if (Capturing(stream)) return call(launch);
-  int64_t* busy_since = nullptr;
-  const int dev = streams_.Resolve(stream, &busy_since);
+  StreamBacklog* backlog = nullptr;
+  const int dev = streams_.Resolve(stream, &backlog);
   if (dev < 0 || (segment->ComputeLimitedMask() & (1u << dev)) == 0) return call(launch);
   ComputeBudget budget = segment->Budget(dev);
 
@@ -136,11 +135,16 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
     probe = budget.TakeProbe(kBootstrapProbes);
     charge = probe ? 0 : budget.probe_ns();
   }
-  if (!probe && charge > 0) WatchBacklog(*segment, dev, stream, busy_since, charge);
+  BacklogWatch watch{std::atomic_ref<int64_t>(backlog->busy_since),
+                     std::atomic_ref<int64_t>(backlog->charged)};
+  if (!probe && charge > 0) WatchBacklog(*segment, dev, stream, watch, charge);
   if (!Admit(*segment, dev, budget, charge)) return call(launch);  // no longer paced
   if (probe) return Probe(*segment, dev, budget, stream, call, launch);
   const CUresult rc = call(launch);
-  if (rc == CUDA_SUCCESS) budget.CountLaunch();
+  if (rc == CUDA_SUCCESS) {
+    budget.CountLaunch();
+    watch.Charged(charge);
+  }
   return rc;
 }
 

@@ -9,7 +9,7 @@ namespace gpuslice::limiter {
 namespace {
 
 // The default streams' watch, per thread (initial-exec: no allocation).
-thread_local int64_t default_busy_since __attribute__((tls_model("initial-exec"))) = 0;
+thread_local StreamBacklog default_backlog __attribute__((tls_model("initial-exec")));
 thread_local int default_device __attribute__((tls_model("initial-exec"))) = -1;
 
 size_t Slot(uintptr_t raw) {
@@ -61,7 +61,7 @@ int StreamDevices::Ask(CUstream stream) const {
   return device;
 }
 
-int StreamDevices::Resolve(CUstream stream, int64_t** busy_since) {
+int StreamDevices::Resolve(CUstream stream, StreamBacklog** backlog) {
   const auto raw = reinterpret_cast<uintptr_t>(stream);
   if (IsDefault(raw)) {
     const real::CudaTable& cu = real::Cuda();
@@ -70,16 +70,16 @@ int StreamDevices::Resolve(CUstream stream, int64_t** busy_since) {
     const int device = GroupDevice(dev);
     if (device != default_device) {
       default_device = device;
-      default_busy_since = 0;
+      default_backlog = StreamBacklog{};
     }
-    *busy_since = &default_busy_since;
+    *backlog = &default_backlog;
     return device;
   }
   Entry& e = entries_[Slot(raw)];
   if (e.stream.load(std::memory_order_acquire) == raw) {
     const int device = e.device.load(std::memory_order_acquire);
     if (e.stream.load(std::memory_order_acquire) == raw) {
-      *busy_since = &e.busy_since;
+      *backlog = &e.backlog;
       return device;
     }
   }
@@ -89,9 +89,10 @@ int StreamDevices::Resolve(CUstream stream, int64_t** busy_since) {
   // misses rather than reading the new device.
   e.stream.store(0, std::memory_order_release);
   e.device.store(device, std::memory_order_release);
-  std::atomic_ref<int64_t>(e.busy_since).store(0, std::memory_order_relaxed);
+  std::atomic_ref<int64_t>(e.backlog.busy_since).store(0, std::memory_order_relaxed);
+  std::atomic_ref<int64_t>(e.backlog.charged).store(0, std::memory_order_relaxed);
   e.stream.store(raw, std::memory_order_release);
-  *busy_since = &e.busy_since;
+  *backlog = &e.backlog;
   return device;
 }
 

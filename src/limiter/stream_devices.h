@@ -24,6 +24,12 @@
 
 namespace gpuslice::limiter {
 
+// A stream's backlog watch state (BacklogWatch's fields, used through atomic_ref).
+struct StreamBacklog {
+  int64_t busy_since = 0;
+  int64_t charged = 0;
+};
+
 class StreamDevices {
  public:
   static constexpr int kEntries = 64;
@@ -36,9 +42,9 @@ class StreamDevices {
   void SetOrdinals(const std::vector<int>& ordinal_to_device);
 
   // The group device of `stream` (the handle the driver means: per-thread
-  // streams already resolved), or -1; `busy_since` gets the stream's backlog
+  // streams already resolved), or -1; `backlog` gets the stream's backlog
   // watch state (never null when a device is returned).
-  int Resolve(CUstream stream, int64_t** busy_since);
+  int Resolve(CUstream stream, StreamBacklog** backlog);
 
   // Drops `stream` from the cache (it is being destroyed).
   void Forget(CUstream stream);
@@ -47,7 +53,7 @@ class StreamDevices {
   struct Entry {
     std::atomic<uintptr_t> stream{0};  // 0: empty
     std::atomic<int32_t> device{-1};
-    int64_t busy_since = 0;  // BacklogWatch's state (atomic_ref)
+    StreamBacklog backlog;
   };
   static bool IsDefault(uintptr_t raw);
   int GroupDevice(CUdevice ordinal) const;

@@ -65,13 +65,17 @@ inline int64_t TryAdmit(std::atomic_ref<int64_t> next_free, int64_t now_ns, int6
 // one launch), the estimate is short until the group controller has seen the
 // new workload, and the driver's queue (up to about a thousand launches)
 // would fill with seconds of work that no later correction can take back.
-// The watch bounds that queue without knowing the new cost: a stream that has
-// had launches for longer than its allowance without being seen empty must
-// drain before it gets another launch. The allowance is what a correctly
-// charged stream needs to run empty again (the burst it may be ahead, two
-// launches' paced intervals and a little slack for other tenants' time
-// slices), so a steady workload never waits for it; a wrongly charged one
-// holds at most an allowance of launches in the driver's queue.
+// The watch bounds that queue without knowing the new cost. It follows each
+// stream's busy period (from the first launch after the stream was last seen
+// empty) and the device time charged for the launches of that period. A
+// period longer than the allowance (what a correctly charged stream needs to
+// run empty again: the burst it may be ahead, two launches' paced intervals
+// and a little slack for other tenants' time slices) whose launches were
+// charged less than half its length cannot be explained by the charges: the
+// launches cost more than they were charged, and the stream must drain
+// before it gets another launch. A steady workload never waits for it (a
+// queue kept full on purpose was charged at least its length); a wrongly
+// charged one holds at most an allowance of launches in the driver's queue.
 
 // Slack of the allowance: other tenants' time slices and launch latency.
 inline constexpr int64_t kBacklogSlackNs = 5'000'000;
@@ -85,30 +89,40 @@ inline int64_t BacklogAllowanceNs(int64_t interval_ns, int64_t burst_ns) {
   return burst_ns + 2 * interval_ns + kBacklogSlackNs;
 }
 
-// The watch's state: when the stream's current busy period began (the first
-// launch after it was last seen empty; 0: no launch yet). Lock-free; racing
-// threads on one stream at worst check once more than needed.
+// The watch's state for one stream (two fields of the caller's):
+// `busy_since`, when the stream's current busy period began (0: no launch
+// yet), and `charged`, the device time charged to its launches since.
+// Lock-free; racing threads on one stream at worst check once more than needed.
 class BacklogWatch {
  public:
-  explicit BacklogWatch(std::atomic_ref<int64_t> busy_since) : busy_since_(busy_since) {}
+  BacklogWatch(std::atomic_ref<int64_t> busy_since, std::atomic_ref<int64_t> charged)
+      : busy_since_(busy_since), charged_(charged) {}
 
-  // True if, before a launch at `now_ns`, the stream must be seen empty: it
-  // has been busy longer than `allowance_ns`. Otherwise the launch may go
-  // (and, if it starts a busy period, `now_ns` is its beginning).
+  // True if, before a launch at `now_ns`, the stream must be seen empty: its
+  // busy period is longer than `allowance_ns` and its launches were charged
+  // less than half of it. Otherwise the launch may go (and, if it starts a
+  // busy period, `now_ns` is its beginning).
   bool Overdue(int64_t now_ns, int64_t allowance_ns) {
     const int64_t since = busy_since_.load(std::memory_order_relaxed);
     if (since == 0) {
-      busy_since_.store(now_ns, std::memory_order_relaxed);
+      Drained(now_ns);
       return false;
     }
-    return now_ns - since > allowance_ns;
+    const int64_t busy = now_ns - since;
+    return busy > allowance_ns && 2 * charged_.load(std::memory_order_relaxed) < busy;
   }
+  // A launch charged `charge_ns` of device time was admitted.
+  void Charged(int64_t charge_ns) { charged_.fetch_add(charge_ns, std::memory_order_relaxed); }
   // The stream was seen empty (or waited for) at `now_ns`: a launch now
   // begins a new busy period.
-  void Drained(int64_t now_ns) { busy_since_.store(now_ns, std::memory_order_relaxed); }
+  void Drained(int64_t now_ns) {
+    busy_since_.store(now_ns, std::memory_order_relaxed);
+    charged_.store(0, std::memory_order_relaxed);
+  }
 
  private:
   std::atomic_ref<int64_t> busy_since_;
+  std::atomic_ref<int64_t> charged_;
 };
 
 }  // namespace gpuslice
