@@ -57,6 +57,7 @@ class Plant {
   // (the process exited).
   void RemoveMember(size_t m) {
     members_[m].running = false;
+    members_[m].done += members_[m].queue.size();
     members_[m].queue.clear();
   }
 
@@ -98,8 +99,10 @@ class Plant {
     bool sync;
     bool running = true;
     std::deque<int64_t> queue;
-    int64_t busy_since = 0;  // the backlog watch's state
-    int64_t charged = 0;
+    int64_t marked_at = 0;  // the backlog watch's state
+    uint64_t marker = 0;    // the marker completes when `done` reaches it
+    uint64_t done = 0;      // kernels completed
+    bool draining = false;  // a marker was found pending: waits for an empty queue
   };
 
   bool CompetitorHolds() const {
@@ -114,15 +117,20 @@ class Plant {
                                              : members_[0].kernel_ns * 3 / 2;
     const int64_t interval = PacedIntervalNs(charge, limit_);
     while (m.running && (!m.sync || m.queue.empty()) && m.queue.size() < 1024) {
-      BacklogWatch watch{std::atomic_ref<int64_t>(m.busy_since),
-                         std::atomic_ref<int64_t>(m.charged)};
-      if (o_.backlog_watch && watch.Overdue(now_, BacklogAllowanceNs(interval, kPacerBurstNs))) {
-        if (!m.queue.empty()) return;  // waits (polls) for the stream to drain
-        watch.Drained(now_);
+      if (o_.backlog_watch) {
+        BacklogWatch watch{std::atomic_ref<int64_t>(m.marked_at)};
+        const auto step =
+            watch.Next(now_, BacklogAllowanceNs(interval, kPacerBurstNs, limit_ * 100));
+        if (step == BacklogWatch::Step::kCheck && m.done < m.marker) m.draining = true;
+        if (m.draining && !m.queue.empty()) return;  // waits (polls)
+        m.draining = false;
+        if (step != BacklogWatch::Step::kNone) {
+          m.marker = m.done + m.queue.size();
+          watch.Marked(now_);
+        }
       }
       if (TryAdmit(std::atomic_ref<int64_t>(next_free_), now_, interval) != 0) return;
       m.queue.push_back(m.kernel_ns);
-      watch.Charged(charge);
       ++launches_;
     }
   }
@@ -141,7 +149,10 @@ class Plant {
         slice_owner_ = (slice_owner_ + i) % members_.size();
         busy = true;
         m.queue.front() -= o_.step_ns;
-        if (m.queue.front() <= 0) m.queue.pop_front();
+        if (m.queue.front() <= 0) {
+          m.queue.pop_front();
+          ++m.done;
+        }
         break;
       }
       if (now_ % kMs == 0) slice_owner_ = (slice_owner_ + 1) % members_.size();
@@ -326,6 +337,22 @@ TEST(WorkloadChange, KernelsAHundredTimesLonger) {
   EXPECT_GE(plant.estimator().shifts(), 1u);
 }
 
+// Not met yet: under a high cap the short charge lets many launches through
+// in one allowance (about 90 at 70 %, two seconds of 20 ms kernels), so the
+// group runs over its cap for about two seconds before the watch and the
+// estimator catch up. Bounding the launches per allowance needs a second
+// marker or a launch count; enabled when that lands.
+TEST(WorkloadChange, DISABLED_KernelsAHundredTimesLongerUnderAHighCap) {
+  PlantOptions o;
+  o.kernel_ns = 200 * kUs;
+  o.limit = 70;
+  Plant plant(o);
+  plant.RunUntil(6 * kSec);
+  plant.set_kernel_ns(20 * kMs);
+  plant.RunUntil(18 * kSec);
+  ExpectCapHolds(plant, 6 * kSec, 70);
+}
+
 TEST(WorkloadChange, KernelsAHundredTimesShorter) {
   PlantOptions o;
   o.kernel_ns = 20 * kMs;
@@ -457,23 +484,19 @@ TEST(CostEstimator, AWindowRoundedToZeroBoundsTheCostFromAbove) {
   EXPECT_EQ(unsampled.CostNs(), 0);
 }
 
-TEST(BacklogWatch, AStreamBusyBeyondItsAllowanceAndItsChargesMustDrain) {
-  int64_t since = 0;
-  int64_t charged = 0;
-  BacklogWatch w{std::atomic_ref<int64_t>(since), std::atomic_ref<int64_t>(charged)};
-  const int64_t allowance = BacklogAllowanceNs(kMs, 20 * kMs);
-  EXPECT_EQ(allowance, 27 * kMs);
-  EXPECT_FALSE(w.Overdue(100 * kMs, allowance));  // starts a busy period
-  EXPECT_EQ(since, 100 * kMs);
-  w.Charged(10 * kMs);
-  EXPECT_FALSE(w.Overdue(127 * kMs, allowance));
-  EXPECT_TRUE(w.Overdue(128 * kMs, allowance));  // 28 ms busy, 10 ms charged
-  w.Charged(5 * kMs);                            // 15 ms charged: a full queue is explained
-  EXPECT_FALSE(w.Overdue(128 * kMs, allowance));
-  EXPECT_TRUE(w.Overdue(131 * kMs, allowance));
-  w.Drained(131 * kMs);
-  EXPECT_EQ(charged, 0);
-  EXPECT_FALSE(w.Overdue(132 * kMs, allowance));
+TEST(BacklogWatch, MarksThenChecksOnceTheAllowanceHasPassed) {
+  int64_t marked_at = 0;
+  BacklogWatch w{std::atomic_ref<int64_t>(marked_at)};
+  const int64_t allowance = BacklogAllowanceNs(kMs, 20 * kMs, 5000);
+  EXPECT_EQ(allowance, 22 * kMs);  // 15 ms of queue at 50 %, 2 ms of intervals, 5 ms of slack
+  EXPECT_EQ(w.Next(100 * kMs, allowance), BacklogWatch::Step::kMark);
+  w.Marked(100 * kMs);
+  EXPECT_EQ(w.Next(122 * kMs, allowance), BacklogWatch::Step::kNone);
+  EXPECT_EQ(w.Next(123 * kMs, allowance), BacklogWatch::Step::kCheck);
+  w.Marked(130 * kMs);
+  EXPECT_EQ(w.Next(131 * kMs, allowance), BacklogWatch::Step::kNone);
+  w.Clear();
+  EXPECT_EQ(w.Next(131 * kMs, allowance), BacklogWatch::Step::kMark);
 }
 
 TEST(CostEstimator, NoEstimateWithoutEnoughEvidence) {

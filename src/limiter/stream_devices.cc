@@ -12,6 +12,16 @@ namespace {
 thread_local StreamBacklog default_backlog __attribute__((tls_model("initial-exec")));
 thread_local int default_device __attribute__((tls_model("initial-exec"))) = -1;
 
+// Destroys the marker event of a replaced or destroyed stream (its context
+// may be gone: the driver's error is of no consequence).
+void DestroyMarker(StreamBacklog& b) {
+  const uintptr_t ev = std::atomic_ref<uintptr_t>(b.marker).exchange(0);
+  const real::CudaTable& cu = real::Cuda();
+  if (ev != 0 && cu.cuEventDestroy_v2 != nullptr) {
+    cu.cuEventDestroy_v2(reinterpret_cast<CUevent>(ev));
+  }
+}
+
 size_t Slot(uintptr_t raw) {
   // Stream handles are heap pointers: drop the alignment bits, mix the rest.
   const uint64_t h = (static_cast<uint64_t>(raw) >> 4) * 0x9E3779B97F4A7C15ull;
@@ -70,7 +80,8 @@ int StreamDevices::Resolve(CUstream stream, StreamBacklog** backlog) {
     const int device = GroupDevice(dev);
     if (device != default_device) {
       default_device = device;
-      default_backlog = StreamBacklog{};
+      default_backlog.marked_at = 0;
+      DestroyMarker(default_backlog);  // created in the other device's context
     }
     *backlog = &default_backlog;
     return device;
@@ -89,8 +100,8 @@ int StreamDevices::Resolve(CUstream stream, StreamBacklog** backlog) {
   // misses rather than reading the new device.
   e.stream.store(0, std::memory_order_release);
   e.device.store(device, std::memory_order_release);
-  std::atomic_ref<int64_t>(e.backlog.busy_since).store(0, std::memory_order_relaxed);
-  std::atomic_ref<int64_t>(e.backlog.charged).store(0, std::memory_order_relaxed);
+  std::atomic_ref<int64_t>(e.backlog.marked_at).store(0, std::memory_order_relaxed);
+  DestroyMarker(e.backlog);
   e.stream.store(raw, std::memory_order_release);
   *backlog = &e.backlog;
   return device;
@@ -101,7 +112,9 @@ void StreamDevices::Forget(CUstream stream) {
   if (IsDefault(raw)) return;
   Entry& e = entries_[Slot(raw)];
   uintptr_t expected = raw;
-  e.stream.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+  if (e.stream.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) {
+    DestroyMarker(e.backlog);
+  }
 }
 
 }  // namespace gpuslice::limiter

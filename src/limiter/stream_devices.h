@@ -24,10 +24,11 @@
 
 namespace gpuslice::limiter {
 
-// A stream's backlog watch state (BacklogWatch's fields, used through atomic_ref).
+// A stream's backlog watch state: BacklogWatch's field (through atomic_ref)
+// and the stream's marker event (created on first use; 0: none).
 struct StreamBacklog {
-  int64_t busy_since = 0;
-  int64_t charged = 0;
+  int64_t marked_at = 0;
+  uintptr_t marker = 0;
 };
 
 class StreamDevices {
