@@ -96,14 +96,14 @@ CUresult Probe(const GroupSegment& segment, int dev, ComputeBudget budget, CUstr
 bool Mark(CUstream stream, StreamBacklog& b) {
   const real::CudaTable& cu = real::Cuda();
   if (cu.cuEventCreate == nullptr || cu.cuEventRecord == nullptr) return false;
-  std::atomic_ref<uintptr_t> marker(b.marker);
-  auto ev = reinterpret_cast<CUevent>(marker.load(std::memory_order_acquire));
+  std::atomic_ref<CUevent> marker(b.marker);
+  CUevent ev = marker.load(std::memory_order_acquire);
   if (ev == nullptr) {
     if (cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
-    uintptr_t expected = 0;
-    if (!marker.compare_exchange_strong(expected, reinterpret_cast<uintptr_t>(ev))) {
+    CUevent expected = nullptr;
+    if (!marker.compare_exchange_strong(expected, ev)) {
       if (cu.cuEventDestroy_v2 != nullptr) cu.cuEventDestroy_v2(ev);  // another thread's won
-      ev = reinterpret_cast<CUevent>(expected);
+      ev = expected;
     }
   }
   return cu.cuEventRecord(ev, stream) == CUDA_SUCCESS;
@@ -129,8 +129,7 @@ void WatchBacklog(const GroupSegment& segment, int dev, CUstream stream, StreamB
       break;
     case BacklogWatch::Step::kCheck: {
       const real::CudaTable& cu = real::Cuda();
-      const auto ev = reinterpret_cast<CUevent>(
-          std::atomic_ref<uintptr_t>(b.marker).load(std::memory_order_acquire));
+      CUevent ev = std::atomic_ref<CUevent>(b.marker).load(std::memory_order_acquire);
       if (ev == nullptr || cu.cuEventQuery == nullptr || cu.cuStreamQuery == nullptr ||
           cu.cuEventQuery(ev) != CUDA_ERROR_NOT_READY) {
         break;

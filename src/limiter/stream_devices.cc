@@ -15,11 +15,9 @@ thread_local int default_device __attribute__((tls_model("initial-exec"))) = -1;
 // Destroys the marker event of a replaced or destroyed stream (its context
 // may be gone: the driver's error is of no consequence).
 void DestroyMarker(StreamBacklog& b) {
-  const uintptr_t ev = std::atomic_ref<uintptr_t>(b.marker).exchange(0);
+  CUevent ev = std::atomic_ref<CUevent>(b.marker).exchange(nullptr);
   const real::CudaTable& cu = real::Cuda();
-  if (ev != 0 && cu.cuEventDestroy_v2 != nullptr) {
-    cu.cuEventDestroy_v2(reinterpret_cast<CUevent>(ev));
-  }
+  if (ev != nullptr && cu.cuEventDestroy_v2 != nullptr) cu.cuEventDestroy_v2(ev);
 }
 
 size_t Slot(uintptr_t raw) {

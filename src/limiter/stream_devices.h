@@ -25,10 +25,11 @@
 namespace gpuslice::limiter {
 
 // A stream's backlog watch state: BacklogWatch's field (through atomic_ref)
-// and the stream's marker event (created on first use; 0: none).
+// and the stream's marker event (created on first use; null: none), both
+// through atomic_ref.
 struct StreamBacklog {
   int64_t marked_at = 0;
-  uintptr_t marker = 0;
+  CUevent marker = nullptr;
 };
 
 class StreamDevices {
