@@ -85,8 +85,8 @@ void ComputeController::TickDevice(int dev, Device& d) {
     }
   }
   d.estimator.AddBusy(static_cast<int64_t>(d.last_seen_us) * 1000,
-                      static_cast<int64_t>(newest_us) * 1000,
-                      std::min(busy_percent, 100.0) / 100.0);
+                      static_cast<int64_t>(newest_us) * 1000, std::min(busy_percent, 100.0) / 100.0,
+                      matched);
   d.last_seen_us = newest_us;
   d.matched_once |= matched;
 

@@ -31,23 +31,71 @@ double CostEstimator::LaunchesBetween(int64_t start_ns, int64_t end_ns) const {
   return std::max(0.0, LaunchesAt(end_ns) - LaunchesAt(start_ns));
 }
 
-void CostEstimator::AddBusy(int64_t start_ns, int64_t end_ns, double busy_fraction) {
+namespace {
+
+// NVML reports whole percent: a window it rounds to 0 was less than half a
+// percent busy.
+constexpr double kRoundingFloor = 0.005;
+
+}  // namespace
+
+void CostEstimator::AddBusy(int64_t start_ns, int64_t end_ns, double busy_fraction, bool sampled) {
   if (end_ns <= start_ns) return;
   busy_fraction = std::clamp(busy_fraction, 0.0, 1.0);
-  spans_.push_back({start_ns, end_ns, busy_fraction * static_cast<double>(end_ns - start_ns),
-                    LaunchesBetween(start_ns, end_ns)});
+  const double launches = LaunchesBetween(start_ns, end_ns);
+  // A group that launched in a window NVML rounds to 0 % was busy for less
+  // than half a percent of it: counted as that much (an upper bound), so the
+  // estimate of very short kernels comes down rather than staying unknown.
+  if (sampled && busy_fraction <= 0 && launches >= 1) busy_fraction = kRoundingFloor;
+  spans_.push_back(
+      {start_ns, end_ns, busy_fraction * static_cast<double>(end_ns - start_ns), launches});
   while (!spans_.empty() && spans_.front().end_ns < end_ns - options_.max_horizon_ns) {
     spans_.pop_front();
   }
+  DetectShift();
 }
 
-int64_t CostEstimator::CostNs() const {
-  // Newest first, until the horizon holds enough evidence. Spans with neither
-  // launches nor busy time (the group idle) say nothing about the cost.
+double CostEstimator::RatioNewest(int64_t min_ns, double min_launches, size_t* first,
+                                  bool* complete) const {
+  // Newest first, until enough evidence. Spans with neither launches nor
+  // busy time (the group idle) say nothing about the cost.
   double busy = 0;
   double launches = 0;
   int64_t span = 0;
+  size_t oldest = spans_.size();
   for (size_t i = spans_.size(); i-- > 0;) {
+    const Span& s = spans_[i];
+    if (s.launches <= 0 && s.busy_ns <= 0) continue;
+    busy += s.busy_ns;
+    launches += s.launches;
+    span += s.end_ns - s.start_ns;
+    oldest = i;
+    if (span >= min_ns && launches >= min_launches) break;
+  }
+  if (first != nullptr) *first = oldest;
+  if (complete != nullptr) *complete = span >= min_ns && launches >= min_launches;
+  // After a change the newest evidence alone stands (it was enough to see it).
+  const int64_t thin_ns =
+      shifts_ > 0 ? std::min(options_.min_span_ns, options_.recent_ns) : options_.min_span_ns;
+  if (span < std::min(min_ns, thin_ns) || launches < static_cast<double>(options_.min_launches) ||
+      busy <= 0) {
+    return 0;
+  }
+  return busy / launches;
+}
+
+void CostEstimator::DetectShift() {
+  size_t first = 0;
+  bool complete = false;
+  const double recent = RatioNewest(
+      options_.recent_ns, static_cast<double>(options_.recent_launches), &first, &complete);
+  // Only older evidence can disagree with the newest: the spans before it,
+  // up to a horizon's worth.
+  if (recent <= 0 || !complete || first == 0) return;
+  double busy = 0;
+  double launches = 0;
+  int64_t span = 0;
+  for (size_t i = first; i-- > 0;) {
     const Span& s = spans_[i];
     if (s.launches <= 0 && s.busy_ns <= 0) continue;
     busy += s.busy_ns;
@@ -57,11 +105,18 @@ int64_t CostEstimator::CostNs() const {
       break;
     }
   }
-  if (span < options_.min_span_ns || launches < static_cast<double>(options_.min_launches) ||
-      busy <= 0) {
-    return 0;
+  if (launches < static_cast<double>(options_.min_launches) || busy <= 0) return;
+  const double ratio = recent / (busy / launches);
+  if (ratio > options_.shift_factor || ratio < 1 / options_.shift_factor) {
+    spans_.erase(spans_.begin(), spans_.begin() + static_cast<std::ptrdiff_t>(first));
+    ++shifts_;
   }
-  return std::max<int64_t>(1, static_cast<int64_t>(busy / launches));
+}
+
+int64_t CostEstimator::CostNs() const {
+  const double cost = RatioNewest(options_.horizon_ns,
+                                  static_cast<double>(options_.horizon_launches), nullptr, nullptr);
+  return cost > 0 ? std::max<int64_t>(1, static_cast<int64_t>(cost)) : 0;
 }
 
 double CostEstimator::RecentShare(int64_t window_ns) const {

@@ -17,12 +17,22 @@
 //    (start, end]. Spans arrive late (NVML closes its sampling windows every
 //    1/6 s to 1 s) and in order.
 // The launch count of a span is interpolated from the recorded history. The
-// queue between launch and execution is bounded by the pacer's burst, so in
-// a steady state it biases nothing; the horizon absorbs transients.
+// queue between launch and execution is bounded by the pacer's burst (and the
+// launch gate's backlog watch), so in a steady state it biases nothing.
+//
+// Workload changes (kernels 100x longer, graphs in place of single launches,
+// a member with other kernels joining): the newest evidence (at least
+// recent_ns of spans and recent_launches launches) is compared with the
+// evidence before it (up to a horizon) after every span. When the two differ by more than
+// shift_factor the workload has changed: the older spans are dropped, so the estimate follows the
+// new workload within a window or two instead of averaging the old one in for a whole horizon. A
+// window that NVML rounds to 0 % while the group launched is taken as at most half a percent busy
+// (an upper bound), so a group whose kernels became much shorter is not starved by its old charge.
 //
 // Not thread-safe: owned by the group controller's thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 
@@ -37,6 +47,9 @@ class CostEstimator {
     int64_t min_span_ns = 400'000'000;        // evidence needed before any estimate
     uint64_t min_launches = 4;
     int64_t history_ns = 30'000'000'000;  // launch history kept
+    int64_t recent_ns = 300'000'000;      // the newest evidence compared with the horizon...
+    uint64_t recent_launches = 8;         // ...at least this many launches
+    double shift_factor = 1.5;            // a ratio beyond this (either way) is a change
   };
 
   CostEstimator() : CostEstimator(Options{}) {}
@@ -45,8 +58,9 @@ class CostEstimator {
   // REQUIRES: t_ns does not decrease between calls; total never decreases.
   void RecordLaunches(int64_t t_ns, uint64_t total);
   // REQUIRES: start_ns < end_ns; 0 <= busy_fraction <= 1; spans do not overlap
-  // earlier ones.
-  void AddBusy(int64_t start_ns, int64_t end_ns, double busy_fraction);
+  // earlier ones. `sampled`: some member of the group had a sample in the
+  // span (a 0 is then NVML's rounding, not a missing sample).
+  void AddBusy(int64_t start_ns, int64_t end_ns, double busy_fraction, bool sampled = true);
 
   // Estimated device ns per launch; 0 while the evidence is too thin (less
   // than min_span_ns of spans with launches, or fewer than min_launches).
@@ -60,6 +74,9 @@ class CostEstimator {
   // Launches the group made in (start_ns, end_ns], interpolated.
   double LaunchesBetween(int64_t start_ns, int64_t end_ns) const;
 
+  // Workload changes detected so far (spans dropped for a new estimate).
+  uint64_t shifts() const { return shifts_; }
+
  private:
   struct Point {
     int64_t t_ns;
@@ -71,10 +88,18 @@ class CostEstimator {
     double launches;
   };
   double LaunchesAt(int64_t t_ns) const;
+  // Busy ns / launches over the newest spans with evidence, until they cover
+  // `min_ns` and `min_launches` (or run out): the index of the oldest span
+  // used in `first`, whether they covered both in `complete` (either may be
+  // null). 0 when the evidence is too thin for any estimate.
+  double RatioNewest(int64_t min_ns, double min_launches, size_t* first, bool* complete) const;
+  // Drops the spans before the newest evidence when it disagrees with the horizon.
+  void DetectShift();
 
   Options options_;
   std::deque<Point> history_;
   std::deque<Span> spans_;
+  uint64_t shifts_ = 0;
 };
 
 }  // namespace gpuslice::control

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <vector>
 
@@ -30,22 +32,40 @@ struct PlantOptions {
   int64_t nvml_lag_ns = 0;  // extra delay before a closed window is visible
   int64_t probe_ns = 0;     // bootstrap charge (0: 1.5 x kernel)
   int64_t step_ns = 10 * kUs;
+  bool backlog_watch = true;  // the launch gate's (launch_pacer.h)
+  CostEstimator::Options estimator;
 };
 
-// A device with one paced tenant. Everything advances in Step().
+// A device with one paced group of one or more members (processes, each
+// with one stream). Everything advances in Step(). Members' queues share the
+// device by round-robin time slices of 1 ms, as contexts do.
 class Plant {
  public:
-  explicit Plant(const PlantOptions& o) : o_(o), limit_(o.limit) {}
+  explicit Plant(const PlantOptions& o) : o_(o), limit_(o.limit), estimator_(o.estimator) {
+    members_.emplace_back(o.kernel_ns, o.sync);
+  }
 
   void set_limit(uint32_t l) { limit_ = l; }
-  void set_running(bool r) { running_ = r; }
-  void set_kernel_ns(int64_t k) { o_.kernel_ns = k; }
+  void set_running(bool r) { members_[0].running = r; }
+  void set_kernel_ns(int64_t k) { members_[0].kernel_ns = k; }
+  // Adds a member launching kernels of `kernel_ns`; returns its index.
+  size_t AddMember(int64_t kernel_ns, bool sync = false) {
+    members_.emplace_back(kernel_ns, sync);
+    return members_.size() - 1;
+  }
+  // A member leaves: it launches no more and its queued work is dropped
+  // (the process exited).
+  void RemoveMember(size_t m) {
+    members_[m].running = false;
+    members_[m].done += members_[m].queue.size();
+    members_[m].queue.clear();
+  }
 
   void RunUntil(int64_t t_ns) {
     while (now_ < t_ns) Step();
   }
 
-  // The tenant's ground-truth share of (from, to].
+  // The group's ground-truth share of (from, to].
   double Share(int64_t from, int64_t to) const {
     int64_t busy = 0;
     for (auto i = static_cast<size_t>(from / o_.step_ns);
@@ -61,37 +81,81 @@ class Plant {
     for (int64_t t = from; t + kSec <= to; t += kSec) out.push_back(Share(t, t + kSec));
     return out;
   }
+  // The highest share of any 1 s window in (from, to], in 100 ms steps.
+  double MaxSecond(int64_t from, int64_t to) const {
+    double best = 0;
+    for (int64_t t = from; t + kSec <= to; t += 100 * kMs)
+      best = std::max(best, Share(t, t + kSec));
+    return best;
+  }
 
   int64_t charge_ns() const { return charge_ns_; }
+  const CostEstimator& estimator() const { return estimator_; }
 
  private:
+  struct Member {
+    Member(int64_t k, bool s) : kernel_ns(k), sync(s) {}
+    int64_t kernel_ns;
+    bool sync;
+    bool running = true;
+    std::deque<int64_t> queue;
+    int64_t marked_at = 0;  // the backlog watch's state
+    uint64_t marker = 0;    // the marker completes when `done` reaches it
+    uint64_t done = 0;      // kernels completed
+    bool draining = false;  // a marker was found pending: waits for an empty queue
+  };
+
   bool CompetitorHolds() const {
     if (o_.competitor <= 0) return false;
     constexpr int64_t kPeriod = 4 * kMs;  // others' slices, interleaved with ours
     return static_cast<double>(now_ % kPeriod) < o_.competitor * kPeriod;
   }
 
-  void Launch() {
+  void Launch(Member& m) {
     const int64_t charge = charge_ns_ > 0    ? charge_ns_
                            : o_.probe_ns > 0 ? o_.probe_ns
-                                             : o_.kernel_ns * 3 / 2;
-    while (running_ && (!o_.sync || queue_.empty()) && queue_.size() < 1024) {
-      if (TryAdmit(std::atomic_ref<int64_t>(next_free_), now_, PacedIntervalNs(charge, limit_)) !=
-          0) {
-        return;
+                                             : members_[0].kernel_ns * 3 / 2;
+    const int64_t interval = PacedIntervalNs(charge, limit_);
+    while (m.running && (!m.sync || m.queue.empty()) && m.queue.size() < 1024) {
+      if (o_.backlog_watch) {
+        BacklogWatch watch{std::atomic_ref<int64_t>(m.marked_at)};
+        const auto step =
+            watch.Next(now_, BacklogAllowanceNs(interval, kPacerBurstNs, limit_ * 100));
+        if (step == BacklogWatch::Step::kCheck && m.done < m.marker) m.draining = true;
+        if (m.draining && !m.queue.empty()) return;  // waits (polls)
+        m.draining = false;
+        if (step != BacklogWatch::Step::kNone) {
+          m.marker = m.done + m.queue.size();
+          watch.Marked(now_);
+        }
       }
-      queue_.push_back(o_.kernel_ns);
+      if (TryAdmit(std::atomic_ref<int64_t>(next_free_), now_, interval) != 0) return;
+      m.queue.push_back(m.kernel_ns);
       ++launches_;
     }
   }
 
   void Step() {
-    Launch();
+    for (size_t i = 0; i < members_.size(); ++i) {
+      Launch(members_[(i + rotate_) % members_.size()]);
+    }
+    ++rotate_;
     bool busy = false;
-    if (!queue_.empty() && !CompetitorHolds()) {
-      busy = true;
-      queue_.front() -= o_.step_ns;
-      if (queue_.front() <= 0) queue_.pop_front();
+    if (!CompetitorHolds()) {
+      // Time slices of 1 ms between the members that have work.
+      for (size_t i = 0; i < members_.size(); ++i) {
+        Member& m = members_[(slice_owner_ + i) % members_.size()];
+        if (m.queue.empty()) continue;
+        slice_owner_ = (slice_owner_ + i) % members_.size();
+        busy = true;
+        m.queue.front() -= o_.step_ns;
+        if (m.queue.front() <= 0) {
+          m.queue.pop_front();
+          ++m.done;
+        }
+        break;
+      }
+      if (now_ % kMs == 0) slice_owner_ = (slice_owner_ + 1) % members_.size();
     }
     busy_steps_.push_back(busy);
     window_busy_ += busy ? o_.step_ns : 0;
@@ -123,12 +187,13 @@ class Plant {
 
   PlantOptions o_;
   uint32_t limit_;
-  bool running_ = true;
+  std::vector<Member> members_;
+  size_t rotate_ = 0;
+  size_t slice_owner_ = 0;
   int64_t now_ = 0;
   int64_t next_free_ = 0;
   uint64_t launches_ = 0;
   int64_t charge_ns_ = 0;
-  std::deque<int64_t> queue_;
   std::vector<bool> busy_steps_;
   int64_t window_start_ = 0;
   int64_t window_busy_ = 0;
@@ -242,6 +307,196 @@ TEST(CostEstimatorPlant, AChangeOfKernelLengthIsRelearned) {
   plant.set_kernel_ns(200 * kUs);  // ten times cheaper: under-uses until relearned
   plant.RunUntil(16 * kSec);
   EXPECT_NEAR(plant.Share(10 * kSec, 16 * kSec), 0.50, 0.015);
+}
+
+// ---- workload changes (DESIGN.md section 8): after the first second that
+// follows a change, no 1 s window above cap + 5 and the 10 s mean within 2
+// points of the cap ----
+
+void ExpectCapHolds(const Plant& plant, int64_t change_ns, uint32_t cap) {
+  const int64_t from = change_ns + kSec;
+  const int64_t to = from + 10 * kSec;
+  if (getenv("PLANT_TRACE") != nullptr) {
+    for (int64_t t = change_ns - kSec; t < to; t += 250 * kMs) {
+      printf("  %6.2f s: %5.1f %%\n", static_cast<double>(t) / kSec,
+             100 * plant.Share(t, t + kSec));
+    }
+  }
+  EXPECT_LE(plant.MaxSecond(from, to), (cap + 5) / 100.0);
+  EXPECT_NEAR(plant.Share(from, to), cap / 100.0, 0.02);
+}
+
+TEST(WorkloadChange, KernelsAHundredTimesLonger) {
+  PlantOptions o;
+  o.kernel_ns = 200 * kUs;
+  Plant plant(o);
+  plant.RunUntil(6 * kSec);
+  plant.set_kernel_ns(20 * kMs);
+  plant.RunUntil(18 * kSec);
+  ExpectCapHolds(plant, 6 * kSec, 30);
+  EXPECT_GE(plant.estimator().shifts(), 1u);
+}
+
+// Not met yet: under a high cap the short charge lets many launches through
+// in one allowance (about 90 at 70 %, two seconds of 20 ms kernels), so the
+// group runs over its cap for about two seconds before the watch and the
+// estimator catch up. Bounding the launches per allowance needs a second
+// marker or a launch count; enabled when that lands.
+TEST(WorkloadChange, DISABLED_KernelsAHundredTimesLongerUnderAHighCap) {
+  PlantOptions o;
+  o.kernel_ns = 200 * kUs;
+  o.limit = 70;
+  Plant plant(o);
+  plant.RunUntil(6 * kSec);
+  plant.set_kernel_ns(20 * kMs);
+  plant.RunUntil(18 * kSec);
+  ExpectCapHolds(plant, 6 * kSec, 70);
+}
+
+TEST(WorkloadChange, KernelsAHundredTimesShorter) {
+  PlantOptions o;
+  o.kernel_ns = 20 * kMs;
+  Plant plant(o);
+  plant.RunUntil(6 * kSec);
+  plant.set_kernel_ns(200 * kUs);
+  plant.RunUntil(18 * kSec);
+  ExpectCapHolds(plant, 6 * kSec, 30);
+}
+
+// A graph of ten kernels is, to the budget, one launch ten times as long.
+TEST(WorkloadChange, GraphsOfTenKernelsInPlaceOfSingleLaunchesAndBack) {
+  PlantOptions o;
+  o.kernel_ns = 200 * kUs;
+  Plant plant(o);
+  plant.RunUntil(6 * kSec);
+  plant.set_kernel_ns(2 * kMs);  // ten 200 us kernels
+  plant.RunUntil(18 * kSec);
+  ExpectCapHolds(plant, 6 * kSec, 30);
+  plant.set_kernel_ns(200 * kUs);
+  plant.RunUntil(30 * kSec);
+  ExpectCapHolds(plant, 18 * kSec, 30);
+}
+
+// Not met yet: one charge per group cannot serve members whose kernels
+// differ 250x (the join overshoots for about 2 s, the mixed group swings
+// around its cap by up to 7 points). Needs per-member charges (each member's
+// NVML busy time over its own launch count); enabled when they land.
+TEST(WorkloadChange, DISABLED_AMemberWithMuchLongerKernelsJoinsThenLeaves) {
+  PlantOptions o;
+  o.kernel_ns = 20 * kUs;
+  o.limit = 40;
+  Plant plant(o);
+  plant.RunUntil(6 * kSec);
+  const size_t other = plant.AddMember(5 * kMs);
+  plant.RunUntil(18 * kSec);
+  ExpectCapHolds(plant, 6 * kSec, 40);
+  plant.RemoveMember(other);
+  plant.RunUntil(30 * kSec);
+  ExpectCapHolds(plant, 18 * kSec, 40);
+}
+
+TEST(WorkloadChange, DISABLED_AMixedGroupFromTheStart) {  // see above
+  PlantOptions o;
+  o.kernel_ns = 20 * kUs;
+  o.limit = 40;
+  Plant plant(o);
+  plant.AddMember(5 * kMs);
+  plant.RunUntil(14 * kSec);
+  ExpectCapHolds(plant, 3 * kSec, 40);
+}
+
+TEST(WorkloadChange, AGroupIdleForMinutesThenBursting) {
+  PlantOptions o;
+  Plant plant(o);
+  plant.RunUntil(6 * kSec);
+  plant.set_running(false);
+  const int64_t back = 6 * kSec + 180 * kSec;
+  plant.RunUntil(back);
+  plant.set_running(true);
+  plant.RunUntil(back + 12 * kSec);
+  ExpectCapHolds(plant, back, 30);
+  // The burst itself stays within the pacer's burst tolerance.
+  EXPECT_LE(plant.Share(back, back + kSec), 0.35);
+}
+
+// Without the backlog watch a 100x longer kernel fills the driver's queue
+// with seconds of work, which no estimate can take back.
+TEST(WorkloadChange, WithoutTheBacklogWatchLongerKernelsOvershoot) {
+  PlantOptions o;
+  o.kernel_ns = 200 * kUs;
+  o.backlog_watch = false;
+  Plant plant(o);
+  plant.RunUntil(6 * kSec);
+  plant.set_kernel_ns(20 * kMs);
+  plant.RunUntil(18 * kSec);
+  EXPECT_GT(plant.MaxSecond(7 * kSec, 17 * kSec), 0.9);
+}
+
+TEST(CostEstimator, ANewWorkloadReplacesTheHorizonAtOnce) {
+  CostEstimator e;
+  int64_t t = 0;
+  uint64_t launches = 0;
+  e.RecordLaunches(t, launches);
+  // 3 s of 1 ms launches at 30 %: 300 launches a second.
+  for (int i = 0; i < 18; ++i) {
+    launches += 50;
+    e.RecordLaunches(t + 166 * kMs, launches);
+    e.AddBusy(t, t + 166 * kMs, 0.30);
+    t += 166 * kMs;
+  }
+  EXPECT_NEAR(static_cast<double>(e.CostNs()), 1.0 * kMs, 0.05 * kMs);
+  // Two windows of 10 ms launches: the old evidence goes, the estimate follows.
+  for (int i = 0; i < 2; ++i) {
+    launches += 5;
+    e.RecordLaunches(t + 166 * kMs, launches);
+    e.AddBusy(t, t + 166 * kMs, 0.30);
+    t += 166 * kMs;
+  }
+  EXPECT_GE(e.shifts(), 1u);
+  EXPECT_NEAR(static_cast<double>(e.CostNs()), 10.0 * kMs, 0.5 * kMs);
+}
+
+TEST(CostEstimator, NoiseWithinTheShiftFactorKeepsTheHorizon) {
+  CostEstimator e;
+  int64_t t = 0;
+  uint64_t launches = 0;
+  e.RecordLaunches(t, launches);
+  for (int i = 0; i < 60; ++i) {
+    launches += 50;
+    e.RecordLaunches(t + 166 * kMs, launches);
+    e.AddBusy(t, t + 166 * kMs, i % 2 == 0 ? 0.36 : 0.24);  // 1.2 ms and 0.8 ms
+    t += 166 * kMs;
+  }
+  EXPECT_EQ(e.shifts(), 0u);
+  EXPECT_NEAR(static_cast<double>(e.CostNs()), 1.0 * kMs, 0.05 * kMs);
+}
+
+TEST(CostEstimator, AWindowRoundedToZeroBoundsTheCostFromAbove) {
+  CostEstimator e;
+  e.RecordLaunches(0, 0);
+  e.RecordLaunches(kSec, 100);
+  e.AddBusy(0, kSec, 0.0);          // NVML: 0 % (less than half a percent)
+  EXPECT_EQ(e.CostNs(), 50 * kUs);  // 5 ms / 100 launches: an upper bound
+  CostEstimator unsampled;
+  unsampled.RecordLaunches(0, 0);
+  unsampled.RecordLaunches(kSec, 100);
+  unsampled.AddBusy(0, kSec, 0.0, /*sampled=*/false);  // no sample of any member: unknown
+  EXPECT_EQ(unsampled.CostNs(), 0);
+}
+
+TEST(BacklogWatch, MarksThenChecksOnceTheAllowanceHasPassed) {
+  int64_t marked_at = 0;
+  BacklogWatch w{std::atomic_ref<int64_t>(marked_at)};
+  const int64_t allowance = BacklogAllowanceNs(kMs, 20 * kMs, 5000);
+  EXPECT_EQ(allowance, 22 * kMs);  // 15 ms of queue at 50 %, 2 ms of intervals, 5 ms of slack
+  EXPECT_EQ(w.Next(100 * kMs, allowance), BacklogWatch::Step::kMark);
+  w.Marked(100 * kMs);
+  EXPECT_EQ(w.Next(122 * kMs, allowance), BacklogWatch::Step::kNone);
+  EXPECT_EQ(w.Next(123 * kMs, allowance), BacklogWatch::Step::kCheck);
+  w.Marked(130 * kMs);
+  EXPECT_EQ(w.Next(131 * kMs, allowance), BacklogWatch::Step::kNone);
+  w.Clear();
+  EXPECT_EQ(w.Next(131 * kMs, allowance), BacklogWatch::Step::kMark);
 }
 
 TEST(CostEstimator, NoEstimateWithoutEnoughEvidence) {

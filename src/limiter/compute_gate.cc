@@ -1,10 +1,10 @@
 #include "limiter/compute_gate.h"
 
 #include <algorithm>
+#include <ctime>
 #include <type_traits>
 
 #include "common/clock.h"
-#include "limiter/process_state.h"
 #include "limiter/real/real_driver.h"
 
 namespace gpuslice::limiter {
@@ -91,6 +91,69 @@ CUresult Probe(const GroupSegment& segment, int dev, ComputeBudget budget, CUstr
   return rc;
 }
 
+// Puts `b`'s marker on `stream` (creating the event in the current
+// context on first use). False if the driver cannot.
+bool Mark(CUstream stream, StreamBacklog& b) {
+  const real::CudaTable& cu = real::Cuda();
+  if (cu.cuEventCreate == nullptr || cu.cuEventRecord == nullptr) return false;
+  std::atomic_ref<CUevent> marker(b.marker);
+  CUevent ev = marker.load(std::memory_order_acquire);
+  if (ev == nullptr) {
+    if (cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
+    CUevent expected = nullptr;
+    if (!marker.compare_exchange_strong(expected, ev)) {
+      if (cu.cuEventDestroy_v2 != nullptr) cu.cuEventDestroy_v2(ev);  // another thread's won
+      ev = expected;
+    }
+  }
+  return cu.cuEventRecord(ev, stream) == CUDA_SUCCESS;
+}
+
+// Before a launch on `stream`: the backlog watch (launch_pacer.h). If the
+// stream's marker is due and still pending, waits (polling: the driver has no
+// wait with a timeout) until the stream has drained, the device is no longer
+// paced, or kBacklogMaxWaitNs pass; then puts a new marker.
+void WatchBacklog(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog& b,
+                  int64_t charge_ns) {
+  const uint32_t rate_bp = segment.PacedRateBp(dev);
+  if (rate_bp >= kFullGrantBp) return;
+  const int64_t burst = segment.ComputeBurst(dev) > 0 ? segment.ComputeBurst(dev) : kPacerBurstNs;
+  const int64_t allowance =
+      BacklogAllowanceNs(PacedIntervalBpNs(charge_ns, rate_bp), burst, rate_bp);
+  BacklogWatch watch{std::atomic_ref<int64_t>(b.marked_at)};
+  int64_t now = MonotonicNs();
+  switch (watch.Next(now, allowance)) {
+    case BacklogWatch::Step::kNone:
+      return;
+    case BacklogWatch::Step::kMark:
+      break;
+    case BacklogWatch::Step::kCheck: {
+      const real::CudaTable& cu = real::Cuda();
+      CUevent ev = std::atomic_ref<CUevent>(b.marker).load(std::memory_order_acquire);
+      if (ev == nullptr || cu.cuEventQuery == nullptr || cu.cuStreamQuery == nullptr ||
+          cu.cuEventQuery(ev) != CUDA_ERROR_NOT_READY) {
+        break;
+      }
+      // A backlog: the launches queued since are as wrongly charged, so the
+      // whole stream drains before the next.
+      const int64_t deadline = now + kBacklogMaxWaitNs;
+      int64_t nap_ns = 100'000;
+      while (cu.cuStreamQuery(stream) == CUDA_ERROR_NOT_READY && now < deadline &&
+             segment.PacedRateBp(dev) < kFullGrantBp) {
+        const timespec ts{0, nap_ns};
+        nanosleep(&ts, nullptr);
+        nap_ns = std::min<int64_t>(nap_ns * 2, 2'000'000);
+        now = MonotonicNs();
+      }
+      break;
+    }
+  }
+  // A marker the driver refused leaves the last one (complete) in place: the
+  // next check finds nothing pending, and the stream goes unwatched.
+  Mark(stream, b);
+  watch.Marked(MonotonicNs());
+}
+
 }  // namespace
 
 CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline call, void* launch) {
@@ -98,7 +161,8 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   stream = Effective(stream, per_thread);
   // Captured work runs (and is charged) when its graph is launched.
   if (Capturing(stream)) return call(launch);
-  const int dev = ProcessState::Get().StreamGroupDevice(stream);
+  StreamBacklog* backlog = nullptr;
+  const int dev = streams_.Resolve(stream, &backlog);
   if (dev < 0 || (segment->ComputeLimitedMask() & (1u << dev)) == 0) return call(launch);
   ComputeBudget budget = segment->Budget(dev);
 
@@ -109,6 +173,7 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
     probe = budget.TakeProbe(kBootstrapProbes);
     charge = probe ? 0 : budget.probe_ns();
   }
+  if (!probe && charge > 0) WatchBacklog(*segment, dev, stream, *backlog, charge);
   if (!Admit(*segment, dev, budget, charge)) return call(launch);  // no longer paced
   if (probe) return Probe(*segment, dev, budget, stream, call, launch);
   const CUresult rc = call(launch);

@@ -1,25 +1,39 @@
 // ComputeGate: the launch path's half of compute limits (DESIGN.md section 2).
 //
+// One per process, owned by the process's state (Limiter) and armed with the
+// group's segment and the CUDA ordinal -> group device map once attached.
 // Every launch hook (kernels, Ex, cooperative, graphs, and their _ptsz forms)
 // runs its real launch through Paced(). When no device of the group has a
-// compute limit that costs one load from the segment and a branch. Otherwise
-// the launch waits until the group's budget on its device admits it
-// (shm/launch_pacer.h, ComputeBudget: the budget advances by the launch's estimated device
-// time stretched by the limit), sleeping on the segment's futex, never
-// polling; a limit change wakes it at once. Until the group controller has an
-// estimate of a launch's device time, the first launches are measured by
-// synchronising their stream (an upper bound of their device time, so the
-// group starts under its limit, never over).
+// compute limit that costs one load of the armed segment, one load from it
+// and a branch. Otherwise the launch:
+//  1. finds its device through the cached resolver (StreamDevices: no driver
+//     call for a stream seen before);
+//  2. waits for its stream to drain if the stream has stayed busy longer
+//     than a correctly charged stream would (the backlog watch,
+//     shm/launch_pacer.h): after a workload change the charge is short until
+//     the controller relearns it, and this keeps the driver's queue from
+//     filling with seconds of work meanwhile (bounded wait, kBacklogMaxWaitNs);
+//  3. waits until the group's budget on its device admits it
+//     (ComputeBudget: the budget advances by the launch's estimated device
+//     time stretched by the limit), sleeping on the segment's futex, never
+//     polling; a limit change wakes it at once.
+// Until the group controller has an estimate of a launch's device time, the
+// first launches are measured by synchronising their stream (an upper bound
+// of their device time, so the group starts under its limit, never over).
 //
 // Work captured into a graph is not charged when captured but when the graph
 // is launched. Nothing is logged per launch.
 //
-// Thread-safe; waits only the calling thread.
+// Thread-safe; waits only the calling thread. Never waits forever: a paused
+// group rechecks, a drain wait ends after kBacklogMaxWaitNs.
 #pragma once
 
 #include <atomic>
+#include <type_traits>
+#include <vector>
 
 #include "cuda_abi/cuda_driver_api.h"
+#include "limiter/stream_devices.h"
 #include "shm/group_segment.h"
 
 namespace gpuslice::limiter {
@@ -30,12 +44,20 @@ class ComputeGate {
   // group) before the gate relies on the smallest measurement.
   static constexpr uint32_t kBootstrapProbes = 3;
 
-  // Starts pacing for `segment` (the limiter's, alive for the process's life).
-  static void Arm(GroupSegment* segment) { segment_.store(segment, std::memory_order_release); }
+  constexpr ComputeGate() = default;
+
+  // Starts pacing for `segment` (alive for the process's life), whose device
+  // for CUDA ordinal i is ordinal_to_device[i] (-1: none).
+  void Arm(GroupSegment* segment, const std::vector<int>& ordinal_to_device) {
+    streams_.SetOrdinals(ordinal_to_device);
+    segment_.store(segment, std::memory_order_release);
+  }
+  // Stops pacing (a forked child that could not rejoin its group).
+  void Disarm() { segment_.store(nullptr, std::memory_order_release); }
 
   // True if launches on some device of the group are paced (a limit, a
   // grant, or the group is paused).
-  static bool Active() {
+  bool Active() const {
     const GroupSegment* s = segment_.load(std::memory_order_acquire);
     return s != nullptr && s->ComputeLimitedMask() != 0;
   }
@@ -44,12 +66,15 @@ class ComputeGate {
   // point, whose stream 0 is the per-thread default stream) once the budget
   // of the stream's device admits it.
   template <typename Launch>
-  static CUresult Paced(CUstream stream, bool per_thread, Launch&& launch) {
+  CUresult Paced(CUstream stream, bool per_thread, Launch&& launch) {
     if (!Active()) [[likely]] {
       return launch();
     }
     return PacedSlow(stream, per_thread, &Invoke<Launch>, &launch);
   }
+
+  // `stream` is being destroyed: its handle may come back for another device.
+  void ForgetStream(CUstream stream) { streams_.Forget(stream); }
 
  private:
   using Trampoline = CUresult (*)(void*);
@@ -57,9 +82,10 @@ class ComputeGate {
   static CUresult Invoke(void* launch) {
     return (*static_cast<std::remove_reference_t<Launch>*>(launch))();
   }
-  static CUresult PacedSlow(CUstream stream, bool per_thread, Trampoline call, void* launch);
+  CUresult PacedSlow(CUstream stream, bool per_thread, Trampoline call, void* launch);
 
-  static inline std::atomic<GroupSegment*> segment_{nullptr};
+  std::atomic<GroupSegment*> segment_{nullptr};
+  StreamDevices streams_;
 };
 
 }  // namespace gpuslice::limiter

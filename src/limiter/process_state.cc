@@ -157,7 +157,7 @@ CUresult ProcessState::AttachWithCuda() {
         // The parent's keeper did not survive the fork.
         StartKeeperThread(segment_.get(), DaemonSocket());
       } else {
-        ComputeGate::Arm(nullptr);
+        compute_gate_.Disarm();
         ledger_.Bind(nullptr);
         (void)segment_.release();  // the mapping is the parent's too: never unmapped here
         state_.store(kDetached);
@@ -270,7 +270,7 @@ bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& device
     control::GroupKeeper::GrantProvisionally(*segment_);
   }
   StartKeeperThread(segment_.get(), daemon_socket);
-  ComputeGate::Arm(segment_.get());
+  compute_gate_.Arm(segment_.get(), map);
   ledger_.Bind(segment_.get());
   ordinal_to_device_ = std::move(map);
   ForgetContexts();  // the ordinals' group devices may have changed

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "cuda_abi/cuda_driver_api.h"
+#include "limiter/compute_gate.h"
 #include "limiter/daemon_client.h"
 #include "limiter/ledger.h"
 #include "nvml_abi/nvml.h"
@@ -112,6 +113,9 @@ class ProcessState {
   // The group segment (nullptr before attach).
   GroupSegment* segment() const { return segment_.get(); }
 
+  // The process's compute gate (armed once attached).
+  ComputeGate& compute_gate() { return compute_gate_; }
+
  private:
   enum State : int { kDetached = 0, kAttached, kFailedClosed };
   ProcessState();
@@ -140,6 +144,7 @@ class ProcessState {
   std::optional<RegistrationRequest> registration_;
   DaemonEndpoint daemon_;  // where registration_ goes
   std::atomic<bool> registration_started_{false};
+  ComputeGate compute_gate_;
 
   Ledger ledger_;
   mutable std::mutex context_mu_;                      // guards settled_context_

@@ -6,6 +6,7 @@
 //                     [--sync] [--alloc BYTES] [--hold-s S]
 //                     [--launch plain|ex|cooperative|graph] [--quiet]
 //                     [--latency] [--latency-file PATH] [--idle-at-s S --idle-s D]
+//                     [--graph-kernels N] [--phase AT_S:US[:plain|graph[N]]]...
 //
 // Kernels are `gpuslice_sim_spin` (the simulator runs them for the given
 // time). --launch graph captures one kernel into a graph on a stream
@@ -23,6 +24,11 @@
 // --idle-at-s S --idle-s D: S seconds after the first launch, wait for the
 // queued work and launch nothing for D seconds, then go on (--duration-s still
 // counts from the first launch).
+// --graph-kernels N: a --launch graph captures N kernels (default 1).
+// --phase AT_S:US[:MODE]: AT_S seconds after the first launch, kernels run US
+// microseconds from then on and, with MODE, are launched as `plain` single
+// launches or as `graph` (graphN: a graph of N kernels, captured anew with the
+// new length). Phases apply in the order of their times; each applies once.
 // Exit codes: 0 done, 2 bad arguments, 3 a CUDA call failed (named on stderr,
 // e.g. "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2)") or the latency file
 // could not be written.
@@ -55,6 +61,14 @@ struct Options {
   std::string latency_file;
   double idle_at_s = -1;  // < 0: never idle
   double idle_s = 0;
+  long graph_kernels = 1;
+  struct Phase {
+    double at_s;
+    double kernel_us;
+    std::string launch;  // empty: keep the current mode
+    long graph_kernels;  // for launch == "graph"
+  };
+  std::vector<Phase> phases;  // by time
 };
 
 [[noreturn]] void Usage(const char* problem) {
@@ -63,7 +77,8 @@ struct Options {
           "usage: gpuslice-workload [--device N] [--kernel-us US] (--duration-s S | --kernels N)\n"
           "         [--sync] [--alloc BYTES] [--hold-s S] [--launch plain|ex|cooperative|graph] "
           "[--quiet]\n"
-          "         [--latency] [--latency-file PATH] [--idle-at-s S --idle-s D]\n",
+          "         [--latency] [--latency-file PATH] [--idle-at-s S --idle-s D]\n"
+          "         [--graph-kernels N] [--phase AT_S:US[:plain|graph[N]]]...\n",
           problem);
   exit(2);
 }
@@ -86,6 +101,34 @@ double Count(const char* flag, const char* text, double max) {
               .c_str());
   }
   return v;
+}
+
+// "AT_S:US[:plain|graph[N]]".
+Options::Phase ParsePhase(const std::string& text) {
+  Options::Phase p{};
+  const size_t a = text.find(':');
+  if (a == std::string::npos) Usage(("--phase needs AT_S:US[:MODE], not '" + text + "'").c_str());
+  const size_t b = text.find(':', a + 1);
+  p.at_s = Number("--phase", text.substr(0, a).c_str());
+  p.kernel_us =
+      Number("--phase",
+             text.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1).c_str());
+  p.graph_kernels = 1;
+  if (b != std::string::npos) {
+    const std::string mode = text.substr(b + 1);
+    if (mode == "plain") {
+      p.launch = "plain";
+    } else if (mode.rfind("graph", 0) == 0) {
+      p.launch = "graph";
+      if (mode.size() > 5) {
+        p.graph_kernels = static_cast<long>(Count("--phase", mode.c_str() + 5, 1 << 16));
+      }
+      if (p.graph_kernels < 1) Usage("--phase: a graph has at least one kernel");
+    } else {
+      Usage(("--phase mode is plain or graph[N], not '" + mode + "'").c_str());
+    }
+  }
+  return p;
 }
 
 void Check(CUresult rc, const char* what) {
@@ -164,6 +207,10 @@ int main(int argc, char** argv) {
       o.idle_at_s = Number("--idle-at-s", value());
     else if (a == "--idle-s")
       o.idle_s = Number("--idle-s", value());
+    else if (a == "--graph-kernels")
+      o.graph_kernels = static_cast<long>(Count("--graph-kernels", value(), 1 << 16));
+    else if (a == "--phase")
+      o.phases.push_back(ParsePhase(value()));
     else if (a == "-h" || a == "--help")
       Usage("runs spin kernels on a GPU");
     else
@@ -173,6 +220,10 @@ int main(int argc, char** argv) {
     Usage("--launch is plain, ex, cooperative or graph");
   }
   if ((o.idle_at_s >= 0) != (o.idle_s > 0)) Usage("--idle-at-s and --idle-s go together");
+  if (o.graph_kernels < 1) Usage("--graph-kernels is at least 1");
+  std::stable_sort(
+      o.phases.begin(), o.phases.end(),
+      [](const Options::Phase& x, const Options::Phase& y) { return x.at_s < y.at_s; });
   if (!o.latency_file.empty()) o.latency = true;
   if (o.latency) o.sync = true;
 
@@ -196,14 +247,25 @@ int main(int argc, char** argv) {
   CUstream stream = nullptr;
   CUgraphExec graph_exec = nullptr;
   CUgraph graph = nullptr;
-  if (o.launch == "graph") {
-    Check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  // (Re)captures a graph of `kernels` spins of the current length.
+  auto capture = [&](long kernels) {
+    if (graph_exec != nullptr) {
+      Check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+      Check(cuGraphExecDestroy(graph_exec), "cuGraphExecDestroy");
+      Check(cuGraphDestroy(graph), "cuGraphDestroy");
+      graph_exec = nullptr;
+    }
+    if (stream == nullptr) Check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     Check(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
           "cuStreamBeginCapture");
-    Check(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+    for (long k = 0; k < kernels; ++k) {
+      Check(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+    }
     Check(cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
     Check(cuGraphInstantiate(&graph_exec, graph, 0), "cuGraphInstantiate");
-  }
+  };
+  if (o.launch == "graph") capture(o.graph_kernels);
+  size_t next_phase = 0;
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(o.duration_s);
   long launched = 0;
@@ -216,6 +278,15 @@ int main(int argc, char** argv) {
       Check(cuCtxSynchronize(), "cuCtxSynchronize");
       std::this_thread::sleep_for(std::chrono::duration<double>(o.idle_s));
       o.idle_at_s = -1;  // once
+    }
+    while (next_phase < o.phases.size() &&
+           std::chrono::steady_clock::now() >=
+               start + std::chrono::duration<double>(o.phases[next_phase].at_s)) {
+      const Options::Phase& p = o.phases[next_phase++];
+      spin_ns = static_cast<uint64_t>(p.kernel_us * 1000);  // read by every later launch
+      if (!p.launch.empty()) o.launch = p.launch;
+      if (p.launch == "graph") o.graph_kernels = p.graph_kernels;
+      if (o.launch == "graph") capture(o.graph_kernels);
     }
     const auto launch_start = std::chrono::steady_clock::now();
     if (o.launch == "plain") {

@@ -72,6 +72,11 @@ void FillCuda(CudaTable* t, void* h) {
   Resolve(h, "cuStreamGetDevice", &t->cuStreamGetDevice);
   Resolve(h, "cuStreamSynchronize", &t->cuStreamSynchronize);
   Resolve(h, "cuStreamIsCapturing", &t->cuStreamIsCapturing);
+  Resolve(h, "cuStreamQuery", &t->cuStreamQuery);
+  Resolve(h, "cuEventCreate", &t->cuEventCreate);
+  Resolve(h, "cuEventRecord", &t->cuEventRecord);
+  Resolve(h, "cuEventQuery", &t->cuEventQuery);
+  Resolve(h, "cuEventDestroy_v2", &t->cuEventDestroy_v2);
   Resolve(h, "cuArrayGetMemoryRequirements", &t->cuArrayGetMemoryRequirements);
   Resolve(h, "cuMipmappedArrayGetMemoryRequirements", &t->cuMipmappedArrayGetMemoryRequirements);
 }

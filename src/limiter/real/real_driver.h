@@ -33,6 +33,11 @@ struct CudaTable {
   decltype(&::cuStreamGetDevice) cuStreamGetDevice = nullptr;  // r570+ (CUDA 12.8)
   decltype(&::cuStreamSynchronize) cuStreamSynchronize = nullptr;
   decltype(&::cuStreamIsCapturing) cuStreamIsCapturing = nullptr;
+  decltype(&::cuStreamQuery) cuStreamQuery = nullptr;
+  decltype(&::cuEventCreate) cuEventCreate = nullptr;
+  decltype(&::cuEventRecord) cuEventRecord = nullptr;
+  decltype(&::cuEventQuery) cuEventQuery = nullptr;
+  decltype(&::cuEventDestroy_v2) cuEventDestroy_v2 = nullptr;
   decltype(&::cuArrayGetMemoryRequirements) cuArrayGetMemoryRequirements = nullptr;
   decltype(&::cuMipmappedArrayGetMemoryRequirements) cuMipmappedArrayGetMemoryRequirements =
       nullptr;

@@ -1,0 +1,70 @@
+// StreamDevices: which device of the group a launch's stream belongs to,
+// cached, and each stream's backlog watch (shm/launch_pacer.h).
+//
+// Asking the driver costs one call where it has cuStreamGetDevice (r570+)
+// and four otherwise (the stream's context, made current for the question);
+// a paced launch asks once per stream: the answer is kept in a small
+// direct-mapped table of kEntries streams (bounded memory, no allocation; a
+// stream that collides with another is asked again). A destroyed stream is
+// forgotten (Forget, from cuStreamDestroy), since the driver may reuse its
+// handle for a stream of another device. The default streams (0, legacy,
+// per-thread) belong to the current context's device (one call each time)
+// and keep their watch per thread.
+//
+// Thread-safe, lock-free: a lookup that races with a replacement of its
+// entry sees either the old stream (and misses) or the new one whole.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "cuda_abi/cuda_driver_api.h"
+
+namespace gpuslice::limiter {
+
+// A stream's backlog watch state: BacklogWatch's field (through atomic_ref)
+// and the stream's marker event (created on first use; null: none), both
+// through atomic_ref.
+struct StreamBacklog {
+  int64_t marked_at = 0;
+  CUevent marker = nullptr;
+};
+
+class StreamDevices {
+ public:
+  static constexpr int kEntries = 64;
+  static constexpr int kMaxOrdinals = 64;
+
+  constexpr StreamDevices() = default;
+
+  // The group device of each CUDA ordinal (-1: not in the group). Called
+  // before launches are paced (and again in a forked child).
+  void SetOrdinals(const std::vector<int>& ordinal_to_device);
+
+  // The group device of `stream` (the handle the driver means: per-thread
+  // streams already resolved), or -1; `backlog` gets the stream's backlog
+  // watch state (never null when a device is returned).
+  int Resolve(CUstream stream, StreamBacklog** backlog);
+
+  // Drops `stream` from the cache (it is being destroyed).
+  void Forget(CUstream stream);
+
+ private:
+  struct Entry {
+    std::atomic<uintptr_t> stream{0};  // 0: empty
+    std::atomic<int32_t> device{-1};
+    StreamBacklog backlog;
+  };
+  static bool IsDefault(uintptr_t raw);
+  int GroupDevice(CUdevice ordinal) const;
+  // The driver's answer for a non-default stream; -1 if it has none.
+  int Ask(CUstream stream) const;
+
+  std::array<std::atomic<int8_t>, kMaxOrdinals> ordinals_{};
+  std::atomic<int> ordinal_count_{0};
+  std::array<Entry, kEntries> entries_{};
+};
+
+}  // namespace gpuslice::limiter
