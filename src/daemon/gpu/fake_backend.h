@@ -5,10 +5,10 @@
 #pragma once
 
 #include <functional>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "daemon/gpu/backend.h"
 
 namespace gpuslice::daemon {
@@ -48,7 +48,7 @@ class FakeBackend final : public GpuBackend {
   void Mutate(uint32_t index, const std::function<void(GpuInfo&)>& f);
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::vector<GpuInfo> gpus_;
   std::vector<std::vector<GpuProcess>> processes_;
   std::vector<std::vector<ProcessUtilization>> utilization_;

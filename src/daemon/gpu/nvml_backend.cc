@@ -99,6 +99,7 @@ StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Open(const char* library) {
         b->Check(b->api_->nvmlDeviceGetHandleByIndex_v2(i, &d), "nvmlDeviceGetHandleByIndex", i));
     b->devices_.push_back(d);
   }
+  MutexLock lock(b->mu_);  // not shared yet; taken for the analysis
   b->locked_gpu_.resize(count);
   b->locked_mem_.resize(count);
   return b;
@@ -164,7 +165,7 @@ StatusOr<GpuInfo> NvmlBackend::Read(uint32_t index) {
   if (nvmlComputeMode_t m{}; a.nvmlDeviceGetComputeMode(d, &m) == NVML_SUCCESS) {
     g.compute_mode = static_cast<uint32_t>(m);
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   g.locked_gpu_clocks = locked_gpu_[index];
   g.locked_memory_clocks = locked_mem_[index];
   return g;
@@ -233,11 +234,11 @@ StatusOr<SettingValue> NvmlBackend::Get(uint32_t index, SettingKind kind) {
       return SettingValue(PowerLimit{mw});
     }
     case SettingKind::kGpuClocks: {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       return SettingValue(GpuClocks{locked_gpu_[index]});
     }
     case SettingKind::kMemoryClocks: {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       return SettingValue(MemoryClocks{locked_mem_[index]});
     }
     case SettingKind::kPersistence: {
@@ -274,7 +275,7 @@ Status NvmlBackend::Set(uint32_t index, const SettingValue& value) {
                   : Check(a.nvmlDeviceResetGpuLockedClocks(d), "nvmlDeviceResetGpuLockedClocks",
                           index);
           if (s.ok()) {
-            std::lock_guard lock(mu_);
+            MutexLock lock(mu_);
             locked_gpu_[index] = v.locked;
           }
           return s;
@@ -285,7 +286,7 @@ Status NvmlBackend::Set(uint32_t index, const SettingValue& value) {
                               : Check(a.nvmlDeviceResetMemoryLockedClocks(d),
                                       "nvmlDeviceResetMemoryLockedClocks", index);
           if (s.ok()) {
-            std::lock_guard lock(mu_);
+            MutexLock lock(mu_);
             locked_mem_[index] = v.locked;
           }
           return s;

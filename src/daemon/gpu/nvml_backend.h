@@ -6,9 +6,9 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "daemon/gpu/backend.h"
 #include "nvml_abi/nvml.h"
 
@@ -41,9 +41,9 @@ class NvmlBackend final : public GpuBackend {
   void* handle_ = nullptr;
   std::unique_ptr<Api> api_;
   std::vector<nvmlDevice_t> devices_;
-  mutable std::mutex mu_;
-  std::vector<std::optional<ClockRange>> locked_gpu_;  // GUARDED_BY(mu_)
-  std::vector<std::optional<ClockRange>> locked_mem_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<std::optional<ClockRange>> locked_gpu_ GUARDED_BY(mu_);
+  std::vector<std::optional<ClockRange>> locked_mem_ GUARDED_BY(mu_);
 };
 
 }  // namespace gpuslice::daemon

@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "common/thread_annotations.h"
+
 namespace gpuslice::daemon {
 
 class ControlLoop {
@@ -40,9 +42,9 @@ class ControlLoop {
 
  private:
   std::function<int64_t()> tick_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
