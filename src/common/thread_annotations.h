@@ -75,22 +75,32 @@ class SCOPED_CAPABILITY MutexLock {
  public:
   explicit MutexLock(Mutex* mu) ACQUIRE(mu) : mu_(mu) { mu_->Lock(); }
   explicit MutexLock(Mutex& mu) ACQUIRE(mu) : mu_(&mu) { mu_->Lock(); }
-  ~MutexLock() RELEASE() { mu_->Unlock(); }
+  ~MutexLock() RELEASE() {
+    if (held_) mu_->Unlock();
+  }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
   // Lets go of the mutex inside the scope and takes it again (say, to run a
-  // callback unlocked); the analysis follows both.
-  void Unlock() RELEASE() { mu_->Unlock(); }
-  void Lock() ACQUIRE() { mu_->Lock(); }
+  // callback unlocked); the analysis follows both, and the destructor
+  // releases the mutex only if it is held then (as std::unique_lock does).
+  void Unlock() RELEASE() {
+    held_ = false;
+    mu_->Unlock();
+  }
+  void Lock() ACQUIRE() {
+    mu_->Lock();
+    held_ = true;
+  }
 
   // For std::condition_variable_any only (it unlocks around the wait and
   // locks again before returning).
-  void lock() NO_THREAD_SAFETY_ANALYSIS { mu_->Lock(); }
-  void unlock() NO_THREAD_SAFETY_ANALYSIS { mu_->Unlock(); }
+  void lock() NO_THREAD_SAFETY_ANALYSIS { Lock(); }
+  void unlock() NO_THREAD_SAFETY_ANALYSIS { Unlock(); }
 
  private:
   Mutex* mu_;
+  bool held_ = true;
 };
 
 }  // namespace gpuslice

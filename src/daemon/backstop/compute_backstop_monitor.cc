@@ -229,9 +229,9 @@ void ComputeBackstopMonitor::Start() {
 void ComputeBackstopMonitor::RunSampler() {
   MutexLock lock(thread_mu_);
   while (!stop_thread_) {
-    lock.unlock();
+    lock.Unlock();
     Sample();
-    lock.lock();
+    lock.Lock();
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.sample_interval_ns);
     wake_.wait_until(lock, deadline,
@@ -242,10 +242,10 @@ void ComputeBackstopMonitor::RunSampler() {
 void ComputeBackstopMonitor::RunDutyCycle() {
   MutexLock lock(thread_mu_);
   while (!stop_thread_) {
-    lock.unlock();
+    lock.Unlock();
     const int64_t next = Advance();
     const int64_t now = clocks_.monotonic.NowNs();
-    lock.lock();
+    lock.Lock();
     // Until the next switch; a sample that starts a throttle wakes it sooner.
     const int64_t wait_ns = std::min(next - now, options_.sample_interval_ns);
     if (!stop_thread_ && wait_ns > 0) wake_.wait_for(lock, std::chrono::nanoseconds(wait_ns));

@@ -397,14 +397,14 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
         auto who = [](uid_t uid, const std::string& pod) {
           return "uid " + std::to_string(uid) + (pod.empty() ? " (no pod)" : " in pod " + pod);
         };
-        lock.unlock();
+        lock.Unlock();
         return Refuse(
             reg, PermissionDenied("group \"" + reg.group + "\" belongs to " +
                                   who(*group.owner_uid, group.owner_pod_uid) + "; a process of " +
                                   who(t.uid, t.cgroup.pod_uid) + " may not join it"));
       }
       if (reg.tier && *reg.tier != group.tier) {
-        lock.unlock();
+        lock.Unlock();
         return Refuse(reg, FailedPrecondition("group \"" + reg.group + "\" is of tier " +
                                               std::string(TierName(group.tier)) + ", not " +
                                               std::string(TierName(*reg.tier))));
@@ -412,7 +412,7 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
     }
     if (auto old = tenants_.find(reg.pid); old != tenants_.end()) {
       if (old->second.start_time == t.start_time && old->second.group != reg.group) {
-        lock.unlock();
+        lock.Unlock();
         return Refuse(reg, FailedPrecondition("process " + std::to_string(reg.pid) +
                                               " is registered in group \"" + old->second.group +
                                               "\"; DELETE /v1/tenants/" + std::to_string(reg.pid) +
@@ -421,7 +421,7 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
       replaced = old->second;
     }
     if (Status s = watcher_.Watch(reg.pid, t.start_time); !s.ok()) {
-      lock.unlock();
+      lock.Unlock();
       return Refuse(reg, s);
     }
     if (g == groups_.end()) {
@@ -842,7 +842,7 @@ Status TenantRegistry::Persist(uint64_t version) {
     persisted_.wait(lock);
   }
   saving_ = true;
-  lock.unlock();
+  lock.Unlock();
   // Only the saver (saving_) touches groups_saved_version_.
   json groups = json::array();
   std::string tenants = "{\"tenants\":[";
@@ -867,7 +867,7 @@ Status TenantRegistry::Persist(uint64_t version) {
   Status s;
   if (save_groups) s = store_->Save("groups", {{"groups", std::move(groups)}});
   if (s.ok()) s = store_->SaveSerialized("tenants", tenants);
-  lock.lock();
+  lock.Lock();
   saving_ = false;
   if (s.ok()) {
     if (save_groups) groups_saved_version_ = snapshot;
