@@ -32,7 +32,9 @@ class Counter {
   bool UnlockEarly() {
     MutexLock lock(mu_);
     lock.Unlock();
-    return mu_.TryLock() ? (mu_.Unlock(), true) : false;
+    if (!mu_.TryLock()) return false;
+    mu_.Unlock();
+    return true;
   }
   bool Free() {
     if (!mu_.TryLock()) return false;
