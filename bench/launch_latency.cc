@@ -7,7 +7,12 @@
 //
 // - cuLaunchKernel, each call timed on its own (clock_gettime around it, the
 //   timer's own median cost subtracted): p50, p90, p99, mean;
-// - a cuMemAlloc_v2 + cuMemFree_v2 pair of 1 MiB, timed the same way;
+// - a cuMemAlloc_v2 + cuMemFree_v2 pair of 1 MiB, timed the same way, and
+//   interleaved with it the same pair made on the driver's own entry points
+//   (found in libcuda's symbol table, past any interposer): with the limiter
+//   preloaded, the difference of the two is what it adds, measured in one
+//   process (no run-to-run noise of the driver's own cost); without it, the
+//   two are the same function and the difference is the method's error;
 // - launch throughput: launches per second in bursts of kBatch launches with
 //   one clock pair around each burst and none around single calls; the
 //   figure is the median burst's rate (a burst the scheduler cut into does
@@ -23,11 +28,14 @@
 // instead of the table, for scripts that compare runs.
 #include <cuda.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <string>
 #include <vector>
@@ -103,6 +111,7 @@ struct Options {
   long allocs = 20'000;     // alloc+free pairs
   long burst = 1'000'000;   // launches for the throughput figure
   bool json = false;
+  bool alloc_only = false;  // only the allocation pair (any driver, a real GPU's too)
 };
 
 // Parses argv into `opts`; returns -1 to go on, else the exit code.
@@ -125,14 +134,63 @@ int ParseArgs(int argc, char** argv, Options* opts) {
       }
     } else if (arg == "--json") {
       opts->json = true;
+    } else if (arg == "--alloc-only") {
+      opts->alloc_only = true;
     } else {
       fprintf(stderr,
-              "usage: gpuslice-bench-launch [--launches N] [--allocs N] [--burst N] [--json]\n");
+              "usage: gpuslice-bench-launch [--launches N] [--allocs N] [--burst N] [--json] "
+              "[--alloc-only]\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }
   return -1;
 }
+
+// The driver's own definition of `name`: looked up in the dynamic symbol
+// table of the loaded libcuda.so*, so neither an interposed symbol nor an
+// interposed dlsym answers. nullptr if not found.
+// NOLINTBEGIN(performance-no-int-to-ptr): ELF addresses are integers by definition.
+void* DriverSymbol(const char* name) {
+  struct Query {
+    const char* name;
+    void* found;
+  } query{name, nullptr};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        auto* q = static_cast<Query*>(data);
+        if (info->dlpi_name == nullptr || strstr(info->dlpi_name, "/libcuda.so") == nullptr) {
+          return 0;
+        }
+        const ElfW(Dyn)* dyn = nullptr;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) {
+            dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+          }
+        }
+        const ElfW(Sym)* symtab = nullptr;
+        const char* strtab = nullptr;
+        for (; dyn != nullptr && dyn->d_tag != DT_NULL; ++dyn) {
+          if (dyn->d_tag == DT_SYMTAB) symtab = reinterpret_cast<const ElfW(Sym)*>(dyn->d_un.d_ptr);
+          if (dyn->d_tag == DT_STRTAB) strtab = reinterpret_cast<const char*>(dyn->d_un.d_ptr);
+        }
+        // The linker lays .dynstr out right after .dynsym: the symbols end there.
+        if (symtab == nullptr || strtab == nullptr ||
+            reinterpret_cast<const char*>(symtab) > strtab) {
+          return 0;
+        }
+        for (const ElfW(Sym)* s = symtab; reinterpret_cast<const char*>(s + 1) <= strtab; ++s) {
+          if (s->st_name != 0 && s->st_shndx != SHN_UNDEF &&
+              ELF64_ST_TYPE(s->st_info) == STT_FUNC && strcmp(strtab + s->st_name, q->name) == 0) {
+            q->found = reinterpret_cast<void*>(info->dlpi_addr + s->st_value);
+            return 1;
+          }
+        }
+        return 0;
+      },
+      &query);
+  return query.found;
+}
+// NOLINTEND(performance-no-int-to-ptr)
 
 // Launches `n` spin kernels (n <= kBatch), timing each one into `samples`
 // when it is non-null; returns the time of the whole batch.
@@ -153,6 +211,34 @@ int64_t LaunchBatch(CUfunction spin, void** params, long n, std::vector<int64_t>
 
 }  // namespace
 
+// Times `n` cuMemAlloc_v2 + cuMemFree_v2 pairs of 1 MiB into `through`
+// and, interleaved, the same pairs on the driver's own entry points into
+// `direct`. False if those were not found (`direct` stays empty).
+bool AllocPairs(long n, std::vector<int64_t>* through, std::vector<int64_t>* direct_ns) {
+  using AllocFn = CUresult (*)(CUdeviceptr*, size_t);
+  using FreeFn = CUresult (*)(CUdeviceptr);
+  const auto direct_alloc = reinterpret_cast<AllocFn>(DriverSymbol("cuMemAlloc_v2"));
+  const auto direct_free = reinterpret_cast<FreeFn>(DriverSymbol("cuMemFree_v2"));
+  const bool paired = direct_alloc != nullptr && direct_free != nullptr;
+  through->reserve(n);
+  direct_ns->reserve(n);
+  for (long i = 0; i < n; ++i) {
+    // The two pairs alternate which goes first.
+    for (int turn = 0; turn < 2; ++turn) {
+      const bool direct = paired && (turn == (i & 1));
+      if (!paired && turn == 1) break;
+      CUdeviceptr ptr;
+      int64_t a = NowNs();
+      CUresult rc = direct ? direct_alloc(&ptr, 1 << 20) : cuMemAlloc(&ptr, 1 << 20);
+      CUresult rc_free = rc != CUDA_SUCCESS ? rc : direct ? direct_free(ptr) : cuMemFree(ptr);
+      (direct ? direct_ns : through)->push_back(NowNs() - a);
+      Check(rc, "cuMemAlloc");
+      Check(rc_free, "cuMemFree");
+    }
+  }
+  return paired;
+}
+
 int main(int argc, char** argv) {
   Options opts;
   if (int rc = ParseArgs(argc, argv, &opts); rc >= 0) return rc;
@@ -163,6 +249,27 @@ int main(int argc, char** argv) {
   CUcontext ctx;
   Check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
   Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  if (opts.alloc_only) {
+    std::vector<int64_t> timer(100'000);
+    for (auto& t : timer) {
+      int64_t a = NowNs();
+      t = NowNs() - a;
+    }
+    std::sort(timer.begin(), timer.end());
+    const int64_t timer_ns = timer[timer.size() / 2];
+    std::vector<int64_t> warm, warm_direct, through, direct;
+    AllocPairs(64, &warm, &warm_direct);
+    const bool paired = AllocPairs(opts.allocs, &through, &direct);
+    Dl_info info{};
+    dladdr(reinterpret_cast<void*>(&cuMemAlloc), &info);
+    printf("driver: %s\ntimer overhead %lld ns (subtracted)\n\n",
+           info.dli_fname != nullptr ? info.dli_fname : "?", static_cast<long long>(timer_ns));
+    printf("%-26s %9s %9s %9s %9s %9s\n", "call", "calls", "p50 ns", "p90 ns", "p99 ns", "mean ns");
+    PrintRow("cuMemAlloc+cuMemFree 1MiB", Summarize(through, timer_ns));
+    if (paired) PrintRow("  same, driver's own", Summarize(direct, timer_ns));
+    Check(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
+    return 0;
+  }
   // The simulated driver accepts any image; a real one needs a real cubin, so
   // this benchmark is for the simulator (and the limiter on top of it).
   static const char kImage[] = "gpuslice-bench";
@@ -222,16 +329,8 @@ int main(int argc, char** argv) {
                                static_cast<double>(std::max<int64_t>(total_ns, 1));
 
   std::vector<int64_t> alloc_ns;
-  alloc_ns.reserve(opts.allocs);
-  for (long i = 0; i < opts.allocs; ++i) {
-    CUdeviceptr ptr;
-    int64_t a = NowNs();
-    CUresult rc = cuMemAlloc(&ptr, 1 << 20);  // cuMemAlloc_v2 through cuda.h
-    CUresult rc_free = rc == CUDA_SUCCESS ? cuMemFree(ptr) : rc;
-    alloc_ns.push_back(NowNs() - a);
-    Check(rc, "cuMemAlloc");
-    Check(rc_free, "cuMemFree");
-  }
+  std::vector<int64_t> direct_ns;
+  const bool paired = AllocPairs(opts.allocs, &alloc_ns, &direct_ns);
 
   const Percentiles launch = Summarize(launch_ns, timer_ns);
   const Percentiles alloc = Summarize(alloc_ns, timer_ns);
@@ -241,6 +340,7 @@ int main(int argc, char** argv) {
            static_cast<long long>(timer_ns));
     PrintJsonPercentiles("launch", launch);
     PrintJsonPercentiles("alloc_free_1mib", alloc);
+    if (paired) PrintJsonPercentiles("alloc_free_1mib_direct", Summarize(direct_ns, timer_ns));
     printf(
         "  \"throughput\": {\"launches\": %ld, \"burst\": %ld, \"elapsed_ns\": %lld, "
         "\"launches_per_s\": %.0f, \"overall_launches_per_s\": %.0f}\n}\n",
@@ -251,6 +351,7 @@ int main(int argc, char** argv) {
     printf("%-26s %9s %9s %9s %9s %9s\n", "call", "calls", "p50 ns", "p90 ns", "p99 ns", "mean ns");
     PrintRow("cuLaunchKernel", launch);
     PrintRow("cuMemAlloc+cuMemFree 1MiB", alloc);
+    if (paired) PrintRow("  same, driver's own", Summarize(direct_ns, timer_ns));
     printf("\nthroughput: %.0f launches/s (median burst of %ld), %.0f overall (%ld launches)\n",
            launches_per_s, kBatch, overall_per_s, bursts * kBatch);
   }

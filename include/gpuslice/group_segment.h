@@ -11,10 +11,17 @@
 // first. Fields shared between processes are accessed with std::atomic_ref.
 //
 // Concurrency:
-//  - `mutex` (robust, process-shared) guards the memory accounting: every
-//    change to GroupDevice::memory_used and ProcessSlot::memory happens under
-//    it, so a member killed mid-update leaves state that the next holder
-//    repairs (EOWNERDEAD: memory_used is recomputed from the slots).
+//  - Memory accounting is lock-free. A charge adds to
+//    GroupDevice::memory_used with a compare-and-swap that checks the limit
+//    (concurrent members never overshoot), then to its ProcessSlot::memory;
+//    a release takes from the slot, then from memory_used. So memory_used
+//    never falls below the slots' sum (invariant 1), and a member killed
+//    between its two steps leaves that one charge counted, never less.
+//  - `mutex` (robust, process-shared) serialises membership (joining a slot,
+//    reaping a dead member's) and device entries. A holder killed inside it
+//    leaves state the next holder repairs (EOWNERDEAD: memory_used is raised
+//    to the slots' sum if below it; never lowered, since the excess may be
+//    charges in flight).
 //  - Slot ownership is an OFD lock (fcntl F_OFD_SETLK) on byte
 //    kSlotLockOffset + slot index of the file: held by the owner for its whole
 //    life and dropped by the kernel when it dies, so liveness is checked
@@ -42,8 +49,10 @@
 //    back from a daemon clears the grants and bursts (self-control paces by
 //    the limits alone); `paused` stays until someone resumes the group.
 //
-// Invariants (restored by repair after a member dies mid-update):
-//  1. devices[d].memory_used == sum over slots s of slots[s].memory[d].
+// Invariants:
+//  1. devices[d].memory_used >= sum over slots s of slots[s].memory[d], equal
+//     whenever no member is between the two steps of a charge or release (a
+//     member killed there leaves the difference: the group stays charged).
 //  2. A slot with owner_pid == 0 holds no memory.
 #pragma once
 
@@ -125,7 +134,7 @@ struct alignas(64) DeviceCompute {
 struct GroupDevice {
   char uuid[kUuidBytes];    // "GPU-…", NUL-terminated; empty: entry unused
   uint64_t memory_limit;    // bytes; kUnlimitedBytes when unset
-  uint64_t memory_used;     // bytes charged to the group (guarded by mutex)
+  uint64_t memory_used;     // bytes charged to the group (compare-and-swap)
   uint64_t memory_peak;     // highest memory_used seen
   uint64_t alloc_failures;  // allocations refused for the limit
   uint32_t compute_limit;   // percent 1..100; kUnlimitedPercent when unset
@@ -141,7 +150,7 @@ struct ProcessSlot {
   uint64_t start_time;                // /proc/<pid>/stat start time of the owner
   int64_t joined_ns;                  // CLOCK_MONOTONIC
   char name[16];                      // comm of the owner
-  uint64_t memory[kGroupMaxDevices];  // bytes charged by this slot (guarded by mutex)
+  uint64_t memory[kGroupMaxDevices];  // bytes charged by this slot (atomic; see memory_used)
 };
 
 struct GroupSegmentLayout {

@@ -26,6 +26,8 @@
 #include "daemon/backstop/compute_backstop_monitor.h"
 #include "daemon/backstop/signaller.h"
 #include "daemon/config.h"
+#include "daemon/dashboard/dashboard_feed.h"
+#include "daemon/dashboard/dashboard_routes.h"
 #include "daemon/event_hub.h"
 #include "daemon/gpu/gpu_json.h"
 #include "daemon/gpu/gpu_manager.h"
@@ -444,6 +446,13 @@ int Run(int argc, char** argv) {
                                       .tiers = &tiers,
                                       .grant_bp = grant_of});
   mps::RegisterMpsRoutes(router, mps);
+  // The web dashboard (docs/dashboard.md): the page at /, and a sample of the
+  // node every second on the event stream, the last minutes kept for new pages.
+  DashboardFeed dashboard_feed({}, SampleFromRouter(router), hub, clock, wall_clock);
+  AddDashboardRoutes(router, dashboard_feed, [auth = server_options->auth](const Caller& c) {
+    return Authorize(c, Access::kMutate, auth);
+  });
+  ControlLoop dashboard_loop([&dashboard_feed] { return dashboard_feed.Tick(); });
 
   // The node segment (docs/daemon.md "Node segment"), written after every
   // sample once the daemon owns the socket (a second daemon that cannot start
@@ -458,9 +467,11 @@ int Run(int argc, char** argv) {
 
   monitor.Start();
   control_loop.Start();
+  dashboard_loop.Start();
   HttpServer server(std::move(*server_options), router, hub);
   if (Status s = server.Start(); !s.ok()) {
     GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"", s.message().c_str());
+    dashboard_loop.Stop();
     control_loop.Stop();
     monitor.Stop();
     return kExitFailure;
@@ -492,6 +503,7 @@ int Run(int argc, char** argv) {
   // In this order: no request, then no sampling or expiry, then the reverts;
   // the executors end before the monitor their callbacks poke is destroyed.
   server.Stop();
+  dashboard_loop.Stop();
   compute_backstop.Stop();  // every throttled process continued
   control_loop.Stop();
   controllers.Stop();  // members take their groups back at once

@@ -4,7 +4,7 @@
 #include <type_traits>
 
 #include "common/clock.h"
-#include "limiter/limiter.h"
+#include "limiter/process_state.h"
 #include "limiter/real/real_driver.h"
 
 namespace gpuslice::limiter {
@@ -98,7 +98,7 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   stream = Effective(stream, per_thread);
   // Captured work runs (and is charged) when its graph is launched.
   if (Capturing(stream)) return call(launch);
-  const int dev = Limiter::Get().StreamGroupDevice(stream);
+  const int dev = ProcessState::Get().StreamGroupDevice(stream);
   if (dev < 0 || (segment->ComputeLimitedMask() & (1u << dev)) == 0) return call(launch);
   ComputeBudget budget = segment->Budget(dev);
 

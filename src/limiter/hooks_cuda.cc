@@ -11,11 +11,12 @@
 #include <atomic>
 #include <climits>
 
+#include "common/hot.h"
 #include "common/log.h"
 #include "cuda_abi/array_format.h"
 #include "limiter/compute_gate.h"
 #include "limiter/hooks.h"
-#include "limiter/limiter.h"
+#include "limiter/process_state.h"
 #include "limiter/real/real_driver.h"
 #include "limiter/symbols.h"
 
@@ -30,25 +31,25 @@ using real::Cuda;
 // Runs `allocate` with `bytes` reserved on group device `device` first.
 // On success the charge is tracked as `kind` under the id `id_of()` gives.
 template <typename Allocate, typename IdOf>
-CUresult Reserved(Limiter& l, int device, uint64_t bytes, uintptr_t ctx, Resource kind,
+CUresult Reserved(ProcessState& l, int device, uint64_t bytes, uintptr_t ctx, Resource kind,
                   Allocate&& allocate, IdOf&& id_of) {
   if (device < 0) return allocate();  // no usable context: the driver says why
-  std::optional<Charge> charge = l.Reserve(device, bytes);
+  std::optional<Charge> charge = l.ledger().Reserve(device, bytes);
   if (!charge) return CUDA_ERROR_OUT_OF_MEMORY;
   charge->context = ctx;
   const CUresult rc = allocate();
   if (rc != CUDA_SUCCESS) {
-    l.Release(*charge);
+    l.ledger().Release(*charge);
     return rc;
   }
-  l.Track(kind, id_of(), *charge);
+  l.ledger().Track(kind, id_of(), *charge);
   return CUDA_SUCCESS;
 }
 
 // Gives back what `id` held, after the driver freed it.
-CUresult Freed(Limiter& l, CUresult rc, Resource kind, uint64_t id) {
+CUresult Freed(ProcessState& l, CUresult rc, Resource kind, uint64_t id) {
   if (rc == CUDA_SUCCESS) {
-    if (auto c = l.Untrack(kind, id)) l.Release(*c);
+    if (auto c = l.ledger().Untrack(kind, id)) l.ledger().Release(*c);
   }
   return rc;
 }
@@ -84,19 +85,19 @@ uint64_t ArrayBytes(CUDA_ARRAY3D_DESCRIPTOR d, unsigned levels) {
 // Adjusts the charge of a created array to the driver's own figure, when the
 // driver can tell (cuArrayGetMemoryRequirements, CUDA 11.6+).
 template <typename Query, typename Handle>
-void TrueUpArray(Limiter& l, Resource kind, Handle handle, Query query) {
+void TrueUpArray(ProcessState& l, Resource kind, Handle handle, Query query) {
   if (query == nullptr) return;
   CUdevice dev = -1;
   if (Cuda().cuCtxGetDevice == nullptr || Cuda().cuCtxGetDevice(&dev) != CUDA_SUCCESS) return;
   CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
   if (query(&req, handle, dev) != CUDA_SUCCESS || req.size == 0) return;
-  l.Settle(kind, reinterpret_cast<uint64_t>(handle), l.Rounded(req.size));
+  l.ledger().Settle(kind, reinterpret_cast<uint64_t>(handle), l.Rounded(req.size));
 }
 
 // Creates an array through `create` (the real call) with its estimated size
 // reserved first, then settles on the driver's figure.
 CUresult CreateArray(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& desc, auto&& create) {
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   if (handle == nullptr) return create();
   uintptr_t ctx = 0;
@@ -109,33 +110,48 @@ CUresult CreateArray(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& desc, auto&
   return rc;
 }
 
-CUresult CreateContext(CUcontext* pctx, CUdevice dev, auto&& create) {
-  Limiter& l = Limiter::Get();
-  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
-  if (pctx == nullptr) return create();
-  return Reserved(l, l.GroupDevice(dev), l.context_bytes(), 0, Resource::kContext, create,
-                  [&] { return reinterpret_cast<uint64_t>(*pctx); });
-}
-
 CUresult DestroyContext(CUcontext ctx, auto&& destroy) {
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   const CUresult rc = destroy();
   if (rc == CUDA_SUCCESS) {
+    l.ForgetContexts();
     Freed(l, rc, Resource::kContext, reinterpret_cast<uint64_t>(ctx));
-    l.ReleaseContext(reinterpret_cast<uintptr_t>(ctx));
+    l.ledger().ReleaseContext(reinterpret_cast<uintptr_t>(ctx));
   }
   return rc;
 }
 
+// Creates a context with its estimated reservation charged first, then
+// settles on the driver's count; a context the group has no room for is
+// destroyed again and refused.
+CUresult CreateContext(CUcontext* pctx, CUdevice dev, auto&& create) {
+  ProcessState& l = ProcessState::Get();
+  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
+  if (pctx == nullptr) return create();
+  const int device = l.GroupDevice(dev);
+  const CUresult rc = Reserved(l, device, l.ContextEstimate(device), 0, Resource::kContext, create,
+                               [&] { return reinterpret_cast<uint64_t>(*pctx); });
+  if (rc != CUDA_SUCCESS || device < 0 || l.SettleContext(reinterpret_cast<uint64_t>(*pctx))) {
+    return rc;
+  }
+  CUcontext ctx = *pctx;
+  DestroyContext(ctx, [&] { return GS_REAL(cuCtxDestroy_v2, ctx); });
+  *pctx = nullptr;
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
 CUresult ReleasePrimary(CUdevice dev, bool reset, auto&& release) {
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   const CUresult rc = release();
-  if (rc == CUDA_SUCCESS) l.PrimaryRelease(l.GroupDevice(dev), reset);
+  if (rc == CUDA_SUCCESS) {
+    l.ForgetContexts();
+    l.ledger().PrimaryRelease(l.GroupDevice(dev), reset);
+  }
   return rc;
 }
 
 CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, auto&& allocate) {
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   if (dptr == nullptr || bytes == 0) return allocate();
   // Stream-ordered memory outlives its context: tracked with context 0.
@@ -167,7 +183,7 @@ void SubstituteShim(const char* symbol, void** pfn) {
 // ---- initialisation and lookup ----
 
 CUresult cuInit(unsigned int Flags) noexcept {
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (l.failed_closed()) return CUDA_ERROR_NOT_INITIALIZED;
   if (CUresult rc = GS_REAL(cuInit, Flags); rc != CUDA_SUCCESS) return rc;
   const CUresult rc = l.EnsureAttached();
@@ -196,7 +212,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cu
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) noexcept {
   const CUresult rc = GS_REAL(cuDeviceTotalMem_v2, bytes, dev);
   if (rc != CUDA_SUCCESS) return rc;
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (l.EnsureAttached() != CUDA_SUCCESS) return rc;
   const int device = l.GroupDevice(dev);
   if (l.HasMemoryLimit(device)) *bytes = std::min<uint64_t>(*bytes, l.MemoryLimit(device));
@@ -214,7 +230,7 @@ CUresult cuDeviceTotalMem(unsigned int* bytes, CUdevice dev) noexcept {
 CUresult cuMemGetInfo_v2(size_t* free, size_t* total) noexcept {
   const CUresult rc = GS_REAL(cuMemGetInfo_v2, free, total);
   if (rc != CUDA_SUCCESS) return rc;
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (l.EnsureAttached() != CUDA_SUCCESS) return rc;
   const int device = l.CurrentGroupDevice();
   if (!l.HasMemoryLimit(device)) return rc;
@@ -237,23 +253,52 @@ CUresult cuMemGetInfo(unsigned int* free, unsigned int* total) noexcept {
   return rc;
 }
 
-// ---- contexts ----
+// ---- context switches ----
+
+namespace {
+
+// Returns `rc` after a call that may have changed this thread's current
+// context: the cached device of the current context is forgotten.
+CUresult Switched(CUresult rc) {
+  ProcessState::ForgetCurrentContext();
+  return rc;
+}
+
+}  // namespace
+
+CUresult cuCtxSetCurrent(CUcontext ctx) noexcept { return Switched(GS_REAL(cuCtxSetCurrent, ctx)); }
+CUresult cuCtxPushCurrent(CUcontext ctx) noexcept {
+  return Switched(GS_REAL(cuCtxPushCurrent, ctx));
+}
+CUresult cuCtxPushCurrent_v2(CUcontext ctx) noexcept {
+  return Switched(GS_REAL(cuCtxPushCurrent_v2, ctx));
+}
+CUresult cuCtxPopCurrent(CUcontext* pctx) noexcept {
+  return Switched(GS_REAL(cuCtxPopCurrent, pctx));
+}
+CUresult cuCtxPopCurrent_v2(CUcontext* pctx) noexcept {
+  return Switched(GS_REAL(cuCtxPopCurrent_v2, pctx));
+}
+
+// ---- contexts (a created context becomes current) ----
 
 CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) noexcept {
-  return CreateContext(pctx, dev, [&] { return GS_REAL(cuCtxCreate, pctx, flags, dev); });
+  return Switched(CreateContext(pctx, dev, [&] { return GS_REAL(cuCtxCreate, pctx, flags, dev); }));
 }
 CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) noexcept {
-  return CreateContext(pctx, dev, [&] { return GS_REAL(cuCtxCreate_v2, pctx, flags, dev); });
+  return Switched(
+      CreateContext(pctx, dev, [&] { return GS_REAL(cuCtxCreate_v2, pctx, flags, dev); }));
 }
 CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
                         unsigned int flags, CUdevice dev) noexcept {
-  return CreateContext(
-      pctx, dev, [&] { return GS_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev); });
+  return Switched(CreateContext(pctx, dev, [&] {
+    return GS_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev);
+  }));
 }
 CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams, unsigned int flags,
                         CUdevice dev) noexcept {
-  return CreateContext(pctx, dev,
-                       [&] { return GS_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev); });
+  return Switched(CreateContext(
+      pctx, dev, [&] { return GS_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev); }));
 }
 CUresult cuCtxDestroy(CUcontext ctx) noexcept {
   return DestroyContext(ctx, [&] { return GS_REAL(cuCtxDestroy, ctx); });
@@ -263,21 +308,27 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) noexcept {
 }
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) noexcept {
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   const int device = l.GroupDevice(dev);
   if (pctx == nullptr || device < 0) return GS_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
   std::optional<Charge> charge;
-  if (l.PrimaryNeedsCharge(device)) {
-    charge = l.Reserve(device, l.context_bytes());
+  if (l.ledger().PrimaryNeedsCharge(device)) {
+    charge = l.ledger().Reserve(device, l.ContextEstimate(device));
     if (!charge) return CUDA_ERROR_OUT_OF_MEMORY;
   }
   const CUresult rc = GS_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
   if (rc != CUDA_SUCCESS) {
-    if (charge) l.Release(*charge);
+    if (charge) l.ledger().Release(*charge);
     return rc;
   }
-  l.PrimaryRetainDone(device, reinterpret_cast<uintptr_t>(*pctx), charge);
+  if (l.ledger().PrimaryRetainDone(device, reinterpret_cast<uintptr_t>(*pctx), charge) &&
+      !l.SettlePrimary(device)) {
+    // No room for the context as the driver counts it: undo this retain.
+    ReleasePrimary(dev, false, [&] { return GS_REAL(cuDevicePrimaryCtxRelease_v2, dev); });
+    *pctx = nullptr;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   return rc;
 }
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev) noexcept {
@@ -307,8 +358,8 @@ CUresult cuArray3DCreate(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR_v1*) noexcept {
   return Legacy("cuArray3DCreate");
 }
 
-CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) noexcept {
-  Limiter& l = Limiter::Get();
+GS_HOT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) noexcept {
+  ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   auto allocate = [&] { return GS_REAL(cuMemAlloc_v2, dptr, bytesize); };
   if (dptr == nullptr || bytesize == 0) return allocate();
@@ -320,7 +371,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) noexcept {
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
                             unsigned int ElementSizeBytes) noexcept {
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   auto allocate = [&] {
     return GS_REAL(cuMemAllocPitch_v2, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
@@ -337,13 +388,13 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInByt
   const CUresult rc = Reserved(l, device, estimate, ctx, Resource::kPointer, allocate,
                                [&] { return uint64_t{*dptr}; });
   if (rc == CUDA_SUCCESS && device >= 0) {
-    l.Settle(Resource::kPointer, *dptr, l.Rounded(uint64_t{*pPitch} * Height));
+    l.ledger().Settle(Resource::kPointer, *dptr, l.Rounded(uint64_t{*pPitch} * Height));
   }
   return rc;
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) noexcept {
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   auto allocate = [&] { return GS_REAL(cuMemAllocManaged, dptr, bytesize, flags); };
   if (dptr == nullptr || bytesize == 0) return allocate();
@@ -376,7 +427,7 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemo
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                      const CUmemAllocationProp* prop, unsigned long long flags) noexcept {
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   auto create = [&] { return GS_REAL(cuMemCreate, handle, size, prop, flags); };
   if (handle == nullptr || prop == nullptr || size == 0 ||
@@ -409,7 +460,7 @@ CUresult cuArray3DCreate_v2(CUarray* pHandle,
 CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
                                 const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
                                 unsigned int numMipmapLevels) noexcept {
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   auto create = [&] {
     return GS_REAL(cuMipmappedArrayCreate, pHandle, pMipmappedArrayDesc, numMipmapLevels);
@@ -431,25 +482,26 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
 
 // ---- frees ----
 
-CUresult cuMemFree_v2(CUdeviceptr dptr) noexcept {
-  return Freed(Limiter::Get(), GS_REAL(cuMemFree_v2, dptr), Resource::kPointer, dptr);
+GS_HOT CUresult cuMemFree_v2(CUdeviceptr dptr) noexcept {
+  return Freed(ProcessState::Get(), GS_REAL(cuMemFree_v2, dptr), Resource::kPointer, dptr);
 }
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) noexcept {
-  return Freed(Limiter::Get(), GS_REAL(cuMemFreeAsync, dptr, hStream), Resource::kPointer, dptr);
+  return Freed(ProcessState::Get(), GS_REAL(cuMemFreeAsync, dptr, hStream), Resource::kPointer,
+               dptr);
 }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) noexcept {
-  return Freed(Limiter::Get(), GS_REAL(cuMemFreeAsync_ptsz, dptr, hStream), Resource::kPointer,
+  return Freed(ProcessState::Get(), GS_REAL(cuMemFreeAsync_ptsz, dptr, hStream), Resource::kPointer,
                dptr);
 }
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
-  return Freed(Limiter::Get(), GS_REAL(cuMemRelease, handle), Resource::kVmmHandle, handle);
+  return Freed(ProcessState::Get(), GS_REAL(cuMemRelease, handle), Resource::kVmmHandle, handle);
 }
 CUresult cuArrayDestroy(CUarray hArray) noexcept {
-  return Freed(Limiter::Get(), GS_REAL(cuArrayDestroy, hArray), Resource::kArray,
+  return Freed(ProcessState::Get(), GS_REAL(cuArrayDestroy, hArray), Resource::kArray,
                reinterpret_cast<uint64_t>(hArray));
 }
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) noexcept {
-  return Freed(Limiter::Get(), GS_REAL(cuMipmappedArrayDestroy, hMipmappedArray),
+  return Freed(ProcessState::Get(), GS_REAL(cuMipmappedArrayDestroy, hMipmappedArray),
                Resource::kMipmappedArray, reinterpret_cast<uint64_t>(hMipmappedArray));
 }
 

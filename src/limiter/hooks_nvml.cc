@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "limiter/hooks.h"
-#include "limiter/limiter.h"
+#include "limiter/process_state.h"
 #include "limiter/real/real_driver.h"
 
 namespace gpuslice::limiter::hooks {
@@ -22,7 +22,7 @@ using real::Nvml;
 
 // The group device `device` stands for, or -1 outside a group.
 int GroupDeviceOf(nvmlDevice_t device) {
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (!l.EnsureAttachedForNvml() || Nvml().nvmlDeviceGetUUID == nullptr) return -1;
   char uuid[96] = {};
   if (Nvml().nvmlDeviceGetUUID(device, uuid, sizeof uuid) != NVML_SUCCESS) return -1;
@@ -33,7 +33,7 @@ int GroupDeviceOf(nvmlDevice_t device) {
 bool GroupMemory(nvmlDevice_t device, unsigned long long* total, unsigned long long* used,
                  unsigned long long* free) {
   const int d = GroupDeviceOf(device);
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (!l.HasMemoryLimit(d)) return false;
   const unsigned long long limit = std::min<unsigned long long>(l.MemoryLimit(d), *total);
   const unsigned long long group_used = l.MemoryUsed(d);
@@ -49,7 +49,7 @@ bool GroupMemory(nvmlDevice_t device, unsigned long long* total, unsigned long l
 template <typename Info, typename Query>
 nvmlReturn_t FilteredProcesses(nvmlDevice_t device, unsigned int* count, Info* infos, Query query) {
   if (count == nullptr) return query(device, count, infos);
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (!l.EnsureAttachedForNvml()) return query(device, count, infos);
   std::vector<Info> all(64);
   nvmlReturn_t rc;
@@ -117,7 +117,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                        processSamplesCount, lastSeenTimeStamp);
   // A size query (no buffer) answers with an upper bound: left as is.
   if (rc != NVML_SUCCESS || utilization == nullptr || processSamplesCount == nullptr) return rc;
-  Limiter& l = Limiter::Get();
+  ProcessState& l = ProcessState::Get();
   if (!l.EnsureAttachedForNvml()) return rc;
   nvmlProcessUtilizationSample_t* end = std::remove_if(
       utilization, utilization + *processSamplesCount,

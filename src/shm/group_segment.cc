@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "common/clock.h"
+#include "common/hot.h"
 
 namespace gpuslice {
 namespace {
@@ -30,6 +31,25 @@ std::atomic_ref<T> Atomic(T& field) {
 template <typename T>
 T Load(const T& field) {
   return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_acquire);
+}
+
+// Raises `field` to `value` if that is higher.
+void RaiseTo(uint64_t& field, uint64_t value) {
+  auto f = Atomic(field);
+  uint64_t seen = f.load(std::memory_order_relaxed);
+  while (value > seen && !f.compare_exchange_weak(seen, value, std::memory_order_acq_rel)) {
+  }
+}
+
+// Subtracts up to `bytes` from `count` (never below 0); returns what it took.
+uint64_t TakeAtMost(uint64_t& count, uint64_t bytes) {
+  auto c = Atomic(count);
+  uint64_t seen = c.load(std::memory_order_relaxed);
+  uint64_t taken = 0;
+  do {
+    taken = std::min(bytes, seen);
+  } while (!c.compare_exchange_weak(seen, seen - taken, std::memory_order_acq_rel));
+  return taken;
 }
 
 std::string Errno(const std::string& what) { return what + ": " + strerror(errno); }
@@ -406,7 +426,7 @@ GroupSegment::ComputeCounters GroupSegment::Counters(int dev) const {
 
 // ---- the ledger's lock ----
 
-void GroupSegment::LockLedger() const {
+GS_HOT void GroupSegment::LockLedger() const {
   int r = pthread_mutex_lock(&layout_->mutex);
   if (r == EOWNERDEAD) {
     RepairLedger();
@@ -414,13 +434,16 @@ void GroupSegment::LockLedger() const {
   }
 }
 
-void GroupSegment::UnlockLedger() const { pthread_mutex_unlock(&layout_->mutex); }
+GS_HOT void GroupSegment::UnlockLedger() const { pthread_mutex_unlock(&layout_->mutex); }
 
 void GroupSegment::RepairLedger() const {
+  // memory_used never falls below the slots' sum (invariant 1): raise it if
+  // a dead holder left it lower. Never lowered: the excess may be members'
+  // charges in flight.
   for (int d = 0; d < kGroupMaxDevices; ++d) {
     uint64_t sum = 0;
-    for (const ProcessSlot& s : layout_->slots) sum += s.memory[d];
-    Atomic(layout_->devices[d].memory_used).store(sum);
+    for (const ProcessSlot& s : layout_->slots) sum += Load(s.memory[d]);
+    RaiseTo(layout_->devices[d].memory_used, sum);
   }
 }
 
@@ -434,11 +457,9 @@ bool GroupSegment::SlotLive(int slot) const {
 void GroupSegment::ClearSlotLocked(int s) {
   ProcessSlot& slot = layout_->slots[s];
   for (int d = 0; d < kGroupMaxDevices; ++d) {
-    const uint64_t held = slot.memory[d];
-    if (held == 0) continue;
-    auto used = Atomic(layout_->devices[d].memory_used);
-    used.store(used.load() - std::min(held, used.load()));
-    Atomic(slot.memory[d]).store(0);
+    // The slot's bytes first, then the group's (see Release).
+    const uint64_t held = Atomic(slot.memory[d]).exchange(0);
+    if (held != 0) TakeAtMost(layout_->devices[d].memory_used, held);
   }
   Atomic(slot.owner_pid).store(0);
   slot.start_time = 0;
@@ -492,44 +513,42 @@ int GroupSegment::ReapDead() {
 
 // ---- the ledger ----
 
-bool GroupSegment::Reserve(int slot, int dev, uint64_t bytes) {
+// The ledger's lock-free steps (include/gpuslice/group_segment.h, "Memory
+// accounting"): the device's count grows before the slot's and the slot's
+// shrinks before the device's, so memory_used >= the sum of the slots at
+// every instant, and a member killed between two steps leaves the group
+// charged (never less).
+
+GS_HOT bool GroupSegment::Reserve(int slot, int dev, uint64_t bytes) {
+  GroupDevice& d = layout_->devices[dev];
+  auto used = Atomic(d.memory_used);
   for (int attempt = 0; attempt < 2; ++attempt) {
-    LockLedger();
-    GroupDevice& d = layout_->devices[dev];
-    const uint64_t used = d.memory_used;
+    uint64_t seen = used.load(std::memory_order_acquire);
     const uint64_t limit = Load(d.memory_limit);
-    const bool fits = bytes <= limit && used <= limit - bytes;
-    if (fits) {
-      Atomic(d.memory_used).store(used + bytes);
-      Atomic(layout_->slots[slot].memory[dev]).fetch_add(bytes);
-      if (used + bytes > d.memory_peak) Atomic(d.memory_peak).store(used + bytes);
+    while (bytes <= limit && seen <= limit - bytes) {
+      if (used.compare_exchange_weak(seen, seen + bytes, std::memory_order_acq_rel)) {
+        Atomic(layout_->slots[slot].memory[dev]).fetch_add(bytes, std::memory_order_acq_rel);
+        RaiseTo(d.memory_peak, seen + bytes);
+        return true;
+      }
     }
-    UnlockLedger();
-    if (fits) return true;
     // Over the limit: a dead member's memory may be what is in the way.
     if (attempt == 0 && ReapDead() == 0) break;
   }
-  Atomic(layout_->devices[dev].alloc_failures).fetch_add(1);
+  Atomic(d.alloc_failures).fetch_add(1, std::memory_order_relaxed);
   return false;
 }
 
 void GroupSegment::Charge(int slot, int dev, uint64_t bytes) {
-  LockLedger();
   GroupDevice& d = layout_->devices[dev];
-  Atomic(d.memory_used).fetch_add(bytes);
-  Atomic(layout_->slots[slot].memory[dev]).fetch_add(bytes);
-  if (d.memory_used > d.memory_peak) Atomic(d.memory_peak).store(d.memory_used);
-  UnlockLedger();
+  const uint64_t used = Atomic(d.memory_used).fetch_add(bytes, std::memory_order_acq_rel) + bytes;
+  Atomic(layout_->slots[slot].memory[dev]).fetch_add(bytes, std::memory_order_acq_rel);
+  RaiseTo(d.memory_peak, used);
 }
 
-void GroupSegment::Release(int slot, int dev, uint64_t bytes) {
-  LockLedger();
-  auto held = Atomic(layout_->slots[slot].memory[dev]);
-  bytes = std::min(bytes, held.load());
-  held.fetch_sub(bytes);
-  auto used = Atomic(layout_->devices[dev].memory_used);
-  used.store(used.load() - std::min(bytes, used.load()));
-  UnlockLedger();
+GS_HOT void GroupSegment::Release(int slot, int dev, uint64_t bytes) {
+  const uint64_t taken = TakeAtMost(layout_->slots[slot].memory[dev], bytes);
+  TakeAtMost(layout_->devices[dev].memory_used, taken);
 }
 
 uint64_t GroupSegment::SlotMemory(int slot, int dev) const {

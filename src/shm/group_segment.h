@@ -3,7 +3,8 @@
 //
 // It is the group's memory ledger: Reserve() charges bytes to a device of the
 // group all-or-nothing against the limit, so concurrent allocations in any
-// number of processes never overshoot; Release() gives them back. Each member
+// number of processes never overshoot; Release() gives them back. Both are
+// lock-free (one compare-and-swap on the device's count, one on the slot's). Each member
 // holds a slot for its whole life; a dead member's slot and memory are
 // reclaimed by ReapDead() (run by the group controller, by a member whose
 // allocation would fail, by a joining member and by `gpuslice status`).

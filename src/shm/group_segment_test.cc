@@ -300,12 +300,61 @@ TEST_F(GroupSegmentTest, AHolderKilledInsideTheLedgerLockDoesNotWedgeTheGroup) {
   const int mine = *seg->Join(getpid(), 1, "parent");
   ASSERT_TRUE(seg->Reserve(mine, d, 10 * kMiB));
   InChildThenKill([&] {
-    // Dies holding the mutex, halfway through an update (slot charged, total not).
+    // Dies holding the mutex, having left the slots' sum above the group's
+    // count (which the ledger's own steps never do: invariant 1).
     pthread_mutex_lock(&seg->layout().mutex);
     seg->layout().slots[mine].memory[d] += 7 * kMiB;
   });
-  EXPECT_TRUE(seg->Reserve(mine, d, 1 * kMiB));  // not wedged, and repaired first
+  // Reservations take no lock: not wedged.
+  EXPECT_TRUE(seg->Reserve(mine, d, 1 * kMiB));
+  EXPECT_EQ(seg->MemoryUsed(d), 11 * kMiB);
+  // The next holder of the lock (here: a new device) repairs it first.
+  ASSERT_TRUE(seg->AttachDevice("GPU-00000000-1111-2222-3333-555555555555").ok());
   EXPECT_EQ(seg->MemoryUsed(d), 18 * kMiB);
+}
+
+// Several processes of several threads fill the group to its limit and free
+// again, on the lock-free path: the count never passes the limit (its peak
+// says so), the quota does fill, and every byte comes back.
+TEST_F(GroupSegmentTest, ProcessesAndThreadsRacingAtTheLimitNeverOvershoot) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  seg->LowerMemoryLimit(d, 100 * kMiB);
+  constexpr int kProcesses = 3;
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      bool ok = seg->ReopenAfterFork().ok();
+      auto s = seg->Join(getpid(), 10 + p, "racer");
+      ok = ok && s.ok();
+      std::atomic<bool> good{ok};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < 4 && ok; ++t) {
+        threads.emplace_back([&] {
+          for (int round = 0; round < 200; ++round) {
+            int held = 0;
+            while (held < 50 && seg->Reserve(*s, d, 7 * kMiB)) ++held;
+            if (seg->MemoryUsed(d) > 100 * kMiB) good = false;
+            for (int i = 0; i < held; ++i) seg->Release(*s, d, 7 * kMiB);
+          }
+        });
+      }
+      for (auto& th : threads) th.join();
+      _exit(good && seg->SlotMemory(*s, d) == 0 ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  const GroupSnapshot snap = seg->Snapshot();
+  EXPECT_LE(snap.devices[0].memory_peak, 100 * kMiB);
+  EXPECT_GE(snap.devices[0].memory_peak, 100 * kMiB - 7 * kMiB);  // the quota did fill
+  EXPECT_EQ(seg->MemoryUsed(d), 0u);
 }
 
 TEST_F(GroupSegmentTest, ACorruptSegmentIsReinitialisedNotTrusted) {

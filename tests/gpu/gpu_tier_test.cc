@@ -346,7 +346,8 @@ TEST_P(ComputeShareTest, GemmLoopGetsItsShare) {
   EXPECT_NEAR(nvml_share, cap, 10.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Caps, ComputeShareTest, ::testing::Values(100, 30, 60));
+INSTANTIATE_TEST_SUITE_P(Caps, ComputeShareTest, ::testing::Values(100, 30, 60),
+                         [](const auto& param_info) { return std::to_string(param_info.param); });
 
 // A CUDA-graph loop (10 kernels of 200 µs per graph) under --compute 50.
 TEST_F(GpuTierTest, GraphLoopGetsItsShare) {
@@ -501,6 +502,152 @@ TEST_F(GpuTierTest, MpsManagerOnRealMps) {
   EXPECT_GT(allocated, limit / 2) << "the pinned limit refused far below itself";
   EXPECT_LT(ratio, 0.6) << f.dump() << q.dump();
   EXPECT_TRUE(stopped);
+}
+
+// gpusliced on the real GPU, with the real NVML: it lists the GPU as NVML
+// does, limited processes register with it, and its scheduler holds a request
+// and a limit between two GEMM loops. Shares are throughput against the same
+// loop alone (CUDA events cannot tell two time-sliced contexts apart).
+class DaemonTierTest : public GpuTierTest {
+ protected:
+  // Starts gpusliced (stderr in err90) with `flags`, and waits until it answers.
+  void StartDaemon(const std::vector<std::string>& flags = {}) {
+    socket_ = dir_ + "/gpusliced.sock";
+    std::vector<std::string> argv = {BuildDir() + "/bin/gpusliced",
+                                     "--socket",
+                                     socket_,
+                                     "--state-dir",
+                                     dir_ + "/state",
+                                     "--shm-dir",
+                                     dir_ + "/shm",
+                                     "--mps-root",
+                                     dir_ + "/mps",
+                                     "--poll-interval-ms",
+                                     "200"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    daemon_ = Start(90, argv);
+    const auto deadline = steady_clock::now() + milliseconds(30000);
+    while (Cli({"gpu", "list"}).first != 0 && steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+  }
+
+  // A GEMM loop of `seconds` without the limiter: no tenant of any daemon.
+  pid_t PlainGemm(int n, int seconds) {
+    return Start(
+        n, {Program("gemm"), "--n", "4096", "--seconds", std::to_string(seconds), "--sync", "1"});
+  }
+
+  // Waits up to `timeout` for the daemon's log to say `text`.
+  bool DaemonSays(const std::string& text, milliseconds timeout) {
+    const auto deadline = steady_clock::now() + timeout;
+    while (Read("err", 90).find(text) == std::string::npos) {
+      if (steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    return true;
+  }
+
+  // `gpuslice ARGS --socket S --json`: its exit code and what it printed.
+  std::pair<int, std::string> Cli(std::vector<std::string> args) {
+    args.insert(args.begin(), BuildDir() + "/bin/gpuslice");
+    args.insert(args.end(), {"--socket", socket_, "--json"});
+    const int n = next_cli_++;
+    const int code = Join(Start(n, args), milliseconds(20000));
+    return {code, Read("out", n)};
+  }
+
+  // A GEMM loop of `seconds` in `group`, registered with the daemon.
+  pid_t Gemm(int n, const std::string& group, int seconds) {
+    return Start(
+        n,
+        {BuildDir() + "/bin/gpuslice", "run", "--group", group, "--shm-dir", dir_ + "/shm", "--",
+         Program("gemm"), "--n", "4096", "--seconds", std::to_string(seconds), "--sync", "1"},
+        {"GPUSLICE_REGISTER=1", "GPUSLICE_SOCKET=" + socket_});
+  }
+
+  double Tflops(int n) {
+    json r = FirstJson(n, milliseconds(1000));
+    return r.is_object() && r.contains("tflops") ? r["tflops"].get<double>() : -1;
+  }
+
+  std::string socket_;
+  pid_t daemon_ = -1;
+  int next_cli_ = 100;
+};
+
+TEST_F(DaemonTierTest, SchedulesTwoGroupsOnTheRealGpu) {
+  RealNvml nvml;
+  ASSERT_TRUE(nvml.ok()) << nvml.error();
+  StartDaemon();
+  auto [code, out] = Cli({"gpu", "list"});
+  ASSERT_EQ(code, 0) << out << Read("err", 90);
+  const json gpus = json::parse(out, nullptr, false);
+  ASSERT_TRUE(gpus.is_object() && !gpus["gpus"].empty()) << out;
+  const std::string uuid = gpus["gpus"][0]["uuid"].get<std::string>();
+  EXPECT_EQ(uuid, nvml.Uuid(nvml.Device("", 0)));
+
+  ASSERT_EQ(Cli({"group", "set", "train", "--request", "70"}).first, 0) << Read("err", 100);
+  ASSERT_EQ(Cli({"group", "set", "notebook", "--limit", "30"}).first, 0) << Read("err", 101);
+
+  // Alone: the loop's full rate.
+  ASSERT_EQ(Join(Gemm(0, "train", 6)), 0) << Read("err", 0);
+  const double alone = Tflops(0);
+  ASSERT_GT(alone, 0) << Read("out", 0);
+
+  // Together: train asked for 70%, notebook may not pass 30%.
+  const pid_t train = Gemm(1, "train", 15);
+  const pid_t notebook = Gemm(2, "notebook", 15);
+  bool both_registered = false;
+  const auto deadline = steady_clock::now() + milliseconds(10000);
+  while (!both_registered && steady_clock::now() < deadline) {
+    const json tenants = json::parse(Cli({"tenants"}).second, nullptr, false);
+    int seen = 0;
+    for (const json& t : tenants.value("tenants", json::array())) {
+      if (t.value("group", "") == "train" || t.value("group", "") == "notebook") ++seen;
+    }
+    both_registered = seen >= 2;
+    if (!both_registered) std::this_thread::sleep_for(milliseconds(200));
+  }
+  const std::string groups = Cli({"group", "show"}).second;
+  ASSERT_EQ(Join(train), 0) << Read("err", 1);
+  ASSERT_EQ(Join(notebook), 0) << Read("err", 2);
+  const double train_share = 100.0 * Tflops(1) / alone;
+  const double notebook_share = 100.0 * Tflops(2) / alone;
+  char measured[240];
+  snprintf(measured, sizeof measured,
+           "alone %.1f TFLOP/s; train (request 70) %.1f%%, notebook (limit 30) %.1f%% of it; "
+           "both registered: %s",
+           alone, train_share, notebook_share, both_registered ? "yes" : "no");
+  Report(measured, "train >= 60, notebook <= 35, both registered");
+  EXPECT_TRUE(both_registered) << Cli({"tenants"}).second;
+  EXPECT_GE(train_share, 60.0) << groups;
+  EXPECT_LE(notebook_share, 35.0) << groups;
+}
+
+// The compute backstop on the real NVML: a GEMM loop that never went through
+// the limiter is found (log line) and, under `throttle`, held near 20 % by
+// SIGSTOP/SIGCONT; its throughput over the run against the loop alone.
+TEST_F(DaemonTierTest, BackstopThrottlesAnUnregisteredProcess) {
+  ASSERT_EQ(Join(PlainGemm(0, 5)), 0) << Read("err", 0);
+  const double alone = Tflops(0);
+  ASSERT_GT(alone, 0) << Read("out", 0);
+  StartDaemon({"--compute-backstop", "throttle", "--compute-backstop-unregistered-percent", "20",
+               "--compute-backstop-over-ms", "2000"});
+  const pid_t gemm = PlainGemm(1, 20);
+  const bool found = DaemonSays("event=backstop_compute_unregistered", milliseconds(15000));
+  const bool throttled = DaemonSays("event=backstop_throttle_started", milliseconds(15000));
+  ASSERT_EQ(Join(gemm), 0) << Read("err", 1);
+  const double share = 100.0 * Tflops(1) / alone;
+  char measured[200];
+  snprintf(measured, sizeof measured,
+           "alone %.1f TFLOP/s; unregistered loop %.1f%% of it over 20 s; found: %s, "
+           "throttled: %s",
+           alone, share, found ? "yes" : "no", throttled ? "yes" : "no");
+  Report(measured, "found and throttled; share <= 60 (20% after detection)");
+  EXPECT_TRUE(found) << Read("err", 90);
+  EXPECT_TRUE(throttled) << Read("err", 90);
+  EXPECT_LE(share, 60.0) << Read("err", 90);
 }
 
 }  // namespace

@@ -23,6 +23,11 @@
 //     fork --chunk B [--hold-s S]  cuInit, then fork: the child fills the
 //         device (and holds it S seconds) and exits, then the parent does; prints
 //         {"child_granted":N, "child_error":"...","parent_granted":M,"parent_error":"..."}
+//     switch --chunk B [--hold-s S]  on devices 0 and 1 (primary contexts):
+//         B on 0 (cuCtxSetCurrent), 2B on 1 (cuCtxSetCurrent), B on 0
+//         (cuCtxPushCurrent), 2B on 1 (cuCtxPopCurrent back to 1), then
+//         prints {"granted":4} and holds S seconds (the limiter must charge
+//         each to the device current when it was made)
 //     absent                    calls cuInit found by dlsym(RTLD_DEFAULT)
 //         without loading any driver; prints {"cuInit":rc}
 //
@@ -59,6 +64,8 @@ struct Api {
   CUresult (*cuDeviceGet)(CUdevice*, int);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
   CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxPushCurrent_v2)(CUcontext);
+  CUresult (*cuCtxPopCurrent_v2)(CUcontext*);
   CUresult (*cuCtxCreate_v4)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
   CUresult (*cuMemGetInfo_v2)(size_t*, size_t*);
   CUresult (*cuDeviceTotalMem_v2)(size_t*, CUdevice);
@@ -123,6 +130,8 @@ void BindAll(const std::string& via) {
   GS_BIND(cuDeviceGet);
   GS_BIND(cuDevicePrimaryCtxRetain);
   GS_BIND(cuCtxSetCurrent);
+  GS_BIND(cuCtxPushCurrent_v2);
+  GS_BIND(cuCtxPopCurrent_v2);
   GS_BIND(cuCtxCreate_v4);
   GS_BIND(cuMemGetInfo_v2);
   GS_BIND(cuDeviceTotalMem_v2);
@@ -400,6 +409,30 @@ int Fork(uint64_t chunk, double hold_s) {
   return 0;
 }
 
+int Switch(uint64_t chunk, double hold_s) {
+  Check(g_api.cuInit(0), "cuInit");
+  CUcontext ctx[2];
+  for (int d = 0; d < 2; ++d) {
+    CUdevice dev;
+    Check(g_api.cuDeviceGet(&dev, d), "cuDeviceGet");
+    Check(g_api.cuDevicePrimaryCtxRetain(&ctx[d], dev), "cuDevicePrimaryCtxRetain");
+  }
+  CUdeviceptr p;
+  Check(g_api.cuCtxSetCurrent(ctx[0]), "cuCtxSetCurrent");
+  Check(g_api.cuMemAlloc_v2(&p, chunk), "cuMemAlloc_v2 on 0");
+  Check(g_api.cuCtxSetCurrent(ctx[1]), "cuCtxSetCurrent");
+  Check(g_api.cuMemAlloc_v2(&p, 2 * chunk), "cuMemAlloc_v2 on 1");
+  Check(g_api.cuCtxPushCurrent_v2(ctx[0]), "cuCtxPushCurrent_v2");
+  Check(g_api.cuMemAlloc_v2(&p, chunk), "cuMemAlloc_v2 on 0 (pushed)");
+  CUcontext popped = nullptr;
+  Check(g_api.cuCtxPopCurrent_v2(&popped), "cuCtxPopCurrent_v2");
+  Check(g_api.cuMemAlloc_v2(&p, 2 * chunk), "cuMemAlloc_v2 on 1 (popped back)");
+  printf("{\"granted\":4}\n");
+  fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::duration<double>(hold_s));
+  return 0;
+}
+
 int Absent() {
   using Init = CUresult (*)(unsigned);
   auto init = reinterpret_cast<Init>(dlsym(RTLD_DEFAULT, "cuInit"));
@@ -461,5 +494,6 @@ int main(int argc, char** argv) {
   if (command == "info") return Info();
   if (command == "alloc") return Alloc(o);
   if (command == "fork") return Fork(o.chunk, o.hold_s);
+  if (command == "switch") return Switch(o.chunk, o.hold_s);
   Usage("unknown command '" + command + "'");
 }

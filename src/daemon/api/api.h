@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -46,6 +47,9 @@ struct ApiResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  // Further response headers (name, value), e.g. the dashboard's caching and
+  // Content-Security-Policy; the server adds Server, Content-Type and Content-Length.
+  std::vector<std::pair<std::string, std::string>> headers;
 
   static ApiResponse Json(int status, const nlohmann::json& value);
   // {"error": {"code": "INVALID_ARGUMENT", "message": ...}} with the HTTP status

@@ -4,6 +4,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <fstream>
 #include <vector>
 
@@ -123,6 +124,23 @@ StatusOr<std::set<std::string>> LoadTokens(const std::string& path) {
   }
   if (tokens.empty()) return InvalidArgument("the token file " + path + " holds no token");
   return tokens;
+}
+
+Status CheckSameOrigin(std::string_view origin, std::string_view host) {
+  std::string_view origin_host = origin;
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (origin_host.starts_with(scheme)) origin_host.remove_prefix(scheme.size());
+  }
+  auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  if (origin_host.size() < origin.size() && !host.empty() && lower(origin_host) == lower(host)) {
+    return Status::Ok();
+  }
+  return PermissionDenied("a request from another site (Origin \"" + std::string(origin) +
+                          "\", Host \"" + std::string(host) + "\") may not change settings");
 }
 
 bool BearerTokenValid(std::string_view authorization, const std::set<std::string>& tokens) {

@@ -35,6 +35,14 @@ struct AuthPolicy {
 // valid bearer token. kPermissionDenied explaining what is missing otherwise.
 Status Authorize(const Caller& caller, Access access, const AuthPolicy& policy);
 
+// OK unless a browser says the request comes from another site: a request
+// that changes state and carries an Origin header (`origin`) must come from
+// the page's own host (`host`, the Host header), so that a page elsewhere
+// cannot use a browser that reaches the daemon (a forwarded socket, a local
+// port) to change settings. kPermissionDenied naming both otherwise. Requests
+// without an Origin (curl, the CLI) are not browsers' and are not checked.
+Status CheckSameOrigin(std::string_view origin, std::string_view host);
+
 // The real group lookup: primary group or supplementary groups of the user
 // (getpwuid_r + getgrouplist).
 bool UserInGroup(uid_t uid, gid_t gid, gid_t group);

@@ -38,6 +38,20 @@ TEST(AuthorizeTest, MutationsNeedRootTheAdminGroupOrAToken) {
   EXPECT_TRUE(Authorize(tcp, Access::kMutate, policy).ok());
 }
 
+TEST(CheckSameOriginTest, RefusesAnotherSitesPageButNotThePagesOwnHost) {
+  EXPECT_TRUE(CheckSameOrigin("http://127.0.0.1:8080", "127.0.0.1:8080").ok());
+  EXPECT_TRUE(CheckSameOrigin("https://Node-7:443", "node-7:443").ok());
+  EXPECT_TRUE(CheckSameOrigin("http://localhost", "localhost").ok());
+  Status s = CheckSameOrigin("http://evil.example", "localhost:8080");
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find("evil.example"), std::string::npos);
+  EXPECT_FALSE(CheckSameOrigin("http://localhost:8081", "localhost:8080").ok());
+  EXPECT_FALSE(CheckSameOrigin("null", "localhost:8080").ok());  // sandboxed, file://
+  EXPECT_FALSE(
+      CheckSameOrigin("localhost:8080", "localhost:8080").ok());  // no scheme: not an origin
+  EXPECT_FALSE(CheckSameOrigin("http://localhost:8080", "").ok());
+}
+
 TEST(TokensTest, LoadsAndChecksBearerTokens) {
   const std::string path = ::testing::TempDir() + "/tokens." + std::to_string(getpid());
   {

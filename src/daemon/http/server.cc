@@ -152,6 +152,21 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
       if (match.status().code() == StatusCode::kFailedPrecondition) r.status = 405;
       return Send(std::move(r), keep_alive_);
     }
+    if (method != "GET" && method != "HEAD") {
+      auto origin = req.find(http::field::origin);
+      auto host = req.find(http::field::host);
+      if (origin != req.end()) {
+        Status s = CheckSameOrigin(
+            std::string_view(origin->value().data(), origin->value().size()),
+            host == req.end() ? std::string_view()
+                              : std::string_view(host->value().data(), host->value().size()));
+        if (!s.ok()) {
+          GS_LOG(kInfo, "gpusliced", "event=request_denied method=%s path=%s reason=\"%s\"",
+                 method.c_str(), target->path.c_str(), s.message().c_str());
+          return Send(ApiResponse::FromStatus(s), keep_alive_);
+        }
+      }
+    }
     Caller caller = caller_;
     if (caller.via_tcp) {
       auto auth = req.find(http::field::authorization);
@@ -186,6 +201,7 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
         static_cast<http::status>(r.status), version_ == 0 ? 11 : version_);
     res->set(http::field::server, "gpusliced");
     res->set(http::field::content_type, r.content_type);
+    for (const auto& [name, value] : r.headers) res->set(name, value);
     res->keep_alive(keep_alive);
     res->body() = std::move(r.body);
     res->prepare_payload();

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <mutex>
 
+#include "common/hot.h"
+
 namespace gpuslice::limiter::real {
 namespace {
 
@@ -68,8 +70,6 @@ void FillCuda(CudaTable* t, void* h) {
   Resolve(h, "cuCtxGetCurrent", &t->cuCtxGetCurrent);
   Resolve(h, "cuStreamGetCtx", &t->cuStreamGetCtx);
   Resolve(h, "cuStreamGetDevice", &t->cuStreamGetDevice);
-  Resolve(h, "cuCtxPushCurrent_v2", &t->cuCtxPushCurrent_v2);
-  Resolve(h, "cuCtxPopCurrent_v2", &t->cuCtxPopCurrent_v2);
   Resolve(h, "cuStreamSynchronize", &t->cuStreamSynchronize);
   Resolve(h, "cuStreamIsCapturing", &t->cuStreamIsCapturing);
   Resolve(h, "cuArrayGetMemoryRequirements", &t->cuArrayGetMemoryRequirements);
@@ -98,7 +98,7 @@ Loader<NvmlTable>& NvmlLoader() {
 
 }  // namespace
 
-const CudaTable& Cuda() { return CudaLoader().Get(); }
+GS_HOT const CudaTable& Cuda() { return CudaLoader().Get(); }
 const NvmlTable& Nvml() { return NvmlLoader().Get(); }
 void* CudaHandle() { return CudaLoader().handle(); }
 void* NvmlHandle() { return NvmlLoader().handle(); }

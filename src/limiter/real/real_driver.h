@@ -31,8 +31,6 @@ struct CudaTable {
   decltype(&::cuCtxGetCurrent) cuCtxGetCurrent = nullptr;
   decltype(&::cuStreamGetCtx) cuStreamGetCtx = nullptr;
   decltype(&::cuStreamGetDevice) cuStreamGetDevice = nullptr;  // r570+ (CUDA 12.8)
-  decltype(&::cuCtxPushCurrent_v2) cuCtxPushCurrent_v2 = nullptr;
-  decltype(&::cuCtxPopCurrent_v2) cuCtxPopCurrent_v2 = nullptr;
   decltype(&::cuStreamSynchronize) cuStreamSynchronize = nullptr;
   decltype(&::cuStreamIsCapturing) cuStreamIsCapturing = nullptr;
   decltype(&::cuArrayGetMemoryRequirements) cuArrayGetMemoryRequirements = nullptr;

@@ -9,7 +9,7 @@
 #include "limiter/symbols.h"
 
 #define GS_CUDA_HOOK(name, params, args)                                                 \
-  extern "C" __attribute__((visibility("default"))) CUresult name params {               \
+  extern "C" __attribute__((visibility("default"), hot)) CUresult name params {          \
     ::gpuslice::limiter::ReentrancyGuard guard;                                          \
     if (guard.reentered())                                                               \
       return ::gpuslice::limiter::real::CallCuda(::gpuslice::limiter::real::Cuda().name, \

@@ -117,6 +117,71 @@ INSTANTIATE_TEST_SUITE_P(
                                          "array", "array3d", "mipmap", "context")),
     [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 
+// ---- a context's real size ----
+
+// The driver's context is larger than the limiter's 300 MiB estimate (518 MiB
+// on an H100 with r580 and CUDA 13, docs/gpu-tier.md): the charge settles on
+// the driver's count, so the driver's own figure never passes the cap.
+class ContextSizeTest : public LimiterTest {
+ protected:
+  static constexpr uint64_t kRealContext = 518 * kMiB;
+  std::vector<std::string> Env(const std::string& memory, std::vector<std::string> more = {}) {
+    more.emplace_back(R"(GPUSLICE_SIM_CONFIG={"context_bytes": "518MiB"})");
+    return Limited("ctx", memory, std::move(more));
+  }
+  json FirstLine(const std::string& name) {
+    const std::string out = Read(name);
+    return json::parse(out.substr(0, out.find('\n')), nullptr, false);
+  }
+};
+
+TEST_F(ContextSizeTest, ALargerContextIsChargedAsTheDriverCountsIt) {
+  const uint64_t limit = 1024 * kMiB;
+  pid_t p =
+      StartProgram("gpuslice-alloc-probe", 0,
+                   {"alloc", "--api", "alloc", "--chunk", std::to_string(64 * kMiB)}, Env("1GiB"));
+  ASSERT_EQ(Join(p), 0) << Read("err0");
+  const json filled = FirstLine("out0");
+  const uint64_t expected = (limit - kRealContext) / (64 * kMiB);
+  EXPECT_EQ(filled["granted"].get<uint64_t>(), expected) << filled;
+  EXPECT_EQ(filled["free"].get<uint64_t>(), limit - kRealContext - expected * 64 * kMiB);
+  EXPECT_LE(DriverPeak(p), limit);
+  EXPECT_EQ(DriverPeak(p), kRealContext + expected * 64 * kMiB);
+}
+
+TEST_F(ContextSizeTest, LaterContextsReserveTheSettledSizeUpFront) {
+  // The primary context settles at 518 MiB; a second context then reserves
+  // 518 MiB before it exists, and a third does not fit in 1.6 GiB.
+  pid_t p = StartProgram("gpuslice-alloc-probe", 0,
+                         {"alloc", "--api", "context", "--chunk", std::to_string(64 * kMiB)},
+                         Env("1600MiB"));
+  ASSERT_EQ(Join(p), 0) << Read("err0");
+  const json filled = FirstLine("out0");
+  EXPECT_EQ(filled["granted"].get<uint64_t>(), 2u) << filled;
+  EXPECT_LE(DriverPeak(p), 1600 * kMiB);
+}
+
+TEST_F(ContextSizeTest, AGroupWithNoRoomForTheRealContextRefusesIt) {
+  // 400 MiB fits the estimate but not the driver's 518: the retain is undone
+  // and refused with out-of-memory.
+  pid_t p = StartProgram("gpuslice-alloc-probe", 0, {"info"}, Env("400MiB"));
+  EXPECT_EQ(Join(p), 3);
+  EXPECT_NE(Read("err0").find("cuDevicePrimaryCtxRetain failed: CUDA_ERROR_OUT_OF_MEMORY"),
+            std::string::npos)
+      << Read("err0");
+}
+
+TEST_F(ContextSizeTest, AnExplicitContextSizeIsTrusted) {
+  // GPUSLICE_CONTEXT_BYTES is the operator's word: no settling.
+  const uint64_t limit = 1024 * kMiB;
+  pid_t p = StartProgram("gpuslice-alloc-probe", 0,
+                         {"alloc", "--api", "alloc", "--chunk", std::to_string(64 * kMiB)},
+                         Env("1GiB", {"GPUSLICE_CONTEXT_BYTES=300MiB"}));
+  ASSERT_EQ(Join(p), 0) << Read("err0");
+  const json filled = FirstLine("out0");
+  EXPECT_EQ(filled["granted"].get<uint64_t>(), (limit - kContext) / (64 * kMiB)) << filled;
+}
+
 // ---- agreement and concurrency ----
 
 TEST_F(LimiterTest, TheLimitersCountAgreesWithTheDriversWithinOneGranule) {
@@ -192,6 +257,29 @@ TEST_F(LimiterTest, AKilledMembersMemoryReturnsToTheGroup) {
                                                   std::chrono::steady_clock::now() - killed)
                                                   .count()));
 }
+
+// The device of the current context is cached per thread: every way of
+// switching contexts, through every path to the driver, moves the charge to
+// the new context's device.
+class ContextSwitchTest : public LimiterTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ContextSwitchTest, EachAllocationIsChargedToTheDeviceCurrentWhenItWasMade) {
+  StartProgram(
+      "gpuslice-alloc-probe", 1,
+      {"--via", GetParam(), "switch", "--chunk", std::to_string(64 * kMiB), "--hold-s", "30"},
+      Limited("switch", "4GiB",
+              {R"(GPUSLICE_SIM_CONFIG={"device_count":2})", "GPUSLICE_CONTEXT_BYTES=300MiB",
+               "GPUSLICE_REGISTER=0"}));
+  EXPECT_EQ(WaitForJson("out1")["granted"], 4) << Read("err1");
+  auto seg = Segment("switch");
+  ASSERT_NE(seg, nullptr);
+  ASSERT_EQ(seg->device_count(), 2);
+  EXPECT_EQ(seg->MemoryUsed(0), kContext + 128 * kMiB);
+  EXPECT_EQ(seg->MemoryUsed(1), kContext + 256 * kMiB);
+}
+
+INSTANTIATE_TEST_SUITE_P(Limiter, ContextSwitchTest,
+                         ::testing::Values("link", "dlsym", "procaddr"));
 
 TEST_F(LimiterTest, AForkedChildIsAMemberWithItsOwnAccount) {
   pid_t p = StartProgram("gpuslice-alloc-probe", 0, {"fork", "--chunk", std::to_string(64 * kMiB)},

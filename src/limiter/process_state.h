@@ -1,9 +1,10 @@
-// Limiter: the per-process state of libgpuslice.so (DESIGN.md sections 2, 3).
+// ProcessState: the per-process state of libgpuslice.so (DESIGN.md sections 2, 3).
 //
-// It joins the process to its group's segment, maps the process's CUDA
-// devices onto the group's (by UUID), and keeps the process's side of the
-// memory ledger: which allocation, array, VMM handle and context holds how
-// many bytes of which device, so frees give back exactly what was charged.
+// It attaches the process to its group: reads the configuration, opens the
+// group's segment, maps the process's CUDA devices onto the group's (by
+// UUID) and finds the group device of a context or stream; it owns the
+// process's memory ledger (ledger.h: which allocation holds how many bytes
+// of which device) and starts registration and the keeper thread.
 //
 // Lifecycle: nothing happens before the first hook. Attach() runs once the
 // driver is initialised (from cuInit, or lazily from the first hook that
@@ -15,6 +16,14 @@
 // Registration: once attached through CUDA, the process registers with
 // gpusliced (when its socket exists and GPUSLICE_REGISTER is not 0) on a
 // thread of its own (registration_thread.h); the host never waits for it.
+//
+// Device lookup of the current context (the allocation path): no driver
+// call. Each thread caches its current context and that context's device;
+// the entry is forgotten when the thread switches contexts through a hooked
+// entry point (cuCtxSetCurrent, cuCtxPushCurrent, cuCtxPopCurrent, context
+// creation: ForgetCurrentContext) and, for every thread, when a context is
+// destroyed or a primary context released (ForgetContexts), so a handle
+// reused for a context on another device is asked about again.
 //
 // Thread-safe. Fork: the child starts with an empty ledger and joins the
 // group as itself on its first call (pthread_atfork), and registers itself.
@@ -31,26 +40,16 @@
 
 #include "cuda_abi/cuda_driver_api.h"
 #include "limiter/daemon_client.h"
+#include "limiter/ledger.h"
 #include "nvml_abi/nvml.h"
 #include "shm/group_segment.h"
 
 namespace gpuslice::limiter {
 
-// Bytes charged to one device of the group.
-struct Charge {
-  int device = -1;  // index in the group segment
-  uint64_t bytes = 0;
-  uintptr_t context = 0;  // the context that owns the memory (0: outlives contexts)
-};
-
-// What a tracked handle is, so equal numeric values of different kinds
-// (a device pointer, a VMM handle, an array) never collide.
-enum class Resource : uint8_t { kPointer, kVmmHandle, kArray, kMipmappedArray, kContext };
-
-class Limiter {
+class ProcessState {
  public:
   // The process's limiter; created on first use, never destroyed.
-  static Limiter& Get();
+  static ProcessState& Get();
 
   // Attaches if not yet attached. Returns CUDA_SUCCESS once attached,
   // CUDA_ERROR_NOT_INITIALIZED after a configuration error, or the driver's
@@ -80,37 +79,27 @@ class Limiter {
 
   // Rounds an allocation up to the driver's allocation granularity.
   uint64_t Rounded(uint64_t bytes) const;
-  // Bytes a context reserves on its device (GPUSLICE_CONTEXT_BYTES).
-  uint64_t context_bytes() const { return context_bytes_; }
+  // Bytes a new context on `device` reserves before it exists: what the last
+  // context there settled at, else GPUSLICE_CONTEXT_BYTES (300 MiB by default).
+  uint64_t ContextEstimate(int device) const;
 
-  // Charges `bytes` to `device` for this process, all or nothing.
-  // REQUIRES: attached, device >= 0.
-  std::optional<Charge> Reserve(int device, uint64_t bytes);
-  // Charges whatever the limit says (memory the driver already handed out).
-  void ForceCharge(const Charge& c);
-  // Gives `c` back.
-  void Release(const Charge& c);
+  // Contexts are charged ContextEstimate() first, then settled on the driver's
+  // count (core/context_footprint.h) where their device has a memory limit and
+  // GPUSLICE_CONTEXT_BYTES does not fix the size. False if the group has no
+  // room for the difference: nothing changed, and the caller destroys the
+  // context and refuses it. The tracked context `id`:
+  bool SettleContext(uint64_t id);
+  // The primary context of `device`, whose charge this caller made:
+  bool SettlePrimary(int device);
 
-  // Records that `id` of `kind` holds `c` (after the driver said yes).
-  void Track(Resource kind, uint64_t id, const Charge& c);
-  // Forgets `id` and returns its charge, if the limiter saw it.
-  std::optional<Charge> Untrack(Resource kind, uint64_t id);
-  // Settles the charge of tracked `id` at `actual` bytes (the driver's own
-  // figure, known after the call), charging or giving back the difference.
-  void Settle(Resource kind, uint64_t id, uint64_t actual);
-
-  // Gives back everything tracked in context `ctx` (it was destroyed, and the
-  // driver freed its memory with it).
-  void ReleaseContext(uintptr_t ctx);
-
-  // Primary contexts: the first retain of a device charges its reservation,
-  // the release that ends the last retain gives it back (with the memory
-  // allocated in it); reset ends every retain at once.
-  bool PrimaryNeedsCharge(int device);
-  // After a successful retain: `charge` is what this caller reserved (if it
-  // saw no retain); a surplus charge from a racing retain is given back.
-  void PrimaryRetainDone(int device, uintptr_t ctx, std::optional<Charge> charge);
-  void PrimaryRelease(int device, bool reset);
+  // The process's memory ledger (valid for the process's life; charges
+  // only once attached).
+  Ledger& ledger() { return ledger_; }
+  // A context was destroyed or a primary context released: lookups of the
+  // current context's device ask the driver again.
+  void ForgetContexts() { contexts_generation_.fetch_add(1, std::memory_order_release); }
+  // This thread's current context changed: its next lookup asks the driver.
+  static void ForgetCurrentContext() { current_.generation = 0; }
 
   // The group's limit and usage on `device`.
   uint64_t MemoryLimit(int device) const;
@@ -125,20 +114,15 @@ class Limiter {
 
  private:
   enum State : int { kDetached = 0, kAttached, kFailedClosed };
-  struct PrimaryCount {
-    int retains = 0;
-    uintptr_t ctx = 0;
-    Charge charge;
-  };
-
-  Limiter();
+  ProcessState();
   CUresult AttachWithCuda();
   bool Attach(const std::vector<std::pair<int, std::string>>& devices);
   // The daemon's socket when this process registers over one; empty
   // otherwise (a daemon reached over TCP cannot be looked for on disk).
   std::string DaemonSocket() const;
-  // Joins a slot on first charge; -1 if that is impossible.
-  int Slot();
+  // The settled size of context charge `c` (see SettleContext), with the
+  // difference charged or given back; nullopt if the group has no room.
+  std::optional<uint64_t> SettledContext(const Charge& c);
   static void AtForkPrepare();
   static void AtForkParent();
   static void AtForkChild();
@@ -148,8 +132,8 @@ class Limiter {
   std::unique_ptr<GroupSegment> segment_;
   std::vector<int> ordinal_to_device_;  // CUDA ordinal -> group device
   uint64_t context_bytes_ = 300ull << 20;
+  bool context_bytes_fixed_ = false;  // GPUSLICE_CONTEXT_BYTES given: never settled
   uint64_t granularity_ = 2ull << 20;
-  std::atomic<int> slot_{-1};
   std::atomic<bool> forked_{false};
   // What to tell gpusliced (set by Attach before state_ becomes kAttached,
   // then read-only); nullopt: registration disabled.
@@ -157,9 +141,21 @@ class Limiter {
   DaemonEndpoint daemon_;  // where registration_ goes
   std::atomic<bool> registration_started_{false};
 
-  mutable std::mutex mu_;  // guards the maps below
-  std::unordered_map<uint64_t, Charge> tracked_[5];
-  std::unordered_map<int, PrimaryCount> primary_;
+  Ledger ledger_;
+  mutable std::mutex context_mu_;                      // guards settled_context_
+  std::unordered_map<int, uint64_t> settled_context_;  // device -> last settled context
+  // Bumped by ForgetContexts (and attach): per-thread context -> device
+  // entries of an older generation are stale.
+  std::atomic<uint64_t> contexts_generation_{1};
+  // This thread's current context and its group device, valid while
+  // `generation` equals contexts_generation_ (0: nothing cached).
+  struct CurrentContext {
+    uint64_t generation;
+    uintptr_t ctx;
+    int device;
+  };
+  static inline thread_local CurrentContext current_
+      __attribute__((tls_model("initial-exec"))) = {0, 0, -1};
 };
 
 }  // namespace gpuslice::limiter

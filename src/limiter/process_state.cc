@@ -1,4 +1,4 @@
-#include "limiter/limiter.h"
+#include "limiter/process_state.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -9,12 +9,14 @@
 #include <string_view>
 
 #include "common/clock.h"
+#include "common/hot.h"
 #include "common/log.h"
-#include "common/process.h"
 #include "common/quantity.h"
 #include "control/group_keeper.h"
 #include "limiter/compute_gate.h"
+#include "limiter/core/context_footprint.h"
 #include "limiter/core/limit_config.h"
+#include "limiter/driver_usage.h"
 #include "limiter/keeper_thread.h"
 #include "limiter/real/real_driver.h"
 #include "limiter/registration_thread.h"
@@ -96,37 +98,40 @@ std::optional<RegistrationRequest> RegistrationFor(
 
 }  // namespace
 
-Limiter& Limiter::Get() {
-  static auto* limiter = new Limiter();  // never destroyed: hooks may run during exit
+GS_HOT ProcessState& ProcessState::Get() {
+  static auto* limiter = new ProcessState();  // never destroyed: hooks may run during exit
   return *limiter;
 }
 
-Limiter::Limiter() {
+ProcessState::ProcessState() {
   InitLogging(LogLevel::kOff);
   pthread_atfork(&AtForkPrepare, &AtForkParent, &AtForkChild);
 }
 
-void Limiter::AtForkPrepare() {
-  Limiter& l = Get();
+void ProcessState::AtForkPrepare() {
+  ProcessState& l = Get();
   l.attach_mu_.lock();
-  l.mu_.lock();
+  l.ledger_.LockForFork();
+  l.context_mu_.lock();
 }
 
-void Limiter::AtForkParent() {
-  Limiter& l = Get();
-  l.mu_.unlock();
+void ProcessState::AtForkParent() {
+  ProcessState& l = Get();
+  l.context_mu_.unlock();
+  l.ledger_.UnlockForFork();
   l.attach_mu_.unlock();
 }
 
-void Limiter::AtForkChild() {
-  Limiter& l = Get();
+void ProcessState::AtForkChild() {
+  ProcessState& l = Get();
   l.forked_.store(true, std::memory_order_release);
   l.registration_started_.store(false);  // the parent's thread did not survive the fork
-  l.mu_.unlock();
+  l.context_mu_.unlock();
+  l.ledger_.UnlockForFork();
   l.attach_mu_.unlock();
 }
 
-CUresult Limiter::EnsureAttached() {
+GS_HOT CUresult ProcessState::EnsureAttached() {
   const int state = state_.load(std::memory_order_acquire);
   if (state == kFailedClosed) return CUDA_ERROR_NOT_INITIALIZED;
   if (state == kAttached && !forked_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
@@ -135,26 +140,25 @@ CUresult Limiter::EnsureAttached() {
   return rc;
 }
 
-void Limiter::StartRegistration() {
+void ProcessState::StartRegistration() {
   if (state_.load(std::memory_order_acquire) != kAttached || !registration_) return;
   if (registration_started_.exchange(true)) return;
   StartRegistrationThread(segment_.get(), *registration_, daemon_);
 }
 
-CUresult Limiter::AttachWithCuda() {
+CUresult ProcessState::AttachWithCuda() {
   std::lock_guard lock(attach_mu_);
   if (forked_.exchange(false)) {
     // The child of a fork: a new member of the group, with nothing allocated.
-    std::lock_guard maps(mu_);
-    for (auto& m : tracked_) m.clear();
-    primary_.clear();
-    slot_.store(-1);
+    ledger_.ResetInChild();
+    ForgetContexts();  // the parent's contexts are not the child's
     if (segment_ != nullptr) {
       if (segment_->ReopenAfterFork().ok()) {
         // The parent's keeper did not survive the fork.
         StartKeeperThread(segment_.get(), DaemonSocket());
       } else {
         ComputeGate::Arm(nullptr);
+        ledger_.Bind(nullptr);
         (void)segment_.release();  // the mapping is the parent's too: never unmapped here
         state_.store(kDetached);
       }
@@ -179,7 +183,7 @@ CUresult Limiter::AttachWithCuda() {
   return Attach(devices) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
 
-bool Limiter::EnsureAttachedForNvml() {
+bool ProcessState::EnsureAttachedForNvml() {
   if (state_.load(std::memory_order_acquire) == kAttached && !forked_.load()) return true;
   if (failed_closed()) return false;
   // A process with CUDA initialised attaches through CUDA (its ordinals).
@@ -207,7 +211,7 @@ bool Limiter::EnsureAttachedForNvml() {
 }
 
 // REQUIRES: attach_mu_ held.
-bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
+bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& devices) {
   std::vector<DeviceId> ids;
   ids.reserve(devices.size());
   for (const auto& [index, uuid] : devices) ids.push_back(DeviceId{index, uuid});
@@ -221,6 +225,7 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
       auto bytes = ParseBytes(v);
       if (bytes.ok()) {
         context_bytes_ = *bytes;
+        context_bytes_fixed_ = true;
       } else {
         error = bytes.status().WithContext("GPUSLICE_CONTEXT_BYTES");
       }
@@ -266,50 +271,41 @@ bool Limiter::Attach(const std::vector<std::pair<int, std::string>>& devices) {
   }
   StartKeeperThread(segment_.get(), daemon_socket);
   ComputeGate::Arm(segment_.get());
+  ledger_.Bind(segment_.get());
   ordinal_to_device_ = std::move(map);
+  ForgetContexts();  // the ordinals' group devices may have changed
   GS_LOG(kInfo, "limiter", "attached to group '%s' (%zu devices)", segment_->group().c_str(),
          devices.size());
   state_.store(kAttached, std::memory_order_release);
   return true;
 }
 
-int Limiter::Slot() {
-  int s = slot_.load(std::memory_order_acquire);
-  if (s >= 0) return s;
-  std::lock_guard lock(attach_mu_);
-  s = slot_.load();
-  if (s >= 0 || segment_ == nullptr) return s;
-  char name[16];
-  ProcessName(getpid(), name, sizeof name);
-  auto joined = segment_->Join(getpid(), ProcessStartTime(getpid()), name);
-  if (!joined.ok()) {
-    GS_LOG(kError, "limiter", "%s", joined.status().message().c_str());
-    return -1;
-  }
-  slot_.store(*joined, std::memory_order_release);
-  return *joined;
-}
-
 // ---- devices ----
 
-int Limiter::GroupDevice(CUdevice ordinal) const {
+GS_HOT int ProcessState::GroupDevice(CUdevice ordinal) const {
   if (ordinal < 0 || static_cast<size_t>(ordinal) >= ordinal_to_device_.size()) return -1;
   return ordinal_to_device_[ordinal];
 }
 
-int Limiter::CurrentGroupDevice(uintptr_t* ctx) const {
-  const real::CudaTable& cu = real::Cuda();
-  if (ctx != nullptr) {
-    CUcontext current = nullptr;
-    if (cu.cuCtxGetCurrent == nullptr || cu.cuCtxGetCurrent(&current) != CUDA_SUCCESS) return -1;
-    *ctx = reinterpret_cast<uintptr_t>(current);
+GS_HOT int ProcessState::CurrentGroupDevice(uintptr_t* ctx) const {
+  const uint64_t generation = contexts_generation_.load(std::memory_order_acquire);
+  if (current_.generation == generation) [[likely]] {
+    if (ctx != nullptr) *ctx = current_.ctx;
+    return current_.device;
   }
+  const real::CudaTable& cu = real::Cuda();
+  CUcontext current = nullptr;
+  if (cu.cuCtxGetCurrent == nullptr || cu.cuCtxGetCurrent(&current) != CUDA_SUCCESS) return -1;
+  const auto raw = reinterpret_cast<uintptr_t>(current);
+  if (ctx != nullptr) *ctx = raw;
   CUdevice dev = -1;
   if (cu.cuCtxGetDevice == nullptr || cu.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return -1;
-  return GroupDevice(dev);
+  const int device = GroupDevice(dev);
+  current_ = CurrentContext{generation, raw, device};
+  return device;
 }
 
-int Limiter::StreamGroupDevice(CUstream stream) const {
+int ProcessState::StreamGroupDevice(CUstream stream) const {
   const real::CudaTable& cu = real::Cuda();
   const auto raw = reinterpret_cast<uintptr_t>(stream);
   if (raw == 0 || raw == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY) ||
@@ -326,133 +322,90 @@ int Limiter::StreamGroupDevice(CUstream stream) const {
   CUcontext ctx = nullptr;
   if (cu.cuStreamGetCtx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
   if (cu.cuCtxPushCurrent_v2 == nullptr || cu.cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS) return -1;
+  ForgetCurrentContext();  // switched behind the hooks' back: ask the driver, twice
   const int device = CurrentGroupDevice();
   CUcontext popped = nullptr;
   cu.cuCtxPopCurrent_v2(&popped);
+  ForgetCurrentContext();
   return device;
 }
 
-int Limiter::GroupDeviceByUuid(const char* uuid) const {
+int ProcessState::GroupDeviceByUuid(const char* uuid) const {
   return segment_ != nullptr ? segment_->FindDevice(uuid) : -1;
 }
 
-uint64_t Limiter::Rounded(uint64_t bytes) const {
+GS_HOT uint64_t ProcessState::Rounded(uint64_t bytes) const {
   const uint64_t g = granularity_;
   if (bytes > UINT64_MAX - g) return UINT64_MAX;
+  if ((g & (g - 1)) == 0) return (bytes + g - 1) & ~(g - 1);  // no division on the hot path
   return (bytes + g - 1) / g * g;
 }
 
-// ---- the ledger ----
+// ---- contexts' charges ----
 
-std::optional<Charge> Limiter::Reserve(int device, uint64_t bytes) {
-  const int slot = Slot();
-  if (slot < 0 || device < 0) return std::nullopt;
-  if (!segment_->Reserve(slot, device, bytes)) return std::nullopt;
-  return Charge{device, bytes};
+uint64_t ProcessState::ContextEstimate(int device) const {
+  std::lock_guard lock(context_mu_);
+  auto it = settled_context_.find(device);
+  return it != settled_context_.end() ? it->second : context_bytes_;
 }
 
-void Limiter::ForceCharge(const Charge& c) {
-  const int slot = Slot();
-  if (slot >= 0 && c.device >= 0 && c.bytes > 0) segment_->Charge(slot, c.device, c.bytes);
-}
-
-void Limiter::Release(const Charge& c) {
-  const int slot = slot_.load(std::memory_order_acquire);
-  if (slot >= 0 && c.device >= 0 && c.bytes > 0) segment_->Release(slot, c.device, c.bytes);
-}
-
-void Limiter::Track(Resource kind, uint64_t id, const Charge& c) {
-  std::lock_guard lock(mu_);
-  tracked_[static_cast<int>(kind)][id] = c;
-}
-
-std::optional<Charge> Limiter::Untrack(Resource kind, uint64_t id) {
-  std::lock_guard lock(mu_);
-  auto& map = tracked_[static_cast<int>(kind)];
-  auto it = map.find(id);
-  if (it == map.end()) return std::nullopt;
-  Charge c = it->second;
-  map.erase(it);
-  return c;
-}
-
-void Limiter::ReleaseContext(uintptr_t ctx) {
-  if (ctx == 0) return;
-  std::vector<Charge> freed;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& map : tracked_) {
-      for (auto it = map.begin(); it != map.end();) {
-        if (it->second.context == ctx) {
-          freed.push_back(it->second);
-          it = map.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
+std::optional<uint64_t> ProcessState::SettledContext(const Charge& c) {
+  const int slot = ledger_.slot();
+  if (context_bytes_fixed_ || slot < 0 || c.device < 0 || !HasMemoryLimit(c.device)) {
+    return c.bytes;
   }
-  for (const Charge& c : freed) Release(c);
-}
-
-void Limiter::Settle(Resource kind, uint64_t id, uint64_t actual) {
-  std::optional<Charge> c = Untrack(kind, id);
-  if (!c) return;
-  if (actual > c->bytes) ForceCharge(Charge{c->device, actual - c->bytes, 0});
-  if (actual < c->bytes) Release(Charge{c->device, c->bytes - actual, 0});
-  c->bytes = actual;
-  Track(kind, id, *c);
-}
-
-bool Limiter::PrimaryNeedsCharge(int device) {
-  std::lock_guard lock(mu_);
-  auto it = primary_.find(device);
-  return it == primary_.end() || it->second.retains == 0;
-}
-
-void Limiter::PrimaryRetainDone(int device, uintptr_t ctx, std::optional<Charge> charge) {
-  {
-    std::lock_guard lock(mu_);
-    PrimaryCount& pc = primary_[device];
-    if (pc.retains++ == 0) {
-      pc.ctx = ctx;
-      pc.charge = charge.value_or(Charge{});
-      return;
-    }
+  const std::optional<uint64_t> driver =
+      DriverProcessBytes(segment_->DeviceUuid(c.device), static_cast<uint32_t>(getpid()));
+  if (!driver) return c.bytes;  // the estimate stands
+  const uint64_t settled =
+      SettledContextBytes(*driver, segment_->SlotMemory(slot, c.device), c.bytes, granularity_);
+  if (settled > c.bytes && !segment_->Reserve(slot, c.device, settled - c.bytes)) {
+    return std::nullopt;
   }
-  if (charge) Release(*charge);  // a racing retain charged first
+  if (settled < c.bytes) segment_->Release(slot, c.device, c.bytes - settled);
+  std::lock_guard lock(context_mu_);
+  settled_context_[c.device] = settled;
+  return settled;
 }
 
-void Limiter::PrimaryRelease(int device, bool reset) {
-  Charge give_back;
-  uintptr_t ctx = 0;
-  {
-    std::lock_guard lock(mu_);
-    auto it = primary_.find(device);
-    if (it == primary_.end() || it->second.retains == 0) return;
-    it->second.retains = reset ? 0 : it->second.retains - 1;
-    if (it->second.retains > 0) return;
-    give_back = it->second.charge;
-    ctx = it->second.ctx;
-    primary_.erase(it);
+bool ProcessState::SettleContext(uint64_t id) {
+  std::optional<Charge> c = ledger_.Untrack(Resource::kContext, id);
+  if (!c) return true;
+  const std::optional<uint64_t> settled = SettledContext(*c);
+  if (settled) c->bytes = *settled;
+  ledger_.Track(Resource::kContext, id, *c);
+  return settled.has_value();
+}
+
+bool ProcessState::SettlePrimary(int device) {
+  const std::optional<Charge> c = ledger_.PrimaryCharge(device);
+  if (!c) return true;
+  const std::optional<uint64_t> settled = SettledContext(*c);
+  if (!settled) return false;
+  // A release racing with this retain may have given the charge back already.
+  if (ledger_.ResizePrimaryCharge(device, *settled)) return true;
+  const int slot = ledger_.slot();
+  if (*settled > c->bytes) {
+    segment_->Release(slot, device, *settled - c->bytes);
+  } else if (*settled < c->bytes) {
+    segment_->Charge(slot, device, c->bytes - *settled);  // that release gave back c->bytes
   }
-  Release(give_back);
-  ReleaseContext(ctx);
+  return true;
 }
 
-uint64_t Limiter::MemoryLimit(int device) const {
+uint64_t ProcessState::MemoryLimit(int device) const {
   return segment_ != nullptr && device >= 0 ? segment_->MemoryLimit(device) : kUnlimitedBytes;
 }
 
-uint64_t Limiter::MemoryUsed(int device) const {
+uint64_t ProcessState::MemoryUsed(int device) const {
   return segment_ != nullptr && device >= 0 ? segment_->MemoryUsed(device) : 0;
 }
 
-std::string Limiter::DaemonSocket() const {
+std::string ProcessState::DaemonSocket() const {
   return registration_ && !daemon_.tcp() ? daemon_.socket_path : std::string();
 }
 
-bool Limiter::IsGroupMember(uint32_t pid) const {
+bool ProcessState::IsGroupMember(uint32_t pid) const {
   if (pid == static_cast<uint32_t>(getpid())) return true;
   return segment_ != nullptr && pid <= INT32_MAX &&
          segment_->IsLiveMember(static_cast<int32_t>(pid));

@@ -1,0 +1,145 @@
+// Drives gpusliced's dashboard in headless Chromium (playwright-core, from
+// the repository's node_modules) for dashboard_test.cc, which started the
+// daemon and the tenants. Every check waits with a deadline; the first that
+// fails ends the run with exit code 1 and says what it saw.
+//
+// Usage: node dashboard_browser.cjs --url http://127.0.0.1:PORT --token T
+//          --chromium /usr/bin/chromium --screenshot OUT.png --group G --limit N
+'use strict';
+const { chromium } = require('playwright-core');
+
+const args = {};
+for (let i = 2; i < process.argv.length; i += 2) args[process.argv[i].slice(2)] = process.argv[i + 1];
+const { url, token, group } = args;
+const limit = Number(args.limit);
+const WAIT = { timeout: 30000 };  // per step: generous for a loaded CI machine
+
+function check(ok, what) {
+  if (!ok) throw new Error('check failed: ' + what);
+}
+
+function log(...a) { console.log('dashboard_browser:', ...a); }
+
+// The daemon's API, seen from outside the page (over TCP, as any client).
+async function apiGet(path) {
+  const res = await fetch(url + path);
+  check(res.ok, `GET ${path}: ${res.status}`);
+  return res.json();
+}
+
+// Collects what must never happen on the page: script errors, console errors,
+// Content-Security-Policy violations.
+function watchProblems(page, problems) {
+  page.on('pageerror', e => problems.push('page error: ' + e.message));
+  page.on('console', m => { if (m.type() === 'error') problems.push('console error: ' + m.text()); });
+  return page.addInitScript(() => document.addEventListener('securitypolicyviolation', e =>
+    console.error(`CSP violation: ${e.violatedDirective} ${e.blockedURI}`)));
+}
+
+// The share chart of the first GPU: its number of points and each line's values.
+function shareChart(page) {
+  return page.evaluate(() => {
+    const uuid = document.querySelector('article.gpu').dataset.uuid;
+    const chart = window.gpusliceDashboard.charts.get(uuid + '/share');
+    if (!chart) return { points: 0, lines: {} };
+    const lines = {};
+    chart.plot.series.forEach((s, i) => { if (i > 0) lines[s.label] = chart.plot.data[i]; });
+    return { points: chart.plot.data[0].length, lines };
+  });
+}
+
+async function openPage(browser, hash, problems) {
+  const context = await browser.newContext({ viewport: { width: 1400, height: 1100 } });
+  const page = await context.newPage();
+  await watchProblems(page, problems);
+  const response = await page.goto(url + '/' + hash);
+  await page.waitForSelector('#conn.live', WAIT);
+  await page.waitForFunction(g => document.querySelector(`article.gpu tr[data-group="${g}"]`), group, WAIT);
+  return { page, response };
+}
+
+async function main() {
+  const browser = await chromium.launch({ executablePath: args.chromium, args: ['--no-sandbox'] });
+  const problems = [];
+  try {
+    // 1. A reader (over TCP without a token): the page loads, live, without controls.
+    const { page, response } = await openPage(browser, '', problems);
+    const h = response.headers();
+    check(response.status() === 200, 'GET / status ' + response.status());
+    check(await page.evaluate(() => typeof uPlot !== 'undefined'),
+          'gpusliced was built without its chart library (node_modules/uplot): run scripts/setup, then build again');
+    check(h['content-type'] === 'text/html; charset=utf-8', 'content-type ' + h['content-type']);
+    check((h['content-security-policy'] || '').includes("script-src 'self'"), 'CSP ' + h['content-security-policy']);
+    check(h['cache-control'] === 'no-cache', 'cache-control of / ' + h['cache-control']);
+    const script = await page.getAttribute('script[src$="/app.js"]', 'src');
+    const asset = await fetch(url + script);
+    check(asset.ok && asset.headers.get('cache-control').includes('immutable'),
+          `${script}: ${asset.status} ${asset.headers.get('cache-control')}`);
+    check(await page.textContent('#role') === 'read-only', 'role ' + await page.textContent('#role'));
+    const controls = await page.locator('.controls, button, input').count();
+    check(controls === 0, `a reader sees ${controls} controls`);
+    // The console reports the refusal: expected, so not counted as a problem.
+    const reported = page.waitForEvent('console', { predicate: m => m.text().includes('403'), ...WAIT });
+    const refused = await page.evaluate(g => fetch(`/v1/groups/${g}/pause`, { method: 'POST' }).then(r => r.status), group);
+    check(refused === 403, 'a reader pausing a group got ' + refused);
+    await reported;
+    const expected = problems.findIndex(p => p.includes('status of 403'));
+    if (expected >= 0) problems.splice(expected, 1);
+    log('reader: page loaded, no controls, pause refused (403)');
+
+    // 2. The charts follow the tenants: points are added and the measured share moves.
+    const first = await shareChart(page);
+    check(first.points > 0, 'no points in the share chart');
+    await page.waitForFunction(n => {
+      const uuid = document.querySelector('article.gpu').dataset.uuid;
+      return window.gpusliceDashboard.charts.get(uuid + '/share').plot.data[0].length >= n;
+    }, first.points + 3, WAIT);
+    const later = await shareChart(page);
+    const shares = (later.lines[group] || []).filter(v => v != null);
+    check(shares.some(v => v > 5), `${group}'s measured share never above 5%: ${shares}`);
+    check(new Set(shares).size > 1, `${group}'s measured share never changed: ${shares}`);
+    log(`charts: ${first.points} -> ${later.points} points; ${group} share ${shares.slice(-3)}`);
+    await page.context().close();
+
+    // 3. An admin (token in the fragment): controls that change a limit and pause.
+    const admin = (await openPage(browser, '#token=' + encodeURIComponent(token), problems)).page;
+    check(await admin.textContent('#role') === 'admin', 'admin role ' + await admin.textContent('#role'));
+    check(await admin.evaluate(() => location.hash) === '', 'the token stays in the address bar');
+    const row = admin.locator(`article.gpu tr[data-group="${group}"]`);
+    await row.locator('input[name=compute]').fill(String(limit));
+    await row.locator('button[type=submit]').click();
+    await row.locator('.msg', { hasText: 'limit: done' }).waitFor(WAIT);
+    await admin.waitForFunction(([g, l]) =>
+      document.querySelector(`article.gpu tr[data-group="${g}"] td.limit`).textContent === l + '%', [group, limit], WAIT);
+    const changed = await apiGet('/v1/groups/' + group);
+    check(changed.limits.all && changed.limits.all.compute_percent === limit,
+          'the API shows limits ' + JSON.stringify(changed.limits));
+    await admin.waitForFunction(([g, l]) => {
+      const uuid = document.querySelector('article.gpu').dataset.uuid;
+      const plot = window.gpusliceDashboard.charts.get(uuid + '/share').plot;
+      const i = plot.series.findIndex(s => s.label === g + ' limit');
+      return i > 0 && plot.data[i][plot.data[i].length - 1] === l;
+    }, [group, limit], WAIT);
+    log(`admin: ${group}'s compute limit set to ${limit}% (API and chart agree)`);
+
+    await row.locator('button.pause').click();
+    await admin.waitForFunction(g =>
+      document.querySelector(`article.gpu tr[data-group="${g}"] td.state`).textContent === 'paused', group, WAIT);
+    check((await apiGet('/v1/groups/' + group)).paused === true, 'the API does not show the group paused');
+    await row.locator('button.pause', { hasText: 'Resume' }).click();
+    await admin.waitForFunction(g =>
+      document.querySelector(`article.gpu tr[data-group="${g}"] td.state`).textContent === 'running', group, WAIT);
+    check((await apiGet('/v1/groups/' + group)).paused === false, 'the API still shows the group paused');
+    log(`admin: ${group} paused and resumed`);
+
+    await admin.waitForSelector('#events li', WAIT);  // e.g. group_limits_changed, group_paused
+
+    await admin.screenshot({ path: args.screenshot, fullPage: true });
+    check(problems.length === 0, 'problems on the page:\n  ' + problems.join('\n  '));
+  } finally {
+    await browser.close();
+  }
+}
+
+setTimeout(() => { console.error('dashboard_browser: gave up after 240 s'); process.exit(2); }, 240000).unref();
+main().then(() => log('all checks passed'), e => { console.error('dashboard_browser: ' + e.message); process.exit(1); });
