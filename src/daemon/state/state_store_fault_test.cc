@@ -3,12 +3,12 @@
 // the temporary file such a kill leaves behind. The outcome promised in every
 // case: the last good record is still there and loads whole.
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -17,6 +17,9 @@
 
 namespace gpuslice::daemon {
 namespace {
+
+constexpr size_t kBig = size_t{64} << 10;    // 64 KiB: far past the size limit below
+constexpr size_t kHuge = size_t{256} << 10;  // 256 KiB: a save takes a while
 
 class StateStoreFaultTest : public ::testing::Test {
  protected:
@@ -76,10 +79,10 @@ TEST_F(StateStoreFaultTest, FullDiskWhileCheckpointingKeepsTheLastGoodRecord) {
   ASSERT_TRUE(store_->Save("leases", Record(1, 100)).ok());
   {
     FileSizeLimit full(4096);
-    const Status s = store_->Save("leases", Record(2, 64 * 1024));
+    const Status s = store_->Save("leases", Record(2, kBig));
     EXPECT_EQ(s.code(), StatusCode::kUnavailable);
     EXPECT_NE(s.message().find("cannot write"), std::string::npos) << s.message();
-    const Status serialized = store_->SaveSerialized("leases", Record(3, 64 * 1024).dump());
+    const Status serialized = store_->SaveSerialized("leases", Record(3, kBig).dump());
     EXPECT_EQ(serialized.code(), StatusCode::kUnavailable);
   }
   auto loaded = store_->Load("leases");
@@ -88,7 +91,7 @@ TEST_F(StateStoreFaultTest, FullDiskWhileCheckpointingKeepsTheLastGoodRecord) {
   EXPECT_TRUE(Whole(*loaded));
   EXPECT_FALSE(std::filesystem::exists(store_->PathOf("leases") + ".tmp"));
   // Space again: the next checkpoint goes through.
-  ASSERT_TRUE(store_->Save("leases", Record(4, 64 * 1024)).ok());
+  ASSERT_TRUE(store_->Save("leases", Record(4, kBig)).ok());
   EXPECT_EQ(store_->Load("leases")->at("n"), 4);
 }
 
@@ -115,7 +118,7 @@ TEST_F(StateStoreFaultTest, KilledMidCheckpointLeavesAWholeRecord) {
     const pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-      for (int n = start;; ++n) (void)store_->Save("groups", Record(n, 256 * 1024));
+      for (int n = start;; ++n) (void)store_->Save("groups", Record(n, kHuge));
     }
     // Wait (with a deadline) until the child has finished at least one save
     // of this round, then kill it wherever it is.
