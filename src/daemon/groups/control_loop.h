@@ -21,19 +21,20 @@ class ControlLoop {
 
   void Start() {
     thread_ = std::thread([this] {
-      std::unique_lock lock(mu_);
+      MutexLock lock(mu_);
       while (!stopping_) {
-        lock.unlock();
+        lock.Unlock();
         const int64_t next_ns = tick_();
-        lock.lock();
-        cv_.wait_for(lock, std::chrono::nanoseconds(next_ns), [this] { return stopping_; });
+        lock.Lock();
+        cv_.wait_for(lock, std::chrono::nanoseconds(next_ns),
+                     [this]() REQUIRES(mu_) { return stopping_; });
       }
     });
   }
   // Waits for the running tick to end; no tick runs after it. Idempotent.
   void Stop() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
