@@ -5,14 +5,14 @@
 namespace gpuslice::daemon {
 
 uint64_t EventHub::Subscribe(Callback callback) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t id = next_subscriber_++;
   subscribers_.emplace(id, std::move(callback));
   return id;
 }
 
 void EventHub::Unsubscribe(uint64_t id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   subscribers_.erase(id);
 }
 
@@ -20,7 +20,7 @@ void EventHub::Publish(std::string_view type, std::string_view data) {
   std::vector<Callback> targets;
   std::shared_ptr<const std::string> event;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     event = std::make_shared<const std::string>("id: " + std::to_string(next_event_++) +
                                                 "\nevent: " + std::string(type) +
                                                 "\ndata: " + std::string(data) + "\n\n");
@@ -31,7 +31,7 @@ void EventHub::Publish(std::string_view type, std::string_view data) {
 }
 
 size_t EventHub::SubscriberCount() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return subscribers_.size();
 }
 

@@ -9,9 +9,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
+
+#include "common/thread_annotations.h"
 
 namespace gpuslice::daemon {
 
@@ -27,10 +28,10 @@ class EventHub {
   size_t SubscriberCount() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<uint64_t, Callback> subscribers_;  // GUARDED_BY(mu_)
-  uint64_t next_subscriber_ = 1;              // GUARDED_BY(mu_)
-  uint64_t next_event_ = 1;                   // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<uint64_t, Callback> subscribers_ GUARDED_BY(mu_);
+  uint64_t next_subscriber_ GUARDED_BY(mu_) = 1;
+  uint64_t next_event_ GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace gpuslice::daemon

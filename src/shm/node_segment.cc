@@ -162,7 +162,7 @@ NodeSegmentWriter::NodeSegmentWriter(std::string path, NodeSegmentLayout* layout
 NodeSegmentWriter::~NodeSegmentWriter() { munmap(layout_, sizeof(NodeSegmentLayout)); }
 
 void NodeSegmentWriter::Publish(const std::vector<NodeGpu>& gpus) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const size_t n = std::min<size_t>(gpus.size(), kNodeMaxGpus);
   shadow_.daemon_pid = pid_;
   shadow_.gpu_count = static_cast<uint32_t>(n);
@@ -175,7 +175,7 @@ void NodeSegmentWriter::Publish(const std::vector<NodeGpu>& gpus) {
 }
 
 void NodeSegmentWriter::MarkStopped() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   shadow_.daemon_pid = 0;
   shadow_.updated_ns = clock_.NowNs();
   shadow_.updates += 1;
@@ -279,7 +279,7 @@ NodeSegmentReader::NodeSegmentReader(std::string path, Options options,
 NodeSegmentReader::~NodeSegmentReader() = default;
 
 StatusOr<NodeStatus> NodeSegmentReader::Read() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   StatusOr<NodeStatus> status = ReadMapping(*mapping_);
   if (status.ok() && !status->stale) return status;
   // Stale or stuck mid-write: a newer daemon may have replaced the file.

@@ -13,13 +13,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "gpuslice/node_segment.h"
 
 namespace gpuslice {
@@ -88,15 +88,15 @@ class NodeSegmentWriter {
 
  private:
   NodeSegmentWriter(std::string path, NodeSegmentLayout* layout, pid_t pid, const Clock& clock);
-  // Copies shadow_'s payload into the segment under the seqlock. REQUIRES: mu_ held.
-  void WriteLocked();
+  // Copies shadow_'s payload into the segment under the seqlock.
+  void WriteLocked() REQUIRES(mu_);
 
   const std::string path_;
   NodeSegmentLayout* const layout_;  // the shared mapping
   const pid_t pid_;
   const Clock& clock_;
-  std::mutex mu_;
-  NodeSegmentLayout shadow_{};  // GUARDED_BY(mu_): what the segment holds
+  Mutex mu_;
+  NodeSegmentLayout shadow_ GUARDED_BY(mu_){};  // what the segment holds
 };
 
 class NodeSegmentReader {
@@ -149,8 +149,8 @@ class NodeSegmentReader {
 
   const std::string path_;
   const Options options_;
-  std::mutex mu_;
-  std::unique_ptr<Mapping> mapping_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::unique_ptr<Mapping> mapping_ GUARDED_BY(mu_);
 };
 
 }  // namespace gpuslice

@@ -101,7 +101,7 @@ void ComputeBackstopMonitor::Report(std::vector<Finding>& findings) {
 }
 
 void ComputeBackstopMonitor::Recover() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (store_ == nullptr) return;
   auto record = store_->Load(kComputeBackstopRecordName);
   if (!record.ok()) {
@@ -152,9 +152,9 @@ void ComputeBackstopMonitor::Refresh() {
 }
 
 std::vector<Finding> ComputeBackstopMonitor::Sample() {
-  std::lock_guard sample_lock(sample_mu_);
+  MutexLock sample_lock(sample_mu_);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopped_) return {};
   }
   // NVML is read without mu_: a process the duty cycle holds stopped may hold
@@ -196,7 +196,7 @@ std::vector<Finding> ComputeBackstopMonitor::Sample() {
   }
   std::vector<Finding> all;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopped_) return {};
     Refresh();
     const int64_t now = clocks_.monotonic.NowNs();
@@ -213,13 +213,13 @@ std::vector<Finding> ComputeBackstopMonitor::Sample() {
 }
 
 int64_t ComputeBackstopMonitor::Advance() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (stopped_) return INT64_MAX;
   return throttler_.Advance(clocks_.monotonic.NowNs());
 }
 
 void ComputeBackstopMonitor::Start() {
-  std::lock_guard lock(thread_mu_);
+  MutexLock lock(thread_mu_);
   if (sampler_.joinable()) return;
   stop_thread_ = false;
   sampler_ = std::thread([this] { RunSampler(); });
@@ -227,11 +227,11 @@ void ComputeBackstopMonitor::Start() {
 }
 
 void ComputeBackstopMonitor::RunSampler() {
-  std::unique_lock lock(thread_mu_);
+  MutexLock lock(thread_mu_);
   while (!stop_thread_) {
-    lock.unlock();
+    lock.Unlock();
     Sample();
-    lock.lock();
+    lock.Lock();
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.sample_interval_ns);
     wake_.wait_until(lock, deadline,
@@ -240,12 +240,12 @@ void ComputeBackstopMonitor::RunSampler() {
 }
 
 void ComputeBackstopMonitor::RunDutyCycle() {
-  std::unique_lock lock(thread_mu_);
+  MutexLock lock(thread_mu_);
   while (!stop_thread_) {
-    lock.unlock();
+    lock.Unlock();
     const int64_t next = Advance();
     const int64_t now = clocks_.monotonic.NowNs();
-    lock.lock();
+    lock.Lock();
     // Until the next switch; a sample that starts a throttle wakes it sooner.
     const int64_t wait_ns = std::min(next - now, options_.sample_interval_ns);
     if (!stop_thread_ && wait_ns > 0) wake_.wait_for(lock, std::chrono::nanoseconds(wait_ns));
@@ -254,13 +254,13 @@ void ComputeBackstopMonitor::RunDutyCycle() {
 
 void ComputeBackstopMonitor::Stop() {
   {
-    std::lock_guard lock(thread_mu_);
+    MutexLock lock(thread_mu_);
     stop_thread_ = true;
   }
   wake_.notify_all();
   if (sampler_.joinable()) sampler_.join();
   if (duty_.joinable()) duty_.join();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (stopped_) return;
   stopped_ = true;
   std::vector<Finding> findings = backstop_.ReleaseAll("the daemon stops");

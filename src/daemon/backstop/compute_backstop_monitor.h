@@ -27,7 +27,6 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -36,6 +35,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/thread_annotations.h"
 #include "daemon/backstop/compute_backstop.h"
 #include "daemon/backstop/duty_cycle.h"
 #include "daemon/backstop/signaller.h"
@@ -96,7 +96,7 @@ class ComputeBackstopMonitor {
   std::string FormatMetrics(bool header) const;
 
  private:
-  void Refresh();  // the registry's view, once per sample (mu_ held)
+  void Refresh() REQUIRES(mu_);  // the registry's view, once per sample
   void Report(std::vector<ComputeBackstop::Finding>& findings);
   void Persist(const std::vector<ProcessRef>& processes);
   void RunSampler();
@@ -110,10 +110,10 @@ class ComputeBackstopMonitor {
   const EventSink sink_;
   const Clocks clocks_;
 
-  std::mutex sample_mu_;                   // one Sample at a time
+  Mutex sample_mu_;                        // one Sample at a time
   std::map<uint32_t, std::string> uuids_;  // GPU index -> UUID, learnt on first read (sample_mu_)
 
-  mutable std::mutex mu_;  // never held across an NVML call
+  mutable Mutex mu_;  // never held across an NVML call
   DutyCycleThrottler throttler_;
   ComputeBackstop backstop_;
   std::map<uint32_t, std::string> group_of_;
@@ -121,8 +121,8 @@ class ComputeBackstopMonitor {
   std::map<std::string, TenantRegistry::GroupControl> groups_;
   bool stopped_ = false;
 
-  std::mutex thread_mu_;
-  std::condition_variable wake_;
+  Mutex thread_mu_;
+  std::condition_variable_any wake_;
   bool stop_thread_ = false;
   std::thread sampler_;  // Sample every sample_interval_ns
   std::thread duty_;     // Advance when due; never calls NVML

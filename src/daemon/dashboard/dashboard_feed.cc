@@ -61,7 +61,7 @@ void DashboardFeed::OnEvent(const std::string& event) {
                           /*allow_exceptions=*/false);
   if (data.is_discarded()) data = nullptr;
   json entry = {{"t", wall_.NowNs() / 1'000'000}, {"type", type}, {"data", std::move(data)}};
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   events_.push_back(std::move(entry));
   while (events_.size() > options_.history_events) events_.pop_front();
 }
@@ -76,7 +76,7 @@ int64_t DashboardFeed::Tick() {
   const int64_t t_ms = wall_.NowNs() / 1'000'000;
   json point = PointOf(sample, t_ms);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     points_.push_back(point);
     while (points_.size() > options_.history_points) points_.pop_front();
   }
@@ -91,7 +91,7 @@ json DashboardFeed::History() const {
   json points = json::array();
   json events = json::array();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const json& p : points_) points.push_back(p);
     for (const json& e : events_) events.push_back(e);
   }

@@ -14,12 +14,12 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "common/clock.h"
+#include "common/thread_annotations.h"
 #include "daemon/api/api.h"
 #include "daemon/event_hub.h"
 
@@ -65,9 +65,9 @@ class DashboardFeed {
 
   std::optional<int64_t> last_ns_;  // of the last sample; Tick's thread only
   uint64_t subscription_ = 0;
-  mutable std::mutex mu_;
-  std::deque<nlohmann::json> points_;  // GUARDED_BY(mu_)
-  std::deque<nlohmann::json> events_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::deque<nlohmann::json> points_ GUARDED_BY(mu_);
+  std::deque<nlohmann::json> events_ GUARDED_BY(mu_);
 };
 
 // The plotted numbers of `sample` at `t_ms`:

@@ -29,12 +29,12 @@ FakeBackend::FakeBackend(uint32_t count) {
 }
 
 uint32_t FakeBackend::DeviceCount() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return static_cast<uint32_t>(gpus_.size());
 }
 
 StatusOr<GpuInfo> FakeBackend::Read(uint32_t index) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
   if (std::find(failing_reads_.begin(), failing_reads_.end(), index) != failing_reads_.end()) {
     return Unavailable("GPU " + std::to_string(index) + " is lost (injected)");
@@ -43,7 +43,7 @@ StatusOr<GpuInfo> FakeBackend::Read(uint32_t index) {
 }
 
 StatusOr<SettingValue> FakeBackend::Get(uint32_t index, SettingKind kind) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
   const GpuInfo& g = gpus_[index];
   switch (kind) {
@@ -64,11 +64,11 @@ StatusOr<SettingValue> FakeBackend::Get(uint32_t index, SettingKind kind) {
 Status FakeBackend::Set(uint32_t index, const SettingValue& value) {
   std::function<void(uint32_t, const SettingValue&)> hook;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     hook = hook_;
   }
   if (hook) hook(index, value);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
   calls_.push_back({index, value});
   for (auto it = failures_.begin(); it != failures_.end(); ++it) {
@@ -98,20 +98,20 @@ Status FakeBackend::Set(uint32_t index, const SettingValue& value) {
 }
 
 StatusOr<EnergyReading> FakeBackend::Energy(uint32_t index) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
   return EnergyReading{gpus_[index].energy_mj, gpus_[index].power_draw_mw};
 }
 
 StatusOr<std::vector<GpuProcess>> FakeBackend::Processes(uint32_t index) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
   return processes_[index];
 }
 
 StatusOr<std::vector<ProcessUtilization>> FakeBackend::ProcessUtilizationSince(uint32_t index,
                                                                                uint64_t since_us) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
   std::vector<ProcessUtilization> out;
   for (const ProcessUtilization& s : utilization_[index]) {
@@ -121,46 +121,46 @@ StatusOr<std::vector<ProcessUtilization>> FakeBackend::ProcessUtilizationSince(u
 }
 
 void FakeBackend::SetProcesses(uint32_t index, std::vector<GpuProcess> processes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (index < gpus_.size()) processes_[index] = std::move(processes);
 }
 
 void FakeBackend::AddUtilization(uint32_t index, const std::vector<ProcessUtilization>& samples) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (index < gpus_.size()) {
     utilization_[index].insert(utilization_[index].end(), samples.begin(), samples.end());
   }
 }
 
 std::vector<FakeBackend::Call> FakeBackend::Calls() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return calls_;
 }
 
 void FakeBackend::SetHook(std::function<void(uint32_t, const SettingValue&)> hook) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   hook_ = std::move(hook);
 }
 
 void FakeBackend::FailSets(uint32_t index, Status status, bool sticky) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   failures_.push_back({index, std::move(status), sticky});
 }
 
 void FakeBackend::FailReads(uint32_t index, bool fail) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::erase(failing_reads_, index);
   if (fail) failing_reads_.push_back(index);
 }
 
 void FakeBackend::Mutate(uint32_t index, const std::function<void(GpuInfo&)>& f) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (index < gpus_.size()) f(gpus_[index]);
 }
 
 Status FakeBackend::SetMemoryLimits(uint32_t index, const std::string& cgroup, uint64_t soft_bytes,
                                     uint64_t hard_bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ++memory_limit_calls_;
   if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
   if (auto f = memory_limit_failures_.find(index); f != memory_limit_failures_.end()) {
@@ -179,18 +179,18 @@ Status FakeBackend::SetMemoryLimits(uint32_t index, const std::string& cgroup, u
 }
 
 std::map<std::string, FakeBackend::MemoryLimit> FakeBackend::MemoryLimits(uint32_t index) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = memory_limits_.find(index);
   return it == memory_limits_.end() ? std::map<std::string, MemoryLimit>{} : it->second;
 }
 
 int FakeBackend::memory_limit_calls() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return memory_limit_calls_;
 }
 
 void FakeBackend::FailMemoryLimits(uint32_t index, Status status) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (status.ok()) {
     memory_limit_failures_.erase(index);
   } else {

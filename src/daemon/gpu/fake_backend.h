@@ -6,10 +6,10 @@
 
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "daemon/gpu/backend.h"
 
 namespace gpuslice::daemon {
@@ -66,7 +66,7 @@ class FakeBackend final : public GpuBackend {
   void Mutate(uint32_t index, const std::function<void(GpuInfo&)>& f);
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::vector<GpuInfo> gpus_;
   std::vector<std::vector<GpuProcess>> processes_;
   std::vector<std::vector<ProcessUtilization>> utilization_;

@@ -87,7 +87,7 @@ std::vector<std::future<Status>> GpuManager::Set(const std::vector<uint32_t>& gp
   }
   bool stopping;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping = stopping_;
   }
   std::vector<std::future<Status>> out;
@@ -139,7 +139,7 @@ Status GpuManager::SetOnGpu(uint32_t gpu, const SettingValue& value, const Lease
   std::erase_if(after.leases, [&](const Lease& l) { return l.holder == lease.holder; });
   uint64_t id;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     id = next_id_++;
   }
   after.leases.push_back(Lease{id, lease.holder, value, expiry.ns, expiry.wall_ns});
@@ -190,7 +190,7 @@ Status GpuManager::ReleaseOnGpu(uint32_t gpu, SettingKind kind, const std::strin
   // An emptied stack stays in the record until the device is back (rule 7).
   if (Status saved = Commit(key, std::move(after)); !saved.ok()) {
     if (lease_id) {  // an expiry: let the next ExpireDue try again
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (auto it = stacks_.find(key); it != stacks_.end()) {
         for (Lease& l : it->second.leases) {
           if (l.id == *lease_id) l.expiring = false;
@@ -238,7 +238,7 @@ void GpuManager::ExpireDue() {
   };
   std::vector<Due> due;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [key, stack] : stacks_) {
       for (Lease& l : stack.leases) {
         if (l.expires_ns && *l.expires_ns <= now && !l.expiring) {
@@ -259,7 +259,7 @@ void GpuManager::ExpireDue() {
 void GpuManager::RevertAll() {
   std::vector<std::future<Status>> pending;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
     for (const auto& [key, stack] : stacks_) {
       const uint32_t gpu = key.first;
@@ -288,7 +288,7 @@ void GpuManager::SetPersistence(LeasePersistence persistence) {
 }
 
 std::optional<GpuManager::Stack> GpuManager::StackOf(const Key& key) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = stacks_.find(key);
   if (it == stacks_.end()) return std::nullopt;
   return it->second;
@@ -310,11 +310,11 @@ nlohmann::json GpuManager::RecordsWith(const std::optional<Key>& key,
 }
 
 Status GpuManager::Commit(const Key& key, std::optional<Stack> after) {
-  std::lock_guard persist(persist_mu_);
+  MutexLock persist(persist_mu_);
   if (persistence_.save) {
     nlohmann::json data;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       data = RecordsWith(key, after);
     }
     if (Status s = persistence_.save(data); !s.ok()) {
@@ -322,7 +322,7 @@ Status GpuManager::Commit(const Key& key, std::optional<Stack> after) {
                          s.message());
     }
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (after) {
     stacks_[key] = std::move(*after);
   } else {
@@ -336,7 +336,7 @@ void GpuManager::CommitAnyway(const Key& key, std::optional<Stack> after, const 
     GS_LOG(kError, "gpusliced",
            "event=lease_record_stale gpu=%u setting=%s step=\"%s\" error=\"%s\"", key.first,
            SettingName(static_cast<SettingKind>(key.second)).data(), why, s.message().c_str());
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (after) {
       stacks_[key] = std::move(*after);
     } else {
@@ -423,8 +423,8 @@ RestoreReport GpuManager::Restore(const StatusOr<nlohmann::json>& loaded) {
   // as emptied stacks until done (rule 7). A failed save is logged, not fatal:
   // the old record still asks for the same reconciliation.
   {
-    std::lock_guard persist(persist_mu_);
-    std::lock_guard lock(mu_);
+    MutexLock persist(persist_mu_);
+    MutexLock lock(mu_);
     for (auto& [key, stack] : restored) {
       for (Lease& l : stack.leases) l.id = next_id_++;
     }
@@ -463,7 +463,7 @@ RestoreReport GpuManager::Restore(const StatusOr<nlohmann::json>& loaded) {
 }
 
 std::vector<LeaseInfo> GpuManager::Leases() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<LeaseInfo> out;
   for (const auto& [key, stack] : stacks_) {
     for (size_t i = 0; i < stack.leases.size(); ++i) {

@@ -32,7 +32,6 @@
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -40,6 +39,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "daemon/gpu/backend.h"
 #include "daemon/gpu/lease_record.h"
 #include "daemon/gpu/serial_executor.h"
@@ -173,10 +173,10 @@ class GpuManager {
   // for rollbacks and for steps that must not be refused. The next saved
   // change rewrites the whole record.
   void CommitAnyway(const Key& key, std::optional<Stack> after, const char* why);
-  // REQUIRES: mu_ held. The records with `key`'s stack replaced by `after`
+  // The records with `key`'s stack replaced by `after`
   // (no key: the records as they are).
-  nlohmann::json RecordsWith(const std::optional<Key>& key,
-                             const std::optional<Stack>& after) const;
+  nlohmann::json RecordsWith(const std::optional<Key>& key, const std::optional<Stack>& after) const
+      REQUIRES(mu_);
 
   struct Expiry {
     std::optional<int64_t> ns;       // on clock_
@@ -196,11 +196,11 @@ class GpuManager {
   const Clock& clock_;
   std::vector<std::unique_ptr<SerialExecutor>> executors_;
   LeasePersistence persistence_;
-  std::mutex persist_mu_;  // one save at a time, in the order of the changes; before mu_
-  mutable std::mutex mu_;
-  std::map<Key, Stack> stacks_;  // GUARDED_BY(mu_)
-  uint64_t next_id_ = 1;         // GUARDED_BY(mu_)
-  bool stopping_ = false;        // GUARDED_BY(mu_)
+  Mutex persist_mu_;  // one save at a time, in the order of the changes; before mu_
+  mutable Mutex mu_;
+  std::map<Key, Stack> stacks_ GUARDED_BY(mu_);
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::function<void(uint32_t)> listener_;
 };
 

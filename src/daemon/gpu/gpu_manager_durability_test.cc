@@ -359,5 +359,33 @@ TEST_F(GpuManagerDurabilityTest, RestoreRefusesAMalformedRecordAndStartsEmpty) {
   EXPECT_EQ(Stacks(journal_.Saved()).size(), 1u);
 }
 
+// Fault injection: CLOCK_REALTIME jumps (an NTP step, an operator's `date`)
+// while the daemon runs. A running lease ends on the monotonic clock, so a
+// wall-clock jump either way neither ends it early nor keeps it late; the
+// record keeps the wall-clock expiry it was given (docs/errors.md).
+TEST_F(GpuManagerDurabilityTest, WallClockJumpsWhileRunningDoNotMoveAnExpiry) {
+  auto run = Start();
+  ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 60)).ok());
+  wall_.Advance(86'400 * kSecond);  // a day ahead
+  run->clock.Advance(30 * kSecond);
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
+  wall_.Set(kWallStart - 3600 * kSecond);  // an hour before the lease began
+  run->clock.Advance(29 * kSecond);
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
+  auto stacks = Stacks(journal_.Saved());
+  ASSERT_EQ(stacks.size(), 1u);
+  ASSERT_EQ(stacks[0].leases.size(), 1u);
+  EXPECT_EQ(stacks[0].leases[0].expires_at_ns, kWallStart + 60 * kSecond);
+  run->clock.Advance(1 * kSecond);
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+  EXPECT_TRUE(run->manager.Leases().empty());
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon

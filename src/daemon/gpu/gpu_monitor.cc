@@ -27,7 +27,7 @@ GpuMonitor::GpuMonitor(GpuBackend& backend, std::chrono::milliseconds interval, 
 GpuMonitor::~GpuMonitor() { Stop(); }
 
 void GpuMonitor::Sample() {
-  std::lock_guard sample_lock(sample_mu_);
+  MutexLock sample_lock(sample_mu_);
   std::shared_ptr<const Snapshot> prev = Current();
   auto next = std::make_shared<Snapshot>();
   next->generation = prev->generation + 1;
@@ -56,7 +56,7 @@ void GpuMonitor::Sample() {
   }
   next->gpus_json = nlohmann::json{{"gpus", std::move(list)}}.dump();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     current_ = next;
   }
   if (sink_) sink_(*next);
@@ -69,7 +69,7 @@ void GpuMonitor::Start() {
 
 void GpuMonitor::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -78,22 +78,22 @@ void GpuMonitor::Stop() {
 
 void GpuMonitor::Poke() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     poked_ = true;
   }
   cv_.notify_all();
 }
 
 std::shared_ptr<const Snapshot> GpuMonitor::Current() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return current_;
 }
 
 void GpuMonitor::Loop() {
   for (;;) {
     {
-      std::unique_lock lock(mu_);
-      cv_.wait_for(lock, interval_, [&] { return stop_ || poked_; });
+      MutexLock lock(mu_);
+      cv_.wait_for(lock, interval_, [&]() REQUIRES(mu_) { return stop_ || poked_; });
       if (stop_) return;
       poked_ = false;
     }

@@ -12,12 +12,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/thread_annotations.h"
 #include "daemon/gpu/backend.h"
 
 namespace gpuslice::daemon {
@@ -88,12 +88,12 @@ class GpuMonitor {
   std::function<void()> tick_;
   SampleSink sink_;
   const Clock& clock_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::shared_ptr<const Snapshot> current_;  // GUARDED_BY(mu_)
-  bool poked_ = false;                       // GUARDED_BY(mu_)
-  bool stop_ = false;                        // GUARDED_BY(mu_)
-  std::mutex sample_mu_;                     // one Sample at a time
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;
+  std::shared_ptr<const Snapshot> current_ GUARDED_BY(mu_);
+  bool poked_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
+  Mutex sample_mu_;  // one Sample at a time
   std::thread thread_;
 };
 

@@ -128,6 +128,7 @@ StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Open(const char* library) {
       b->api_->nvmlSystemGetDriverVersion(v, sizeof v) == NVML_SUCCESS) {
     b->driver_version_ = v;
   }
+  MutexLock lock(b->mu_);  // not shared yet; taken for the analysis
   b->locked_gpu_.resize(count);
   b->locked_mem_.resize(count);
   return b;
@@ -223,7 +224,7 @@ StatusOr<GpuInfo> NvmlBackend::Read(uint32_t index) {
   // every driver version) exports it always, so the version decides too.
   g.features.memory_limits_api =
       a.nvmlDeviceSetMemoryLimits_v1 != nullptr && DriverMajor(driver_version_) >= 615;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   g.locked_gpu_clocks = locked_gpu_[index];
   g.locked_memory_clocks = locked_mem_[index];
   return g;
@@ -304,11 +305,11 @@ StatusOr<SettingValue> NvmlBackend::Get(uint32_t index, SettingKind kind) {
       return SettingValue(PowerLimit{mw});
     }
     case SettingKind::kGpuClocks: {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       return SettingValue(GpuClocks{locked_gpu_[index]});
     }
     case SettingKind::kMemoryClocks: {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       return SettingValue(MemoryClocks{locked_mem_[index]});
     }
     case SettingKind::kPersistence: {
@@ -345,7 +346,7 @@ Status NvmlBackend::Set(uint32_t index, const SettingValue& value) {
                   : Check(a.nvmlDeviceResetGpuLockedClocks(d), "nvmlDeviceResetGpuLockedClocks",
                           index);
           if (s.ok()) {
-            std::lock_guard lock(mu_);
+            MutexLock lock(mu_);
             locked_gpu_[index] = v.locked;
           }
           return s;
@@ -356,7 +357,7 @@ Status NvmlBackend::Set(uint32_t index, const SettingValue& value) {
                               : Check(a.nvmlDeviceResetMemoryLockedClocks(d),
                                       "nvmlDeviceResetMemoryLockedClocks", index);
           if (s.ok()) {
-            std::lock_guard lock(mu_);
+            MutexLock lock(mu_);
             locked_mem_[index] = v.locked;
           }
           return s;

@@ -6,11 +6,11 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "daemon/gpu/backend.h"
 #include "nvml_abi/nvml.h"
 
@@ -50,9 +50,9 @@ class NvmlBackend final : public GpuBackend {
   std::unique_ptr<Api> api_;
   std::vector<nvmlDevice_t> devices_;
   std::string driver_version_;  // "" when NVML does not say
-  mutable std::mutex mu_;
-  std::vector<std::optional<ClockRange>> locked_gpu_;  // GUARDED_BY(mu_)
-  std::vector<std::optional<ClockRange>> locked_mem_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<std::optional<ClockRange>> locked_gpu_ GUARDED_BY(mu_);
+  std::vector<std::optional<ClockRange>> locked_mem_ GUARDED_BY(mu_);
 };
 
 }  // namespace gpuslice::daemon

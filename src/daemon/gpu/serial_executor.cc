@@ -8,7 +8,7 @@ SerialExecutor::~SerialExecutor() { Stop(); }
 
 bool SerialExecutor::Submit(std::function<void()> task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return false;
     queue_.push_back(std::move(task));
   }
@@ -18,7 +18,7 @@ bool SerialExecutor::Submit(std::function<void()> task) {
 
 void SerialExecutor::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_one();
@@ -29,8 +29,8 @@ void SerialExecutor::Loop() {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      cv_.wait(lock, [&]() REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and everything ran
       task = std::move(queue_.front());
       queue_.pop_front();

@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "common/thread_annotations.h"
+
 namespace gpuslice::daemon {
 
 class ControlLoop {
@@ -19,19 +21,20 @@ class ControlLoop {
 
   void Start() {
     thread_ = std::thread([this] {
-      std::unique_lock lock(mu_);
+      MutexLock lock(mu_);
       while (!stopping_) {
-        lock.unlock();
+        lock.Unlock();
         const int64_t next_ns = tick_();
-        lock.lock();
-        cv_.wait_for(lock, std::chrono::nanoseconds(next_ns), [this] { return stopping_; });
+        lock.Lock();
+        cv_.wait_for(lock, std::chrono::nanoseconds(next_ns),
+                     [this]() REQUIRES(mu_) { return stopping_; });
       }
     });
   }
   // Waits for the running tick to end; no tick runs after it. Idempotent.
   void Stop() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
@@ -40,9 +43,9 @@ class ControlLoop {
 
  private:
   std::function<int64_t()> tick_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -149,7 +149,7 @@ int64_t GroupControllers::Tick() {
                           .paused = false,
                           .grants = {}});
     }
-    std::lock_guard lock(snapshot_mu_);
+    MutexLock lock(snapshot_mu_);
     snapshot_ = std::move(snapshot);
   }
   return next;
@@ -164,12 +164,12 @@ void GroupControllers::Stop() {
     g.segment->ResignController();
   }
   groups_.clear();
-  std::lock_guard lock(snapshot_mu_);
+  MutexLock lock(snapshot_mu_);
   snapshot_.clear();
 }
 
 std::vector<GroupControllers::GroupControl> GroupControllers::Snapshot() const {
-  std::lock_guard lock(snapshot_mu_);
+  MutexLock lock(snapshot_mu_);
   std::vector<GroupControl> out = snapshot_;
   for (GroupControl& g : out) {
     auto it = grants_.find(g.group);
@@ -188,7 +188,7 @@ std::vector<GroupControllers::GroupControl> GroupControllers::Snapshot() const {
 
 std::optional<uint32_t> GroupControllers::GrantOf(const std::string& group,
                                                   const std::string& uuid) const {
-  std::lock_guard lock(snapshot_mu_);
+  MutexLock lock(snapshot_mu_);
   auto it = grants_.find(group);
   if (it == grants_.end()) return std::nullopt;
   for (const DeviceGrant& g : it->second.second) {
@@ -265,7 +265,7 @@ void GroupControllers::Schedule() {
                                              .wants_more = out[i].wants_more});
     }
   }
-  std::lock_guard lock(snapshot_mu_);
+  MutexLock lock(snapshot_mu_);
   grants_ = std::move(grants);
 }
 

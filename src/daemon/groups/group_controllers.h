@@ -31,13 +31,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/thread_annotations.h"
 #include "control/compute_controller.h"
 #include "control/group_keeper.h"
 #include "control/share_scheduler.h"
@@ -152,14 +152,13 @@ class GroupControllers {
   std::map<std::string, std::unique_ptr<control::ShareScheduler>> schedulers_;  // by GPU UUID
   int64_t next_schedule_ns_ = 0;
   // The scheduler's last word per group, for Snapshot().
-  std::map<std::string, std::pair<bool, std::vector<DeviceGrant>>>
-      grants_;  // GUARDED_BY(snapshot_mu_)
+  std::map<std::string, std::pair<bool, std::vector<DeviceGrant>>> grants_ GUARDED_BY(snapshot_mu_);
   int64_t last_scan_ns_ = 0;
   int64_t last_adopt_ns_ = 0;
   std::set<std::string> idle_files_;  // found idle since the last rescan
   bool scanned_ = false;
-  mutable std::mutex snapshot_mu_;
-  std::vector<GroupControl> snapshot_;  // GUARDED_BY(snapshot_mu_)
+  mutable Mutex snapshot_mu_;
+  std::vector<GroupControl> snapshot_ GUARDED_BY(snapshot_mu_);
 };
 
 }  // namespace gpuslice::daemon

@@ -98,7 +98,7 @@ Status StateStore::SaveSerialized(std::string_view name, std::string_view data_j
 Status StateStore::WriteAtomically(std::string_view name, const std::string& text) {
   const std::string path = PathOf(name);
   const std::string tmp = path + ".tmp";
-  std::lock_guard lock(save_mu_);
+  MutexLock lock(save_mu_);
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Unavailable(Errno("cannot create " + tmp));
   const bool written = WriteAll(fd, text) && fsync(fd) == 0;

@@ -18,12 +18,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace gpuslice::daemon {
 
@@ -68,7 +68,7 @@ class StateStore {
   Status Quarantine(std::string_view name, const std::string& problem) const;
 
   std::string dir_;
-  std::mutex save_mu_;  // one Save at a time: temporary file names never collide
+  Mutex save_mu_;  // one Save at a time: temporary file names never collide
 };
 
 }  // namespace gpuslice::daemon

@@ -43,12 +43,12 @@ void GpuUsageCache::Refresh(const Snapshot& snapshot) {
     }
     next->push_back(std::move(usage));
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   current_ = std::move(next);
 }
 
 std::shared_ptr<const std::vector<GpuUsage>> GpuUsageCache::Current() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return current_;
 }
 

@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "daemon/gpu/backend.h"
 #include "daemon/gpu/gpu_monitor.h"
 
@@ -39,9 +39,9 @@ class GpuUsageCache {
  private:
   GpuBackend& backend_;
   std::map<uint32_t, uint64_t> last_sample_us_;  // per GPU; Refresh's thread only
-  mutable std::mutex mu_;
-  std::shared_ptr<const std::vector<GpuUsage>> current_ =
-      std::make_shared<const std::vector<GpuUsage>>();  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::shared_ptr<const std::vector<GpuUsage>> current_ GUARDED_BY(mu_) =
+      std::make_shared<const std::vector<GpuUsage>>();
 };
 
 // One entry per GPU of `snapshot`, in its order: the cached usage, or an

@@ -47,7 +47,7 @@ GroupTiers::GroupTiers(TenantRegistry& registry, mps::MpsManager& mps)
 GroupTiers::~GroupTiers() { Stop(); }
 
 void GroupTiers::Start() {
-  std::lock_guard lock(queue_mu_);
+  MutexLock lock(queue_mu_);
   if (running_) return;
   running_ = true;
   stopping_ = false;
@@ -56,13 +56,13 @@ void GroupTiers::Start() {
 
 void GroupTiers::Stop() {
   {
-    std::lock_guard lock(queue_mu_);
+    MutexLock lock(queue_mu_);
     if (!running_) return;
     stopping_ = true;
   }
   queue_cv_.notify_all();
   worker_.join();
-  std::lock_guard lock(queue_mu_);
+  MutexLock lock(queue_mu_);
   running_ = false;
 }
 
@@ -70,8 +70,8 @@ void GroupTiers::Run() {
   for (;;) {
     std::pair<Job, std::string> job;
     {
-      std::unique_lock lock(queue_mu_);
-      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(queue_mu_);
+      queue_cv_.wait(lock, [this]() REQUIRES(queue_mu_) { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, nothing left
       job = std::move(queue_.front());
       queue_.pop_front();
@@ -85,7 +85,7 @@ void GroupTiers::Run() {
 }
 
 bool GroupTiers::Enqueue(Job job, const std::string& group) {
-  std::lock_guard lock(queue_mu_);
+  MutexLock lock(queue_mu_);
   if (!running_ || stopping_) return false;
   queue_.emplace_back(job, group);
   queue_cv_.notify_one();
@@ -101,7 +101,7 @@ void GroupTiers::LimitsChanged(const std::string& group) {
 }
 
 void GroupTiers::ApplyLimits(const std::string& id) {
-  std::lock_guard op(op_mu_);
+  MutexLock op(op_mu_);
   const std::optional<GroupGrant> grant = GroupState(id);
   if (!grant || !grant->held || grant->tier != Tier::kMps) return;
   const std::optional<Group> group = registry_.GroupOf(id);
@@ -117,11 +117,11 @@ void GroupTiers::ApplyLimits(const std::string& id) {
 }
 
 void GroupTiers::ReleaseIfUnused(const std::string& group) {
-  std::lock_guard op(op_mu_);
+  MutexLock op(op_mu_);
   if (registry_.MemberCount(group) > 0) return;
   GroupGrant grant;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = groups_.find(group);
     if (it == groups_.end()) return;
     grant = it->second;
@@ -134,7 +134,7 @@ void GroupTiers::ReleaseIfUnused(const std::string& group) {
 }
 
 void GroupTiers::Reconcile() {
-  std::lock_guard op(op_mu_);
+  MutexLock op(op_mu_);
   std::map<std::string, Group> groups;
   for (Group& g : registry_.Groups()) groups.emplace(g.id, std::move(g));
   for (const mps::TenantInfo& t : mps_.Tenants()) {
@@ -147,7 +147,7 @@ void GroupTiers::Reconcile() {
              t.name.c_str(), s.message().c_str());
       continue;
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     groups_[t.name] = GroupGrant{.tier = t.tier == mps::Tier::kMps ? Tier::kMps : Tier::kShared,
                                  .reason = t.reason,
                                  .uuids = t.uuids,
@@ -156,14 +156,14 @@ void GroupTiers::Reconcile() {
 }
 
 std::optional<GroupTiers::GroupGrant> GroupTiers::GroupState(const std::string& id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = groups_.find(id);
   if (it == groups_.end()) return std::nullopt;
   return it->second;
 }
 
 std::map<std::string, GroupTiers::GroupGrant> GroupTiers::GroupStates() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return groups_;
 }
 
@@ -200,7 +200,7 @@ GroupTiers::Grant GroupTiers::Current(const Tenant& tenant) const {
 GroupTiers::Grant GroupTiers::GrantFor(const Tenant& tenant) {
   auto group = registry_.GroupOf(tenant.group);
   if (!group || group->tier != Tier::kMps) return Grant{};
-  std::lock_guard op(op_mu_);
+  MutexLock op(op_mu_);
   std::optional<GroupGrant> held = GroupState(tenant.group);
   const std::vector<std::string>& gpus = held ? held->uuids : tenant.devices;
 
@@ -220,12 +220,12 @@ GroupTiers::Grant GroupTiers::GrantFor(const Tenant& tenant) {
                    .uuids = {},
                    .held = true};
       for (const mps::GpuEnv& e : result.per_gpu) g.uuids.push_back(e.uuid);
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       held = groups_[tenant.group] = std::move(g);
     } else if (!held) {
       // Refused (another MPS tenant of this name, a bad setting): shared, and
       // nothing of the manager's is ours to release.
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       held = groups_[tenant.group] =
           GroupGrant{.tier = Tier::kShared,
                      .reason = "MPS refused the group: " + acquired.status().message(),

@@ -34,13 +34,13 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "daemon/mps/mps_manager.h"
 #include "daemon/tenants/registry.h"
 
@@ -115,15 +115,15 @@ class GroupTiers {
   TenantRegistry& registry_;
   mps::MpsManager& mps_;
 
-  std::mutex op_mu_;  // orders acquisitions and releases (rule 4); taken before mu_
-  mutable std::mutex mu_;
-  std::map<std::string, GroupGrant> groups_;  // GUARDED_BY(mu_)
+  Mutex op_mu_;  // orders acquisitions and releases (rule 4); taken before mu_
+  mutable Mutex mu_;
+  std::map<std::string, GroupGrant> groups_ GUARDED_BY(mu_);
 
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<std::pair<Job, std::string>> queue_;  // GUARDED_BY(queue_mu_)
-  bool running_ = false;                           // GUARDED_BY(queue_mu_)
-  bool stopping_ = false;                          // GUARDED_BY(queue_mu_)
+  Mutex queue_mu_;
+  std::condition_variable_any queue_cv_;
+  std::deque<std::pair<Job, std::string>> queue_ GUARDED_BY(queue_mu_);
+  bool running_ GUARDED_BY(queue_mu_) = false;
+  bool stopping_ GUARDED_BY(queue_mu_) = false;
   std::thread worker_;
 };
 

@@ -55,7 +55,7 @@ void PidWatcher::Stop() {
     }
     thread_.join();
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [pid, w] : fds_) close(w.fd);
   fds_.clear();
   if (epoll_fd_ >= 0) close(epoll_fd_);
@@ -75,7 +75,7 @@ Status PidWatcher::Watch(pid_t pid, uint64_t start_time) {
     close(fd);
     return NotFound("process " + std::to_string(pid) + " exited (its pid now names another)");
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = fds_.find(pid); it != fds_.end()) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
     close(it->second.fd);
@@ -95,7 +95,7 @@ Status PidWatcher::Watch(pid_t pid, uint64_t start_time) {
 }
 
 void PidWatcher::Unwatch(pid_t pid) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = fds_.find(pid);
   if (it == fds_.end()) return;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
@@ -104,7 +104,7 @@ void PidWatcher::Unwatch(pid_t pid) {
 }
 
 size_t PidWatcher::WatchCount() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return fds_.size();
 }
 
@@ -120,7 +120,7 @@ void PidWatcher::Loop() {
     }
     std::vector<pid_t> exited;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (int i = 0; i < n; ++i) {
         if (events[i].data.u64 == kWakeTag) return;
         const auto pid = static_cast<pid_t>(events[i].data.u64 & 0xffffffffu);

@@ -17,12 +17,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace gpuslice::daemon {
 
@@ -67,13 +67,13 @@ class PidWatcher final : public LivenessWatcher {
   ExitCallback callback_;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: Stop wakes the thread
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   struct Watched {
     int fd;
     uint32_t generation;  // tells a stale event of a replaced watch from a live one
   };
-  std::map<pid_t, Watched> fds_;  // GUARDED_BY(mu_)
-  uint32_t next_generation_ = 1;  // GUARDED_BY(mu_)
+  std::map<pid_t, Watched> fds_ GUARDED_BY(mu_);
+  uint32_t next_generation_ GUARDED_BY(mu_) = 1;
   std::thread thread_;
 };
 

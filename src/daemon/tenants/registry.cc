@@ -308,7 +308,7 @@ Status TenantRegistry::Restore() {
   std::vector<Tenant> dropped;
   uint64_t version = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (Group& g : groups) groups_[g.id] = std::move(g);
     for (Tenant& t : saved) {
       // Alive and the same process (a reused pid has another start time).
@@ -345,7 +345,7 @@ Status TenantRegistry::Restore() {
 
 Status TenantRegistry::Refuse(const Registration& reg, Status why) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++refused_;
   }
   GS_LOG(kInfo, "gpusliced", "event=registration_refused pid=%d uid=%d group=%s reason=\"%s\"",
@@ -394,7 +394,7 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
   const std::vector<std::string> gpus =
       reg.schedule && node_gpus_ ? node_gpus_() : std::vector<std::string>{};
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     auto g = groups_.find(reg.group);
     if (g != groups_.end()) {
       const Group& group = g->second;
@@ -403,14 +403,14 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
         auto who = [](uid_t uid, const std::string& pod) {
           return "uid " + std::to_string(uid) + (pod.empty() ? " (no pod)" : " in pod " + pod);
         };
-        lock.unlock();
+        lock.Unlock();
         return Refuse(
             reg, PermissionDenied("group \"" + reg.group + "\" belongs to " +
                                   who(*group.owner_uid, group.owner_pod_uid) + "; a process of " +
                                   who(t.uid, t.cgroup.pod_uid) + " may not join it"));
       }
       if (reg.tier && *reg.tier != group.tier) {
-        lock.unlock();
+        lock.Unlock();
         return Refuse(reg, FailedPrecondition("group \"" + reg.group + "\" is of tier " +
                                               std::string(TierName(group.tier)) + ", not " +
                                               std::string(TierName(*reg.tier))));
@@ -418,7 +418,7 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
     }
     if (auto old = tenants_.find(reg.pid); old != tenants_.end()) {
       if (old->second.start_time == t.start_time && old->second.group != reg.group) {
-        lock.unlock();
+        lock.Unlock();
         return Refuse(reg, FailedPrecondition("process " + std::to_string(reg.pid) +
                                               " is registered in group \"" + old->second.group +
                                               "\"; DELETE /v1/tenants/" + std::to_string(reg.pid) +
@@ -427,7 +427,7 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
       replaced = old->second;
     }
     if (Status s = watcher_.Watch(reg.pid, t.start_time); !s.ok()) {
-      lock.unlock();
+      lock.Unlock();
       return Refuse(reg, s);
     }
     if (g == groups_.end()) {
@@ -474,7 +474,7 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
   if (Status s = Persist(version); !s.ok()) {
     // Not durable: not promised. Undo what this call added.
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       auto it = tenants_.find(t.host_pid);
       if (it != tenants_.end() && it->second.registered_at_ns == t.registered_at_ns) {
         if (replaced) {
@@ -513,7 +513,7 @@ Status TenantRegistry::Unregister(pid_t pid) {
   std::optional<Tenant> gone;
   uint64_t version = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = tenants_.find(pid);
     if (it == tenants_.end()) return NotFound("no tenant with pid " + std::to_string(pid));
     gone = std::move(it->second);
@@ -530,7 +530,7 @@ void TenantRegistry::OnExited(const std::vector<pid_t>& pids) {
   std::vector<Tenant> gone;
   uint64_t version = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (pid_t pid : pids) {
       auto it = tenants_.find(pid);
       if (it == tenants_.end()) continue;
@@ -550,7 +550,7 @@ void TenantRegistry::OnExited(const std::vector<pid_t>& pids) {
 }
 
 std::vector<Tenant> TenantRegistry::Tenants() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Tenant> out;
   out.reserve(tenants_.size());
   for (const auto& [pid, t] : tenants_) out.push_back(t);
@@ -558,7 +558,7 @@ std::vector<Tenant> TenantRegistry::Tenants() const {
 }
 
 std::vector<std::pair<Tenant, std::string>> TenantRegistry::TenantsWithJson() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::pair<Tenant, std::string>> out;
   out.reserve(tenants_.size());
   for (const auto& [pid, t] : tenants_) out.emplace_back(t, tenant_text_.at(pid));
@@ -566,14 +566,14 @@ std::vector<std::pair<Tenant, std::string>> TenantRegistry::TenantsWithJson() co
 }
 
 std::optional<Tenant> TenantRegistry::TenantOf(pid_t pid) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = tenants_.find(pid);
   if (it == tenants_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<Group> TenantRegistry::Groups() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Group> out;
   out.reserve(groups_.size());
   for (const auto& [id, g] : groups_) out.push_back(g);
@@ -581,14 +581,14 @@ std::vector<Group> TenantRegistry::Groups() const {
 }
 
 std::optional<Group> TenantRegistry::GroupOf(const std::string& id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = groups_.find(id);
   if (it == groups_.end()) return std::nullopt;
   return it->second;
 }
 
 size_t TenantRegistry::MemberCount(const std::string& group) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return CountMembersLocked(group);
 }
 
@@ -609,7 +609,7 @@ std::map<std::string, GpuLimit> TenantRegistry::EffectiveLimits(const Tenant& te
 }
 
 std::optional<TenantRegistry::GroupControl> TenantRegistry::ControlOf(const std::string& id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto group = groups_.find(id);
   if (group == groups_.end()) return std::nullopt;
   GroupControl control{.host_pids = {}, .limits = group->second.limits, .requested = {}};
@@ -645,7 +645,7 @@ StatusOr<Group> TenantRegistry::UpdateGroup(const std::string& id, const GroupCh
   bool schedule_changed = false;
   uint64_t version = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = groups_.find(id);
     Group candidate;
     if (it == groups_.end()) {
@@ -690,7 +690,7 @@ StatusOr<Group> TenantRegistry::SetPaused(const std::string& id, bool paused) {
   bool changed = false;
   uint64_t version = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = groups_.find(id);
     if (it == groups_.end()) return NotFound("no group \"" + id + "\"");
     changed = it->second.paused != paused;
@@ -772,7 +772,7 @@ Status TenantRegistry::AdmitLocked(const Group& candidate,
 
 std::optional<GroupSchedule> TenantRegistry::ScheduleOn(const std::string& id,
                                                         const std::string& uuid) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = groups_.find(id);
   if (it == groups_.end()) return std::nullopt;
   const Group& g = it->second;
@@ -798,7 +798,7 @@ ScheduleOfRegistry(const TenantRegistry& registry) {
 }
 
 uint32_t TenantRegistry::RequestedOn(const std::string& uuid) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   uint32_t sum = 0;
   for (const auto& [id, g] : groups_) sum += RawRequest(g, uuid);
   return sum;
@@ -807,7 +807,7 @@ uint32_t TenantRegistry::RequestedOn(const std::string& uuid) const {
 Status TenantRegistry::ForgetGroup(const std::string& id) {
   uint64_t version = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = groups_.find(id);
     if (it == groups_.end()) return NotFound("no group \"" + id + "\"");
     if (const size_t n = CountMembersLocked(id); n > 0) {
@@ -834,13 +834,13 @@ void TenantRegistry::EraseTenantLocked(pid_t pid) {
 }
 
 uint64_t TenantRegistry::refused_count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return refused_;
 }
 
 Status TenantRegistry::Persist(uint64_t version) {
   if (store_ == nullptr) return Status::Ok();
-  std::unique_lock lock(persist_mu_);
+  MutexLock lock(persist_mu_);
   for (;;) {
     if (saved_version_ >= version) return Status::Ok();
     if (failed_version_ >= version) return last_error_;
@@ -848,14 +848,14 @@ Status TenantRegistry::Persist(uint64_t version) {
     persisted_.wait(lock);
   }
   saving_ = true;
-  lock.unlock();
+  lock.Unlock();
   // Only the saver (saving_) touches groups_saved_version_.
   json groups = json::array();
   std::string tenants = "{\"tenants\":[";
   uint64_t snapshot = 0;
   bool save_groups = false;
   {
-    std::lock_guard state(mu_);
+    MutexLock state(mu_);
     snapshot = version_;
     save_groups = groups_version_ > groups_saved_version_;
     if (save_groups) {
@@ -873,7 +873,7 @@ Status TenantRegistry::Persist(uint64_t version) {
   Status s;
   if (save_groups) s = store_->Save("groups", {{"groups", std::move(groups)}});
   if (s.ok()) s = store_->SaveSerialized("tenants", tenants);
-  lock.lock();
+  lock.Lock();
   saving_ = false;
   if (s.ok()) {
     if (save_groups) groups_saved_version_ = snapshot;

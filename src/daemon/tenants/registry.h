@@ -35,7 +35,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -45,6 +44,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "daemon/groups/group_schedule.h"
 #include "daemon/state/state_store.h"
 #include "daemon/tenants/identity.h"
@@ -256,15 +256,16 @@ class TenantRegistry {
   Status Persist(uint64_t version);
   Status Refuse(const Registration& reg, Status why);
   void Emit(std::string_view type, const nlohmann::json& data) const;
-  size_t CountMembersLocked(const std::string& group) const;  // REQUIRES: mu_ held
-  // REQUIRES: mu_ held. Whether the registry with `candidate` in place of
+  size_t CountMembersLocked(const std::string& group) const REQUIRES(mu_);
+  // Whether the registry with `candidate` in place of
   // its group (or added) is admissible: the candidate's requests within its
   // limits, and on each GPU in `gpus` (and each GPU a group names) where
   // the candidate asks more than before, every group's requests within 100.
-  Status AdmitLocked(const Group& candidate, const std::vector<std::string>& gpus) const;
-  // Both REQUIRE mu_ held; they keep tenant_text_ in step with tenants_.
-  void PutTenantLocked(const Tenant& t);
-  void EraseTenantLocked(pid_t pid);
+  Status AdmitLocked(const Group& candidate, const std::vector<std::string>& gpus) const
+      REQUIRES(mu_);
+  // They keep tenant_text_ in step with tenants_.
+  void PutTenantLocked(const Tenant& t) REQUIRES(mu_);
+  void EraseTenantLocked(pid_t pid) REQUIRES(mu_);
 
   const Options options_;
   const Clock& clock_;
@@ -273,25 +274,25 @@ class TenantRegistry {
   const EventSink sink_;
   std::function<std::vector<std::string>()> node_gpus_;
 
-  mutable std::mutex mu_;
-  std::map<std::string, Group> groups_;  // GUARDED_BY(mu_)
-  std::map<pid_t, Tenant> tenants_;      // GUARDED_BY(mu_)
-  // GUARDED_BY(mu_): each tenant's checkpoint JSON, serialised once, so that
+  mutable Mutex mu_;
+  std::map<std::string, Group> groups_ GUARDED_BY(mu_);
+  std::map<pid_t, Tenant> tenants_ GUARDED_BY(mu_);
+  // Each tenant's checkpoint JSON, serialised once, so that
   // a checkpoint of N tenants is a concatenation, not N serialisations.
-  std::map<pid_t, std::string> tenant_text_;
-  uint64_t version_ = 0;         // GUARDED_BY(mu_): bumped by every change
-  uint64_t groups_version_ = 0;  // GUARDED_BY(mu_): the last change of groups_
-  uint64_t refused_ = 0;         // GUARDED_BY(mu_)
+  std::map<pid_t, std::string> tenant_text_ GUARDED_BY(mu_);
+  uint64_t version_ GUARDED_BY(mu_) = 0;         // bumped by every change
+  uint64_t groups_version_ GUARDED_BY(mu_) = 0;  // the last change of groups_
+  uint64_t refused_ GUARDED_BY(mu_) = 0;
 
   // Group commit of checkpoints: one save at a time saves the newest state;
   // every caller whose version it covers returns with it.
-  std::mutex persist_mu_;
-  std::condition_variable persisted_;
-  bool saving_ = false;                // GUARDED_BY(persist_mu_)
-  uint64_t saved_version_ = 0;         // GUARDED_BY(persist_mu_)
-  uint64_t groups_saved_version_ = 0;  // the one saver's (saving_) only
-  uint64_t failed_version_ = 0;        // GUARDED_BY(persist_mu_): the last failed save covered this
-  Status last_error_;                  // GUARDED_BY(persist_mu_): and failed so
+  Mutex persist_mu_;
+  std::condition_variable_any persisted_;
+  bool saving_ GUARDED_BY(persist_mu_) = false;
+  uint64_t saved_version_ GUARDED_BY(persist_mu_) = 0;
+  uint64_t groups_saved_version_ = 0;                    // the one saver's (saving_) only
+  uint64_t failed_version_ GUARDED_BY(persist_mu_) = 0;  // the last failed save covered this
+  Status last_error_ GUARDED_BY(persist_mu_);            // and failed so
 };
 
 // GroupControllers' ScheduleOf callback over `registry` (ScheduleOn).
