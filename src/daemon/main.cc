@@ -560,43 +560,6 @@ int Run(int argc, char** argv) {
     GS_LOG(kError, "gpusliced", "event=node_segment_unavailable error=\"%s\"",
            w.status().message().c_str());
   }
-  // The kubelet side (docs/kubernetes.md "Kubelet side"), only when asked:
-  // allocations restored, the DRA plugin and device plugins served.
-  std::unique_ptr<kubelet::KubeletSide> kubelet_side;
-  if (kubelet_config.enabled()) {
-    auto side = kubelet::KubeletSide::Start(
-        kubelet_config,
-        kubelet::KubeletSide::Context{.registry = registry,
-                                      .state = state->get(),
-                                      .node_gpus =
-                                          [&monitor] {
-                                            std::vector<kubelet::NodeGpu> gpus;
-                                            for (const GpuInfo& gpu : monitor.Current()->gpus) {
-                                              gpus.push_back(kubelet::NodeGpu{gpu.index, gpu.uuid});
-                                            }
-                                            return gpus;
-                                          },
-                                      .memory = [&monitor](const std::string& uuid) -> uint64_t {
-                                        for (const GpuInfo& gpu : monitor.Current()->gpus) {
-                                          if (gpu.uuid == uuid) return gpu.memory_total_bytes;
-                                        }
-                                        return 0;
-                                      },
-                                      .daemon_socket = config.socket,
-                                      .shm_dir = shm_dir});
-    if (!side.ok()) {
-      GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"",
-             side.status().message().c_str());
-      server.Stop();
-      control_loop.Stop();
-      monitor.Stop();
-      return kExitFailure;
-    }
-    kubelet_side = std::move(*side);
-  }
-  GS_LOG(kInfo, "gpusliced", "event=ready socket=%s tcp=%s gpus=%u pid=%d", config.socket.c_str(),
-         config.listen_tcp.empty() ? "off" : config.listen_tcp.c_str(), manager.DeviceCount(),
-         static_cast<int>(getpid()));
   // Kubernetes (docs/kubernetes.md): the node's pods' annotations into the
   // registry, the node's GPUs as ResourceSlices.
   std::unique_ptr<kube::KubeNode> kube_node;
@@ -625,8 +588,53 @@ int Run(int argc, char** argv) {
           }
           return gpus;
         });
-    kube_node->Start();
   }
+  // The DRA plugin reads claims from the API server unless --dra-claims-dir
+  // names files.
+  std::unique_ptr<kubelet::ClaimReader> claim_reader;
+  if (kube_node && kubelet_config.claims_dir.empty()) {
+    claim_reader = std::make_unique<kubelet::ApiClaimReader>(
+        [&client = kube_node->client()](const std::string& path) { return client.Get(path); });
+  }
+  // The kubelet side (docs/kubernetes.md "Kubelet side"), only when asked:
+  // allocations restored, the DRA plugin and device plugins served.
+  std::unique_ptr<kubelet::KubeletSide> kubelet_side;
+  if (kubelet_config.enabled()) {
+    auto side = kubelet::KubeletSide::Start(
+        kubelet_config,
+        kubelet::KubeletSide::Context{.registry = registry,
+                                      .state = state->get(),
+                                      .node_gpus =
+                                          [&monitor] {
+                                            std::vector<kubelet::NodeGpu> gpus;
+                                            for (const GpuInfo& gpu : monitor.Current()->gpus) {
+                                              gpus.push_back(kubelet::NodeGpu{gpu.index, gpu.uuid});
+                                            }
+                                            return gpus;
+                                          },
+                                      .memory = [&monitor](const std::string& uuid) -> uint64_t {
+                                        for (const GpuInfo& gpu : monitor.Current()->gpus) {
+                                          if (gpu.uuid == uuid) return gpu.memory_total_bytes;
+                                        }
+                                        return 0;
+                                      },
+                                      .daemon_socket = config.socket,
+                                      .shm_dir = shm_dir,
+                                      .claim_reader = claim_reader.get()});
+    if (!side.ok()) {
+      GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"",
+             side.status().message().c_str());
+      server.Stop();
+      control_loop.Stop();
+      monitor.Stop();
+      return kExitFailure;
+    }
+    kubelet_side = std::move(*side);
+  }
+  GS_LOG(kInfo, "gpusliced", "event=ready socket=%s tcp=%s gpus=%u pid=%d", config.socket.c_str(),
+         config.listen_tcp.empty() ? "off" : config.listen_tcp.c_str(), manager.DeviceCount(),
+         static_cast<int>(getpid()));
+  if (kube_node) kube_node->Start();
   sd_notify(0, "READY=1");
 
   for (;;) {
@@ -640,7 +648,7 @@ int Run(int argc, char** argv) {
     break;
   }
   sd_notify(0, "STOPPING=1");
-  if (kube_node) kube_node->Stop();  // no more settings into the registry
+  if (kube_node) kube_node->Stop();        // no more settings into the registry
   if (kubelet_side) kubelet_side->Stop();  // allocations stay recorded
   // In this order: no request, then no sampling or expiry, then the reverts;
   // the executors end before the monitor their callbacks poke is destroyed.

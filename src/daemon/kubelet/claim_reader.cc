@@ -128,6 +128,14 @@ StatusOr<ClaimInfo> ClaimInfoFromResourceClaim(const json& claim, const ClaimRef
   return info;
 }
 
+StatusOr<ClaimInfo> ApiClaimReader::Read(const ClaimRef& ref) {
+  const std::string path =
+      "/apis/resource.k8s.io/v1/namespaces/" + ref.claim_namespace + "/resourceclaims/" + ref.name;
+  auto claim = get_(path);
+  if (!claim.ok()) return claim.status();
+  return ClaimInfoFromResourceClaim(*claim, ref);
+}
+
 StatusOr<ClaimInfo> FileClaimReader::Read(const ClaimRef& ref) {
   const std::string path = dir_ + "/" + ref.claim_namespace + "/" + ref.name + ".json";
   std::ifstream in(path);

@@ -4,10 +4,10 @@
 // this driver and, with consumable capacity, the memory and cores each
 // consumes) and the pods it is reserved for live in the API server.
 //
-// Implementations: the API-server client (src/daemon/kube, wired in the
-// daemon), FileClaimReader (ResourceClaim objects as JSON files: tests and
-// offline use) and fakes. ClaimInfoFromResourceClaim is the one parser of a
-// resource.k8s.io/v1 ResourceClaim for all of them.
+// Implementations: ApiClaimReader (the API server, through the daemon's
+// Kubernetes client in src/daemon/kube), FileClaimReader (ResourceClaim
+// objects as JSON files: tests and offline use) and fakes. ClaimInfoFromResourceClaim is the one
+// parser of a resource.k8s.io/v1 ResourceClaim for all of them.
 //
 // Device names (the contract with the ResourceSlices this driver publishes):
 // a GPU is published as DeviceNameOf(uuid), "gpu-" + the UUID's hex in lower
@@ -71,6 +71,20 @@ StatusOr<ClaimInfo> ClaimInfoFromResourceClaim(const nlohmann::json& claim, cons
                                                std::string_view driver = kDriverName);
 
 // ResourceClaim objects read from `dir`/<namespace>/<name>.json.
+// ResourceClaims read from the API server:
+// GET /apis/resource.k8s.io/v1/namespaces/<ns>/resourceclaims/<name> through
+// `get` (the daemon passes its KubeClient's Get: its errors keep their codes,
+// kNotFound for a claim that does not exist).
+class ApiClaimReader final : public ClaimReader {
+ public:
+  using Get = std::function<StatusOr<nlohmann::json>(const std::string& path)>;
+  explicit ApiClaimReader(Get get) : get_(std::move(get)) {}
+  StatusOr<ClaimInfo> Read(const ClaimRef& ref) override;
+
+ private:
+  const Get get_;
+};
+
 class FileClaimReader final : public ClaimReader {
  public:
   explicit FileClaimReader(std::string dir) : dir_(std::move(dir)) {}

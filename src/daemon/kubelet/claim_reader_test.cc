@@ -87,6 +87,27 @@ TEST(FileClaimReader, ReadsNamespaceAndName) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(ApiClaimReader, GetsTheClaimFromTheResourceApiAndKeepsErrorCodes) {
+  std::vector<std::string> asked;
+  ApiClaimReader reader([&](const std::string& path) -> StatusOr<nlohmann::json> {
+    asked.push_back(path);
+    if (path.ends_with("/gone")) return NotFound("resourceclaims \"gone\" not found");
+    if (path.ends_with("/down")) return Unavailable("connection refused");
+    return Claim("u-1");
+  });
+  auto info = reader.Read(ClaimRef{"team-a", "slice", "u-1"});
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->devices.size(), 1u);
+  ASSERT_FALSE(asked.empty());
+  EXPECT_EQ(asked[0], "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/slice");
+  // A claim replaced under the same name (another UID) is not this one.
+  EXPECT_EQ(reader.Read(ClaimRef{"team-a", "slice", "u-2"}).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reader.Read(ClaimRef{"team-a", "gone", "u-1"}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(reader.Read(ClaimRef{"team-a", "down", "u-1"}).status().code(),
+            StatusCode::kUnavailable);
+}
+
 TEST(DeviceNames, PublishedNameAndIndexBothResolve) {
   const std::string uuid = "GPU-3430F1E2-0000-1111-2222-333344445555";
   EXPECT_EQ(DeviceNameOf(uuid), "gpu-3430f1e2-0000-1111-2222-333344445555");
