@@ -508,7 +508,7 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) noexcept {
 // ---- launches: paced by the group's compute budget (compute_gate.h) ----
 
 #define GS_PACED(stream, per_thread, name, ...)           \
-  Limiter::Get().compute_gate().Paced(stream, per_thread, \
+  ProcessState::Get().compute_gate().Paced(stream, per_thread, \
                                       [&] { return GS_REAL(name, __VA_ARGS__); })
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -563,11 +563,11 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) noexcept {
 // ---- streams: a destroyed stream's handle may come back for another device ----
 
 CUresult cuStreamDestroy(CUstream hStream) noexcept {
-  Limiter::Get().compute_gate().ForgetStream(hStream);
+  ProcessState::Get().compute_gate().ForgetStream(hStream);
   return GS_REAL(cuStreamDestroy, hStream);
 }
 CUresult cuStreamDestroy_v2(CUstream hStream) noexcept {
-  Limiter::Get().compute_gate().ForgetStream(hStream);
+  ProcessState::Get().compute_gate().ForgetStream(hStream);
   return GS_REAL(cuStreamDestroy_v2, hStream);
 }
 
