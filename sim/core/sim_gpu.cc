@@ -240,7 +240,8 @@ SimGpu::~SimGpu() { munmap(state_, mapped_size_); }
 
 SimGpu::Locked::Locked(SimGpu& gpu) : gpu_(gpu) {
   const uint64_t generation = g_fork_generation.load(std::memory_order_relaxed);
-  const bool forked = generation != gpu.fork_generation_ && getpid() != gpu.pid_;
+  const bool forked =
+      generation != gpu.fork_generation_.load(std::memory_order_relaxed) && getpid() != gpu.pid_;
   // A forked child is a new process of the simulation: it learns its own
   // identity (talking to the node helper) before taking the lock.
   ProcessIdentity child;
@@ -258,7 +259,7 @@ SimGpu::Locked::Locked(SimGpu& gpu) : gpu_(gpu) {
     gpu.process_slot_ = -1;
     if (!gpu.observer_) gpu.RegisterProcessLocked();
   }
-  gpu.fork_generation_ = generation;
+  gpu.fork_generation_.store(generation, std::memory_order_relaxed);
 }
 
 SimGpu::Locked::~Locked() { pthread_mutex_unlock(&gpu_.state_->mutex); }

@@ -12,6 +12,7 @@
 // killed while holding it does not wedge the others.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -203,12 +204,14 @@ class SimGpu {
   std::string path_;
   SimState* state_;
   size_t mapped_size_;
-  int process_slot_ = -1;         // -1 for observers
-  pid_t pid_;                     // getpid() as of the last fork check
-  uint64_t fork_generation_ = 0;  // g_fork_generation when pid_ was last checked
-  std::string node_socket_;       // the node helper's socket (NodeSocketPath)
-  ProcessIdentity self_;          // this process's record identity
-  uint64_t view_ns_ = 0;          // pid namespace this process's /proc shows; 0 = unknown
+  int process_slot_ = -1;  // -1 for observers
+  pid_t pid_;              // getpid() as of the last fork check
+  // g_fork_generation when pid_ was last checked; read before the state's lock
+  // by every thread (relaxed: a stale value only means checking getpid()).
+  std::atomic<uint64_t> fork_generation_{0};
+  std::string node_socket_;  // the node helper's socket (NodeSocketPath)
+  ProcessIdentity self_;     // this process's record identity
+  uint64_t view_ns_ = 0;     // pid namespace this process's /proc shows; 0 = unknown
   bool observer_;
 };
 
