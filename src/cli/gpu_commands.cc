@@ -6,6 +6,7 @@
 
 #include "cli/daemon_call.h"
 #include "cli/exit_codes.h"
+#include "cli/process_lifetime.h"
 #include "cli/unix_http_client.h"
 
 namespace gpuslice::cli {
@@ -144,8 +145,8 @@ void AddGpuCommands(CLI::App& app) {
   gpu->require_subcommand(1);
 
   {
-    auto* c = new Common;
-    auto* ids = new std::string("all");
+    auto* c = ProcessLifetime<Common>();
+    auto* ids = ProcessLifetime<std::string>("all");
     CLI::App* cmd = gpu->add_subcommand("list", "Show every GPU (or IDS) as the daemon sees it");
     AddCommon(cmd, c);
     cmd->add_option("ids", *ids, "GPUs: an index, a list, a UUID, or all (default)");
@@ -161,8 +162,8 @@ void AddGpuCommands(CLI::App& app) {
     });
   }
   {
-    auto* o = new SetOptions;
-    auto* watts = new double(0);
+    auto* o = ProcessLifetime<SetOptions>();
+    auto* watts = ProcessLifetime<double>(0);
     CLI::App* cmd = gpu->add_subcommand("set-power-limit", "Set the power limit (watts)");
     AddSetOptions(cmd, o);
     cmd->add_option("watts", *watts, "Power limit in watts")
@@ -175,9 +176,9 @@ void AddGpuCommands(CLI::App& app) {
     });
   }
   for (const bool memory : {false, true}) {
-    auto* o = new SetOptions;
-    auto* lo = new int(0);
-    auto* hi = new int(0);
+    auto* o = ProcessLifetime<SetOptions>();
+    auto* lo = ProcessLifetime<int>(0);
+    auto* hi = ProcessLifetime<int>(0);
     const std::string setting = memory ? "memory-clocks" : "gpu-clocks";
     CLI::App* cmd = gpu->add_subcommand(memory ? "lock-memory-clocks" : "lock-clocks",
                                         memory ? "Lock the memory clock to [MIN, MAX] MHz"
@@ -189,7 +190,7 @@ void AddGpuCommands(CLI::App& app) {
       Put(*o, setting, {{"min_mhz", *lo}, {"max_mhz", *hi}},
           setting + " locked to " + std::to_string(*lo) + "-" + std::to_string(*hi) + " MHz");
     });
-    auto* r = new SetOptions;
+    auto* r = ProcessLifetime<SetOptions>();
     CLI::App* reset =
         gpu->add_subcommand(memory ? "reset-memory-clocks" : "reset-clocks",
                             memory ? "Unlock the memory clock (leased like any setting)"
@@ -198,8 +199,8 @@ void AddGpuCommands(CLI::App& app) {
     reset->callback([r, setting] { Put(*r, setting, {{"reset", true}}, setting + " unlocked"); });
   }
   {
-    auto* o = new SetOptions;
-    auto* state = new std::string;
+    auto* o = ProcessLifetime<SetOptions>();
+    auto* state = ProcessLifetime<std::string>();
     CLI::App* cmd = gpu->add_subcommand("persistence", "Turn persistence mode on or off");
     AddSetOptions(cmd, o);
     cmd->add_option("state", *state, "on or off")->required()->check(CLI::IsMember({"on", "off"}));
@@ -208,8 +209,8 @@ void AddGpuCommands(CLI::App& app) {
     });
   }
   {
-    auto* o = new SetOptions;
-    auto* mode = new std::string;
+    auto* o = ProcessLifetime<SetOptions>();
+    auto* mode = ProcessLifetime<std::string>();
     CLI::App* cmd = gpu->add_subcommand("compute-mode", "Set the compute mode");
     AddSetOptions(cmd, o);
     cmd->add_option("mode", *mode, "DEFAULT, EXCLUSIVE_PROCESS or PROHIBITED")
@@ -220,8 +221,8 @@ void AddGpuCommands(CLI::App& app) {
     });
   }
   {
-    auto* c = new Common;
-    auto* ids = new std::string;
+    auto* c = ProcessLifetime<Common>();
+    auto* ids = ProcessLifetime<std::string>();
     CLI::App* cmd = gpu->add_subcommand("energy", "Total energy and instant power");
     AddCommon(cmd, c);
     cmd->add_option("ids", *ids, "GPUs: an index, a list, a UUID, or all")->required();
@@ -241,10 +242,10 @@ void AddGpuCommands(CLI::App& app) {
     });
   }
   {
-    auto* c = new Common;
-    auto* ids = new std::string;
-    auto* setting = new std::string;
-    auto* holder = new std::string;
+    auto* c = ProcessLifetime<Common>();
+    auto* ids = ProcessLifetime<std::string>();
+    auto* setting = ProcessLifetime<std::string>();
+    auto* holder = ProcessLifetime<std::string>();
     CLI::App* cmd = gpu->add_subcommand("release", "End your lease of a setting; it is reverted");
     AddCommon(cmd, c);
     cmd->add_option("ids", *ids, "GPUs: an index, a list, a UUID, or all")->required();
@@ -267,7 +268,7 @@ void AddGpuCommands(CLI::App& app) {
     });
   }
   {
-    auto* c = new Common;
+    auto* c = ProcessLifetime<Common>();
     CLI::App* cmd = gpu->add_subcommand("leases", "Show the settings held under leases");
     AddCommon(cmd, c);
     cmd->callback([c] {

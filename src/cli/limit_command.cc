@@ -10,6 +10,7 @@
 #include "cli/group_report.h"
 #include "cli/limit_flags.h"
 #include "cli/paths.h"
+#include "cli/process_lifetime.h"
 #include "common/quantity.h"
 #include "shm/group_segment.h"
 
@@ -95,7 +96,7 @@ void LimitSet(const LimitSetOptions& o) {
 void AddLimitCommands(CLI::App& app) {
   CLI::App* limit = app.add_subcommand("limit", "Change a group's limits while it runs");
   limit->require_subcommand(1);
-  auto* o = new LimitSetOptions;  // lives as long as the process: CLI11 keeps pointers
+  auto* o = ProcessLifetime<LimitSetOptions>();  // CLI11 keeps pointers (process_lifetime.h)
   CLI::App* set = limit->add_subcommand(
       "set", "Set a group's memory and/or compute limit on one device or all of them");
   set->add_option("--group", o->group, "The group")->required()->check(GroupIdCheck());

@@ -10,6 +10,7 @@
 #include "cli/exit_codes.h"
 #include "cli/flag_checks.h"
 #include "cli/limit_flags.h"
+#include "cli/process_lifetime.h"
 #include "cli/registry_view.h"
 
 namespace gpuslice::cli {
@@ -190,7 +191,7 @@ void Forget(const Options& o) {
 
 void AddRegistryCommands(CLI::App& app) {
   {
-    auto* o = new Options;  // lives as long as the process: CLI11 keeps pointers
+    auto* o = ProcessLifetime<Options>();  // CLI11 keeps pointers (process_lifetime.h)
     CLI::App* cmd = app.add_subcommand("tenants", "Show the processes registered with gpusliced");
     AddSocket(cmd, o);
     AddJson(cmd, o);
@@ -200,7 +201,7 @@ void AddRegistryCommands(CLI::App& app) {
   CLI::App* group = app.add_subcommand("group", "Groups as gpusliced's registry knows them");
   group->require_subcommand(1);
   {
-    auto* o = new Options;
+    auto* o = ProcessLifetime<Options>();
     CLI::App* cmd = group->add_subcommand(
         "show", "Show every group (or G): limits per GPU, tier, owner, member count");
     AddSocket(cmd, o);
@@ -209,7 +210,7 @@ void AddRegistryCommands(CLI::App& app) {
     cmd->callback([o] { Show(*o); });
   }
   {
-    auto* o = new Options;
+    auto* o = ProcessLifetime<Options>();
     CLI::App* cmd = group->add_subcommand(
         "set", "Set a group's limits, tier or schedule (creates it); root or the admin group only");
     AddSocket(cmd, o);
@@ -239,7 +240,7 @@ void AddRegistryCommands(CLI::App& app) {
     cmd->callback([o] { Set(*o); });
   }
   for (const bool pause : {true, false}) {
-    auto* o = new Options;
+    auto* o = ProcessLifetime<Options>();
     CLI::App* cmd = group->add_subcommand(
         pause ? "pause" : "resume",
         pause ? "Pause a group: its launches wait, its memory is kept, its share is lent; "
@@ -251,7 +252,7 @@ void AddRegistryCommands(CLI::App& app) {
     cmd->callback([o, pause] { Pause(*o, pause); });
   }
   {
-    auto* o = new Options;
+    auto* o = ProcessLifetime<Options>();
     CLI::App* cmd =
         group->add_subcommand("forget", "Forget a group with no live member; admins only");
     AddSocket(cmd, o);

@@ -18,6 +18,7 @@
 #include "cli/limit_flags.h"
 #include "cli/paths.h"
 #include "cli/preload_env.h"
+#include "cli/process_lifetime.h"
 #include "common/quantity.h"
 #include "limiter/core/limit_config.h"
 #include "limiter/daemon_client.h"
@@ -144,7 +145,7 @@ void RegisterWithDaemon() {
 }  // namespace
 
 void AddRunCommand(CLI::App& app) {
-  auto* o = new RunOptions;  // lives as long as the process: CLI11 keeps pointers
+  auto* o = ProcessLifetime<RunOptions>();  // CLI11 keeps pointers (process_lifetime.h)
   CLI::App* run = app.add_subcommand(
       "run", "Run a command under the limiter (libgpuslice.so preloaded) with these limits");
   run->add_option("--memory", o->memory,

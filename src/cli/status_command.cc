@@ -13,6 +13,7 @@
 #include "cli/flag_checks.h"
 #include "cli/group_report.h"
 #include "cli/paths.h"
+#include "cli/process_lifetime.h"
 #include "cli/registry_view.h"
 #include "cli/unix_http_client.h"
 #include "common/clock.h"
@@ -147,7 +148,7 @@ void Status(const StatusOptions& o) {
 }  // namespace
 
 void AddStatusCommand(CLI::App& app) {
-  auto* o = new StatusOptions;  // lives as long as the process: CLI11 keeps pointers
+  auto* o = ProcessLifetime<StatusOptions>();  // CLI11 keeps pointers (process_lifetime.h)
   CLI::App* status = app.add_subcommand(
       "status", "Show each group's devices, limits, memory in use and live members");
   status->add_option("--shm-dir", o->shm_dir,

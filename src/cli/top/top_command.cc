@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli/paths.h"
+#include "cli/process_lifetime.h"
 #include "cli/top/top_actions.h"
 #include "cli/top/top_keys.h"
 #include "cli/top/top_model.h"
@@ -112,7 +113,7 @@ void Top(const TopOptions& o) {
 }  // namespace
 
 void AddTopCommand(CLI::App& app) {
-  auto* o = new TopOptions;  // lives as long as the process: CLI11 keeps pointers
+  auto* o = ProcessLifetime<TopOptions>();  // CLI11 keeps pointers (process_lifetime.h)
   CLI::App* top = app.add_subcommand(
       "top", "Live view of the GPUs and groups: shares, limits, memory, state (q quits)");
   top->add_option("--interval", o->interval_s, "Seconds between samples (default 1)")
