@@ -507,9 +507,9 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) noexcept {
 
 // ---- launches: paced by the group's compute budget (compute_gate.h) ----
 
-#define GS_PACED(stream, per_thread, name, ...)           \
+#define GS_PACED(stream, per_thread, name, ...)                \
   ProcessState::Get().compute_gate().Paced(stream, per_thread, \
-                                      [&] { return GS_REAL(name, __VA_ARGS__); })
+                                           [&] { return GS_REAL(name, __VA_ARGS__); })
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
