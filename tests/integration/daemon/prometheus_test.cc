@@ -16,6 +16,7 @@
 
 #include "cli/unix_http_client.h"
 #include "tests/integration/support/daemon_ready.h"
+#include "tests/integration/support/free_port.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -23,21 +24,9 @@ namespace {
 
 using nlohmann::json;
 using testing::BuildDir;
+using testing::FreePort;
 using testing::WaitFor;
 using namespace std::chrono_literals;
-
-// A TCP port on loopback that nobody listens on right now.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // GET http://127.0.0.1:`port``target`; the body, or "" when nothing answers.
 std::string HttpGet(int port, const std::string& target) {

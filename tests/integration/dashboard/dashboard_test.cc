@@ -26,6 +26,7 @@
 
 #include "cli/unix_http_client.h"
 #include "tests/integration/support/daemon_ready.h"
+#include "tests/integration/support/free_port.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -33,6 +34,7 @@ namespace {
 
 using nlohmann::json;
 using testing::BuildDir;
+using testing::FreePort;
 using testing::WaitFor;
 using namespace std::chrono_literals;
 
@@ -59,19 +61,6 @@ std::string FindChromium() {
   }
   std::string c = FindProgram("chromium", {"/usr/bin/chromium"});
   return c.empty() ? FindProgram("chromium-browser") : c;
-}
-
-// A TCP port on loopback that nobody listens on right now.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 // Sends `request` (a whole HTTP/1.1 request) to 127.0.0.1:`port`; the status
