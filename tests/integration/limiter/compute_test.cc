@@ -182,18 +182,25 @@ TEST_F(ComputeTest, ACapHoldsWhenGraphsReplaceSingleLaunches) {
 
 TEST_F(ComputeTest, ACapHoldsWhenAMemberWithMuchLongerKernelsJoins) {
   const pid_t a =
-      Start(0, {"--kernel-us", "20", "--duration-s", "16", "--quiet"}, Limited("mixed", "40"));
+      Start(0, {"--kernel-us", "20", "--duration-s", "24", "--quiet"}, Limited("mixed", "40"));
   WaitRunning({a});
   std::this_thread::sleep_for(milliseconds(2000));
   const pid_t b =
-      Start(1, {"--kernel-us", "5000", "--duration-s", "14", "--quiet"}, Limited("mixed", "40"));
+      Start(1, {"--kernel-us", "5000", "--duration-s", "20", "--quiet"}, Limited("mixed", "40"));
   WaitRunning({b});
-  // The join overshoots for up to about 3 s on a loaded machine (one charge
-  // per group: docs/limiter.md, Known limits); after that the cap holds.
-  std::this_thread::sleep_for(milliseconds(5000));
-  const double share = Share({a, b}, milliseconds(3000));
-  EXPECT_GE(share, 25) << "the group's share after the join";
-  EXPECT_LE(share, 55) << "the group's share after the join";
+  // The join overshoots for a few seconds (one charge per group:
+  // docs/limiter.md, Known limits); how long depends on how loaded the
+  // machine is, so the test waits, with a deadline, for the first 3 s window
+  // back within the band. An unpaced group stays near 100 % in every window.
+  std::vector<double> windows;
+  const bool settled = WaitFor(
+      [&] {
+        windows.push_back(Share({a, b}, milliseconds(3000)));
+        return windows.back() >= 25 && windows.back() <= 55;
+      },
+      std::chrono::seconds(12));
+  EXPECT_TRUE(settled) << "the group's share in each 3 s window after the join: "
+                       << ::testing::PrintToString(windows);
 }
 
 // gpusliced's scheduler writes grants and pauses into the segment
