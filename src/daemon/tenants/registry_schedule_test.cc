@@ -7,8 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "daemon/tenants/fake_proc.h"
-#include "daemon/tenants/registry.h"
+#include "daemon/tenants/registry_fixture.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -16,7 +15,7 @@ namespace {
 using nlohmann::json;
 using namespace std::string_literals;
 
-constexpr const char* kPodA = "aaaaaaaa-1111-2222-3333-444444444444";
+using testing::kPodA;
 
 ScheduleEntry Request(uint32_t percent) {
   return ScheduleEntry{.request_percent = percent,
@@ -25,56 +24,14 @@ ScheduleEntry Request(uint32_t percent) {
                        .memory_request_bytes = std::nullopt};
 }
 
-class RegistryScheduleTest : public ::testing::Test {
+class RegistryScheduleTest : public testing::RegistryFixture {
  protected:
-  void SetUp() override {
-    state_dir_ = proc_.root() + "-state";
-    std::filesystem::remove_all(state_dir_);
-    store_ = std::move(StateStore::Open(state_dir_).value());
-    registry_ = MakeRegistry();
-    // 100 and 101: one pod, uid 1000; 300: uid 65534, no pod.
-    const std::string cgroup = "0::/kubepods/pod"s + kPodA + "/" + std::string(64, 'a') + "\n";
-    proc_.Add(100, "100\t1", 1000, 11, cgroup);
-    proc_.Add(101, "101\t2", 1000, 12, cgroup);
-    proc_.Add(300, "300", 65534, 31, "0::/user.slice/user-65534.slice/session-1.scope\n");
-  }
-  void TearDown() override { std::filesystem::remove_all(state_dir_); }
+  RegistryScheduleTest() { node_gpus_ = {"GPU-0", "GPU-1"}; }
 
-  std::unique_ptr<TenantRegistry> MakeRegistry() {
-    auto r = std::make_unique<TenantRegistry>(TenantRegistry::Options{proc_.root()}, clock_,
-                                              watcher_, store_.get(),
-                                              [this](std::string_view type, const json& data) {
-                                                events_.emplace_back(std::string(type), data);
-                                              });
-    r->SetNodeGpus([this] { return node_gpus_; });
-    return r;
-  }
   StatusOr<Group> SetSchedule(const std::string& group, ScheduleSettings schedule) {
     return registry_->UpdateGroup(
         group, {.limits = std::nullopt, .tier = std::nullopt, .schedule = std::move(schedule)});
   }
-  static Registration Reg(pid_t pid, uid_t uid, const std::string& group) {
-    Registration r;
-    r.pid = pid;
-    r.uid = uid;
-    r.group = group;
-    r.devices = {"GPU-0", "GPU-1"};
-    return r;
-  }
-  std::vector<std::string> EventTypes() const {
-    std::vector<std::string> out;
-    for (const auto& [type, data] : events_) out.push_back(type);
-    return out;
-  }
-
-  FakeProc proc_;
-  SimulatedClock clock_{1'000};
-  FakeWatcher watcher_;
-  std::vector<std::string> node_gpus_ = {"GPU-0", "GPU-1"};
-  std::string state_dir_;
-  std::unique_ptr<StateStore> store_;
-  std::unique_ptr<TenantRegistry> registry_;
-  std::vector<std::pair<std::string, json>> events_;
 };
 
 TEST_F(RegistryScheduleTest, RequestsOnAGpuSumToAtMost100) {
@@ -106,7 +63,7 @@ TEST_F(RegistryScheduleTest, RequestsOnAGpuSumToAtMost100) {
 }
 
 TEST_F(RegistryScheduleTest, WithoutTheNodesGpusAllRequestsAreStillAdmittedTogether) {
-  node_gpus_.clear();
+  node_gpus_->clear();
   ASSERT_TRUE(SetSchedule("a", {{kAllGpus, Request(70)}}).ok());
   auto over = SetSchedule("b", {{kAllGpus, Request(40)}});
   ASSERT_EQ(over.status().code(), StatusCode::kResourceExhausted);

@@ -11,7 +11,7 @@
 #include <set>
 #include <thread>
 
-#include "daemon/tenants/fake_proc.h"
+#include "daemon/tenants/registry_fixture.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -20,58 +20,10 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 using namespace std::string_literals;
 
-constexpr const char* kPodA = "aaaaaaaa-1111-2222-3333-444444444444";
-constexpr const char* kPodB = "bbbbbbbb-1111-2222-3333-444444444444";
+using testing::kPodA;
+using testing::kPodB;
 
-class RegistryTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    state_dir_ = proc_.root() + "-state";
-    std::filesystem::remove_all(state_dir_);
-    store_ = std::move(StateStore::Open(state_dir_).value());
-    registry_ = MakeRegistry();
-    // Tenants: 100 and 101 in pod A (uid 1000), 200 in pod B (uid 1000),
-    // 300 a plain process of uid 65534, 301 a plain process of uid 1000.
-    proc_.Add(100, "100\t1", 1000, 11, Cgroup(kPodA, "1"), "POD_NAME=a-0\0"s);
-    proc_.Add(101, "101\t2", 1000, 12, Cgroup(kPodA, "2"));
-    proc_.Add(200, "200\t1", 1000, 21, Cgroup(kPodB, "3"));
-    proc_.Add(300, "300", 65534, 31, "0::/user.slice/user-65534.slice/session-1.scope\n");
-    proc_.Add(301, "301", 1000, 32, "0::/user.slice/user-1000.slice/session-2.scope\n");
-  }
-  void TearDown() override { std::filesystem::remove_all(state_dir_); }
-
-  static std::string Cgroup(const char* pod, const std::string& id) {
-    return std::string("0::/kubepods/pod") + pod + "/" + std::string(64, id[0]) + "\n";
-  }
-  std::unique_ptr<TenantRegistry> MakeRegistry() {
-    return std::make_unique<TenantRegistry>(TenantRegistry::Options{proc_.root()}, clock_, watcher_,
-                                            store_.get(),
-                                            [this](std::string_view type, const json& data) {
-                                              events_.emplace_back(std::string(type), data);
-                                            });
-  }
-  static Registration Reg(pid_t pid, uid_t uid, const std::string& group) {
-    Registration r;
-    r.pid = pid;
-    r.uid = uid;
-    r.group = group;
-    r.devices = {"GPU-0", "GPU-1"};
-    return r;
-  }
-  std::vector<std::string> EventTypes() const {
-    std::vector<std::string> out;
-    for (const auto& [type, data] : events_) out.push_back(type);
-    return out;
-  }
-
-  FakeProc proc_;
-  SimulatedClock clock_{1'000};
-  FakeWatcher watcher_;
-  std::string state_dir_;
-  std::unique_ptr<StateStore> store_;
-  std::unique_ptr<TenantRegistry> registry_;
-  std::vector<std::pair<std::string, json>> events_;
-};
+using RegistryTest = testing::RegistryFixture;
 
 TEST_F(RegistryTest, TheFirstRegistrantOwnsTheGroupAndItsPodMayJoin) {
   auto a = registry_->Register(Reg(100, 1000, "train"));
