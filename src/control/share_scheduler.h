@@ -40,7 +40,10 @@
 // scheduler checks that it helped (the group's share grew); if not, the group is taken to be out of
 // work (a synchronous workload), K is given back, and the group no longer lowers it until it is
 // held back or its share grows. Requests are scaled by K / 10000, so when every group saturates,
-// shares of the time the device executes follow the requests.
+// shares of the time the device executes follow the requests. A group whose processes wait for a
+// CPU (a host with far more runnable threads than cores) launches less than it is granted whatever
+// the device can do: while it is short of CPU (Counters::cpu_wait_bp) its shortfall lowers
+// nothing, so that a loaded host does not halve every grant for the seconds K takes to come back.
 //
 // Latency priority: while a latency group is active on the GPU, batch groups
 // get a short burst (kBatchBurstWithLatencyNs) so their queues stay shallow.
@@ -71,6 +74,9 @@ class ShareScheduler {
   // Bounds of the learned capacity.
   static constexpr uint32_t kMinCapacityBp = 5000;
   static constexpr uint32_t kMaxCapacityBp = 10000;
+  // From this much waiting for a CPU (Counters::cpu_wait_bp) a group is short
+  // of CPU: its shortfall is not taken as the device's (no squeeze).
+  static constexpr int32_t kCpuShortBp = 1000;
 
   // A group's launch counters on this GPU, monotonic over the segment's life
   // (GroupSegment::ComputeCounters).
@@ -83,6 +89,12 @@ class ShareScheduler {
     // measured. What the device ran, as opposed to what the group launched:
     // a group the device cannot serve queues launches it admitted.
     int32_t share_bp = -1;
+    // How long its processes' threads waited for a CPU (runnable, not
+    // running) over about the last second, summed over the threads, in basis
+    // points of wall time; -1: not known. A group at or above kCpuShortBp is
+    // short of CPU: it cannot launch what it is granted, and the device is
+    // not what holds it back.
+    int32_t cpu_wait_bp = -1;
   };
   struct Input {
     std::string group;             // unique per GPU
@@ -133,6 +145,7 @@ class ShareScheduler {
     uint32_t capacity_at_squeeze_bp = 0;
     bool demand_limited = false;
     uint32_t used_at_mark_bp = 0;
+    int64_t cpu_short_until_ns = 0;  // short of CPU (or its share still shows it) until then
   };
 
   const Clock& clock_;

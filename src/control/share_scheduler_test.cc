@@ -32,6 +32,10 @@ class FakeGpu {
   struct Group {
     ShareScheduler::Input input;
     double demand = kSaturating;  // fraction of the device it would use
+    // The part of what its pace admits that it gets to launch: below 1 its
+    // host is short of CPU (it still waits for its budget when it runs).
+    double cpu = 1.0;
+    bool cpu_known = true;        // the daemon can read its threads' CPU waits
     double charge_ns = 1e6;       // device time per launch
     bool charge_known = true;     // else the counters say 0 (not estimated yet)
     double launches = 0;          // fractional launches
@@ -61,6 +65,7 @@ class FakeGpu {
     std::vector<Group*> gs;
     for (auto& [name, g] : groups_) gs.push_back(&g);
     std::vector<double> offer(gs.size());
+    std::vector<bool> wants(gs.size());
     double total = 0;
     for (size_t i = 0; i < gs.size(); ++i) {
       const Group& g = *gs[i];
@@ -70,6 +75,8 @@ class FakeGpu {
                               : std::min(g.grant_bp / 10000.0, g.input.limit_percent / 100.0);
       // Without a launch cost the pacer cannot pace: the group runs free.
       offer[i] = g.charge_known ? std::min(g.demand, pace) : std::min(g.demand, 1.0);
+      wants[i] = g.demand > offer[i] + 1e-9;
+      offer[i] *= g.cpu;
       total += offer[i];
     }
     std::vector<double> served = offer;
@@ -98,12 +105,16 @@ class FakeGpu {
       const double noise = (ticks_ / 10) % 2 == 0 ? g.share_noise : -g.share_noise;
       g.input.counters.share_bp = static_cast<int32_t>(
           10000 * std::max(0.0, ran / static_cast<double>(g.history.size()) + noise));
-      const bool held = !g.input.paused && g.charge_known && g.demand > offer[i] + 1e-9;
+      const bool held = !g.input.paused && g.charge_known && wants[i];
       if (held) ++g.input.counters.waits;
       g.input.counters.launches = static_cast<uint64_t>(g.launches);
       g.input.counters.charge_ns = g.charge_known ? static_cast<uint64_t>(g.charge_ns) : 0;
       if (++g.ticks <= g.share_lag_ticks) g.input.counters.share_bp = 0;
       if (!g.charge_known) g.input.counters.share_bp = -1;
+      // Its threads wait for a CPU about as long as they cannot launch.
+      if (g.cpu_known) {
+        g.input.counters.cpu_wait_bp = static_cast<int32_t>(10000 * (1 - g.cpu));
+      }
     }
     clock_.Advance(kTickNs);
     ++ticks_;
@@ -429,6 +440,40 @@ TEST(ShareSchedulerTest, LimitsNeverExceededUnderChangingDemand) {
 
 // 100 groups requesting 1 % each, all saturating: each within 2 points of
 // its request of the time the device executes. Prints the tick's CPU cost.
+// A host short of CPU (load average far above its cores): the tenants launch
+// only part of what their grants admit, irregularly, though they still wait
+// for their budgets. Their shares fall short of their grants, but not because
+// the device cannot run them: lowering the capacity helps nobody. It must not
+// collapse (grants halved) nor linger low once the host has CPU again.
+TEST(ShareSchedulerTest, TenantsShortOfCpuDoNotCollapseTheCapacity) {
+  FakeGpu gpu(0.97);
+  gpu.Add("train", 40);
+  gpu.Add("notebook", 0, 10);
+  gpu.Add("inference", 20).input.latency = true;
+  gpu.Run(5000 * kMs);
+  const uint32_t before = gpu.scheduler().capacity_bp();
+  uint32_t least = before;
+  uint64_t lcg = 12345;
+  for (int64_t t = 0; t < 15'000 * kMs; t += kTickNs) {
+    for (const char* name : {"train", "notebook", "inference"}) {
+      lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+      gpu[name].cpu = 0.3 + 0.6 * static_cast<double>(lcg >> 40) / static_cast<double>(1 << 24);
+    }
+    gpu.Step();
+    least = std::min(least, gpu.scheduler().capacity_bp());
+  }
+  std::printf("capacity %u before, least %u while short of CPU, %u after\n", before, least,
+              gpu.scheduler().capacity_bp());
+  EXPECT_GE(least, before - 1000);
+  for (const char* name : {"train", "notebook", "inference"}) gpu[name].cpu = 1.0;
+  gpu.Run(1500 * kMs);
+  EXPECT_GE(gpu.scheduler().capacity_bp(), before - 300);
+  std::map<std::string, double> device = gpu.ShareOfDevice(2000 * kMs);
+  EXPECT_GE(device["train"], 40 * 0.97 - 1);
+  EXPECT_GE(device["inference"], 20 * 0.97 - 1);
+  EXPECT_LE(device["notebook"], 10.01);
+}
+
 TEST(ShareSchedulerTest, HundredGroups) {
   FakeGpu gpu(0.85);
   for (int i = 0; i < 100; ++i) gpu.Add("g" + std::to_string(i), 1);

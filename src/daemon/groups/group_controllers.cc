@@ -209,6 +209,12 @@ void GroupControllers::Schedule() {
     GroupSegment& segment = *g.segment;
     if (!segment.is_controller()) continue;  // a member still controls it
     bool paused = false;
+    // Whether its processes get a CPU when they want one: a group that
+    // cannot launch for want of CPU is no evidence of the device's capacity.
+    const int32_t cpu_wait_bp =
+        options_.proc_root.empty()
+            ? -1
+            : cpu_wait_.Sample(name, MembersOf(name, segment), clocks_.monotonic.NowNs());
     std::vector<std::pair<std::string, ShareScheduler::Input>> mine;
     for (int d = 0; d < segment.device_count(); ++d) {
       std::string uuid = segment.DeviceUuid(d);
@@ -227,7 +233,8 @@ void GroupControllers::Schedule() {
                      .waits = c.waits,
                      .wait_ns = c.wait_ns,
                      .charge_ns = static_cast<uint64_t>(std::max<int64_t>(0, c.charge_ns)),
-                     .share_bp = c.share_bp};
+                     .share_bp = c.share_bp,
+                     .cpu_wait_bp = cpu_wait_bp};
       mine.emplace_back(std::move(uuid), std::move(in));
     }
     // Paused is the group's, on every GPU.
@@ -244,6 +251,10 @@ void GroupControllers::Schedule() {
     }
     grants[name].first = paused;
   }
+  std::vector<std::string> live;
+  live.reserve(groups_.size());
+  for (const auto& [name, g] : groups_) live.push_back(name);
+  cpu_wait_.Retain(live);
   for (auto it = schedulers_.begin(); it != schedulers_.end();) {
     it = gpus.contains(it->first) ? std::next(it) : schedulers_.erase(it);
   }

@@ -42,6 +42,7 @@
 #include "control/group_keeper.h"
 #include "control/share_scheduler.h"
 #include "control/utilization_source.h"
+#include "daemon/groups/cpu_wait.h"
 #include "daemon/groups/group_schedule.h"
 #include "shm/group_segment.h"
 
@@ -77,6 +78,9 @@ class GroupControllers {
     // group is adopted, and scheduled, within about this long of its first
     // member attaching; files found idle are looked at again at rescans).
     int64_t adopt_ns = 100'000'000;
+    // Where the groups' processes' scheduler statistics are read (how long
+    // they wait for a CPU, for the scheduler: CpuWait); empty: not read.
+    std::string proc_root = "/proc";
   };
   struct Clocks {
     const Clock& realtime;   // NVML's sample time base
@@ -151,6 +155,7 @@ class GroupControllers {
   ScheduleOf schedule_of_;
   std::map<std::string, std::unique_ptr<control::ShareScheduler>> schedulers_;  // by GPU UUID
   int64_t next_schedule_ns_ = 0;
+  CpuWait cpu_wait_{options_.proc_root};
   // The scheduler's last word per group, for Snapshot().
   std::map<std::string, std::pair<bool, std::vector<DeviceGrant>>> grants_ GUARDED_BY(snapshot_mu_);
   int64_t last_scan_ns_ = 0;
