@@ -74,6 +74,19 @@ std::vector<double> WaterFill(const std::vector<double>& room, const std::vector
   return got;
 }
 
+// A group that launched but whose cost per launch is not estimated yet. Its
+// launch gate charges each launch the bootstrap measurement (a synchronised
+// launch's wall time: an upper bound, N times the kernel's device time beside
+// N saturating contexts), so a share-sized grant would admit one 20 ms kernel
+// every few seconds beside 20 groups, too few launches for the controller to
+// estimate its cost for tens of seconds (its use reads as nothing, and it is
+// taken for idle). It is paced at its limit instead, outside the capacity:
+// charged an upper bound, it still uses less than its limit, and its cost is
+// known within a second or two.
+bool CostUnknown(const ShareScheduler::Input& in) {
+  return !in.paused && in.counters.launches > 0 && in.counters.charge_ns == 0;
+}
+
 }  // namespace
 
 std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input>& inputs) {
@@ -316,6 +329,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     if (in.latency && v.active) latency_active = true;
     const double request =
         std::min<uint32_t>(in.request_percent, 100) * 100.0 * capacity_bp_ / 10000.0;
+    if (CostUnknown(in)) continue;            // its limit, outside (below)
     if (!v.wanting && !v.launched) continue;  // idle: kIdleGrantBp, outside
     double cap = std::max(v.used, v.used_fast) * kUseHeadroom + kMarginBp;
     if (v.wanting) cap = v.fresh && !v.held ? std::max(cap, request) : v.limit;
@@ -345,7 +359,8 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     o.wants_more = v.held;
     if (!in.paused) {
       const bool idle = v.st != nullptr && !v.wanting && !v.launched;
-      const double grant = idle ? std::min(kIdleGrantBp, v.limit) : base[i] + extra[i];
+      double grant = idle ? std::min(kIdleGrantBp, v.limit) : base[i] + extra[i];
+      if (v.st != nullptr && CostUnknown(in)) grant = v.limit;
       o.grant_bp = std::clamp<uint32_t>(static_cast<uint32_t>(grant), 1, v.limit ? v.limit : 1);
       if (!in.latency && latency_active) o.burst_ns = kBatchBurstWithLatencyNs;
     }
