@@ -188,8 +188,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
   bool squeezed = false;
   uint32_t shortfall = 0;
   uint32_t restore = 0;
-  bool wanting_any = false;    // some active group is held back by its grant
-  bool cpu_short_any = false;  // some active group is short of CPU: no evidence to raise K on
+  bool wanting_any = false;  // some active group is held back by its grant
   // What the active groups ran and were due, in all: a device that cannot
   // deliver the grants runs less than they add up to; one that has idle
   // time runs about what they add up to, whatever one group's noise says.
@@ -237,7 +236,6 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     // Its measured share trails by up to kDueWindowNs: that long after.
     if (inputs[i].counters.cpu_wait_bp >= kCpuShortBp) st.cpu_short_until_ns = now + kDueWindowNs;
     const bool cpu_short = now < st.cpu_short_until_ns;
-    cpu_short_any = cpu_short_any || (cpu_short && v.active);
     const bool squeeze =
         v.active && !unmeasured && !st.demand_limited && !cpu_short && v.executed + margin < due;
     if (!squeeze) {
@@ -285,7 +283,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       const uint32_t down = std::clamp(shortfall / 2, kCapacityDownMinBp, kCapacityDownMaxBp);
       capacity_bp_ = std::max(kMinCapacityBp, capacity_bp_ - std::min(capacity_bp_, down));
       last_squeeze_ns_ = now;
-    } else if (restore == 0 && !cpu_short_any) {
+    } else if (restore == 0) {
       // Work conservation: capacity not handed out is device time left idle
       // while groups wait. With no squeeze for as long as the measured shares
       // trail (every group got its grant), raise it by a part of what is

@@ -44,6 +44,8 @@
 // CPU (a host with far more runnable threads than cores) launches less than it is granted whatever
 // the device can do: while it is short of CPU (Counters::cpu_wait_bp) its shortfall lowers
 // nothing, so that a loaded host does not halve every grant for the seconds K takes to come back.
+// K still rises meanwhile (work conservation: a device left idle while groups wait is the worse
+// error); once the host has CPU again a K above what the device runs is lowered as usual.
 //
 // Latency priority: while a latency group is active on the GPU, batch groups
 // get a short burst (kBatchBurstWithLatencyNs) so their queues stay shallow.
