@@ -84,8 +84,8 @@ class PoolCharges {
   // back. Returns the call's result, or nullopt when the driver cannot report
   // the pool's usage (nothing was called: the caller charges per allocation).
   template <typename AllocateFn, typename UndoFn>
-  std::optional<CUresult> Allocate(uint64_t pool, int device, uint64_t bytes,
-                                   AllocateFn&& allocate, UndoFn&& undo);
+  std::optional<CUresult> Allocate(uint64_t pool, int device, uint64_t bytes, AllocateFn&& allocate,
+                                   UndoFn&& undo);
 
   // Settles `pool`'s charge on its reserve now; a pool the driver no longer
   // knows gives its charge back and is forgotten.

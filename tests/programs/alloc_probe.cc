@@ -11,8 +11,8 @@
 //                     entry point from it (cudaVersion 13000)
 //   COMMANDS
 //     info                      {"free":F,"total":T,"device_total":D}
-//     alloc --api A [--chunk B] [--max N] [--threads T] [--hold-s S] [--free]
-//           [--go-file F]
+//     alloc --api A [--chunk B] [--fine B] [--sync] [--max N] [--threads T]
+//           [--hold-s S] [--free] [--free-hold-s S] [--go-file F]
 //         A: alloc, pitch, managed, async, pool, vmm, array, array3d, mipmap,
 //            context (a cuCtxCreate_v4 per step)
 //         Allocates chunks until the driver refuses (or N per thread), prints
@@ -20,6 +20,11 @@
 //         then holds S seconds; with --free frees everything and prints
 //         {"freed":N,"free_after":F}. With --go-file, prints {"ready":true}
 //         once its context exists and starts allocating when F exists.
+//         --fine B: once refused, goes on in B pieces until refused again
+//         (granted_bytes counts both). --sync: cuStreamSynchronize after each
+//         allocation (as a program using cudaMallocAsync might).
+//         --free-hold-s S: after freeing, prints {"freed":N} (no memory
+//         query) and holds S seconds.
 //     fork --chunk B [--hold-s S]  cuInit, then fork: the child fills the
 //         device (and holds it S seconds) and exits, then the parent does; prints
 //         {"child_granted":N, "child_error":"...","parent_granted":M,"parent_error":"..."}
@@ -295,6 +300,9 @@ void Free(const Held& h) {
 struct Options {
   std::string api = "alloc";
   uint64_t chunk = 64ull << 20;
+  uint64_t fine = 0;  // 0: no second phase
+  bool sync = false;
+  double free_hold_s = 0;
   long max = 1'000'000;
   int threads = 1;
   double hold_s = 0;
@@ -313,6 +321,7 @@ int Alloc(const Options& o) {
   }
   std::mutex mu;
   std::vector<Held> held;
+  uint64_t granted_bytes = 0;
   CUresult last = CUDA_SUCCESS;
   std::vector<std::thread> threads;
   threads.reserve(o.threads);
@@ -321,15 +330,19 @@ int Alloc(const Options& o) {
       CUcontext ctx;
       g_api.cuDevicePrimaryCtxRetain(&ctx, dev);
       g_api.cuCtxSetCurrent(ctx);
-      for (long i = 0; i < o.max; ++i) {
-        Held h;
-        CUresult rc = AllocateOne(o.api, dev, o.chunk, &h);
-        std::lock_guard lock(mu);
-        if (rc != CUDA_SUCCESS) {
-          last = rc;
-          return;
+      for (uint64_t size : {o.chunk, o.fine}) {
+        for (long i = 0; size != 0 && i < o.max; ++i) {
+          Held h;
+          CUresult rc = AllocateOne(o.api, dev, size, &h);
+          if (rc == CUDA_SUCCESS && o.sync) rc = g_api.cuStreamSynchronize(nullptr);
+          std::lock_guard lock(mu);
+          if (rc != CUDA_SUCCESS) {
+            last = rc;
+            break;
+          }
+          held.push_back(h);
+          granted_bytes += size;
         }
-        held.push_back(h);
       }
     });
   }
@@ -339,13 +352,19 @@ int Alloc(const Options& o) {
   printf(
       "{\"api\":\"%s\",\"granted\":%zu,\"granted_bytes\":%llu,\"error\":\"%s\",\"free\":%zu,"
       "\"total\":%zu}\n",
-      o.api.c_str(), held.size(), static_cast<unsigned long long>(held.size()) * o.chunk,
+      o.api.c_str(), held.size(), static_cast<unsigned long long>(granted_bytes),
       last == CUDA_SUCCESS ? "" : Name(last), free, total);
   fflush(stdout);
   if (o.hold_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.hold_s));
   if (o.free) {
     for (const Held& h : held) Free(h);
     Check(g_api.cuStreamSynchronize(nullptr), "cuStreamSynchronize");
+    if (o.free_hold_s > 0) {
+      printf("{\"freed\":%zu}\n", held.size());
+      fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::duration<double>(o.free_hold_s));
+      return 0;
+    }
     Check(g_api.cuMemGetInfo_v2(&free, &total), "cuMemGetInfo_v2");
     printf("{\"freed\":%zu,\"free_after\":%zu}\n", held.size(), free);
   }
@@ -471,12 +490,20 @@ int main(int argc, char** argv) {
       o.free = true;
       continue;
     }
+    if (a == "--sync") {
+      o.sync = true;
+      continue;
+    }
     if (i + 1 >= argc) Usage(a + " needs a value");
     const char* v = argv[++i];
     if (a == "--api") {
       o.api = v;
     } else if (a == "--chunk") {
       o.chunk = static_cast<uint64_t>(Number(a, v));
+    } else if (a == "--fine") {
+      o.fine = static_cast<uint64_t>(Number(a, v));
+    } else if (a == "--free-hold-s") {
+      o.free_hold_s = Number(a, v);
     } else if (a == "--max") {
       o.max = static_cast<long>(Number(a, v));
     } else if (a == "--threads") {
