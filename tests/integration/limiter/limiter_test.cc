@@ -282,6 +282,36 @@ INSTANTIATE_TEST_SUITE_P(Limiter, PoolCapTest,
                                   std::to_string(std::get<1>(p.param)) + "MiB";
                          });
 
+// Several members, each with several threads allocating from its pools at
+// once: every refusal is out-of-memory, the group's count covers what the
+// driver holds, and the driver's count never ends above the cap.
+TEST_F(LimiterTest, MembersAllocatingFromPoolsAtOnceEndWithinTheCap) {
+  const uint64_t limit = 2048 * kMiB;
+  const std::string go = dir_ + "/go";
+  std::vector<pid_t> members;
+  for (int i = 0; i < 3; ++i) {
+    members.push_back(StartProgram("gpuslice-alloc-probe", i,
+                                   {"alloc", "--api", "async", "--chunk", std::to_string(6 * kMiB),
+                                    "--threads", "4", "--hold-s", "60", "--go-file", go},
+                                   Limited("pool-race", "2GiB")));
+  }
+  for (int i = 0; i < 3; ++i) WaitForJson("out" + std::to_string(i));
+  std::ofstream(go).put('\n');
+  for (int i = 0; i < 3; ++i) {
+    const json out = WaitForJson("out" + std::to_string(i), 2);
+    EXPECT_EQ(out["error"], "CUDA_ERROR_OUT_OF_MEMORY") << out;
+  }
+  uint64_t driver = 0;
+  for (pid_t p : members) driver += DriverMemory(p);
+  EXPECT_LE(driver, limit);
+  auto seg = Segment("pool-race");
+  ASSERT_NE(seg, nullptr);
+  EXPECT_GE(seg->MemoryUsed(0), driver);
+  EXPECT_LE(seg->MemoryUsed(0), limit);
+  // Full, up to one 32 MiB block per member.
+  EXPECT_GT(driver, limit - 3 * 32 * kMiB);
+}
+
 // Memory freed back to a pool stays charged until the driver releases it (a
 // synchronize, with the default release threshold); then the limiter's own
 // thread gives the charge back, without the program asking anything.
