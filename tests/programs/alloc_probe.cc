@@ -13,8 +13,11 @@
 //     info                      {"free":F,"total":T,"device_total":D}
 //     alloc --api A [--chunk B] [--fine B] [--sync] [--max N] [--threads T]
 //           [--hold-s S] [--free] [--free-hold-s S] [--go-file F]
-//         A: alloc, pitch, managed, async, pool, vmm, array, array3d, mipmap,
-//            context (a cuCtxCreate_v4 per step)
+//         A: alloc, pitch, managed, async, pool (the default pool, named),
+//            created (cuMemPoolCreate'd pool, named), current (that pool made
+//            current with cuDeviceSetMemPool, then cuMemAllocAsync), vmm,
+//            array, array3d, mipmap, context (a cuCtxCreate_v4 per step).
+//            --free destroys a created pool after freeing (before the sync)
 //         Allocates chunks until the driver refuses (or N per thread), prints
 //         {"api":A,"granted":N,"granted_bytes":B,"error":"...","free":F,"total":T}
 //         then holds S seconds; with --free frees everything and prints
@@ -82,6 +85,9 @@ struct Api {
   CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
   CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool*, CUdevice);
   CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+  CUresult (*cuMemPoolCreate)(CUmemoryPool*, const CUmemPoolProps*);
+  CUresult (*cuMemPoolDestroy)(CUmemoryPool);
+  CUresult (*cuDeviceSetMemPool)(CUdevice, CUmemoryPool);
   CUresult (*cuMemCreate)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
                           unsigned long long);
   CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
@@ -148,6 +154,9 @@ void BindAll(const std::string& via) {
   GS_BIND(cuMemFreeAsync);
   GS_BIND(cuDeviceGetDefaultMemPool);
   GS_BIND(cuMemAllocFromPoolAsync);
+  GS_BIND(cuMemPoolCreate);
+  GS_BIND(cuMemPoolDestroy);
+  GS_BIND(cuDeviceSetMemPool);
   GS_BIND(cuMemCreate);
   GS_BIND(cuMemRelease);
   GS_BIND(cuArrayCreate_v2);
@@ -189,6 +198,22 @@ struct Held {
   int kind = 0;  // 0 pointer, 1 async pointer, 2 vmm, 3 array, 4 mipmap, 5 context
 };
 
+// The pool --api created/current allocate from (made on first use).
+std::once_flag g_pool_once;
+CUmemoryPool g_pool = nullptr;
+
+CUmemoryPool CreatedPool(CUdevice dev, bool make_current) {
+  std::call_once(g_pool_once, [&] {
+    CUmemPoolProps props{};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = dev;
+    Check(g_api.cuMemPoolCreate(&g_pool, &props), "cuMemPoolCreate");
+    if (make_current) Check(g_api.cuDeviceSetMemPool(dev, g_pool), "cuDeviceSetMemPool");
+  });
+  return g_pool;
+}
+
 CUresult AllocateOne(const std::string& api, CUdevice dev, uint64_t chunk, Held* out) {
   if (api == "alloc") {
     CUdeviceptr p;
@@ -220,6 +245,14 @@ CUresult AllocateOne(const std::string& api, CUdevice dev, uint64_t chunk, Held*
     Check(g_api.cuDeviceGetDefaultMemPool(&pool, dev), "cuDeviceGetDefaultMemPool");
     CUdeviceptr p;
     CUresult rc = g_api.cuMemAllocFromPoolAsync(&p, chunk, pool, nullptr);
+    *out = {p, 1};
+    return rc;
+  }
+  if (api == "created" || api == "current") {
+    CUmemoryPool pool = CreatedPool(dev, api == "current");
+    CUdeviceptr p;
+    CUresult rc = api == "current" ? g_api.cuMemAllocAsync(&p, chunk, nullptr)
+                                   : g_api.cuMemAllocFromPoolAsync(&p, chunk, pool, nullptr);
     *out = {p, 1};
     return rc;
   }
@@ -358,6 +391,7 @@ int Alloc(const Options& o) {
   if (o.hold_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.hold_s));
   if (o.free) {
     for (const Held& h : held) Free(h);
+    if (g_pool != nullptr) Check(g_api.cuMemPoolDestroy(g_pool), "cuMemPoolDestroy");
     Check(g_api.cuStreamSynchronize(nullptr), "cuStreamSynchronize");
     if (o.free_hold_s > 0) {
       printf("{\"freed\":%zu}\n", held.size());

@@ -79,9 +79,9 @@ class LimiterTest : public testing::SimProcessTest {
 
 // Bytes one 64 MiB step of each form charges (and the driver allocates).
 const std::map<std::string, uint64_t> kStepBytes = {
-    {"alloc", 64 * kMiB},  {"pitch", 64 * kMiB},  {"managed", 64 * kMiB}, {"async", 64 * kMiB},
-    {"pool", 64 * kMiB},   {"vmm", 64 * kMiB},    {"array", 64 * kMiB},   {"array3d", 64 * kMiB},
-    {"mipmap", 80 * kMiB}, {"context", kContext},
+    {"alloc", 64 * kMiB}, {"pitch", 64 * kMiB},   {"managed", 64 * kMiB}, {"async", 64 * kMiB},
+    {"pool", 64 * kMiB},  {"created", 64 * kMiB}, {"current", 64 * kMiB}, {"vmm", 64 * kMiB},
+    {"array", 64 * kMiB}, {"array3d", 64 * kMiB}, {"mipmap", 80 * kMiB},  {"context", kContext},
 };
 
 class EveryFormTest : public LimiterTest,
@@ -113,8 +113,9 @@ TEST_P(EveryFormTest, FillsExactlyToTheLimitAndFreesEverything) {
 INSTANTIATE_TEST_SUITE_P(
     Limiter, EveryFormTest,
     ::testing::Combine(::testing::Values("link", "dlsym", "procaddr"),
-                       ::testing::Values("alloc", "pitch", "managed", "async", "pool", "vmm",
-                                         "array", "array3d", "mipmap", "context")),
+                       ::testing::Values("alloc", "pitch", "managed", "async", "pool", "created",
+                                         "current", "vmm", "array", "array3d", "mipmap",
+                                         "context")),
     [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 
 // ---- a context's real size ----
@@ -275,7 +276,8 @@ TEST_P(PoolCapTest, AllocatingUntilRefusedLeavesTheDriverWithinTheCap) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Limiter, PoolCapTest,
-                         ::testing::Combine(::testing::Values("async", "pool"),
+                         ::testing::Combine(::testing::Values("async", "pool", "created",
+                                                              "current"),
                                             ::testing::Values(2, 32, 64)),
                          [](const auto& p) {
                            return std::get<0>(p.param) + "_block" +
