@@ -291,6 +291,7 @@ TEST_F(LimiterTest, MembersAllocatingFromPoolsAtOnceEndWithinTheCap) {
   const uint64_t limit = 2048 * kMiB;
   const std::string go = dir_ + "/go";
   std::vector<pid_t> members;
+  members.reserve(3);
   for (int i = 0; i < 3; ++i) {
     members.push_back(StartProgram("gpuslice-alloc-probe", i,
                                    {"alloc", "--api", "async", "--chunk", std::to_string(6 * kMiB),
@@ -311,7 +312,7 @@ TEST_F(LimiterTest, MembersAllocatingFromPoolsAtOnceEndWithinTheCap) {
   EXPECT_GE(seg->MemoryUsed(0), driver);
   EXPECT_LE(seg->MemoryUsed(0), limit);
   // Full, up to one 32 MiB block per member.
-  EXPECT_GT(driver, limit - 3 * 32 * kMiB);
+  EXPECT_GT(driver, limit - kMiB * 32 * 3);
 }
 
 // Memory freed back to a pool stays charged until the driver releases it (a
