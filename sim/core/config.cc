@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -243,6 +244,7 @@ SimConfig DefaultSimConfig() {
   p.wave_ns = 10'000;
   p.context_bytes = 300ull << 20;
   p.granularity = 2ull << 20;
+  p.pool_block_granules = kDefaultPoolBlock / p.granularity;
   p.max_pending = 1024;
   CopyString(p.driver_version, sizeof p.driver_version, kDefaultDriverVersion);
   c.device_count = 1;
@@ -276,6 +278,14 @@ StatusOr<SimConfig> ParseSimConfig(std::string_view text) {
   if (p.granularity == 0 || (p.granularity & (p.granularity - 1)) != 0) {
     return r.Error("granularity", "must be a power of two");
   }
+  // Default 32 MiB (a power of two: a multiple of any smaller granularity).
+  uint64_t pool_block = std::max<uint64_t>(kDefaultPoolBlock, p.granularity);
+  GS_RETURN_IF_ERROR(r.Bytes("pool_block", &pool_block));
+  if (pool_block == 0 || pool_block % p.granularity != 0 ||
+      pool_block / p.granularity > UINT32_MAX) {
+    return r.Error("pool_block", "must be a positive multiple of the granularity");
+  }
+  p.pool_block_granules = static_cast<uint32_t>(pool_block / p.granularity);
   GS_RETURN_IF_ERROR(r.String("driver_version", p.driver_version, sizeof p.driver_version));
   r.Skip("soft_limit_eviction");
   if (auto it = j.find("soft_limit_eviction"); it != j.end()) {

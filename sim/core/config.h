@@ -14,6 +14,7 @@
 //     "timeslice_us": 1024, "switch_us": 50, "sample_us": 166666,
 //     "launch_ns": 3000, "wave_ns": 10000, "max_pending": 1024,
 //     "context_bytes": "300MiB", "granularity": "2MiB",
+//     "pool_block": "32MiB",      // stream-ordered pools grow in these blocks
 //     "functions": {"my_kernel": {"wave_ns": 50000}},
 //     "driver_version": "580.65.06",  // "615.xx" and later have the r615 memory limits
 //     "soft_limit_eviction": false    // model eviction of soft-limit borrowers
@@ -30,6 +31,10 @@
 #include "sim/core/state.h"
 
 namespace gpuslice::sim {
+
+// The block stream-ordered pools grow by unless the config says
+// ("pool_block"; docs/sim.md "Memory pools").
+inline constexpr uint64_t kDefaultPoolBlock = 32ull << 20;
 
 // The driver the simulated node runs unless the config names one: older than
 // r615, so the per-cgroup memory limits are absent.

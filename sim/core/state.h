@@ -60,7 +60,9 @@ struct SimParams {
   uint32_t function_count;
   char driver_version[32];       // nvmlSystemGetDriverVersion, e.g. "580.65.06" or "615.10"
   uint32_t soft_limit_eviction;  // 1: model soft-limit eviction (see memory_limits.h)
-  uint32_t pad_params;
+  // Stream-ordered pools reserve backing memory in blocks of this many
+  // granules (config "pool_block"; 0, in a state file of an older build: 1).
+  uint32_t pool_block_granules;
   FunctionCost functions[kMaxFunctions];
 };
 

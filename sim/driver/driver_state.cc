@@ -197,6 +197,16 @@ void DestroyContext(uint64_t handle) {
   for (uint64_t p : d.physicals.Find([&](const Physical& ph) { return ph.ctx == handle; })) {
     if (Physical* ph = d.physicals.Get(p)) ph->ctx = 0;
   }
+  // Pools whose reserve it held lose it with the context's memory.
+  {
+    std::lock_guard lock(d.pools_mu);
+    for (uint64_t h : d.pools.Find([&](const Pool& pl) { return pl.backing_ctx == handle; })) {
+      if (Pool* pl = d.pools.Get(h)) {
+        pl->model.ReleaseAll();
+        pl->backing_ctx = 0;
+      }
+    }
+  }
   (void)d.gpu->DestroyContext(ctx.id);
   ForgetContext(handle);
 }
@@ -267,14 +277,74 @@ CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUde
     std::unique_lock lock(d.ranges_mu);
     d.ranges[reinterpret_cast<uintptr_t>(p)] = r;
   }
-  if (Pool* pl = d.pools.Get(pool)) {
-    const uint64_t used = pl->used.fetch_add(rounded) + rounded;
-    uint64_t high = pl->high.load();
-    while (used > high && !pl->high.compare_exchange_weak(high, used)) {
+  *out = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+uint64_t AddPool(int device, bool is_default) {
+  const SimParams& params = D().gpu->params();
+  const uint64_t granules = std::max<uint32_t>(params.pool_block_granules, 1);
+  Pool p;
+  p.device = device;
+  p.is_default = is_default;
+  p.model = PoolModel(params.granularity, granules * params.granularity);
+  return D().pools.Add(std::move(p));
+}
+
+void ReleasePoolBacking(Pool& pool, uint64_t bytes) {
+  if (bytes == 0 || pool.backing_ctx == 0) return;
+  if (D().contexts.Get(pool.backing_ctx) != nullptr) D().gpu->Free(pool.backing_cid, bytes);
+}
+
+CUresult AllocateFromPool(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUdeviceptr* out) {
+  Driver& d = D();
+  Context* ctx = d.contexts.Get(ctx_handle);
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t rounded = d.gpu->RoundToGranularity(bytes);
+  {
+    std::lock_guard lock(d.pools_mu);
+    Pool* pl = d.pools.Get(pool);
+    if (pl == nullptr || pl->destroyed) return CUDA_ERROR_INVALID_VALUE;
+    const uint64_t growth = pl->model.GrowthFor(bytes);
+    if (growth > 0) {
+      if (pl->backing_ctx == 0 || d.contexts.Get(pl->backing_ctx) == nullptr) {
+        pl->backing_ctx = ctx_handle;  // the first context that grows it holds its reserve
+        pl->backing_cid = ctx->id;
+      }
+      if (Status s = d.gpu->Allocate(pl->backing_cid, growth); !s.ok()) return FromStatus(s);
     }
+    pl->model.Allocated(bytes, growth);
+  }
+  void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    std::lock_guard lock(d.pools_mu);
+    if (Pool* pl = d.pools.Get(pool)) pl->model.Freed(bytes);  // the reserve stays, as freed
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  Range r;
+  r.bytes = bytes;
+  r.mapped = rounded;
+  r.kind = RangeKind::kDevice;
+  r.ctx = ctx_handle;
+  r.cid = ctx->id;
+  r.pool = pool;
+  {
+    std::unique_lock lock(d.ranges_mu);
+    d.ranges[reinterpret_cast<uintptr_t>(p)] = r;
   }
   *out = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
+}
+
+void ReleasePoolsAtSync() {
+  Driver& d = D();
+  const std::vector<uint64_t> pools = d.pools.Find([](const Pool&) { return true; });
+  std::lock_guard lock(d.pools_mu);
+  for (uint64_t h : pools) {
+    if (Pool* pl = d.pools.Get(h)) ReleasePoolBacking(*pl, pl->model.ReleaseAtSync());
+  }
 }
 
 CUresult FreeDevice(CUdeviceptr ptr) {
@@ -290,8 +360,24 @@ CUresult FreeDevice(CUdeviceptr ptr) {
     d.ranges.erase(it);
   }
   munmap(HostPtr(ptr), r.mapped);
-  if (d.contexts.Get(r.ctx) != nullptr) d.gpu->Free(r.cid, r.bytes, r.managed);
-  if (Pool* pl = d.pools.Get(r.pool)) pl->used.fetch_sub(r.mapped);
+  if (r.pool == 0) {
+    if (d.contexts.Get(r.ctx) != nullptr) d.gpu->Free(r.cid, r.bytes, r.managed);
+    return CUDA_SUCCESS;
+  }
+  // A pool's allocation: its memory stays in the pool's reserve. A pool
+  // destroyed with allocations outstanding goes with its last one.
+  bool gone = false;
+  {
+    std::lock_guard lock(d.pools_mu);
+    Pool* pl = d.pools.Get(r.pool);
+    if (pl == nullptr) return CUDA_SUCCESS;
+    pl->model.Freed(r.bytes);
+    if (pl->destroyed && pl->model.used() == 0) {
+      ReleasePoolBacking(*pl, pl->model.ReleaseAll());
+      gone = true;
+    }
+  }
+  if (gone) d.pools.Remove(r.pool);
   return CUDA_SUCCESS;
 }
 

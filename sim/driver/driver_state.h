@@ -27,6 +27,7 @@
 
 #include "common/status.h"
 #include "cuda_abi/cuda_driver_api.h"
+#include "sim/core/pool_model.h"
 #include "sim/core/sim_gpu.h"
 
 #define GS_EXPORT extern "C" __attribute__((visibility("default")))
@@ -215,23 +216,18 @@ struct GraphExec {
   std::vector<KernelNode> kernels;
 };
 
+// A stream-ordered memory pool (a device's default pool, or cuMemPoolCreate's).
+// Its backing memory (model.reserved()) is charged to one context of the
+// pool's device (`backing_ctx`, the first that allocated from it), so NVML's
+// per-process usage counts what the pool reserves, not what is allocated.
+// GUARDED_BY(Driver::pools_mu), except `device` and `is_default` (fixed).
 struct Pool {
   int device = -1;
   bool is_default = false;
-  uint64_t release_threshold = 0;
-  std::atomic<uint64_t> used{0};
-  std::atomic<uint64_t> high{0};
-
-  Pool() = default;
-  Pool(Pool&& o) noexcept { *this = std::move(o); }
-  Pool& operator=(Pool&& o) noexcept {
-    device = o.device;
-    is_default = o.is_default;
-    release_threshold = o.release_threshold;
-    used.store(o.used.load());
-    high.store(o.high.load());
-    return *this;
-  }
+  bool destroyed = false;    // cuMemPoolDestroy'd with allocations outstanding
+  uint64_t backing_ctx = 0;  // context handle the reserve is charged to (0: none)
+  ContextId backing_cid;
+  PoolModel model;
 };
 
 // An array or mipmapped array: accounted device memory without a backing.
@@ -297,6 +293,8 @@ struct Driver {
   // MPS: the thread percentage this process got as an MPS client of each
   // device (0: not a client there). Set when a context connects.
   std::atomic<uint32_t> mps_thread_percent[kMaxDevices] = {};
+
+  std::mutex pools_mu;  // every Pool's reserve and usage (never held with `mu`)
 
   std::shared_mutex ranges_mu;
   std::map<uintptr_t, Range> ranges;  // GUARDED_BY(ranges_mu): base -> range
@@ -387,6 +385,18 @@ CUresult EnqueueKernel(Context& ctx, Stream* stream, const Function& fn, uint64_
 // Charges `bytes` to ctx, maps a backing and registers it as kind kDevice.
 CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUdeviceptr* out,
                         bool managed = false);
+// A stream-ordered allocation of `bytes` from `pool` for context `ctx_handle`:
+// grows the pool's reserve first when it cannot hold it (charged to the
+// pool's backing context), then maps a backing and registers it as kDevice.
+CUresult AllocateFromPool(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUdeviceptr* out);
+// A new pool of `device` (its model from the simulator's parameters); 0 when
+// the table is full.
+uint64_t AddPool(int device, bool is_default);
+// A synchronize (stream, event, context): every pool gives back what it holds
+// above its release threshold.
+void ReleasePoolsAtSync();
+// Gives `bytes` of `pool`'s reserve back to the device. REQUIRES: pools_mu.
+void ReleasePoolBacking(Pool& pool, uint64_t bytes);
 // Frees a kDevice range starting at `ptr`; INVALID_VALUE if there is none.
 CUresult FreeDevice(CUdeviceptr ptr);
 // True when [p, p + n) lies inside one registered range (n == 0: p inside one).

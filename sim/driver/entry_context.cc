@@ -131,14 +131,20 @@ GS_EXPORT CUresult cuCtxSynchronize() {
   if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
   CUresult rc = CUDA_SUCCESS;
   Context* ctx = CurrentContext(&rc);
-  return ctx == nullptr ? rc : WaitContext(*ctx);
+  if (ctx == nullptr) return rc;
+  rc = WaitContext(*ctx);
+  ReleasePoolsAtSync();  // pools give back what they hold above their release threshold
+  return rc;
 }
 
 GS_EXPORT CUresult cuCtxSynchronize_v2(CUcontext c) {
   if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
   CUresult rc = CUDA_SUCCESS;
   Context* ctx = ContextOrCurrent(c, &rc);
-  return ctx == nullptr ? rc : WaitContext(*ctx);
+  if (ctx == nullptr) return rc;
+  rc = WaitContext(*ctx);
+  ReleasePoolsAtSync();
+  return rc;
 }
 
 GS_EXPORT CUresult cuCtxGetFlags(unsigned int* flags) {

@@ -31,10 +31,7 @@ CUresult AllocateCurrent(CUdeviceptr* dptr, uint64_t bytes, bool managed = false
 uint64_t DefaultPoolLocked(int dev) {
   Driver& d = D();
   if (d.default_pool[dev] == 0) {
-    Pool p;
-    p.device = dev;
-    p.is_default = true;
-    d.default_pool[dev] = d.pools.Add(std::move(p));
+    d.default_pool[dev] = AddPool(dev, /*is_default=*/true);
     if (d.current_pool[dev] == 0) d.current_pool[dev] = d.default_pool[dev];
   }
   return d.default_pool[dev];
@@ -58,7 +55,7 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, uint64_t bytes, CUstream stream, ui
     DefaultPoolLocked(ctx->device);  // sets the current pool on first use
     pool = D().current_pool[ctx->device];
   }
-  return AllocateDevice(ctx_handle, bytes, pool, dptr);
+  return AllocateFromPool(ctx_handle, bytes, pool, dptr);
 }
 
 CUresult FreeChecked(CUdeviceptr dptr) {
@@ -166,7 +163,13 @@ bool ValidDeviceLocation(const CUmemLocation& loc) {
   return loc.type == CU_MEM_LOCATION_TYPE_DEVICE && loc.id >= 0 && loc.id < D().gpu->device_count();
 }
 
-Pool* PoolOf(CUmemoryPool pool) { return D().pools.Get(Raw(pool)); }
+// The live pool `pool` names (not one destroyed with allocations outstanding).
+Pool* PoolOf(CUmemoryPool pool) {
+  Pool* p = D().pools.Get(Raw(pool));
+  if (p == nullptr) return nullptr;
+  std::lock_guard lock(D().pools_mu);
+  return p->destroyed ? nullptr : p;
+}
 
 }  // namespace
 }  // namespace gpuslice::sim::driver
@@ -646,7 +649,7 @@ GS_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray handle) {
   return DestroyArray(D().mipmaps, Raw(handle));
 }
 
-// ---- memory pools (minimal: allocation accounting, attributes) ----------------------------
+// ---- memory pools (sim/core/pool_model.h; docs/sim.md "Memory pools") -------------------
 
 GS_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
   if (CUresult rc = CheckDevice(dev); rc != CUDA_SUCCESS) return rc;
@@ -683,14 +686,14 @@ GS_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* pro
   if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED || !ValidDeviceLocation(props->location)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  Pool p;
-  p.device = props->location.id;
-  const uint64_t h = D().pools.Add(std::move(p));
+  const uint64_t h = AddPool(props->location.id, /*is_default=*/false);
   if (h == 0) return CUDA_ERROR_OUT_OF_MEMORY;
   *pool = AsHandle<CUmemoryPool>(h);
   return CUDA_SUCCESS;
 }
 
+// As documented: a pool with allocations outstanding is released once the
+// last of them is freed (FreeDevice); its handle is invalid at once.
 GS_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
   Pool* p = PoolOf(pool);
@@ -701,27 +704,47 @@ GS_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
       D().current_pool[p->device] = D().default_pool[p->device];
     }
   }
-  D().pools.Remove(Raw(pool));
+  bool outstanding;
+  {
+    std::lock_guard lock(D().pools_mu);
+    outstanding = p->model.used() > 0;
+    if (outstanding) {
+      p->destroyed = true;
+    } else {
+      ReleasePoolBacking(*p, p->model.ReleaseAll());
+    }
+  }
+  if (!outstanding) D().pools.Remove(Raw(pool));
   return CUDA_SUCCESS;
 }
 
-GS_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t) {
+GS_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t min_bytes_to_keep) {
   if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
-  return PoolOf(pool) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  Pool* p = PoolOf(pool);
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(D().pools_mu);
+  ReleasePoolBacking(*p, p->model.TrimTo(min_bytes_to_keep));
+  return CUDA_SUCCESS;
 }
 
 GS_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
   Pool* p = PoolOf(pool);
   if (p == nullptr || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(D().pools_mu);
   switch (attr) {
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-      p->release_threshold = *static_cast<cuuint64_t*>(value);
+      p->model.set_release_threshold(*static_cast<cuuint64_t*>(value));
       return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      // Only 0 is accepted: it resets the watermark to the current value.
       if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
-      p->high.store(p->used.load());
+      if (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) {
+        p->model.ResetReservedHigh();
+      } else {
+        p->model.ResetUsedHigh();
+      }
       return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
@@ -736,17 +759,23 @@ GS_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute 
   if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
   Pool* p = PoolOf(pool);
   if (p == nullptr || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(D().pools_mu);
+  auto* out = static_cast<cuuint64_t*>(value);
   switch (attr) {
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-      *static_cast<cuuint64_t*>(value) = p->release_threshold;
+      *out = p->model.release_threshold();
       return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
-      *static_cast<cuuint64_t*>(value) = p->used.load();
+      *out = p->model.reserved();
       return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      *out = p->model.reserved_high();
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      *out = p->model.used();
+      return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-      *static_cast<cuuint64_t*>(value) = p->high.load();
+      *out = p->model.used_high();
       return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:

@@ -42,7 +42,9 @@ CUresult SyncStream(CUstream stream) {
   if (CUresult rc = ResolveStream(stream, &ctx, &st); rc != CUDA_SUCCESS) return rc;
   if (st != nullptr && st->capture_graph.load() != 0) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   const uint64_t seq = StreamSeq(*ctx, st);
-  return seq == 0 ? CUDA_SUCCESS : WaitContext(*ctx, seq);
+  const CUresult rc = seq == 0 ? CUDA_SUCCESS : WaitContext(*ctx, seq);
+  ReleasePoolsAtSync();  // pools give back what they hold above their release threshold
+  return rc;
 }
 
 CUresult QueryStream(CUstream stream) {
@@ -252,8 +254,9 @@ GS_EXPORT CUresult cuEventSynchronize(CUevent event) {
   const Event* ev = D().events.Get(Raw(event));
   if (ev == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   const Context* ctx = EventContext(*ev);
-  if (ev->seq == 0 || ctx == nullptr) return CUDA_SUCCESS;
-  return WaitContext(*ctx, ev->seq);
+  const CUresult rc = ev->seq == 0 || ctx == nullptr ? CUDA_SUCCESS : WaitContext(*ctx, ev->seq);
+  ReleasePoolsAtSync();
+  return rc;
 }
 
 GS_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {

@@ -35,7 +35,11 @@ CUresult Reserved(ProcessState& l, int device, uint64_t bytes, uintptr_t ctx, Re
                   Allocate&& allocate, IdOf&& id_of) {
   if (device < 0) return allocate();  // no usable context: the driver says why
   std::optional<Charge> charge = l.ledger().Reserve(device, bytes);
-  if (!charge) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!charge) [[unlikely]] {
+    // Pools may hold less than they were charged (a synchronize released it).
+    charge = l.ReserveAfterPoolRefresh(device, bytes);
+    if (!charge) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   charge->context = ctx;
   const CUresult rc = allocate();
   if (rc != CUDA_SUCCESS) {
@@ -50,6 +54,20 @@ CUresult Reserved(ProcessState& l, int device, uint64_t bytes, uintptr_t ctx, Re
 CUresult Freed(ProcessState& l, CUresult rc, Resource kind, uint64_t id) {
   if (rc == CUDA_SUCCESS) {
     if (auto c = l.ledger().Untrack(kind, id)) l.ledger().Release(*c);
+  }
+  return rc;
+}
+
+// A freed device pointer: its own charge back, or, for memory of a pool
+// (charged by the pool's reserve, not per pointer), the pools' charges
+// settled again.
+CUresult FreedPointer(ProcessState& l, CUresult rc, CUdeviceptr ptr) {
+  if (rc == CUDA_SUCCESS) {
+    if (auto c = l.ledger().Untrack(Resource::kPointer, ptr)) [[likely]] {
+      l.ledger().Release(*c);
+    } else {
+      l.PoolMemoryFreed();
+    }
   }
   return rc;
 }
@@ -117,6 +135,7 @@ CUresult DestroyContext(CUcontext ctx, auto&& destroy) {
     l.ForgetContexts();
     Freed(l, rc, Resource::kContext, reinterpret_cast<uint64_t>(ctx));
     l.ledger().ReleaseContext(reinterpret_cast<uintptr_t>(ctx));
+    l.PoolMemoryFreed();  // pool memory may have gone with it
   }
   return rc;
 }
@@ -146,16 +165,47 @@ CUresult ReleasePrimary(CUdevice dev, bool reset, auto&& release) {
   if (rc == CUDA_SUCCESS) {
     l.ForgetContexts();
     l.ledger().PrimaryRelease(l.GroupDevice(dev), reset);
+    l.PoolMemoryFreed();
   }
   return rc;
 }
 
-CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, auto&& allocate) {
+// A stream-ordered allocation from `pool` (nullptr: the current pool of the
+// stream's device). A pool is charged its reserve (pool_charges.h); where the
+// driver cannot report a pool's usage, each allocation is charged instead.
+// `per_thread`: a null stream is the per-thread default stream (_ptsz).
+CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, CUmemoryPool pool,
+                          bool per_thread, auto&& allocate) {
   ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   if (dptr == nullptr || bytes == 0) return allocate();
+  int device = -1;
+  if (pool == nullptr) {
+    const CUdevice ordinal = l.StreamOrdinal(stream);
+    const auto current = Cuda().cuDeviceGetMemPool;
+    if (ordinal >= 0 && current != nullptr && current(&pool, ordinal) != CUDA_SUCCESS) {
+      pool = nullptr;
+    }
+    device = pool != nullptr ? l.PoolGroupDevice(pool, stream) : l.GroupDevice(ordinal);
+  } else {
+    device = l.PoolGroupDevice(pool, stream);
+    if (device < 0) return allocate();  // memory the group does not count (a host pool)
+  }
+  if (pool != nullptr && device >= 0) {
+    const CUstream sync = stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream;
+    std::optional<CUresult> rc =
+        l.pools().Allocate(reinterpret_cast<uint64_t>(pool), device, bytes, allocate, [&] {
+          // Undo: free it and wait until the pool has it back.
+          GS_REAL(cuMemFreeAsync, *dptr, sync);
+          GS_REAL(cuStreamSynchronize, sync);
+        });
+    if (rc) {
+      if (*rc == CUDA_SUCCESS) l.WatchPools();
+      return *rc;
+    }
+  }
   // Stream-ordered memory outlives its context: tracked with context 0.
-  return Reserved(l, l.StreamGroupDevice(stream), l.Rounded(bytes), 0, Resource::kPointer, allocate,
+  return Reserved(l, device, l.Rounded(bytes), 0, Resource::kPointer, allocate,
                   [&] { return uint64_t{*dptr}; });
 }
 
@@ -234,6 +284,7 @@ CUresult cuMemGetInfo_v2(size_t* free, size_t* total) noexcept {
   if (l.EnsureAttached() != CUDA_SUCCESS) return rc;
   const int device = l.CurrentGroupDevice();
   if (!l.HasMemoryLimit(device)) return rc;
+  l.PoolMemoryFreed();  // the pools' charges as the driver holds them now
   const uint64_t limit = std::min<uint64_t>(l.MemoryLimit(device), *total);
   const uint64_t used = l.MemoryUsed(device);
   *total = limit;
@@ -405,24 +456,49 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flag
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) noexcept {
-  return AllocateOnStream(dptr, bytesize, hStream,
+  return AllocateOnStream(dptr, bytesize, hStream, nullptr, false,
                           [&] { return GS_REAL(cuMemAllocAsync, dptr, bytesize, hStream); });
 }
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) noexcept {
-  return AllocateOnStream(dptr, bytesize, hStream,
+  return AllocateOnStream(dptr, bytesize, hStream, nullptr, true,
                           [&] { return GS_REAL(cuMemAllocAsync_ptsz, dptr, bytesize, hStream); });
 }
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                  CUstream hStream) noexcept {
-  return AllocateOnStream(dptr, bytesize, hStream, [&] {
+  if (pool == nullptr) return GS_REAL(cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream);
+  return AllocateOnStream(dptr, bytesize, hStream, pool, false, [&] {
     return GS_REAL(cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream);
   });
 }
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream hStream) noexcept {
-  return AllocateOnStream(dptr, bytesize, hStream, [&] {
+  if (pool == nullptr) return GS_REAL(cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
+  return AllocateOnStream(dptr, bytesize, hStream, pool, true, [&] {
     return GS_REAL(cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
   });
+}
+
+// ---- stream-ordered memory pools (pool_charges.h) ----
+
+CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) noexcept {
+  ProcessState& l = ProcessState::Get();
+  if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
+  const CUresult rc = GS_REAL(cuMemPoolCreate, pool, poolProps);
+  if (rc == CUDA_SUCCESS && pool != nullptr && poolProps != nullptr) {
+    const bool device = poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+    l.pools().Add(reinterpret_cast<uint64_t>(*pool),
+                  device ? l.GroupDevice(poolProps->location.id) : -1);
+  }
+  return rc;
+}
+CUresult cuMemPoolDestroy(CUmemoryPool pool) noexcept {
+  return ProcessState::Get().pools().Destroy(reinterpret_cast<uint64_t>(pool),
+                                             [&] { return GS_REAL(cuMemPoolDestroy, pool); });
+}
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) noexcept {
+  const CUresult rc = GS_REAL(cuMemPoolTrimTo, pool, minBytesToKeep);
+  if (rc == CUDA_SUCCESS) ProcessState::Get().pools().Refresh(reinterpret_cast<uint64_t>(pool));
+  return rc;
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
@@ -483,15 +559,13 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
 // ---- frees ----
 
 GS_HOT CUresult cuMemFree_v2(CUdeviceptr dptr) noexcept {
-  return Freed(ProcessState::Get(), GS_REAL(cuMemFree_v2, dptr), Resource::kPointer, dptr);
+  return FreedPointer(ProcessState::Get(), GS_REAL(cuMemFree_v2, dptr), dptr);
 }
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) noexcept {
-  return Freed(ProcessState::Get(), GS_REAL(cuMemFreeAsync, dptr, hStream), Resource::kPointer,
-               dptr);
+  return FreedPointer(ProcessState::Get(), GS_REAL(cuMemFreeAsync, dptr, hStream), dptr);
 }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) noexcept {
-  return Freed(ProcessState::Get(), GS_REAL(cuMemFreeAsync_ptsz, dptr, hStream), Resource::kPointer,
-               dptr);
+  return FreedPointer(ProcessState::Get(), GS_REAL(cuMemFreeAsync_ptsz, dptr, hStream), dptr);
 }
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
   return Freed(ProcessState::Get(), GS_REAL(cuMemRelease, handle), Resource::kVmmHandle, handle);

@@ -3,9 +3,11 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string_view>
 
 #include "common/clock.h"
@@ -96,6 +98,43 @@ std::optional<RegistrationRequest> RegistrationFor(
   return r;
 }
 
+// The real driver's answers about a pool.
+class RealPoolDriver final : public PoolDriver {
+ public:
+  std::optional<PoolUsage> Usage(uint64_t pool) override {
+    const auto get = real::Cuda().cuMemPoolGetAttribute;
+    if (get == nullptr) return std::nullopt;
+    auto* handle = reinterpret_cast<CUmemoryPool>(pool);  // NOLINT(performance-no-int-to-ptr)
+    cuuint64_t reserved = 0, used = 0;
+    if (get(handle, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
+        get(handle, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS) {
+      return std::nullopt;
+    }
+    return PoolUsage{reserved, used};
+  }
+  void TrimTo(uint64_t pool, uint64_t keep) override {
+    const auto trim = real::Cuda().cuMemPoolTrimTo;
+    if (trim != nullptr) trim(reinterpret_cast<CUmemoryPool>(pool), keep);  // NOLINT
+  }
+};
+
+// The pools' refresh thread: every 200 ms, while any pool is charged, their
+// charges settle on what the driver reserves (a synchronize releases pool
+// memory without a call the limiter sees). Blocks every signal; detached.
+void* WatchPoolsForever(void* arg) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  auto* pools = static_cast<PoolCharges*>(arg);
+  for (;;) {
+    timespec period{0, 200'000'000};
+    while (nanosleep(&period, &period) != 0) {
+    }
+    if (pools->any_charged()) pools->RefreshAll();
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 GS_HOT ProcessState& ProcessState::Get() {
@@ -103,7 +142,9 @@ GS_HOT ProcessState& ProcessState::Get() {
   return *limiter;
 }
 
-ProcessState::ProcessState() {
+ProcessState::ProcessState()
+    : pool_driver_(std::make_unique<RealPoolDriver>()),
+      pools_(ledger_, *pool_driver_, granularity_) {
   InitLogging(LogLevel::kOff);
   pthread_atfork(&AtForkPrepare, &AtForkParent, &AtForkChild);
 }
@@ -112,12 +153,14 @@ void ProcessState::AtForkPrepare() {
   ProcessState& l = Get();
   l.attach_mu_.lock();
   l.ledger_.LockForFork();
+  l.pools_.LockForFork();
   l.context_mu_.lock();
 }
 
 void ProcessState::AtForkParent() {
   ProcessState& l = Get();
   l.context_mu_.unlock();
+  l.pools_.UnlockForFork();
   l.ledger_.UnlockForFork();
   l.attach_mu_.unlock();
 }
@@ -127,6 +170,7 @@ void ProcessState::AtForkChild() {
   l.forked_.store(true, std::memory_order_release);
   l.registration_started_.store(false);  // the parent's thread did not survive the fork
   l.context_mu_.unlock();
+  l.pools_.UnlockForFork();
   l.ledger_.UnlockForFork();
   l.attach_mu_.unlock();
 }
@@ -151,7 +195,9 @@ CUresult ProcessState::AttachWithCuda() {
   if (forked_.exchange(false)) {
     // The child of a fork: a new member of the group, with nothing allocated.
     ledger_.ResetInChild();
-    ForgetContexts();  // the parent's contexts are not the child's
+    pools_.ResetInChild();
+    pools_watched_.store(false);  // the parent's refresh thread did not survive the fork
+    ForgetContexts();             // the parent's contexts are not the child's
     if (segment_ != nullptr) {
       if (segment_->ReopenAfterFork().ok()) {
         // The parent's keeper did not survive the fork.
@@ -306,28 +352,80 @@ GS_HOT int ProcessState::CurrentGroupDevice(uintptr_t* ctx) const {
 }
 
 int ProcessState::StreamGroupDevice(CUstream stream) const {
-  const real::CudaTable& cu = real::Cuda();
   const auto raw = reinterpret_cast<uintptr_t>(stream);
   if (raw == 0 || raw == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY) ||
       raw == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD)) {
     return CurrentGroupDevice();
   }
+  return GroupDevice(StreamOrdinal(stream));
+}
+
+CUdevice ProcessState::StreamOrdinal(CUstream stream) const {
+  const real::CudaTable& cu = real::Cuda();
+  const auto raw = reinterpret_cast<uintptr_t>(stream);
+  CUdevice dev = -1;
+  if (raw == 0 || raw == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY) ||
+      raw == reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD)) {
+    if (cu.cuCtxGetDevice == nullptr || cu.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return -1;
+    return dev;
+  }
   // One call where the driver has it (r570+); else through the stream's
   // context, made current for the question.
-  if (CUdevice dev = -1;
-      cu.cuStreamGetDevice != nullptr && cu.cuStreamGetDevice(stream, &dev) == CUDA_SUCCESS) {
-    return GroupDevice(dev);
+  if (cu.cuStreamGetDevice != nullptr && cu.cuStreamGetDevice(stream, &dev) == CUDA_SUCCESS) {
+    return dev;
   }
-  if (cu.cuStreamGetCtx == nullptr) return CurrentGroupDevice();
+  if (cu.cuStreamGetCtx == nullptr || cu.cuCtxGetDevice == nullptr) return -1;
   CUcontext ctx = nullptr;
   if (cu.cuStreamGetCtx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
   if (cu.cuCtxPushCurrent_v2 == nullptr || cu.cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS) return -1;
-  ForgetCurrentContext();  // switched behind the hooks' back: ask the driver, twice
-  const int device = CurrentGroupDevice();
+  ForgetCurrentContext();  // switched behind the hooks' back
+  if (cu.cuCtxGetDevice(&dev) != CUDA_SUCCESS) dev = -1;
   CUcontext popped = nullptr;
   cu.cuCtxPopCurrent_v2(&popped);
   ForgetCurrentContext();
-  return device;
+  return dev;
+}
+
+int ProcessState::PoolGroupDevice(CUmemoryPool pool, CUstream stream) {
+  const auto raw = reinterpret_cast<uint64_t>(pool);
+  if (std::optional<int> known = pools_.DeviceOf(raw)) return *known;
+  // A device's default pool, handed to cuMemAllocFromPoolAsync by its handle.
+  if (const auto get = real::Cuda().cuDeviceGetDefaultMemPool; get != nullptr) {
+    for (size_t ordinal = 0; ordinal < ordinal_to_device_.size(); ++ordinal) {
+      CUmemoryPool p = nullptr;
+      if (get(&p, static_cast<CUdevice>(ordinal)) == CUDA_SUCCESS && p == pool) {
+        const int device = ordinal_to_device_[ordinal];
+        pools_.Add(raw, device);
+        return device;
+      }
+    }
+  }
+  return StreamGroupDevice(stream);
+}
+
+void ProcessState::WatchPools() {
+  if (pools_watched_.load(std::memory_order_acquire) || pools_watched_.exchange(true)) return;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, size_t{64} * 1024);
+  pthread_t thread;
+  const int rc = pthread_create(&thread, &attr, &WatchPoolsForever, &pools_);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    GS_LOG(kWarn, "limiter", "cannot start the pool refresh thread (error %d)", rc);
+    return;
+  }
+  pthread_setname_np(thread, "gpuslice-pools");
+}
+
+void ProcessState::PoolMemoryFreed() {
+  if (pools_.any_charged()) pools_.RefreshAll();
+}
+
+std::optional<Charge> ProcessState::ReserveAfterPoolRefresh(int device, uint64_t bytes) {
+  if (!pools_.any_charged() || !pools_.RefreshAll()) return std::nullopt;
+  return ledger_.Reserve(device, bytes);
 }
 
 int ProcessState::GroupDeviceByUuid(const char* uuid) const {

@@ -42,6 +42,7 @@
 #include "limiter/compute_gate.h"
 #include "limiter/daemon_client.h"
 #include "limiter/ledger.h"
+#include "limiter/pool_charges.h"
 #include "nvml_abi/nvml.h"
 #include "shm/group_segment.h"
 
@@ -75,6 +76,13 @@ class ProcessState {
   // Group device index of the device `stream` belongs to (current context's
   // for the legacy/per-thread default streams), or -1.
   int StreamGroupDevice(CUstream stream) const;
+  // CUDA device `stream` belongs to (the current context's for the legacy
+  // and per-thread default streams), or -1.
+  CUdevice StreamOrdinal(CUstream stream) const;
+  // Group device index of the memory of `pool` (-1: not the group's, such as
+  // a host pool): as recorded when it was created, a device's default pool,
+  // else the device of `stream`.
+  int PoolGroupDevice(CUmemoryPool pool, CUstream stream);
   // Group device index of the GPU with `uuid`, or -1.
   int GroupDeviceByUuid(const char* uuid) const;
 
@@ -96,6 +104,18 @@ class ProcessState {
   // The process's memory ledger (valid for the process's life; charges
   // only once attached).
   Ledger& ledger() { return ledger_; }
+  // The charges of its stream-ordered memory pools (pool_charges.h).
+  PoolCharges& pools() { return pools_; }
+  // A pool now holds a charge: its reserve is refreshed every 200 ms from a
+  // thread of the limiter's own (started once per process).
+  void WatchPools();
+  // Pool memory may have been given back (a free the ledger did not track,
+  // a destroyed context): refreshes the pools' charges if any is charged.
+  void PoolMemoryFreed();
+  // Reserves `bytes` on `device` after refreshing the pools' charges (a
+  // synchronize may have released pool memory); nullopt if there is still no
+  // room. For a refused reservation only (cold).
+  std::optional<Charge> ReserveAfterPoolRefresh(int device, uint64_t bytes);
   // A context was destroyed or a primary context released: lookups of the
   // current context's device ask the driver again.
   void ForgetContexts() { contexts_generation_.fetch_add(1, std::memory_order_release); }
@@ -147,6 +167,9 @@ class ProcessState {
   ComputeGate compute_gate_;
 
   Ledger ledger_;
+  std::unique_ptr<PoolDriver> pool_driver_;  // the real driver's pool attributes
+  PoolCharges pools_;
+  std::atomic<bool> pools_watched_{false};             // the refresh thread was started
   mutable std::mutex context_mu_;                      // guards settled_context_
   std::unordered_map<int, uint64_t> settled_context_;  // device -> last settled context
   // Bumped by ForgetContexts (and attach): per-thread context -> device

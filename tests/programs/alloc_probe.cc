@@ -11,15 +11,23 @@
 //                     entry point from it (cudaVersion 13000)
 //   COMMANDS
 //     info                      {"free":F,"total":T,"device_total":D}
-//     alloc --api A [--chunk B] [--max N] [--threads T] [--hold-s S] [--free]
-//           [--go-file F]
-//         A: alloc, pitch, managed, async, pool, vmm, array, array3d, mipmap,
-//            context (a cuCtxCreate_v4 per step)
+//     alloc --api A [--chunk B] [--fine B] [--sync] [--max N] [--threads T]
+//           [--hold-s S] [--free] [--free-hold-s S] [--go-file F]
+//         A: alloc, pitch, managed, async, pool (the default pool, named),
+//            created (cuMemPoolCreate'd pool, named), current (that pool made
+//            current with cuDeviceSetMemPool, then cuMemAllocAsync), vmm,
+//            array, array3d, mipmap, context (a cuCtxCreate_v4 per step).
+//            --free destroys a created pool after freeing (before the sync)
 //         Allocates chunks until the driver refuses (or N per thread), prints
 //         {"api":A,"granted":N,"granted_bytes":B,"error":"...","free":F,"total":T}
 //         then holds S seconds; with --free frees everything and prints
 //         {"freed":N,"free_after":F}. With --go-file, prints {"ready":true}
 //         once its context exists and starts allocating when F exists.
+//         --fine B: once refused, goes on in B pieces until refused again
+//         (granted_bytes counts both). --sync: cuStreamSynchronize after each
+//         allocation (as a program using cudaMallocAsync might).
+//         --free-hold-s S: after freeing, prints {"freed":N} (no memory
+//         query) and holds S seconds.
 //     fork --chunk B [--hold-s S]  cuInit, then fork: the child fills the
 //         device (and holds it S seconds) and exits, then the parent does; prints
 //         {"child_granted":N, "child_error":"...","parent_granted":M,"parent_error":"..."}
@@ -77,6 +85,9 @@ struct Api {
   CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
   CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool*, CUdevice);
   CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+  CUresult (*cuMemPoolCreate)(CUmemoryPool*, const CUmemPoolProps*);
+  CUresult (*cuMemPoolDestroy)(CUmemoryPool);
+  CUresult (*cuDeviceSetMemPool)(CUdevice, CUmemoryPool);
   CUresult (*cuMemCreate)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
                           unsigned long long);
   CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
@@ -143,6 +154,9 @@ void BindAll(const std::string& via) {
   GS_BIND(cuMemFreeAsync);
   GS_BIND(cuDeviceGetDefaultMemPool);
   GS_BIND(cuMemAllocFromPoolAsync);
+  GS_BIND(cuMemPoolCreate);
+  GS_BIND(cuMemPoolDestroy);
+  GS_BIND(cuDeviceSetMemPool);
   GS_BIND(cuMemCreate);
   GS_BIND(cuMemRelease);
   GS_BIND(cuArrayCreate_v2);
@@ -184,6 +198,22 @@ struct Held {
   int kind = 0;  // 0 pointer, 1 async pointer, 2 vmm, 3 array, 4 mipmap, 5 context
 };
 
+// The pool --api created/current allocate from (made on first use).
+std::once_flag g_pool_once;
+CUmemoryPool g_pool = nullptr;
+
+CUmemoryPool CreatedPool(CUdevice dev, bool make_current) {
+  std::call_once(g_pool_once, [&] {
+    CUmemPoolProps props{};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = dev;
+    Check(g_api.cuMemPoolCreate(&g_pool, &props), "cuMemPoolCreate");
+    if (make_current) Check(g_api.cuDeviceSetMemPool(dev, g_pool), "cuDeviceSetMemPool");
+  });
+  return g_pool;
+}
+
 CUresult AllocateOne(const std::string& api, CUdevice dev, uint64_t chunk, Held* out) {
   if (api == "alloc") {
     CUdeviceptr p;
@@ -215,6 +245,14 @@ CUresult AllocateOne(const std::string& api, CUdevice dev, uint64_t chunk, Held*
     Check(g_api.cuDeviceGetDefaultMemPool(&pool, dev), "cuDeviceGetDefaultMemPool");
     CUdeviceptr p;
     CUresult rc = g_api.cuMemAllocFromPoolAsync(&p, chunk, pool, nullptr);
+    *out = {p, 1};
+    return rc;
+  }
+  if (api == "created" || api == "current") {
+    CUmemoryPool pool = CreatedPool(dev, api == "current");
+    CUdeviceptr p;
+    CUresult rc = api == "current" ? g_api.cuMemAllocAsync(&p, chunk, nullptr)
+                                   : g_api.cuMemAllocFromPoolAsync(&p, chunk, pool, nullptr);
     *out = {p, 1};
     return rc;
   }
@@ -295,6 +333,9 @@ void Free(const Held& h) {
 struct Options {
   std::string api = "alloc";
   uint64_t chunk = 64ull << 20;
+  uint64_t fine = 0;  // 0: no second phase
+  bool sync = false;
+  double free_hold_s = 0;
   long max = 1'000'000;
   int threads = 1;
   double hold_s = 0;
@@ -313,6 +354,7 @@ int Alloc(const Options& o) {
   }
   std::mutex mu;
   std::vector<Held> held;
+  uint64_t granted_bytes = 0;
   CUresult last = CUDA_SUCCESS;
   std::vector<std::thread> threads;
   threads.reserve(o.threads);
@@ -321,15 +363,19 @@ int Alloc(const Options& o) {
       CUcontext ctx;
       g_api.cuDevicePrimaryCtxRetain(&ctx, dev);
       g_api.cuCtxSetCurrent(ctx);
-      for (long i = 0; i < o.max; ++i) {
-        Held h;
-        CUresult rc = AllocateOne(o.api, dev, o.chunk, &h);
-        std::lock_guard lock(mu);
-        if (rc != CUDA_SUCCESS) {
-          last = rc;
-          return;
+      for (uint64_t size : {o.chunk, o.fine}) {
+        for (long i = 0; size != 0 && i < o.max; ++i) {
+          Held h;
+          CUresult rc = AllocateOne(o.api, dev, size, &h);
+          if (rc == CUDA_SUCCESS && o.sync) rc = g_api.cuStreamSynchronize(nullptr);
+          std::lock_guard lock(mu);
+          if (rc != CUDA_SUCCESS) {
+            last = rc;
+            break;
+          }
+          held.push_back(h);
+          granted_bytes += size;
         }
-        held.push_back(h);
       }
     });
   }
@@ -339,13 +385,20 @@ int Alloc(const Options& o) {
   printf(
       "{\"api\":\"%s\",\"granted\":%zu,\"granted_bytes\":%llu,\"error\":\"%s\",\"free\":%zu,"
       "\"total\":%zu}\n",
-      o.api.c_str(), held.size(), static_cast<unsigned long long>(held.size()) * o.chunk,
+      o.api.c_str(), held.size(), static_cast<unsigned long long>(granted_bytes),
       last == CUDA_SUCCESS ? "" : Name(last), free, total);
   fflush(stdout);
   if (o.hold_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.hold_s));
   if (o.free) {
     for (const Held& h : held) Free(h);
+    if (g_pool != nullptr) Check(g_api.cuMemPoolDestroy(g_pool), "cuMemPoolDestroy");
     Check(g_api.cuStreamSynchronize(nullptr), "cuStreamSynchronize");
+    if (o.free_hold_s > 0) {
+      printf("{\"freed\":%zu}\n", held.size());
+      fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::duration<double>(o.free_hold_s));
+      return 0;
+    }
     Check(g_api.cuMemGetInfo_v2(&free, &total), "cuMemGetInfo_v2");
     printf("{\"freed\":%zu,\"free_after\":%zu}\n", held.size(), free);
   }
@@ -471,12 +524,20 @@ int main(int argc, char** argv) {
       o.free = true;
       continue;
     }
+    if (a == "--sync") {
+      o.sync = true;
+      continue;
+    }
     if (i + 1 >= argc) Usage(a + " needs a value");
     const char* v = argv[++i];
     if (a == "--api") {
       o.api = v;
     } else if (a == "--chunk") {
       o.chunk = static_cast<uint64_t>(Number(a, v));
+    } else if (a == "--fine") {
+      o.fine = static_cast<uint64_t>(Number(a, v));
+    } else if (a == "--free-hold-s") {
+      o.free_hold_s = Number(a, v);
     } else if (a == "--max") {
       o.max = static_cast<long>(Number(a, v));
     } else if (a == "--threads") {

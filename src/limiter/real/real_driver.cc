@@ -78,6 +78,9 @@ void FillCuda(CudaTable* t, void* h) {
   Resolve(h, "cuEventQuery", &t->cuEventQuery);
   Resolve(h, "cuEventDestroy_v2", &t->cuEventDestroy_v2);
   Resolve(h, "cuArrayGetMemoryRequirements", &t->cuArrayGetMemoryRequirements);
+  Resolve(h, "cuMemPoolGetAttribute", &t->cuMemPoolGetAttribute);
+  Resolve(h, "cuDeviceGetMemPool", &t->cuDeviceGetMemPool);
+  Resolve(h, "cuDeviceGetDefaultMemPool", &t->cuDeviceGetDefaultMemPool);
   Resolve(h, "cuMipmappedArrayGetMemoryRequirements", &t->cuMipmappedArrayGetMemoryRequirements);
 }
 

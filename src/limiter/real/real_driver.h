@@ -39,6 +39,9 @@ struct CudaTable {
   decltype(&::cuEventQuery) cuEventQuery = nullptr;
   decltype(&::cuEventDestroy_v2) cuEventDestroy_v2 = nullptr;
   decltype(&::cuArrayGetMemoryRequirements) cuArrayGetMemoryRequirements = nullptr;
+  decltype(&::cuMemPoolGetAttribute) cuMemPoolGetAttribute = nullptr;
+  decltype(&::cuDeviceGetMemPool) cuDeviceGetMemPool = nullptr;
+  decltype(&::cuDeviceGetDefaultMemPool) cuDeviceGetDefaultMemPool = nullptr;
   decltype(&::cuMipmappedArrayGetMemoryRequirements) cuMipmappedArrayGetMemoryRequirements =
       nullptr;
 };

@@ -286,11 +286,15 @@ TEST_F(DriverApiTest, EveryDeviceAllocationFormIsAccountedAndFreed) {
 
   CUstream s = nullptr;
   ASSERT_EQ(CU(cuStreamCreate)(&s, 0), CUDA_SUCCESS);
+  // Stream-ordered: the device counts the pool's reserve (32 MiB blocks by
+  // default), which keeps freed memory until a synchronize.
   ASSERT_EQ(CU(cuMemAllocAsync)(&p, 5 * kMiB, s), CUDA_SUCCESS);
-  EXPECT_EQ(used(), 6 * kMiB);
+  EXPECT_EQ(used(), 32 * kMiB);
   EXPECT_EQ(CU(cuMemFreeAsync)(p, s), CUDA_SUCCESS);
   ASSERT_EQ(CU(cuMemAllocAsync_ptsz)(&p, kMiB, nullptr), CUDA_SUCCESS);
   EXPECT_EQ(CU(cuMemFreeAsync_ptsz)(p, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 32 * kMiB);
+  EXPECT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
   EXPECT_EQ(used(), 0u);
 
   CUmemoryPool pool = nullptr;
@@ -299,13 +303,14 @@ TEST_F(DriverApiTest, EveryDeviceAllocationFormIsAccountedAndFreed) {
   props.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
   ASSERT_EQ(CU(cuMemPoolCreate)(&pool, &props), CUDA_SUCCESS);
   ASSERT_EQ(CU(cuMemAllocFromPoolAsync)(&p, 2 * kMiB, pool, s), CUDA_SUCCESS);
-  EXPECT_EQ(used(), 2 * kMiB);
+  EXPECT_EQ(used(), 32 * kMiB);
   cuuint64_t pool_used = 0;
   EXPECT_EQ(CU(cuMemPoolGetAttribute)(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &pool_used),
             CUDA_SUCCESS);
   EXPECT_EQ(pool_used, 2 * kMiB);
   EXPECT_EQ(CU(cuMemFreeAsync)(p, s), CUDA_SUCCESS);
   EXPECT_EQ(CU(cuMemPoolDestroy)(pool), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 0u);
   CUmemoryPool default_pool = nullptr;
   EXPECT_EQ(CU(cuDeviceGetDefaultMemPool)(&default_pool, 0), CUDA_SUCCESS);
   EXPECT_NE(default_pool, nullptr);
@@ -406,8 +411,8 @@ TEST_F(DriverApiTest, DefaultPoolCountsAsyncAllocationsMadeBeforeItIsQueried) {
     EXPECT_EQ(CU(cuMemPoolGetAttribute)(pool, a, &v), CUDA_SUCCESS);
     return v;
   };
-  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 6 * kMiB);  // 4 + 2 (2 MiB granularity)
-  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 6 * kMiB);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 6 * kMiB);       // 4 + 2 (2 MiB granularity)
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 32 * kMiB);  // one block
   EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_HIGH), 6 * kMiB);
 
   EXPECT_EQ(CU(cuMemFreeAsync)(p, s), CUDA_SUCCESS);
@@ -415,6 +420,70 @@ TEST_F(DriverApiTest, DefaultPoolCountsAsyncAllocationsMadeBeforeItIsQueried) {
   EXPECT_EQ(CU(cuMemFreeAsync)(q, s), CUDA_SUCCESS);
   EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0u);
   EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_HIGH), 6 * kMiB);
+  EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+}
+
+// docs/sim.md "Memory pools": the reserve grows in blocks, the device (and
+// so NVML's per-process usage) counts the reserve, freed memory stays until a
+// synchronize releases what is above the release threshold or a trim.
+TEST_F(DriverApiTest, APoolsReserveGrowsInBlocksAndIsReleasedAtSynchronizeOrTrim) {
+  const size_t before = FreeBytes();
+  auto used = [&] { return before - FreeBytes(); };
+  CUmemoryPool pool = nullptr;
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  ASSERT_EQ(CU(cuMemPoolCreate)(&pool, &props), CUDA_SUCCESS);
+  auto attr = [&](CUmemPool_attribute a) {
+    cuuint64_t v = 0;
+    EXPECT_EQ(CU(cuMemPoolGetAttribute)(pool, a, &v), CUDA_SUCCESS);
+    return v;
+  };
+  CUstream s = nullptr;
+  ASSERT_EQ(CU(cuStreamCreate)(&s, 0), CUDA_SUCCESS);
+  std::vector<CUdeviceptr> ptrs(17);
+  for (CUdeviceptr& p : ptrs) ASSERT_EQ(CU(cuMemAllocFromPoolAsync)(&p, 2 * kMiB, pool, s), 0);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 34 * kMiB);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 64 * kMiB);  // two 32 MiB blocks
+  EXPECT_EQ(used(), 64 * kMiB);
+  for (CUdeviceptr p : ptrs) EXPECT_EQ(CU(cuMemFreeAsync)(p, s), CUDA_SUCCESS);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0u);
+  EXPECT_EQ(used(), 64 * kMiB);  // kept until a synchronize
+
+  // A release threshold keeps memory across synchronizes; a trim releases it.
+  cuuint64_t threshold = 40 * kMiB;
+  ASSERT_EQ(CU(cuMemPoolSetAttribute)(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold), 0);
+  EXPECT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 32 * kMiB);  // whole blocks <= 40
+  EXPECT_EQ(used(), 32 * kMiB);
+  EXPECT_EQ(CU(cuMemPoolTrimTo)(pool, 0), CUDA_SUCCESS);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0u);
+  EXPECT_EQ(used(), 0u);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH), 64 * kMiB);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_HIGH), 34 * kMiB);
+  cuuint64_t zero = 0;
+  EXPECT_EQ(CU(cuMemPoolSetAttribute)(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero), 0);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH), 0u);
+
+  // Threshold 0 (the default) and the context's synchronize: back at once.
+  threshold = 0;
+  ASSERT_EQ(CU(cuMemPoolSetAttribute)(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold), 0);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(CU(cuMemAllocFromPoolAsync)(&p, 50 * kMiB, pool, s), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 64 * kMiB);
+  EXPECT_EQ(CU(cuMemFreeAsync)(p, s), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuCtxSynchronize)(), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 0u);
+
+  // Destroyed with an allocation outstanding: its memory goes with that one.
+  ASSERT_EQ(CU(cuMemAllocFromPoolAsync)(&p, 2 * kMiB, pool, s), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuMemPoolDestroy)(pool), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 32 * kMiB);
+  cuuint64_t v = 0;
+  EXPECT_EQ(CU(cuMemPoolGetAttribute)(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(CU(cuMemFreeAsync)(p, s), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 0u);
   EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
 }
 
