@@ -659,6 +659,11 @@ int Run(int argc, char** argv) {
   controllers.Stop();  // members take their groups back at once
   monitor.Stop();
   if (node_segment) node_segment->MarkStopped();  // readers see it stale at once
+  // The driver's per-cgroup limits go with the daemon, as its leases do
+  // (docs/daemon.md "Enforcers"); what could not be cleared stays recorded.
+  if (Status s = enforcers.ClearAll(); !s.ok()) {
+    GS_LOG(kWarn, "gpusliced", "event=driver_limits_left error=\"%s\"", s.message().c_str());
+  }
   manager.RevertAll();
   manager.Stop();
   GS_LOG(kInfo, "gpusliced", "event=stopped");
