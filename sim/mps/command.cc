@@ -91,8 +91,9 @@ constexpr Spec kSpecs[] = {
     {"get_default_client_priority", CommandKind::kGetDefaultClientPriority, 0, 0,
      "get_default_client_priority"},
     {"quit", CommandKind::kQuit, 0, 0, "quit"},
-    {"__client_connect", CommandKind::kClientConnect, 6, 6,
-     "__client_connect <pid> <uid> <device> <percent|-> <bytes|-> <priority>"},
+    {"__client_connect", CommandKind::kClientConnect, 6, 8,
+     "__client_connect <pid> <uid> <device> <percent|-> <bytes|-> <priority> [<route|->"
+     " [<partition|->]]"},
 };
 
 }  // namespace
@@ -127,9 +128,65 @@ std::string FormatPercent(double percent) {
   return buf;
 }
 
+namespace {
+
+// A server, namespace or partition name, or a route of them ("a/b").
+bool IsName(std::string_view s, bool route) {
+  if (s.empty() || s.size() > 130) return false;
+  int slashes = 0;
+  for (char c : s) {
+    if (c == '/' && route) {
+      ++slashes;
+      continue;
+    }
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return slashes <= 1 && s.front() != '/' && s.back() != '/';
+}
+
+// MPS v3's module-verb commands.
+StatusOr<Command> ParseV3(const std::vector<std::string_view>& words) {
+  Command c;
+  const std::string verb = std::string(words[0]) + " " + std::string(words[1]);
+  auto server_option = [&]() -> Status {
+    // --server=NAME or --server NAME
+    if (words.size() == 3 && words[2].starts_with("--server=")) {
+      c.server = std::string(words[2].substr(9));
+    } else if (words.size() == 4 && words[2] == "--server") {
+      c.server = std::string(words[3]);
+    } else {
+      return InvalidArgument("Error: usage: " + verb + " --server=<name>");
+    }
+    if (!IsName(c.server, false)) return Bad("server name", c.server);
+    return Status::Ok();
+  };
+  if (verb == "server list" && words.size() == 2) {
+    c.kind = CommandKind::kV3ServerList;
+  } else if (verb == "client list" && words.size() == 3 && words[2] == "--all") {
+    c.kind = CommandKind::kV3ClientList;
+  } else if (verb == "namespace list") {
+    c.kind = CommandKind::kV3NamespaceList;
+    GS_RETURN_IF_ERROR(server_option());
+  } else if (verb == "sm_partition list") {
+    c.kind = CommandKind::kV3SmPartitionList;
+    GS_RETURN_IF_ERROR(server_option());
+  } else {
+    return InvalidArgument("Error: unsupported MPS v3 command '" + verb + "'");
+  }
+  return c;
+}
+
+}  // namespace
+
 StatusOr<Command> ParseCommand(std::string_view line) {
   std::vector<std::string_view> words = Split(line);
   if (words.empty()) return InvalidArgument("Error: empty command");
+  if (words.size() >= 2 && (words[0] == "server" || words[0] == "namespace" ||
+                            words[0] == "client" || words[0] == "sm_partition")) {
+    return ParseV3(words);
+  }
   const Spec* spec = nullptr;
   for (const Spec& s : kSpecs) {
     if (s.name == words[0]) spec = &s;
@@ -216,9 +273,21 @@ StatusOr<Command> ParseCommand(std::string_view line) {
       }
       if (arg(4) != "-" && !ParseInt(arg(4), &c.bytes)) return Bad("byte count", arg(4));
       if (!ParseInt(arg(5), &c.priority) || c.priority > 1) return Bad("priority", arg(5));
+      if (n >= 7 && arg(6) != "-") {
+        if (!IsName(arg(6), true)) return Bad("route", arg(6));
+        c.route = std::string(arg(6));
+      }
+      if (n >= 8 && arg(7) != "-") {
+        if (!IsName(arg(7), false)) return Bad("SM partition", arg(7));
+        c.partition = std::string(arg(7));
+      }
       break;
     }
     case CommandKind::kGetServerList:
+    case CommandKind::kV3ServerList:
+    case CommandKind::kV3NamespaceList:
+    case CommandKind::kV3ClientList:
+    case CommandKind::kV3SmPartitionList:
     case CommandKind::kGetDefaultThreadPercent:
     case CommandKind::kGetDefaultClientPriority:
     case CommandKind::kQuit:

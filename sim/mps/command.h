@@ -4,7 +4,14 @@
 //
 // Besides NVIDIA's commands, the simulated driver speaks one internal command
 // on the same socket: `__client_connect <pid> <uid> <device> <percent|-> <pinned
-// bytes|-> <priority>` (an MPS client connecting; see client.h).
+// bytes|-> <priority> [<route|-> [<sm partition|->]]` (an MPS client
+// connecting; see client.h). The route is "<server>" or "<server>/<namespace>"
+// (MPS v3: which socket under the pipe directory the client used).
+//
+// MPS v3's module-verb commands (docs/sim.md "MPS v3"): `server list`,
+// `namespace list --server=<name>`, `client list --all`,
+// `sm_partition list --server=<name>`. A v2 daemon refuses them (that is how
+// a caller probes the protocol); a v3 daemon speaks both.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +41,19 @@ enum class CommandKind {
   kSetDefaultClientPriority,  // priority
   kGetDefaultClientPriority,  //
   kQuit,
-  kClientConnect,  // internal: pid, uid, device, percent (0: unset), bytes (0: unset), priority
+  kClientConnect,    // internal: pid, uid, device, percent (0: unset), bytes (0: unset), priority,
+                     // route, partition
+  kV3ServerList,     // MPS v3 `server list`
+  kV3NamespaceList,  // MPS v3 `namespace list --server=NAME`: server
+  kV3ClientList,     // MPS v3 `client list --all`
+  kV3SmPartitionList,  // MPS v3 `sm_partition list --server=NAME`: server
 };
+
+// Whether `kind` is one of MPS v3's module-verb commands.
+inline bool IsV3(CommandKind kind) {
+  return kind == CommandKind::kV3ServerList || kind == CommandKind::kV3NamespaceList ||
+         kind == CommandKind::kV3ClientList || kind == CommandKind::kV3SmPartitionList;
+}
 
 struct Command {
   CommandKind kind = CommandKind::kGetServerList;
@@ -46,6 +64,9 @@ struct Command {
   double percent = 0;  // thread percentages: (0, 100]
   uint64_t bytes = 0;  // pinned memory limits
   uint32_t priority = 0;
+  std::string route;      // kClientConnect: "" (none), "server" or "server/namespace"
+  std::string partition;  // kClientConnect: an SM partition's name, "" for none
+  std::string server;     // v3 list commands
 };
 
 // Parses one line (surrounding whitespace ignored). InvalidArgument with a
