@@ -24,6 +24,13 @@ constexpr int kStateVersion = 1;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
+// isdigit takes an unsigned char's value: a plain char above 0x7f is negative.
+bool AllDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return isdigit(static_cast<unsigned char>(c)) != 0;
+  });
+}
+
 // Whitespace-separated integers of a control reply ("1234\n5678\n"); words
 // that are not numbers are skipped.
 std::vector<pid_t> ParsePids(std::string_view text) {
@@ -31,10 +38,7 @@ std::vector<pid_t> ParsePids(std::string_view text) {
   std::istringstream in{std::string(text)};
   std::string word;
   while (in >> word) {
-    if (word.empty() || word.size() > 9 ||
-        !std::all_of(word.begin(), word.end(), [](char c) { return isdigit(c) != 0; })) {
-      continue;
-    }
+    if (word.size() > 9 || !AllDigits(word)) continue;
     const int pid = std::stoi(word);
     if (pid > 0) pids.push_back(pid);
   }
@@ -45,11 +49,6 @@ std::vector<pid_t> ParsePids(std::string_view text) {
 std::string MpsQuantity(uint64_t bytes) {
   if (bytes % kGiB == 0) return std::to_string(bytes / kGiB) + "G";
   return std::to_string(bytes / kMiB) + "M";
-}
-
-bool AllDigits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(),
-                                   [](char c) { return isdigit(static_cast<unsigned char>(c)); });
 }
 
 std::string Lower(std::string_view s) {
