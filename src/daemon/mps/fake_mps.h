@@ -44,6 +44,9 @@ class FakeHost final : public MpsHost {
 
   explicit FakeHost(SimulatedClock& clock) : clock_(clock) {}
 
+  bool protocol3 = false;  // the control binary speaks MPS v3
+  std::map<std::string, std::string> probe_env;
+
   // --- MpsHost ---
   bool IsLinux() override { return linux; }
   StatusOr<std::string> FindExecutable(std::string_view program) override {
@@ -52,6 +55,13 @@ class FakeHost final : public MpsHost {
   }
   StatusOr<CommandResult> Run(const CommandSpec& spec) override {
     CommandResult result;
+    if (spec.argv.size() == 4 && spec.argv[1] == "-p" && spec.argv[3] == "-h") {
+      // The protocol probe: a v3 binary lists its modules.
+      probe_env = spec.env;
+      result.out = "usage: nvidia-cuda-mps-control [-d | -f]\n";
+      if (protocol3 && spec.argv[2] == "3") result.out += "  server list\n  namespace list\n";
+      return result;
+    }
     const std::string pipe = spec.env.at("CUDA_MPS_PIPE_DIRECTORY");
     if (spec.argv.size() == 2 && spec.argv[1] == "-d") {
       ++starts;

@@ -195,7 +195,21 @@ Status MpsManager::Probe() {
   if (!dirs.ok()) return dirs.WithContext("MPS root " + options_.root);
   available_ = true;
   unavailable_.clear();
+  protocol_ = ProbeProtocol();
+  GS_LOG(kInfo, "mps", "event=mps_protocol protocol=%d binary=%s", protocol_, binary_path_.c_str());
   return Status::Ok();
+}
+
+int MpsManager::ProbeProtocol() {
+  CommandSpec spec;
+  spec.argv = {binary_path_, "-p", "3", "-h"};
+  // The variable wins over -p (MPS v3 Interface): one the daemon inherited
+  // must not answer for the binary.
+  spec.env = {{"CUDA_MPS_PROTOCOL_VERSION", "3"}, {"CUDA_MPS_PIPE_DIRECTORY", options_.root}};
+  spec.timeout_ns = options_.command_timeout_ns;
+  auto r = host_.Run(spec);
+  if (!r.ok() || r->timed_out) return 2;
+  return (r->out + r->err).find("namespace") != std::string::npos ? 3 : 2;
 }
 
 Status MpsManager::Recover() {
@@ -683,6 +697,7 @@ MpsStatus MpsManager::GetStatus() const {
   MpsStatus status;
   status.available = available_;
   status.reason = unavailable_;
+  status.protocol = available_ ? protocol_ : 0;
   status.control_binary = binary_path_.empty() ? options_.control_binary : binary_path_;
   status.root = options_.root;
   status.save_failures = save_failures_;

@@ -119,6 +119,11 @@ struct GpuMpsStatus {
 struct MpsStatus {
   bool available = false;
   std::string reason;  // why not, when unavailable
+  // The MPS protocol the control binary speaks where MPS is available (2 or
+  // 3), else 0. Probed, not inferred from the driver: `<binary> -p 3 -h`
+  // lists MPS v3's `namespace` module only where v3 is there (NVIDIA's
+  // requirements check for MPS v3).
+  int protocol = 0;
   std::string control_binary;
   std::string root;
   std::vector<GpuMpsStatus> gpus;  // GPUs with a daemon (or one being restarted)
@@ -195,6 +200,8 @@ class MpsManager {
 
   StatusOr<std::vector<GpuRef>> ResolveGpus(std::string_view list) const;
   Status Probe();
+  // REQUIRES: mu_ held, binary_path_ set. 3 or 2 (see MpsStatus::protocol).
+  int ProbeProtocol();
   Status Recover();
   std::string PipeDir(const std::string& uuid) const;
   std::string LogDir(const std::string& uuid) const;
@@ -224,6 +231,7 @@ class MpsManager {
 
   mutable std::mutex mu_;
   bool available_ = false;                     // GUARDED_BY(mu_)
+  int protocol_ = 0;                           // GUARDED_BY(mu_)
   std::string unavailable_;                    // GUARDED_BY(mu_)
   std::string binary_path_;                    // GUARDED_BY(mu_)
   std::map<std::string, GpuState> gpu_state_;  // by UUID; GUARDED_BY(mu_)

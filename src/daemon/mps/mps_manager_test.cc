@@ -429,5 +429,16 @@ TEST_F(MpsManagerTest, AFailedStateSaveIsCountedAndKept) {
   EXPECT_EQ(m->GetStatus().save_failures, failures) << "a save that works is not counted";
 }
 
+TEST_F(MpsManagerTest, TheProtocolIsProbedFromTheControlBinary) {
+  auto m = NewManager();
+  EXPECT_EQ(m->GetStatus().protocol, 2) << "a binary without MPS v3";
+  EXPECT_EQ(host_.probe_env.at("CUDA_MPS_PROTOCOL_VERSION"), "3")
+      << "an inherited variable must not answer for the binary";
+  host_.protocol3 = true;
+  EXPECT_EQ(NewManager()->GetStatus().protocol, 3);
+  host_.binary_installed = false;
+  EXPECT_EQ(NewManager()->GetStatus().protocol, 0) << "no MPS, no protocol";
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon::mps
