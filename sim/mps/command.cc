@@ -1,7 +1,9 @@
 #include "sim/mps/command.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <map>
 #include <vector>
 
 namespace gpuslice::sim::mps {
@@ -146,32 +148,74 @@ bool IsName(std::string_view s, bool route) {
   return slashes <= 1 && s.front() != '/' && s.back() != '/';
 }
 
-// MPS v3's module-verb commands.
+// MPS v3's module-verb commands: MODULE VERB [--key=value | --key value | --flag]...
 StatusOr<Command> ParseV3(const std::vector<std::string_view>& words) {
   Command c;
   const std::string verb = std::string(words[0]) + " " + std::string(words[1]);
-  auto server_option = [&]() -> Status {
-    // --server=NAME or --server NAME
-    if (words.size() == 3 && words[2].starts_with("--server=")) {
-      c.server = std::string(words[2].substr(9));
-    } else if (words.size() == 4 && words[2] == "--server") {
-      c.server = std::string(words[3]);
-    } else {
-      return InvalidArgument("Error: usage: " + verb + " --server=<name>");
+  std::map<std::string, std::string> options;
+  for (size_t i = 2; i < words.size(); ++i) {
+    const std::string_view w = words[i];
+    if (!w.starts_with("--") || w.size() == 2) return Bad("argument", w);
+    const size_t eq = w.find('=');
+    std::string key(w.substr(2, eq == std::string_view::npos ? std::string_view::npos : eq - 2));
+    std::string value;
+    if (eq != std::string_view::npos) {
+      value = std::string(w.substr(eq + 1));
+    } else if (key != "all") {
+      if (i + 1 >= words.size()) return Bad("option without a value", w);
+      value = std::string(words[++i]);
     }
-    if (!IsName(c.server, false)) return Bad("server name", c.server);
+    if (!options.emplace(std::move(key), std::move(value)).second) return Bad("repeated option", w);
+  }
+  auto allow = [&](std::initializer_list<std::string_view> keys) -> Status {
+    for (const auto& [k, v] : options) {
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
+        return InvalidArgument("Error: " + verb + ": unknown option --" + k);
+      }
+    }
     return Status::Ok();
   };
-  if (verb == "server list" && words.size() == 2) {
+  auto name = [&](const char* key, std::string* out) -> Status {
+    auto it = options.find(key);
+    if (it == options.end()) return InvalidArgument("Error: " + verb + " needs --" + key);
+    if (!IsName(it->second, false)) return Bad(std::string(key) + " name", it->second);
+    *out = it->second;
+    return Status::Ok();
+  };
+  if (verb == "server list") {
     c.kind = CommandKind::kV3ServerList;
-  } else if (verb == "client list" && words.size() == 3 && words[2] == "--all") {
+    GS_RETURN_IF_ERROR(allow({}));
+  } else if (verb == "client list") {
     c.kind = CommandKind::kV3ClientList;
-  } else if (verb == "namespace list") {
-    c.kind = CommandKind::kV3NamespaceList;
-    GS_RETURN_IF_ERROR(server_option());
-  } else if (verb == "sm_partition list") {
-    c.kind = CommandKind::kV3SmPartitionList;
-    GS_RETURN_IF_ERROR(server_option());
+    GS_RETURN_IF_ERROR(allow({"all"}));
+    if (!options.contains("all")) return InvalidArgument("Error: usage: client list --all");
+  } else if (verb == "namespace list" || verb == "sm_partition list") {
+    c.kind =
+        verb == "namespace list" ? CommandKind::kV3NamespaceList : CommandKind::kV3SmPartitionList;
+    GS_RETURN_IF_ERROR(allow({"server"}));
+    GS_RETURN_IF_ERROR(name("server", &c.server));
+  } else if (verb == "namespace delete") {
+    c.kind = CommandKind::kV3NamespaceDelete;
+    GS_RETURN_IF_ERROR(allow({"server", "name"}));
+    GS_RETURN_IF_ERROR(name("server", &c.server));
+    GS_RETURN_IF_ERROR(name("name", &c.ns));
+  } else if (verb == "namespace create" || verb == "namespace set") {
+    c.kind =
+        verb == "namespace create" ? CommandKind::kV3NamespaceCreate : CommandKind::kV3NamespaceSet;
+    GS_RETURN_IF_ERROR(allow(
+        {"server", "name", "active-thread-percentage", "pinned-memory-limit", "client-priority"}));
+    GS_RETURN_IF_ERROR(name("server", &c.server));
+    GS_RETURN_IF_ERROR(name("name", &c.ns));
+    if (auto it = options.find("active-thread-percentage"); it != options.end()) {
+      GS_ASSIGN_OR_RETURN(c.ns_percent, Percent(it->second));
+    }
+    if (auto it = options.find("pinned-memory-limit"); it != options.end()) {
+      GS_ASSIGN_OR_RETURN(c.ns_bytes, ParsePinnedLimit(it->second));
+    }
+    if (auto it = options.find("client-priority"); it != options.end()) {
+      if (it->second != "0" && it->second != "1") return Bad("client priority", it->second);
+      c.ns_priority = it->second == "1" ? 1 : 0;
+    }
   } else {
     return InvalidArgument("Error: unsupported MPS v3 command '" + verb + "'");
   }
@@ -288,6 +332,9 @@ StatusOr<Command> ParseCommand(std::string_view line) {
     case CommandKind::kV3NamespaceList:
     case CommandKind::kV3ClientList:
     case CommandKind::kV3SmPartitionList:
+    case CommandKind::kV3NamespaceCreate:
+    case CommandKind::kV3NamespaceSet:
+    case CommandKind::kV3NamespaceDelete:
     case CommandKind::kGetDefaultThreadPercent:
     case CommandKind::kGetDefaultClientPriority:
     case CommandKind::kQuit:

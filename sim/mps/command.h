@@ -10,11 +10,16 @@
 //
 // MPS v3's module-verb commands (docs/sim.md "MPS v3"): `server list`,
 // `namespace list --server=<name>`, `client list --all`,
-// `sm_partition list --server=<name>`. A v2 daemon refuses them (that is how
-// a caller probes the protocol); a v3 daemon speaks both.
+// `sm_partition list --server=<name>`, and at run time
+// `namespace create|set --server=<name> --name=<ns>
+// [--active-thread-percentage=<p>] [--pinned-memory-limit=<10G>]
+// [--client-priority=<0|1>]` and `namespace delete --server=<name> --name=<ns>`
+// (option names ours: NVIDIA documents these verbs without their options). A v2 daemon refuses them
+// (that is how a caller probes the protocol); a v3 daemon speaks both.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -47,12 +52,17 @@ enum class CommandKind {
   kV3NamespaceList,  // MPS v3 `namespace list --server=NAME`: server
   kV3ClientList,     // MPS v3 `client list --all`
   kV3SmPartitionList,  // MPS v3 `sm_partition list --server=NAME`: server
+  kV3NamespaceCreate,  // server, ns, ns_limits
+  kV3NamespaceSet,     // server, ns, ns_limits (fields given replace)
+  kV3NamespaceDelete,  // server, ns
 };
 
 // Whether `kind` is one of MPS v3's module-verb commands.
 inline bool IsV3(CommandKind kind) {
   return kind == CommandKind::kV3ServerList || kind == CommandKind::kV3NamespaceList ||
-         kind == CommandKind::kV3ClientList || kind == CommandKind::kV3SmPartitionList;
+         kind == CommandKind::kV3ClientList || kind == CommandKind::kV3SmPartitionList ||
+         kind == CommandKind::kV3NamespaceCreate || kind == CommandKind::kV3NamespaceSet ||
+         kind == CommandKind::kV3NamespaceDelete;
 }
 
 struct Command {
@@ -66,7 +76,11 @@ struct Command {
   uint32_t priority = 0;
   std::string route;      // kClientConnect: "" (none), "server" or "server/namespace"
   std::string partition;  // kClientConnect: an SM partition's name, "" for none
-  std::string server;     // v3 list commands
+  std::string server;     // v3 commands
+  std::string ns;         // v3 namespace create/set/delete
+  std::optional<double> ns_percent;
+  std::optional<uint64_t> ns_bytes;
+  std::optional<uint32_t> ns_priority;
 };
 
 // Parses one line (surrounding whitespace ignored). InvalidArgument with a

@@ -159,6 +159,13 @@ Status MpsControl::EnableV3(V3Setup setup) {
   return Status::Ok();
 }
 
+V3Server* MpsControl::MutableServer(std::string_view name) {
+  for (V3Server& s : v3_setup_.config.servers) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
 const V3Server* MpsControl::ConfiguredServer(std::string_view name) const {
   for (const V3Server& s : v3_setup_.config.servers) {
     if (s.name == name) return &s;
@@ -367,6 +374,38 @@ Reply MpsControl::ExecuteV3(const Command& c) {
         }
       }
       return {out, false};
+    case CommandKind::kV3NamespaceCreate:
+    case CommandKind::kV3NamespaceSet: {
+      V3Server* server = MutableServer(c.server);
+      const bool exists = server->namespaces.contains(c.ns);
+      if (c.kind == CommandKind::kV3NamespaceCreate && (exists || c.ns == "default")) {
+        return Error("Error: namespace " + c.ns + " of server " + c.server + " exists");
+      }
+      if (c.kind == CommandKind::kV3NamespaceSet && !exists) {
+        return Error("Error: server " + c.server + " has no namespace " + c.ns);
+      }
+      if (c.kind == CommandKind::kV3NamespaceCreate) {
+        if (Status r = host_->AddRoute(c.server, c.ns); !r.ok()) {
+          return Error("Error: cannot create namespace " + c.ns + ": " + r.message());
+        }
+      }
+      V3Limits& l = server->namespaces[c.ns];
+      if (c.ns_percent) l.thread_percent = c.ns_percent;
+      if (c.ns_bytes) l.pinned_bytes = c.ns_bytes;
+      if (c.ns_priority) l.priority = c.ns_priority;
+      host_->Log(std::string(c.kind == CommandKind::kV3NamespaceCreate ? "Created" : "Changed") +
+                 " namespace " + c.ns + " of server " + c.server);
+      return {"", false};
+    }
+    case CommandKind::kV3NamespaceDelete: {
+      V3Server* server = MutableServer(c.server);
+      if (c.ns == "default" || server->namespaces.erase(c.ns) == 0) {
+        return Error("Error: server " + c.server + " has no namespace " + c.ns + " to delete");
+      }
+      host_->RemoveRoute(c.server, c.ns);
+      host_->Log("Deleted namespace " + c.ns + " of server " + c.server);
+      return {"", false};
+    }
     case CommandKind::kV3ClientList:
       for (const Server& s : servers_) {
         for (const Client& k : s.clients) {
@@ -514,6 +553,9 @@ Reply MpsControl::Execute(const Command& c) {
     case CommandKind::kV3NamespaceList:
     case CommandKind::kV3ClientList:
     case CommandKind::kV3SmPartitionList:
+    case CommandKind::kV3NamespaceCreate:
+    case CommandKind::kV3NamespaceSet:
+    case CommandKind::kV3NamespaceDelete:
       return ExecuteV3(c);
   }
   return Error("Error: unhandled command");

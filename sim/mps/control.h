@@ -42,6 +42,9 @@
 //   sm_partition list --server=S "<device UUID> <partition> <SMs>"
 //   client list --all           "<pid> <server|-> <namespace> <device UUID>
 //                                <percent> <pinned bytes>"
+//   namespace create|set|delete  nothing on success (created namespaces last
+//                                as long as the daemon; set changes what new
+//                                clients get, as set_* do in v2)
 //
 // Not thread-safe: the daemon runs it on one thread.
 #pragma once
@@ -75,6 +78,12 @@ class MpsHost {
   virtual void TerminateClient(int32_t server_pid, int32_t client_pid) = 0;
   // control.log: one message (the host adds time stamp and pid).
   virtual void Log(std::string_view message) = 0;
+  // MPS v3: a namespace created at run time gets its routing socket
+  // <pipe>/<server>/<ns>/control; a deleted one loses it.
+  virtual Status AddRoute(const std::string& /*server*/, const std::string& /*ns*/) {
+    return Status::Ok();
+  }
+  virtual void RemoveRoute(const std::string& /*server*/, const std::string& /*ns*/) {}
 };
 
 // What MPS v3 needs besides the configuration.
@@ -137,6 +146,7 @@ class MpsControl {
   Reply ClientConnect(const Command& c);
   // v3: the configured server `name`; null if none.
   const V3Server* ConfiguredServer(std::string_view name) const;
+  V3Server* MutableServer(std::string_view name);
   // v3: the running server of configured `config`, started if need be.
   StatusOr<Server*> EnsureNamedServer(const V3Server& config, uint32_t client_uid);
   // v3: the SMs of `partition` on daemon ordinal `ordinal` of `config`; 0 if none.

@@ -71,6 +71,25 @@ Status MakeDirs(const std::string& dir) {
 // The daemon's side effects on a real host with the simulated GPU.
 class SimHost : public MpsHost {
  public:
+  // Where routing sockets go (MPS v3); set once the daemon listens.
+  std::string pipe_dir, socket_path;
+
+  Status AddRoute(const std::string& server, const std::string& ns) override {
+    const std::string dir = pipe_dir + "/" + server + "/" + ns;
+    GS_RETURN_IF_ERROR(MakeDirs(dir));
+    const std::string link = dir + "/control";
+    unlink(link.c_str());
+    if (symlink(socket_path.c_str(), link.c_str()) != 0) {
+      return Unavailable(Errno("cannot create " + link));
+    }
+    return Status::Ok();
+  }
+  void RemoveRoute(const std::string& server, const std::string& ns) override {
+    const std::string dir = pipe_dir + "/" + server + "/" + ns;
+    unlink((dir + "/control").c_str());
+    rmdir(dir.c_str());
+  }
+
   SimHost(std::unique_ptr<SimGpu> gpu, std::vector<int> devices, LogFile* log)
       : gpu_(std::move(gpu)), devices_(std::move(devices)), log_(log) {}
 
@@ -277,6 +296,8 @@ Status SetUp(Daemon* d) {
   std::vector<uint32_t> device_sms;
   for (int i : *devices) device_sms.push_back((*gpu)->device(i).sm_count);
   d->host = std::make_unique<SimHost>(std::move(*gpu), *devices, d->log.get());
+  d->host->pipe_dir = d->pipe_dir;
+  d->host->socket_path = d->socket_path;
   d->control = std::make_unique<MpsControl>(d->host.get(), *devices, std::move(uuids));
   if (d->start.protocol == 3) {
     V3Setup setup;

@@ -268,6 +268,24 @@ TEST_F(MpsControlV3Test, RoutesAndDevicesAreChecked) {
   EXPECT_TRUE(host_.started == std::vector<uint32_t>{1000});
 }
 
+TEST_F(MpsControlV3Test, NamespacesCreatedAtRunTimeCapNewClients) {
+  EXPECT_EQ(Run("namespace create --server=train --name=t1 --active-thread-percentage=30 "
+                "--pinned-memory-limit=1G"),
+            "");
+  EXPECT_EQ(Run("namespace create --server=train --name=t1").rfind("Error:", 0), 0u);
+  EXPECT_EQ(ConnectV3(100, 0, "train/t1"), "OK 500 30 1073741824 0\n");
+  EXPECT_EQ(Run("namespace set --server train --name t1 --active-thread-percentage 20"), "");
+  EXPECT_EQ(ConnectV3(101, 0, "train/t1"), "OK 500 20 1073741824 0\n") << "new clients only";
+  EXPECT_EQ(Run("namespace list --server=train"),
+            "default 60.0 8G -\nsmall 25.0 2G -\nt1 20.0 1G -\n");
+  EXPECT_EQ(Run("namespace delete --server=train --name=t1"), "");
+  EXPECT_EQ(ConnectV3(102, 0, "train/t1").rfind("ERROR bad_route", 0), 0u);
+  EXPECT_EQ(Run("namespace create --server=infer --name=x").rfind("Error:", 0), 0u);
+  EXPECT_EQ(Run("namespace create --server=train --name=x --colour=red").rfind("Error:", 0), 0u);
+  EXPECT_EQ(Run("namespace set --server=train --name=nope --client-priority=1").rfind("Error:", 0),
+            0u);
+}
+
 TEST_F(MpsControlTest, AV3ConfigurationMustFitTheDaemonsDevices) {
   auto bad = [&](const std::string& text) {
     auto config = ParseV3Config(text);

@@ -25,7 +25,7 @@ Status OnlyKeys(const TomlTable& t, const std::string& where,
 
 // Server and namespace names become directories under the pipe directory.
 Status CheckName(const TomlValue& v, const std::string& what, const std::string& name) {
-  if (name.empty() || name.size() > 64 || name == "." || name == "..") {
+  if (name.empty() || name.size() > 100 || name == "." || name == "..") {
     return Bad(v, what, "bad name '" + name + "'");
   }
   for (char c : name) {
