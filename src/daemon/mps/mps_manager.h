@@ -186,6 +186,7 @@ class MpsManager {
     std::string last_error;
     int restarts = 0;
     int64_t last_check_ns = 0;
+    int protocol = 2;  // the protocol its daemon was started with
   };
   struct GpuRef {
     int index = 0;
@@ -196,6 +197,8 @@ class MpsManager {
     std::string reason;
     std::vector<GpuRef> gpus;
     TenantSettings settings;
+    // v3 GPUs where its namespace could not be made: it uses v2 variables there.
+    std::set<std::string> v2_gpus;
   };
 
   StatusOr<std::vector<GpuRef>> ResolveGpus(std::string_view list) const;
@@ -218,7 +221,13 @@ class MpsManager {
   void TearDown(GpuState& gpu);
   bool WaitUntil(int64_t timeout_ns, const std::function<bool()>& condition);
   StatusOr<pid_t> ReadPidFile(const std::string& uuid);
-  AcquireResult EnvFor(const Tenant& tenant) const;
+  AcquireResult EnvFor(const std::string& name, const Tenant& tenant) const;
+  // MPS v3 (docs/daemon.md "MPS v3"): whether `tenant` is served by its own
+  // namespace on `gpu` (a v3 daemon, and the namespace's socket path fits).
+  bool UsesNamespace(const GpuState& gpu, const std::string& name, const Tenant& tenant) const;
+  // Creates (or, if it exists, sets) the tenant's namespace on a v3 `gpu`;
+  // a failure is logged and the tenant falls back to v2 variables there.
+  void EnsureNamespace(GpuState& gpu, const std::string& name, Tenant& tenant);
   // REQUIRES: mu_ held. Writes the state file; Save's error is logged,
   // SaveState's also counted (MpsStatus::save_failures, the metrics).
   Status Save();
