@@ -204,9 +204,9 @@ TEST_F(SimMpsTest, ThreadPercentagesShareSmsConcurrently) {
   const std::string go = dir_ + "/go";
   // 10560 blocks of 256 threads: 8 blocks per SM; 39 SMs -> 34 waves,
   // 79 SMs -> 17 waves, of 10 us each plus 3 us launch.
-  pid_t a = Probe(1, {"--blocks", "10560", "--kernels", "800", "--wait-file", go},
+  pid_t a = Probe(1, {"--blocks", "10560", "--kernels", "800", "--hold-file", go},
                   {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"});
-  pid_t b = Probe(2, {"--blocks", "10560", "--kernels", "1600", "--wait-file", go},
+  pid_t b = Probe(2, {"--blocks", "10560", "--kernels", "1600", "--hold-file", go},
                   {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=60"});
   json ra = Stage(1, "ready");
   json rb = Stage(2, "ready");
@@ -360,18 +360,23 @@ TEST_F(SimMpsTest, V3NamespacesCapTheirClients) {
 
   // The server's own (default) namespace, and the capped one: a client's own
   // variables cannot lift the namespace's limits.
-  Probe(1, {"--alloc", std::to_string(512ull << 20)},
-        {r615, "CUDA_MPS_PIPE_DIRECTORY=" + pipe_ + "/train"});
-  Probe(2, {"--alloc", std::to_string(2ull << 30)},
-        {r615, "CUDA_MPS_PIPE_DIRECTORY=" + pipe_ + "/train/small",
-         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90"});
+  const std::string go = dir_ + "/go";  // they stay clients until then
+  const pid_t p1 = Probe(1, {"--alloc", std::to_string(512ull << 20), "--hold-file", go},
+                         {r615, "CUDA_MPS_PIPE_DIRECTORY=" + pipe_ + "/train"});
+  const pid_t p2 = Probe(2, {"--alloc", std::to_string(512ull << 20), "--hold-file", go},
+                         {r615, "CUDA_MPS_PIPE_DIRECTORY=" + pipe_ + "/train/small",
+                          "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90"});
+  Probe(3, {"--alloc", std::to_string(2ull << 30)},
+        {r615, "CUDA_MPS_PIPE_DIRECTORY=" + pipe_ + "/train/small"});
   const json one = Stage(1, "ready");
   const json two = Stage(2, "ready");
   EXPECT_EQ(one.value("mps", 0), 1) << one.dump();
   EXPECT_EQ(one.value("sms", 0), 66) << "50 % of 132 SMs";
   EXPECT_EQ(one.value("alloc", ""), "CUDA_SUCCESS");
   EXPECT_EQ(two.value("sms", 0), 33) << "the namespace's 25 %, not the client's 90 %";
-  EXPECT_EQ(two.value("alloc", ""), "CUDA_ERROR_OUT_OF_MEMORY") << "the namespace's 1G";
+  EXPECT_EQ(two.value("alloc", ""), "CUDA_SUCCESS");
+  EXPECT_EQ(Stage(3, "ready").value("alloc", ""), "CUDA_ERROR_OUT_OF_MEMORY")
+      << "the namespace's 1G";
 
   const int m = next_++;
   pid_t list =
@@ -380,6 +385,9 @@ TEST_F(SimMpsTest, V3NamespacesCapTheirClients) {
   const std::string clients = Read("out" + std::to_string(m));
   EXPECT_NE(clients.find(" train default "), std::string::npos) << clients;
   EXPECT_NE(clients.find(" train small "), std::string::npos) << clients;
+  Touch(go);
+  EXPECT_EQ(Join(p1), 0);
+  EXPECT_EQ(Join(p2), 0);
   const int q = next_++;
   EXPECT_EQ(Join(Spawn(q, {SimBin("nvidia-cuda-mps-control"), "-q"}, Env({r615}))), 0);
 }
