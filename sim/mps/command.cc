@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdio>
 #include <map>
+#include <utility>
 #include <vector>
 
 namespace gpuslice::sim::mps {
@@ -170,7 +171,10 @@ StatusOr<Command> ParseV3(const std::vector<std::string_view>& words) {
   auto allow = [&](std::initializer_list<std::string_view> keys) -> Status {
     for (const auto& [k, v] : options) {
       if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
-        return InvalidArgument("Error: " + verb + ": unknown option --" + k);
+        std::string message = "Error: " + verb;
+        message += ": unknown option --";
+        message += k;
+        return InvalidArgument(std::move(message));
       }
     }
     return Status::Ok();

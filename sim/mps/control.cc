@@ -348,7 +348,12 @@ Reply MpsControl::ExecuteV3(const Command& c) {
           pid = std::to_string(s.pid);
           state = StateName(static_cast<int>(s.state));
         }
-        out += v.name + " " + pid + " " + state + "\n";
+        out += v.name;
+        out += ' ';
+        out += pid;
+        out += ' ';
+        out += state;
+        out += '\n';
       }
       return {out, false};
     case CommandKind::kV3NamespaceList: {

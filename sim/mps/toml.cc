@@ -188,7 +188,7 @@ class Parser {
     value.line = line_;
     const char c = line_text_[pos_];
     if (c == '"') {
-      if (line_text_.substr(pos_).starts_with("\"\"\"")) {
+      if (line_text_.substr(pos_).starts_with(R"(""")")) {
         return Error("multi-line strings are not supported");
       }
       GS_ASSIGN_OR_RETURN(std::string s, BasicString());

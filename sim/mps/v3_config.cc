@@ -161,7 +161,9 @@ StatusOr<V3Server> ReadServer(const std::string& name, const TomlValue& v) {
   if (auto it = t->find("namespaces"); it != t->end()) {
     GS_ASSIGN_OR_RETURN(const TomlTable* nss, Table(it->second, where + ".namespaces"));
     for (const auto& [ns_name, ns_value] : *nss) {
-      const std::string w = where + ".namespaces." + ns_name;
+      std::string w = where;
+      w += ".namespaces.";
+      w += ns_name;
       GS_RETURN_IF_ERROR(CheckName(ns_value, w, ns_name));
       GS_ASSIGN_OR_RETURN(const TomlTable* ns, Table(ns_value, w));
       GS_RETURN_IF_ERROR(
