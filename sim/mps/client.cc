@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <sstream>
@@ -48,8 +50,38 @@ StatusOr<ClientEnvironment> ClientEnvironmentFromEnv() {
     }
     env.priority = v == "1" ? 1 : 0;
   }
+  if (const char* p = getenv("CUDA_MPS_SM_PARTITION"); p != nullptr && *p != '\0') {
+    const std::string v(p);
+    const bool ok =
+        v.size() <= 64 && std::all_of(v.begin(), v.end(), [](char c) {
+          return isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.';
+        });
+    if (!ok) return InvalidArgument("CUDA_MPS_SM_PARTITION: '" + v + "' is not a partition name");
+    env.sm_partition = v;
+  }
   return env;
 }
+
+namespace {
+
+// The v3 route of `pipe_dir` ("server" or "server/namespace"), or "-": its
+// control socket is a link into the root pipe directory of a v3 daemon.
+std::string RouteOf(const std::string& pipe_dir) {
+  char target[4096];
+  const ssize_t n = readlink(SocketPath(pipe_dir).c_str(), target, sizeof target - 1);
+  if (n <= 0) return "-";
+  target[n] = '\0';
+  std::string root(target);
+  const size_t slash = root.rfind('/');
+  if (slash == std::string::npos) return "-";
+  root.resize(slash);
+  std::string dir = pipe_dir;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (!dir.starts_with(root + "/")) return "-";
+  return dir.substr(root.size() + 1);
+}
+
+}  // namespace
 
 StatusOr<MpsAttachment> ConnectClient(const ClientEnvironment& env, int device) {
   if (device < 0 || device >= kMaxDevices) return InvalidArgument("bad device");
@@ -58,7 +90,8 @@ StatusOr<MpsAttachment> ConnectClient(const ClientEnvironment& env, int device) 
       std::to_string(device) + " " +
       (env.thread_percent > 0 ? FormatPercent(env.thread_percent) : "-") + " " +
       (env.pinned_bytes[device] > 0 ? std::to_string(env.pinned_bytes[device]) : "-") + " " +
-      std::to_string(env.priority);
+      std::to_string(env.priority) + " " + RouteOf(env.pipe_dir) + " " +
+      (env.sm_partition.empty() ? "-" : env.sm_partition);
   GS_ASSIGN_OR_RETURN(std::string reply, Request(env.pipe_dir, request));
   std::istringstream in(reply);
   std::string verdict;

@@ -1,7 +1,10 @@
 #include "sim/mps/command.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <map>
+#include <utility>
 #include <vector>
 
 namespace gpuslice::sim::mps {
@@ -91,8 +94,9 @@ constexpr Spec kSpecs[] = {
     {"get_default_client_priority", CommandKind::kGetDefaultClientPriority, 0, 0,
      "get_default_client_priority"},
     {"quit", CommandKind::kQuit, 0, 0, "quit"},
-    {"__client_connect", CommandKind::kClientConnect, 6, 6,
-     "__client_connect <pid> <uid> <device> <percent|-> <bytes|-> <priority>"},
+    {"__client_connect", CommandKind::kClientConnect, 6, 8,
+     "__client_connect <pid> <uid> <device> <percent|-> <bytes|-> <priority> [<route|->"
+     " [<partition|->]]"},
 };
 
 }  // namespace
@@ -127,9 +131,110 @@ std::string FormatPercent(double percent) {
   return buf;
 }
 
+namespace {
+
+// A server, namespace or partition name, or a route of them ("a/b").
+bool IsName(std::string_view s, bool route) {
+  if (s.empty() || s.size() > 130) return false;
+  int slashes = 0;
+  for (char c : s) {
+    if (c == '/' && route) {
+      ++slashes;
+      continue;
+    }
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return slashes <= 1 && s.front() != '/' && s.back() != '/';
+}
+
+// MPS v3's module-verb commands: MODULE VERB [--key=value | --key value | --flag]...
+StatusOr<Command> ParseV3(const std::vector<std::string_view>& words) {
+  Command c;
+  const std::string verb = std::string(words[0]) + " " + std::string(words[1]);
+  std::map<std::string, std::string> options;
+  for (size_t i = 2; i < words.size(); ++i) {
+    const std::string_view w = words[i];
+    if (!w.starts_with("--") || w.size() == 2) return Bad("argument", w);
+    const size_t eq = w.find('=');
+    std::string key(w.substr(2, eq == std::string_view::npos ? std::string_view::npos : eq - 2));
+    std::string value;
+    if (eq != std::string_view::npos) {
+      value = std::string(w.substr(eq + 1));
+    } else if (key != "all") {
+      if (i + 1 >= words.size()) return Bad("option without a value", w);
+      value = std::string(words[++i]);
+    }
+    if (!options.emplace(std::move(key), std::move(value)).second) return Bad("repeated option", w);
+  }
+  auto allow = [&](std::initializer_list<std::string_view> keys) -> Status {
+    for (const auto& [k, v] : options) {
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
+        std::string message = "Error: " + verb;
+        message += ": unknown option --";
+        message += k;
+        return InvalidArgument(std::move(message));
+      }
+    }
+    return Status::Ok();
+  };
+  auto name = [&](const char* key, std::string* out) -> Status {
+    auto it = options.find(key);
+    if (it == options.end()) return InvalidArgument("Error: " + verb + " needs --" + key);
+    if (!IsName(it->second, false)) return Bad(std::string(key) + " name", it->second);
+    *out = it->second;
+    return Status::Ok();
+  };
+  if (verb == "server list") {
+    c.kind = CommandKind::kV3ServerList;
+    GS_RETURN_IF_ERROR(allow({}));
+  } else if (verb == "client list") {
+    c.kind = CommandKind::kV3ClientList;
+    GS_RETURN_IF_ERROR(allow({"all"}));
+    if (!options.contains("all")) return InvalidArgument("Error: usage: client list --all");
+  } else if (verb == "namespace list" || verb == "sm_partition list") {
+    c.kind =
+        verb == "namespace list" ? CommandKind::kV3NamespaceList : CommandKind::kV3SmPartitionList;
+    GS_RETURN_IF_ERROR(allow({"server"}));
+    GS_RETURN_IF_ERROR(name("server", &c.server));
+  } else if (verb == "namespace delete") {
+    c.kind = CommandKind::kV3NamespaceDelete;
+    GS_RETURN_IF_ERROR(allow({"server", "name"}));
+    GS_RETURN_IF_ERROR(name("server", &c.server));
+    GS_RETURN_IF_ERROR(name("name", &c.ns));
+  } else if (verb == "namespace create" || verb == "namespace set") {
+    c.kind =
+        verb == "namespace create" ? CommandKind::kV3NamespaceCreate : CommandKind::kV3NamespaceSet;
+    GS_RETURN_IF_ERROR(allow(
+        {"server", "name", "active-thread-percentage", "pinned-memory-limit", "client-priority"}));
+    GS_RETURN_IF_ERROR(name("server", &c.server));
+    GS_RETURN_IF_ERROR(name("name", &c.ns));
+    if (auto it = options.find("active-thread-percentage"); it != options.end()) {
+      GS_ASSIGN_OR_RETURN(c.ns_percent, Percent(it->second));
+    }
+    if (auto it = options.find("pinned-memory-limit"); it != options.end()) {
+      GS_ASSIGN_OR_RETURN(c.ns_bytes, ParsePinnedLimit(it->second));
+    }
+    if (auto it = options.find("client-priority"); it != options.end()) {
+      if (it->second != "0" && it->second != "1") return Bad("client priority", it->second);
+      c.ns_priority = it->second == "1" ? 1 : 0;
+    }
+  } else {
+    return InvalidArgument("Error: unsupported MPS v3 command '" + verb + "'");
+  }
+  return c;
+}
+
+}  // namespace
+
 StatusOr<Command> ParseCommand(std::string_view line) {
   std::vector<std::string_view> words = Split(line);
   if (words.empty()) return InvalidArgument("Error: empty command");
+  if (words.size() >= 2 && (words[0] == "server" || words[0] == "namespace" ||
+                            words[0] == "client" || words[0] == "sm_partition")) {
+    return ParseV3(words);
+  }
   const Spec* spec = nullptr;
   for (const Spec& s : kSpecs) {
     if (s.name == words[0]) spec = &s;
@@ -216,9 +321,24 @@ StatusOr<Command> ParseCommand(std::string_view line) {
       }
       if (arg(4) != "-" && !ParseInt(arg(4), &c.bytes)) return Bad("byte count", arg(4));
       if (!ParseInt(arg(5), &c.priority) || c.priority > 1) return Bad("priority", arg(5));
+      if (n >= 7 && arg(6) != "-") {
+        if (!IsName(arg(6), true)) return Bad("route", arg(6));
+        c.route = std::string(arg(6));
+      }
+      if (n >= 8 && arg(7) != "-") {
+        if (!IsName(arg(7), false)) return Bad("SM partition", arg(7));
+        c.partition = std::string(arg(7));
+      }
       break;
     }
     case CommandKind::kGetServerList:
+    case CommandKind::kV3ServerList:
+    case CommandKind::kV3NamespaceList:
+    case CommandKind::kV3ClientList:
+    case CommandKind::kV3SmPartitionList:
+    case CommandKind::kV3NamespaceCreate:
+    case CommandKind::kV3NamespaceSet:
+    case CommandKind::kV3NamespaceDelete:
     case CommandKind::kGetDefaultThreadPercent:
     case CommandKind::kGetDefaultClientPriority:
     case CommandKind::kQuit:

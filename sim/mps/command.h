@@ -4,10 +4,22 @@
 //
 // Besides NVIDIA's commands, the simulated driver speaks one internal command
 // on the same socket: `__client_connect <pid> <uid> <device> <percent|-> <pinned
-// bytes|-> <priority>` (an MPS client connecting; see client.h).
+// bytes|-> <priority> [<route|-> [<sm partition|->]]` (an MPS client
+// connecting; see client.h). The route is "<server>" or "<server>/<namespace>"
+// (MPS v3: which socket under the pipe directory the client used).
+//
+// MPS v3's module-verb commands (docs/sim.md "MPS v3"): `server list`,
+// `namespace list --server=<name>`, `client list --all`,
+// `sm_partition list --server=<name>`, and at run time
+// `namespace create|set --server=<name> --name=<ns>
+// [--active-thread-percentage=<p>] [--pinned-memory-limit=<10G>]
+// [--client-priority=<0|1>]` and `namespace delete --server=<name> --name=<ns>`
+// (option names ours: NVIDIA documents these verbs without their options). A v2 daemon refuses them
+// (that is how a caller probes the protocol); a v3 daemon speaks both.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -34,8 +46,24 @@ enum class CommandKind {
   kSetDefaultClientPriority,  // priority
   kGetDefaultClientPriority,  //
   kQuit,
-  kClientConnect,  // internal: pid, uid, device, percent (0: unset), bytes (0: unset), priority
+  kClientConnect,    // internal: pid, uid, device, percent (0: unset), bytes (0: unset), priority,
+                     // route, partition
+  kV3ServerList,     // MPS v3 `server list`
+  kV3NamespaceList,  // MPS v3 `namespace list --server=NAME`: server
+  kV3ClientList,     // MPS v3 `client list --all`
+  kV3SmPartitionList,  // MPS v3 `sm_partition list --server=NAME`: server
+  kV3NamespaceCreate,  // server, ns, ns_limits
+  kV3NamespaceSet,     // server, ns, ns_limits (fields given replace)
+  kV3NamespaceDelete,  // server, ns
 };
+
+// Whether `kind` is one of MPS v3's module-verb commands.
+inline bool IsV3(CommandKind kind) {
+  return kind == CommandKind::kV3ServerList || kind == CommandKind::kV3NamespaceList ||
+         kind == CommandKind::kV3ClientList || kind == CommandKind::kV3SmPartitionList ||
+         kind == CommandKind::kV3NamespaceCreate || kind == CommandKind::kV3NamespaceSet ||
+         kind == CommandKind::kV3NamespaceDelete;
+}
 
 struct Command {
   CommandKind kind = CommandKind::kGetServerList;
@@ -46,6 +74,13 @@ struct Command {
   double percent = 0;  // thread percentages: (0, 100]
   uint64_t bytes = 0;  // pinned memory limits
   uint32_t priority = 0;
+  std::string route;      // kClientConnect: "" (none), "server" or "server/namespace"
+  std::string partition;  // kClientConnect: an SM partition's name, "" for none
+  std::string server;     // v3 commands
+  std::string ns;         // v3 namespace create/set/delete
+  std::optional<double> ns_percent;
+  std::optional<uint64_t> ns_bytes;
+  std::optional<uint32_t> ns_priority;
 };
 
 // Parses one line (surrounding whitespace ignored). InvalidArgument with a

@@ -76,12 +76,22 @@ void MpsControl::Forget() {
   }
 }
 
+namespace {
+
+Status OtherUser(uint32_t uid, int32_t pid) {
+  return FailedPrecondition("Error: the MPS server of user " + std::to_string(uid) + " (PID " +
+                            std::to_string(pid) + ") is running; one user's server at a time");
+}
+
+}  // namespace
+
 StatusOr<MpsControl::Server*> MpsControl::EnsureServer(uint32_t uid) {
   std::erase_if(servers_, [](const Server& s) { return s.state == ServerState::kFault; });
   for (Server& s : servers_) {
-    if (s.uid == uid) return &s;
-    return FailedPrecondition("Error: the MPS server of user " + std::to_string(s.uid) + " (PID " +
-                              std::to_string(s.pid) + ") is running; one user's server at a time");
+    if (s.uid != uid) return OtherUser(s.uid, s.pid);
+  }
+  for (Server& s : servers_) {
+    if (s.name.empty()) return &s;
   }
   auto pid = host_->StartServer(uid);
   if (!pid.ok()) {
@@ -90,9 +100,128 @@ StatusOr<MpsControl::Server*> MpsControl::EnsureServer(uint32_t uid) {
     return Unavailable("Error: cannot start an MPS server: " + pid.status().message());
   }
   host_->Log("Starting new server " + std::to_string(*pid) + " for user " + std::to_string(uid));
-  Server s{*pid, uid, ServerState::kActive, default_thread_percent_, default_pinned_, 0, {}};
+  Server s{"", *pid, uid, ServerState::kActive, default_thread_percent_, default_pinned_, 0, {}};
   servers_.push_back(std::move(s));
   return &servers_.back();
+}
+
+Status MpsControl::EnableV3(V3Setup setup) {
+  auto ordinal_of = [&](const std::string& uuid) {
+    for (size_t i = 0; i < device_uuids_.size(); ++i) {
+      // CUDA_VISIBLE_DEVICES takes a UUID's first characters too.
+      if (device_uuids_[i] == uuid || (uuid.size() >= 8 && device_uuids_[i].starts_with(uuid))) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  };
+  if (setup.device_sms.size() != device_uuids_.size()) {
+    return InvalidArgument("the SM count of every device is needed");
+  }
+  if (setup.sms_per_chunk == 0) return InvalidArgument("sms_per_chunk must be positive");
+  for (V3Server& server : setup.config.servers) {
+    for (std::string& uuid : server.allowed_devices) {
+      const int o = ordinal_of(uuid);
+      if (o < 0) {
+        return InvalidArgument("servers." + server.name + ".allowed_devices: " + uuid +
+                               " is not a device of this daemon");
+      }
+      uuid = device_uuids_[static_cast<size_t>(o)];
+    }
+    for (V3Device& device : server.devices) {
+      const int o = ordinal_of(device.uuid);
+      if (o < 0) {
+        return InvalidArgument("servers." + server.name + ".devices: " + device.uuid +
+                               " is not a device of this daemon");
+      }
+      device.uuid = device_uuids_[static_cast<size_t>(o)];
+      if (!server.allowed_devices.empty() &&
+          std::find(server.allowed_devices.begin(), server.allowed_devices.end(), device.uuid) ==
+              server.allowed_devices.end()) {
+        return InvalidArgument("servers." + server.name + ".devices: " + device.uuid +
+                               " is not in its allowed_devices");
+      }
+      uint64_t sms = 0;
+      for (const V3SmPartition& p : device.sm_partitions) {
+        sms += uint64_t{p.chunks} * setup.sms_per_chunk;
+      }
+      if (sms > setup.device_sms[static_cast<size_t>(o)]) {
+        return InvalidArgument("servers." + server.name + ".devices." + device.uuid +
+                               ": the SM partitions need " + std::to_string(sms) + " SMs of " +
+                               std::to_string(setup.device_sms[static_cast<size_t>(o)]));
+      }
+    }
+  }
+  v3_ = true;
+  v3_setup_ = std::move(setup);
+  host_->Log("MPS v3 (protocol 3): " + std::to_string(v3_setup_.config.servers.size()) +
+             " configured servers");
+  return Status::Ok();
+}
+
+V3Server* MpsControl::MutableServer(std::string_view name) {
+  for (V3Server& s : v3_setup_.config.servers) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+const V3Server* MpsControl::ConfiguredServer(std::string_view name) const {
+  for (const V3Server& s : v3_setup_.config.servers) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+StatusOr<MpsControl::Server*> MpsControl::EnsureNamedServer(const V3Server& config,
+                                                            uint32_t client_uid) {
+  std::erase_if(servers_, [](const Server& s) { return s.state == ServerState::kFault; });
+  const uint32_t uid = config.uid.value_or(client_uid);
+  for (Server& s : servers_) {
+    if (s.uid != uid) return OtherUser(s.uid, s.pid);
+  }
+  for (Server& s : servers_) {
+    if (s.name == config.name) return &s;
+  }
+  auto pid = host_->StartServer(uid);
+  if (!pid.ok()) {
+    host_->Log("Failed to start server " + config.name + ": " + pid.status().message());
+    return Unavailable("Error: cannot start MPS server " + config.name + ": " +
+                       pid.status().message());
+  }
+  host_->Log("Starting server " + config.name + " (" + std::to_string(*pid) + ") for user " +
+             std::to_string(uid));
+  Server s{config.name,
+           *pid,
+           uid,
+           ServerState::kActive,
+           config.limits.thread_percent.value_or(default_thread_percent_),
+           default_pinned_,
+           0,
+           {}};
+  if (config.limits.pinned_bytes) {
+    for (size_t i = 0; i < device_uuids_.size(); ++i) {
+      s.pinned[static_cast<int>(i)] = *config.limits.pinned_bytes;
+    }
+  }
+  servers_.push_back(std::move(s));
+  return &servers_.back();
+}
+
+uint32_t MpsControl::PartitionSms(const V3Server& config, int ordinal,
+                                  std::string_view partition) const {
+  const std::string& uuid = device_uuids_[static_cast<size_t>(ordinal)];
+  const uint32_t total = v3_setup_.device_sms[static_cast<size_t>(ordinal)];
+  for (const V3Device& d : config.devices) {
+    if (d.uuid != uuid) continue;
+    uint32_t used = 0;
+    for (const V3SmPartition& p : d.sm_partitions) used += p.chunks * v3_setup_.sms_per_chunk;
+    for (const V3SmPartition& p : d.sm_partitions) {
+      if (p.name != partition) continue;
+      return p.chunks * v3_setup_.sms_per_chunk + (p.include_remainder ? total - used : 0);
+    }
+  }
+  return 0;
 }
 
 Reply MpsControl::ClientConnect(const Command& c) {
@@ -101,7 +230,49 @@ Reply MpsControl::ClientConnect(const Command& c) {
     return Error("ERROR bad_device device " + std::to_string(c.device) +
                  " is not visible to this MPS daemon");
   }
-  auto server = EnsureServer(c.uid);
+  // MPS v3: which server and namespace (see the header).
+  const V3Server* config = nullptr;
+  std::string ns = "default";
+  if (v3_) {
+    if (!c.route.empty()) {
+      const size_t slash = c.route.find('/');
+      config = ConfiguredServer(c.route.substr(0, slash));
+      if (slash != std::string::npos) ns = c.route.substr(slash + 1);
+      if (config == nullptr) {
+        return Error("ERROR bad_route no MPS server named " + c.route.substr(0, slash));
+      }
+      if (ns != "default" && !config->namespaces.contains(ns)) {
+        return Error("ERROR bad_route server " + config->name + " has no namespace " + ns);
+      }
+    } else {
+      for (const V3Server& v : v3_setup_.config.servers) {
+        if (v.uid == c.uid) {
+          config = &v;
+          break;
+        }
+      }
+    }
+  } else if (!c.route.empty() || !c.partition.empty()) {
+    return Error("ERROR bad_route this MPS daemon speaks protocol 2 (no servers by name)");
+  }
+  if (config == nullptr && !c.partition.empty()) {
+    return Error("ERROR bad_partition SM partitions belong to a named server");
+  }
+  if (config != nullptr && !config->allowed_devices.empty() &&
+      std::find(config->allowed_devices.begin(), config->allowed_devices.end(),
+                device_uuids_[static_cast<size_t>(ordinal)]) == config->allowed_devices.end()) {
+    return Error("ERROR bad_device device " + std::to_string(c.device) +
+                 " is not allowed for MPS server " + config->name);
+  }
+  uint32_t partition_sms = 0;
+  if (!c.partition.empty()) {
+    partition_sms = PartitionSms(*config, ordinal, c.partition);
+    if (partition_sms == 0) {
+      return Error("ERROR bad_partition server " + config->name + " has no SM partition " +
+                   c.partition + " on device " + std::to_string(c.device));
+    }
+  }
+  auto server = config != nullptr ? EnsureNamedServer(*config, c.uid) : EnsureServer(c.uid);
   if (!server.ok()) return Error("ERROR not_ready " + server.status().message());
   Server& s = **server;
   for (const Client& k : s.clients) {
@@ -121,20 +292,142 @@ Reply MpsControl::ClientConnect(const Command& c) {
   k.pid = c.pid;
   k.device = c.device;
   k.id = s.next_client_id++;
-  const double percent = c.percent > 0 ? c.percent : s.thread_percent;
-  k.thread_percent = std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(percent)), 1, 100);
+  double percent = c.percent > 0 ? c.percent : s.thread_percent;
   auto it = s.pinned.find(ordinal);
   k.pinned_bytes = c.bytes > 0 ? c.bytes : (it == s.pinned.end() ? 0 : it->second);
   k.priority = c.priority != 0 ? c.priority : default_priority_;
+  k.ns = ns;
+  if (config != nullptr) {
+    if (config->limits.priority && c.priority == 0) k.priority = *config->limits.priority;
+    // The namespace caps what the client asks for.
+    if (auto n = config->namespaces.find(ns); n != config->namespaces.end()) {
+      const V3Limits& cap = n->second;
+      if (cap.thread_percent) percent = std::min(percent, *cap.thread_percent);
+      if (cap.pinned_bytes && *cap.pinned_bytes > 0) {
+        k.pinned_bytes =
+            k.pinned_bytes == 0 ? *cap.pinned_bytes : std::min(k.pinned_bytes, *cap.pinned_bytes);
+      }
+      if (cap.priority && c.priority == 0) k.priority = *cap.priority;
+    }
+    if (partition_sms > 0) {
+      const uint32_t total = v3_setup_.device_sms[static_cast<size_t>(ordinal)];
+      percent = std::min(percent, 100.0 * partition_sms / total);
+    }
+  }
+  k.thread_percent = std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(percent)), 1, 100);
   s.clients.push_back(k);
   host_->Log("NEW CLIENT " + std::to_string(k.pid) + " from user " + std::to_string(c.uid) +
-             " on device " + std::to_string(c.device) + ": server " + std::to_string(s.pid));
+             " on device " + std::to_string(c.device) + ": server " + std::to_string(s.pid) +
+             (s.name.empty() ? "" : " (" + s.name + "/" + k.ns + ")"));
   return {"OK " + std::to_string(s.pid) + " " + std::to_string(k.thread_percent) + " " +
               std::to_string(k.pinned_bytes) + " " + std::to_string(k.priority) + "\n",
           false};
 }
 
+Reply MpsControl::ExecuteV3(const Command& c) {
+  if (!v3_) {
+    return Error("Error: this MPS control daemon speaks protocol 2; MPS v3 commands need -p 3");
+  }
+  std::string out;
+  const V3Server* config = nullptr;
+  if (!c.server.empty()) {
+    config = ConfiguredServer(c.server);
+    if (config == nullptr) return Error("Error: no MPS server named " + c.server);
+  }
+  auto limit = [](const std::optional<uint64_t>& b) {
+    return b ? FormatPinnedLimit(*b) : std::string("-");
+  };
+  auto pct = [](const std::optional<double>& p) { return p ? FormatPercent(*p) : "-"; };
+  auto prio = [](const std::optional<uint32_t>& p) { return p ? std::to_string(*p) : "-"; };
+  switch (c.kind) {
+    case CommandKind::kV3ServerList:
+      for (const V3Server& v : v3_setup_.config.servers) {
+        std::string pid = "-", state = "STOPPED";
+        for (const Server& s : servers_) {
+          if (s.name != v.name) continue;
+          pid = std::to_string(s.pid);
+          state = StateName(static_cast<int>(s.state));
+        }
+        out += v.name;
+        out += ' ';
+        out += pid;
+        out += ' ';
+        out += state;
+        out += '\n';
+      }
+      return {out, false};
+    case CommandKind::kV3NamespaceList: {
+      const auto d = config->namespaces.find("default");
+      const V3Limits own = d == config->namespaces.end() ? config->limits : d->second;
+      out += "default " + pct(own.thread_percent) + " " + limit(own.pinned_bytes) + " " +
+             prio(own.priority) + "\n";
+      for (const auto& [name, l] : config->namespaces) {
+        if (name == "default") continue;
+        out += name + " " + pct(l.thread_percent) + " " + limit(l.pinned_bytes) + " " +
+               prio(l.priority) + "\n";
+      }
+      return {out, false};
+    }
+    case CommandKind::kV3SmPartitionList:
+      for (const V3Device& d : config->devices) {
+        for (size_t i = 0; i < device_uuids_.size(); ++i) {
+          if (device_uuids_[i] != d.uuid) continue;
+          for (const V3SmPartition& p : d.sm_partitions) {
+            out += d.uuid + " " + p.name + " " +
+                   std::to_string(PartitionSms(*config, static_cast<int>(i), p.name)) + "\n";
+          }
+        }
+      }
+      return {out, false};
+    case CommandKind::kV3NamespaceCreate:
+    case CommandKind::kV3NamespaceSet: {
+      V3Server* server = MutableServer(c.server);
+      const bool exists = server->namespaces.contains(c.ns);
+      if (c.kind == CommandKind::kV3NamespaceCreate && (exists || c.ns == "default")) {
+        return Error("Error: namespace " + c.ns + " of server " + c.server + " exists");
+      }
+      if (c.kind == CommandKind::kV3NamespaceSet && !exists) {
+        return Error("Error: server " + c.server + " has no namespace " + c.ns);
+      }
+      if (c.kind == CommandKind::kV3NamespaceCreate) {
+        if (Status r = host_->AddRoute(c.server, c.ns); !r.ok()) {
+          return Error("Error: cannot create namespace " + c.ns + ": " + r.message());
+        }
+      }
+      V3Limits& l = server->namespaces[c.ns];
+      if (c.ns_percent) l.thread_percent = c.ns_percent;
+      if (c.ns_bytes) l.pinned_bytes = c.ns_bytes;
+      if (c.ns_priority) l.priority = c.ns_priority;
+      host_->Log(std::string(c.kind == CommandKind::kV3NamespaceCreate ? "Created" : "Changed") +
+                 " namespace " + c.ns + " of server " + c.server);
+      return {"", false};
+    }
+    case CommandKind::kV3NamespaceDelete: {
+      V3Server* server = MutableServer(c.server);
+      if (c.ns == "default" || server->namespaces.erase(c.ns) == 0) {
+        return Error("Error: server " + c.server + " has no namespace " + c.ns + " to delete");
+      }
+      host_->RemoveRoute(c.server, c.ns);
+      host_->Log("Deleted namespace " + c.ns + " of server " + c.server);
+      return {"", false};
+    }
+    case CommandKind::kV3ClientList:
+      for (const Server& s : servers_) {
+        for (const Client& k : s.clients) {
+          const int ordinal = OrdinalOf(k.device);
+          out += std::to_string(k.pid) + " " + (s.name.empty() ? "-" : s.name) + " " + k.ns + " " +
+                 (ordinal < 0 ? "?" : device_uuids_[static_cast<size_t>(ordinal)]) + " " +
+                 std::to_string(k.thread_percent) + " " + std::to_string(k.pinned_bytes) + "\n";
+        }
+      }
+      return {out, false};
+    default:
+      return Error("Error: unhandled command");
+  }
+}
+
 Reply MpsControl::Execute(const Command& c) {
+  if (IsV3(c.kind)) return ExecuteV3(c);
   std::string out;
   switch (c.kind) {
     case CommandKind::kGetServerList:
@@ -261,6 +554,14 @@ Reply MpsControl::Execute(const Command& c) {
       return {"", true};
     case CommandKind::kClientConnect:
       return ClientConnect(c);
+    case CommandKind::kV3ServerList:
+    case CommandKind::kV3NamespaceList:
+    case CommandKind::kV3ClientList:
+    case CommandKind::kV3SmPartitionList:
+    case CommandKind::kV3NamespaceCreate:
+    case CommandKind::kV3NamespaceSet:
+    case CommandKind::kV3NamespaceDelete:
+      return ExecuteV3(c);
   }
   return Error("Error: unhandled command");
 }

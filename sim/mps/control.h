@@ -23,6 +23,29 @@
 //   ps [-p P]                  a header "PID ID SERVER DEVICE NAMESPACE COMMAND"
 //                              and a row per client
 //
+// MPS v3 (EnableV3; docs/sim.md "MPS v3" names the documented fact behind
+// each rule and the parameters where the documentation is silent): the
+// configured servers are named and start on their first client (uid from the
+// configuration, else the client's); a client names its server and
+// namespace by the socket it connects to (route "server[/namespace]"; none:
+// the first server whose uid is the client's, else the legacy server). Its
+// limits are the daemon's defaults, replaced by the server's, capped by the
+// namespace's (a namespace caps: a client's own variables can only lower
+// them). A client may name one of its device's static SM partitions: its
+// thread percentage is then capped at the partition's share of the SMs
+// (chunks x sms_per_chunk, the remainder to the partition that takes it).
+// A v3 daemon also speaks every v2 command; a v2 daemon refuses v3 verbs.
+// Replies of the v3 verbs (one line per item):
+//   server list                 "<name> <pid|-> <state|STOPPED>"
+//   namespace list --server=S   "<namespace> <percent> <pinned> <priority>"
+//                               ("default" first; "-" where not set)
+//   sm_partition list --server=S "<device UUID> <partition> <SMs>"
+//   client list --all           "<pid> <server|-> <namespace> <device UUID>
+//                                <percent> <pinned bytes>"
+//   namespace create|set|delete  nothing on success (created namespaces last
+//                                as long as the daemon; set changes what new
+//                                clients get, as set_* do in v2)
+//
 // Not thread-safe: the daemon runs it on one thread.
 #pragma once
 
@@ -34,6 +57,7 @@
 
 #include "common/status.h"
 #include "sim/mps/command.h"
+#include "sim/mps/v3_config.h"
 
 namespace gpuslice::sim::mps {
 
@@ -54,6 +78,22 @@ class MpsHost {
   virtual void TerminateClient(int32_t server_pid, int32_t client_pid) = 0;
   // control.log: one message (the host adds time stamp and pid).
   virtual void Log(std::string_view message) = 0;
+  // MPS v3: a namespace created at run time gets its routing socket
+  // <pipe>/<server>/<ns>/control; a deleted one loses it.
+  virtual Status AddRoute(const std::string& /*server*/, const std::string& /*ns*/) {
+    return Status::Ok();
+  }
+  virtual void RemoveRoute(const std::string& /*server*/, const std::string& /*ns*/) {}
+};
+
+// What MPS v3 needs besides the configuration.
+struct V3Setup {
+  V3Config config;
+  // SMs per static partition chunk: not documented (hardware dependent); a
+  // parameter (GPUSLICE_SIM_MPS_SMS_PER_CHUNK for the daemon).
+  uint32_t sms_per_chunk = 8;
+  // The SM count of each of the daemon's devices, in its ordinal order.
+  std::vector<uint32_t> device_sms;
 };
 
 struct Reply {
@@ -66,6 +106,13 @@ class MpsControl {
   // `device_uuids`: the daemon's devices (from CUDA_VISIBLE_DEVICES), in its
   // ordinal order; `device_indices` the simulator's index of each.
   MpsControl(MpsHost* host, std::vector<int> device_indices, std::vector<std::string> device_uuids);
+
+  // Selects protocol 3 with `setup`, checked against the daemon's devices:
+  // InvalidArgument when a server allows, or a partition names, a device
+  // the daemon does not have, or a device's partitions need more SMs than
+  // it has. Call before the first Handle.
+  Status EnableV3(V3Setup setup);
+  int protocol() const { return v3_ ? 3 : 2; }
 
   // Executes one command line; never fails (errors are reply text).
   Reply Handle(std::string_view line);
@@ -81,8 +128,10 @@ class MpsControl {
     uint32_t thread_percent;
     uint64_t pinned_bytes;
     uint32_t priority;
+    std::string ns;  // v3: its namespace ("default" for the server's own)
   };
   struct Server {
+    std::string name;  // v3: the configured server's name; "" for the legacy one
     int32_t pid;
     uint32_t uid;
     ServerState state;
@@ -93,7 +142,15 @@ class MpsControl {
   };
 
   Reply Execute(const Command& c);
+  Reply ExecuteV3(const Command& c);
   Reply ClientConnect(const Command& c);
+  // v3: the configured server `name`; null if none.
+  const V3Server* ConfiguredServer(std::string_view name) const;
+  V3Server* MutableServer(std::string_view name);
+  // v3: the running server of configured `config`, started if need be.
+  StatusOr<Server*> EnsureNamedServer(const V3Server& config, uint32_t client_uid);
+  // v3: the SMs of `partition` on daemon ordinal `ordinal` of `config`; 0 if none.
+  uint32_t PartitionSms(const V3Server& config, int ordinal, std::string_view partition) const;
   StatusOr<Server*> EnsureServer(uint32_t uid);
   Server* FindServer(int32_t pid);
   void Forget();  // drops dead clients; marks dead servers FAULT
@@ -106,6 +163,8 @@ class MpsControl {
   std::map<int, uint64_t> default_pinned_;  // daemon ordinal -> bytes
   uint32_t default_priority_ = 0;
   std::vector<Server> servers_;
+  bool v3_ = false;
+  V3Setup v3_setup_;
 };
 
 }  // namespace gpuslice::sim::mps

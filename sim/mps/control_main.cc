@@ -4,10 +4,17 @@
 //                                once it accepts commands, 1 with a message if not
 //   nvidia-cuda-mps-control -f   run the daemon in the foreground
 //   nvidia-cuda-mps-control      client mode: commands on stdin, replies on stdout
+//   nvidia-cuda-mps-control -q   quit the daemon
+//   nvidia-cuda-mps-control VERB...  one MPS v3 command ("server list")
+// With -d or -f: -p/--protocol 2|3 (MPS v3: protocol 3; CUDA_MPS_PROTOCOL_VERSION
+// wins over the flag), -a/--apply FILE (the v3 TOML configuration; needs
+// protocol 3). See docs/sim.md "MPS v3".
 //
 // Environment: CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps),
 // CUDA_MPS_LOG_DIRECTORY (default /var/log/nvidia-mps), CUDA_VISIBLE_DEVICES
-// (the daemon's devices: indices or UUIDs), and the simulator's variables.
+// (the daemon's devices: indices or UUIDs), CUDA_MPS_PROTOCOL_VERSION,
+// GPUSLICE_SIM_MPS_SMS_PER_CHUNK (SMs per static partition chunk, default 8),
+// and the simulator's variables.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/file.h>
@@ -24,14 +31,17 @@
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/process.h"
+#include "sim/core/config.h"
 #include "sim/core/sim_gpu.h"
 #include "sim/mps/control.h"
 #include "sim/mps/log_file.h"
@@ -61,6 +71,25 @@ Status MakeDirs(const std::string& dir) {
 // The daemon's side effects on a real host with the simulated GPU.
 class SimHost : public MpsHost {
  public:
+  // Where routing sockets go (MPS v3); set once the daemon listens.
+  std::string pipe_dir, socket_path;
+
+  Status AddRoute(const std::string& server, const std::string& ns) override {
+    const std::string dir = pipe_dir + "/" + server + "/" + ns;
+    GS_RETURN_IF_ERROR(MakeDirs(dir));
+    const std::string link = dir + "/control";
+    unlink(link.c_str());
+    if (symlink(socket_path.c_str(), link.c_str()) != 0) {
+      return Unavailable(Errno("cannot create " + link));
+    }
+    return Status::Ok();
+  }
+  void RemoveRoute(const std::string& server, const std::string& ns) override {
+    const std::string dir = pipe_dir + "/" + server + "/" + ns;
+    unlink((dir + "/control").c_str());
+    rmdir(dir.c_str());
+  }
+
   SimHost(std::unique_ptr<SimGpu> gpu, std::vector<int> devices, LogFile* log)
       : gpu_(std::move(gpu)), devices_(std::move(devices)), log_(log) {}
 
@@ -202,7 +231,15 @@ StatusOr<std::vector<int>> VisibleDevices(SimGpu& gpu) {
   return out;
 }
 
+// How the daemon was asked to start.
+struct StartOptions {
+  int protocol = 2;
+  std::string config_path;  // -a
+};
+
 struct Daemon {
+  StartOptions start;
+  std::vector<std::string> route_links;  // v3: <pipe>/<server>[/<ns>]/control
   int listen_fd = -1;
   int pid_fd = -1;
   std::string pipe_dir, pid_path, socket_path;
@@ -256,8 +293,55 @@ Status SetUp(Daemon* d) {
   }
   chmod(d->socket_path.c_str(), 0666);
 
+  std::vector<uint32_t> device_sms;
+  for (int i : *devices) device_sms.push_back((*gpu)->device(i).sm_count);
   d->host = std::make_unique<SimHost>(std::move(*gpu), *devices, d->log.get());
+  d->host->pipe_dir = d->pipe_dir;
+  d->host->socket_path = d->socket_path;
   d->control = std::make_unique<MpsControl>(d->host.get(), *devices, std::move(uuids));
+  if (d->start.protocol == 3) {
+    V3Setup setup;
+    setup.device_sms = std::move(device_sms);
+    if (const char* p = getenv("GPUSLICE_SIM_MPS_SMS_PER_CHUNK"); p != nullptr && *p != '\0') {
+      char* end = nullptr;
+      const unsigned long n = strtoul(p, &end, 10);
+      if (*end != '\0' || n == 0 || n > 1024) {
+        return InvalidArgument("GPUSLICE_SIM_MPS_SMS_PER_CHUNK: '" + std::string(p) +
+                               "' is not a number in [1, 1024]");
+      }
+      setup.sms_per_chunk = static_cast<uint32_t>(n);
+    }
+    if (!d->start.config_path.empty()) {
+      std::ifstream in(d->start.config_path);
+      if (!in) return NotFound("cannot read configuration file " + d->start.config_path);
+      std::stringstream text;
+      text << in.rdbuf();
+      auto config = ParseV3Config(text.str());
+      if (!config.ok()) {
+        return InvalidArgument(d->start.config_path + ": " + config.status().message());
+      }
+      setup.config = std::move(*config);
+    }
+    // Namespace routing: a socket per server and namespace under the pipe
+    // directory (links to the daemon's one socket; see client.cc).
+    for (const V3Server& server : setup.config.servers) {
+      std::vector<std::string> dirs = {d->pipe_dir + "/" + server.name,
+                                       d->pipe_dir + "/" + server.name + "/default"};
+      for (const auto& [ns, limits] : server.namespaces) {
+        dirs.push_back(d->pipe_dir + "/" + server.name + "/" + ns);
+      }
+      for (const std::string& dir : dirs) {
+        GS_RETURN_IF_ERROR(MakeDirs(dir));
+        const std::string link = dir + "/control";
+        unlink(link.c_str());
+        if (symlink(d->socket_path.c_str(), link.c_str()) != 0) {
+          return Unavailable(Errno("cannot create " + link));
+        }
+        d->route_links.push_back(link);
+      }
+    }
+    GS_RETURN_IF_ERROR(d->control->EnableV3(std::move(setup)));
+  }
   const std::string pid = std::to_string(getpid()) + "\n";
   if (ftruncate(d->pid_fd, 0) != 0 || pwrite(d->pid_fd, pid.data(), pid.size(), 0) < 0) {
     return Unavailable(Errno("cannot write " + d->pid_path));
@@ -303,6 +387,7 @@ bool Serve(Daemon& d, int fd) {
 
 void TearDown(Daemon& d) {
   if (d.control) d.control->Shutdown();
+  for (const std::string& link : d.route_links) unlink(link.c_str());
   if (d.listen_fd >= 0) {
     close(d.listen_fd);
     unlink(d.socket_path.c_str());
@@ -336,7 +421,7 @@ int RunDaemon(Daemon& d) {
   return 0;
 }
 
-int Daemonize() {
+int Daemonize(const StartOptions& start) {
   int ready[2];
   if (pipe2(ready, O_CLOEXEC) != 0) {
     perror("nvidia-cuda-mps-control: pipe");
@@ -364,6 +449,7 @@ int Daemonize() {
   close(ready[0]);
   setsid();
   Daemon d;
+  d.start = start;
   Status s = SetUp(&d);
   std::string verdict = s.ok() ? "ok" : s.message();
   if (write(ready[1], verdict.data(), verdict.size()) < 0) {
@@ -384,8 +470,9 @@ int Daemonize() {
   _exit(RunDaemon(d));
 }
 
-int Foreground() {
+int Foreground(const StartOptions& start) {
   Daemon d;
+  d.start = start;
   if (Status s = SetUp(&d); !s.ok()) {
     fprintf(stderr, "%s\n", s.message().c_str());
     TearDown(d);
@@ -419,6 +506,60 @@ int ClientMode() {
   return 0;
 }
 
+// Sends one command line (-q, or an MPS v3 verb given as arguments) and
+// prints the reply; 1 when it is an error.
+int OneCommand(const std::string& line) {
+  const std::string dir = PipeDirectory();
+  auto reply = Request(dir, line);
+  if (!reply.ok()) {
+    fprintf(stderr, "Cannot find MPS control daemon process (pipe directory %s): %s\n", dir.c_str(),
+            reply.status().message().c_str());
+    return 1;
+  }
+  fwrite(reply->data(), 1, reply->size(), stdout);
+  return reply->starts_with("Error") ? 1 : 0;
+}
+
+int Usage() {
+  fprintf(stderr,
+          "usage: nvidia-cuda-mps-control [-d | -f] [-p 2|3] [-a FILE] | -q | VERB...\n"
+          "  -d  start the MPS control daemon in the background\n"
+          "  -f  run it in the foreground\n"
+          "  -p, --protocol 2|3  2: legacy MPS (default), 3: MPS v3\n"
+          "  -a, --apply FILE    MPS v3 configuration (TOML); needs protocol 3\n"
+          "  -q, --quit          stop the daemon\n"
+          "  (no option: read commands from stdin and send them to the daemon)\n");
+  return 2;
+}
+
+// Whether this node's simulated driver ships MPS v3 (r615, CUDA 13.4, and
+// later; the node's driver from GPUSLICE_SIM_CONFIG as the driver reads it).
+bool NodeHasMpsV3() {
+  const char* value = getenv("GPUSLICE_SIM_CONFIG");
+  auto text = LoadSimConfigText(value == nullptr ? "" : value);
+  if (!text.ok()) return false;
+  auto config = text->empty() ? StatusOr<SimConfig>(DefaultSimConfig()) : ParseSimConfig(*text);
+  return config.ok() && DriverMajorVersion(config->params.driver_version) >= 615;
+}
+
+// -h: with protocol 3 the MPS v3 modules are listed (how a caller tells a
+// control binary that speaks v3: `nvidia-cuda-mps-control -p 3 -h` lists
+// server and namespace).
+int Help(int protocol) {
+  Usage();
+  if (protocol == 3) {
+    printf(
+        "MPS v3 modules (nvidia-cuda-mps-control MODULE VERB [options]):\n"
+        "  server        list\n"
+        "  namespace     list --server=NAME\n"
+        "  sm_partition  list --server=NAME\n"
+        "  client        list --all\n");
+  } else {
+    printf("Commands (one per line on stdin): get_server_list, start_server -uid UID, ...\n");
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace gpuslice::sim::mps
 
@@ -427,17 +568,69 @@ int main(int argc, char** argv) {
   // Anything thrown (only std::bad_alloc can be) ends the process with a message.
   try {
     if (argc == 1) return ClientMode();
-    const std::string arg = argv[1];
-    if (argc == 2 && arg == "-d") return Daemonize();
-    if (argc == 2 && arg == "-f") return Foreground();
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args[0] == "-q" || args[0] == "--quit")
+      return args.size() == 1 ? OneCommand("quit") : Usage();
+    if (!args[0].starts_with("-")) {
+      std::string line;
+      for (const std::string& a : args) line += (line.empty() ? "" : " ") + a;
+      return OneCommand(line);
+    }
+    StartOptions start;
+    int mode = 0;  // 'd' or 'f'
+    bool help = false;
+    std::string protocol_flag;
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::string& a = args[i];
+      auto value = [&](const std::string& long_name, std::string* out) {
+        if (a.starts_with(long_name + "=")) {
+          *out = a.substr(long_name.size() + 1);
+          return true;
+        }
+        if (i + 1 >= args.size()) return false;
+        *out = args[++i];
+        return true;
+      };
+      if ((a == "-d" || a == "--daemon") && mode == 0) {
+        mode = 'd';
+      } else if ((a == "-f" || a == "--foreground") && mode == 0) {
+        mode = 'f';
+      } else if (a == "-h" || a == "--help") {
+        help = true;
+      } else if (a == "-p" || a == "--protocol" || a.starts_with("--protocol=")) {
+        if (!value("--protocol", &protocol_flag)) return Usage();
+      } else if (a == "-a" || a == "--apply" || a.starts_with("--apply=")) {
+        if (!value("--apply", &start.config_path) || start.config_path.empty()) return Usage();
+      } else {
+        return Usage();
+      }
+    }
+    // The environment variable wins over the flag (MPS v3 Interface).
+    std::string protocol = protocol_flag;
+    if (const char* e = getenv("CUDA_MPS_PROTOCOL_VERSION"); e != nullptr && *e != '\0') {
+      protocol = e;
+    }
+    if (!protocol.empty() && protocol != "2" && protocol != "3") {
+      fprintf(stderr, "nvidia-cuda-mps-control: protocol '%s' is not 2 or 3\n", protocol.c_str());
+      return 2;
+    }
+    start.protocol = protocol == "3" ? 3 : 2;
+    // A control binary older than r615 has no protocol 3 (its -h lists none
+    // of v3's modules).
+    if (start.protocol == 3 && !NodeHasMpsV3()) {
+      if (help) return Help(2);
+      fprintf(stderr, "nvidia-cuda-mps-control: unrecognized option: protocol 3\n");
+      return 2;
+    }
+    if (help) return Help(start.protocol);
+    if (mode == 0) return Usage();
+    if (!start.config_path.empty() && start.protocol != 3) {
+      fprintf(stderr, "nvidia-cuda-mps-control: -a needs MPS v3 (-p 3)\n");
+      return 2;
+    }
+    return mode == 'd' ? Daemonize(start) : Foreground(start);
   } catch (const std::exception& e) {
     fprintf(stderr, "nvidia-cuda-mps-control: %s\n", e.what());
     return 1;
   }
-  fprintf(stderr,
-          "usage: nvidia-cuda-mps-control [-d | -f]\n"
-          "  -d  start the MPS control daemon in the background\n"
-          "  -f  run it in the foreground\n"
-          "  (no option: read commands from stdin and send them to the daemon)\n");
-  return 2;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/mps/log_file.h"
+#include "sim/mps/v3_config.h"
 
 namespace gpuslice::sim::mps {
 namespace {
@@ -183,6 +184,125 @@ TEST(LogFileTest, LinesLookLikeNvidias) {
   EXPECT_EQ(line[0], '[');
   EXPECT_EQ(line.substr(20, 5), ".123 ");
   EXPECT_EQ(line.substr(25), "Control   261] hello\n");
+}
+
+constexpr char kUuid0[] = "GPU-11111111-2222-3333-4444-555555555555";
+constexpr char kUuid1[] = "GPU-66666666-7777-8888-9999-000000000000";
+
+constexpr char kV3Config[] = R"(schema_version = "1.0"
+[servers.train]
+allowed_devices = "GPU-11111111"
+active_thread_percentage = "60"
+pinned_memory_limit = "8G"
+uid = 1000
+[servers.train.namespaces.small]
+active_thread_percentage = "25"
+pinned_memory_limit = "2G"
+[[servers.train.devices]]
+uuid = "GPU-11111111-2222-3333-4444-555555555555"
+  [[servers.train.devices.sm_partitions]]
+  name = "quarter"
+  chunks = 4
+  [[servers.train.devices.sm_partitions]]
+  name = "rest"
+  chunks = 1
+  include_remainder = true
+)";
+
+class MpsControlV3Test : public MpsControlTest {
+ protected:
+  void SetUp() override {
+    auto config = ParseV3Config(kV3Config);
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    ASSERT_TRUE(control_.EnableV3({std::move(*config), 8, {128, 128}}).ok());
+  }
+  std::string ConnectV3(int pid, int device, const std::string& route,
+                        const std::string& partition = "-", const std::string& percent = "-") {
+    return Run("__client_connect " + std::to_string(pid) + " 1000 " + std::to_string(device) + " " +
+               percent + " - 0 " + route + " " + partition);
+  }
+};
+
+TEST_F(MpsControlTest, AV2DaemonRefusesV3VerbsAndRoutes) {
+  EXPECT_EQ(control_.protocol(), 2);
+  EXPECT_EQ(Run("server list").rfind("Error:", 0), 0u) << Run("server list");
+  EXPECT_EQ(Run("__client_connect 100 1000 0 - - 0 train -").rfind("ERROR bad_route", 0), 0u);
+  EXPECT_EQ(Connect(100, 0), "OK 500 100 0 0\n") << "the legacy client still connects";
+}
+
+TEST_F(MpsControlV3Test, NamespacesCapTheirClientsAndTheServerGivesItsOwnLimits) {
+  EXPECT_EQ(control_.protocol(), 3);
+  EXPECT_EQ(Run("server list"), "train - STOPPED\n");
+  // The server's default namespace: the server's limits.
+  EXPECT_EQ(ConnectV3(100, 0, "train"), "OK 500 60 8589934592 0\n");
+  EXPECT_EQ(Run("server list"), "train 500 ACTIVE\n");
+  // A namespace caps what its client asks for.
+  EXPECT_EQ(ConnectV3(101, 0, "train/small", "-", "90"), "OK 500 25 2147483648 0\n");
+  EXPECT_EQ(ConnectV3(102, 0, "train/small", "-", "10"), "OK 500 10 2147483648 0\n");
+  EXPECT_EQ(Run("namespace list --server=train"), "default 60.0 8G -\nsmall 25.0 2G -\n");
+  EXPECT_EQ(Run("client list --all"),
+            std::string("100 train default ") + kUuid0 + " 60 8589934592\n101 train small " +
+                kUuid0 + " 25 2147483648\n102 train small " + kUuid0 + " 10 2147483648\n");
+  // The legacy commands still work on a v3 daemon.
+  EXPECT_EQ(Run("get_server_list"), "500\n");
+  EXPECT_EQ(Run("get_client_list 500"), "100\n101\n102\n");
+}
+
+TEST_F(MpsControlV3Test, StaticSmPartitionsCapTheThreadPercentage) {
+  EXPECT_EQ(Run("sm_partition list --server=train"),
+            std::string(kUuid0) + " quarter 32\n" + kUuid0 + " rest 96\n");
+  EXPECT_EQ(ConnectV3(100, 0, "train", "quarter"), "OK 500 25 8589934592 0\n");
+  EXPECT_EQ(ConnectV3(101, 0, "train/small", "rest"), "OK 500 25 2147483648 0\n")
+      << "the namespace's 25 is below the partition's 75";
+  EXPECT_EQ(ConnectV3(102, 0, "train", "nope").rfind("ERROR bad_partition", 0), 0u);
+}
+
+TEST_F(MpsControlV3Test, RoutesAndDevicesAreChecked) {
+  EXPECT_EQ(ConnectV3(100, 0, "infer").rfind("ERROR bad_route", 0), 0u);
+  EXPECT_EQ(ConnectV3(100, 0, "train/big").rfind("ERROR bad_route", 0), 0u);
+  EXPECT_EQ(ConnectV3(100, 1, "train").rfind("ERROR bad_device", 0), 0u)
+      << "device 1 is not in allowed_devices";
+  // No route: the server of the client's uid.
+  EXPECT_EQ(ConnectV3(100, 0, "-"), "OK 500 60 8589934592 0\n");
+  EXPECT_EQ(Run("namespace list --server=infer").rfind("Error:", 0), 0u);
+  EXPECT_TRUE(host_.started == std::vector<uint32_t>{1000});
+}
+
+TEST_F(MpsControlV3Test, NamespacesCreatedAtRunTimeCapNewClients) {
+  EXPECT_EQ(Run("namespace create --server=train --name=t1 --active-thread-percentage=30 "
+                "--pinned-memory-limit=1G"),
+            "");
+  EXPECT_EQ(Run("namespace create --server=train --name=t1").rfind("Error:", 0), 0u);
+  EXPECT_EQ(ConnectV3(100, 0, "train/t1"), "OK 500 30 1073741824 0\n");
+  EXPECT_EQ(Run("namespace set --server train --name t1 --active-thread-percentage 20"), "");
+  EXPECT_EQ(ConnectV3(101, 0, "train/t1"), "OK 500 20 1073741824 0\n") << "new clients only";
+  EXPECT_EQ(Run("namespace list --server=train"),
+            "default 60.0 8G -\nsmall 25.0 2G -\nt1 20.0 1G -\n");
+  EXPECT_EQ(Run("namespace delete --server=train --name=t1"), "");
+  EXPECT_EQ(ConnectV3(102, 0, "train/t1").rfind("ERROR bad_route", 0), 0u);
+  EXPECT_EQ(Run("namespace create --server=infer --name=x").rfind("Error:", 0), 0u);
+  EXPECT_EQ(Run("namespace create --server=train --name=x --colour=red").rfind("Error:", 0), 0u);
+  EXPECT_EQ(Run("namespace set --server=train --name=nope --client-priority=1").rfind("Error:", 0),
+            0u);
+}
+
+TEST_F(MpsControlTest, AV3ConfigurationMustFitTheDaemonsDevices) {
+  auto bad = [&](const std::string& text) {
+    auto config = ParseV3Config(text);
+    EXPECT_TRUE(config.ok()) << config.status().ToString();
+    return control_.EnableV3({std::move(*config), 8, {128, 128}});
+  };
+  const std::string head = "schema_version = \"1.0\"\n[servers.s]\n";
+  EXPECT_EQ(bad(head + "allowed_devices = \"GPU-99999999\"\n").code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad(head + "[[servers.s.devices]]\nuuid = \"GPU-99999999\"\n").code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad(head + "[[servers.s.devices]]\nuuid = \"" + kUuid1 +
+                "\"\n[[servers.s.devices.sm_partitions]]\nname = \"all\"\nchunks = 17\n")
+                .code(),
+            StatusCode::kInvalidArgument)
+      << "17 chunks of 8 SMs exceed 128";
+  EXPECT_EQ(control_.protocol(), 2);
 }
 
 }  // namespace

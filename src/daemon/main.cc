@@ -362,12 +362,13 @@ int Run(int argc, char** argv) {
   });
   mps::MpsHealthChecker mps_health(mps, std::chrono::seconds(5));
   // What each GPU's node offers (DESIGN.md section 5a): the driver's part
-  // comes from NVML, the node's here. MPS v3 ships with r615 (CUDA 13.4).
+  // comes from NVML, the node's here; the MPS protocol from the control
+  // binary (MpsManager's probe).
   const bool cgroup_v2 = access((config.cgroup_root + "/cgroup.controllers").c_str(), F_OK) == 0;
   monitor.SetFeaturesProvider([&mps, cgroup_v2](GpuFeatures& f) {
     f.cgroup_v2 = cgroup_v2;
     const mps::MpsStatus status = mps.GetStatus();
-    f.mps_protocol = !status.available ? 0 : DriverMajor(f.driver_version) >= 615 ? 3 : 2;
+    f.mps_protocol = status.available ? status.protocol : 0;  // probed from the binary
     f.mps_reason = status.available ? "" : status.reason;
   });
   // Isolation tiers (docs/daemon.md "Tenants and groups"): an mps group holds
@@ -659,6 +660,11 @@ int Run(int argc, char** argv) {
   controllers.Stop();  // members take their groups back at once
   monitor.Stop();
   if (node_segment) node_segment->MarkStopped();  // readers see it stale at once
+  // The driver's per-cgroup limits go with the daemon, as its leases do
+  // (docs/daemon.md "Enforcers"); what could not be cleared stays recorded.
+  if (Status s = enforcers.ClearAll(); !s.ok()) {
+    GS_LOG(kWarn, "gpusliced", "event=driver_limits_left error=\"%s\"", s.message().c_str());
+  }
   manager.RevertAll();
   manager.Stop();
   GS_LOG(kInfo, "gpusliced", "event=stopped");

@@ -45,6 +45,7 @@ Enforcers::Enforcers(Options options, GpuBackend& backend, const TenantRegistry&
 
 void Enforcers::Reconcile() {
   std::lock_guard reconcile_lock(reconcile_mu_);
+  if (stopped_) return;
   const std::shared_ptr<const Snapshot> gpus = sources_.gpus ? sources_.gpus() : nullptr;
   std::map<std::string, std::vector<Tenant>> members;
   for (Tenant& t : registry_.Tenants()) members[t.group].push_back(std::move(t));
@@ -143,6 +144,34 @@ void Enforcers::Reconcile() {
   std::lock_guard lock(mu_);
   choices_ = std::move(next);
   driver_failures_ += failures;
+}
+
+Status Enforcers::ClearAll() {
+  std::lock_guard reconcile_lock(reconcile_mu_);
+  stopped_ = true;
+  Status first;
+  uint64_t failures = 0;
+  const bool had_any = !held_.empty();
+  for (auto it = held_.begin(); it != held_.end();) {
+    const Status s =
+        backend_.SetMemoryLimits(it->second.gpu_index, it->second.cgroup, 0, kNoMemoryLimit);
+    if (s.ok() || s.code() == StatusCode::kNotFound) {
+      GS_LOG(kInfo, "gpusliced", "event=driver_limit_cleared group=%s gpu=%u cgroup=%s reason=stop",
+             it->first.first.c_str(), it->second.gpu_index, it->second.cgroup.c_str());
+      it = held_.erase(it);
+      continue;
+    }
+    ++failures;
+    GS_LOG(kWarn, "gpusliced", "event=driver_limit_clear_failed group=%s gpu=%u error=\"%s\"",
+           it->first.first.c_str(), it->second.gpu_index, s.message().c_str());
+    if (first.ok()) first = s;
+    ++it;
+  }
+  if (had_any) Save();
+  std::lock_guard lock(mu_);
+  choices_.clear();
+  driver_failures_ += failures;
+  return first;
 }
 
 void Enforcers::Save() {

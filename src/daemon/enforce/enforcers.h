@@ -18,6 +18,13 @@
 //  4. What is set is saved (record "driver_limits") after every change, so a
 //     restarted daemon clears the limits of groups that left meanwhile. A
 //     failed save is counted and logged, never dropped silently.
+//  5. A clean stop clears every limit this object holds (ClearAll): a node
+//     whose daemon is stopped looks like one without gpuslice, as leases are
+//     reverted at stop (DESIGN.md section 5). A limit left set would outlive
+//     its group, since a stopped daemon sees no group leave, and would hold
+//     whatever the cgroup runs next. A restart re-sets the limits of the
+//     groups still there on its first Reconcile; in between, the limiter in
+//     each process holds the limit (docs/daemon.md "Enforcers").
 // The daemon calls Reconcile after every registry event (a tenant
 // registered or left, a group's limits changed or forgotten: synchronously,
 // so a registration's reply follows its driver limit) and after every GPU
@@ -65,7 +72,12 @@ class Enforcers {
   Enforcers(Options options, GpuBackend& backend, const TenantRegistry& registry, Sources sources,
             StateStore* store);
 
+  // Does nothing once ClearAll has run.
   void Reconcile();
+  // Rule 5: clears every held limit and saves what is left (a limit whose
+  // clear failed stays recorded, so the next start clears it); every later
+  // Reconcile does nothing. Returns the first failure, if any.
+  Status ClearAll();
 
   std::optional<EnforcerChoice> ChoiceOf(const std::string& group, const std::string& uuid) const;
   std::map<Key, EnforcerChoice> Choices() const;
@@ -89,6 +101,7 @@ class Enforcers {
 
   std::mutex reconcile_mu_;   // one Reconcile at a time; taken before mu_
   std::map<Key, Held> held_;  // GUARDED_BY(reconcile_mu_): what is set in the driver
+  bool stopped_ = false;      // GUARDED_BY(reconcile_mu_): ClearAll has run
 
   mutable std::mutex mu_;
   std::map<Key, EnforcerChoice> choices_;  // GUARDED_BY(mu_)

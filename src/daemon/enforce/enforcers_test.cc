@@ -196,6 +196,41 @@ TEST_F(EnforcersTest, ARestartedDaemonClearsTheLimitsOfGroupsThatLeftMeanwhile) 
   EXPECT_EQ(backend_.memory_limit_calls(), calls);
 }
 
+TEST_F(EnforcersTest, ACleanStopClearsEveryLimitAndNoLaterReconcileSetsOne) {
+  auto enforcers = Make();
+  Limit("train", 2 * kGiB, kGiB);
+  Register(100, "train");
+  enforcers->Reconcile();
+  ASSERT_EQ(backend_.MemoryLimits(0).size(), 1u);
+  ASSERT_TRUE(enforcers->ClearAll().ok());
+  EXPECT_TRUE(backend_.MemoryLimits(0).empty());
+  EXPECT_FALSE(enforcers->ChoiceOf("train", "GPU-fake-0"));
+  // A registry event racing the stop (a member joining) sets nothing again.
+  Register(101, "train");
+  enforcers->Reconcile();
+  EXPECT_TRUE(backend_.MemoryLimits(0).empty());
+  // The record is empty: a restart has nothing to clear, and sets the
+  // limits of the groups still there.
+  auto restarted = Make();
+  restarted->Reconcile();
+  EXPECT_EQ(backend_.MemoryLimits(0)[kCgroupA], (FakeBackend::MemoryLimit{kGiB, 2 * kGiB}));
+}
+
+TEST_F(EnforcersTest, ALimitTheStopCouldNotClearIsClearedByTheNextStart) {
+  auto enforcers = Make();
+  Limit("train", 2 * kGiB);
+  Register(100, "train");
+  enforcers->Reconcile();
+  backend_.FailMemoryLimits(0, Unavailable("gpu fell off the bus"));
+  EXPECT_EQ(enforcers->ClearAll().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(enforcers->driver_failures(), 1u);
+  backend_.FailMemoryLimits(0, Status());
+  ASSERT_TRUE(registry_->Unregister(100).ok());
+  auto restarted = Make();
+  restarted->Reconcile();
+  EXPECT_TRUE(backend_.MemoryLimits(0).empty());
+}
+
 TEST_F(EnforcersTest, AFailedSaveIsCountedAndShown) {
   auto enforcers = Make();
   Limit("train", 2 * kGiB);

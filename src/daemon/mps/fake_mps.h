@@ -4,6 +4,7 @@
 // sleeps that advance a SimulatedClock. Test-only; not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <csignal>
 #include <map>
 #include <set>
@@ -44,6 +45,13 @@ class FakeHost final : public MpsHost {
 
   explicit FakeHost(SimulatedClock& clock) : clock_(clock) {}
 
+  bool protocol3 = false;  // the control binary speaks MPS v3
+  std::vector<std::string> start_argv;
+  std::set<pid_t> v3_daemons;
+  // Per pipe directory: namespace -> the last create/set command line.
+  std::map<std::string, std::map<std::string, std::string>> namespaces;
+  std::map<std::string, std::string> probe_env;
+
   // --- MpsHost ---
   bool IsLinux() override { return linux; }
   StatusOr<std::string> FindExecutable(std::string_view program) override {
@@ -52,16 +60,26 @@ class FakeHost final : public MpsHost {
   }
   StatusOr<CommandResult> Run(const CommandSpec& spec) override {
     CommandResult result;
+    if (spec.argv.size() == 4 && spec.argv[1] == "-p" && spec.argv[3] == "-h") {
+      // The protocol probe: a v3 binary lists its modules.
+      probe_env = spec.env;
+      result.out = "usage: nvidia-cuda-mps-control [-d | -f]\n";
+      if (protocol3 && spec.argv[2] == "3") result.out += "  server list\n  namespace list\n";
+      return result;
+    }
     const std::string pipe = spec.env.at("CUDA_MPS_PIPE_DIRECTORY");
-    if (spec.argv.size() == 2 && spec.argv[1] == "-d") {
+    if (spec.argv.size() >= 2 && spec.argv[1] == "-d") {
       ++starts;
       start_env = spec.env;
+      start_argv = spec.argv;
       if (fail_start || starts > fail_after_starts) {
         result.exit_code = 1;
         return result;
       }
       const pid_t pid = next_pid++;
       alive.insert(pid);
+      if (std::find(spec.argv.begin(), spec.argv.end(), "3") != spec.argv.end())
+        v3_daemons.insert(pid);
       files[pipe + "/nvidia-cuda-mps-control.pid"] = std::to_string(pid) + "\n";
       return result;
     }
@@ -92,6 +110,20 @@ class FakeHost final : public MpsHost {
       } else if (verb == "get_server_list") {
         for (const auto& [server, clients] : servers[pipe]) {
           result.out += std::to_string(server) + "\n";
+        }
+      } else if (verb == "namespace") {
+        // MPS v3: what a v3 daemon's namespaces hold, by pipe directory.
+        std::string what, server, name;
+        words >> what >> server >> name;
+        name = name.substr(name.find('=') + 1);
+        if (!v3_daemons.contains(pid)) {
+          result.out += "Error: this MPS control daemon speaks protocol 2\n";
+        } else if (what == "create" && namespaces[pipe].contains(name)) {
+          result.out += "Error: namespace " + name + " exists\n";
+        } else if (what == "delete") {
+          namespaces[pipe].erase(name);
+        } else {
+          namespaces[pipe][name] = line;
         }
       } else if (verb == "get_client_list") {
         pid_t server = 0;

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/quantity.h"
+#include "daemon/mps/mps_v3.h"
 
 namespace gpuslice::daemon::mps {
 namespace {
@@ -24,6 +25,13 @@ constexpr int kStateVersion = 1;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
+// isdigit takes an unsigned char's value: a plain char above 0x7f is negative.
+bool AllDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return isdigit(static_cast<unsigned char>(c)) != 0;
+  });
+}
+
 // Whitespace-separated integers of a control reply ("1234\n5678\n"); words
 // that are not numbers are skipped.
 std::vector<pid_t> ParsePids(std::string_view text) {
@@ -31,10 +39,7 @@ std::vector<pid_t> ParsePids(std::string_view text) {
   std::istringstream in{std::string(text)};
   std::string word;
   while (in >> word) {
-    if (word.empty() || word.size() > 9 ||
-        !std::all_of(word.begin(), word.end(), [](char c) { return isdigit(c) != 0; })) {
-      continue;
-    }
+    if (word.size() > 9 || !AllDigits(word)) continue;
     const int pid = std::stoi(word);
     if (pid > 0) pids.push_back(pid);
   }
@@ -45,11 +50,6 @@ std::vector<pid_t> ParsePids(std::string_view text) {
 std::string MpsQuantity(uint64_t bytes) {
   if (bytes % kGiB == 0) return std::to_string(bytes / kGiB) + "G";
   return std::to_string(bytes / kMiB) + "M";
-}
-
-bool AllDigits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(),
-                                   [](char c) { return isdigit(static_cast<unsigned char>(c)); });
 }
 
 std::string Lower(std::string_view s) {
@@ -196,7 +196,21 @@ Status MpsManager::Probe() {
   if (!dirs.ok()) return dirs.WithContext("MPS root " + options_.root);
   available_ = true;
   unavailable_.clear();
+  protocol_ = ProbeProtocol();
+  GS_LOG(kInfo, "mps", "event=mps_protocol protocol=%d binary=%s", protocol_, binary_path_.c_str());
   return Status::Ok();
+}
+
+int MpsManager::ProbeProtocol() {
+  CommandSpec spec;
+  spec.argv = {binary_path_, "-p", "3", "-h"};
+  // The variable wins over -p (MPS v3 Interface): one the daemon inherited
+  // must not answer for the binary.
+  spec.env = {{"CUDA_MPS_PROTOCOL_VERSION", "3"}, {"CUDA_MPS_PIPE_DIRECTORY", options_.root}};
+  spec.timeout_ns = options_.command_timeout_ns;
+  auto r = host_.Run(spec);
+  if (!r.ok() || r->timed_out) return 2;
+  return (r->out + r->err).find("namespace") != std::string::npos ? 3 : 2;
 }
 
 Status MpsManager::Recover() {
@@ -230,6 +244,7 @@ Status MpsManager::Recover() {
         if (!mode.ok()) return mode.status().WithContext("MPS state " + StatePath());
         gpu.previous_mode = *mode;
         gpu.restarts = g.value("restarts", 0);
+        gpu.protocol = g.value("protocol", 2);
         for (const json& t : g.at("tenants")) gpu.tenants.insert(t.get<std::string>());
         gpu_state_[gpu.uuid] = std::move(gpu);
       }
@@ -382,6 +397,22 @@ Status MpsManager::StartDaemon(GpuState& gpu) {
   spec.argv = {binary_path_, "-d"};
   spec.env = ControlEnv(gpu);
   spec.timeout_ns = options_.start_timeout_ns;
+  // MPS v3 where the binary speaks it: one server and a namespace per tenant
+  // of the GPU, from a configuration file (docs/daemon.md "MPS v3").
+  gpu.protocol = protocol_ == 3 ? 3 : 2;
+  spec.env["CUDA_MPS_PROTOCOL_VERSION"] = std::to_string(gpu.protocol);
+  if (gpu.protocol == 3) {
+    std::vector<std::pair<std::string, TenantSettings>> namespaces;
+    for (const std::string& name : gpu.tenants) {
+      auto t = tenants_.find(name);
+      if (t != tenants_.end() && UsesNamespace(gpu, name, t->second)) {
+        namespaces.emplace_back(name, t->second.settings);
+      }
+    }
+    const std::string config = options_.root + "/" + gpu.uuid + "/mps.toml";
+    GS_RETURN_IF_ERROR(host_.WriteFileAtomic(config, V3Config(gpu.uuid, namespaces)));
+    spec.argv.insert(spec.argv.end(), {"-p", "3", "-a", config});
+  }
   // What the foreground invocation says (its verdict on failure) goes to a
   // file: the daemonised child inherits the descriptors.
   const std::string start_log = LogDir(gpu.uuid) + "/" + kStartLog;
@@ -459,7 +490,27 @@ void MpsManager::TearDown(GpuState& gpu) {
   }
 }
 
-AcquireResult MpsManager::EnvFor(const Tenant& tenant) const {
+bool MpsManager::UsesNamespace(const GpuState& gpu, const std::string& name,
+                               const Tenant& tenant) const {
+  return gpu.protocol == 3 && !tenant.v2_gpus.contains(gpu.uuid) &&
+         V3TenantPipeDir(PipeDir(gpu.uuid), name).size() + 8 <= kMaxSocketPath;  // "/control"
+}
+
+void MpsManager::EnsureNamespace(GpuState& gpu, const std::string& name, Tenant& tenant) {
+  if (!UsesNamespace(gpu, name, tenant) || gpu.control_pid == 0) return;
+  auto created = Control(gpu, V3NamespaceCommand("create", name, &tenant.settings));
+  if (created.ok() && created->starts_with("Error") &&
+      created->find("exists") != std::string::npos) {
+    created = Control(gpu, V3NamespaceCommand("set", name, &tenant.settings));
+  }
+  if (created.ok() && !created->starts_with("Error")) return;
+  const std::string why = created.ok() ? std::string(Trim(*created)) : created.status().message();
+  GS_LOG(kWarn, "mps", "GPU %s: no MPS v3 namespace for tenant %s (%s); it uses v2 limits there",
+         gpu.uuid.c_str(), name.c_str(), why.c_str());
+  tenant.v2_gpus.insert(gpu.uuid);
+}
+
+AcquireResult MpsManager::EnvFor(const std::string& name, const Tenant& tenant) const {
   AcquireResult result;
   result.tier = tenant.tier;
   result.reason = tenant.reason;
@@ -467,7 +518,13 @@ AcquireResult MpsManager::EnvFor(const Tenant& tenant) const {
   for (const GpuRef& ref : tenant.gpus) {
     all_uuids += (all_uuids.empty() ? "" : ",") + ref.uuid;
     GpuEnv gpu_env{ref.index, ref.uuid, {{"CUDA_VISIBLE_DEVICES", ref.uuid}}};
-    if (tenant.tier == Tier::kMps) {
+    auto state = gpu_state_.find(ref.uuid);
+    if (tenant.tier == Tier::kMps && state != gpu_state_.end() &&
+        UsesNamespace(state->second, name, tenant)) {
+      // Its namespace holds its limits; the socket chooses the namespace.
+      gpu_env.env["CUDA_MPS_PIPE_DIRECTORY"] = V3TenantPipeDir(PipeDir(ref.uuid), name);
+      gpu_env.env["CUDA_MPS_LOG_DIRECTORY"] = LogDir(ref.uuid);
+    } else if (tenant.tier == Tier::kMps) {
       auto& env = gpu_env.env;
       env["CUDA_MPS_PIPE_DIRECTORY"] = PipeDir(ref.uuid);
       env["CUDA_MPS_LOG_DIRECTORY"] = LogDir(ref.uuid);
@@ -506,8 +563,13 @@ StatusOr<AcquireResult> MpsManager::Acquire(const AcquireRequest& request) {
                     "tenant '" + request.tenant + "' already holds other GPUs; release it first");
     }
     existing.settings = request.settings;
+    for (const GpuRef& ref : existing.gpus) {
+      if (auto g = gpu_state_.find(ref.uuid); g != gpu_state_.end()) {
+        EnsureNamespace(g->second, request.tenant, existing);
+      }
+    }
     SaveState();
-    return EnvFor(existing);
+    return EnvFor(request.tenant, existing);
   }
 
   Tenant tenant;
@@ -530,7 +592,11 @@ StatusOr<AcquireResult> MpsManager::Acquire(const AcquireRequest& request) {
     }
     if (failed.ok()) {
       tenant.tier = Tier::kMps;
-      for (const GpuRef& ref : refs) gpu_state_[ref.uuid].tenants.insert(request.tenant);
+      for (const GpuRef& ref : refs) {
+        GpuState& gpu = gpu_state_[ref.uuid];
+        gpu.tenants.insert(request.tenant);
+        EnsureNamespace(gpu, request.tenant, tenant);
+      }
     } else {
       for (const std::string& uuid : brought_up) {
         TearDown(gpu_state_[uuid]);
@@ -543,7 +609,7 @@ StatusOr<AcquireResult> MpsManager::Acquire(const AcquireRequest& request) {
   }
   Tenant& stored = tenants_[request.tenant] = std::move(tenant);
   SaveState();
-  return EnvFor(stored);
+  return EnvFor(request.tenant, stored);
 }
 
 Status MpsManager::Release(std::string_view name) {
@@ -557,6 +623,14 @@ Status MpsManager::Release(std::string_view name) {
     if (gpu->second.tenants.empty()) {
       TearDown(gpu->second);
       gpu_state_.erase(gpu);
+    } else if (UsesNamespace(gpu->second, it->first, it->second) && gpu->second.control_pid != 0) {
+      // Its clients keep their limits; no new one joins the namespace.
+      auto deleted = Control(gpu->second, V3NamespaceCommand("delete", it->first, nullptr));
+      if (!deleted.ok() || deleted->starts_with("Error")) {
+        GS_LOG(kWarn, "mps", "GPU %s: cannot delete the namespace of %s: %s",
+               gpu->second.uuid.c_str(), it->first.c_str(),
+               deleted.ok() ? deleted->c_str() : deleted.status().message().c_str());
+      }
     }
   }
   tenants_.erase(it);
@@ -582,6 +656,10 @@ StatusOr<AcquireResult> MpsManager::UpdateSettings(std::string_view name,
   if (tenant.tier == Tier::kMps) {
     for (const GpuRef& ref : tenant.gpus) {
       auto gpu = gpu_state_.find(ref.uuid);
+      if (gpu != gpu_state_.end() && UsesNamespace(gpu->second, std::string(name), tenant)) {
+        EnsureNamespace(gpu->second, std::string(name), tenant);  // for its new clients
+        continue;
+      }
       if (gpu == gpu_state_.end() || gpu->second.tenants.size() != 1 ||
           gpu->second.control_pid == 0) {
         continue;  // other tenants share its servers: their limits must not change
@@ -609,7 +687,7 @@ StatusOr<AcquireResult> MpsManager::UpdateSettings(std::string_view name,
     }
   }
   SaveState();
-  return EnvFor(tenant);
+  return EnvFor(std::string(name), tenant);
 }
 
 Status MpsManager::TerminateClient(std::string_view gpu_text, pid_t client_pid) {
@@ -684,6 +762,7 @@ MpsStatus MpsManager::GetStatus() const {
   MpsStatus status;
   status.available = available_;
   status.reason = unavailable_;
+  status.protocol = available_ ? protocol_ : 0;
   status.control_binary = binary_path_.empty() ? options_.control_binary : binary_path_;
   status.root = options_.root;
   status.save_failures = save_failures_;
@@ -748,6 +827,7 @@ Status MpsManager::Save() {
                              {"control_pid", gpu.control_pid},
                              {"previous_compute_mode", ComputeModeName(gpu.previous_mode)},
                              {"restarts", gpu.restarts},
+                             {"protocol", gpu.protocol},
                              {"tenants", gpu.tenants}});
   }
   Status written = host_.WriteFileAtomic(StatePath(), state.dump(2) + "\n");

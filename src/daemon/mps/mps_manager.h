@@ -119,6 +119,11 @@ struct GpuMpsStatus {
 struct MpsStatus {
   bool available = false;
   std::string reason;  // why not, when unavailable
+  // The MPS protocol the control binary speaks where MPS is available (2 or
+  // 3), else 0. Probed, not inferred from the driver: `<binary> -p 3 -h`
+  // lists MPS v3's `namespace` module only where v3 is there (NVIDIA's
+  // requirements check for MPS v3).
+  int protocol = 0;
   std::string control_binary;
   std::string root;
   std::vector<GpuMpsStatus> gpus;  // GPUs with a daemon (or one being restarted)
@@ -181,6 +186,7 @@ class MpsManager {
     std::string last_error;
     int restarts = 0;
     int64_t last_check_ns = 0;
+    int protocol = 2;  // the protocol its daemon was started with
   };
   struct GpuRef {
     int index = 0;
@@ -191,10 +197,14 @@ class MpsManager {
     std::string reason;
     std::vector<GpuRef> gpus;
     TenantSettings settings;
+    // v3 GPUs where its namespace could not be made: it uses v2 variables there.
+    std::set<std::string> v2_gpus;
   };
 
   StatusOr<std::vector<GpuRef>> ResolveGpus(std::string_view list) const;
   Status Probe();
+  // REQUIRES: mu_ held, binary_path_ set. 3 or 2 (see MpsStatus::protocol).
+  int ProbeProtocol();
   Status Recover();
   std::string PipeDir(const std::string& uuid) const;
   std::string LogDir(const std::string& uuid) const;
@@ -211,7 +221,13 @@ class MpsManager {
   void TearDown(GpuState& gpu);
   bool WaitUntil(int64_t timeout_ns, const std::function<bool()>& condition);
   StatusOr<pid_t> ReadPidFile(const std::string& uuid);
-  AcquireResult EnvFor(const Tenant& tenant) const;
+  AcquireResult EnvFor(const std::string& name, const Tenant& tenant) const;
+  // MPS v3 (docs/daemon.md "MPS v3"): whether `tenant` is served by its own
+  // namespace on `gpu` (a v3 daemon, and the namespace's socket path fits).
+  bool UsesNamespace(const GpuState& gpu, const std::string& name, const Tenant& tenant) const;
+  // Creates (or, if it exists, sets) the tenant's namespace on a v3 `gpu`;
+  // a failure is logged and the tenant falls back to v2 variables there.
+  void EnsureNamespace(GpuState& gpu, const std::string& name, Tenant& tenant);
   // REQUIRES: mu_ held. Writes the state file; Save's error is logged,
   // SaveState's also counted (MpsStatus::save_failures, the metrics).
   Status Save();
@@ -224,6 +240,7 @@ class MpsManager {
 
   mutable std::mutex mu_;
   bool available_ = false;                     // GUARDED_BY(mu_)
+  int protocol_ = 0;                           // GUARDED_BY(mu_)
   std::string unavailable_;                    // GUARDED_BY(mu_)
   std::string binary_path_;                    // GUARDED_BY(mu_)
   std::map<std::string, GpuState> gpu_state_;  // by UUID; GUARDED_BY(mu_)

@@ -429,5 +429,59 @@ TEST_F(MpsManagerTest, AFailedStateSaveIsCountedAndKept) {
   EXPECT_EQ(m->GetStatus().save_failures, failures) << "a save that works is not counted";
 }
 
+TEST_F(MpsManagerTest, TheProtocolIsProbedFromTheControlBinary) {
+  auto m = NewManager();
+  EXPECT_EQ(m->GetStatus().protocol, 2) << "a binary without MPS v3";
+  EXPECT_EQ(host_.probe_env.at("CUDA_MPS_PROTOCOL_VERSION"), "3")
+      << "an inherited variable must not answer for the binary";
+  host_.protocol3 = true;
+  EXPECT_EQ(NewManager()->GetStatus().protocol, 3);
+  host_.binary_installed = false;
+  EXPECT_EQ(NewManager()->GetStatus().protocol, 0) << "no MPS, no protocol";
+}
+
+TEST_F(MpsManagerTest, OnV3EachTenantGetsANamespaceWithItsLimits) {
+  host_.protocol3 = true;
+  auto m = NewManager();
+  AcquireResult a = Acquire(*m, "alice", "0", {.active_thread_percentage = 30});
+  AcquireResult b = Acquire(*m, "bob", "0", {.pinned_memory_limit = uint64_t{2} << 30});
+  // The daemon was started with -p 3 and a configuration file.
+  ASSERT_GE(host_.start_argv.size(), 6u);
+  EXPECT_EQ(host_.start_argv[2], "-p");
+  EXPECT_EQ(host_.start_argv[3], "3");
+  EXPECT_EQ(host_.start_argv[4], "-a");
+  EXPECT_NE(host_.files[host_.start_argv[5]].find("[servers.gpuslice]"), std::string::npos);
+  EXPECT_EQ(host_.start_env["CUDA_MPS_PROTOCOL_VERSION"], "3");
+  // Each tenant reaches its own namespace; its limits are there, not in its
+  // environment.
+  EXPECT_EQ(a.env["CUDA_MPS_PIPE_DIRECTORY"], Pipe(0) + "/gpuslice/alice");
+  EXPECT_EQ(b.env["CUDA_MPS_PIPE_DIRECTORY"], Pipe(0) + "/gpuslice/bob");
+  EXPECT_FALSE(a.env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+  EXPECT_FALSE(b.env.contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
+  auto& ns = host_.namespaces[Pipe(0)];
+  ASSERT_EQ(ns.size(), 2u);
+  EXPECT_NE(ns["alice"].find("--active-thread-percentage=30"), std::string::npos) << ns["alice"];
+  EXPECT_NE(ns["bob"].find("--pinned-memory-limit=2G"), std::string::npos) << ns["bob"];
+  // A change reaches the namespace (for new clients), though bob shares the daemon.
+  ASSERT_TRUE(m->UpdateSettings("alice", {.active_thread_percentage = 20}).ok());
+  EXPECT_NE(ns["alice"].find("namespace set"), std::string::npos) << ns["alice"];
+  EXPECT_NE(ns["alice"].find("--active-thread-percentage=20"), std::string::npos) << ns["alice"];
+  // Leaving deletes it; a restarted daemon's configuration holds who is left.
+  ASSERT_TRUE(m->Release("alice").ok());
+  EXPECT_FALSE(ns.contains("alice"));
+  auto again = NewManager();
+  EXPECT_EQ(again->Tenants().size(), 1u);
+}
+
+TEST_F(MpsManagerTest, OnV2TenantsKeepTheirVariables) {
+  auto m = NewManager();  // the binary speaks protocol 2
+  AcquireResult a = Acquire(*m, "alice", "0", {.active_thread_percentage = 30});
+  EXPECT_EQ(a.env["CUDA_MPS_PIPE_DIRECTORY"], Pipe(0));
+  EXPECT_EQ(a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "30");
+  EXPECT_EQ(host_.start_argv.size(), 2u) << "no -p 3";
+  EXPECT_EQ(host_.start_env["CUDA_MPS_PROTOCOL_VERSION"], "2");
+  EXPECT_TRUE(host_.namespaces[Pipe(0)].empty());
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon::mps

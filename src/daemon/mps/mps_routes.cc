@@ -111,6 +111,7 @@ ApiResponse HandleStatus(MpsManager& manager, const ApiRequest& /*request*/) {
     gpus.push_back(std::move(gpu));
   }
   json body = {{"available", s.available},
+               {"protocol", s.protocol},
                {"control_binary", s.control_binary},
                {"root", s.root},
                {"gpus", gpus},

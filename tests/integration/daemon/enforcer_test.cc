@@ -253,6 +253,42 @@ TEST_P(EnforcerTest, TheGroupsMemoryIsHeldByTheStrongestEnforcerTheNodeHas) {
   EXPECT_LE(held.value("total", uint64_t{0}), kLimit) << held.dump();
 }
 
+// A clean stop clears the driver limits the daemon set (docs/daemon.md
+// "Enforcers"), while the group still has a member.
+TEST_P(EnforcerTest, ACleanStopClearsTheDriverLimitsOfGroupsStillThere) {
+  if (!GetParam().r615) GTEST_SKIP() << "no driver limits on an older driver";
+  StartDaemon();
+  auto [pcode, put] =
+      Call("PUT", "/v1/groups/train", R"({"limits": {"all": {"memory": "512MiB"}}})");
+  ASSERT_EQ(pcode, 200) << put.dump();
+  const json bare = RunProbe({});
+  ASSERT_LE(bare.value("granted_bytes", uint64_t{0}), kLimit) << bare.dump();
+  // What the driver holds, as nvidia-smi shows it.
+  auto smi = [&] {
+    std::string cmd;
+    for (const std::string& e : SimEnv()) cmd += "'" + e + "' ";
+    cmd = "env LD_LIBRARY_PATH='" + BuildDir() + "/sim/lib' GPUSLICE_SIM_STATE='" + state_ + "' " +
+          cmd + "'" + BuildDir() + "/sim/bin/nvidia-smi' memory-limits -i 0 -c '" + cgroup_ +
+          "' 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[512];
+    while (p != nullptr && fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    if (p != nullptr) pclose(p);
+    return out;
+  };
+  const std::string before = smi();
+  EXPECT_NE(before.find("512 MiB"), std::string::npos) << before;
+  ASSERT_GT(daemon_, 0);
+  ASSERT_EQ(kill(daemon_, SIGTERM), 0);
+  EXPECT_EQ(Join(daemon_), 0) << Read("err0");
+  EXPECT_NE(Read("err0").find("event=driver_limit_cleared group=train"), std::string::npos)
+      << Read("err0");
+  const std::string after = smi();
+  EXPECT_EQ(after.find("512 MiB"), std::string::npos) << after;
+  EXPECT_NE(after.find("Hard Limit                        : None"), std::string::npos) << after;
+}
+
 INSTANTIATE_TEST_SUITE_P(Nodes, EnforcerTest,
                          ::testing::Values(Node{"old", "580.65.06", false},
                                            Node{"r615", "615.10", true}),

@@ -10,7 +10,9 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "daemon/mps/fake_mps.h"
@@ -140,6 +142,72 @@ TEST_F(MpsIntegrationTest, NewManagerOnTheSameRootKeepsTenantsAndDaemon) {
 
   ASSERT_TRUE(second->Release("a").ok());
   EXPECT_TRUE(WaitFor([&] { return !host_.ProcessAlive(pid); }, seconds(20)));
+}
+
+// MPS v3 on an r615 node: the manager probes protocol 3 from the simulated
+// control binary, starts its daemon with a namespace per tenant, and each
+// tenant's processes are capped by their namespace.
+TEST_F(MpsIntegrationTest, OnAnR615NodeEachTenantsNamespaceCapsItsClients) {
+  const std::string config = R"({"driver_version":"615.10"})";
+  const std::string state = state_ + ".r615";
+  setenv("GPUSLICE_SIM_STATE", state.c_str(), 1);
+  setenv("GPUSLICE_SIM_CONFIG", config.c_str(), 1);
+  struct Unset {
+    ~Unset() { unsetenv("GPUSLICE_SIM_CONFIG"); }
+  } unset;
+  auto gpu = sim::SimGpu::Open({state, config, /*observer=*/true});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  gpus_.uuids[0] = (*gpu)->device(0).uuid;
+  const uint32_t sms = (*gpu)->device(0).sm_count;
+
+  auto m = NewManager();
+  EXPECT_EQ(m->GetStatus().protocol, 3);
+  auto a = m->Acquire({"a", "0", {.active_thread_percentage = 30}});
+  auto b = m->Acquire({"b", "0", {.active_thread_percentage = 60}});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->tier, Tier::kMps) << a->reason;
+  const std::string pipe = options_.root + "/" + gpus_.uuids[0] + "/pipe";
+  EXPECT_EQ(a->env.at("CUDA_MPS_PIPE_DIRECTORY"), pipe + "/gpuslice/a");
+  EXPECT_FALSE(a->env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+
+  // A process of each tenant; one asks for more than its namespace allows.
+  auto start = [&](int n, const AcquireResult& r, const std::vector<std::string>& extra) {
+    std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
+                                    "GPUSLICE_SIM_STATE=" + state, "GPUSLICE_SIM_CONFIG=" + config};
+    for (const auto& [k, v] : r.env) {
+      if (k == "CUDA_VISIBLE_DEVICES") continue;
+      std::string entry = k;
+      entry += '=';
+      entry += v;
+      env.push_back(std::move(entry));
+    }
+    env.insert(env.end(), extra.begin(), extra.end());
+    return Spawn(n, {BuildDir() + "/bin/gpuslice-mps-probe"}, env);
+  };
+  const pid_t pa = start(1, *a, {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90"});
+  const pid_t pb = start(2, *b, {});
+  auto ready = [&](int n) {
+    nlohmann::json found;
+    WaitFor(
+        [&] {
+          const std::string out = Read("out" + std::to_string(n));
+          if (out.find("\"ready\"") == std::string::npos) return false;
+          found = nlohmann::json::parse(out.substr(0, out.find('\n')), nullptr, false);
+          return true;
+        },
+        seconds(30));
+    return found;
+  };
+  const nlohmann::json ra = ready(1);
+  const nlohmann::json rb = ready(2);
+  std::cerr << "v3 clients: a " << ra.dump() << ", b " << rb.dump() << "\n";
+  EXPECT_EQ(ra.value("mps", 0), 1) << ra.dump() << Read("err1");
+  EXPECT_EQ(ra.value("sms", 0u), sms * 30 / 100) << "a's namespace caps its 90 %";
+  EXPECT_EQ(rb.value("sms", 0u), sms * 60 / 100);
+  Join(pa);
+  Join(pb);
+  ASSERT_TRUE(m->Release("a").ok());
+  ASSERT_TRUE(m->Release("b").ok());
 }
 
 }  // namespace

@@ -204,9 +204,9 @@ TEST_F(SimMpsTest, ThreadPercentagesShareSmsConcurrently) {
   const std::string go = dir_ + "/go";
   // 10560 blocks of 256 threads: 8 blocks per SM; 39 SMs -> 34 waves,
   // 79 SMs -> 17 waves, of 10 us each plus 3 us launch.
-  pid_t a = Probe(1, {"--blocks", "10560", "--kernels", "800", "--wait-file", go},
+  pid_t a = Probe(1, {"--blocks", "10560", "--kernels", "800", "--hold-file", go},
                   {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"});
-  pid_t b = Probe(2, {"--blocks", "10560", "--kernels", "1600", "--wait-file", go},
+  pid_t b = Probe(2, {"--blocks", "10560", "--kernels", "1600", "--hold-file", go},
                   {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=60"});
   json ra = Stage(1, "ready");
   json rb = Stage(2, "ready");
@@ -339,4 +339,57 @@ TEST_F(SimMpsTest, DeadDaemonMeansPlainContexts) {
 }
 
 }  // namespace
+// MPS v3 (docs/sim.md "MPS v3"): a daemon started with -p 3 and a TOML
+// configuration routes clients to a server's namespaces by the socket they
+// use, and each namespace caps its clients.
+TEST_F(SimMpsTest, V3NamespacesCapTheirClients) {
+  const std::string r615 = R"(GPUSLICE_SIM_CONFIG={"driver_version":"615.10"})";
+  const std::string config = dir_ + "/mps.toml";
+  std::ofstream(config) << "schema_version = \"1.0\"\n"
+                           "[servers.train]\nactive_thread_percentage = \"50\"\n"
+                           "[servers.train.namespaces.small]\n"
+                           "active_thread_percentage = \"25\"\npinned_memory_limit = \"1G\"\n";
+  // An older driver's control binary has no protocol 3.
+  pid_t old =
+      Spawn(next_++, {SimBin("nvidia-cuda-mps-control"), "-d", "-p", "3", "-a", config}, Env());
+  EXPECT_NE(Join(old), 0);
+  const int n = next_++;
+  pid_t d = Spawn(n, {SimBin("nvidia-cuda-mps-control"), "-d", "-a", config},
+                  Env({r615, "CUDA_MPS_PROTOCOL_VERSION=3"}));
+  ASSERT_EQ(Join(d), 0) << Read("err" + std::to_string(n));
+
+  // The server's own (default) namespace, and the capped one: a client's own
+  // variables cannot lift the namespace's limits.
+  const std::string go = dir_ + "/go";  // they stay clients until then
+  const pid_t p1 = Probe(1, {"--alloc", std::to_string(512ull << 20), "--hold-file", go},
+                         {r615, "CUDA_MPS_PIPE_DIRECTORY=" + pipe_ + "/train"});
+  const pid_t p2 = Probe(2, {"--alloc", std::to_string(512ull << 20), "--hold-file", go},
+                         {r615, "CUDA_MPS_PIPE_DIRECTORY=" + pipe_ + "/train/small",
+                          "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90"});
+  Probe(3, {"--alloc", std::to_string(2ull << 30)},
+        {r615, "CUDA_MPS_PIPE_DIRECTORY=" + pipe_ + "/train/small"});
+  const json one = Stage(1, "ready");
+  const json two = Stage(2, "ready");
+  EXPECT_EQ(one.value("mps", 0), 1) << one.dump();
+  EXPECT_EQ(one.value("sms", 0), 66) << "50 % of 132 SMs";
+  EXPECT_EQ(one.value("alloc", ""), "CUDA_SUCCESS");
+  EXPECT_EQ(two.value("sms", 0), 33) << "the namespace's 25 %, not the client's 90 %";
+  EXPECT_EQ(two.value("alloc", ""), "CUDA_SUCCESS");
+  EXPECT_EQ(Stage(3, "ready").value("alloc", ""), "CUDA_ERROR_OUT_OF_MEMORY")
+      << "the namespace's 1G";
+
+  const int m = next_++;
+  pid_t list =
+      Spawn(m, {SimBin("nvidia-cuda-mps-control"), "client", "list", "--all"}, Env({r615}));
+  EXPECT_EQ(Join(list), 0);
+  const std::string clients = Read("out" + std::to_string(m));
+  EXPECT_NE(clients.find(" train default "), std::string::npos) << clients;
+  EXPECT_NE(clients.find(" train small "), std::string::npos) << clients;
+  Touch(go);
+  EXPECT_EQ(Join(p1), 0);
+  EXPECT_EQ(Join(p2), 0);
+  const int q = next_++;
+  EXPECT_EQ(Join(Spawn(q, {SimBin("nvidia-cuda-mps-control"), "-q"}, Env({r615}))), 0);
+}
+
 }  // namespace gpuslice::testing
