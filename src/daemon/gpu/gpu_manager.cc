@@ -104,7 +104,8 @@ void GpuManager::NoteApplied(const Key& key, const Status& status, bool retry) {
       stack.retry.reset();
       ++reverts_retried_;
     } else {
-      Retry& r = stack.retry ? *stack.retry : stack.retry.emplace();
+      if (!stack.retry) stack.retry = Retry{0, "", std::nullopt, false};
+      Retry& r = *stack.retry;
       attempts = ++r.attempts;
       r.error = status.message();
       r.next_ns.reset();  // ExpireDue schedules the next attempt (the clock is its thread's)

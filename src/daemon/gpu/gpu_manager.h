@@ -200,11 +200,13 @@ class GpuManager {
     bool expiring = false;                   // an expiry release is queued
   };
   // The device does not show the stack's effective value: a Set failed (rule 9).
+  // (No default member initializers: the enclosing class is incomplete where
+  // std::optional<Retry> asks whether it is default-constructible.)
   struct Retry {
-    int attempts = 0;
+    int attempts;
     std::string error;
     std::optional<int64_t> next_ns;  // on clock_; none: ExpireDue schedules it
-    bool queued = false;             // a retry is on the executor
+    bool queued;                     // a retry is on the executor
   };
   struct Stack {
     std::string uuid;  // of the GPU, for the records

@@ -128,7 +128,7 @@ StatusOr<LeaseEntry> ParseLease(SettingKind kind, const json& j, const std::stri
     lease.boot_id = it->get<std::string>();
   }
   if (lease.expires_mono_ns.has_value() != !lease.boot_id.empty()) {
-    return InvalidArgument(where + ": \"expires_mono_ns\" and \"boot_id\" go together");
+    return InvalidArgument(where + R"(: "expires_mono_ns" and "boot_id" go together)");
   }
   return lease;
 }
