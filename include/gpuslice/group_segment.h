@@ -20,8 +20,10 @@
 //  - `mutex` (robust, process-shared) serialises membership (joining a slot,
 //    reaping a dead member's) and device entries. A holder killed inside it
 //    leaves state the next holder repairs (EOWNERDEAD: memory_used is raised
-//    to the slots' sum if below it; never lowered, since the excess may be
-//    charges in flight).
+//    to the slots' sum if below it; never lowered while a member lives, since
+//    the excess may be charges in flight). Whoever clears the last owned slot
+//    (a member leaving, a dead one reaped) zeroes memory_used: with no member
+//    nothing is in flight, and what is left was orphaned by dead members.
 //  - Slot ownership is an OFD lock (fcntl F_OFD_SETLK) on byte
 //    kSlotLockOffset + slot index of the file: held by the owner for its whole
 //    life and dropped by the kernel when it dies, so liveness is checked

@@ -277,7 +277,11 @@ int Run(int argc, char** argv) {
   // API serves (docs/daemon.md, "State").
   manager.SetPersistence(LeasePersistence{
       [&state](const nlohmann::json& data) { return (*state)->Save(kLeaseRecordName, data); },
-      &wall_clock});
+      &wall_clock, ReadBootId()});
+  // A revert the GPU refused is retried (docs/errors.md); each try is an event.
+  manager.SetEventListener([&hub](std::string_view type, const nlohmann::json& data) {
+    hub.Publish(type, data.dump());
+  });
   manager.Restore((*state)->Load(kLeaseRecordName));
   GpuMonitor monitor(**backend, std::chrono::milliseconds(config.poll_interval_ms));
   monitor.SetChangeListener(
@@ -491,7 +495,7 @@ int Run(int argc, char** argv) {
   GpuRoutesOptions route_options;
   route_options.default_lease_s = config.default_lease_s;
   route_options.extra_metrics = [&registry, &usage, &monitor, &controllers, &backstop,
-                                 &compute_backstop, &config, &enforcers, &mps] {
+                                 &compute_backstop, &config, &enforcers, &mps, &manager] {
     std::map<std::string, int> gpu_index;
     for (const GpuInfo& gpu : monitor.Current()->gpus)
       gpu_index[gpu.uuid] = static_cast<int>(gpu.index);
@@ -506,6 +510,7 @@ int Run(int argc, char** argv) {
         "gpuslice_mps_state_save_failures_total " +
         std::to_string(mps.GetStatus().save_failures) + "\n";
     if (config.compute_backstop != "off") text += compute_backstop.FormatMetrics(!backstop);
+    text += FormatRevertMetrics(manager.Reverts());
     return text;
   };
   AddGpuRoutes(router, manager, monitor, route_options);

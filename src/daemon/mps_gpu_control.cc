@@ -3,6 +3,8 @@
 #include <string>
 #include <variant>
 
+#include "common/assert.h"
+
 namespace gpuslice::daemon {
 namespace {
 
@@ -29,7 +31,8 @@ StatusOr<mps::ComputeMode> MpsGpuControl::GetComputeMode(int index) {
   auto value = backend_.Get(static_cast<uint32_t>(index), SettingKind::kComputeMode);
   if (!value.ok()) return value.status();
   const auto* mode = std::get_if<ComputeModeSetting>(&*value);
-  if (mode == nullptr)
+  // GpuBackend::Get answers with a value of the kind asked for (backend.h).
+  if (GS_BUG_IF(mode == nullptr, "the backend answered a compute-mode query with another setting"))
     return Internal("the backend answered a compute-mode query with another setting");
   return static_cast<mps::ComputeMode>(static_cast<int>(mode->mode));
 }

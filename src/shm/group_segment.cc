@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/hot.h"
+#include "common/log.h"
 
 namespace gpuslice {
 namespace {
@@ -445,6 +446,24 @@ void GroupSegment::RepairLedger() const {
     for (const ProcessSlot& s : layout_->slots) sum += Load(s.memory[d]);
     RaiseTo(layout_->devices[d].memory_used, sum);
   }
+  DropOrphanChargesLocked();
+}
+
+void GroupSegment::DropOrphanChargesLocked() const {
+  // No member owns a slot: no charge can be in flight (every step of the
+  // ledger is made by a member, for its own slot), so whatever memory_used
+  // still counts is what dead members left between two steps (invariant 1's
+  // excess, or a holder killed inside ClearSlotLocked). Zeroed, counted.
+  for (const ProcessSlot& s : layout_->slots) {
+    if (Load(s.owner_pid) != 0) return;
+  }
+  for (int d = 0; d < kGroupMaxDevices; ++d) {
+    const uint64_t left = Atomic(layout_->devices[d].memory_used).exchange(0);
+    if (left != 0) {
+      GS_LOG(kWarn, "shm", "group '%s': dropped %llu orphan bytes of device %d (no live member)",
+             group_.c_str(), static_cast<unsigned long long>(left), d);
+    }
+  }
 }
 
 // ---- membership ----
@@ -490,6 +509,7 @@ void GroupSegment::Leave(int slot) {
   if (slot != own_slot_ || slot < 0) return;
   LockLedger();
   ClearSlotLocked(slot);
+  DropOrphanChargesLocked();
   UnlockLedger();
   OfdLock(fd_, kSlotLockOffset + slot, F_UNLCK, false);
   own_slot_ = -1;
@@ -504,6 +524,7 @@ int GroupSegment::ReapDead() {
     if (Load(layout_->slots[s].owner_pid) != 0) {
       ClearSlotLocked(s);
       ++reaped;
+      DropOrphanChargesLocked();
     }
     UnlockLedger();
     OfdLock(fd_, kSlotLockOffset + s, F_UNLCK, false);

@@ -327,6 +327,9 @@ class GroupSegment {
   void UnlockLedger() const;
   // Recomputes devices[].memory_used from the slots (invariant 1).
   void RepairLedger() const;
+  // When no slot has an owner, zeroes devices[].memory_used: what is left is
+  // orphaned by dead members. REQUIRES: the ledger is locked.
+  void DropOrphanChargesLocked() const;
   // Frees slot `s` and its memory. REQUIRES: the ledger is locked and the
   // caller holds the slot's OFD lock.
   void ClearSlotLocked(int s);

@@ -314,6 +314,53 @@ TEST_F(GroupSegmentTest, AHolderKilledInsideTheLedgerLockDoesNotWedgeTheGroup) {
   EXPECT_EQ(seg->MemoryUsed(d), 18 * kMiB);
 }
 
+// Fault: a tenant (its own process and mapping) is killed while it holds the
+// robust ledger lock, half way through leaving: its slot's bytes are gone but
+// the group's count still holds them. The next locker recovers the lock
+// (EOWNERDEAD, made consistent) instead of hanging; the dead member's slot is
+// reclaimed; and the orphaned charge, which no live member may lower while
+// charges can be in flight, is dropped once no member is left, so the next
+// tenant gets the whole limit.
+TEST_F(GroupSegmentTest, ATenantKilledHoldingTheLockIsRecoveredAndItsChargeRepaired) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  seg->SetMemoryLimit(d, 64 * kMiB);
+  const int mine = *seg->Join(getpid(), 1, "parent");
+  ASSERT_TRUE(seg->Reserve(mine, d, 10 * kMiB));
+  int tenant_slot[2];
+  ASSERT_EQ(pipe(tenant_slot), 0);
+  InChildThenKill([&] {
+    auto own = GroupSegment::Open(dir_, "g1", true);
+    if (!own.ok()) _exit(1);
+    const int dev = *(*own)->AttachDevice(kUuid);
+    const int slot = *(*own)->Join(getpid(), 2, "tenant");
+    if (!(*own)->Reserve(slot, dev, 20 * kMiB)) _exit(1);
+    (void)!write(tenant_slot[1], &slot, sizeof slot);
+    // ClearSlotLocked's first step (the slot's bytes), under the lock, then death.
+    pthread_mutex_lock(&(*own)->layout().mutex);
+    (*own)->layout().slots[slot].memory[dev] = 0;
+    raise(SIGKILL);  // here, with the segment still mapped (not after `own` unmaps it)
+  });
+  int slot = -1;
+  ASSERT_EQ(read(tenant_slot[0], &slot, sizeof slot), static_cast<ssize_t>(sizeof slot));
+  close(tenant_slot[0]);
+  close(tenant_slot[1]);
+  EXPECT_EQ(seg->MemoryUsed(d), 30 * kMiB);
+  // The dead holder is reaped under the recovered lock (this would hang on a
+  // non-robust mutex); its 20 MiB stay counted while a member lives.
+  EXPECT_EQ(seg->ReapDead(), 1);
+  EXPECT_EQ(seg->layout().slots[slot].owner_pid, 0);
+  EXPECT_EQ(seg->MemoryUsed(d), 30 * kMiB);
+  EXPECT_EQ(pthread_mutex_trylock(&seg->layout().mutex), 0);  // consistent, not wedged
+  pthread_mutex_unlock(&seg->layout().mutex);
+  // The last member leaves: the orphaned charge goes with it.
+  seg->Release(mine, d, 10 * kMiB);
+  seg->Leave(mine);
+  EXPECT_EQ(seg->MemoryUsed(d), 0u);
+  const int next = *seg->Join(getpid(), 3, "next");
+  EXPECT_TRUE(seg->Reserve(next, d, 64 * kMiB));
+}
+
 // Several processes of several threads fill the group to its limit and free
 // again, on the lock-free path: the count never passes the limit (its peak
 // says so), the quota does fill, and every byte comes back.

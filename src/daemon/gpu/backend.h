@@ -110,7 +110,7 @@ class GpuBackend {
   // A full sample of GPU `index`. REQUIRES: index < DeviceCount().
   virtual StatusOr<GpuInfo> Read(uint32_t index) = 0;
   // The current value of one setting (locked clocks: the last range this
-  // backend set, since NVML cannot read it back).
+  // backend set, since NVML cannot read it back), of kind `kind`.
   virtual StatusOr<SettingValue> Get(uint32_t index, SettingKind kind) = 0;
   // Applies `value`. kPermissionDenied when the daemon lacks the privilege,
   // kInvalidArgument when the driver refuses the value.

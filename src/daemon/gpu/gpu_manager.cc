@@ -1,10 +1,10 @@
 #include "daemon/gpu/gpu_manager.h"
 
 #include <algorithm>
-#include <cassert>
 #include <cstdio>
 #include <utility>
 
+#include "common/assert.h"
 #include "common/log.h"
 
 namespace gpuslice::daemon {
@@ -43,6 +43,23 @@ Status ValidateSetting(const GpuInfo& gpu, const SettingValue& value) {
   return Status::Ok();
 }
 
+std::string FormatRevertMetrics(const RevertStatus& status) {
+  std::string out =
+      "# HELP gpuslice_lease_revert_failures_total Reverts of leased settings the GPU refused "
+      "(each is retried).\n# TYPE gpuslice_lease_revert_failures_total counter\n"
+      "gpuslice_lease_revert_failures_total " +
+      std::to_string(status.failures_total) +
+      "\n# HELP gpuslice_lease_reverts_retried_total Refused reverts that a retry applied.\n"
+      "# TYPE gpuslice_lease_reverts_retried_total counter\n"
+      "gpuslice_lease_reverts_retried_total " +
+      std::to_string(status.retried_ok_total) +
+      "\n# HELP gpuslice_lease_reverts_pending Settings whose revert the GPU refused, still "
+      "retried.\n# TYPE gpuslice_lease_reverts_pending gauge\n"
+      "gpuslice_lease_reverts_pending " +
+      std::to_string(status.pending.size()) + "\n";
+  return out;
+}
+
 GpuManager::GpuManager(GpuBackend& backend, const Clock& clock) : backend_(backend), clock_(clock) {
   for (uint32_t i = 0; i < backend.DeviceCount(); ++i) {
     executors_.push_back(std::make_unique<SerialExecutor>());
@@ -59,15 +76,92 @@ void GpuManager::SetChangeListener(std::function<void(uint32_t)> listener) {
   listener_ = std::move(listener);
 }
 
+void GpuManager::SetEventListener(
+    std::function<void(std::string_view, const nlohmann::json&)> listener) {
+  event_listener_ = std::move(listener);
+}
+
 void GpuManager::Changed(uint32_t gpu) {
   if (listener_) listener_(gpu);
+}
+
+void GpuManager::NoteApplied(const Key& key, const Status& status, bool retry) {
+  const uint32_t gpu = key.first;
+  const char* setting = SettingName(static_cast<SettingKind>(key.second)).data();
+  int attempts = 0;
+  std::string target;
+  {
+    MutexLock lock(mu_);
+    auto it = stacks_.find(key);
+    // Every caller applied the stack's value on its executor, where only it
+    // changes the stack: it cannot be gone. Safe path: nothing to retry.
+    if (GS_BUG_IF(it == stacks_.end(), "a setting was applied for a stack that is gone")) return;
+    Stack& stack = it->second;
+    target = SettingValueText(stack.Target());
+    if (status.ok()) {
+      if (!stack.retry) return;
+      attempts = stack.retry->attempts;
+      stack.retry.reset();
+      ++reverts_retried_;
+    } else {
+      if (!stack.retry) stack.retry = Retry{0, "", std::nullopt, false};
+      Retry& r = *stack.retry;
+      attempts = ++r.attempts;
+      r.error = status.message();
+      r.next_ns.reset();  // ExpireDue schedules the next attempt (the clock is its thread's)
+      r.queued = false;
+      ++revert_failures_;
+    }
+  }
+  nlohmann::json data = {
+      {"gpu", gpu}, {"setting", setting}, {"value", target}, {"attempts", attempts}};
+  if (status.ok()) {
+    GS_LOG(kInfo, "gpusliced", "event=revert_retried gpu=%u setting=%s value=%s attempts=%d", gpu,
+           setting, target.c_str(), attempts);
+    if (event_listener_) event_listener_("revert_retried", data);
+    return;
+  }
+  GS_LOG(kError, "gpusliced",
+         "event=revert_failed gpu=%u setting=%s value=%s attempt=%d retry=%s error=\"%s\" "
+         "action=kept_for_retry",
+         gpu, setting, target.c_str(), attempts, retry ? "true" : "false",
+         status.message().c_str());
+  data["error"] = status.message();
+  if (event_listener_) event_listener_("revert_failed", data);
+}
+
+Status GpuManager::RetryOnGpu(const Key& key) {
+  const uint32_t gpu = key.first;
+  const std::optional<Stack> stack = StackOf(key);
+  if (!stack || !stack->retry) return Status::Ok();  // done meanwhile (a new Set, a release)
+  Status s = backend_.Set(gpu, stack->Target());
+  NoteApplied(key, s, true);
+  if (s.ok()) {
+    if (stack->leases.empty()) CommitAnyway(key, std::nullopt, "revert retried");
+    Changed(gpu);
+  }
+  return s;
+}
+
+RevertStatus GpuManager::Reverts() const {
+  MutexLock lock(mu_);
+  RevertStatus out{revert_failures_, reverts_retried_, {}};
+  for (const auto& [key, stack] : stacks_) {
+    if (!stack.retry) continue;
+    out.pending.push_back({key.first, static_cast<SettingKind>(key.second), stack.Target(),
+                           stack.retry->attempts, stack.retry->error});
+  }
+  return out;
 }
 
 template <typename R, typename F>
 std::future<R> GpuManager::Run(uint32_t gpu, F f) {
   auto promise = std::make_shared<std::promise<R>>();
   std::future<R> future = promise->get_future();
-  if (gpu >= executors_.size()) {
+  // Callers resolve GPU ids against the same backend (ParseGpuIds, the MPS
+  // module's index check): an index past the executors is our bug; the
+  // request is refused.
+  if (GS_BUG_IF(gpu >= executors_.size(), "GpuManager command for a GPU index out of range")) {
     promise->set_value(NotFound("no GPU " + std::to_string(gpu)));
   } else if (!executors_[gpu]->Submit([promise, f = std::move(f)] { promise->set_value(f()); })) {
     promise->set_value(Unavailable("the daemon is stopping"));
@@ -81,6 +175,7 @@ std::vector<std::future<Status>> GpuManager::Set(const std::vector<uint32_t>& gp
   Expiry expiry;
   if (lease.duration_ns && !lease.permanent) {
     expiry.ns = clock_.NowNs() + *lease.duration_ns;
+    expiry.duration_ns = lease.duration_ns;
     if (persistence_.wall_clock != nullptr) {
       expiry.wall_ns = persistence_.wall_clock->NowNs() + *lease.duration_ns;
     }
@@ -115,7 +210,7 @@ Status GpuManager::SetOnGpu(uint32_t gpu, const SettingValue& value, const Lease
   if (lease.permanent) {
     // Saved as the new baseline of a reverting stack (rule 7): should the
     // daemon die before the device changes, the restore applies it.
-    GS_RETURN_IF_ERROR(Commit(key, Stack{info.uuid, value, {}}));
+    GS_RETURN_IF_ERROR(Commit(key, Stack{info.uuid, value, {}, {}}));
     if (Status s = backend_.Set(gpu, value); !s.ok()) {
       CommitAnyway(key, before, "permanent change failed");
       return s;
@@ -134,15 +229,23 @@ Status GpuManager::SetOnGpu(uint32_t gpu, const SettingValue& value, const Lease
     after = *before;
   } else {
     GS_ASSIGN_OR_RETURN(SettingValue current, backend_.Get(gpu, kind));
-    after = Stack{info.uuid, current, {}};
+    // A baseline of another kind would make the whole lease record
+    // unreadable at the next start (ParseLeaseRecords refuses it).
+    if (GS_BUG_IF(KindOf(current) != kind, "the backend answered Get with another setting")) {
+      return Internal("GPU " + std::to_string(gpu) + " answered a " +
+                      std::string(SettingName(kind)) + " query with another setting");
+    }
+    after = Stack{info.uuid, current, {}, {}};
   }
   std::erase_if(after.leases, [&](const Lease& l) { return l.holder == lease.holder; });
+  after.retry.reset();  // the device is about to show the new value (or `before` comes back)
   uint64_t id;
   {
     MutexLock lock(mu_);
     id = next_id_++;
   }
-  after.leases.push_back(Lease{id, lease.holder, value, expiry.ns, expiry.wall_ns});
+  after.leases.push_back(
+      Lease{id, lease.holder, value, expiry.ns, expiry.wall_ns, expiry.duration_ns});
   GS_RETURN_IF_ERROR(Commit(key, std::move(after)));
   if (Status s = backend_.Set(gpu, value); !s.ok()) {
     CommitAnyway(key, before, "setting failed");
@@ -185,7 +288,10 @@ Status GpuManager::ReleaseOnGpu(uint32_t gpu, SettingKind kind, const std::strin
   Stack after = *before;
   after.leases.erase(after.leases.begin() + (found - before->leases.begin()));
   std::optional<SettingValue> next;  // what the device must show after, if it changes
-  if (was_effective) next = after.leases.empty() ? after.baseline : after.leases.back().value;
+  if (was_effective) {
+    next = after.Target();
+    after.retry.reset();  // a pending retry's target is replaced by `next`
+  }
   const bool emptied = after.leases.empty();
   // An emptied stack stays in the record until the device is back (rule 7).
   if (Status saved = Commit(key, std::move(after)); !saved.ok()) {
@@ -202,14 +308,22 @@ Status GpuManager::ReleaseOnGpu(uint32_t gpu, SettingKind kind, const std::strin
     return saved;
   }
   Status s = next ? backend_.Set(gpu, *next) : Status::Ok();
-  if (emptied) CommitAnyway(key, std::nullopt, "lease ended");
+  // A refused revert keeps the stack (an emptied one stays in the record as a
+  // revert to do) and is retried by ExpireDue (rule 9): the lease has ended,
+  // its holder is told of the error, the device gets its value back later.
+  if (!s.ok()) {
+    NoteApplied(key, s, false);
+  } else if (emptied) {
+    CommitAnyway(key, std::nullopt, "lease ended");
+  }
   if (s.ok()) {
     GS_LOG(kInfo, "gpusliced", "event=lease_ended gpu=%u setting=%s holder=%s reverted_to=%s", gpu,
            SettingName(kind).data(), holder.c_str(),
            next ? SettingValueText(*next).c_str() : "(unchanged)");
   } else {
-    GS_LOG(kError, "gpusliced", "event=revert_failed gpu=%u setting=%s holder=%s error=\"%s\"", gpu,
-           SettingName(kind).data(), holder.c_str(), s.message().c_str());
+    GS_LOG(kError, "gpusliced",
+           "event=lease_ended gpu=%u setting=%s holder=%s revert=failed_will_retry", gpu,
+           SettingName(kind).data(), holder.c_str());
   }
   if (next) Changed(gpu);
   return s;
@@ -237,9 +351,21 @@ void GpuManager::ExpireDue() {
     uint64_t id;
   };
   std::vector<Due> due;
+  std::vector<Key> retries;
   {
     MutexLock lock(mu_);
     for (auto& [key, stack] : stacks_) {
+      if (stack.retry && !stack.retry->queued) {
+        Retry& r = *stack.retry;
+        if (!r.next_ns) {
+          const int shift = std::min(r.attempts - 1, 16);
+          r.next_ns =
+              now + std::min(kFirstRetryBackoffNs << std::max(shift, 0), kMaxRetryBackoffNs);
+        } else if (*r.next_ns <= now) {
+          r.queued = true;
+          retries.push_back(key);
+        }
+      }
       for (Lease& l : stack.leases) {
         if (l.expires_ns && *l.expires_ns <= now && !l.expiring) {
           l.expiring = true;
@@ -253,6 +379,10 @@ void GpuManager::ExpireDue() {
            SettingName(d.kind).data(), d.holder.c_str());
     // The future is dropped: the release runs on its own; errors are logged.
     (void)Run<Status>(d.gpu, [this, d] { return ReleaseOnGpu(d.gpu, d.kind, d.holder, d.id); });
+  }
+  for (const Key& key : retries) {
+    // Dropped like the expiries': the outcome is logged, counted and reported.
+    (void)Run<Status>(key.first, [this, key] { return RetryOnGpu(key); });
   }
 }
 
@@ -268,9 +398,14 @@ void GpuManager::RevertAll() {
       const Key k = key;
       pending.push_back(Run<Status>(gpu, [this, gpu, baseline, uuid, k] {
         // Shutdown is never refused: the reverts happen whatever the record.
-        CommitAnyway(k, Stack{uuid, baseline, {}}, "revert on stop");
+        CommitAnyway(k, Stack{uuid, baseline, {}, {}}, "revert on stop");
         Status s = backend_.Set(gpu, baseline);
-        CommitAnyway(k, std::nullopt, "reverted on stop");
+        // A refused revert stays in the record: the next start reverts it.
+        if (s.ok()) {
+          CommitAnyway(k, std::nullopt, "reverted on stop");
+        } else {
+          NoteApplied(k, s, false);
+        }
         GS_LOG(kInfo, "gpusliced", "event=revert_on_stop gpu=%u setting=%s value=%s status=\"%s\"",
                gpu, SettingName(static_cast<SettingKind>(k.second)).data(),
                SettingValueText(baseline).c_str(), s.ToString().c_str());
@@ -283,7 +418,8 @@ void GpuManager::RevertAll() {
 }
 
 void GpuManager::SetPersistence(LeasePersistence persistence) {
-  assert(persistence.wall_clock != nullptr);
+  GS_ASSERT(persistence.wall_clock != nullptr,
+            "lease persistence without a wall clock: expiries could not be saved");
   persistence_ = std::move(persistence);
 }
 
@@ -299,7 +435,14 @@ nlohmann::json GpuManager::RecordsWith(const std::optional<Key>& key,
   std::vector<LeaseStackRecord> records;
   auto add = [&](const Key& k, const Stack& stack) {
     LeaseStackRecord r{stack.uuid, k.first, static_cast<SettingKind>(k.second), stack.baseline, {}};
-    for (const Lease& l : stack.leases) r.leases.push_back({l.holder, l.value, l.expires_wall_ns});
+    for (const Lease& l : stack.leases) {
+      LeaseEntry e{l.holder, l.value, l.expires_wall_ns, l.duration_ns, {}, {}};
+      if (l.expires_ns && !persistence_.boot_id.empty()) {
+        e.boot_id = persistence_.boot_id;
+        e.expires_mono_ns = l.expires_ns;
+      }
+      r.leases.push_back(std::move(e));
+    }
     records.push_back(std::move(r));
   };
   for (const auto& [k, stack] : stacks_) {
@@ -346,7 +489,7 @@ void GpuManager::CommitAnyway(const Key& key, std::optional<Stack> after, const 
 }
 
 RestoreReport GpuManager::Restore(const StatusOr<nlohmann::json>& loaded) {
-  assert(persistence_.wall_clock != nullptr);
+  GS_ASSERT(persistence_.wall_clock != nullptr, "Restore before SetPersistence");
   RestoreReport report;
   if (!loaded.ok()) {
     if (loaded.status().code() == StatusCode::kNotFound) {
@@ -393,28 +536,47 @@ RestoreReport GpuManager::Restore(const StatusOr<nlohmann::json>& loaded) {
       }
       continue;
     }
-    Stack stack{r.gpu_uuid, r.baseline, {}};
+    Stack stack{r.gpu_uuid, r.baseline, {}, {}};
     for (const LeaseEntry& l : r.leases) {
-      if (l.expires_at_ns && *l.expires_at_ns <= wall_now) {
+      // The time the lease has left (rule 8): on this boot's monotonic clock
+      // when it was saved in this boot, else on the wall clock, capped by the
+      // duration it was granted for.
+      std::optional<int64_t> remaining;
+      const char* basis = "none";
+      if (l.expires_mono_ns && !persistence_.boot_id.empty() && l.boot_id == persistence_.boot_id) {
+        remaining = *l.expires_mono_ns - now;
+        basis = "monotonic";
+      } else if (l.expires_at_ns) {
+        remaining = *l.expires_at_ns - wall_now;
+        basis = "wall";
+        if (l.lease_ns && *remaining > *l.lease_ns) {
+          remaining = *l.lease_ns;
+          basis = "wall_capped_by_duration";
+        }
+      }
+      if (remaining && *remaining <= 0) {
         GS_LOG(kInfo, "gpusliced",
                "event=lease_restored action=reverted reason=expired gpu=%u uuid=%s setting=%s "
-               "holder=%s value=%s expired_s_ago=%lld",
+               "holder=%s value=%s expired_s_ago=%lld basis=%s",
                gpu->second, r.gpu_uuid.c_str(), setting, l.holder.c_str(),
                SettingValueText(l.value).c_str(),
-               static_cast<long long>((wall_now - *l.expires_at_ns) / 1'000'000'000));
+               static_cast<long long>(-*remaining / 1'000'000'000), basis);
         ++report.reverted;
         continue;
       }
       std::optional<int64_t> expires;
-      if (l.expires_at_ns) expires = now + (*l.expires_at_ns - wall_now);
+      std::optional<int64_t> expires_wall;
+      if (remaining) {
+        expires = now + *remaining;
+        expires_wall = wall_now + *remaining;
+      }
       GS_LOG(kInfo, "gpusliced",
              "event=lease_restored action=kept gpu=%u uuid=%s setting=%s holder=%s value=%s "
-             "remaining_s=%lld",
+             "remaining_s=%lld basis=%s",
              gpu->second, r.gpu_uuid.c_str(), setting, l.holder.c_str(),
              SettingValueText(l.value).c_str(),
-             static_cast<long long>(l.expires_at_ns ? (*l.expires_at_ns - wall_now) / 1'000'000'000
-                                                    : -1));
-      stack.leases.push_back(Lease{0, l.holder, l.value, expires, l.expires_at_ns});
+             static_cast<long long>(remaining ? *remaining / 1'000'000'000 : -1), basis);
+      stack.leases.push_back(Lease{0, l.holder, l.value, expires, expires_wall, l.lease_ns});
       ++report.kept;
     }
     restored[{gpu->second, static_cast<int>(r.kind)}] = std::move(stack);
@@ -453,7 +615,8 @@ RestoreReport GpuManager::Restore(const StatusOr<nlohmann::json>& loaded) {
                "event=lease_restored action=apply_failed gpu=%u setting=%s value=%s error=\"%s\"",
                gpu, setting, SettingValueText(target).c_str(), s.message().c_str());
       }
-      if (emptied) CommitAnyway(k, std::nullopt, "restore reverted");
+      NoteApplied(k, s, false);  // a refused one is retried (rule 9)
+      if (emptied && s.ok()) CommitAnyway(k, std::nullopt, "restore reverted");
       Changed(gpu);
       return s;
     }));

@@ -18,8 +18,17 @@
 //     refuses the change with kUnavailable and changes nothing.
 //  7. A revert is saved as a stack with no leases (its baseline kept) until
 //     the device is back, so a crash between the two still reverts at start.
-//  8. Expiries are saved on the wall clock (CLOCK_REALTIME); Restore turns
-//     them back into the manager's clock by the wall time that remains.
+//  8. Expiries are saved on the wall clock (CLOCK_REALTIME), with the lease's
+//     duration and, when the boot is known, on the monotonic clock of that
+//     boot. Restore in the same boot keeps the monotonic expiry (a wall clock
+//     stepped back while the daemon was down lengthens nothing); after a
+//     reboot it gives a lease the wall time that remains, never more than the
+//     duration it was granted for.
+//  9. A revert (or the next lease's value) the device refuses is not dropped:
+//     the stack stays, in the record and in memory, and ExpireDue retries it
+//     with backoff (1 s, doubling, at most kMaxRetryBackoffNs) until the
+//     device takes it. Each failure is logged (event=revert_failed), counted
+//     (RevertStatus) and reported to the event listener.
 //
 // Thread safety: all public methods are thread-safe. Device commands run on
 // one SerialExecutor per GPU; lease records are guarded by a mutex. The clock
@@ -35,6 +44,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -71,6 +81,26 @@ struct LeasePersistence {
   // The wall clock (RealtimeClock) expiries are saved on; read only by the
   // threads that call Set and Restore. REQUIRES: outlives the manager.
   const Clock* wall_clock = nullptr;
+  // This boot's id (/proc/sys/kernel/random/boot_id); empty: unknown, the
+  // monotonic expiries are neither saved nor trusted. REQUIRES, when set:
+  // the manager's clock is CLOCK_MONOTONIC (MonotonicClock), which runs on
+  // across daemon restarts within a boot.
+  std::string boot_id = {};
+};
+
+// A setting whose revert (or next value) the device refused, retried (rule 9).
+struct PendingRevert {
+  uint32_t gpu;
+  SettingKind kind;
+  SettingValue target;  // what the device must show
+  int attempts;         // failed attempts so far
+  std::string error;    // the last one's
+};
+
+struct RevertStatus {
+  uint64_t failures_total = 0;    // every failed revert attempt since start
+  uint64_t retried_ok_total = 0;  // reverts that went through on a retry
+  std::vector<PendingRevert> pending;
 };
 
 // What Restore found and did, one count per lease.
@@ -80,6 +110,11 @@ struct RestoreReport {
   int reverted = 0;      // expired while the daemon was down: reverted
   int dropped = 0;       // its GPU is gone
 };
+
+// Prometheus text: gpuslice_lease_revert_failures_total (counter),
+// gpuslice_lease_reverts_retried_total (counter) and
+// gpuslice_lease_reverts_pending (gauge).
+std::string FormatRevertMetrics(const RevertStatus& status);
 
 // kInvalidArgument naming the valid range when `value` is outside what `gpu`
 // supports (power limit constraints, maximum clocks); OK otherwise.
@@ -142,9 +177,17 @@ class GpuManager {
   void Stop();
 
   std::vector<LeaseInfo> Leases() const;
+  RevertStatus Reverts() const;
   // Called (on an executor thread) after a command changed a GPU's settings.
   // Set before the first command.
   void SetChangeListener(std::function<void(uint32_t gpu)> listener);
+  // Called (on an executor thread) with "revert_failed" or "revert_retried"
+  // and the event's fields. Set before the first command.
+  void SetEventListener(
+      std::function<void(std::string_view type, const nlohmann::json& data)> listener);
+
+  static constexpr int64_t kFirstRetryBackoffNs = 1'000'000'000;
+  static constexpr int64_t kMaxRetryBackoffNs = 60'000'000'000;
 
  private:
   struct Lease {
@@ -153,12 +196,25 @@ class GpuManager {
     SettingValue value;
     std::optional<int64_t> expires_ns;       // on clock_
     std::optional<int64_t> expires_wall_ns;  // the same instant on the wall clock
+    std::optional<int64_t> duration_ns;      // as granted, for the records (rule 8)
     bool expiring = false;                   // an expiry release is queued
+  };
+  // The device does not show the stack's effective value: a Set failed (rule 9).
+  // (No default member initializers: the enclosing class is incomplete where
+  // std::optional<Retry> asks whether it is default-constructible.)
+  struct Retry {
+    int attempts;
+    std::string error;
+    std::optional<int64_t> next_ns;  // on clock_; none: ExpireDue schedules it
+    bool queued;                     // a retry is on the executor
   };
   struct Stack {
     std::string uuid;  // of the GPU, for the records
     SettingValue baseline;
     std::vector<Lease> leases;  // oldest first; back() is effective; empty: reverting (rule 7)
+    std::optional<Retry> retry =
+        std::nullopt;  // in memory only: a restart applies every stack anyway
+    SettingValue Target() const { return leases.empty() ? baseline : leases.back().value; }
   };
   using Key = std::pair<uint32_t, int>;  // (gpu, SettingKind)
 
@@ -181,7 +237,13 @@ class GpuManager {
   struct Expiry {
     std::optional<int64_t> ns;       // on clock_
     std::optional<int64_t> wall_ns;  // on the wall clock
+    std::optional<int64_t> duration_ns;
   };
+  // Records that the device refused `key`'s effective value (`error`), or
+  // that it shows it (ok), in memory; logs, counts and reports a failure.
+  void NoteApplied(const Key& key, const Status& status, bool retry);
+  // A retry of `key`'s effective value, on its executor (rule 9).
+  Status RetryOnGpu(const Key& key);
   Status SetOnGpu(uint32_t gpu, const SettingValue& value, const LeaseOptions& lease,
                   Expiry expiry);
   Status ReleaseOnGpu(uint32_t gpu, SettingKind kind, const std::string& holder,
@@ -202,6 +264,9 @@ class GpuManager {
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   bool stopping_ GUARDED_BY(mu_) = false;
   std::function<void(uint32_t)> listener_;
+  std::function<void(std::string_view, const nlohmann::json&)> event_listener_;
+  uint64_t revert_failures_ GUARDED_BY(mu_) = 0;
+  uint64_t reverts_retried_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpuslice::daemon

@@ -71,10 +71,10 @@ std::vector<LeaseStackRecord> Stacks(const std::optional<json>& data) {
 // with its own monotonic clock (which starts again at each run).
 struct DaemonRun {
   DaemonRun(FakeBackend& backend, FakeJournal& journal, const SimulatedClock& wall,
-            int64_t mono_start)
+            int64_t mono_start, std::string boot_id = "")
       : clock(mono_start), manager(backend, clock) {
-    manager.SetPersistence(
-        LeasePersistence{[&journal](const json& d) { return journal.Save(d); }, &wall});
+    manager.SetPersistence(LeasePersistence{[&journal](const json& d) { return journal.Save(d); },
+                                            &wall, std::move(boot_id)});
   }
   SimulatedClock clock;
   GpuManager manager;
@@ -84,8 +84,8 @@ class GpuManagerDurabilityTest : public ::testing::Test {
  protected:
   // A run that dies without reverting anything (SIGKILL): the manager is
   // destroyed, which stops its executors but never touches a device.
-  std::unique_ptr<DaemonRun> Start(int64_t mono_start = 1000 * kSecond) {
-    return std::make_unique<DaemonRun>(backend_, journal_, wall_, mono_start);
+  std::unique_ptr<DaemonRun> Start(int64_t mono_start = 1000 * kSecond, std::string boot_id = "") {
+    return std::make_unique<DaemonRun>(backend_, journal_, wall_, mono_start, std::move(boot_id));
   }
   Status SetPower(DaemonRun& r, uint32_t gpu, uint32_t watts, const LeaseOptions& lease) {
     return r.manager.Set({gpu}, PowerLimit{watts * 1000}, lease)[0].get();
@@ -126,7 +126,7 @@ TEST_F(GpuManagerDurabilityTest, TheLeaseIsSavedBeforeTheDeviceChanges) {
        0,
        SettingKind::kPowerLimit,
        PowerLimit{700'000},
-       {{"uid:0", PowerLimit{300'000}, kWallStart + 60 * kSecond}}}};
+       {{"uid:0", PowerLimit{300'000}, kWallStart + 60 * kSecond, 60 * kSecond}}}};
   EXPECT_EQ(at_set[0], expected);
   EXPECT_EQ(Stacks(journal_.Saved()), expected);
 }
@@ -385,6 +385,196 @@ TEST_F(GpuManagerDurabilityTest, WallClockJumpsWhileRunningDoNotMoveAnExpiry) {
   ASSERT_TRUE(run->manager.Energy(0).get().ok());
   EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
   EXPECT_TRUE(run->manager.Leases().empty());
+}
+
+// Fault: the wall clock stepped back an hour while the daemon was down, in the
+// same boot. The lease saved its expiry on this boot's monotonic clock too, so
+// the restarted daemon ends it exactly when promised, not an hour later.
+TEST_F(GpuManagerDurabilityTest, WallClockSteppedBackAcrossARestartDoesNotExtendALease) {
+  {
+    auto run = Start(1000 * kSecond, "boot-A");
+    ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 600)).ok());
+    auto stacks = Stacks(journal_.Saved());
+    ASSERT_EQ(stacks.size(), 1u);
+    EXPECT_EQ(stacks[0].leases[0].lease_ns, 600 * kSecond);
+    EXPECT_EQ(stacks[0].leases[0].boot_id, "boot-A");
+    EXPECT_EQ(stacks[0].leases[0].expires_mono_ns, 1600 * kSecond);
+  }  // SIGKILL
+  // 100 s later (the monotonic clock runs on: same boot), the wall clock is
+  // stepped back an hour.
+  wall_.Advance(100 * kSecond - 3600 * kSecond);
+  auto run = Start(1100 * kSecond, "boot-A");
+  RestoreReport report = run->manager.Restore(journal_.Load());
+  EXPECT_EQ(report.kept, 1);
+  auto leases = run->manager.Leases();
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_EQ(leases[0].expires_ns, 1600 * kSecond);  // 500 s left, as promised
+  EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
+  run->clock.Advance(499 * kSecond);
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
+  run->clock.Advance(1 * kSecond);
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);  // reverted on time
+  EXPECT_TRUE(Stacks(journal_.Saved()).empty());
+}
+
+// The same across a reboot (a new boot id: the monotonic expiry means
+// nothing): the wall clock is all there is, but a lease never gets more than
+// the duration it was granted for. Without the cap it would get 4,100 s.
+TEST_F(GpuManagerDurabilityTest, WallClockSteppedBackAcrossARebootIsCappedByTheLeaseDuration) {
+  {
+    auto run = Start(1000 * kSecond, "boot-A");
+    ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 600)).ok());
+  }
+  wall_.Advance(100 * kSecond - 3600 * kSecond);
+  auto run = Start(5 * kSecond, "boot-B");
+  RestoreReport report = run->manager.Restore(journal_.Load());
+  EXPECT_EQ(report.kept, 1);
+  auto leases = run->manager.Leases();
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_EQ(leases[0].expires_ns, 5 * kSecond + 600 * kSecond);
+  // The record now holds the new boot's expiries.
+  auto stacks = Stacks(journal_.Saved());
+  ASSERT_EQ(stacks.size(), 1u);
+  EXPECT_EQ(stacks[0].leases[0].boot_id, "boot-B");
+  EXPECT_EQ(stacks[0].leases[0].expires_mono_ns, 605 * kSecond);
+  EXPECT_EQ(stacks[0].leases[0].expires_at_ns, wall_.NowNs() + 600 * kSecond);
+  run->clock.Advance(600 * kSecond);
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+}
+
+// Fault: NVML fails (NVML_ERROR_UNKNOWN) while a lease expires. The device
+// keeps the leased value, so the record keeps the revert (an emptied stack)
+// and ExpireDue retries it with backoff (1 s, 2 s, 4 s ...) until it goes
+// through; each failure and the final success are counted and reported.
+TEST_F(GpuManagerDurabilityTest, ARevertTheGpuRefusesIsKeptAndRetriedWithBackoff) {
+  auto run = Start();
+  std::mutex events_mu;
+  std::vector<std::string> events;
+  run->manager.SetEventListener([&](std::string_view type, const json&) {
+    std::lock_guard lock(events_mu);
+    events.emplace_back(type);
+  });
+  ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 60)).ok());
+  const Status nvml_unknown = Internal("NVML_ERROR_UNKNOWN: Unknown Error");
+  backend_.FailSets(0, nvml_unknown);
+  backend_.FailSets(0, nvml_unknown);
+  auto sync = [&] { ASSERT_TRUE(run->manager.Energy(0).get().ok()); };
+  auto sets = [&] { return backend_.Calls().size(); };
+  run->clock.Advance(60 * kSecond);
+  run->manager.ExpireDue();
+  sync();
+  const size_t after_expiry = sets();
+  EXPECT_EQ(PowerMw(backend_, 0), 300'000u);   // the GPU kept the value
+  EXPECT_TRUE(run->manager.Leases().empty());  // the lease itself has ended
+  auto stacks = Stacks(journal_.Saved());      // the revert is still owed, on disk too
+  ASSERT_EQ(stacks.size(), 1u);
+  EXPECT_TRUE(stacks[0].leases.empty());
+  EXPECT_EQ(stacks[0].baseline, SettingValue(PowerLimit{700'000}));
+  RevertStatus reverts = run->manager.Reverts();
+  EXPECT_EQ(reverts.failures_total, 1u);
+  ASSERT_EQ(reverts.pending.size(), 1u);
+  EXPECT_EQ(reverts.pending[0].target, SettingValue(PowerLimit{700'000}));
+  EXPECT_EQ(reverts.pending[0].attempts, 1);
+  EXPECT_NE(reverts.pending[0].error.find("NVML_ERROR_UNKNOWN"), std::string::npos);
+  EXPECT_NE(FormatRevertMetrics(reverts).find("gpuslice_lease_reverts_pending 1"),
+            std::string::npos);
+
+  // First retry 1 s after the failure is seen, not before.
+  run->manager.ExpireDue();  // schedules it
+  run->clock.Advance(999'999'999);
+  run->manager.ExpireDue();
+  sync();
+  EXPECT_EQ(sets(), after_expiry);
+  run->clock.Advance(1);
+  run->manager.ExpireDue();
+  sync();
+  EXPECT_EQ(sets(), after_expiry + 1);  // retried, refused again
+  EXPECT_EQ(run->manager.Reverts().failures_total, 2u);
+  EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
+  // The next one 2 s later.
+  run->manager.ExpireDue();
+  run->clock.Advance(2 * kSecond - 1);
+  run->manager.ExpireDue();
+  sync();
+  EXPECT_EQ(sets(), after_expiry + 1);
+  run->clock.Advance(1);
+  run->manager.ExpireDue();
+  sync();
+  EXPECT_EQ(sets(), after_expiry + 2);
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);  // reverted at last
+  EXPECT_TRUE(Stacks(journal_.Saved()).empty());
+  reverts = run->manager.Reverts();
+  EXPECT_TRUE(reverts.pending.empty());
+  EXPECT_EQ(reverts.failures_total, 2u);
+  EXPECT_EQ(reverts.retried_ok_total, 1u);
+  std::lock_guard lock(events_mu);
+  EXPECT_EQ(events, (std::vector<std::string>{"revert_failed", "revert_failed", "revert_retried"}));
+}
+
+// A refused revert outlives the daemon: the record still owes it, so the next
+// start reverts the GPU even though no lease is left.
+TEST_F(GpuManagerDurabilityTest, ARefusedRevertIsDoneByTheNextStart) {
+  {
+    auto run = Start();
+    ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 60)).ok());
+    backend_.FailSets(0, Internal("NVML_ERROR_GPU_IS_LOST"));
+    run->clock.Advance(60 * kSecond);
+    run->manager.ExpireDue();
+    ASSERT_TRUE(run->manager.Energy(0).get().ok());
+    EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
+  }  // killed before any retry
+  auto run = Start(5 * kSecond);
+  run->manager.Restore(journal_.Load());
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+  EXPECT_TRUE(Stacks(journal_.Saved()).empty());
+  EXPECT_TRUE(run->manager.Reverts().pending.empty());
+}
+
+// A new lease on a setting whose revert is pending takes over: the device
+// shows the new value and the retry is dropped (nothing reverts it under the
+// new holder); when that lease ends the baseline comes back.
+TEST_F(GpuManagerDurabilityTest, ANewLeaseOverAPendingRevertEndsTheRetry) {
+  auto run = Start();
+  ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 60)).ok());
+  backend_.FailSets(0, Internal("NVML_ERROR_UNKNOWN"));
+  run->clock.Advance(60 * kSecond);
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());
+  ASSERT_EQ(run->manager.Reverts().pending.size(), 1u);
+  ASSERT_TRUE(SetPower(*run, 0, 400, Lease("b", 60)).ok());
+  EXPECT_TRUE(run->manager.Reverts().pending.empty());
+  EXPECT_EQ(PowerMw(backend_, 0), 400'000u);
+  run->clock.Advance(10 * kSecond);  // past any retry's backoff: none runs
+  run->manager.ExpireDue();
+  run->manager.ExpireDue();
+  ASSERT_TRUE(run->manager.Energy(0).get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 400'000u);
+  ASSERT_TRUE(run->manager.Release({0}, SettingKind::kPowerLimit, "b")[0].get().ok());
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+}
+
+// On stop, a revert the GPU refuses stays in the record for the next start.
+TEST_F(GpuManagerDurabilityTest, ARevertRefusedAtStopStaysInTheRecord) {
+  {
+    auto run = Start();
+    ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 600)).ok());
+    backend_.FailSets(0, Internal("NVML_ERROR_UNKNOWN"));
+    run->manager.RevertAll();
+    EXPECT_EQ(PowerMw(backend_, 0), 300'000u);
+    auto stacks = Stacks(journal_.Saved());
+    ASSERT_EQ(stacks.size(), 1u);
+    EXPECT_TRUE(stacks[0].leases.empty());
+  }
+  auto run = Start(5 * kSecond);
+  run->manager.Restore(journal_.Load());
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+  EXPECT_TRUE(Stacks(journal_.Saved()).empty());
 }
 
 }  // namespace

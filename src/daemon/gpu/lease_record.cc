@@ -1,5 +1,6 @@
 #include "daemon/gpu/lease_record.h"
 
+#include <fstream>
 #include <limits>
 #include <set>
 #include <type_traits>
@@ -113,6 +114,22 @@ StatusOr<LeaseEntry> ParseLease(SettingKind kind, const json& j, const std::stri
     }
     lease.expires_at_ns = expires->get<int64_t>();
   }
+  for (auto [key, field] : {std::pair{"lease_ns", &lease.lease_ns},
+                            std::pair{"expires_mono_ns", &lease.expires_mono_ns}}) {
+    auto it = j.find(key);
+    if (it == j.end()) continue;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+      return InvalidArgument(where + ": \"" + key + "\" must be a non-negative integer");
+    }
+    *field = it->get<int64_t>();
+  }
+  if (auto it = j.find("boot_id"); it != j.end()) {
+    if (!it->is_string()) return InvalidArgument(where + ": \"boot_id\" must be a string");
+    lease.boot_id = it->get<std::string>();
+  }
+  if (lease.expires_mono_ns.has_value() != !lease.boot_id.empty()) {
+    return InvalidArgument(where + R"(: "expires_mono_ns" and "boot_id" go together)");
+  }
   return lease;
 }
 
@@ -148,9 +165,15 @@ json LeaseRecordsJson(const std::vector<LeaseStackRecord>& stacks) {
   for (const LeaseStackRecord& s : stacks) {
     json leases = json::array();
     for (const LeaseEntry& l : s.leases) {
-      leases.push_back({{"holder", l.holder},
-                        {"value", ValueRecord(l.value)},
-                        {"expires_at_ns", l.expires_at_ns ? json(*l.expires_at_ns) : json()}});
+      json lease = {{"holder", l.holder},
+                    {"value", ValueRecord(l.value)},
+                    {"expires_at_ns", l.expires_at_ns ? json(*l.expires_at_ns) : json()}};
+      if (l.lease_ns) lease["lease_ns"] = *l.lease_ns;
+      if (l.expires_mono_ns && !l.boot_id.empty()) {
+        lease["boot_id"] = l.boot_id;
+        lease["expires_mono_ns"] = *l.expires_mono_ns;
+      }
+      leases.push_back(std::move(lease));
     }
     list.push_back({{"gpu_uuid", s.gpu_uuid},
                     {"gpu_index", s.gpu_index},
@@ -177,6 +200,13 @@ StatusOr<std::vector<LeaseStackRecord>> ParseLeaseRecords(const json& data) {
     out.push_back(std::move(stack));
   }
   return out;
+}
+
+std::string ReadBootId(const std::string& path) {
+  std::ifstream in(path);
+  std::string id;
+  if (!std::getline(in, id)) return "";
+  return id;
 }
 
 }  // namespace gpuslice::daemon

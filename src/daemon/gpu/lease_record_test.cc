@@ -55,6 +55,43 @@ TEST(LeaseRecordTest, TheDocumentedShape) {
         {"holder": "uid:1000/job", "value": {"milliwatts": 350500}, "expires_at_ns": null}]}]})"));
 }
 
+// The duration and the same-boot monotonic expiry (rule 8 of gpu_manager.h)
+// round-trip; records from before them (none of the keys) still parse; a
+// monotonic expiry without its boot (or a negative one) is refused.
+TEST(LeaseRecordTest, DurationAndMonotonicExpiryRoundTripAndAreOptional) {
+  std::vector<LeaseStackRecord> records = {
+      {"GPU-a",
+       0,
+       SettingKind::kPowerLimit,
+       PowerLimit{700'000},
+       {{"uid:0", PowerLimit{300'000}, int64_t{1'790'000'000'000'000'000}, int64_t{600'000'000'000},
+         "3f1c2a9e-boot", int64_t{86'400'000'000'000}}}}};
+  const json data = LeaseRecordsJson(records);
+  const json& lease = data["stacks"][0]["leases"][0];
+  EXPECT_EQ(lease["lease_ns"], 600'000'000'000);
+  EXPECT_EQ(lease["boot_id"], "3f1c2a9e-boot");
+  EXPECT_EQ(lease["expires_mono_ns"], 86'400'000'000'000);
+  auto parsed = ParseLeaseRecords(json::parse(data.dump()));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, records);
+
+  json old = data;
+  for (const char* key : {"lease_ns", "boot_id", "expires_mono_ns"}) {
+    old["stacks"][0]["leases"][0].erase(key);
+  }
+  parsed = ParseLeaseRecords(old);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ((*parsed)[0].leases[0].lease_ns, std::nullopt);
+  EXPECT_EQ((*parsed)[0].leases[0].expires_mono_ns, std::nullopt);
+
+  json orphan = data;
+  orphan["stacks"][0]["leases"][0].erase("boot_id");
+  EXPECT_FALSE(ParseLeaseRecords(orphan).ok());
+  json negative = data;
+  negative["stacks"][0]["leases"][0]["lease_ns"] = -1;
+  EXPECT_FALSE(ParseLeaseRecords(negative).ok());
+}
+
 TEST(LeaseRecordTest, AnEmptyRecordHasNoStacks) {
   auto parsed = ParseLeaseRecords(LeaseRecordsJson({}));
   ASSERT_TRUE(parsed.ok());

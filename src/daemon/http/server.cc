@@ -13,6 +13,8 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
@@ -32,6 +34,14 @@ struct HttpServer::Impl {
 
   void AcceptUnix();
   void AcceptTcp();
+  // Binds a new listening socket at options.socket_path (creating its
+  // directory, replacing a stale file, refusing a live one) into `out`.
+  Status BindUnix(std::optional<UnixProtocol::acceptor>& out);
+  // Checks the socket file every socket_check_interval; rebinds a lost one.
+  void WatchSocket();
+  void CheckSocket();
+  // Whether the file at the socket path is the one this server bound.
+  bool SocketIsOurs() const;
   template <typename Protocol>
   void OnAccept(typename Protocol::socket socket, bool via_tcp);
   void RetryAccept(bool tcp);
@@ -46,6 +56,16 @@ struct HttpServer::Impl {
   std::optional<TcpProtocol::acceptor> tcp_acceptor;
   std::vector<std::thread> threads;
   bool running = false;
+  // The socket file bound (device, inode), and the acceptor generation: a
+  // rebind closes the old acceptor, whose accept loop then ends.
+  mutable std::mutex unix_mu;
+  dev_t socket_dev = 0;
+  ino_t socket_ino = 0;
+  uint64_t unix_generation = 0;
+  std::unique_ptr<asio::steady_timer> socket_timer;
+  std::atomic<uint64_t> socket_recreated{0};
+  std::atomic<uint64_t> socket_failures{0};
+  bool socket_failure_logged = false;  // on the timer's handler only
 };
 
 namespace {
@@ -357,9 +377,21 @@ void HttpServer::Impl::RetryAccept(bool tcp) {
 }
 
 void HttpServer::Impl::AcceptUnix() {
+  std::lock_guard lock(unix_mu);
+  const uint64_t generation = unix_generation;
   unix_acceptor->async_accept(
-      asio::make_strand(*ioc), [this](beast::error_code ec, UnixProtocol::socket socket) {
+      asio::make_strand(*ioc),
+      [this, generation](beast::error_code ec, UnixProtocol::socket socket) {
         if (ec == asio::error::operation_aborted) return;
+        bool current;
+        {
+          std::lock_guard held(unix_mu);
+          current = generation == unix_generation;
+        }
+        if (!current) {  // a replaced acceptor's last connection: served, no new accept
+          if (!ec) OnAccept<UnixProtocol>(std::move(socket), false);
+          return;
+        }
         if (ec) {
           GS_LOG(kWarn, "gpusliced", "event=accept_failed error=\"%s\"", ec.message().c_str());
           return RetryAccept(false);
@@ -382,6 +414,89 @@ void HttpServer::Impl::AcceptTcp() {
       });
 }
 
+Status HttpServer::Impl::BindUnix(std::optional<UnixProtocol::acceptor>& out) {
+  const ServerOptions& o = options;
+  const std::filesystem::path dir = std::filesystem::path(o.socket_path).parent_path();
+  if (!dir.empty()) {
+    std::error_code fs_ec;
+    std::filesystem::create_directories(dir, fs_ec);
+  }
+  GS_RETURN_IF_ERROR(ClearSocketPath(o.socket_path));
+  beast::error_code ec;
+  out.emplace(*ioc);
+  out->open(UnixProtocol(), ec);
+  if (!ec) out->bind(UnixProtocol::endpoint(o.socket_path), ec);
+  if (!ec) out->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Unavailable("cannot listen on " + o.socket_path + ": " + ec.message());
+  if (chmod(o.socket_path.c_str(), o.socket_mode) != 0) {
+    return Unavailable("cannot chmod " + o.socket_path + ": " + strerror(errno));
+  }
+  if (o.socket_gid && chown(o.socket_path.c_str(), static_cast<uid_t>(-1), *o.socket_gid) != 0) {
+    return Unavailable("cannot give " + o.socket_path + " to group " +
+                       std::to_string(*o.socket_gid) + ": " + strerror(errno));
+  }
+  struct stat st {};
+  if (lstat(o.socket_path.c_str(), &st) != 0) {
+    return Unavailable("the socket " + o.socket_path + " vanished as it was bound");
+  }
+  std::lock_guard lock(unix_mu);
+  socket_dev = st.st_dev;
+  socket_ino = st.st_ino;
+  return Status::Ok();
+}
+
+bool HttpServer::Impl::SocketIsOurs() const {
+  struct stat st {};
+  if (lstat(options.socket_path.c_str(), &st) != 0) return false;
+  std::lock_guard lock(unix_mu);
+  return st.st_dev == socket_dev && st.st_ino == socket_ino;
+}
+
+void HttpServer::Impl::WatchSocket() {
+  if (options.socket_check_interval.count() <= 0) return;
+  socket_timer->expires_after(options.socket_check_interval);
+  socket_timer->async_wait([this](beast::error_code ec) {
+    if (ec) return;  // stopping
+    CheckSocket();
+    WatchSocket();
+  });
+}
+
+void HttpServer::Impl::CheckSocket() {
+  if (SocketIsOurs()) {
+    socket_failure_logged = false;
+    return;
+  }
+  const std::string& path = options.socket_path;
+  std::optional<UnixProtocol::acceptor> fresh;
+  if (Status s = BindUnix(fresh); !s.ok()) {
+    socket_failures.fetch_add(1, std::memory_order_relaxed);
+    if (!socket_failure_logged) {  // once per loss; checked again each interval
+      GS_LOG(kError, "gpusliced",
+             "event=socket_recreate_failed path=%s error=\"%s\" action=retry_every_%lldms",
+             path.c_str(), s.message().c_str(),
+             static_cast<long long>(options.socket_check_interval.count()));
+      socket_failure_logged = true;
+    }
+    return;
+  }
+  std::optional<UnixProtocol::acceptor> old;
+  {
+    std::lock_guard lock(unix_mu);
+    old = std::move(unix_acceptor);
+    unix_acceptor = std::move(fresh);
+    ++unix_generation;
+  }
+  beast::error_code ec;
+  if (old) old->close(ec);
+  AcceptUnix();
+  socket_failure_logged = false;
+  socket_recreated.fetch_add(1, std::memory_order_relaxed);
+  GS_LOG(kWarn, "gpusliced", "event=socket_recreated path=%s reason=\"the socket file was gone\"",
+         path.c_str());
+  hub.Publish("socket_recreated", nlohmann::json{{"path", path}}.dump());
+}
+
 HttpServer::HttpServer(ServerOptions options, const ApiRouter& router, EventHub& hub)
     : impl_(std::make_unique<Impl>(std::move(options), router, hub)) {}
 
@@ -391,6 +506,11 @@ size_t HttpServer::ConnectionCount() const {
   return impl_->connections.load(std::memory_order_relaxed);
 }
 
+SocketWatch HttpServer::socket_watch() const {
+  return {impl_->socket_recreated.load(std::memory_order_relaxed),
+          impl_->socket_failures.load(std::memory_order_relaxed)};
+}
+
 Status HttpServer::Start() {
   Impl& s = *impl_;
   const ServerOptions& o = s.options;
@@ -398,25 +518,10 @@ Status HttpServer::Start() {
   s.workers = std::make_unique<asio::thread_pool>(std::max(1, o.worker_threads));
   beast::error_code ec;
 
-  const std::filesystem::path dir = std::filesystem::path(o.socket_path).parent_path();
-  if (!dir.empty()) {
-    std::error_code fs_ec;
-    std::filesystem::create_directories(dir, fs_ec);
-  }
-  GS_RETURN_IF_ERROR(ClearSocketPath(o.socket_path));
-  s.unix_acceptor.emplace(*s.ioc);
-  s.unix_acceptor->open(UnixProtocol(), ec);
-  if (!ec) s.unix_acceptor->bind(UnixProtocol::endpoint(o.socket_path), ec);
-  if (!ec) s.unix_acceptor->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return Unavailable("cannot listen on " + o.socket_path + ": " + ec.message());
-  if (chmod(o.socket_path.c_str(), o.socket_mode) != 0) {
-    return Unavailable("cannot chmod " + o.socket_path + ": " + strerror(errno));
-  }
-  if (o.socket_gid && chown(o.socket_path.c_str(), static_cast<uid_t>(-1), *o.socket_gid) != 0) {
-    return Unavailable("cannot give " + o.socket_path + " to group " +
-                       std::to_string(*o.socket_gid) + ": " + strerror(errno));
-  }
+  GS_RETURN_IF_ERROR(s.BindUnix(s.unix_acceptor));
   s.AcceptUnix();
+  s.socket_timer = std::make_unique<asio::steady_timer>(*s.ioc);
+  s.WatchSocket();
 
   if (!o.tcp_host.empty()) {
     auto address = asio::ip::make_address(o.tcp_host, ec);
@@ -449,12 +554,14 @@ void HttpServer::Stop() {
   beast::error_code ec;
   if (s.unix_acceptor) {
     s.unix_acceptor->close(ec);
-    if (s.running) unlink(s.options.socket_path.c_str());
+    // Only our own file: a path lost to another daemon's socket is left alone.
+    if (s.running && s.SocketIsOurs()) unlink(s.options.socket_path.c_str());
   }
   if (s.tcp_acceptor) s.tcp_acceptor->close(ec);
   s.workers->join();
   s.unix_acceptor.reset();
   s.tcp_acceptor.reset();
+  s.socket_timer.reset();
   s.ioc.reset();  // destroys the connections still pending
   s.workers.reset();
   s.running = false;

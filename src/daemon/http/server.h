@@ -45,6 +45,18 @@ struct ServerOptions {
   size_t sse_max_queued = 256;                      // events; a slower reader is dropped
   int io_threads = 1;
   int worker_threads = 4;
+  // How often the socket file is checked (zero: never). When it is gone (its
+  // directory removed, the file unlinked) the server binds a new one at the
+  // same path, creating the directory again (event=socket_recreated, and an
+  // SSE event "socket_recreated"); when another live socket holds the path it
+  // is left alone and the failure logged (event=socket_recreate_failed) and
+  // counted, checked again each interval. Connections already open are kept.
+  std::chrono::milliseconds socket_check_interval{1000};
+};
+
+struct SocketWatch {
+  uint64_t recreated = 0;  // sockets bound again at the path
+  uint64_t failures = 0;   // checks that found the path lost and could not bind it
 };
 
 class HttpServer {
@@ -62,6 +74,7 @@ class HttpServer {
   void Stop();
 
   size_t ConnectionCount() const;
+  SocketWatch socket_watch() const;
 
   struct Impl;
 

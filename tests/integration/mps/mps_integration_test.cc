@@ -210,5 +210,91 @@ TEST_F(MpsIntegrationTest, OnAnR615NodeEachTenantsNamespaceCapsItsClients) {
   ASSERT_TRUE(m->Release("b").ok());
 }
 
+// Fault: the MPS control daemon hangs (SIGSTOP: alive, but its control socket
+// never answers). The health check's control command times out (bounded by
+// the command timeout, not forever), the hung daemon is killed and a new one
+// started for the same tenant, which keeps its tier and environment.
+TEST_F(MpsIntegrationTest, HealthCheckKillsAndRestartsAHungDaemon) {
+  options_.command_timeout_ns = 5'000'000'000;
+  auto m = NewManager();
+  auto a = m->Acquire({"a", "0", {}});
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ(a->tier, Tier::kMps);
+  const pid_t old_pid = ControlPid(*m);
+  ASSERT_GT(old_pid, 0);
+  ASSERT_EQ(kill(old_pid, SIGSTOP), 0);
+
+  const auto before = std::chrono::steady_clock::now();
+  m->CheckHealth();
+  // One timed-out command plus a start: well under the 30 s start timeout
+  // (a check that waited on the hung daemon forever would never return).
+  EXPECT_LT(std::chrono::steady_clock::now() - before, seconds(40));
+  EXPECT_TRUE(WaitFor([&] { return !host_.ProcessAlive(old_pid); }, seconds(20)));
+  const pid_t new_pid = ControlPid(*m);
+  EXPECT_GT(new_pid, 0);
+  EXPECT_NE(new_pid, old_pid);
+  EXPECT_TRUE(host_.ProcessAlive(new_pid));
+  auto status = m->GetStatus();
+  EXPECT_EQ(status.gpus[0].restarts, 1);
+  EXPECT_NE(status.gpus[0].last_error.find("restarted"), std::string::npos)
+      << status.gpus[0].last_error;
+  ASSERT_EQ(m->Tenants().size(), 1u);
+  EXPECT_EQ(m->Tenants()[0].tier, Tier::kMps);
+  EXPECT_EQ(gpus_.modes[0], ComputeMode::kExclusiveProcess);
+  m->CheckHealth();
+  EXPECT_EQ(m->GetStatus().gpus[0].health, Health::kHealthy) << m->GetStatus().gpus[0].last_error;
+
+  ASSERT_TRUE(m->Release("a").ok());
+  EXPECT_TRUE(WaitFor([&] { return !host_.ProcessAlive(new_pid); }, seconds(20)));
+}
+
+// Fault: the daemon hangs just as its last tenant leaves. `quit` times out;
+// the release still completes: the hung daemon is killed, and the GPU's
+// compute mode restored. Nothing is left running.
+TEST_F(MpsIntegrationTest, ReleaseOfTheLastTenantEndsAHungDaemon) {
+  options_.command_timeout_ns = 5'000'000'000;
+  options_.stop_timeout_ns = 5'000'000'000;
+  auto m = NewManager();
+  ASSERT_EQ(m->Acquire({"a", "0", {}})->tier, Tier::kMps);
+  const pid_t pid = ControlPid(*m);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+
+  Status released = m->Release("a");
+  EXPECT_TRUE(released.ok()) << released.ToString();
+  EXPECT_TRUE(WaitFor([&] { return !host_.ProcessAlive(pid); }, seconds(20)));
+  EXPECT_EQ(gpus_.modes[0], ComputeMode::kDefault);
+  EXPECT_TRUE(m->Tenants().empty());
+  EXPECT_EQ(ControlPid(*m), 0);
+}
+
+// Fault: the daemon dies while gpusliced is down. The next gpusliced (a new
+// manager on the same root) finds the tenant in its state and starts a new
+// daemon for it, instead of losing the tenant or trusting a dead pid.
+TEST_F(MpsIntegrationTest, ADaemonThatDiedWhileGpuslicedWasDownIsStartedAgain) {
+  pid_t old_pid;
+  {
+    auto first = NewManager();
+    ASSERT_EQ(first->Acquire({"a", "0", {}})->tier, Tier::kMps);
+    old_pid = ControlPid(*first);
+  }
+  ASSERT_GT(old_pid, 0);
+  ASSERT_EQ(kill(old_pid, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return !host_.ProcessAlive(old_pid); }, seconds(20)));
+
+  auto second = NewManager();
+  const pid_t new_pid = ControlPid(*second);
+  EXPECT_GT(new_pid, 0);
+  EXPECT_NE(new_pid, old_pid);
+  EXPECT_TRUE(host_.ProcessAlive(new_pid));
+  ASSERT_EQ(second->Tenants().size(), 1u);
+  EXPECT_EQ(second->Tenants()[0].name, "a");
+  second->CheckHealth();
+  EXPECT_EQ(second->GetStatus().gpus[0].health, Health::kHealthy)
+      << second->GetStatus().gpus[0].last_error;
+  ASSERT_TRUE(second->Release("a").ok());
+  EXPECT_TRUE(WaitFor([&] { return !host_.ProcessAlive(new_pid); }, seconds(20)));
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon::mps
