@@ -32,7 +32,7 @@ ComputeController::Members ComputeController::SlotMembers(const GroupSegment& se
   return [&segment] {
     std::vector<Member> out;
     for (const GroupSegment::MemberRef& m : segment.Members()) {
-      out.push_back({.pid = m.pid, .slot = m.slot, .joined_ns = m.joined_ns});
+      out.push_back({.pid = m.pid, .slot = m.slot});
     }
     return out;
   };

@@ -51,12 +51,10 @@ class ComputeController {
   // The pids of the group's members, in the utilization source's namespace.
   using MemberPids = std::function<std::vector<int32_t>()>;
   // A member: its pid in the utilization source's namespace and, where
-  // known, its slot in the segment (-1: unknown) and when it joined it
-  // (GroupSegment::MemberRef: tells a slot's successive owners apart).
+  // known, its slot in the segment (-1: unknown).
   struct Member {
     int32_t pid;
     int slot = -1;
-    int64_t joined_ns = 0;
   };
   using Members = std::function<std::vector<Member>()>;
 

@@ -654,12 +654,8 @@ GroupSnapshot GroupSegment::Snapshot() const {
     GroupSnapshot::Member m{.slot = slot,
                             .pid = pid,
                             .name = std::string(p.name, strnlen(p.name, sizeof p.name)),
-                            .memory = {},
-                            .charge_ns = {}};
-    for (int d = 0; d < n; ++d) {
-      m.memory.push_back(Load(p.memory[d]));
-      m.charge_ns.push_back(SlotCharge(slot, d));
-    }
+                            .memory = {}};
+    for (int d = 0; d < n; ++d) m.memory.push_back(Load(p.memory[d]));
     snap.members.push_back(std::move(m));
   }
   return snap;

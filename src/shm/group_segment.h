@@ -51,8 +51,7 @@ struct GroupSnapshot {
     int slot;
     int32_t pid;  // in the member's own pid namespace
     std::string name;
-    std::vector<uint64_t> memory;    // bytes per device, parallel to `devices`
-    std::vector<int64_t> charge_ns;  // its charge per launch per device (0: not known)
+    std::vector<uint64_t> memory;  // bytes per device, parallel to `devices`
   };
   std::string group;
   bool paused = false;  // launches wait (gpusliced paused the group)
