@@ -183,7 +183,7 @@ class GroupSegment {
   // The compute budget of `dev` for the launch path of the member in `slot`
   // (a slot this process joined). REQUIRES: 0 <= slot < kGroupMaxSlots.
   ComputeBudget Budget(int dev, int slot) {
-    return ComputeBudget(layout_->devices[dev].compute, layout_->slot_compute[slot][dev]);
+    return {layout_->devices[dev].compute, layout_->slot_compute[slot][dev]};
   }
   // The raw budget fields of `dev` (tests that stage a state; code uses Budget).
   DeviceCompute& Compute(int dev) { return layout_->devices[dev].compute; }

@@ -195,8 +195,9 @@ TEST_F(ComputeTest, ACapHoldsWhenAMemberWithMuchLongerKernelsJoins) {
   // (the landed code), the group ran near 100 % for seconds after the join.
   // A loaded machine slows the members down (shares lower, never higher),
   // so the bound from above holds however loaded it is.
-  std::vector<double> windows;
-  for (int i = 0; i < 3; ++i) windows.push_back(Share({a, b}, milliseconds(2000)));
+  std::vector<double> windows = {Share({a, b}, milliseconds(2000)),
+                                 Share({a, b}, milliseconds(2000)),
+                                 Share({a, b}, milliseconds(2000))};
   EXPECT_LE(*std::max_element(windows.begin(), windows.end()), 52)
       << "the group's share in each 2 s window after the join: "
       << ::testing::PrintToString(windows);
