@@ -45,6 +45,10 @@
 //    `next_free_ns` with compare-and-swap on every launch of a paced device
 //    and wait on `change_word` (futex, with a timeout) while it is ahead of
 //    them; only the group controller writes the estimate fields.
+//  - Each member's own compute (SlotCompute, v5) is lock-free too: the member
+//    counts its launches and takes its bootstrap probes there; the group
+//    controller writes its charge. A value read from it is bounded before use
+//    (kMaxChargeNs): a member cannot make another wait forever.
 //  - gpusliced's scheduler (DESIGN.md section 4) writes each device's
 //    `compute_grant_bp` and `burst_ns` and the group's `paused` word; every
 //    change bumps `change_word`. A member that takes the controller role
@@ -66,7 +70,7 @@
 namespace gpuslice {
 
 inline constexpr uint64_t kGroupSegmentMagic = 0x5052475f534c5047;  // "GPLS_GRP"
-inline constexpr uint32_t kGroupSegmentVersion = 4;
+inline constexpr uint32_t kGroupSegmentVersion = 5;
 
 // Where segments live when GPUSLICE_SHM_DIR is unset.
 inline constexpr char kDefaultGroupSegmentDir[] = "/dev/shm/gpuslice";
@@ -109,19 +113,20 @@ struct GroupSegmentHeader {
 // rate being the lower of compute_limit and compute_grant_bp); a launch is
 // admitted while next_free_ns <= now + the burst tolerance, otherwise its
 // thread waits until that holds. Device time is estimated per launch by the
-// group controller from NVML's per-process samples (busy time / launches).
+// group controller from NVML's per-process samples (busy time / launches),
+// for each member on its own (SlotCompute): members whose kernels differ
+// are each charged what theirs cost.
 struct alignas(64) DeviceCompute {
   // Written by every admitted launch of every member (a cache line of its own).
   int64_t next_free_ns;  // CLOCK_MONOTONIC time the budget is next free
   uint64_t launches;     // launches admitted on this device
   uint64_t waits;        // launches that had to wait for budget
   uint64_t wait_ns;      // total time those launches waited
-  uint32_t probes;       // bootstrap probes taken (see probe_ns)
-  uint32_t reserved0;
+  uint32_t reserved0[2];
   uint8_t pad0[24];
-  // Written by the group controller (probe_ns: by members, lowering only).
-  int64_t charge_ns;  // estimated device time of one launch; 0: not known yet
-  int64_t probe_ns;   // bootstrap: least launch-to-completion time measured; 0: none
+  // Written by the group controller.
+  int64_t charge_ns;  // the group's mean device time of one launch (readers); 0: not known yet
+  int64_t reserved2;
   uint32_t share_bp;  // measured share of the device, in basis points (1/100 %)
   uint32_t reserved1;
   int64_t measured_at_ns;  // CLOCK_MONOTONIC of the last estimate; 0: never
@@ -155,6 +160,20 @@ struct ProcessSlot {
   uint64_t memory[kGroupMaxDevices];  // bytes charged by this slot (atomic; see memory_used)
 };
 
+// Longest charge of one launch the launch path accepts from the segment (a
+// larger value is taken as this): a graph of many long kernels stays below
+// it, a hostile value cannot stop a member for longer.
+inline constexpr int64_t kMaxChargeNs = 10'000'000'000;
+
+// One member's compute on one device (v5).
+struct SlotCompute {
+  uint64_t launches;  // launches the member made on the device (written by the member)
+  int64_t charge_ns;  // device time of one of its launches (the group controller); 0: not known
+  int64_t probe_ns;   // bootstrap: least launch-to-completion time it measured; 0: none
+  uint32_t probes;    // bootstrap probes it took
+  uint32_t reserved;
+};
+
 struct GroupSegmentLayout {
   GroupSegmentHeader header;
   char group[kGroupIdBytes];  // NUL-terminated group id
@@ -172,6 +191,8 @@ struct GroupSegmentLayout {
   uint64_t reserved2;
   GroupDevice devices[kGroupMaxDevices];
   ProcessSlot slots[kGroupMaxSlots];
+  // slot_compute[s][d]: slot s's member on devices[d]; cleared with the slot.
+  SlotCompute slot_compute[kGroupMaxSlots][kGroupMaxDevices];
 };
 
 static_assert(std::is_trivially_copyable_v<GroupSegmentLayout>);
@@ -179,6 +200,7 @@ static_assert(sizeof(GroupSegmentHeader) == 32);
 static_assert(sizeof(DeviceCompute) == 128);
 static_assert(sizeof(GroupDevice) == 256);
 static_assert(sizeof(ProcessSlot) == 168);
+static_assert(sizeof(SlotCompute) == 32);
 static_assert(sizeof(pthread_mutex_t) <= 64, "the mutex must fit its 64-byte line");
 static_assert(sizeof(GroupSegmentLayout) < kAttachLockOffset);
 

@@ -3,18 +3,25 @@
 // holds the controller role (the limiter's keeper thread) or in gpusliced.
 //
 // For each device of the group with a compute limit, every tick it records
-// the group's launch count (the segment's compute budget), reads the
-// utilization samples newer than the last ones it saw, adds up those of the
-// group's members, and feeds both to a CostEstimator. It publishes the
-// estimated device time per launch, which the launch path paces by, and the
-// measured share for `gpuslice status` (GroupSegment::PublishEstimate).
+// launch counts, reads the utilization samples newer than the last ones it
+// saw and feeds both to CostEstimators:
+//  - one per member whose slot it knows (Member::slot >= 0): that member's
+//    own launches (SlotCompute) against its own samples, so members whose
+//    kernels differ a hundredfold are each charged what theirs cost
+//    (GroupSegment::PublishSlotCharge: the launch path paces by it);
+//  - one for the members it cannot tell apart (a pid without a slot, e.g.
+//    the daemon's host pids of members in containers): their launches
+//    together against their samples together; each such member is charged
+//    that mean;
+//  - one for the whole group: its mean charge and measured share, for
+//    `gpuslice status` and the scheduler (GroupSegment::PublishEstimate).
 //
 // Members are matched by pid in the utilization source's namespace (NVML:
-// the host's). The limiter passes its slots' pids, so inside a container with
-// its own pid namespace no sample matches and the charge stays at the
-// members' bootstrap measurement (an upper bound: the group stays under its
-// limit; that is logged once). The daemon passes the host pids of its
-// registry, which always match.
+// the host's). The limiter passes its slots' pids with their slots, so
+// inside a container with its own pid namespace no sample matches and each
+// member's charge stays at its bootstrap measurement (an upper bound: the
+// group stays under its limit; that is logged once). The daemon passes the
+// host pids of its registry, which always match, without slots.
 //
 // Not thread-safe: one instance, on the controlling thread.
 #pragma once
@@ -23,7 +30,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "common/clock.h"
@@ -41,6 +50,13 @@ class ComputeController {
 
   // The pids of the group's members, in the utilization source's namespace.
   using MemberPids = std::function<std::vector<int32_t>()>;
+  // A member: its pid in the utilization source's namespace and, where
+  // known, its slot in the segment (-1: unknown).
+  struct Member {
+    int32_t pid;
+    int slot = -1;
+  };
+  using Members = std::function<std::vector<Member>()>;
 
   struct Clocks {
     const Clock& realtime;   // the time base of utilization samples
@@ -48,28 +64,48 @@ class ComputeController {
   };
 
   // REQUIRES: `segment`, `source` and the clocks outlive the controller.
-  ComputeController(GroupSegment& segment, UtilizationSource& source, MemberPids members,
+  ComputeController(GroupSegment& segment, UtilizationSource& source, Members members,
                     Clocks clocks);
+  // Members known by pid only (each charged the group's mean).
+  ComputeController(GroupSegment& segment, UtilizationSource& source, MemberPids pids,
+                    Clocks clocks);
+
+  // The members of `segment` with their slots, by the pids the slots hold
+  // (the limiter's keeper: NVML sees those pids outside containers).
+  static Members SlotMembers(const GroupSegment& segment);
 
   // One step for every compute-limited device. Returns true if some device
   // has a compute limit (the caller then ticks every kPeriod).
   bool Tick();
 
  private:
-  struct Device {
+  // One member with a slot, on one device.
+  struct SlotState {
+    int64_t joined_ns = 0;
+    uint64_t last_launches = 0;  // the slot's count at the last tick
+    uint64_t launches = 0;       // this member's launches seen (monotonic)
     CostEstimator estimator;
-    uint64_t last_seen_us = 0;  // newest sample timestamp consumed
-    bool matched_once = false;  // some sample matched a member
+  };
+  struct Device {
+    CostEstimator estimator;  // the whole group
+    CostEstimator unslotted;  // members without a known slot, together
+    uint64_t unslotted_launches = 0;
+    std::map<int, SlotState> slots;  // by slot: every live member's
+    std::set<int> unknown;           // live slots of members without a known slot
+    uint64_t last_seen_us = 0;       // newest sample timestamp consumed
+    bool matched_once = false;       // some sample matched a member
     int64_t first_tick_ns = 0;
     uint64_t launches_at_first_tick = 0;
     bool paced_launch_seen = false;  // launches moved since the first tick
   };
 
-  void TickDevice(int dev, Device& d);
+  void TickDevice(int dev, Device& d, const std::vector<Member>& members);
+  // Records every live slot's launches at `now_real`.
+  void RecordSlots(int dev, Device& d, const std::vector<Member>& members, int64_t now_real);
 
   GroupSegment& segment_;
   UtilizationSource& source_;
-  MemberPids members_;
+  Members members_;
   Clocks clocks_;
   std::array<std::unique_ptr<Device>, kGroupMaxDevices> devices_{};
   bool warned_unavailable_ = false;

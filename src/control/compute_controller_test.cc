@@ -140,5 +140,86 @@ TEST_F(ComputeControllerTest, QueuedWorkFromBeforePacingIsNoEvidenceOfCost) {
   EXPECT_NEAR(segment_->Compute(0).charge_ns, 2 * kMs, 0.3 * kMs);
 }
 
+// Two members whose kernels differ 250x: 20 us kernels (2000 a second, 4 %
+// busy) and 5 ms kernels (60 a second, 30 % busy).
+class MixedMembersTest : public ComputeControllerTest {
+ protected:
+  void SetUp() override {
+    ComputeControllerTest::SetUp();
+    auto other = GroupSegment::Open(dir_, "g", true);
+    ASSERT_TRUE(other.ok());
+    other_ = std::move(other).value();
+    short_ = *segment_->Join(4242, 1, "short");
+    long_ = *other_->Join(4243, 1, "long");
+    segment_->SetComputeLimit(0, 50);
+  }
+  void Run(ComputeController& c, double seconds) {
+    for (int i = 1; i <= static_cast<int>(seconds * 20); ++i) {
+      realtime_.Advance(50 * kMs);
+      monotonic_.Advance(50 * kMs);
+      for (auto [slot, n] : {std::pair{short_, 100}, std::pair{long_, 3}}) {
+        std::atomic_ref<uint64_t>(segment_->layout().slot_compute[slot][0].launches) += n;
+        std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += n;
+      }
+      if (i % 4 == 0) {
+        const auto t = static_cast<uint64_t>(realtime_.NowNs() / 1000);
+        source_.samples[kUuid].push_back({4242, t, 4});
+        source_.samples[kUuid].push_back({4243, t, 30});
+      }
+      c.Tick();
+    }
+  }
+  std::unique_ptr<GroupSegment> other_;
+  int short_ = -1, long_ = -1;
+};
+
+TEST_F(MixedMembersTest, EachMemberIsChargedWhatItsOwnLaunchesCost) {
+  ComputeController c(*segment_, source_, ComputeController::SlotMembers(*segment_),
+                      {realtime_, monotonic_});
+  Run(c, 3.0);
+  EXPECT_NEAR(segment_->SlotCharge(short_, 0), 20'000, 3'000);
+  EXPECT_NEAR(segment_->SlotCharge(long_, 0), 5 * kMs, 0.5 * kMs);
+  // The group's mean, for readers: 340 ms busy a second over 2060 launches.
+  EXPECT_NEAR(segment_->Compute(0).charge_ns, 165'000, 20'000);
+}
+
+TEST_F(MixedMembersTest, MembersKnownByPidOnlyShareTheGroupsMean) {
+  ComputeController c = MakeController({4242, 4243});  // the daemon's host pids
+  Run(c, 3.0);
+  EXPECT_NEAR(segment_->SlotCharge(short_, 0), 165'000, 20'000);
+  EXPECT_NEAR(segment_->SlotCharge(long_, 0), 165'000, 20'000);
+}
+
+TEST_F(MixedMembersTest, AMemberThatJoinsStartsWithNoChargeOfItsOwn) {
+  ComputeController c(*segment_, source_, ComputeController::SlotMembers(*segment_),
+                      {realtime_, monotonic_});
+  Run(c, 3.0);
+  ASSERT_GT(segment_->SlotCharge(long_, 0), 0);
+  // The long member leaves; a new process takes its slot.
+  other_->Leave(long_);
+  EXPECT_EQ(segment_->SlotCharge(long_, 0), 0);
+  EXPECT_EQ(segment_->SlotLaunches(long_, 0), 0u);
+  auto again = GroupSegment::Open(dir_, "g", true);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*(*again)->Join(4244, 1, "new"), long_);
+  c.Tick();
+  EXPECT_EQ(segment_->SlotCharge(long_, 0), 0);  // measured by its own probes first
+}
+
+TEST(ComputeBudget, ChargesReadFromTheSegmentAreBounded) {
+  DeviceCompute device{};
+  SlotCompute member{};
+  ComputeBudget budget(device, member);
+  member.charge_ns = -5;
+  EXPECT_EQ(budget.charge_ns(), 0);
+  member.charge_ns = INT64_MAX;  // a hostile member's value
+  EXPECT_EQ(budget.charge_ns(), kMaxChargeNs);
+  member.probe_ns = INT64_MAX;
+  EXPECT_EQ(budget.probe_ns(), kMaxChargeNs);
+  budget.CountLaunch();
+  EXPECT_EQ(device.launches, 1u);
+  EXPECT_EQ(member.launches, 1u);
+}
+
 }  // namespace
 }  // namespace gpuslice::control

@@ -33,16 +33,21 @@ struct PlantOptions {
   int64_t probe_ns = 0;     // bootstrap charge (0: 1.5 x kernel)
   int64_t step_ns = 10 * kUs;
   bool backlog_watch = true;  // the launch gate's (launch_pacer.h)
+  // Each member charged by its own estimate (its own NVML samples over its
+  // own launches, as ComputeController does); false: one charge for the
+  // whole group (the group's busy time over all its launches).
+  bool per_member = true;
   CostEstimator::Options estimator;
 };
 
 // A device with one paced group of one or more members (processes, each
 // with one stream). Everything advances in Step(). Members' queues share the
-// device by round-robin time slices of 1 ms, as contexts do.
+// device by round-robin time slices of 1 ms, as contexts do. NVML's windows
+// report each member's busy share, rounded to whole percent.
 class Plant {
  public:
   explicit Plant(const PlantOptions& o) : o_(o), limit_(o.limit), estimator_(o.estimator) {
-    members_.emplace_back(o.kernel_ns, o.sync);
+    members_.emplace_back(o.kernel_ns, o.sync, o.estimator);
   }
 
   void set_limit(uint32_t l) { limit_ = l; }
@@ -50,7 +55,7 @@ class Plant {
   void set_kernel_ns(int64_t k) { members_[0].kernel_ns = k; }
   // Adds a member launching kernels of `kernel_ns`; returns its index.
   size_t AddMember(int64_t kernel_ns, bool sync = false) {
-    members_.emplace_back(kernel_ns, sync);
+    members_.emplace_back(kernel_ns, sync, o_.estimator);
     return members_.size() - 1;
   }
   // A member leaves: it launches no more and its queued work is dropped
@@ -89,14 +94,29 @@ class Plant {
     return best;
   }
 
-  int64_t charge_ns() const { return charge_ns_; }
-  const CostEstimator& estimator() const { return estimator_; }
+  // The charge of member 0's launches.
+  int64_t charge_ns() const { return o_.per_member ? members_[0].charge_ns : charge_ns_; }
+  // The estimator of member 0's charge.
+  const CostEstimator& estimator() const {
+    return o_.per_member ? members_[0].estimator : estimator_;
+  }
 
  private:
+  struct Window {
+    int64_t start, end;
+    double fraction;
+  };
   struct Member {
-    Member(int64_t k, bool s) : kernel_ns(k), sync(s) {}
+    Member(int64_t k, bool s, const CostEstimator::Options& e)
+        : kernel_ns(k), sync(s), estimator(e) {}
     int64_t kernel_ns;
     bool sync;
+    // Per-member charging: its launches, its NVML windows, its estimate.
+    uint64_t launches = 0;
+    int64_t window_busy = 0;
+    std::deque<Window> closed;
+    CostEstimator estimator;
+    int64_t charge_ns = 0;
     bool running = true;
     std::deque<int64_t> queue;
     int64_t marked_at = 0;  // the backlog watch's state
@@ -112,9 +132,11 @@ class Plant {
   }
 
   void Launch(Member& m) {
-    const int64_t charge = charge_ns_ > 0    ? charge_ns_
-                           : o_.probe_ns > 0 ? o_.probe_ns
-                                             : members_[0].kernel_ns * 3 / 2;
+    // Before an estimate, the bootstrap probe: an upper bound of the
+    // member's own kernel (the group's first member's, when charged as one).
+    const int64_t own = o_.per_member ? m.charge_ns : charge_ns_;
+    const int64_t bootstrap = o_.per_member ? m.kernel_ns : members_[0].kernel_ns;
+    const int64_t charge = own > 0 ? own : o_.probe_ns > 0 ? o_.probe_ns : bootstrap * 3 / 2;
     const int64_t interval = PacedIntervalNs(charge, limit_);
     while (m.running && (!m.sync || m.queue.empty()) && m.queue.size() < 1024) {
       if (o_.backlog_watch) {
@@ -132,6 +154,7 @@ class Plant {
       if (TryAdmit(std::atomic_ref<int64_t>(next_free_), now_, interval) != 0) return;
       m.queue.push_back(m.kernel_ns);
       ++launches_;
+      ++m.launches;
     }
   }
 
@@ -148,6 +171,7 @@ class Plant {
         if (m.queue.empty()) continue;
         slice_owner_ = (slice_owner_ + i) % members_.size();
         busy = true;
+        m.window_busy += o_.step_ns;
         m.queue.front() -= o_.step_ns;
         if (m.queue.front() <= 0) {
           m.queue.pop_front();
@@ -164,6 +188,12 @@ class Plant {
       const double pct = std::round(100.0 * static_cast<double>(window_busy_) /
                                     static_cast<double>(o_.nvml_window_ns));
       closed_.push_back({window_start_, now_, pct / 100});
+      for (Member& m : members_) {
+        const double own = std::round(100.0 * static_cast<double>(m.window_busy) /
+                                      static_cast<double>(o_.nvml_window_ns));
+        m.closed.push_back({window_start_, now_, own / 100});
+        m.window_busy = 0;
+      }
       window_start_ = now_;
       window_busy_ = 0;
     }
@@ -178,12 +208,16 @@ class Plant {
       closed_.pop_front();
     }
     if (int64_t c = estimator_.CostNs(); c > 0) charge_ns_ = c;
+    for (Member& m : members_) {
+      m.estimator.RecordLaunches(now_, m.launches);
+      while (!m.closed.empty() && m.closed.front().end + o_.nvml_lag_ns <= now_) {
+        m.estimator.AddBusy(m.closed.front().start, m.closed.front().end,
+                            m.closed.front().fraction);
+        m.closed.pop_front();
+      }
+      if (int64_t c = m.estimator.CostNs(); c > 0) m.charge_ns = c;
+    }
   }
-
-  struct Window {
-    int64_t start, end;
-    double fraction;
-  };
 
   PlantOptions o_;
   uint32_t limit_;
@@ -337,11 +371,12 @@ TEST(WorkloadChange, KernelsAHundredTimesLonger) {
   EXPECT_GE(plant.estimator().shifts(), 1u);
 }
 
-// Not met yet: under a high cap the short charge lets many launches through
-// in one allowance (about 90 at 70 %, two seconds of 20 ms kernels), so the
-// group runs over its cap for about two seconds before the watch and the
-// estimator catch up. Bounding the launches per allowance needs a second
-// marker or a launch count; enabled when that lands.
+// Not met yet (docs/limiter.md, Known limits): at 70 % the stream keeps about
+// 14 ms of work queued, and launches go on being admitted at the old charge
+// (one every 0.29 ms) until the first long kernel has even started and
+// overrun: about 50 launches, a second of 20 ms kernels, before any marker
+// could be late, and the allowance lets in more. Needs a per-launch marker
+// and a debt for the backlog; enabled when that lands.
 TEST(WorkloadChange, DISABLED_KernelsAHundredTimesLongerUnderAHighCap) {
   PlantOptions o;
   o.kernel_ns = 200 * kUs;
@@ -377,11 +412,10 @@ TEST(WorkloadChange, GraphsOfTenKernelsInPlaceOfSingleLaunchesAndBack) {
   ExpectCapHolds(plant, 18 * kSec, 30);
 }
 
-// Not met yet: one charge per group cannot serve members whose kernels
-// differ 250x (the join overshoots for about 2 s, the mixed group swings
-// around its cap by up to 7 points). Needs per-member charges (each member's
-// NVML busy time over its own launch count); enabled when they land.
-TEST(WorkloadChange, DISABLED_AMemberWithMuchLongerKernelsJoinsThenLeaves) {
+// Members whose kernels differ 250x, each charged by its own estimate: the
+// one that joins starts on its own bootstrap measurement (an upper bound of
+// its kernels), never on the others' short charge.
+TEST(WorkloadChange, AMemberWithMuchLongerKernelsJoinsThenLeaves) {
   PlantOptions o;
   o.kernel_ns = 20 * kUs;
   o.limit = 40;
@@ -395,7 +429,7 @@ TEST(WorkloadChange, DISABLED_AMemberWithMuchLongerKernelsJoinsThenLeaves) {
   ExpectCapHolds(plant, 18 * kSec, 40);
 }
 
-TEST(WorkloadChange, DISABLED_AMixedGroupFromTheStart) {  // see above
+TEST(WorkloadChange, AMixedGroupFromTheStart) {
   PlantOptions o;
   o.kernel_ns = 20 * kUs;
   o.limit = 40;
@@ -403,6 +437,28 @@ TEST(WorkloadChange, DISABLED_AMixedGroupFromTheStart) {  // see above
   plant.AddMember(5 * kMs);
   plant.RunUntil(14 * kSec);
   ExpectCapHolds(plant, 3 * kSec, 40);
+}
+
+// The same, with one charge for the whole group (the group's busy time over
+// all its launches): the join overshoots and the mixed group misses its cap.
+TEST(WorkloadChange, OneChargePerGroupMissesTheCapOfMixedMembers) {
+  PlantOptions o;
+  o.kernel_ns = 20 * kUs;
+  o.limit = 40;
+  o.per_member = false;
+  Plant join(o);
+  join.RunUntil(6 * kSec);
+  join.AddMember(5 * kMs);
+  join.RunUntil(18 * kSec);
+  Plant mixed(o);
+  mixed.AddMember(5 * kMs);
+  mixed.RunUntil(14 * kSec);
+  const bool join_misses = join.MaxSecond(7 * kSec, 17 * kSec) > 0.45 ||
+                           std::abs(join.Share(7 * kSec, 17 * kSec) - 0.40) > 0.02;
+  const bool mixed_misses = mixed.MaxSecond(4 * kSec, 14 * kSec) > 0.45 ||
+                            std::abs(mixed.Share(4 * kSec, 14 * kSec) - 0.40) > 0.02;
+  EXPECT_TRUE(join_misses);
+  EXPECT_TRUE(mixed_misses);
 }
 
 TEST(WorkloadChange, AGroupIdleForMinutesThenBursting) {

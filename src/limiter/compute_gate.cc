@@ -164,9 +164,13 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   StreamBacklog* backlog = nullptr;
   const int dev = streams_.Resolve(stream, &backlog);
   if (dev < 0 || (segment->ComputeLimitedMask() & (1u << dev)) == 0) return call(launch);
-  ComputeBudget budget = segment->Budget(dev);
+  Ledger* ledger = ledger_.load(std::memory_order_acquire);
+  const int slot = ledger != nullptr ? ledger->JoinedSlot() : -1;
+  if (slot < 0) return call(launch);  // not a member (no slot left): nothing to charge to
+  ComputeBudget budget = segment->Budget(dev, slot);
 
-  // Until the controller has an estimate, the first launches are measured.
+  // Until the controller has an estimate of this member's launches, its
+  // first launches are measured.
   int64_t charge = budget.charge_ns();
   bool probe = false;
   if (charge == 0) {

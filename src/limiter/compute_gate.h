@@ -17,9 +17,14 @@
 //     (ComputeBudget: the budget advances by the launch's estimated device
 //     time stretched by the limit), sleeping on the segment's futex, never
 //     polling; a limit change wakes it at once.
-// Until the group controller has an estimate of a launch's device time, the
-// first launches are measured by synchronising their stream (an upper bound
-// of their device time, so the group starts under its limit, never over).
+// Each launch is charged its own member's cost (SlotCompute: the group
+// controller learns every member's device time per launch from that
+// member's NVML samples), so members whose kernels differ a hundredfold are
+// each charged what theirs cost. Until the controller has an estimate for
+// this member, its first launches are measured by synchronising their
+// stream (an upper bound of their device time, so a member starts under its
+// limit, never over, even when it joins a group whose other members' kernels
+// are much shorter).
 //
 // Work captured into a graph is not charged when captured but when the graph
 // is launched. Nothing is logged per launch.
@@ -33,6 +38,7 @@
 #include <vector>
 
 #include "cuda_abi/cuda_driver_api.h"
+#include "limiter/ledger.h"
 #include "limiter/stream_devices.h"
 #include "shm/group_segment.h"
 
@@ -47,9 +53,12 @@ class ComputeGate {
   constexpr ComputeGate() = default;
 
   // Starts pacing for `segment` (alive for the process's life), whose device
-  // for CUDA ordinal i is ordinal_to_device[i] (-1: none).
-  void Arm(GroupSegment* segment, const std::vector<int>& ordinal_to_device) {
+  // for CUDA ordinal i is ordinal_to_device[i] (-1: none); `ledger` (bound
+  // to it, alive as long) holds the process's slot, where its launches are
+  // counted and its own charge is read.
+  void Arm(GroupSegment* segment, const std::vector<int>& ordinal_to_device, Ledger* ledger) {
     streams_.SetOrdinals(ordinal_to_device);
+    ledger_.store(ledger, std::memory_order_release);
     segment_.store(segment, std::memory_order_release);
   }
   // Stops pacing (a forked child that could not rejoin its group).
@@ -85,6 +94,7 @@ class ComputeGate {
   CUresult PacedSlow(CUstream stream, bool per_thread, Trampoline call, void* launch);
 
   std::atomic<GroupSegment*> segment_{nullptr};
+  std::atomic<Ledger*> ledger_{nullptr};
   StreamDevices streams_;
 };
 

@@ -31,9 +31,10 @@ void* Run(void* arg) {
   auto* monotonic = new MonotonicClock;
   auto* nvml = new NvmlUtilizationSource;
   // NVML reports host pids, the slots hold this namespace's: they match
-  // outside containers (inside one, see ComputeController).
+  // outside containers (inside one, see ComputeController). Each member is
+  // charged by its own samples.
   auto* compute = new control::ComputeController(
-      *segment, *nvml, [segment] { return segment->MemberPids(); }, {*realtime, *monotonic});
+      *segment, *nvml, control::ComputeController::SlotMembers(*segment), {*realtime, *monotonic});
   auto* keeper = new control::GroupKeeper(*segment, *compute, *monotonic);
   if (!args->daemon_socket.empty()) {
     keeper->set_daemon_expected(

@@ -176,6 +176,9 @@ class Ledger {
 
   // The process's slot in the segment; -1 before the first charge.
   int slot() const { return slot_.load(std::memory_order_acquire); }
+  // The process's slot, joining the group on first use (the compute gate
+  // counts and charges a member's launches there); -1 if that is impossible.
+  int JoinedSlot() { return Slot(); }
 
   // ---- fork ----
 

@@ -316,8 +316,8 @@ bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& device
     control::GroupKeeper::GrantProvisionally(*segment_);
   }
   StartKeeperThread(segment_.get(), daemon_socket);
-  compute_gate_.Arm(segment_.get(), map);
   ledger_.Bind(segment_.get());
+  compute_gate_.Arm(segment_.get(), map, &ledger_);
   ordinal_to_device_ = std::move(map);
   ForgetContexts();  // the ordinals' group devices may have changed
   GS_LOG(kInfo, "limiter", "attached to group '%s' (%zu devices)", segment_->group().c_str(),

@@ -1,5 +1,7 @@
 #include "limiter/stream_devices.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 
@@ -18,6 +20,24 @@ void DestroyMarker(StreamBacklog& b) {
   CUevent ev = std::atomic_ref<CUevent>(b.marker).exchange(nullptr);
   const real::CudaTable& cu = real::Cuda();
   if (ev != nullptr && cu.cuEventDestroy_v2 != nullptr) cu.cuEventDestroy_v2(ev);
+}
+
+// A thread's default-stream marker is destroyed when the thread exits (a
+// key's destructor: thread_local objects with destructors would need a
+// dynamic initialiser). The key is created once, on first use.
+pthread_key_t exit_key;
+pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+bool exit_key_made = false;  // written once, under exit_key_once
+thread_local bool exit_hooked __attribute__((tls_model("initial-exec"))) = false;
+
+void DestroyThreadMarker(void* backlog) { DestroyMarker(*static_cast<StreamBacklog*>(backlog)); }
+
+void HookThreadExit() {
+  if (exit_hooked) return;
+  exit_hooked = true;
+  pthread_once(&exit_key_once,
+               [] { exit_key_made = pthread_key_create(&exit_key, DestroyThreadMarker) == 0; });
+  if (exit_key_made) pthread_setspecific(exit_key, &default_backlog);
 }
 
 size_t Slot(uintptr_t raw) {
@@ -81,6 +101,7 @@ int StreamDevices::Resolve(CUstream stream, StreamBacklog** backlog) {
       default_backlog.marked_at = 0;
       DestroyMarker(default_backlog);  // created in the other device's context
     }
+    HookThreadExit();  // its marker goes with the thread
     *backlog = &default_backlog;
     return device;
   }

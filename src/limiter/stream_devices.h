@@ -9,7 +9,8 @@
 // forgotten (Forget, from cuStreamDestroy), since the driver may reuse its
 // handle for a stream of another device. The default streams (0, legacy,
 // per-thread) belong to the current context's device (one call each time)
-// and keep their watch per thread.
+// and keep their watch per thread; a thread's marker is destroyed when the
+// thread exits.
 //
 // Thread-safe, lock-free: a lookup that races with a replacement of its
 // entry sees either the old stream (and misses) or the new one whole.

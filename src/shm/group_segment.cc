@@ -481,8 +481,15 @@ void GroupSegment::ClearSlotLocked(int s) {
     if (held != 0) TakeAtMost(layout_->devices[d].memory_used, held);
   }
   Atomic(slot.owner_pid).store(0);
+  // A new owner starts with no launches, charges or probes of its own.
+  for (SlotCompute& c : layout_->slot_compute[s]) {
+    Atomic(c.launches).store(0);
+    Atomic(c.charge_ns).store(0);
+    Atomic(c.probe_ns).store(0);
+    Atomic(c.probes).store(0);
+  }
   slot.start_time = 0;
-  slot.joined_ns = 0;
+  Atomic(slot.joined_ns).store(0);
   memset(slot.name, 0, sizeof slot.name);
 }
 
@@ -494,7 +501,7 @@ StatusOr<int> GroupSegment::Join(pid_t pid, uint64_t start_time, std::string_vie
     ClearSlotLocked(s);  // whatever a dead owner left
     ProcessSlot& slot = layout_->slots[s];
     slot.start_time = start_time;
-    slot.joined_ns = MonotonicNs();
+    Atomic(slot.joined_ns).store(MonotonicNs());
     memcpy(slot.name, name.data(), std::min<size_t>(name.size(), sizeof slot.name - 1));
     Atomic(slot.owner_pid).store(pid);
     UnlockLedger();
@@ -586,6 +593,30 @@ std::string GroupSegment::DeviceUuid(int dev) const {
 uint64_t GroupSegment::Launches(int dev) const {
   return std::atomic_ref<uint64_t>(layout_->devices[dev].compute.launches)
       .load(std::memory_order_relaxed);
+}
+
+uint64_t GroupSegment::SlotLaunches(int slot, int dev) const {
+  return Load(layout_->slot_compute[slot][dev].launches);
+}
+
+void GroupSegment::PublishSlotCharge(int slot, int dev, int64_t charge_ns) {
+  Atomic(layout_->slot_compute[slot][dev].charge_ns)
+      .store(std::clamp<int64_t>(charge_ns, 0, kMaxChargeNs), std::memory_order_release);
+}
+
+int64_t GroupSegment::SlotCharge(int slot, int dev) const {
+  return std::clamp<int64_t>(Load(layout_->slot_compute[slot][dev].charge_ns), 0, kMaxChargeNs);
+}
+
+std::vector<GroupSegment::MemberRef> GroupSegment::Members() const {
+  std::vector<MemberRef> out;
+  for (int s = 0; s < kGroupMaxSlots; ++s) {
+    const ProcessSlot& slot = layout_->slots[s];
+    if (const int32_t pid = Load(slot.owner_pid); pid > 0) {
+      out.push_back({s, pid, Load(slot.joined_ns)});
+    }
+  }
+  return out;
 }
 
 void GroupSegment::PublishEstimate(int dev, const Estimate& estimate) {

@@ -15,6 +15,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -63,28 +64,32 @@ struct GroupSnapshot {
 inline constexpr int64_t kDefaultGroupGcGraceS = 600;
 
 // The launch path's handle on one device's compute budget (DeviceCompute in
-// include/gpuslice/group_segment.h; the arithmetic is launch_pacer.h). Every
-// operation is one atomic step on the shared fields, safe from any thread of
-// any member.
+// include/gpuslice/group_segment.h; the arithmetic is launch_pacer.h) and on
+// the calling member's own compute there (SlotCompute: its launch count, its
+// charge, its bootstrap). Every operation is one atomic step on the shared
+// fields, safe from any thread of any member.
 class ComputeBudget {
  public:
-  explicit ComputeBudget(DeviceCompute& c) : c_(c) {}
+  ComputeBudget(DeviceCompute& c, SlotCompute& member) : c_(c), m_(member) {}
 
-  // The group controller's estimate of one launch's device time; 0: none yet.
-  int64_t charge_ns() const { return Load(c_.charge_ns); }
+  // The group controller's estimate of one of this member's launches, at
+  // most kMaxChargeNs; 0: none yet.
+  int64_t charge_ns() const { return Bounded(Load(m_.charge_ns)); }
 
   // Bootstrap (no estimate yet): true if this launch is to be measured: one
-  // of the first `probes` launches, or any while no measurement exists.
+  // of the member's first `probes` launches, or any while it has no
+  // measurement.
   bool TakeProbe(uint32_t probes) {
-    return std::atomic_ref<uint32_t>(c_.probes).fetch_add(1) < probes || probe_ns() == 0;
+    return std::atomic_ref<uint32_t>(m_.probes).fetch_add(1) < probes || probe_ns() == 0;
   }
-  // The least launch-to-completion time measured; 0: none.
-  int64_t probe_ns() const { return Load(c_.probe_ns); }
+  // The least launch-to-completion time the member measured (at most
+  // kMaxChargeNs); 0: none.
+  int64_t probe_ns() const { return Bounded(Load(m_.probe_ns)); }
   // Records a measurement (keeps the least).
   void RecordProbe(int64_t measured_ns) {
-    std::atomic_ref<int64_t> f(c_.probe_ns);
+    std::atomic_ref<int64_t> f(m_.probe_ns);
     int64_t seen = f.load();
-    while ((seen == 0 || measured_ns < seen) && !f.compare_exchange_weak(seen, measured_ns)) {
+    while ((seen <= 0 || measured_ns < seen) && !f.compare_exchange_weak(seen, measured_ns)) {
     }
   }
 
@@ -101,9 +106,11 @@ class ComputeBudget {
     gpuslice::ChargeAfter(std::atomic_ref<int64_t>(c_.next_free_ns), now_ns, interval_ns);
   }
 
-  // Counters readers and the scheduler see.
+  // Counters readers, the controller and the scheduler see: the group's and
+  // the member's launches.
   void CountLaunch() {
     std::atomic_ref<uint64_t>(c_.launches).fetch_add(1, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(m_.launches).fetch_add(1, std::memory_order_relaxed);
   }
   void CountWait(int64_t waited_ns) {
     std::atomic_ref<uint64_t>(c_.waits).fetch_add(1, std::memory_order_relaxed);
@@ -116,7 +123,11 @@ class ComputeBudget {
   static T Load(const T& field) {
     return std::atomic_ref<const T>(field).load(std::memory_order_acquire);
   }
+  // A charge read from the segment (any member may write it): never
+  // negative, never above kMaxChargeNs.
+  static int64_t Bounded(int64_t ns) { return std::clamp<int64_t>(ns, 0, kMaxChargeNs); }
   DeviceCompute& c_;
+  SlotCompute& m_;
 };
 
 class GroupSegment {
@@ -169,8 +180,11 @@ class GroupSegment {
   uint32_t ComputeLimitedMask() const {
     return std::atomic_ref<uint32_t>(layout_->compute_limited).load(std::memory_order_acquire);
   }
-  // The compute budget of `dev`, for the launch path.
-  ComputeBudget Budget(int dev) { return ComputeBudget(layout_->devices[dev].compute); }
+  // The compute budget of `dev` for the launch path of the member in `slot`
+  // (a slot this process joined). REQUIRES: 0 <= slot < kGroupMaxSlots.
+  ComputeBudget Budget(int dev, int slot) {
+    return {layout_->devices[dev].compute, layout_->slot_compute[slot][dev]};
+  }
   // The raw budget fields of `dev` (tests that stage a state; code uses Budget).
   DeviceCompute& Compute(int dev) { return layout_->devices[dev].compute; }
   // The UUID of `dev` ("GPU-…"). REQUIRES: dev < device_count().
@@ -212,6 +226,21 @@ class GroupSegment {
 
   // Launches admitted on `dev` so far (all members).
   uint64_t Launches(int dev) const;
+  // Launches the member in `slot` made on `dev` since it joined.
+  uint64_t SlotLaunches(int slot, int dev) const;
+  // Publishes the charge of one launch of the member in `slot` on `dev`
+  // (0: not known; the member measures its own launches meanwhile).
+  void PublishSlotCharge(int slot, int dev, int64_t charge_ns);
+  // The charge the launch path of `slot` uses on `dev` (bounded as read).
+  int64_t SlotCharge(int slot, int dev) const;
+  // A live member: its slot, its pid (in its own namespace) and when it
+  // joined (CLOCK_MONOTONIC; tells a slot's successive owners apart).
+  struct MemberRef {
+    int slot;
+    int32_t pid;
+    int64_t joined_ns;
+  };
+  std::vector<MemberRef> Members() const;
   struct Estimate {
     int64_t charge_ns;       // device time of one launch; 0: not known (keep the last)
     int32_t share_bp;        // the group's share of the device, basis points; -1: unknown

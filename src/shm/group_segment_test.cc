@@ -158,6 +158,50 @@ TEST_F(GroupSegmentTest, CountersSayWhatTheSchedulerReads) {
   EXPECT_EQ(got.share_bp, 4100);
 }
 
+TEST_F(GroupSegmentTest, EachMemberHasItsOwnComputeAndANewOwnerStartsAfresh) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  const int slot = *seg->Join(getpid(), 1, "me");
+  ComputeBudget budget = seg->Budget(d, slot);
+  budget.CountLaunch();
+  budget.RecordProbe(3000);
+  seg->PublishSlotCharge(slot, d, 2000);
+  EXPECT_EQ(seg->SlotLaunches(slot, d), 1u);
+  EXPECT_EQ(seg->Launches(d), 1u);
+  EXPECT_EQ(budget.charge_ns(), 2000);
+  EXPECT_EQ(budget.probe_ns(), 3000);
+  const std::vector<GroupSegment::MemberRef> members = seg->Members();
+  ASSERT_EQ(members.size(), 1u);
+  EXPECT_EQ(members[0].slot, slot);
+  EXPECT_EQ(members[0].pid, getpid());
+  EXPECT_GT(members[0].joined_ns, 0);
+  // A value another member wrote out of range is bounded when read.
+  std::atomic_ref<int64_t>(seg->layout().slot_compute[slot][d].charge_ns).store(-1);
+  EXPECT_EQ(seg->SlotCharge(slot, d), 0);
+  seg->PublishSlotCharge(slot, d, INT64_MAX);
+  EXPECT_EQ(seg->SlotCharge(slot, d), kMaxChargeNs);
+  // Leaving clears the slot's compute: its next owner measures its own.
+  seg->Leave(slot);
+  EXPECT_EQ(*seg->Join(getpid(), 1, "me"), slot);
+  EXPECT_EQ(seg->SlotLaunches(slot, d), 0u);
+  EXPECT_EQ(seg->SlotCharge(slot, d), 0);
+  EXPECT_EQ(seg->Budget(d, slot).probe_ns(), 0);
+  EXPECT_EQ(seg->Launches(d), 1u);  // the group's count stays
+}
+
+TEST_F(GroupSegmentTest, ASegmentOfAnotherLayoutVersionIsRefused) {
+  { auto seg = OpenGroup(); }
+  {
+    auto seg = GroupSegment::Open(dir_, "g1", false);
+    ASSERT_TRUE(seg.ok());
+    (*seg)->layout().header.version = kGroupSegmentVersion - 1;  // v4: no per-member compute
+  }
+  EXPECT_EQ(GroupSegment::Open(dir_, "g1", false).status().code(), StatusCode::kFailedPrecondition);
+  auto rebuilt = OpenGroup();  // a member re-initialises it
+  EXPECT_EQ(rebuilt->layout().header.version, kGroupSegmentVersion);
+  EXPECT_EQ(rebuilt->layout().header.size, sizeof(GroupSegmentLayout));
+}
+
 TEST_F(GroupSegmentTest, MembersAndTheDaemonAreAskedForNotRead) {
   auto seg = OpenGroup();
   EXPECT_FALSE(seg->IsLiveMember(getpid()));
