@@ -94,7 +94,8 @@ struct Library {
   }
 };
 
-// Never destroyed: entry points may run during process exit.
+// Never destroyed: entry points may run during process exit. The library is
+// linked -z nodelete, so a dlclose() leaves this reachable (no leak).
 Library& Lib() {
   static auto* lib = new Library();
   return *lib;
