@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 int RemainingMs(Clock::time_point deadline) {
   const int64_t ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(ms, 0, 24 * 3600 * 1000));
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, int64_t{24} * 3600 * 1000));
 }
 
 // A connected socket to `a` (the caller closes it), or why there is none.
@@ -101,7 +101,7 @@ Status SendAll(int fd, const std::string& request, Clock::time_point deadline,
     }
     if (n > 0) sent += static_cast<size_t>(n);
   }
-  return Status();
+  return {};
 }
 
 // Reads what is there within `timeout_ms`: 1 bytes appended, 0 the peer
@@ -230,7 +230,7 @@ Status HttpStream(const DaemonAddress& address, const std::string& target,
   auto last_data = Clock::now();
   for (;;) {
     if (!data.empty()) last_data = Clock::now();
-    if (!on_bytes(data)) return Status();
+    if (!on_bytes(data)) return {};
     data.clear();
     if (Clock::now() - last_data > idle) {
       return Unavailable(where + " sent nothing on the event stream for " +

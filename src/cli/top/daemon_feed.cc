@@ -51,7 +51,7 @@ void DaemonFeed::Run() {
       if (e == nullptr || e->type != "sample") return true;
       nlohmann::json data = nlohmann::json::parse(e->data, nullptr, /*allow_exceptions=*/false);
       if (!data.is_object()) return true;
-      state_.last = std::move(data);
+      state_.last = std::make_shared<const nlohmann::json>(std::move(data));
       state_.connected = true;
       state_.resolved = true;
       state_.error.clear();

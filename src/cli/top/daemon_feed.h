@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -34,8 +35,8 @@ class DaemonFeed {
     bool resolved = false;   // the first attempt has an outcome (a sample or an error)
     uint64_t samples = 0;    // "sample" events received, in total
     uint64_t version = 0;    // bumped on each sample, each change of `connected`, at resolution
-    nlohmann::json last;     // the last sample's data (null before one)
-    std::string error;       // why the stream is not up ("" while it is)
+    std::shared_ptr<const nlohmann::json> last;  // the last sample's data (null before one)
+    std::string error;                           // why the stream is not up ("" while it is)
   };
 
   // Starts following the stream.

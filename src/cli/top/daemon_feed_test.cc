@@ -42,7 +42,7 @@ TEST(DaemonFeedTest, KeepsTheLastSampleSaysWhenTheStreamEndsAndReconnects) {
   EXPECT_EQ(s.samples, 2u);
   EXPECT_FALSE(s.connected);
   EXPECT_TRUE(s.resolved);
-  EXPECT_EQ(s.last["groups"][0]["id"], "b");  // the last sample is kept
+  EXPECT_EQ((*s.last)["groups"][0]["id"], "b");  // the last sample is kept
   EXPECT_NE(s.error.find("closed the event stream"), std::string::npos) << s.error;
 
   // Retries while no stream opens (the fake refuses), then the daemon is back.
@@ -53,7 +53,7 @@ TEST(DaemonFeedTest, KeepsTheLastSampleSaysWhenTheStreamEndsAndReconnects) {
   transport->AddStream({{SampleEvent(3, "c")}, Unavailable("gone again")});
   s = WaitFor(feed, [](const DaemonFeed::State& st) { return st.samples == 3; });
   EXPECT_EQ(s.samples, 3u);
-  EXPECT_EQ(s.last["groups"][0]["id"], "c");
+  EXPECT_EQ((*s.last)["groups"][0]["id"], "c");
   int streams = 0;
   for (const std::string& r : transport->requests()) streams += r == "STREAM /v1/events";
   EXPECT_GE(streams, 3);

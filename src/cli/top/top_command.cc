@@ -113,9 +113,9 @@ class Sources {
     ++frames_;
     last_frame_ = std::chrono::steady_clock::now();
     const std::vector<GroupSnapshot> segments = top::ReadSegments(dir_);
-    if (feed_ && state_.connected && state_.last.is_object()) {
+    if (feed_ && state_.connected && state_.last != nullptr) {
       shown_samples_ = state_.samples;
-      return top::FromDaemonSample(state_.last, where_, segments, RealtimeNs());
+      return top::FromDaemonSample(*state_.last, where_, segments, RealtimeNs());
     }
     if (!nvml_ && nvml_error_.empty()) {
       auto n = top::NvmlGpus::Open();

@@ -257,11 +257,12 @@ std::string TopModel::SourceLine() const {
   if (!sample_.daemon_used) return "source: " + local + " (--no-daemon)";
   if (sample_.daemon_answered) return "source: gpusliced at " + sample_.socket;
   std::string why = sample_.daemon_error.empty() ? "" : " (" + sample_.daemon_error + ")";
+  // The reason last: it names the socket and may be cut at the screen's edge.
   if (daemon_seen_) {
-    return "gpusliced stopped answering at " + ClockText(daemon_lost_at_ns_) + why + "; showing " +
-           local + ", reconnecting";
+    return "gpusliced stopped answering at " + ClockText(daemon_lost_at_ns_) + "; showing " +
+           local + ", reconnecting" + why;
   }
-  return "no daemon" + why + "; showing " + local;
+  return "no daemon; showing " + local + why;
 }
 
 }  // namespace gpuslice::cli::top

@@ -89,15 +89,11 @@ class TopTest : public testing::SimProcessTest {
     ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err0");
   }
 
-  // A workload of 2 ms kernels in `group` held to `compute` percent, asking
-  // the scheduler for `request` percent when not empty.
-  void StartWorkload(const std::string& group, const std::string& compute,
-                     const std::string& request = "") {
-    std::vector<std::string> env = {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so",
-                                    "GPUSLICE_SHM_DIR=" + shm_dir_, "GPUSLICE_GROUP=" + group,
-                                    "GPUSLICE_COMPUTE_LIMIT=" + compute};
-    if (!request.empty()) env.push_back("GPUSLICE_COMPUTE_REQUEST=" + request);
-    Start(next_++, {"--kernel-us", "2000", "--duration-s", "120", "--quiet"}, env);
+  // A workload of 2 ms kernels in `group` held to `compute` percent.
+  void StartWorkload(const std::string& group, const std::string& compute) {
+    Start(next_++, {"--kernel-us", "2000", "--duration-s", "120", "--quiet"},
+          {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so", "GPUSLICE_SHM_DIR=" + shm_dir_,
+           "GPUSLICE_GROUP=" + group, "GPUSLICE_COMPUTE_LIMIT=" + compute});
   }
 
   // Runs tmux on this test's server; its exit code.
@@ -145,10 +141,20 @@ class TopTest : public testing::SimProcessTest {
   // The shell line that runs gpuslice with this test's daemon, segments and
   // simulated GPU (its NVML, found by soname), then says how it ended and
   // keeps the pane open.
-  std::string TopCommand(const std::string& env, const std::string& args) {
+  // `out`: a file for top's output ("": the pane).
+  std::string TopCommand(const std::string& env, const std::string& args,
+                         const std::string& out = "") {
     return "env " + env + " GPUSLICE_SOCKET=" + socket_ + " GPUSLICE_SHM_DIR=" + shm_dir_ +
            " LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib GPUSLICE_SIM_STATE=" + state_ + " " +
-           BuildDir() + "/bin/gpuslice top " + args + "; echo TOP-EXITED $?; sleep 600";
+           BuildDir() + "/bin/gpuslice top " + args + (out.empty() ? "" : " > " + out) +
+           "; echo TOP-EXITED $?; sleep 600";
+  }
+
+  // Runs `gpuslice ARGS` against this test's daemon; its exit code.
+  int Cli(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {BuildDir() + "/bin/gpuslice"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Join(Spawn(next_++, argv, {"GPUSLICE_SOCKET=" + socket_}));
   }
 
   json Group(const std::string& id) {
@@ -164,8 +170,11 @@ class TopTest : public testing::SimProcessTest {
 TEST_F(TopTest, ShowsTheGroupsAndReactsToKeysResizeAndTheDaemonGoing) {
   if (!NeedTmux()) GTEST_SKIP() << "tmux is not installed (scripts/setup installs it)";
   StartDaemon();
-  StartWorkload("train", "40", /*request=*/"30");
+  StartWorkload("train", "40");
   StartWorkload("notebook", "20");
+  // train asks the scheduler for 30 % (in the registry; its limit stays 40 %): a
+  // marker on the GPU's share bar.
+  ASSERT_EQ(Cli({"group", "set", "train", "--compute", "40", "--request", "30"}), 0);
   StartSession(TopCommand("TERM=xterm-256color LANG=C.UTF-8", "--interval 0.2"));
 
   // Both groups, from the daemon's event stream, with their limits and a
@@ -249,15 +258,17 @@ TEST_F(TopTest, ShowsTheGroupsAndReactsToKeysResizeAndTheDaemonGoing) {
   ASSERT_GT(daemon_, 0);
   kill(daemon_, SIGKILL);
   Join(daemon_);
+  // (Wide again, so that the header fits.)
+  ASSERT_EQ(Tmux({"resize-window", "-t", "top", "-x", "120", "-y", "40"}), 0);
   EXPECT_TRUE(WaitScreen([](const std::string& s) {
     return s.find("gpusliced stopped answering") != std::string::npos &&
-           s.find("reconnecting") != std::string::npos && LineStarting(s, "notebook ") >= 0 &&
-           s.find("H100") != std::string::npos;
+           s.find("showing group segments + NVML") != std::string::npos &&
+           LineStarting(s, "notebook ") >= 0 && s.find("NVIDIA H100") != std::string::npos;
   }));
-  // The daemon comes back: top follows its stream again.
+  // The daemon comes back: top follows its stream again (the filter still on).
   StartDaemon();
   EXPECT_TRUE(WaitScreen([](const std::string& s) {
-    return s.find("source: gpusliced at") != std::string::npos && LineStarting(s, "train ") >= 0;
+    return s.find("source: gpusliced at") != std::string::npos && LineStarting(s, "notebook ") >= 0;
   }));
 
   Keys({"q"});
@@ -362,7 +373,7 @@ TEST_F(TopTest, PlainTablesGoOnWhenTheDaemonGoesAndComesBack) {
   StartWorkload("train", "40");
   ASSERT_TRUE(WaitFor(
       [&] { return std::filesystem::exists(GroupSegment::PathFor(shm_dir_, "train")); }, 10s));
-  StartSession(TopCommand("TERM=dumb", "--interval 0.2") + " > " + dir_ + "/plain.txt");
+  StartSession(TopCommand("TERM=dumb", "--interval 0.2", dir_ + "/plain.txt"));
   auto plain = [&] {
     std::ifstream in(dir_ + "/plain.txt");
     std::stringstream text;
