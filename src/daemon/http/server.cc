@@ -208,7 +208,7 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
   }
 
   void Send(ApiResponse r, bool keep_alive) {
-    if (head_) return SendHead(std::move(r), keep_alive);
+    if (head_) return SendHead(r, keep_alive);
     auto res = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(r.status), version_ == 0 ? 11 : version_);
     res->set(http::field::server, "gpusliced");
@@ -227,7 +227,7 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
 
   // The answer to a HEAD: GET's status and headers, Content-Length the size
   // of GET's body, no body.
-  void SendHead(ApiResponse r, bool keep_alive) {
+  void SendHead(const ApiResponse& r, bool keep_alive) {
     auto res = std::make_shared<http::response<http::empty_body>>(
         static_cast<http::status>(r.status), version_ == 0 ? 11 : version_);
     res->set(http::field::server, "gpusliced");
