@@ -56,7 +56,7 @@ class FakeDaemonTransport final : public DaemonTransport {
       streams_.pop_front();
     }
     for (const std::string& chunk : script.chunks) {
-      if (!on_bytes(chunk) || !on_bytes("")) return Status();
+      if (!on_bytes(chunk) || !on_bytes("")) return {};
     }
     return script.end;
   }

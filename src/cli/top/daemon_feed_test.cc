@@ -12,8 +12,11 @@ namespace {
 using namespace std::chrono_literals;
 
 std::string SampleEvent(int id, const std::string& group) {
-  return "id: " + std::to_string(id) + "\nevent: sample\ndata: {\"t\": " + std::to_string(id) +
-         ", \"gpus\": [], \"groups\": [{\"id\": \"" + group + "\"}], \"tenants\": []}\n\n";
+  const nlohmann::json data = {{"t", id},
+                               {"gpus", nlohmann::json::array()},
+                               {"groups", {{{"id", group}}}},
+                               {"tenants", nlohmann::json::array()}};
+  return "id: " + std::to_string(id) + "\nevent: sample\ndata: " + data.dump() + "\n\n";
 }
 
 // Waits (with a deadline) for a state that `done` accepts; the last state.
