@@ -4,10 +4,9 @@
 
 namespace gpuslice::cli {
 
-HttpResponse CallDaemon(const std::string& socket_flag, const std::string& method,
-                        const std::string& target, const std::string& body,
-                        std::chrono::milliseconds timeout) {
-  auto r = UnixHttpClient(DaemonSocket(socket_flag), timeout).Request(method, target, body);
+HttpResponse CallDaemon(const DaemonClient& client, const std::string& method,
+                        const std::string& target, const std::string& body) {
+  auto r = client.Request(method, target, body);
   if (!r.ok()) Fail(r.status().message());
   return std::move(*r);
 }

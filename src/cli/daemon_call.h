@@ -1,23 +1,24 @@
-// The CLI's one way to ask gpusliced: a request through UnixHttpClient on
-// the socket `--socket` names (else $GPUSLICE_SOCKET, else the default path),
-// the answer's JSON, and the daemon's error message. Used by every command
-// that talks to the daemon (gpu, tenants, group, status).
+// How the CLI's one-shot commands (gpu, tenants, group) ask gpusliced: a
+// request through a DaemonClient (cli/daemon_client.h), the answer's JSON,
+// and the daemon's error message; no answer ends the command.
 #pragma once
 
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "cli/unix_http_client.h"
+#include "cli/daemon_client.h"
 
 namespace gpuslice::cli {
 
+// How long one request of a command may take.
+inline constexpr std::chrono::milliseconds kCommandTimeout{30'000};
+
 // Sends the request; on no answer (no daemon, socket unreachable, timeout)
-// prints the client's message, which names the socket, and exits
+// prints the client's message, which names the daemon, and exits
 // kExitFailure.
-HttpResponse CallDaemon(const std::string& socket_flag, const std::string& method,
-                        const std::string& target, const std::string& body = "",
-                        std::chrono::milliseconds timeout = std::chrono::seconds(30));
+HttpResponse CallDaemon(const DaemonClient& client, const std::string& method,
+                        const std::string& target, const std::string& body = "");
 
 // The answer's body as JSON; exits kExitFailure naming the HTTP status when
 // it is not JSON.

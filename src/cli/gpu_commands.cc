@@ -7,7 +7,6 @@
 #include "cli/daemon_call.h"
 #include "cli/exit_codes.h"
 #include "cli/process_lifetime.h"
-#include "cli/unix_http_client.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -15,6 +14,7 @@ namespace {
 using json = nlohmann::json;
 
 struct Common {
+  DaemonConnector connect;
   std::string socket;
   bool json = false;
 };
@@ -28,14 +28,15 @@ struct SetOptions {
   std::string holder;
 };
 
-void AddCommon(CLI::App* cmd, Common* c) {
+void AddCommon(CLI::App* cmd, Common* c, const DaemonConnector& connect) {
+  c->connect = connect;
   cmd->add_option("--socket", c->socket,
                   "Daemon socket (default: $GPUSLICE_SOCKET or /run/gpuslice/gpusliced.sock)");
   cmd->add_flag("--json", c->json, "Print the daemon's JSON answer");
 }
 
-void AddSetOptions(CLI::App* cmd, SetOptions* o) {
-  AddCommon(cmd, &o->common);
+void AddSetOptions(CLI::App* cmd, SetOptions* o, const DaemonConnector& connect) {
+  AddCommon(cmd, &o->common, connect);
   cmd->add_option("ids", o->ids, "GPUs: an index, a list (0,2), a UUID, or all")->required();
   auto* lease =
       cmd->add_option("--lease", o->lease_s,
@@ -48,7 +49,7 @@ void AddSetOptions(CLI::App* cmd, SetOptions* o) {
 
 HttpResponse Call(const Common& c, const std::string& method, const std::string& target,
                   const std::string& body = "") {
-  return CallDaemon(c.socket, method, target, body);
+  return CallDaemon(c.connect(c.socket, kCommandTimeout), method, target, body);
 }
 
 json ParseBody(const HttpResponse& r) { return DaemonJson(r); }
@@ -140,7 +141,7 @@ void PrintGpuTable(const json& j) {
 
 }  // namespace
 
-void AddGpuCommands(CLI::App& app) {
+void AddGpuCommands(CLI::App& app, const DaemonConnector& connect) {
   CLI::App* gpu = app.add_subcommand("gpu", "GPU status and settings through gpusliced");
   gpu->require_subcommand(1);
 
@@ -148,7 +149,7 @@ void AddGpuCommands(CLI::App& app) {
     auto* c = ProcessLifetime<Common>();
     auto* ids = ProcessLifetime<std::string>("all");
     CLI::App* cmd = gpu->add_subcommand("list", "Show every GPU (or IDS) as the daemon sees it");
-    AddCommon(cmd, c);
+    AddCommon(cmd, c, connect);
     cmd->add_option("ids", *ids, "GPUs: an index, a list, a UUID, or all (default)");
     cmd->callback([c, ids] {
       HttpResponse r = Call(*c, "GET", *ids == "all" ? "/v1/gpus" : "/v1/gpus/" + *ids);
@@ -165,7 +166,7 @@ void AddGpuCommands(CLI::App& app) {
     auto* o = ProcessLifetime<SetOptions>();
     auto* watts = ProcessLifetime<double>(0);
     CLI::App* cmd = gpu->add_subcommand("set-power-limit", "Set the power limit (watts)");
-    AddSetOptions(cmd, o);
+    AddSetOptions(cmd, o, connect);
     cmd->add_option("watts", *watts, "Power limit in watts")
         ->required()
         ->check(CLI::PositiveNumber);
@@ -183,7 +184,7 @@ void AddGpuCommands(CLI::App& app) {
     CLI::App* cmd = gpu->add_subcommand(memory ? "lock-memory-clocks" : "lock-clocks",
                                         memory ? "Lock the memory clock to [MIN, MAX] MHz"
                                                : "Lock the GPU (SM) clock to [MIN, MAX] MHz");
-    AddSetOptions(cmd, o);
+    AddSetOptions(cmd, o, connect);
     cmd->add_option("min_mhz", *lo, "Lowest clock, MHz")->required()->check(CLI::PositiveNumber);
     cmd->add_option("max_mhz", *hi, "Highest clock, MHz")->required()->check(CLI::PositiveNumber);
     cmd->callback([o, lo, hi, setting] {
@@ -195,14 +196,14 @@ void AddGpuCommands(CLI::App& app) {
         gpu->add_subcommand(memory ? "reset-memory-clocks" : "reset-clocks",
                             memory ? "Unlock the memory clock (leased like any setting)"
                                    : "Unlock the GPU clock (leased like any setting)");
-    AddSetOptions(reset, r);
+    AddSetOptions(reset, r, connect);
     reset->callback([r, setting] { Put(*r, setting, {{"reset", true}}, setting + " unlocked"); });
   }
   {
     auto* o = ProcessLifetime<SetOptions>();
     auto* state = ProcessLifetime<std::string>();
     CLI::App* cmd = gpu->add_subcommand("persistence", "Turn persistence mode on or off");
-    AddSetOptions(cmd, o);
+    AddSetOptions(cmd, o, connect);
     cmd->add_option("state", *state, "on or off")->required()->check(CLI::IsMember({"on", "off"}));
     cmd->callback([o, state] {
       Put(*o, "persistence", {{"enabled", *state == "on"}}, "persistence " + *state);
@@ -212,7 +213,7 @@ void AddGpuCommands(CLI::App& app) {
     auto* o = ProcessLifetime<SetOptions>();
     auto* mode = ProcessLifetime<std::string>();
     CLI::App* cmd = gpu->add_subcommand("compute-mode", "Set the compute mode");
-    AddSetOptions(cmd, o);
+    AddSetOptions(cmd, o, connect);
     cmd->add_option("mode", *mode, "DEFAULT, EXCLUSIVE_PROCESS or PROHIBITED")
         ->required()
         ->check(CLI::IsMember({"DEFAULT", "EXCLUSIVE_PROCESS", "PROHIBITED"}));
@@ -224,7 +225,7 @@ void AddGpuCommands(CLI::App& app) {
     auto* c = ProcessLifetime<Common>();
     auto* ids = ProcessLifetime<std::string>();
     CLI::App* cmd = gpu->add_subcommand("energy", "Total energy and instant power");
-    AddCommon(cmd, c);
+    AddCommon(cmd, c, connect);
     cmd->add_option("ids", *ids, "GPUs: an index, a list, a UUID, or all")->required();
     cmd->callback([c, ids] {
       HttpResponse r = Call(*c, "GET", "/v1/gpus/" + *ids + "/energy");
@@ -247,7 +248,7 @@ void AddGpuCommands(CLI::App& app) {
     auto* setting = ProcessLifetime<std::string>();
     auto* holder = ProcessLifetime<std::string>();
     CLI::App* cmd = gpu->add_subcommand("release", "End your lease of a setting; it is reverted");
-    AddCommon(cmd, c);
+    AddCommon(cmd, c, connect);
     cmd->add_option("ids", *ids, "GPUs: an index, a list, a UUID, or all")->required();
     cmd->add_option("setting", *setting,
                     "power-limit, gpu-clocks, memory-clocks, persistence or compute-mode")
@@ -270,7 +271,7 @@ void AddGpuCommands(CLI::App& app) {
   {
     auto* c = ProcessLifetime<Common>();
     CLI::App* cmd = gpu->add_subcommand("leases", "Show the settings held under leases");
-    AddCommon(cmd, c);
+    AddCommon(cmd, c, connect);
     cmd->callback([c] {
       HttpResponse r = Call(*c, "GET", "/v1/leases");
       json j = ParseBody(r);

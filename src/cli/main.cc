@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli/daemon_client.h"
 #include "cli/exit_codes.h"
 #include "cli/gpu_commands.h"
 #include "cli/limit_command.h"
@@ -16,7 +17,6 @@
 #include "cli/sim_command.h"
 #include "cli/status_command.h"
 #include "cli/top/top_command.h"
-#include "cli/unix_http_client.h"
 
 int main(int argc, char** argv) {
   // Anything a command throws ends the process with a message, not std::terminate.
@@ -25,22 +25,14 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version", "gpuslice 0.1.0");
     gpuslice::cli::AddRunCommand(app);
-    gpuslice::cli::AddStatusCommand(app);
+    const gpuslice::cli::DaemonConnector connect = gpuslice::cli::SocketConnector();
+    gpuslice::cli::AddStatusCommand(app, connect);
     gpuslice::cli::AddLimitCommands(app);
     gpuslice::cli::AddSimCommand(app);
-    gpuslice::cli::AddGpuCommands(app);
-    gpuslice::cli::AddRegistryCommands(app);
-    gpuslice::cli::AddTopCommand(app);
-    // `gpuslice mps` reaches the daemon at $GPUSLICE_SOCKET or the default path.
-    gpuslice::cli::AddMpsCommands(
-        app,
-        [](std::string_view method, std::string_view path,
-           std::string_view body) -> gpuslice::StatusOr<gpuslice::cli::HttpReply> {
-          auto r = gpuslice::cli::UnixHttpClient(gpuslice::cli::DaemonSocket(""))
-                       .Request(std::string(method), std::string(path), std::string(body));
-          if (!r.ok()) return r.status();
-          return gpuslice::cli::HttpReply{r->status, std::move(r->body)};
-        });
+    gpuslice::cli::AddGpuCommands(app, connect);
+    gpuslice::cli::AddRegistryCommands(app, connect);
+    gpuslice::cli::AddTopCommand(app, connect);
+    gpuslice::cli::AddMpsCommands(app, connect);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -27,6 +27,7 @@ struct MpsOptions {
   int64_t pid = 0;
   bool json = false;
   bool env = false;
+  std::string socket;  // --socket; "" the default
 };
 
 // A command's run: the call, the output and the way out.
@@ -279,29 +280,30 @@ void AddSettingsFlags(CLI::App* cmd, MpsOptions* o) {
       ->check(CLI::Range(0, 1));
 }
 
-}  // namespace
-
-void AddMpsCommands(CLI::App& app, HttpCall call) {
-  AddMpsCommands(app, std::move(call), MpsCliIo{&std::cout, &std::cerr, [](int code) {
-                                                  std::cout.flush();
-                                                  std::cerr.flush();
-                                                  std::exit(code);
-                                                }});
-}
-
-void AddMpsCommands(CLI::App& app, HttpCall call, MpsCliIo io) {
+// The commands, with `call_for` giving the exchange for the --socket flag's
+// value; `socket_flag`: whether there is a --socket flag.
+void AddMps(CLI::App& app, std::function<HttpCall(const std::string&)> call_for, MpsCliIo io,
+            bool socket_flag) {
   // Shared by the callbacks, which CLI11 keeps as long as `app`.
-  auto state = std::make_shared<std::pair<HttpCall, MpsCliIo>>(std::move(call), std::move(io));
+  auto state = std::make_shared<std::pair<std::function<HttpCall(const std::string&)>, MpsCliIo>>(
+      std::move(call_for), std::move(io));
   auto o = std::make_shared<MpsOptions>();
   auto bind = [state, o](void (*command)(MpsRun&, const MpsOptions&)) {
     return [state, o, command] {
-      MpsRun run(state->first, state->second);
+      const HttpCall call = state->first(o->socket);
+      MpsRun run(call, state->second);
       command(run, *o);
     };
   };
 
   CLI::App* mps = app.add_subcommand("mps", "MPS daemons and tenants on this node (gpusliced)");
   mps->require_subcommand(1);
+  if (socket_flag) {
+    mps->add_option("--socket", o->socket,
+                    "Daemon socket, or tcp:HOST:PORT (default: $GPUSLICE_SOCKET or "
+                    "/run/gpuslice/gpusliced.sock)");
+    mps->fallthrough();  // `mps status --socket S` as well as `mps --socket S status`
+  }
 
   CLI::App* status = mps->add_subcommand("status", "MPS availability, daemons and tenants");
   status->add_flag("--json", o->json, "Machine-readable output");
@@ -339,6 +341,44 @@ void AddMpsCommands(CLI::App& app, HttpCall call, MpsCliIo io) {
       ->check(CLI::Range(int64_t{1}, int64_t{INT32_MAX}));
   terminate->add_flag("--json", o->json, "Machine-readable output");
   terminate->callback(bind(Terminate));
+}
+
+MpsCliIo StandardIo() {
+  return MpsCliIo{&std::cout, &std::cerr, [](int code) {
+                    std::cout.flush();
+                    std::cerr.flush();
+                    std::exit(code);
+                  }};
+}
+
+HttpCall CallThrough(const DaemonClient& client) {
+  return [client](std::string_view method, std::string_view path,
+                  std::string_view body) -> StatusOr<HttpReply> {
+    auto r = client.Request(std::string(method), std::string(path), std::string(body));
+    if (!r.ok()) return r.status();
+    return HttpReply{r->status, std::move(r->body)};
+  };
+}
+
+}  // namespace
+
+void AddMpsCommands(CLI::App& app, const DaemonConnector& connect) {
+  AddMpsCommands(app, connect, StandardIo());
+}
+
+void AddMpsCommands(CLI::App& app, const DaemonConnector& connect, MpsCliIo io) {
+  AddMps(
+      app,
+      [connect](const std::string& socket) {
+        return CallThrough(connect(socket, std::chrono::seconds(30)));
+      },
+      std::move(io), /*socket_flag=*/true);
+}
+
+void AddMpsCommands(CLI::App& app, HttpCall call, MpsCliIo io) {
+  AddMps(
+      app, [call = std::move(call)](const std::string&) { return call; }, std::move(io),
+      /*socket_flag=*/false);
 }
 
 }  // namespace gpuslice::cli

@@ -1,7 +1,8 @@
 // `gpuslice mps ...`: the daemon's MPS manager from the command line
 // (docs/mps.md). Every subcommand is one or two requests to gpusliced's API
-// through an injected HttpCall, so argument handling and output are
-// unit-tested with a fake.
+// through the DaemonClient (cli/daemon_client.h) for its --socket, or an
+// injected HttpCall, so argument handling and output are unit-tested with a
+// fake.
 //
 //   mps status    [--json]
 //   mps acquire   --tenant T --gpus G [--threads P] [--pinned-memory Q] [--priority 0|1]
@@ -20,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "cli/daemon_client.h"
 #include "common/status.h"
 
 namespace gpuslice::cli {
@@ -42,9 +44,13 @@ struct MpsCliIo {
   std::function<void(int)> exit;
 };
 
-// Registers `mps` and its subcommands under `app`, writing to stdout/stderr.
-void AddMpsCommands(CLI::App& app, HttpCall call);
+// Registers `mps` and its subcommands under `app`, with a --socket flag
+// (a socket path or tcp:HOST:PORT) that picks the client `connect` gives;
+// writes to stdout/stderr.
+void AddMpsCommands(CLI::App& app, const DaemonConnector& connect);
 // The same with explicit output streams and exit (for tests).
+void AddMpsCommands(CLI::App& app, const DaemonConnector& connect, MpsCliIo io);
+// With one fixed exchange and no --socket flag (for tests).
 void AddMpsCommands(CLI::App& app, HttpCall call, MpsCliIo io);
 
 }  // namespace gpuslice::cli

@@ -19,6 +19,7 @@ namespace {
 using json = nlohmann::json;
 
 struct Options {
+  DaemonConnector connect;
   std::string socket;
   bool json = false;
   std::string group;
@@ -32,13 +33,19 @@ struct Options {
   std::optional<uint32_t> weight;
 };
 
-void AddSocket(CLI::App* cmd, Options* o) {
+void AddSocket(CLI::App* cmd, Options* o, const DaemonConnector& connect) {
+  o->connect = connect;
   cmd->add_option("--socket", o->socket,
                   "Daemon socket (default: $GPUSLICE_SOCKET or /run/gpuslice/gpusliced.sock)");
 }
 
 void AddJson(CLI::App* cmd, Options* o) {
   cmd->add_flag("--json", o->json, "Print the daemon's JSON answer");
+}
+
+HttpResponse Ask(const Options& o, const std::string& method, const std::string& target,
+                 const std::string& body = "") {
+  return CallDaemon(o.connect(o.socket, kCommandTimeout), method, target, body);
 }
 
 // The answer's JSON, or exits 1 with the daemon's message.
@@ -62,7 +69,7 @@ json ExpectChange(const HttpResponse& r, const std::string& what) {
 
 void Tenants(const Options& o) {
   const std::string target = o.group.empty() ? "/v1/tenants" : "/v1/tenants?group=" + o.group;
-  json j = Expect(CallDaemon(o.socket, "GET", target));
+  json j = Expect(Ask(o, "GET", target));
   fputs(o.json ? (j.dump(2) + "\n").c_str() : TenantsText(j).c_str(), stdout);
 }
 
@@ -70,10 +77,10 @@ void Show(const Options& o) {
   json groups;
   json answer;
   if (o.group.empty()) {
-    answer = Expect(CallDaemon(o.socket, "GET", "/v1/groups"));
+    answer = Expect(Ask(o, "GET", "/v1/groups"));
     groups = answer.value("groups", json::array());
   } else {
-    answer = Expect(CallDaemon(o.socket, "GET", "/v1/groups/" + o.group));
+    answer = Expect(Ask(o, "GET", "/v1/groups/" + o.group));
     groups = json::array({answer});
   }
   fputs(o.json ? (answer.dump(2) + "\n").c_str() : GroupsText(groups).c_str(), stdout);
@@ -81,7 +88,7 @@ void Show(const Options& o) {
 
 // GPU UUIDs by index, as the daemon numbers them.
 std::vector<std::string> GpuUuids(const Options& o) {
-  json j = Expect(CallDaemon(o.socket, "GET", "/v1/gpus"));
+  json j = Expect(Ask(o, "GET", "/v1/gpus"));
   std::vector<std::string> uuids;
   for (const json& g : j.value("gpus", json::array())) uuids.push_back(g.value("uuid", ""));
   return uuids;
@@ -124,7 +131,7 @@ void Set(const Options& o) {
   if (!o.priority.empty()) flags.priority = {{o.gpu, o.priority}};
   if (o.weight) flags.weight = {{o.gpu, *o.weight}};
   // PUT replaces the limits and the schedule: start from the group's current ones.
-  const HttpResponse current = CallDaemon(o.socket, "GET", "/v1/groups/" + o.group);
+  const HttpResponse current = Ask(o, "GET", "/v1/groups/" + o.group);
   json limits = json::object();
   json schedule = json::object();
   if (current.status == 200) {
@@ -145,21 +152,21 @@ void Set(const Options& o) {
     if (!s.ok()) Fail(s.status().message(), kExitUsage);
     (*body)["schedule"] = *s;
   }
-  json j = ExpectChange(CallDaemon(o.socket, "PUT", "/v1/groups/" + o.group, body->dump()),
-                        "group set " + o.group);
+  json j =
+      ExpectChange(Ask(o, "PUT", "/v1/groups/" + o.group, body->dump()), "group set " + o.group);
   if (o.json) {
     printf("%s\n", j.dump(2).c_str());
     return;
   }
   // Show the result as `group show G` does.
-  json view = Expect(CallDaemon(o.socket, "GET", "/v1/groups/" + o.group));
+  json view = Expect(Ask(o, "GET", "/v1/groups/" + o.group));
   fputs(GroupsText(json::array({view})).c_str(), stdout);
 }
 
 // `group pause G` / `group resume G`.
 void Pause(const Options& o, bool pause) {
   const char* verb = pause ? "pause" : "resume";
-  json j = ExpectChange(CallDaemon(o.socket, "POST", "/v1/groups/" + o.group + "/" + verb),
+  json j = ExpectChange(Ask(o, "POST", "/v1/groups/" + o.group + "/" + verb),
                         std::string("group ") + verb + " " + o.group);
   if (o.json) {
     printf("%s\n", j.dump(2).c_str());
@@ -169,11 +176,11 @@ void Pause(const Options& o, bool pause) {
 }
 
 void Forget(const Options& o) {
-  const HttpResponse r = CallDaemon(o.socket, "DELETE", "/v1/groups/" + o.group);
+  const HttpResponse r = Ask(o, "DELETE", "/v1/groups/" + o.group);
   json j = DaemonJson(r);
   if (r.status == 409) {
     std::string pids;
-    const HttpResponse g = CallDaemon(o.socket, "GET", "/v1/groups/" + o.group);
+    const HttpResponse g = Ask(o, "GET", "/v1/groups/" + o.group);
     if (g.status == 200) {
       for (const json& pid : DaemonJson(g).value("members", json::array())) {
         pids += (pids.empty() ? "" : ", ") + pid.dump();
@@ -189,11 +196,11 @@ void Forget(const Options& o) {
 
 }  // namespace
 
-void AddRegistryCommands(CLI::App& app) {
+void AddRegistryCommands(CLI::App& app, const DaemonConnector& connect) {
   {
     auto* o = ProcessLifetime<Options>();  // CLI11 keeps pointers (process_lifetime.h)
     CLI::App* cmd = app.add_subcommand("tenants", "Show the processes registered with gpusliced");
-    AddSocket(cmd, o);
+    AddSocket(cmd, o, connect);
     AddJson(cmd, o);
     cmd->add_option("--group", o->group, "Only this group's tenants")->check(GroupIdCheck());
     cmd->callback([o] { Tenants(*o); });
@@ -204,7 +211,7 @@ void AddRegistryCommands(CLI::App& app) {
     auto* o = ProcessLifetime<Options>();
     CLI::App* cmd = group->add_subcommand(
         "show", "Show every group (or G): limits per GPU, tier, owner, member count");
-    AddSocket(cmd, o);
+    AddSocket(cmd, o, connect);
     AddJson(cmd, o);
     cmd->add_option("group", o->group, "The group (default: every group)")->check(GroupIdCheck());
     cmd->callback([o] { Show(*o); });
@@ -213,7 +220,7 @@ void AddRegistryCommands(CLI::App& app) {
     auto* o = ProcessLifetime<Options>();
     CLI::App* cmd = group->add_subcommand(
         "set", "Set a group's limits, tier or schedule (creates it); root or the admin group only");
-    AddSocket(cmd, o);
+    AddSocket(cmd, o, connect);
     AddJson(cmd, o);
     cmd->add_option("group", o->group, "The group")->required()->check(GroupIdCheck());
     cmd->add_option("--memory", o->memory,
@@ -246,7 +253,7 @@ void AddRegistryCommands(CLI::App& app) {
         pause ? "Pause a group: its launches wait, its memory is kept, its share is lent; "
                 "admins only"
               : "Resume a paused group; admins only");
-    AddSocket(cmd, o);
+    AddSocket(cmd, o, connect);
     AddJson(cmd, o);
     cmd->add_option("group", o->group, "The group")->required()->check(GroupIdCheck());
     cmd->callback([o, pause] { Pause(*o, pause); });
@@ -255,7 +262,7 @@ void AddRegistryCommands(CLI::App& app) {
     auto* o = ProcessLifetime<Options>();
     CLI::App* cmd =
         group->add_subcommand("forget", "Forget a group with no live member; admins only");
-    AddSocket(cmd, o);
+    AddSocket(cmd, o, connect);
     cmd->add_option("group", o->group, "The group")->required()->check(GroupIdCheck());
     cmd->callback([o] { Forget(*o); });
   }

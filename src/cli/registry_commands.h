@@ -10,19 +10,20 @@
 //   group forget G
 //
 // Every command goes to the daemon (--socket, else $GPUSLICE_SOCKET, else
-// /run/gpuslice/gpusliced.sock) through CallDaemon. Exit codes: 0 success;
-// 1 the daemon refused (its message is printed: e.g. only root or the admin
-// group may set limits) or could not be reached (the message names the
-// socket); 2 a bad command line; for `group set|pause|resume`, 3 the daemon
-// refused the change for the node's state (409: the requests on a GPU would
-// sum above 100 %, the message names the GPU and the total) and 4 it found a
-// value invalid (400: a request above the group's compute limit).
+// /run/gpuslice/gpusliced.sock) through CallDaemon, on the client `connect` gives. Exit codes: 0
+// success; 1 the daemon refused (its message is printed: e.g. only root or the admin group may set
+// limits) or could not be reached (the message names the socket); 2 a bad command line; for `group
+// set|pause|resume`, 3 the daemon refused the change for the node's state (409: the requests on a
+// GPU would sum above 100 %, the message names the GPU and the total) and 4 it found a value
+// invalid (400: a request above the group's compute limit).
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include "cli/daemon_client.h"
+
 namespace gpuslice::cli {
 
-void AddRegistryCommands(CLI::App& app);
+void AddRegistryCommands(CLI::App& app, const DaemonConnector& connect);
 
 }  // namespace gpuslice::cli

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "cli/daemon_client.h"
 #include "cli/exit_codes.h"
 #include "cli/flag_checks.h"
 #include "cli/group_report.h"
 #include "cli/paths.h"
 #include "cli/process_lifetime.h"
 #include "cli/registry_view.h"
-#include "cli/unix_http_client.h"
 #include "common/clock.h"
 #include "shm/group_segment.h"
 
@@ -31,26 +31,19 @@ struct StatusOptions {
   int64_t gc_grace_s = kDefaultGroupGcGraceS;
   bool no_daemon = false;
   std::string socket;
+  DaemonConnector connect;
 };
 
 // How long `status` waits for the daemon before showing segments only.
 constexpr std::chrono::milliseconds kDaemonTimeout{300};
 
 // The registry's groups, or why the daemon did not give them.
-StatusOr<std::vector<RegistryGroup>> AskRegistry(const std::string& socket) {
-  const UnixHttpClient client(socket, kDaemonTimeout);
-  nlohmann::json bodies[2];
-  const char* targets[2] = {"/v1/tenants", "/v1/groups"};
-  for (int i = 0; i < 2; ++i) {
-    auto r = client.Request("GET", targets[i]);
-    if (!r.ok()) return r.status();
-    if (r->status != 200) {
-      return Unavailable("gpusliced at " + socket + " answered HTTP " + std::to_string(r->status) +
-                         " to GET " + targets[i]);
-    }
-    bodies[i] = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
-  }
-  return ParseRegistry(bodies[0], bodies[1]);
+StatusOr<std::vector<RegistryGroup>> AskRegistry(const DaemonClient& client) {
+  auto tenants = client.GetJson("/v1/tenants");
+  if (!tenants.ok()) return tenants.status();
+  auto groups = client.GetJson("/v1/groups");
+  if (!groups.ok()) return groups.status();
+  return ParseRegistry(*tenants, *groups);
 }
 
 // Removes the segments of `names` that nobody is attached to and that have
@@ -87,7 +80,7 @@ void Status(const StatusOptions& o) {
   if (!o.no_daemon) {
     daemon.used = true;
     daemon.socket = DaemonSocket(o.socket);
-    auto r = AskRegistry(daemon.socket);
+    auto r = AskRegistry(o.connect(o.socket, kDaemonTimeout));
     daemon.answered = r.ok();
     if (r.ok()) {
       registry = std::move(*r);
@@ -147,8 +140,9 @@ void Status(const StatusOptions& o) {
 
 }  // namespace
 
-void AddStatusCommand(CLI::App& app) {
+void AddStatusCommand(CLI::App& app, const DaemonConnector& connect) {
   auto* o = ProcessLifetime<StatusOptions>();  // CLI11 keeps pointers (process_lifetime.h)
+  o->connect = connect;
   CLI::App* status = app.add_subcommand(
       "status", "Show each group's devices, limits, memory in use and live members");
   status->add_option("--shm-dir", o->shm_dir,

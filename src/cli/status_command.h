@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/daemon_client.h"
+
 namespace gpuslice::cli {
 
 // Registers `status [--shm-dir D] [--group G] [--json] [--all] [--gc
@@ -19,6 +21,6 @@ namespace gpuslice::cli {
 // A daemon that does not answer is a line of the output, never an error
 // (--no-daemon: not asked). Exit 1 only if --group names a group with neither
 // a segment (this user may open) nor a registry record.
-void AddStatusCommand(CLI::App& app);
+void AddStatusCommand(CLI::App& app, const DaemonConnector& connect);
 
 }  // namespace gpuslice::cli

@@ -1,13 +1,18 @@
-// UnixHttpClient: a small blocking HTTP/1.1 client over a Unix socket, for
-// the CLI's daemon commands (gpu, mps, ...) and the tests. One request per
-// connection (Connection: close); every step has a deadline.
+// HTTP/1.1 to gpusliced over its Unix socket or its TCP listener: a small
+// blocking client for the CLI (through DaemonClient, cli/daemon_client.h) and
+// the tests. One request per connection (Connection: close); every step has a
+// deadline. Also the event stream (GET /v1/events): the body's bytes handed
+// over as they come.
 //
 // Thread-compatible: one client per thread, or external locking.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -23,15 +28,47 @@ struct HttpResponse {
 // `flag` wins when non-empty.
 std::string DaemonSocket(const std::string& flag);
 
+// Where the daemon listens: a Unix socket path, or "tcp:HOST:PORT" (a numeric
+// IPv4 or IPv6 address; then a bearer token is sent when `token` is set).
+struct DaemonAddress {
+  std::string unix_path;
+  std::string host;  // TCP when not empty
+  uint16_t port = 0;
+  std::string token;
+  // "gpusliced at <path>" or "gpusliced at tcp:HOST:PORT".
+  std::string Where() const;
+};
+
+// `endpoint` ("tcp:HOST:PORT" or a socket path; DaemonSocket's rules when
+// empty) as an address; the token of a TCP address is $GPUSLICE_DAEMON_TOKEN.
+// InvalidArgument for a malformed tcp: address.
+StatusOr<DaemonAddress> ParseDaemonAddress(const std::string& endpoint);
+
+// One exchange: `method` `target` with an optional JSON body; the whole
+// response (a HEAD's without a body, whatever its Content-Length says).
+// kUnavailable naming the daemon when it cannot be reached or does not answer
+// within `timeout`; kInternal for a malformed response.
+StatusOr<HttpResponse> HttpExchange(const DaemonAddress& address, const std::string& method,
+                                    const std::string& target, const std::string& body,
+                                    std::chrono::milliseconds timeout);
+
+// GET `target` as an event stream: connects and reads the headers within
+// `timeout`, then hands the body's bytes to `on_bytes` as they arrive, and ""
+// every `tick` while none do, until `on_bytes` returns false (OK). kUnavailable
+// when the daemon cannot be reached, answers other than 200, closes the
+// stream, or sends nothing for `idle`.
+Status HttpStream(const DaemonAddress& address, const std::string& target,
+                  std::chrono::milliseconds timeout, std::chrono::milliseconds tick,
+                  std::chrono::milliseconds idle,
+                  const std::function<bool(std::string_view)>& on_bytes);
+
+// HttpExchange on a Unix socket (kept for the tests and simple callers).
 class UnixHttpClient {
  public:
   explicit UnixHttpClient(std::string socket_path,
                           std::chrono::milliseconds timeout = std::chrono::seconds(30))
       : socket_path_(std::move(socket_path)), timeout_(timeout) {}
 
-  // Sends `method` `target` with an optional JSON body; the whole response.
-  // kUnavailable naming the socket when the daemon cannot be reached or does
-  // not answer in time; kInternal for a malformed response.
   StatusOr<HttpResponse> Request(const std::string& method, const std::string& target,
                                  const std::string& body = "") const;
 
@@ -41,7 +78,8 @@ class UnixHttpClient {
 };
 
 // Parses a complete HTTP/1.1 response (status line, headers, body framed by
-// Content-Length or by the end of the data). Exposed for tests.
-StatusOr<HttpResponse> ParseHttpResponse(const std::string& raw);
+// Content-Length or by the end of the data; no body when `head`). Exposed for
+// tests.
+StatusOr<HttpResponse> ParseHttpResponse(const std::string& raw, bool head = false);
 
 }  // namespace gpuslice::cli

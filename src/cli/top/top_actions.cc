@@ -11,19 +11,12 @@ using json = nlohmann::json;
 
 // "pause train: HTTP 404: no such route" from a refused answer.
 std::string Refusal(const std::string& what, const HttpResponse& r) {
-  const json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-  std::string message = r.body;
-  if (j.is_object() && j.contains("error") && j["error"].is_object() &&
-      j["error"].contains("message") && j["error"]["message"].is_string()) {
-    message = j["error"]["message"].get<std::string>();
-  }
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  return what + ": HTTP " + std::to_string(r.status) + ": " + message;
+  return what + ": HTTP " + std::to_string(r.status) + ": " + DaemonErrorMessage(r);
 }
 
 }  // namespace
 
-std::string Perform(const KeyAction& a, const DaemonFetch* fetch, bool daemon_answering) {
+std::string Perform(const KeyAction& a, const DaemonClient* client, bool daemon_answering) {
   const std::string id = a.group;
   std::string what;
   switch (a.kind) {
@@ -39,11 +32,11 @@ std::string Perform(const KeyAction& a, const DaemonFetch* fetch, bool daemon_an
     default:
       return "";
   }
-  if (fetch == nullptr) return what + ": needs gpusliced (--no-daemon is set)";
+  if (client == nullptr) return what + ": needs gpusliced (--no-daemon is set)";
   if (!daemon_answering) return what + ": needs gpusliced, which is not answering";
   if (a.kind == KeyAction::Kind::kSetLimit) {
     // PUT replaces the group's limits: keep the others (memory, per-GPU).
-    auto current = (*fetch)("GET", "/v1/groups/" + id, "");
+    auto current = client->Request("GET", "/v1/groups/" + id);
     if (!current.ok()) return what + ": " + current.status().message();
     json limits = json::object();
     if (current->status == 200) {
@@ -54,13 +47,13 @@ std::string Perform(const KeyAction& a, const DaemonFetch* fetch, bool daemon_an
     flags.compute = {{"", static_cast<uint32_t>(a.percent)}};
     auto body = GroupPutBody(limits, flags, {});
     if (!body.ok()) return what + ": " + body.status().message();
-    auto r = (*fetch)("PUT", "/v1/groups/" + id, body->dump());
+    auto r = client->Request("PUT", "/v1/groups/" + id, body->dump());
     if (!r.ok()) return what + ": " + r.status().message();
     if (r->status / 100 != 2) return Refusal(what, *r);
     return what + ": done";
   }
   const std::string verb = a.kind == KeyAction::Kind::kPause ? "pause" : "resume";
-  auto r = (*fetch)("POST", "/v1/groups/" + id + "/" + verb, "");
+  auto r = client->Request("POST", "/v1/groups/" + id + "/" + verb);
   if (!r.ok()) return what + ": " + r.status().message();
   if (r->status / 100 != 2) return Refusal(what, *r);
   return what + ": done";

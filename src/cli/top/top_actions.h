@@ -14,8 +14,8 @@
 
 namespace gpuslice::cli::top {
 
-// Performs `a` through `fetch` (null: --no-daemon); `daemon_answering`: the
-// last sample reached the daemon (if not, nothing is sent).
-std::string Perform(const KeyAction& a, const DaemonFetch* fetch, bool daemon_answering);
+// Performs `a` through `client` (null: --no-daemon); `daemon_answering`: the
+// last sample came from the daemon (if not, nothing is sent).
+std::string Perform(const KeyAction& a, const DaemonClient* client, bool daemon_answering);
 
 }  // namespace gpuslice::cli::top

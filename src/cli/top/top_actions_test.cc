@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/fake_daemon_transport.h"
+
 namespace gpuslice::cli::top {
 namespace {
 
@@ -18,20 +20,20 @@ struct FakeDaemon {
                                  "compute_percent": 20}, "GPU-b": {"compute_percent": 10}}})");
   std::vector<std::string> calls;
   std::vector<std::string> bodies;
-  DaemonFetch Fetch() {
-    return [this](const std::string& method, const std::string& target,
-                  const std::string& sent) -> StatusOr<HttpResponse> {
+  DaemonClient Fetch() {
+    return FakeClient([this](const std::string& method, const std::string& target,
+                             const std::string& sent) -> StatusOr<HttpResponse> {
       calls.push_back(method + " " + target);
       bodies.push_back(sent);
       if (method == "GET") return HttpResponse{200, {}, group.dump()};
       return HttpResponse{status, {}, body};
-    };
+    });
   }
 };
 
 TEST(TopActionsTest, PausesAndResumesThroughTheDaemon) {
   FakeDaemon d;
-  const DaemonFetch fetch = d.Fetch();
+  const DaemonClient fetch = d.Fetch();
   EXPECT_EQ(Perform({KeyAction::Kind::kPause, "nb", 0}, &fetch, true), "pause nb: done");
   EXPECT_EQ(Perform({KeyAction::Kind::kResume, "nb", 0}, &fetch, true), "resume nb: done");
   EXPECT_EQ(d.calls,
@@ -40,7 +42,7 @@ TEST(TopActionsTest, PausesAndResumesThroughTheDaemon) {
 
 TEST(TopActionsTest, ARefusalIsTheDaemonsMessageInTheStatusLine) {
   FakeDaemon d;
-  const DaemonFetch fetch = d.Fetch();
+  const DaemonClient fetch = d.Fetch();
   d.status = 403;
   d.body = R"({"error": {"code": "PERMISSION_DENIED", "message": "admins only"}})";
   EXPECT_EQ(Perform({KeyAction::Kind::kPause, "nb", 0}, &fetch, true),
@@ -56,7 +58,7 @@ TEST(TopActionsTest, ARefusalIsTheDaemonsMessageInTheStatusLine) {
 
 TEST(TopActionsTest, ALimitChangeKeepsTheGroupsOtherLimits) {
   FakeDaemon d;
-  const DaemonFetch fetch = d.Fetch();
+  const DaemonClient fetch = d.Fetch();
   EXPECT_EQ(Perform({KeyAction::Kind::kSetLimit, "nb", 35}, &fetch, true),
             "compute limit of nb to 35%: done");
   ASSERT_EQ(d.calls, (std::vector<std::string>{"GET /v1/groups/nb", "PUT /v1/groups/nb"}));
@@ -68,7 +70,7 @@ TEST(TopActionsTest, ALimitChangeKeepsTheGroupsOtherLimits) {
 
 TEST(TopActionsTest, NothingIsSentWithoutADaemon) {
   FakeDaemon d;
-  const DaemonFetch fetch = d.Fetch();
+  const DaemonClient fetch = d.Fetch();
   EXPECT_EQ(Perform({KeyAction::Kind::kPause, "nb", 0}, nullptr, false),
             "pause nb: needs gpusliced (--no-daemon is set)");
   EXPECT_EQ(Perform({KeyAction::Kind::kPause, "nb", 0}, &fetch, false),

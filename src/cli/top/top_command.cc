@@ -6,17 +6,21 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "cli/daemon_client.h"
 #include "cli/paths.h"
 #include "cli/process_lifetime.h"
+#include "cli/top/daemon_feed.h"
+#include "cli/top/nvml_gpus.h"
 #include "cli/top/top_actions.h"
 #include "cli/top/top_keys.h"
 #include "cli/top/top_model.h"
 #include "cli/top/top_source.h"
 #include "cli/top/top_view.h"
-#include "cli/unix_http_client.h"
 #include "common/clock.h"
 
 namespace gpuslice::cli {
@@ -37,6 +41,12 @@ struct TopOptions {
 // How long one request to the daemon may take before the view goes on
 // without it (a hung daemon must not freeze the screen).
 constexpr std::chrono::milliseconds kDaemonTimeout{1000};
+// How long the first frame waits for the daemon's first sample (it samples
+// once a second) before it shows the segments.
+constexpr std::chrono::milliseconds kFirstSampleWait{1500};
+// How long a frame waits for the daemon's next sample before it shows the
+// last one again.
+constexpr std::chrono::milliseconds kSampleWait{2500};
 
 // Plain output: asked for, a dumb or unknown terminal, or stdout not a terminal.
 bool PlainWanted(const TopOptions& o) {
@@ -46,13 +56,101 @@ bool PlainWanted(const TopOptions& o) {
   return isatty(STDOUT_FILENO) == 0 || isatty(STDIN_FILENO) == 0;
 }
 
-int RunPlain(const TopOptions& o, top::TopModel& model, const top::DaemonFetch* fetch,
-             const std::string& socket, const top::SegmentReader& segments) {
+// Where the frames come from: the daemon's samples while its event stream is
+// up, else the segments and NVML (opened the first time it is needed).
+class Sources {
+ public:
+  Sources(const TopOptions& o, const DaemonConnector& connect)
+      : interval_(std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::duration<double>(o.interval_s))),
+        dir_(ShmDir(o.shm_dir)) {
+    if (o.no_daemon) return;
+    client_.emplace(connect(o.socket, kDaemonTimeout));
+    where_ = client_->Where();
+    if (where_.starts_with("gpusliced at ")) where_ = where_.substr(13);
+    feed_ = std::make_unique<top::DaemonFeed>(*client_, top::DaemonFeed::Options{});
+  }
+
+  const DaemonClient* client() const { return client_ ? &*client_ : nullptr; }
+
+  // Waits for what the next frame shows: the daemon's next sample while its
+  // stream is up (at most kSampleWait), else `interval` (cut short when the
+  // daemon comes back). The first frame waits for the daemon's first answer.
+  void Wait() {
+    if (!feed_) {
+      if (frames_ > 0) std::this_thread::sleep_for(interval_);
+      return;
+    }
+    if (frames_ == 0) {
+      state_ = feed_->WaitNewer(0, kFirstSampleWait);
+      if (!state_.resolved) state_ = feed_->Get();
+      return;
+    }
+    state_ = feed_->WaitNewer(state_.version, state_.connected ? kSampleWait : interval_);
+  }
+
+  // True when the daemon has a sample the last frame did not show, or, without
+  // it, when `interval` has passed since the last frame (the live loop's check).
+  bool Due(std::chrono::steady_clock::time_point now) {
+    if (frames_ == 0) return true;
+    if (feed_) {
+      const top::DaemonFeed::State s = feed_->Get();
+      if (s.connected && s.samples != shown_samples_) {
+        state_ = s;
+        return true;
+      }
+      if (s.connected != state_.connected) {
+        state_ = s;
+        return true;
+      }
+      state_ = s;
+      if (s.connected) return false;
+    }
+    return now >= last_frame_ + interval_;
+  }
+
+  top::Sample Next() {
+    ++frames_;
+    last_frame_ = std::chrono::steady_clock::now();
+    const std::vector<GroupSnapshot> segments = top::ReadSegments(dir_);
+    if (feed_ && state_.connected && state_.last != nullptr) {
+      shown_samples_ = state_.samples;
+      return top::FromDaemonSample(*state_.last, where_, segments, RealtimeNs());
+    }
+    if (!nvml_ && nvml_error_.empty()) {
+      auto n = top::NvmlGpus::Open();
+      if (n.ok()) {
+        nvml_ = std::move(*n);
+      } else {
+        nvml_error_ = n.status().message();
+      }
+    }
+    std::string why = state_.error;
+    if (feed_ && why.empty()) why = "no sample from the event stream yet";
+    return top::LocalSample(nvml_ ? nvml_->Read() : std::vector<top::GpuInfo>{}, nvml_error_,
+                            feed_ != nullptr, why, where_, segments, RealtimeNs());
+  }
+
+ private:
+  const std::chrono::milliseconds interval_;
+  const std::string dir_;
+  std::optional<DaemonClient> client_;
+  std::string where_;
+  std::unique_ptr<top::DaemonFeed> feed_;
+  top::DaemonFeed::State state_;
+  uint64_t shown_samples_ = 0;
+  int frames_ = 0;
+  std::chrono::steady_clock::time_point last_frame_;
+  std::unique_ptr<top::NvmlGpus> nvml_;
+  std::string nvml_error_;
+};
+
+int RunPlain(const TopOptions& o, top::TopModel& model, Sources& sources) {
   const int frames = o.once ? 1 : o.count;
   const top::TopUi ui;
   for (int n = 0; frames == 0 || n < frames; ++n) {
-    if (n > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.interval_s));
-    model.Update(top::Collect(fetch, socket, segments, RealtimeNs()));
+    sources.Wait();
+    model.Update(sources.Next());
     const std::string frame = PlainFrame(model, ui);
     fputs(frame.c_str(), stdout);
     fflush(stdout);
@@ -60,33 +158,30 @@ int RunPlain(const TopOptions& o, top::TopModel& model, const top::DaemonFetch* 
   return 0;
 }
 
-int RunLive(const TopOptions& o, top::TopModel& model, const top::DaemonFetch* fetch,
-            const std::string& socket, const top::SegmentReader& segments) {
+int RunLive(const TopOptions& o, top::TopModel& model, Sources& sources) {
   top::CursesView view;
   view.Start();
   top::TopUi ui;
-  const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(o.interval_s));
-  auto next_poll = std::chrono::steady_clock::now();
   int frames = 0;
+  bool first = true;
   while (true) {
-    if (std::chrono::steady_clock::now() >= next_poll) {
+    if (first || sources.Due(std::chrono::steady_clock::now())) {
       if (o.count > 0 && frames >= o.count) break;
-      model.Update(top::Collect(fetch, socket, segments, RealtimeNs()));
+      if (first) sources.Wait();  // the daemon's first answer
+      first = false;
+      model.Update(sources.Next());
       ++frames;
-      next_poll = std::chrono::steady_clock::now() + interval;
       view.Draw(model, ui);
     }
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
-        next_poll - std::chrono::steady_clock::now());
-    const int key = view.ReadKey(static_cast<int>(std::max<int64_t>(0, wait.count())));
+    // Keys (and resizes) are read between frames; a frame is due at the
+    // latest an interval, or one daemon sample, from now.
+    const int key = view.ReadKey(50);
     if (key == top::CursesView::kNoKey) continue;
     if (key != top::CursesView::kResized) {
       const KeyAction a = HandleKey(ui, key, model.Rows(ui.sort, ui.filter));
       if (a.kind == KeyAction::Kind::kQuit) break;
       if (a.kind != KeyAction::Kind::kNone) {
-        ui.status = top::Perform(a, fetch, model.sample().daemon_answered);
-        next_poll = std::chrono::steady_clock::now();  // show the effect at once
+        ui.status = top::Perform(a, sources.client(), model.sample().daemon_answered);
       }
     }
     view.Draw(model, ui);
@@ -95,24 +190,16 @@ int RunLive(const TopOptions& o, top::TopModel& model, const top::DaemonFetch* f
   return 0;
 }
 
-void Top(const TopOptions& o) {
-  const std::string socket = DaemonSocket(o.socket);
-  const std::string dir = ShmDir(o.shm_dir);
-  const top::DaemonFetch fetch = [socket](const std::string& method, const std::string& target,
-                                          const std::string& body) {
-    return UnixHttpClient(socket, kDaemonTimeout).Request(method, target, body);
-  };
-  const top::SegmentReader segments = [dir] { return top::ReadSegments(dir); };
+void Top(const TopOptions& o, const DaemonConnector& connect) {
+  Sources sources(o, connect);
   top::TopModel model;
-  const top::DaemonFetch* daemon = o.no_daemon ? nullptr : &fetch;
-  const int code = PlainWanted(o) ? RunPlain(o, model, daemon, socket, segments)
-                                  : RunLive(o, model, daemon, socket, segments);
+  const int code = PlainWanted(o) ? RunPlain(o, model, sources) : RunLive(o, model, sources);
   if (code != 0) exit(code);
 }
 
 }  // namespace
 
-void AddTopCommand(CLI::App& app) {
+void AddTopCommand(CLI::App& app, const DaemonConnector& connect) {
   auto* o = ProcessLifetime<TopOptions>();  // CLI11 keeps pointers (process_lifetime.h)
   CLI::App* top = app.add_subcommand(
       "top", "Live view of the GPUs and groups: shares, limits, memory, state (q quits)");
@@ -124,13 +211,14 @@ void AddTopCommand(CLI::App& app) {
   top->add_flag("--plain", o->plain,
                 "One plain table per interval (also on TERM=dumb or when stdout is not a "
                 "terminal)");
-  top->add_flag("--no-daemon", o->no_daemon, "Read the group segments only; do not ask gpusliced");
+  top->add_flag("--no-daemon", o->no_daemon,
+                "Read the group segments and NVML only; do not ask gpusliced");
   top->add_option("--socket", o->socket,
                   "Daemon socket (default: $GPUSLICE_SOCKET or /run/gpuslice/gpusliced.sock)");
   top->add_option("--shm-dir", o->shm_dir,
                   "Directory of the group segments (default: $GPUSLICE_SHM_DIR or "
                   "/dev/shm/gpuslice)");
-  top->callback([o] { Top(*o); });
+  top->callback([o, connect] { Top(*o, connect); });
 }
 
 }  // namespace gpuslice::cli

@@ -104,6 +104,23 @@ std::vector<std::pair<std::string, int>> ShareBar(const std::vector<GroupRow>& r
   return out;
 }
 
+std::vector<std::pair<std::string, int>> RequestMarkers(const std::vector<GroupRow>& rows,
+                                                        int width) {
+  std::vector<std::pair<std::string, int>> out;
+  if (width <= 0) return out;
+  int start = 0;
+  const auto blocks = ShareBar(rows, width);
+  for (size_t i = 0; i < rows.size() && i < blocks.size(); ++i) {
+    const std::optional<double>& request = rows[i].group.request_percent;
+    if (request && *request > 0) {
+      const int cells = std::max(1, static_cast<int>(std::lround(*request * width / 100)));
+      out.emplace_back(rows[i].group.group, std::clamp(start + cells - 1, 0, width - 1));
+    }
+    start += blocks[i].second;
+  }
+  return out;
+}
+
 std::string Sparkline(const std::vector<double>& values, size_t width, bool ascii) {
   static const char* const kBlocks[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
   static const char kAscii[] = "_.:-=+*#";
@@ -236,14 +253,16 @@ std::vector<TenantInfo> TopModel::TenantsOf(const std::string& group) const {
 }
 
 std::string TopModel::SourceLine() const {
-  if (!sample_.daemon_used) return "source: group segments (--no-daemon)";
+  const std::string local = sample_.nvml ? "group segments + NVML" : "group segments";
+  if (!sample_.daemon_used) return "source: " + local + " (--no-daemon)";
   if (sample_.daemon_answered) return "source: gpusliced at " + sample_.socket;
   std::string why = sample_.daemon_error.empty() ? "" : " (" + sample_.daemon_error + ")";
+  // The reason last: it names the socket and may be cut at the screen's edge.
   if (daemon_seen_) {
-    return "gpusliced stopped answering at " + ClockText(daemon_lost_at_ns_) + why +
-           "; showing group segments";
+    return "gpusliced stopped answering at " + ClockText(daemon_lost_at_ns_) + "; showing " +
+           local + ", reconnecting" + why;
   }
-  return "no daemon" + why + "; showing group segments";
+  return "no daemon; showing " + local + why;
 }
 
 }  // namespace gpuslice::cli::top

@@ -61,6 +61,8 @@ struct Sample {
   bool daemon_answered = false;  // the GETs succeeded
   std::string daemon_error;      // why not (when used and not answered)
   std::string socket;            // the daemon's
+  bool nvml = false;             // without the daemon: the GPUs are NVML's
+  std::string nvml_error;        // why NVML could not be read (then only segment GPUs)
   std::vector<GpuInfo> gpus;
   std::vector<GroupOnGpu> groups;
   std::vector<TenantInfo> tenants;
@@ -88,6 +90,14 @@ struct GroupRow {
 // `width` (rounded; shares over 100% in total are scaled down). The rest of
 // the bar is free.
 std::vector<std::pair<std::string, int>> ShareBar(const std::vector<GroupRow>& rows, int width);
+
+// Where each group's request falls on the bar ShareBar draws for the same
+// `rows` and `width`: (group, cell), the last cell the group's block would
+// have if its share were its request (the block's start plus the request's
+// cells, clamped into the bar). A group below its request has its marker
+// past its block; groups without a request (or a request of 0) have none.
+std::vector<std::pair<std::string, int>> RequestMarkers(const std::vector<GroupRow>& rows,
+                                                        int width);
 
 // `values` (percent 0..100, -1: none) as a sparkline of their last `width`
 // values, one character each: Unicode blocks "▁".."█", or ASCII "_.:-=+*#"

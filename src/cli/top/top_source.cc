@@ -48,18 +48,6 @@ int Index(const json& j) {
   return v.is_number_integer() ? v.get<int>() : -1;
 }
 
-// A GET that must answer 200 with a JSON object.
-StatusOr<json> GetJson(const DaemonFetch& fetch, const std::string& target) {
-  auto r = fetch("GET", target, "");
-  if (!r.ok()) return r.status();
-  if (r->status != 200) {
-    return Unavailable("GET " + target + " answered HTTP " + std::to_string(r->status));
-  }
-  json j = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return Unavailable("GET " + target + " did not answer a JSON object");
-  return j;
-}
-
 }  // namespace
 
 std::vector<GroupSnapshot> ReadSegments(const std::string& dir) {
@@ -228,16 +216,16 @@ void MergeSegments(const std::vector<GroupSnapshot>& segments, Sample& sample) {
   });
 }
 
-Sample Collect(const DaemonFetch* fetch, const std::string& socket, const SegmentReader& segments,
+Sample Collect(const DaemonClient* client, const std::string& socket, const SegmentReader& segments,
                int64_t now_ns) {
   Sample sample;
   sample.at_ns = now_ns;
   sample.socket = socket;
-  sample.daemon_used = fetch != nullptr;
-  if (fetch != nullptr) {
-    auto gpus = GetJson(*fetch, "/v1/gpus");
-    auto groups = gpus.ok() ? GetJson(*fetch, "/v1/groups") : gpus.status();
-    auto tenants = groups.ok() ? GetJson(*fetch, "/v1/tenants") : groups.status();
+  sample.daemon_used = client != nullptr;
+  if (client != nullptr) {
+    auto gpus = client->GetJson("/v1/gpus");
+    auto groups = gpus.ok() ? client->GetJson("/v1/groups") : gpus.status();
+    auto tenants = groups.ok() ? client->GetJson("/v1/tenants") : groups.status();
     if (tenants.ok()) {
       sample.daemon_answered = true;
       sample.gpus = ParseGpus(*gpus);
@@ -248,6 +236,35 @@ Sample Collect(const DaemonFetch* fetch, const std::string& socket, const Segmen
     }
   }
   MergeSegments(segments(), sample);
+  return sample;
+}
+
+Sample FromDaemonSample(const json& data, const std::string& socket,
+                        const std::vector<GroupSnapshot>& segments, int64_t now_ns) {
+  Sample sample;
+  sample.at_ns = now_ns;
+  sample.socket = socket;
+  sample.daemon_used = true;
+  sample.daemon_answered = true;
+  sample.gpus = ParseGpus(json{{"gpus", Field(data, "gpus")}});
+  sample.groups = ParseGroups(json{{"groups", Field(data, "groups")}}, sample.gpus);
+  sample.tenants = ParseTenants(json{{"tenants", Field(data, "tenants")}});
+  MergeSegments(segments, sample);
+  return sample;
+}
+
+Sample LocalSample(std::vector<GpuInfo> gpus, const std::string& nvml_error, bool daemon_used,
+                   const std::string& daemon_error, const std::string& socket,
+                   const std::vector<GroupSnapshot>& segments, int64_t now_ns) {
+  Sample sample;
+  sample.at_ns = now_ns;
+  sample.socket = socket;
+  sample.daemon_used = daemon_used;
+  sample.daemon_error = daemon_error;
+  sample.nvml = nvml_error.empty();
+  sample.nvml_error = nvml_error;
+  sample.gpus = std::move(gpus);
+  MergeSegments(segments, sample);
   return sample;
 }
 

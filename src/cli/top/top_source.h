@@ -1,9 +1,11 @@
-// Where `gpuslice top` gets a Sample: gpusliced's API (GET /v1/gpus,
-// /v1/groups, /v1/tenants; docs/daemon.md) when it answers, merged with the
-// group segments this user can read (GroupSegment::Snapshot: measured share,
-// paused, grant, throttled launches); the segments alone when the daemon does
-// not answer (or --no-daemon). Both seams are injected so that the fallback is
-// tested without a socket or a segment.
+// Where `gpuslice top` gets a Sample: gpusliced's per-second "sample" event
+// (FromDaemonSample; the bodies of GET /v1/gpus, /v1/groups, /v1/tenants, see
+// DaemonFeed) or those GETs themselves (Collect), merged with the group
+// segments this user can read (GroupSegment::Snapshot: measured share,
+// paused, grant, throttled launches); the segments and NVML's GPUs when the
+// daemon does not answer (or --no-daemon: LocalSample). The daemon client and
+// the segment reader are injected so that the fallback is tested without a
+// socket or a segment.
 //
 // Thread-compatible.
 #pragma once
@@ -13,17 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "cli/daemon_client.h"
 #include "cli/top/top_model.h"
-#include "cli/unix_http_client.h"
 #include "common/status.h"
 #include "shm/group_segment.h"
 
 namespace gpuslice::cli::top {
-
-// One request to the daemon: (method, target, body) -> the answer, or why
-// there is none (kUnavailable: no daemon).
-using DaemonFetch = std::function<StatusOr<HttpResponse>(
-    const std::string& method, const std::string& target, const std::string& body)>;
 
 // The snapshots of every group segment that can be read.
 using SegmentReader = std::function<std::vector<GroupSnapshot>()>;
@@ -47,9 +44,21 @@ std::vector<TenantInfo> ParseTenants(const nlohmann::json& tenants_body);
 // are added with their UUID alone.
 void MergeSegments(const std::vector<GroupSnapshot>& segments, Sample& sample);
 
-// One poll: asks the daemon through `fetch` (null: --no-daemon), then merges
+// One poll: asks the daemon through `client` (null: --no-daemon), then merges
 // `segments()`. `socket` only names the daemon in the sample.
-Sample Collect(const DaemonFetch* fetch, const std::string& socket, const SegmentReader& segments,
+Sample Collect(const DaemonClient* client, const std::string& socket, const SegmentReader& segments,
                int64_t now_ns);
+
+// A sample from the daemon's "sample" event data ({"gpus", "groups",
+// "tenants", ...}) merged with `segments`; `socket` names the daemon.
+Sample FromDaemonSample(const nlohmann::json& data, const std::string& socket,
+                        const std::vector<GroupSnapshot>& segments, int64_t now_ns);
+
+// A sample without the daemon: `gpus` (NVML's; empty when it cannot be read,
+// `nvml_error` says why) and `segments`. `daemon_error`: why the daemon is
+// not used ("" with --no-daemon, then `daemon_used` is false).
+Sample LocalSample(std::vector<GpuInfo> gpus, const std::string& nvml_error, bool daemon_used,
+                   const std::string& daemon_error, const std::string& socket,
+                   const std::vector<GroupSnapshot>& segments, int64_t now_ns);
 
 }  // namespace gpuslice::cli::top

@@ -4,6 +4,8 @@
 
 #include <map>
 
+#include "cli/fake_daemon_transport.h"
+
 namespace gpuslice::cli::top {
 namespace {
 
@@ -47,15 +49,15 @@ struct FakeDaemon {
   std::map<std::string, json> bodies = {
       {"/v1/gpus", GpusBody()}, {"/v1/groups", GroupsBody()}, {"/v1/tenants", TenantsBody()}};
   std::vector<std::string> calls;
-  DaemonFetch Fetch() {
-    return [this](const std::string& method, const std::string& target,
-                  const std::string&) -> StatusOr<HttpResponse> {
+  DaemonClient Fetch() {
+    return FakeClient([this](const std::string& method, const std::string& target,
+                             const std::string&) -> StatusOr<HttpResponse> {
       calls.push_back(method + " " + target);
       if (!up) return Unavailable("cannot connect to /fake.sock");
       auto it = bodies.find(target);
       if (it == bodies.end()) return HttpResponse{404, {}, R"({"error":{"message":"no"}})"};
       return HttpResponse{200, {}, it->second.dump()};
-    };
+    });
   }
 };
 
@@ -158,7 +160,7 @@ TEST(TopSourceTest, AGroupTheDaemonPausedIsPaused) {
 
 TEST(TopSourceTest, MergesTheSegmentsIntoTheDaemonsView) {
   FakeDaemon daemon;
-  const DaemonFetch fetch = daemon.Fetch();
+  const DaemonClient fetch = daemon.Fetch();
   const Sample s = Collect(&fetch, "/fake.sock", Segments, 7);
   EXPECT_TRUE(s.daemon_answered);
   EXPECT_EQ(s.at_ns, 7);
@@ -197,7 +199,7 @@ TEST(TopSourceTest, MergesTheSegmentsIntoTheDaemonsView) {
 
 TEST(TopSourceTest, FallsBackToTheSegmentsWhenTheDaemonGoesAway) {
   FakeDaemon daemon;
-  const DaemonFetch fetch = daemon.Fetch();
+  const DaemonClient fetch = daemon.Fetch();
   TopModel model;
   model.Update(Collect(&fetch, "/fake.sock", Segments, 1));
   EXPECT_EQ(model.sample().gpus.size(), 3u);
@@ -224,7 +226,7 @@ TEST(TopSourceTest, FallsBackToTheSegmentsWhenTheDaemonGoesAway) {
 TEST(TopSourceTest, ADaemonAnsweringAnErrorIsNotADaemonAnswer) {
   FakeDaemon daemon;
   daemon.bodies.erase("/v1/tenants");  // 404
-  const DaemonFetch fetch = daemon.Fetch();
+  const DaemonClient fetch = daemon.Fetch();
   const Sample s = Collect(&fetch, "/fake.sock", Segments, 1);
   EXPECT_FALSE(s.daemon_answered);
   EXPECT_NE(s.daemon_error.find("HTTP 404"), std::string::npos) << s.daemon_error;

@@ -129,6 +129,9 @@ std::string PlainFrame(const TopModel& model, const TopUi& ui) {
       legend += Line(" %c=%s", letters.at(group), group.c_str());
     }
     bar.append(kBarWidth - std::min(used, kBarWidth), '.');
+    const auto markers = RequestMarkers(model.RowsOnGpu(gpu.uuid), kBarWidth);
+    for (const auto& [group, cell] : markers) bar[1 + cell] = '|';
+    if (!markers.empty()) legend += " |=request";
     bar += "]";
     out += Line("%-6s %-24s %-6s %-21s %-12s %s%s\n", GpuName(gpu).c_str(),
                 (gpu.name.empty() ? "-" : gpu.name.substr(0, 24)).c_str(), c.util.c_str(),
@@ -287,6 +290,17 @@ void CursesView::Draw(const TopModel& model, const TopUi& ui) {
       legend += Line(" %c=%s", letter, group.c_str());
     }
     for (; used < bar && x < w; ++used) mvaddch(y, x++, '.');
+    // Each group's request: a bold '|' in its colour where its block would
+    // end at its request.
+    const auto markers = RequestMarkers(model.RowsOnGpu(gpu.uuid), bar);
+    for (const auto& [group, cell] : markers) {
+      if (1 + cell >= w) continue;
+      const attr_t a = A_BOLD | (colour_ ? COLOR_PAIR(colour_of[group]) : A_NORMAL);
+      attron(a);
+      mvaddch(y, 1 + cell, '|');
+      attroff(a);
+    }
+    if (!markers.empty()) legend += " |=request";
     Put(y, x, "]" + legend, w);
     y += 2;
   }

@@ -62,8 +62,10 @@ TEST(TopViewTest, PlainFrameHasTheGpusGroupsAndHistory) {
   EXPECT_NE(lines[2].find("Sim H100"), std::string::npos) << text;
   EXPECT_NE(lines[2].find("70%"), std::string::npos) << text;
   EXPECT_NE(lines[2].find("250W/700W"), std::string::npos) << text;
-  // 20% + 100% (two samplings apart) scaled to the 30 cells: 5 for nb, 25 for train.
-  EXPECT_NE(lines[2].find("[AAAAABBBBBBBBBBBBBBBBBBBBBBBBB] A=nb B=train"), std::string::npos)
+  // 20% + 100% (two samplings apart) scaled to the 30 cells: 5 for nb, 25 for train;
+  // train's request (30%: 9 cells from its start) marked at cell 13.
+  EXPECT_NE(lines[2].find("[AAAAABBBBBBBB|BBBBBBBBBBBBBBBB] A=nb B=train |=request"),
+            std::string::npos)
       << text;
   EXPECT_EQ(lines[3].find("GROUP"), 0u);
   EXPECT_EQ(lines[4].find("nb"), 0u);

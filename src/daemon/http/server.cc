@@ -117,6 +117,7 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
   }
 
   void ReadHeader() {
+    head_ = false;  // until this request says HEAD
     parser_.emplace();
     parser_->header_limit(16 * 1024);
     parser_->body_limit(server_.options.max_body_bytes);
@@ -164,12 +165,22 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
     version_ = req.version();
     auto target = ParseTarget(std::string_view(req.target().data(), req.target().size()));
     if (!target.ok()) return Send(ApiResponse::FromStatus(target.status()), keep_alive_);
-    const std::string method(req.method_string());
-    if (method == "GET" && target->path == "/v1/events") return StartEvents();
+    // HEAD is answered as GET is, without the body (Send leaves it out and
+    // keeps its Content-Length); the handler sees GET.
+    head_ = req.method() == http::verb::head;
+    const std::string method = head_ ? "GET" : std::string(req.method_string());
+    if (method == "GET" && target->path == "/v1/events") {
+      if (head_) return SendEventStreamHead();
+      return StartEvents();
+    }
     auto match = server_.router.Find(method, target->path);
     if (!match.ok()) {
       ApiResponse r = ApiResponse::FromStatus(match.status());
-      if (match.status().code() == StatusCode::kFailedPrecondition) r.status = 405;
+      if (match.status().code() == StatusCode::kFailedPrecondition) {
+        r = ApiResponse::FromStatus(FailedPrecondition(
+            "method not allowed: " + std::string(req.method_string()) + " " + target->path));
+        r.status = 405;
+      }
       return Send(std::move(r), keep_alive_);
     }
     if (method != "GET" && method != "HEAD") {
@@ -217,6 +228,7 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
   }
 
   void Send(ApiResponse r, bool keep_alive) {
+    if (head_) return SendHead(r, keep_alive);
     auto res = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(r.status), version_ == 0 ? 11 : version_);
     res->set(http::field::server, "gpusliced");
@@ -225,6 +237,40 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
     res->keep_alive(keep_alive);
     res->body() = std::move(r.body);
     res->prepare_payload();
+    stream_.expires_after(server_.options.body_timeout);
+    http::async_write(stream_, *res,
+                      [self = this->shared_from_this(), res](beast::error_code ec, size_t) {
+                        if (ec || !res->keep_alive()) return self->Close();
+                        self->WaitForRequest();
+                      });
+  }
+
+  // The answer to a HEAD: GET's status and headers, Content-Length the size
+  // of GET's body, no body.
+  void SendHead(const ApiResponse& r, bool keep_alive) {
+    auto res = std::make_shared<http::response<http::empty_body>>(
+        static_cast<http::status>(r.status), version_ == 0 ? 11 : version_);
+    res->set(http::field::server, "gpusliced");
+    res->set(http::field::content_type, r.content_type);
+    for (const auto& [name, value] : r.headers) res->set(name, value);
+    res->keep_alive(keep_alive);
+    res->content_length(r.body.size());
+    WriteResponse(res);
+  }
+
+  // HEAD /v1/events: the stream's headers, then the connection closes.
+  void SendEventStreamHead() {
+    auto res = std::make_shared<http::response<http::empty_body>>(http::status::ok,
+                                                                  version_ == 0 ? 11 : version_);
+    res->set(http::field::server, "gpusliced");
+    res->set(http::field::content_type, "text/event-stream");
+    res->set(http::field::cache_control, "no-cache");
+    res->keep_alive(false);
+    WriteResponse(res);
+  }
+
+  template <typename Response>
+  void WriteResponse(std::shared_ptr<Response> res) {
     stream_.expires_after(server_.options.body_timeout);
     http::async_write(stream_, *res,
                       [self = this->shared_from_this(), res](beast::error_code ec, size_t) {
@@ -305,6 +351,7 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = false;
+  bool head_ = false;  // the request being answered is a HEAD
   unsigned version_ = 11;
   bool closed_ = false;
   // Event stream state.

@@ -297,6 +297,66 @@ TEST_F(DaemonTest, MalformedRequestsGet4xxAndChangeNothing) {
   EXPECT_EQ(Call("GET", "/v1/leases").second["leases"].size(), 0u);
 }
 
+// HEAD is GET without the body: the same status and headers, Content-Length
+// the size of GET's body, and no body bytes (a GET sent after it on the same
+// connection is answered right after HEAD's headers).
+TEST_F(DaemonTest, HeadIsAnsweredLikeGetWithoutABody) {
+  StartDaemon();
+  auto get = Client().Request("GET", "/healthz");
+  ASSERT_TRUE(get.ok()) << get.status().ToString();
+  ASSERT_EQ(get->status, 200);
+  ASSERT_FALSE(get->body.empty());
+  const int fd = Connect();
+  const std::string both =
+      "HEAD /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+      "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(write(fd, both.data(), both.size()), static_cast<ssize_t>(both.size()));
+  bool closed = false;
+  const std::string raw = ReadUntil(
+      fd, [](const std::string&) { return false; }, 5s, &closed);
+  close(fd);
+  EXPECT_TRUE(closed) << raw;
+  const size_t head_end = raw.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos) << raw;
+  const std::string head = raw.substr(0, head_end + 4);
+  EXPECT_TRUE(head.starts_with("HTTP/1.1 200 ")) << head;
+  EXPECT_NE(head.find("Content-Length: " + std::to_string(get->body.size()) + "\r\n"),
+            std::string::npos)
+      << head;
+  // Right after HEAD's headers: the GET's answer, whole, with the body.
+  auto second = cli::ParseHttpResponse(raw.substr(head_end + 4));
+  ASSERT_TRUE(second.ok()) << second.status().ToString() << "\n" << raw;
+  EXPECT_EQ(second->status, 200);
+  EXPECT_EQ(second->body, get->body);
+
+  // An error is a HEAD too: status and length, no body; HEAD on a path
+  // without GET is 405 naming HEAD.
+  for (const auto& [target, status] :
+       std::vector<std::pair<std::string, int>>{{"/v1/nothing", 404}, {"/v1/tenants", 200}}) {
+    auto g = Client().Request("GET", target);
+    ASSERT_TRUE(g.ok());
+    const int c = Connect();
+    const std::string req = "HEAD " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    ASSERT_EQ(write(c, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+    const std::string answer = ReadUntil(
+        c, [](const std::string&) { return false; }, 5s);
+    close(c);
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 " + std::to_string(status) + " ")) << answer;
+    EXPECT_TRUE(answer.ends_with("\r\n\r\n")) << answer;
+    EXPECT_NE(answer.find("Content-Length: " + std::to_string(g->body.size()) + "\r\n"),
+              std::string::npos)
+        << answer;
+  }
+  auto head_only = Client().Request("HEAD", "/v1/tenants");
+  ASSERT_TRUE(head_only.ok()) << head_only.status().ToString();
+  EXPECT_EQ(head_only->status, 200);
+  EXPECT_TRUE(head_only->body.empty());
+  auto not_allowed = Client().Request("HEAD", "/v1/groups/g/pause");
+  ASSERT_TRUE(not_allowed.ok()) << not_allowed.status().ToString();
+  EXPECT_EQ(not_allowed->status, 405);
+  EXPECT_EQ(not_allowed->headers["content-length"] != "0", true);
+}
+
 TEST_F(DaemonTest, NonRootCallerCannotChangeSettings) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run a client as uid 65534";
   StartDaemon();

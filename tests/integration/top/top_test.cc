@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -137,11 +138,23 @@ class TopTest : public testing::SimProcessTest {
     ASSERT_EQ(Tmux(args), 0);
   }
 
-  // The shell line that runs gpuslice with this test's daemon and segments,
-  // then says how it ended and keeps the pane open.
-  std::string TopCommand(const std::string& env, const std::string& args) {
-    return "env " + env + " GPUSLICE_SOCKET=" + socket_ + " GPUSLICE_SHM_DIR=" + shm_dir_ + " " +
-           BuildDir() + "/bin/gpuslice top " + args + "; echo TOP-EXITED $?; sleep 600";
+  // The shell line that runs gpuslice with this test's daemon, segments and
+  // simulated GPU (its NVML, found by soname), then says how it ended and
+  // keeps the pane open.
+  // `out`: a file for top's output ("": the pane).
+  std::string TopCommand(const std::string& env, const std::string& args,
+                         const std::string& out = "") {
+    return "env " + env + " GPUSLICE_SOCKET=" + socket_ + " GPUSLICE_SHM_DIR=" + shm_dir_ +
+           " LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib GPUSLICE_SIM_STATE=" + state_ + " " +
+           BuildDir() + "/bin/gpuslice top " + args + (out.empty() ? "" : " > " + out) +
+           "; echo TOP-EXITED $?; sleep 600";
+  }
+
+  // Runs `gpuslice ARGS` against this test's daemon; its exit code.
+  int Cli(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {BuildDir() + "/bin/gpuslice"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Join(Spawn(next_++, argv, {"GPUSLICE_SOCKET=" + socket_}));
   }
 
   json Group(const std::string& id) {
@@ -159,13 +172,18 @@ TEST_F(TopTest, ShowsTheGroupsAndReactsToKeysResizeAndTheDaemonGoing) {
   StartDaemon();
   StartWorkload("train", "40");
   StartWorkload("notebook", "20");
+  // train asks the scheduler for 30 % (in the registry; its limit stays 40 %): a
+  // marker on the GPU's share bar.
+  ASSERT_EQ(Cli({"group", "set", "train", "--compute", "40", "--request", "30"}), 0);
   StartSession(TopCommand("TERM=xterm-256color LANG=C.UTF-8", "--interval 0.2"));
 
-  // Both groups, from the daemon, with their limits and a measured share.
+  // Both groups, from the daemon's event stream, with their limits and a
+  // measured share; train's request marked on the GPU's share bar.
   ASSERT_TRUE(WaitScreen([](const std::string& s) {
     return s.find("source: gpusliced at") != std::string::npos &&
            LineStarting(s, "notebook ") >= 0 && LineStarting(s, "train ") >= 0 &&
-           Lines(s)[LineStarting(s, "train ")].find("40%") != std::string::npos;
+           Lines(s)[LineStarting(s, "train ")].find("40%") != std::string::npos &&
+           s.find("|=request") != std::string::npos;
   }));
   // Sorted by group: notebook first. `s` twice: by GPU, then by share (train's 40% first).
   EXPECT_LT(LineStarting(Screen(), "notebook "), LineStarting(Screen(), "train "));
@@ -235,13 +253,22 @@ TEST_F(TopTest, ShowsTheGroupsAndReactsToKeysResizeAndTheDaemonGoing) {
     return lines[0].starts_with("gpuslice top") && lines[19].starts_with("sort: share");
   }));
 
-  // The daemon goes: said in the header, the segments keep the groups shown.
+  // The daemon goes: said in the header, the segments and NVML keep the
+  // groups and the GPU shown (its NVML name).
   ASSERT_GT(daemon_, 0);
   kill(daemon_, SIGKILL);
   Join(daemon_);
+  // (Wide again, so that the header fits.)
+  ASSERT_EQ(Tmux({"resize-window", "-t", "top", "-x", "120", "-y", "40"}), 0);
   EXPECT_TRUE(WaitScreen([](const std::string& s) {
     return s.find("gpusliced stopped answering") != std::string::npos &&
-           LineStarting(s, "notebook ") >= 0;
+           s.find("showing group segments + NVML") != std::string::npos &&
+           LineStarting(s, "notebook ") >= 0 && s.find("NVIDIA H100") != std::string::npos;
+  }));
+  // The daemon comes back: top follows its stream again (the filter still on).
+  StartDaemon();
+  EXPECT_TRUE(WaitScreen([](const std::string& s) {
+    return s.find("source: gpusliced at") != std::string::npos && LineStarting(s, "notebook ") >= 0;
   }));
 
   Keys({"q"});
@@ -298,6 +325,79 @@ TEST_F(TopTest, ADumbTerminalGetsOnePlainTablePerInterval) {
   EXPECT_EQ(headers, 2) << screen;
   EXPECT_GE(rows, 1) << screen;
   EXPECT_GE(LineStarting(screen, "GROUP "), 0) << screen;
+}
+
+// No daemon at all: the groups from their segments, the GPU from NVML (the
+// simulator's, by soname), and the header says so — live and with --no-daemon.
+TEST_F(TopTest, WithoutADaemonTheSegmentsAndNvmlAreShown) {
+  if (!NeedTmux()) GTEST_SKIP() << "tmux is not installed (scripts/setup installs it)";
+  StartWorkload("train", "40");
+  ASSERT_TRUE(WaitFor(
+      [&] { return std::filesystem::exists(GroupSegment::PathFor(shm_dir_, "train")); }, 10s));
+  StartSession(TopCommand("TERM=xterm-256color LANG=C.UTF-8", "--interval 0.2"));
+  EXPECT_TRUE(WaitScreen([](const std::string& s) {
+    const int gpu = LineStarting(s, "GPU 0 ");
+    const int train = LineStarting(s, "train ");
+    return s.find("no daemon") != std::string::npos &&
+           s.find("showing group segments + NVML") != std::string::npos && gpu >= 0 &&
+           Lines(s)[gpu].find("NVIDIA H100") != std::string::npos && train >= 0 &&
+           Lines(s)[train].find("40%") != std::string::npos;
+  }));
+  Keys({"q"});
+  ASSERT_TRUE(
+      WaitScreen([](const std::string& s) { return s.find("TOP-EXITED 0") != std::string::npos; }));
+  ASSERT_EQ(Tmux({"kill-server"}), 0);
+
+  // --no-daemon on a dumb terminal: plain tables, the same sources.
+  StartSession(TopCommand("TERM=dumb", "--no-daemon --count 2 --interval 0.2"));
+  ASSERT_TRUE(
+      WaitScreen([](const std::string& s) { return s.find("TOP-EXITED 0") != std::string::npos; }));
+  const std::string screen = Screen();
+  int headers = 0;
+  for (const std::string& line : Lines(screen)) {
+    headers += line.starts_with("gpuslice top ") &&
+               line.find("source: group segments + NVML (--no-daemon)") != std::string::npos;
+  }
+  EXPECT_EQ(headers, 2) << screen;
+  const int gpu = LineStarting(screen, "0 ");
+  ASSERT_GE(gpu, 0) << screen;
+  EXPECT_NE(Lines(screen)[gpu].find("NVIDIA H100"), std::string::npos) << screen;
+  EXPECT_GE(LineStarting(screen, "train "), 0) << screen;
+}
+
+// The daemon goes away while plain tables are printed: the tables go on
+// from the segments, saying so; when it is back they come from it again.
+TEST_F(TopTest, PlainTablesGoOnWhenTheDaemonGoesAndComesBack) {
+  if (!NeedTmux()) GTEST_SKIP() << "tmux is not installed (scripts/setup installs it)";
+  StartDaemon();
+  StartWorkload("train", "40");
+  ASSERT_TRUE(WaitFor(
+      [&] { return std::filesystem::exists(GroupSegment::PathFor(shm_dir_, "train")); }, 10s));
+  StartSession(TopCommand("TERM=dumb", "--interval 0.2", dir_ + "/plain.txt"));
+  auto plain = [&] {
+    std::ifstream in(dir_ + "/plain.txt");
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  auto has = [&](const std::string& what) {
+    return WaitFor([&] { return plain().find(what) != std::string::npos; }, 15s);
+  };
+  ASSERT_TRUE(has("source: gpusliced at")) << plain();
+  ASSERT_GT(daemon_, 0);
+  kill(daemon_, SIGKILL);
+  Join(daemon_);
+  ASSERT_TRUE(has("gpusliced stopped answering")) << plain();
+  const size_t lost_at = plain().find("gpusliced stopped answering");
+  StartDaemon();
+  EXPECT_TRUE(WaitFor(
+      [&] { return plain().find("source: gpusliced at", lost_at) != std::string::npos; }, 15s))
+      << plain();
+  // Every table while the daemon was away still had train's row.
+  const std::string text = plain();
+  const std::string away =
+      text.substr(lost_at, text.find("source: gpusliced at", lost_at) - lost_at);
+  EXPECT_NE(away.find("\ntrain "), std::string::npos) << away;
 }
 
 TEST_F(TopTest, NotATerminalGetsPlainTablesWithoutTmux) {

@@ -1,0 +1,165 @@
+// The daemon commands (gpu, tenants, group, status, mps) through the one
+// client on a fake transport: what they send, what they print, how they end.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/fake_daemon_transport.h"
+#include "cli/gpu_commands.h"
+#include "cli/mps_command.h"
+#include "cli/registry_commands.h"
+#include "cli/status_command.h"
+
+namespace gpuslice::cli {
+namespace {
+
+using json = nlohmann::json;
+
+// A fake daemon behind every client the connector gives: answers by
+// "METHOD target", records the --socket flag each command asked for.
+struct FakeNode {
+  std::map<std::string, HttpResponse> answers;
+  std::shared_ptr<FakeDaemonTransport> transport = std::make_shared<FakeDaemonTransport>(
+      [this](const std::string& method, const std::string& target,
+             const std::string&) -> StatusOr<HttpResponse> {
+        auto it = answers.find(method + " " + target);
+        if (it == answers.end()) {
+          return HttpResponse{404, {}, R"({"error": {"message": "no such endpoint"}})"};
+        }
+        return it->second;
+      });
+  std::vector<std::string> sockets;
+  DaemonConnector Connector() {
+    return [this](const std::string& socket_flag, std::chrono::milliseconds) {
+      sockets.push_back(socket_flag);
+      return DaemonClient(transport);
+    };
+  }
+};
+
+HttpResponse Ok(const json& body) { return HttpResponse{200, {}, body.dump()}; }
+
+// Runs `line` through an app with the daemon commands; its stdout.
+std::string RunCli(FakeNode& node, const std::string& line) {
+  CLI::App app("gpuslice");
+  AddGpuCommands(app, node.Connector());
+  AddRegistryCommands(app, node.Connector());
+  AddStatusCommand(app, node.Connector());
+  ::testing::internal::CaptureStdout();
+  app.parse(line, /*program_name_included=*/false);
+  fflush(stdout);
+  return ::testing::internal::GetCapturedStdout();
+}
+
+json Group(const std::string& id, int compute) {
+  return json{{"id", id},
+              {"owner_uid", 0},
+              {"tier", "shared"},
+              {"paused", false},
+              {"members", json::array()},
+              {"limits", {{"all", {{"compute_percent", compute}}}}},
+              {"gpus", json::array()}};
+}
+
+TEST(DaemonCommandsTest, GroupShowAsksTheSocketItIsGiven) {
+  FakeNode node;
+  node.answers["GET /v1/groups/train"] = Ok(Group("train", 40));
+  const std::string out = RunCli(node, "group show train --json --socket /elsewhere.sock");
+  EXPECT_EQ(json::parse(out)["limits"]["all"]["compute_percent"], 40) << out;
+  EXPECT_EQ(node.transport->requests(), std::vector<std::string>{"GET /v1/groups/train"});
+  EXPECT_EQ(node.sockets, std::vector<std::string>{"/elsewhere.sock"});
+}
+
+TEST(DaemonCommandsTest, GroupSetKeepsTheOtherLimitsAndPutsTheNewOne) {
+  FakeNode node;
+  json current = Group("train", 40);
+  current["limits"]["all"]["memory_bytes"] = 1024;
+  node.answers["GET /v1/groups/train"] = Ok(current);
+  json changed = Group("train", 30);
+  node.answers["PUT /v1/groups/train"] = Ok(changed);
+  RunCli(node, "group set train --compute 30");
+  const auto requests = node.transport->requests();
+  ASSERT_GE(requests.size(), 2u);
+  EXPECT_EQ(requests[0], "GET /v1/groups/train");
+  EXPECT_EQ(requests[1], "PUT /v1/groups/train");
+  const json put = json::parse(node.transport->bodies()[1]);
+  EXPECT_EQ(put["limits"]["all"]["compute_percent"], 30) << put.dump();
+  EXPECT_EQ(put["limits"]["all"]["memory_bytes"], 1024) << put.dump();
+  EXPECT_TRUE(node.sockets[0].empty());  // no --socket: the default
+}
+
+TEST(DaemonCommandsTest, GpuListPrintsTheDaemonsJson) {
+  FakeNode node;
+  node.answers["GET /v1/gpus"] = Ok({{"gpus", json::array({{{"index", 0}, {"uuid", "GPU-a"}}})}});
+  const std::string out = RunCli(node, "gpu list --json");
+  EXPECT_EQ(json::parse(out)["gpus"][0]["uuid"], "GPU-a") << out;
+}
+
+TEST(DaemonCommandsTest, StatusShowsTheRegistryGroupsFromTheClient) {
+  FakeNode node;
+  node.answers["GET /v1/tenants"] = Ok({{"tenants", json::array()}});
+  node.answers["GET /v1/groups"] = Ok({{"groups", json::array({Group("reg-only", 25)})}});
+  const std::string dir = ::testing::TempDir() + "/gs-status-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  // --all: a group without tenants is idle, hidden otherwise.
+  const std::string out = RunCli(node, "status --json --all --shm-dir " + dir);
+  std::filesystem::remove_all(dir);
+  const json j = json::parse(out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  EXPECT_EQ(j["daemon"]["answered"], true) << out;
+  EXPECT_EQ(node.transport->requests(),
+            (std::vector<std::string>{"GET /v1/tenants", "GET /v1/groups"}));
+  EXPECT_NE(out.find("reg-only"), std::string::npos) << out;
+}
+
+TEST(DaemonCommandsTest, StatusWithoutAnAnswerSaysWhyAndShowsSegments) {
+  FakeNode node;
+  node.transport = std::make_shared<FakeDaemonTransport>();  // nothing answers
+  const std::string dir = ::testing::TempDir() + "/gs-status-none-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string out = RunCli(node, "status --json --shm-dir " + dir);
+  std::filesystem::remove_all(dir);
+  const json j = json::parse(out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  EXPECT_EQ(j["daemon"]["answered"], false) << out;
+}
+
+using DaemonCommandsDeathTest = ::testing::Test;
+
+TEST(DaemonCommandsDeathTest, ARefusalExitsWithTheDaemonsMessage) {
+  FakeNode node;
+  node.answers["GET /v1/tenants"] =
+      HttpResponse{403, {}, R"({"error": {"message": "reading tenants needs root"}})"};
+  EXPECT_EXIT(RunCli(node, "tenants"), ::testing::ExitedWithCode(1),
+              "gpuslice: reading tenants needs root");
+}
+
+TEST(DaemonCommandsDeathTest, NoDaemonExitsNamingIt) {
+  FakeNode node;
+  node.transport = std::make_shared<FakeDaemonTransport>();
+  EXPECT_EXIT(RunCli(node, "gpu list"), ::testing::ExitedWithCode(1),
+              "cannot reach gpusliced at /fake.sock");
+}
+
+TEST(DaemonCommandsTest, MpsTakesItsSocketFlagToTheClient) {
+  FakeNode node;
+  node.answers["GET /v1/mps"] =
+      Ok({{"available", false}, {"reason", "no MPS here"}, {"gpus", json::array()}});
+  node.answers["GET /v1/mps/tenants"] = Ok({{"tenants", json::array()}});
+  std::ostringstream out, err;
+  int code = 0;
+  CLI::App app("gpuslice");
+  AddMpsCommands(app, node.Connector(), MpsCliIo{&out, &err, [&](int c) { code = c; }});
+  app.parse("mps status --json --socket /mps.sock", false);
+  EXPECT_EQ(code, 0) << err.str();
+  EXPECT_EQ(node.sockets, std::vector<std::string>{"/mps.sock"});
+  EXPECT_EQ(node.transport->requests().at(0), "GET /v1/mps");
+  EXPECT_NE(out.str().find("no MPS here"), std::string::npos) << out.str();
+}
+
+}  // namespace
+}  // namespace gpuslice::cli
