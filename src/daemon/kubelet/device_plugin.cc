@@ -337,8 +337,8 @@ Status DevicePlugins::Check(bool release) {
         MutexLock lock(mu_);
         if (auto it = applied_.find(group); it != applied_.end() && it->second == limits) continue;
       }
-      if (Status s = options_.limits->SetLimits(group, limits); !s.ok()) {
-        first = first.ok() ? s : first;
+      if (Status set = options_.limits->SetLimits(group, limits); !set.ok()) {
+        first = first.ok() ? set : first;
         continue;
       }
       GS_LOG(kInfo, "kubelet", "event=device_plugin_limits_set group=%s gpus=%zu", group.c_str(),
@@ -358,11 +358,17 @@ Status DevicePlugins::Check(bool release) {
       }
       continue;
     }
-    MutexLock lock(mu_);
-    if (std::find(missing_once_.begin(), missing_once_.end(), a.claim_uid) == missing_once_.end()) {
+    bool seen_missing = false;
+    {
+      MutexLock lock(mu_);
+      seen_missing = std::find(missing_once_.begin(), missing_once_.end(), a.claim_uid) !=
+                     missing_once_.end();
+    }
+    if (!seen_missing) {
       missing.push_back(a.claim_uid);
       continue;
     }
+    // Not under mu_: Release takes it.
     if (Status u = Release(a.claim_uid); !u.ok()) first = first.ok() ? u : first;
   }
   MutexLock lock(mu_);

@@ -119,9 +119,9 @@ class DevicePlugins {
 
  private:
   class Service;
-  Status Check(bool release);
-  Status Release(const std::string& id);  // an allocation no pod holds any more
-  bool HasUnjoinedSlice() const;
+  Status Check(bool release) EXCLUDES(mu_);
+  Status Release(const std::string& id) EXCLUDES(mu_);  // an allocation no pod holds any more
+  bool HasUnjoinedSlice() const EXCLUDES(mu_);
   Status Serve();
   void StopServing();
   Status RegisterAll();
