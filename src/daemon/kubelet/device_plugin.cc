@@ -361,8 +361,8 @@ Status DevicePlugins::Check(bool release) {
     bool seen_missing = false;
     {
       MutexLock lock(mu_);
-      seen_missing = std::find(missing_once_.begin(), missing_once_.end(), a.claim_uid) !=
-                     missing_once_.end();
+      seen_missing =
+          std::find(missing_once_.begin(), missing_once_.end(), a.claim_uid) != missing_once_.end();
     }
     if (!seen_missing) {
       missing.push_back(a.claim_uid);

@@ -321,8 +321,12 @@ TEST_F(KubeletE2eTest, TheDevicePluginsGiveAContainerItsSlice) {
   auto limited = [&] {
     int status = 0;
     const json g = Get("/v1/groups/" + group, &status);
-    return status == 200 && g["limits"][uuid]["memory_bytes"] == 4 * kGiB &&
-           g["limits"][uuid]["compute_percent"] == 30;
+    if (status != 200 || !g.is_object() || !g.contains("limits") || !g["limits"].is_object() ||
+        !g["limits"].contains(uuid)) {
+      return false;
+    }
+    const json& l = g["limits"][uuid];
+    return l.value("memory_bytes", uint64_t{0}) == 4 * kGiB && l.value("compute_percent", 0) == 30;
   };
   ASSERT_TRUE(WaitFor(limited, 10s)) << Get("/v1/groups/" + group).dump();
   // A container whose environment was changed to ask for more gets no more.
