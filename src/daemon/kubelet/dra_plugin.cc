@@ -115,6 +115,7 @@ class DraPlugin::Services {
         // A change of state is news; a newer time alone is not.
         auto states = [](const std::vector<DeviceHealthReport>& r) {
           std::vector<std::pair<std::string, DeviceHealthReport::State>> out;
+          out.reserve(r.size());
           for (const auto& d : r) out.emplace_back(d.device, d.state);
           return out;
         };
