@@ -187,8 +187,10 @@ TEST_F(DevicePluginTest, ASliceMountsOnlyItsOwnSegmentDirectory) {
 TEST_F(DevicePluginTest, AContainersAmountsBecomeItsSlicesLimitsInTheDaemon) {
   const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, kGpu1, 3)};
   std::vector<std::string> memory;
+  memory.reserve(16);
   for (int n = 0; n < 16; ++n) memory.push_back(DpDeviceId(DpResource::kMemory, kGpu1, n));
   std::vector<std::string> cores;
+  cores.reserve(30);
   for (int n = 0; n < 30; ++n) cores.push_back(DpDeviceId(DpResource::kCores, kGpu1, n));
   auto v = kubelet_.Allocate(Socket("vgpu"), {slice});
   ASSERT_TRUE(v.ok()) << v.status().ToString();
