@@ -13,6 +13,9 @@ Status Take(const json& value, const std::string& key, T& field) {
   if constexpr (std::is_same_v<T, std::string>) {
     if (!value.is_string()) return InvalidArgument("config key \"" + key + "\" must be a string");
     field = value.get<std::string>();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!value.is_boolean()) return InvalidArgument("config key \"" + key + "\" must be a boolean");
+    field = value.get<bool>();
   } else {
     if (!value.is_number_integer()) {
       return InvalidArgument("config key \"" + key + "\" must be an integer");
@@ -68,6 +71,15 @@ Status ApplyConfigJson(const json& j, DaemonConfig& c) {
     GS_CONFIG_KEY(kube_ca)
     GS_CONFIG_KEY(kube_token_file)
     GS_CONFIG_KEY(kube_resource_slices)
+    GS_CONFIG_KEY(dra)
+    GS_CONFIG_KEY(device_plugin)
+    GS_CONFIG_KEY(kubelet_dir)
+    GS_CONFIG_KEY(cdi_dir)
+    GS_CONFIG_KEY(dra_claims_dir)
+    GS_CONFIG_KEY(limiter_library)
+    GS_CONFIG_KEY(ld_so_preload)
+    GS_CONFIG_KEY(vgpu_per_gpu)
+    GS_CONFIG_KEY(gpu_memory_unit_mib)
 #undef GS_CONFIG_KEY
     return InvalidArgument("unknown config key \"" + key + "\"");
   }
@@ -169,7 +181,9 @@ Status ValidateConfig(const DaemonConfig& c) {
        {Range{"compute_backstop_tolerance", c.compute_backstop_tolerance, 0, 100},
         Range{"compute_backstop_over_ms", c.compute_backstop_over_ms, 0, 3'600'000},
         Range{"compute_backstop_unregistered_percent", c.compute_backstop_unregistered_percent, 1,
-              100}}) {
+              100},
+        Range{"vgpu_per_gpu", c.vgpu_per_gpu, 1, 1000},
+        Range{"gpu_memory_unit_mib", c.gpu_memory_unit_mib, 1, 1 << 20}}) {
     if (r.value < r.min || r.value > r.max) {
       return InvalidArgument(std::string(r.name) + " must be in " + std::to_string(r.min) + ".." +
                              std::to_string(r.max) + ", not " + std::to_string(r.value));

@@ -61,6 +61,17 @@ struct DaemonConfig {
   std::string kube_ca;
   std::string kube_token_file;
   std::string kube_resource_slices = "on";  // on, off
+  // Kubernetes, the kubelet's side (docs/kubernetes.md "Kubelet side"): off
+  // unless dra or device_plugin is set (kubelet::KubeletConfig mirrors these).
+  bool dra = false;
+  bool device_plugin = false;
+  std::string kubelet_dir = "/var/lib/kubelet";
+  std::string cdi_dir = "/var/run/cdi";
+  std::string dra_claims_dir;  // "": claims come from the API server
+  std::string limiter_library = "/usr/lib/gpuslice/libgpuslice.so";
+  std::string ld_so_preload;  // "": LD_PRELOAD
+  int64_t vgpu_per_gpu = 10;
+  int64_t gpu_memory_unit_mib = 1;
 };
 
 // Applies the keys of a JSON object (the names of DaemonConfig's fields) to

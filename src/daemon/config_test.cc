@@ -74,6 +74,34 @@ TEST(ConfigTest, KubernetesKeys) {
   EXPECT_NE(ValidateConfig(c).message().find("kube_resource_slices"), std::string::npos);
 }
 
+TEST(ConfigTest, KubeletKeys) {
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyConfigJson({{"dra", true},
+                               {"device_plugin", true},
+                               {"kubelet_dir", "/k"},
+                               {"cdi_dir", "/cdi"},
+                               {"dra_claims_dir", "/claims"},
+                               {"limiter_library", "/lib/libgpuslice.so"},
+                               {"ld_so_preload", "/etc/gs.preload"},
+                               {"vgpu_per_gpu", 4},
+                               {"gpu_memory_unit_mib", 256}},
+                              c)
+                  .ok());
+  EXPECT_TRUE(c.dra);
+  EXPECT_TRUE(c.device_plugin);
+  EXPECT_EQ(c.kubelet_dir, "/k");
+  EXPECT_EQ(c.cdi_dir, "/cdi");
+  EXPECT_EQ(c.dra_claims_dir, "/claims");
+  EXPECT_EQ(c.limiter_library, "/lib/libgpuslice.so");
+  EXPECT_EQ(c.ld_so_preload, "/etc/gs.preload");
+  EXPECT_EQ(c.vgpu_per_gpu, 4);
+  EXPECT_EQ(c.gpu_memory_unit_mib, 256);
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  EXPECT_NE(ApplyConfigJson({{"dra", "yes"}}, c).message().find("boolean"), std::string::npos);
+  c.vgpu_per_gpu = 0;
+  EXPECT_NE(ValidateConfig(c).message().find("vgpu_per_gpu"), std::string::npos);
+}
+
 TEST(ConfigTest, ParsesHostPortModeAndGroups) {
   EXPECT_EQ(ParseHostPort("127.0.0.1:9400")->port, 9400);
   EXPECT_EQ(ParseHostPort("[::1]:80")->host, "::1");

@@ -166,7 +166,33 @@ std::optional<int> Configure(int argc, char** argv, DaemonConfig& config,
        "Bearer token file for --kube-api URL, re-read when it changes");
   bind("--kube-resource-slices", &DaemonConfig::kube_resource_slices,
        "Publish ResourceSlices for DRA: on (default), off");
-  kubelet::AddKubeletFlags(app, kubelet_config);  // docs/kubernetes.md "Kubelet side"
+  // The kubelet's side (docs/kubernetes.md "Kubelet side"): nothing starts
+  // without --dra or --device-plugin.
+  auto bind_flag = [&](const char* name, bool DaemonConfig::*member, const char* help) {
+    CLI::Option* o = app.add_flag(name, flags.*member, help);
+    overrides.emplace_back(o, [&config, &flags, member] { config.*member = flags.*member; });
+  };
+  bind_flag("--dra", &DaemonConfig::dra,
+            "Serve the DRA kubelet plugin gpuslice.io (docs/kubernetes.md; off by default)");
+  bind_flag("--device-plugin", &DaemonConfig::device_plugin,
+            "Serve the device plugins gpuslice.io/vgpu, gpu-memory, gpu-cores (off by default)");
+  bind("--kubelet-dir", &DaemonConfig::kubelet_dir,
+       "The kubelet's directory: plugins/, plugins_registry/, device-plugins/, pod-resources/ "
+       "(default /var/lib/kubelet)");
+  bind("--cdi-dir", &DaemonConfig::cdi_dir,
+       "Where CDI specs of prepared claims are written (default /var/run/cdi)");
+  bind("--dra-claims-dir", &DaemonConfig::dra_claims_dir,
+       "Read ResourceClaims from DIR/<namespace>/<name>.json instead of the API server");
+  bind("--limiter-library", &DaemonConfig::limiter_library,
+       "Host path of libgpuslice.so, mounted into containers "
+       "(default /usr/lib/gpuslice/libgpuslice.so)");
+  bind("--ld-so-preload", &DaemonConfig::ld_so_preload,
+       "Host file mounted as the containers' /etc/ld.so.preload instead of LD_PRELOAD");
+  bind("--vgpu-per-gpu", &DaemonConfig::vgpu_per_gpu,
+       "gpuslice.io/vgpu devices advertised per GPU (default 10)");
+  bind("--gpu-memory-unit-mib", &DaemonConfig::gpu_memory_unit_mib,
+       "MiB per gpuslice.io/gpu-memory device (default 1; raise it on GPUs above ~48 GiB: the "
+       "kubelet reads at most 4 MiB of device list)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -192,6 +218,15 @@ std::optional<int> Configure(int argc, char** argv, DaemonConfig& config,
     fprintf(stderr, "gpusliced: %s\n", s.message().c_str());
     return kExitUsage;
   }
+  kubelet_config.dra = config.dra;
+  kubelet_config.device_plugin = config.device_plugin;
+  kubelet_config.kubelet_dir = config.kubelet_dir;
+  kubelet_config.cdi_dir = config.cdi_dir;
+  kubelet_config.claims_dir = config.dra_claims_dir;
+  kubelet_config.limiter_library = config.limiter_library;
+  kubelet_config.ld_so_preload = config.ld_so_preload;
+  kubelet_config.device_plugin_slices = static_cast<uint32_t>(config.vgpu_per_gpu);
+  kubelet_config.memory_unit_mib = static_cast<uint32_t>(config.gpu_memory_unit_mib);
   return std::nullopt;
 }
 
@@ -608,25 +643,28 @@ int Run(int argc, char** argv) {
   if (kubelet_config.enabled()) {
     auto side = kubelet::KubeletSide::Start(
         kubelet_config,
-        kubelet::KubeletSide::Context{.registry = registry,
-                                      .state = state->get(),
-                                      .node_gpus =
-                                          [&monitor] {
-                                            std::vector<kubelet::NodeGpu> gpus;
-                                            for (const GpuInfo& gpu : monitor.Current()->gpus) {
-                                              gpus.push_back(kubelet::NodeGpu{gpu.index, gpu.uuid});
-                                            }
-                                            return gpus;
-                                          },
-                                      .memory = [&monitor](const std::string& uuid) -> uint64_t {
-                                        for (const GpuInfo& gpu : monitor.Current()->gpus) {
-                                          if (gpu.uuid == uuid) return gpu.memory_total_bytes;
-                                        }
-                                        return 0;
-                                      },
-                                      .daemon_socket = config.socket,
-                                      .shm_dir = shm_dir,
-                                      .claim_reader = claim_reader.get()});
+        kubelet::KubeletSide::Context{
+            .registry = registry,
+            .state = state->get(),
+            .node_gpus =
+                [&monitor] {
+                  std::vector<kubelet::NodeGpu> gpus;
+                  for (const GpuInfo& gpu : monitor.Current()->gpus) {
+                    gpus.push_back(kubelet::NodeGpu{gpu.index, gpu.uuid});
+                  }
+                  return gpus;
+                },
+            .memory = [&monitor](const std::string& uuid) -> uint64_t {
+              for (const GpuInfo& gpu : monitor.Current()->gpus) {
+                if (gpu.uuid == uuid) return gpu.memory_total_bytes;
+              }
+              return 0;
+            },
+            .daemon_socket = config.socket,
+            .shm_dir = shm_dir,
+            .claim_reader = claim_reader.get(),
+            .health = [&monitor] { return kubelet::GpuHealth(*monitor.Current(), time(nullptr)); },
+            .pool = kubelet::NodeName(config.kube_node)});
     if (!side.ok()) {
       GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"",
              side.status().message().c_str());

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <utility>
 
 #include "common/log.h"
+#include "shm/segment_dirs.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -78,25 +80,31 @@ void GroupControllers::Rescan() {
 bool GroupControllers::Adopt(bool all) {
   if (all) idle_files_.clear();
   bool adopted = false;
-  for (const std::string& name : GroupSegment::ListGroups(options_.shm_dir)) {
-    if (groups_.contains(name) || (!all && idle_files_.contains(name))) continue;
-    auto segment = GroupSegment::Open(options_.shm_dir, name, /*create=*/false);
-    if (!segment.ok() || !(*segment)->HasAttachedProcess()) {  // idle or not a segment
-      idle_files_.insert(name);
-      continue;
+  // A claim's own directory first (segment_dirs.h): a file under the same
+  // name in the shared directory does not stand in for the claim's segment.
+  std::set<std::string> seen;
+  for (const std::string& dir : GroupSegmentDirs(options_.shm_dir)) {
+    for (const std::string& name : GroupSegment::ListGroups(dir)) {
+      if (!seen.insert(name).second) continue;
+      if (groups_.contains(name) || (!all && idle_files_.contains(name))) continue;
+      auto segment = GroupSegment::Open(dir, name, /*create=*/false);
+      if (!segment.ok() || !(*segment)->HasAttachedProcess()) {  // idle or not a segment
+        idle_files_.insert(name);
+        continue;
+      }
+      idle_files_.erase(name);
+      Group g;
+      g.inode = InodeOf((*segment)->path());
+      g.segment = std::move(segment).value();
+      GroupSegment* seg = g.segment.get();
+      g.compute = std::make_unique<control::ComputeController>(
+          *seg, source_, [this, name, seg] { return MembersOf(name, *seg); },
+          control::ComputeController::Clocks{clocks_.realtime, clocks_.monotonic});
+      g.keeper = std::make_unique<control::GroupKeeper>(*seg, *g.compute, clocks_.monotonic);
+      GS_LOG(kInfo, "gpusliced", "event=group_adopted group=%s", name.c_str());
+      groups_.emplace(name, std::move(g));
+      adopted = true;
     }
-    idle_files_.erase(name);
-    Group g;
-    g.inode = InodeOf((*segment)->path());
-    g.segment = std::move(segment).value();
-    GroupSegment* seg = g.segment.get();
-    g.compute = std::make_unique<control::ComputeController>(
-        *seg, source_, [this, name, seg] { return MembersOf(name, *seg); },
-        control::ComputeController::Clocks{clocks_.realtime, clocks_.monotonic});
-    g.keeper = std::make_unique<control::GroupKeeper>(*seg, *g.compute, clocks_.monotonic);
-    GS_LOG(kInfo, "gpusliced", "event=group_adopted group=%s", name.c_str());
-    groups_.emplace(name, std::move(g));
-    adopted = true;
   }
   return adopted;
 }

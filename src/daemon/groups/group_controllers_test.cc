@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <map>
 
+#include "shm/segment_dirs.h"
+
 namespace gpuslice::daemon {
 namespace {
 
@@ -120,6 +122,22 @@ TEST_F(GroupControllersTest, AdoptsANewGroupWithinAnAdoptPeriodBetweenRescans) {
   ASSERT_EQ(controllers->Snapshot().size(), 1u);
   EXPECT_EQ(controllers->Snapshot()[0].group, "new");
   EXPECT_LE(next, 100 * kMs);
+}
+
+// A claim's group lives in its own directory (shm/segment_dirs.h): adopted
+// there, and preferred to a file of the same name in the shared directory.
+TEST_F(GroupControllersTest, AdoptsGroupsInTheirClaimsOwnDirectory) {
+  ASSERT_TRUE(MakeClaimSegmentDir(dir_, "claim-a").ok());
+  auto in_claim = GroupSegment::Open(ClaimSegmentDir(dir_, "claim-a"), "claim-a", true);
+  ASSERT_TRUE(in_claim.ok());
+  auto squat = Member("claim-a");  // the same name in the shared directory
+  auto local = Member("local");
+  auto controllers = Controllers();
+  controllers->Tick();
+  ASSERT_EQ(controllers->Snapshot().size(), 2u);
+  EXPECT_TRUE((*in_claim)->DaemonClaims(clock_.NowNs()));
+  EXPECT_FALSE(squat->DaemonClaims(clock_.NowNs()));
+  EXPECT_TRUE(local->DaemonClaims(clock_.NowNs()));
 }
 
 TEST_F(GroupControllersTest, LeavesIdleGroupsAloneAndReleasesGroupsThatGoIdle) {

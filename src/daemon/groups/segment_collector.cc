@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "shm/group_segment.h"
+#include "shm/segment_dirs.h"
 
 namespace gpuslice::daemon {
 
@@ -20,12 +21,14 @@ SegmentCollector::Sweep SegmentCollector::SweepNow() {
   const int64_t now = clock_.NowNs();
   swept_ = true;
   last_sweep_ns_ = now;
-  for (const std::string& group : GroupSegment::ListGroups(dir_)) {
-    auto removed = GroupSegment::RemoveIfAbandoned(dir_, group, grace_ns_, now);
-    if (!removed.ok()) {
-      sweep.errors.push_back(removed.status().message());
-    } else if (*removed) {
-      sweep.removed.push_back(group);
+  for (const std::string& dir : GroupSegmentDirs(dir_)) {  // claims' own directories too
+    for (const std::string& group : GroupSegment::ListGroups(dir)) {
+      auto removed = GroupSegment::RemoveIfAbandoned(dir, group, grace_ns_, now);
+      if (!removed.ok()) {
+        sweep.errors.push_back(removed.status().message());
+      } else if (*removed) {
+        sweep.removed.push_back(group);
+      }
     }
   }
   return sweep;

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "shm/group_segment.h"
+#include "shm/segment_dirs.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -52,6 +53,21 @@ TEST_F(SegmentCollectorTest, RemovesIdleGroupsAfterTheGraceAndKeepsAttachedOnes)
 
   clock.Advance(3600 * kS);
   EXPECT_TRUE(collector.SweepNow().removed.empty());  // still attached
+}
+
+TEST_F(SegmentCollectorTest, CollectsInClaimDirectoriesToo) {
+  ASSERT_TRUE(MakeClaimSegmentDir(dir_, "claim-a").ok());
+  const std::string claim = ClaimSegmentDir(dir_, "claim-a");
+  int64_t idle_since = 0;
+  {
+    auto member = GroupSegment::Open(claim, "claim-a", true);
+    ASSERT_TRUE(member.ok());
+    idle_since = (*member)->LastAliveNs();
+  }
+  SimulatedClock clock(idle_since + 601 * kS);
+  SegmentCollector collector(dir_, 600 * kS, 10 * kS, clock);
+  EXPECT_EQ(collector.SweepNow().removed, std::vector<std::string>{"claim-a"});
+  EXPECT_TRUE(GroupSegment::ListGroups(claim).empty());
 }
 
 TEST_F(SegmentCollectorTest, AMissingDirectoryIsNothingToCollect) {

@@ -74,7 +74,7 @@ struct KubeClient::Call {
   std::string body;
   std::string content_type;
   int64_t total_timeout_ms = 0;
-  int64_t idle_timeout_ms = 0;  // 0: none
+  int64_t idle_timeout_ms = 0;  // streams: no complete line for this long ends it; 0: none
   const std::function<bool(std::string_view)>* on_line = nullptr;
   const std::function<bool()>* cancelled = nullptr;
 
@@ -83,6 +83,8 @@ struct KubeClient::Call {
   HttpResponse response;
   std::string pending;  // a streamed line not yet complete
   bool stopped = false;
+  bool idled = false;  // stopped by idle_timeout_ms
+  std::chrono::steady_clock::time_point last_line;
 
   bool Streaming() const {
     if (on_line == nullptr) return false;
@@ -106,6 +108,7 @@ size_t OnData(char* data, size_t size, size_t n, void* user) {
   for (size_t nl; (nl = call->pending.find('\n', start)) != std::string::npos; start = nl + 1) {
     std::string_view line(call->pending.data() + start, nl - start);
     if (line.empty()) continue;
+    call->last_line = std::chrono::steady_clock::now();
     if (!(*call->on_line)(line)) {
       call->stopped = true;
       return 0;  // aborts the transfer
@@ -119,6 +122,12 @@ int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto* call = static_cast<KubeClient::Call*>(user);  // NOLINT
   if (call->cancelled != nullptr && (*call->cancelled)()) {
     call->stopped = true;
+    return 1;
+  }
+  // libcurl calls this about once a second even when nothing arrives.
+  if (call->idle_timeout_ms > 0 && std::chrono::steady_clock::now() - call->last_line >=
+                                       std::chrono::milliseconds(call->idle_timeout_ms)) {
+    call->idled = true;
     return 1;
   }
   return 0;
@@ -141,6 +150,8 @@ StatusOr<HttpResponse> KubeClient::Perform(Call& call) {
     call.response = HttpResponse{};
     call.pending.clear();
     call.stopped = false;
+    call.idled = false;
+    call.last_line = std::chrono::steady_clock::now();
     CURL* c = curl.get();
     const std::string url = config_.server + call.path;
     curl_easy_setopt(c, CURLOPT_URL, url.c_str());
@@ -149,17 +160,12 @@ StatusOr<HttpResponse> KubeClient::Perform(Call& call) {
     if (call.method == "HEAD") curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(config_.connect_timeout_ms));
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(call.total_timeout_ms));
-    if (call.idle_timeout_ms > 0) {
-      curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-      curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
-                       static_cast<long>((call.idle_timeout_ms + 999) / 1000));
-    }
     curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
     if (!config_.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, config_.ca_file.c_str());
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnData);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &call);
-    if (call.cancelled != nullptr) {
+    if (call.cancelled != nullptr || call.idle_timeout_ms > 0) {
       curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
       curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
       curl_easy_setopt(c, CURLOPT_XFERINFODATA, &call);
@@ -188,6 +194,10 @@ StatusOr<HttpResponse> KubeClient::Perform(Call& call) {
     CURLcode rc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &call.response.code);
     call.curl = nullptr;
+    if (call.idled) {
+      return Unavailable(call.method + " " + config_.server + call.path + ": idle: no event for " +
+                         std::to_string(call.idle_timeout_ms) + " ms");
+    }
     if (rc != CURLE_OK && !call.stopped) {
       std::string what = call.method + " " + config_.server + call.path + ": ";
       if (rc == CURLE_OPERATION_TIMEDOUT) {

@@ -72,9 +72,10 @@ class KubeClient {
   // a 2xx body as it arrives and returns false to stop reading. Returns the
   // response (body: only a non-2xx response's) when the server ends it,
   // `on_line` stops, or `cancelled()` (polled at least every 100 ms) turns
-  // true; kUnavailable for a transport error, including no byte for
-  // `idle_timeout_ms` (a dead connection) or the whole stream lasting past
-  // `total_timeout_ms`.
+  // true; kUnavailable for a transport error, for no complete line for
+  // `idle_timeout_ms` (0: no limit; a watch that gets not even a bookmark is
+  // dead or stuck, whether or not bytes trickle in; checked about once a
+  // second) or the whole stream lasting past `total_timeout_ms`.
   StatusOr<HttpResponse> Stream(const std::string& path,
                                 const std::function<bool(std::string_view line)>& on_line,
                                 const std::function<bool()>& cancelled, int64_t idle_timeout_ms,

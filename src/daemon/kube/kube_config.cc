@@ -69,7 +69,7 @@ StatusOr<std::string> TokenFile::Get() {
   }
   Identity id{st.st_ino, st.st_size,
               int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!seen_ || *seen_ != id || token_.empty()) {
     auto text = ReadSmallFile(path_);
     ++reads_;
@@ -82,12 +82,12 @@ StatusOr<std::string> TokenFile::Get() {
 }
 
 void TokenFile::Invalidate() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   seen_.reset();
 }
 
 uint64_t TokenFile::reads() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return reads_;
 }
 

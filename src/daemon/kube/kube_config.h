@@ -21,6 +21,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace gpuslice::daemon::kube {
 
@@ -70,10 +71,10 @@ class TokenFile {
     bool operator==(const Identity&) const = default;
   };
   const std::string path_;
-  mutable std::mutex mu_;
-  std::optional<Identity> seen_;  // GUARDED_BY(mu_)
-  std::string token_;             // GUARDED_BY(mu_)
-  uint64_t reads_ = 0;            // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::optional<Identity> seen_ GUARDED_BY(mu_);
+  std::string token_ GUARDED_BY(mu_);
+  uint64_t reads_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpuslice::daemon::kube

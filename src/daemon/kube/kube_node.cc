@@ -27,7 +27,7 @@ KubeNode::KubeNode(KubeNodeOptions options, TenantRegistry& registry, PodWatch::
                                     .label_selector = "",
                                     .name = "pods",
                                     .watch_timeout_s = 300,
-                                    .idle_timeout_ms = 0,
+                                    .idle_timeout_ms = 150'000,
                                     .initial_backoff = options_.retry_initial,
                                     .max_backoff = options_.retry_max},
                  pods_, sleeper_),
@@ -46,7 +46,7 @@ void KubeNode::Start() {
 void KubeNode::Stop() {
   reflector_.Stop();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -55,7 +55,7 @@ void KubeNode::Stop() {
 
 void KubeNode::GpusChanged() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     changed_ = true;
   }
   cv_.notify_all();
@@ -65,10 +65,10 @@ void KubeNode::PublishLoop() {
   std::optional<std::vector<SliceGpu>> published;  // what the server has, as far as we know
   auto retry = options_.retry_initial;
   auto next_resync = std::chrono::steady_clock::now();
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (!stop_) {
     changed_ = false;
-    lock.unlock();
+    lock.Unlock();
     std::vector<SliceGpu> gpus = gpus_();
     const bool due = std::chrono::steady_clock::now() >= next_resync;
     Status s;
@@ -81,14 +81,14 @@ void KubeNode::PublishLoop() {
         next_resync = std::chrono::steady_clock::now() + options_.resync;
       }
     }
-    lock.lock();
+    lock.Lock();
     if (s.ok()) {
       retry = options_.retry_initial;
-      cv_.wait_for(lock, options_.poll, [this] { return stop_ || changed_; });
+      cv_.wait_for(lock, options_.poll, [this]() REQUIRES(mu_) { return stop_ || changed_; });
     } else {
       GS_LOG(kWarn, "kube", "event=resource_slices_failed error=\"%s\" retry_ms=%lld",
              s.message().c_str(), static_cast<long long>(retry.count()));  // NOLINT
-      cv_.wait_for(lock, retry, [this] { return stop_; });
+      cv_.wait_for(lock, retry, [this]() REQUIRES(mu_) { return stop_; });
       retry = std::min(retry * 2, options_.retry_max);
     }
   }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "daemon/kube/kube_client.h"
 #include "daemon/kube/pod_watch.h"
 #include "daemon/kube/reflector.h"
@@ -72,10 +73,10 @@ class KubeNode {
   SlicePublisher publisher_;
   const GpuSource gpus_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;    // GUARDED_BY(mu_)
-  bool changed_ = true;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool changed_ GUARDED_BY(mu_) = true;
   std::thread publisher_thread_;
 };
 

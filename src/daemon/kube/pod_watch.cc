@@ -25,6 +25,16 @@ Status RegistrySettingsTarget::Drop(const std::string& group) {
   return s;
 }
 
+std::vector<std::string> RegistrySettingsTarget::PodGroups() const {
+  std::vector<std::string> out;
+  for (const Group& g : registry_.Groups()) {
+    if (!g.id.starts_with("pod-")) continue;
+    const bool has_settings = !g.limits.empty() || g.tier != Tier::kShared || !g.schedule.empty();
+    if (has_settings) out.push_back(g.id);
+  }
+  return out;
+}
+
 PodWatch::PodWatch(GroupSettingsTarget& target, EventSink sink, Recorder recorder)
     : target_(target), sink_(std::move(sink)), recorder_(std::move(recorder)) {}
 
@@ -36,6 +46,18 @@ void PodWatch::OnList(const std::vector<nlohmann::json>& pods) {
   }
   for (const auto& [group, settings] : applied()) {
     if (!present.contains(group)) Forget(group, "gone");
+  }
+  if (!listed_) {
+    // What the daemon restored for pods deleted while it was down.
+    listed_ = true;
+    for (const std::string& group : target_.PodGroups()) {
+      if (present.contains(group)) continue;
+      {
+        MutexLock lock(mu_);
+        applied_.emplace(group, PodSettings{});  // so that Forget drops it
+      }
+      Forget(group, "pod gone while the daemon was down");
+    }
   }
 }
 
@@ -49,7 +71,7 @@ void PodWatch::OnEvent(std::string_view type, const nlohmann::json& pod) {
 }
 
 std::map<std::string, PodSettings> PodWatch::applied() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return applied_;
 }
 
@@ -77,7 +99,7 @@ void PodWatch::Update(const nlohmann::json& pod) {
   }
   std::optional<PodSettings> before;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = applied_.find(group); it != applied_.end()) before = it->second;
   }
   if (settings->empty()) {
@@ -91,7 +113,7 @@ void PodWatch::Update(const nlohmann::json& pod) {
   }
   reported_.erase(group);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     applied_[group] = *settings;
   }
   GS_LOG(kInfo, "kube", "event=pod_settings_applied pod=%s group=%s settings=%s",
@@ -105,7 +127,7 @@ void PodWatch::Update(const nlohmann::json& pod) {
 void PodWatch::Forget(const std::string& group, const std::string& why) {
   reported_.erase(group);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (applied_.erase(group) == 0) return;
   }
   if (Status s = target_.Drop(group); !s.ok()) {

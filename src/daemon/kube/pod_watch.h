@@ -14,6 +14,9 @@
 //     group forgotten when it has no member).
 //  4. A setting the registry refuses (requests above 100 on a GPU, a tier
 //     change while the group has members) is reported as in 2.
+//  5. The first LIST reconciles what the daemon restored: a pod group with
+//     settings (target.PodGroups()) whose pod is not on the node any more
+//     (deleted while the daemon was down) loses them as in 3.
 //
 // Threads: the handler calls come from the reflector's one thread; applied()
 // may be read from any.
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "daemon/kube/pod_settings.h"
 #include "daemon/kube/reflector.h"
 #include "daemon/tenants/registry.h"
@@ -42,6 +46,9 @@ class GroupSettingsTarget {
   virtual ~GroupSettingsTarget() = default;
   virtual Status Apply(const std::string& group, const PodSettings& settings) = 0;
   virtual Status Drop(const std::string& group) = 0;
+  // The pod groups ("pod-...") that hold settings now, whoever set them (a
+  // checkpoint restored at start among them).
+  virtual std::vector<std::string> PodGroups() const = 0;
 };
 
 // Over TenantRegistry::UpdateGroup / ForgetGroup.
@@ -51,6 +58,7 @@ class RegistrySettingsTarget final : public GroupSettingsTarget {
   Status Apply(const std::string& group, const PodSettings& settings) override;
   // Clears limits and schedule; forgets the group unless it has members.
   Status Drop(const std::string& group) override;
+  std::vector<std::string> PodGroups() const override;
 
  private:
   TenantRegistry& registry_;
@@ -81,9 +89,10 @@ class PodWatch final : public ReflectorHandler {
   GroupSettingsTarget& target_;
   const EventSink sink_;
   const Recorder recorder_;
-  mutable std::mutex mu_;
-  std::map<std::string, PodSettings> applied_;   // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, PodSettings> applied_ GUARDED_BY(mu_);
   std::map<std::string, std::string> reported_;  // the reflector thread's: last error by group
+  bool listed_ = false;                          // the reflector thread's: a LIST was seen
 };
 
 // A Recorder that POSTs a core/v1 Event to the pod's namespace, as

@@ -28,6 +28,14 @@ class RecordingTarget final : public GroupSettingsTarget {
     cv_.notify_all();
     return Status::Ok();
   }
+  std::vector<std::string> PodGroups() const override {
+    std::lock_guard lock(mu_);
+    return restored_;
+  }
+  void Restored(std::vector<std::string> groups) {
+    std::lock_guard lock(mu_);
+    restored_ = std::move(groups);
+  }
   bool WaitForCalls(size_t n) {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, seconds(10), [&] { return calls_.size() >= n; });
@@ -39,9 +47,10 @@ class RecordingTarget final : public GroupSettingsTarget {
   Status refuse_;
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> calls_;
+  std::vector<std::string> restored_;
 };
 
 json Pod(const std::string& name, const std::string& node, json annotations) {
@@ -102,6 +111,21 @@ TEST_F(PodWatchTest, AnnotationsApplyLiveAndADeletedPodIsDropped) {
                                       "apply " + g + " {\"cores\":50,\"memory_bytes\":4294967296}",
                                       "drop " + g}));
   EXPECT_TRUE(watch_->applied().empty());
+}
+
+TEST_F(PodWatchTest, TheFirstListDropsWhatWasRestoredForPodsGoneWhileTheDaemonWasDown) {
+  json a =
+      api_->Create("/api/v1/namespaces/ns/pods", Pod("a", "n1", {{"gpuslice.io/cores", "30"}}));
+  // The daemon's checkpoint had settings for `a` and for a pod deleted since.
+  target_.Restored({GroupOf(a), "pod-deleted-while-down"});
+  StartWatch();
+  ASSERT_TRUE(target_.WaitForCalls(2));
+  EXPECT_EQ(target_.calls(), (std::vector<std::string>{"apply " + GroupOf(a) + " {\"cores\":30}",
+                                                       "drop pod-deleted-while-down"}));
+  std::lock_guard lock(mu_);
+  ASSERT_FALSE(events_.empty());
+  EXPECT_EQ(events_.back().first, "kube_pod_settings_dropped");
+  EXPECT_EQ(events_.back().second["group"], "pod-deleted-while-down");
 }
 
 TEST_F(PodWatchTest, ABadValueIsReportedAndKeepsWhatWasApplied) {
@@ -185,6 +209,16 @@ TEST_F(RegistryTargetTest, AppliesAndDropsAGroupsSettings) {
   ASSERT_TRUE(target_.Drop("pod-x").ok());
   EXPECT_FALSE(registry_.GroupOf("pod-x").has_value());
   EXPECT_TRUE(target_.Drop("pod-x").ok());  // idempotent
+}
+
+TEST_F(RegistryTargetTest, PodGroupsAreThoseWithSettings) {
+  PodSettings s;
+  s.cores_percent = 30;
+  ASSERT_TRUE(target_.Apply("pod-x", s).ok());
+  ASSERT_TRUE(target_.Apply("claim-y", s).ok());  // not a pod's group
+  EXPECT_EQ(target_.PodGroups(), std::vector<std::string>{"pod-x"});
+  ASSERT_TRUE(target_.Drop("pod-x").ok());
+  EXPECT_TRUE(target_.PodGroups().empty());
 }
 
 TEST_F(RegistryTargetTest, AnOvercommitIsRefused) {

@@ -8,13 +8,13 @@
 namespace gpuslice::daemon::kube {
 
 bool RealSleeper::SleepFor(std::chrono::nanoseconds d) {
-  std::unique_lock lock(mu_);
-  return !cv_.wait_for(lock, d, [this] { return woken_; });
+  MutexLock lock(mu_);
+  return !cv_.wait_for(lock, d, [this]() REQUIRES(mu_) { return woken_; });
 }
 
 void RealSleeper::Wake() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     woken_ = true;
   }
   cv_.notify_all();
@@ -52,12 +52,12 @@ void Reflector::Stop() {
 }
 
 std::string Reflector::resource_version() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return rv_;
 }
 
 Status Reflector::last_error() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return last_error_;
 }
 
@@ -82,7 +82,7 @@ void Reflector::Failed(const Status& s) {
   errors_.fetch_add(1);
   GS_LOG(kWarn, "kube", "event=watch_failed reflector=%s error=\"%s\"", options_.name.c_str(),
          s.message().c_str());
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   last_error_ = s;
 }
 
@@ -103,7 +103,7 @@ Status Reflector::List() {
   for (auto& item : j["items"]) items.push_back(std::move(item));
   handler_.OnList(items);
   lists_.fetch_add(1);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   rv_ = rv;
   return Status::Ok();
 }
@@ -145,7 +145,7 @@ Reflector::WatchEnd Reflector::Watch(bool* delivered) {
     }
     *delivered = true;
     if (!rv.empty()) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       rv_ = rv;
     }
     return true;
@@ -201,7 +201,7 @@ void Reflector::Run() {
         break;
       case WatchEnd::kGone: {
         GS_LOG(kInfo, "kube", "event=watch_gone reflector=%s relisting", options_.name.c_str());
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         rv_.clear();
         break;
       }

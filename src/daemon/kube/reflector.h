@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "daemon/kube/kube_client.h"
 
 namespace gpuslice::daemon::kube {
@@ -66,9 +67,9 @@ class RealSleeper final : public Sleeper {
   void Wake() override;
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool woken_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  bool woken_ GUARDED_BY(mu_) = false;
 };
 
 // "a=b,c=d" URL-encoded for a query string.
@@ -82,7 +83,10 @@ class Reflector {
     std::string label_selector;
     std::string name = "reflector";  // for logs
     int64_t watch_timeout_s = 300;   // asked of the server; the client allows a minute more
-    int64_t idle_timeout_ms = 0;     // no byte for this long: the connection is dead (0: none)
+    // No event, not even a bookmark, for this long: the watch is dead and is
+    // started again from the last resourceVersion, after a backoff (0: no
+    // limit). API servers send a bookmark about every minute.
+    int64_t idle_timeout_ms = 150'000;
     std::chrono::milliseconds initial_backoff{500};
     std::chrono::milliseconds max_backoff{30'000};
   };
@@ -120,9 +124,9 @@ class Reflector {
   std::atomic<uint64_t> lists_{0};
   std::atomic<uint64_t> watches_{0};
   std::atomic<uint64_t> errors_{0};
-  mutable std::mutex mu_;
-  std::string rv_;     // GUARDED_BY(mu_): "" = LIST next
-  Status last_error_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::string rv_ GUARDED_BY(mu_);  // "" = LIST next
+  Status last_error_ GUARDED_BY(mu_);
 };
 
 }  // namespace gpuslice::daemon::kube

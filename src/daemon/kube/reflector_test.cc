@@ -161,6 +161,28 @@ TEST_F(ReflectorTest, ABookmarkMovesWhereTheNextWatchStarts) {
   EXPECT_EQ(r.lists(), 1u);  // resumed, not relisted
 }
 
+TEST_F(ReflectorTest, AWatchThatReceivesNothingIsRestartedAfterItsIdleDeadline) {
+  Reflector::Options o = NodeOptions();
+  o.idle_timeout_ms = 1000;  // the server would hold this watch for 300 s, silent
+  Reflector r(*client_, o, handler_, sleeper_);
+  r.Start();
+  ASSERT_TRUE(api_->WaitForOpenWatches(1, seconds(10)));
+  const std::string list_rv = r.resource_version();
+  ASSERT_TRUE(api_->WaitForRequests(
+      [](auto& log) {
+        int watches = 0;
+        for (auto& q : log) watches += q.query.contains("watch") ? 1 : 0;
+        return watches >= 2;
+      },
+      seconds(20)));
+  r.Stop();
+  auto watches = Watches();
+  EXPECT_EQ(watches[0].query["timeoutSeconds"], "300");
+  EXPECT_EQ(watches[1].query["resourceVersion"], list_rv);  // resumed, not relisted
+  EXPECT_EQ(r.lists(), 1u);
+  EXPECT_NE(r.last_error().message().find("idle"), std::string::npos) << r.last_error().message();
+}
+
 TEST_F(ReflectorTest, HttpGoneRelistsAtOnce) {
   api_->Create("/api/v1/namespaces/ns/pods", Pod("a", "n1"));
   api_->FailNextWatchWithGone();

@@ -125,7 +125,7 @@ Status AllocationStore::Restore() {
   if (!record.ok()) {
     return record.status().code() == StatusCode::kNotFound ? Status::Ok() : record.status();
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   allocations_.clear();
   Status first_error;
   for (const json& j : record->value("allocations", json::array())) {
@@ -149,7 +149,7 @@ Status AllocationStore::Restore() {
 
 StatusOr<Allocation> AllocationStore::Prepare(const Allocation& a) {
   GS_RETURN_IF_ERROR(Validate(a));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = allocations_.find(a.claim_uid);
   if (it != allocations_.end()) {
     if (it->second.devices != a.devices) {
@@ -184,7 +184,7 @@ StatusOr<Allocation> AllocationStore::Prepare(const Allocation& a) {
 }
 
 Status AllocationStore::Unprepare(const std::string& claim_uid) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = allocations_.find(claim_uid);
   if (it == allocations_.end()) return Status::Ok();
   // Limits first: a crash after this leaves the record, whose Restore sets
@@ -203,7 +203,7 @@ Status AllocationStore::Unprepare(const std::string& claim_uid) {
 
 StatusOr<bool> AllocationStore::Release(const std::string& claim_uid, const std::string& pod_uid) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = allocations_.find(claim_uid);
     if (it == allocations_.end()) return true;
     std::vector<std::string>& pods = it->second.pod_uids;
@@ -224,7 +224,7 @@ StatusOr<bool> AllocationStore::Release(const std::string& claim_uid, const std:
 
 Status AllocationStore::SetOwner(const std::string& claim_uid, const std::string& owner_namespace,
                                  const std::string& owner_name) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = allocations_.find(claim_uid);
   if (it == allocations_.end()) return NotFound("no allocation " + claim_uid);
   if (it->second.claim_namespace == owner_namespace && it->second.claim_name == owner_name) {
@@ -241,14 +241,14 @@ Status AllocationStore::SetOwner(const std::string& claim_uid, const std::string
 }
 
 std::optional<Allocation> AllocationStore::Get(const std::string& claim_uid) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = allocations_.find(claim_uid);
   if (it == allocations_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<Allocation> AllocationStore::All() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Allocation> out;
   for (const auto& [uid, a] : allocations_) out.push_back(a);
   return out;

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "daemon/state/state_store.h"
 #include "daemon/tenants/registry.h"
 
@@ -142,13 +143,13 @@ class AllocationStore {
   std::vector<Allocation> All() const;
 
  private:
-  Status SaveLocked() const;
+  Status SaveLocked() const REQUIRES(mu_);
 
   StateStore* store_;
   GroupLimitSink& sink_;
   const std::string record_;
-  mutable std::mutex mu_;
-  std::map<std::string, Allocation> allocations_;  // by claim UID
+  mutable Mutex mu_;
+  std::map<std::string, Allocation> allocations_ GUARDED_BY(mu_);  // by claim UID
 };
 
 }  // namespace gpuslice::daemon::kubelet

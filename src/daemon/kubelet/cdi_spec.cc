@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <set>
 
+#include "shm/segment_dirs.h"
+
 namespace gpuslice::daemon::kubelet {
 
 using nlohmann::json;
@@ -55,7 +57,10 @@ json CdiSpecFor(const Allocation& a, const CdiOptions& options,
   if (!memory.empty()) env.push_back("GPUSLICE_MEMORY_LIMIT=" + memory.dump());
   if (!compute.empty()) env.push_back("GPUSLICE_COMPUTE_LIMIT=" + compute.dump());
   env.push_back("GPUSLICE_SOCKET=" + options.daemon_socket);
-  env.push_back("GPUSLICE_SHM_DIR=" + options.shm_dir);
+  // The claim's own segment directory, nothing else of the shared one
+  // (shm/segment_dirs.h, docs/security.md).
+  const std::string segments = ClaimSegmentDir(options.shm_dir, a.claim_uid);
+  env.push_back("GPUSLICE_SHM_DIR=" + segments);
   env.push_back("NVIDIA_VISIBLE_DEVICES=" + visible);
   json mounts = json::array();
   mounts.push_back(BindMount(options.library, /*read_only=*/true));
@@ -67,7 +72,7 @@ json CdiSpecFor(const Allocation& a, const CdiOptions& options,
     mounts.push_back(std::move(m));
   }
   mounts.push_back(BindMount(DirOf(options.daemon_socket), /*read_only=*/false));
-  mounts.push_back(BindMount(options.shm_dir, /*read_only=*/false));
+  mounts.push_back(BindMount(segments, /*read_only=*/false));
 
   json nodes = json::array();
   std::set<std::string> paths;
@@ -93,6 +98,7 @@ json CdiSpecFor(const Allocation& a, const CdiOptions& options,
 
 Status WriteCdiSpec(const Allocation& a, const CdiOptions& options,
                     const std::map<std::string, uint32_t>& gpu_index) {
+  GS_RETURN_IF_ERROR(MakeClaimSegmentDir(options.shm_dir, a.claim_uid));
   std::error_code ec;
   std::filesystem::create_directories(options.dir, ec);
   const std::string path = CdiSpecPath(options.dir, a.claim_uid);

@@ -5,8 +5,10 @@
 // limiter into the container:
 //  - the limiter library, mounted read-only, and LD_PRELOAD naming it (or,
 //    with ld_so_preload set, that host file mounted as /etc/ld.so.preload);
-//  - the daemon's socket directory and the segment directory, mounted, with
-//    GPUSLICE_SOCKET and GPUSLICE_SHM_DIR naming them in the container;
+//  - the daemon's socket directory and the claim's own segment directory
+//    (ClaimSegmentDir of shm_dir, shm/segment_dirs.h: never the shared one,
+//    so no other group's segment is in reach), mounted at the same paths,
+//    with GPUSLICE_SOCKET and GPUSLICE_SHM_DIR naming them;
 //  - GPUSLICE_GROUP = the claim UID (the daemon's group for the claim);
 //  - the limits as the bootstrap fallback: GPUSLICE_MEMORY_LIMIT and
 //    GPUSLICE_COMPUTE_LIMIT as JSON objects keyed by GPU UUID (the daemon's
@@ -51,8 +53,9 @@ std::string CdiSpecPath(const std::string& dir, const std::string& claim_uid);
 nlohmann::json CdiSpecFor(const Allocation& a, const CdiOptions& options,
                           const std::map<std::string, uint32_t>& gpu_index);
 
-// Writes the spec of `a` to CdiSpecPath(options.dir, a.claim_uid),
-// atomically. kUnavailable naming the file on failure.
+// Creates the claim's segment directory and writes the spec of `a` to
+// CdiSpecPath(options.dir, a.claim_uid), atomically. kUnavailable naming the
+// file on failure.
 Status WriteCdiSpec(const Allocation& a, const CdiOptions& options,
                     const std::map<std::string, uint32_t>& gpu_index);
 // Removes claim `claim_uid`'s spec; OK if there is none.

@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "kubelet_proto/podresources_v1.grpc.pb.h"
+#include "shm/segment_dirs.h"
 
 namespace gpuslice::daemon::kubelet {
 
@@ -122,7 +123,7 @@ class DevicePlugins::Service final : public v1beta1::DevicePlugin::Service {
     if (!writer->Write(list)) return grpc::Status::OK;
     // The list does not change while we serve; the stream stays open until
     // the kubelet goes or the plugins stop.
-    std::unique_lock lock(plugins_.mu_);
+    MutexLock lock(plugins_.mu_);
     while (!plugins_.stopping_ && !context->IsCancelled()) {
       plugins_.cv_.wait_for(lock, std::chrono::milliseconds(200));
     }
@@ -214,28 +215,39 @@ StatusOr<v1beta1::ContainerAllocateResponse> DevicePlugins::AllocateContainer(
       d.cores_percent = static_cast<uint32_t>(std::min<uint64_t>(n, 100));
     a.devices.push_back(std::move(d));
   }
+  // A slice's group has a segment directory of its own (shm/segment_dirs.h).
+  if (r == DpResource::kVgpu) {
+    GS_RETURN_IF_ERROR(MakeClaimSegmentDir(options_.inject.shm_dir, a.claim_uid));
+  }
   GS_ASSIGN_OR_RETURN(Allocation recorded, store_.Prepare(a));
 
-  // The same injection as the DRA plugin's CDI spec, minus the group.
   const json spec = CdiSpecFor(recorded, options_.inject, index);
   v1beta1::ContainerAllocateResponse out;
-  for (const auto& [name, value] : CdiEnv(spec)) {
-    if (name == "GPUSLICE_GROUP") continue;  // the pod's UID: one group per pod
-    (*out.mutable_envs())[name] = value;
-  }
-  const json edits = spec["devices"][0]["containerEdits"];
-  for (const json& m : edits.value("mounts", json::array())) {
-    auto* mount = out.add_mounts();
-    mount->set_host_path(m.value("hostPath", ""));
-    mount->set_container_path(m.value("containerPath", ""));
-    const json options = m.value("options", json::array());
-    mount->set_read_only(std::find(options.begin(), options.end(), "ro") != options.end());
-  }
-  for (const json& n : edits.value("deviceNodes", json::array())) {
-    auto* d = out.add_devices();
-    d->set_host_path(n.value("hostPath", ""));
-    d->set_container_path(n.value("path", ""));
-    d->set_permissions("rw");
+  if (r != DpResource::kVgpu) {
+    // An amount of the container's slice: only its limit, the bootstrap
+    // fallback until the daemon joins it to the slice's group (Reconcile).
+    for (const auto& [name, value] : CdiEnv(spec)) {
+      if (name == "GPUSLICE_MEMORY_LIMIT" || name == "GPUSLICE_COMPUTE_LIMIT") {
+        (*out.mutable_envs())[name] = value;
+      }
+    }
+  } else {
+    // The slice: the DRA plugin's injection, its group and its own directory.
+    for (const auto& [name, value] : CdiEnv(spec)) (*out.mutable_envs())[name] = value;
+    const json edits = spec["devices"][0]["containerEdits"];
+    for (const json& m : edits.value("mounts", json::array())) {
+      auto* mount = out.add_mounts();
+      mount->set_host_path(m.value("hostPath", ""));
+      mount->set_container_path(m.value("containerPath", ""));
+      const json options = m.value("options", json::array());
+      mount->set_read_only(std::find(options.begin(), options.end(), "ro") != options.end());
+    }
+    for (const json& n : edits.value("deviceNodes", json::array())) {
+      auto* d = out.add_devices();
+      d->set_host_path(n.value("hostPath", ""));
+      d->set_container_path(n.value("path", ""));
+      d->set_permissions("rw");
+    }
   }
   (*out.mutable_annotations())["gpuslice.io/allocation"] = recorded.claim_uid;
   GS_LOG(kInfo, "kubelet", "event=device_plugin_allocated resource=%s allocation=%s devices=%zu",
@@ -243,7 +255,33 @@ StatusOr<v1beta1::ContainerAllocateResponse> DevicePlugins::AllocateContainer(
   return out;
 }
 
-Status DevicePlugins::Reconcile() {
+Status DevicePlugins::Release(const std::string& id) {
+  GS_RETURN_IF_ERROR(store_.Unprepare(id));
+  if (!id.starts_with(std::string("dp-") + Short(DpResource::kVgpu) + "-")) return Status::Ok();
+  if (options_.limits != nullptr) GS_RETURN_IF_ERROR(options_.limits->ClearLimits(id));
+  {
+    MutexLock lock(mu_);
+    applied_.erase(id);
+  }
+  if (Status s = RemoveClaimSegmentDir(options_.inject.shm_dir, id); !s.ok()) {
+    GS_LOG(kWarn, "kubelet", "event=slice_segments_kept group=%s error=\"%s\"", id.c_str(),
+           s.message().c_str());
+  }
+  return Status::Ok();
+}
+
+bool DevicePlugins::HasUnjoinedSlice() const {
+  for (const Allocation& a : store_.All()) {
+    if (a.source != "device-plugin" || !a.claim_uid.starts_with("dp-vgpu-")) continue;
+    MutexLock lock(mu_);
+    if (!applied_.contains(a.claim_uid)) return true;
+  }
+  return false;
+}
+
+Status DevicePlugins::Reconcile() { return Check(/*release=*/true); }
+
+Status DevicePlugins::Check(bool release) {
   auto stub = v1::PodResourcesLister::NewStub(grpc::CreateChannel(
       "unix://" + options_.pod_resources_socket, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
@@ -255,19 +293,62 @@ Status DevicePlugins::Reconcile() {
                        s.error_message());
   }
   std::map<std::string, std::pair<std::string, std::string>> held;  // allocation -> pod
+  std::map<std::string, Limits> joined;  // a slice's group -> its container's amounts
   for (const auto& pod : list.pod_resources()) {
     for (const auto& container : pod.containers()) {
+      std::string slice;
+      std::vector<std::string> amounts;
       for (const auto& devices : container.devices()) {
         for (DpResource r : kResources) {
           if (devices.resource_name() != ResourceName(r)) continue;
           std::vector<std::string> ids(devices.device_ids().begin(), devices.device_ids().end());
-          held[AllocationIdOf(r, ids)] = {pod.namespace_(), pod.name()};
+          const std::string id = AllocationIdOf(r, ids);
+          held[id] = {pod.namespace_(), pod.name()};
+          if (r == DpResource::kVgpu) {
+            slice = id;
+          } else {
+            amounts.push_back(id);
+          }
         }
       }
+      if (slice.empty() || !store_.Get(slice)) continue;
+      Limits limits;
+      for (const std::string& id : amounts) {
+        const auto amount = store_.Get(id);
+        if (!amount) continue;
+        for (const auto& [uuid, l] : LimitsOf(*amount)) {
+          GpuLimit& to = limits[uuid];
+          if (l.memory_bytes) to.memory_bytes = to.memory_bytes.value_or(0) + *l.memory_bytes;
+          if (l.compute_percent) {
+            to.compute_percent =
+                std::min<uint32_t>(100, to.compute_percent.value_or(0) + *l.compute_percent);
+          }
+        }
+      }
+      joined[slice] = std::move(limits);
     }
   }
-  std::vector<std::string> missing;
   Status first;
+  if (options_.limits != nullptr) {
+    // The daemon's word on each slice's limits, whatever the container's
+    // environment says (a tenant's registration can only lower them).
+    for (const auto& [group, limits] : joined) {
+      {
+        MutexLock lock(mu_);
+        if (auto it = applied_.find(group); it != applied_.end() && it->second == limits) continue;
+      }
+      if (Status set = options_.limits->SetLimits(group, limits); !set.ok()) {
+        first = first.ok() ? set : first;
+        continue;
+      }
+      GS_LOG(kInfo, "kubelet", "event=device_plugin_limits_set group=%s gpus=%zu", group.c_str(),
+             limits.size());
+      MutexLock lock(mu_);
+      applied_[group] = limits;
+    }
+  }
+  if (!release) return first;
+  std::vector<std::string> missing;
   for (const Allocation& a : store_.All()) {
     if (a.source != "device-plugin") continue;
     auto it = held.find(a.claim_uid);
@@ -277,14 +358,20 @@ Status DevicePlugins::Reconcile() {
       }
       continue;
     }
-    std::lock_guard lock(mu_);
-    if (std::find(missing_once_.begin(), missing_once_.end(), a.claim_uid) == missing_once_.end()) {
+    bool seen_missing = false;
+    {
+      MutexLock lock(mu_);
+      seen_missing =
+          std::find(missing_once_.begin(), missing_once_.end(), a.claim_uid) != missing_once_.end();
+    }
+    if (!seen_missing) {
       missing.push_back(a.claim_uid);
       continue;
     }
-    if (Status u = store_.Unprepare(a.claim_uid); !u.ok()) first = first.ok() ? u : first;
+    // Not under mu_: Release takes it.
+    if (Status u = Release(a.claim_uid); !u.ok()) first = first.ok() ? u : first;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   missing_once_ = std::move(missing);
   return first;
 }
@@ -308,7 +395,7 @@ Status DevicePlugins::Serve() {
 
 void DevicePlugins::StopServing() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     cv_.notify_all();
   }
   for (auto& server : servers_) {
@@ -338,7 +425,7 @@ Status DevicePlugins::RegisterAll() {
       return Unavailable("registering " + ResourceName(r) + " with " + kubelet + ": " +
                          s.error_message());
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++registrations_;
   }
   GS_LOG(kInfo, "kubelet", "event=device_plugins_registered kubelet=%s", kubelet.c_str());
@@ -362,15 +449,17 @@ void DevicePlugins::Watch() {
   int ticks = 0;
   for (;;) {
     {
-      std::unique_lock lock(mu_);
-      if (cv_.wait_for(lock, options_.poll_interval, [&] { return stopping_; })) return;
+      MutexLock lock(mu_);
+      if (cv_.wait_for(lock, options_.poll_interval, [&]() REQUIRES(mu_) { return stopping_; })) {
+        return;
+      }
     }
     const uint64_t inode = KubeletSocketInode();
     if (inode == 0) continue;  // no kubelet now
     const bool ours = OurSocketsPresent();
     uint64_t registered = 0;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       registered = registered_inode_;
     }
     if (!ours) {  // a starting kubelet removes every socket of the directory
@@ -387,12 +476,16 @@ void DevicePlugins::Watch() {
                s.message().c_str());
         continue;
       }
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       registered_inode_ = inode;
     }
-    if (options_.reconcile_every > 0 && ++ticks % options_.reconcile_every == 0 &&
-        access(options_.pod_resources_socket.c_str(), F_OK) == 0) {
-      if (Status s = Reconcile(); !s.ok()) {
+    // The regular check; a slice whose amounts are not yet the daemon's word
+    // is looked for at every poll (without counting it missing).
+    const bool regular = options_.reconcile_every > 0 && ++ticks % options_.reconcile_every == 0;
+    const bool join =
+        options_.reconcile_every > 0 && options_.limits != nullptr && HasUnjoinedSlice();
+    if ((regular || join) && access(options_.pod_resources_socket.c_str(), F_OK) == 0) {
+      if (Status s = Check(/*release=*/regular); !s.ok()) {
         GS_LOG(kWarn, "kubelet", "event=pod_resources_check_failed error=\"%s\"",
                s.message().c_str());
       }
@@ -413,7 +506,7 @@ Status DevicePlugins::Start() {
   GS_RETURN_IF_ERROR(Serve());
   if (const uint64_t inode = KubeletSocketInode(); inode != 0) {
     if (Status s = RegisterAll(); s.ok()) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       registered_inode_ = inode;
     } else {
       GS_LOG(kWarn, "kubelet", "event=device_plugin_register_failed error=\"%s\"",
@@ -426,7 +519,7 @@ Status DevicePlugins::Start() {
 
 void DevicePlugins::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return;
     stopping_ = true;
     cv_.notify_all();
@@ -436,7 +529,7 @@ void DevicePlugins::Stop() {
 }
 
 int DevicePlugins::registrations() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return registrations_;
 }
 

@@ -10,18 +10,27 @@
 // the ids it is given (never a guess about which pod is pending), and the
 // same ids always mean the same thing, across daemon and kubelet restarts.
 //
-// Allocate, per container: the limiter is injected (library mount,
-// LD_PRELOAD or /etc/ld.so.preload, daemon socket and segment directories,
-// NVIDIA_VISIBLE_DEVICES, device nodes) and the container's share as the
-// environment limits of its dimension (GPUSLICE_MEMORY_LIMIT or
-// GPUSLICE_COMPUTE_LIMIT keyed by GPU UUID). The kubelet calls each
-// resource's plugin separately and merges what they return; GPUSLICE_GROUP is
-// not set, so the limiter's group is the pod (its UID). Each allocation is
-// recorded in the AllocationStore under "dp-<resource>-<hash of the ids>".
+// Allocate, per container. Each allocation is recorded in the
+// AllocationStore under "dp-<resource>-<hash of the ids>". The kubelet calls
+// each resource's plugin separately and merges what they return, so only
+// one of them may mount and name things:
+//  - gpuslice.io/vgpu is the container's slice and its group: the limiter
+//    is injected (library mount, LD_PRELOAD or /etc/ld.so.preload, the
+//    daemon socket's directory, NVIDIA_VISIBLE_DEVICES, device nodes),
+//    GPUSLICE_GROUP is the slice's allocation id, and the group's own
+//    segment directory (shm/segment_dirs.h) is the only one mounted;
+//  - gpuslice.io/gpu-memory and gpu-cores are amounts of that slice: they
+//    return only their limit as the environment's bootstrap fallback
+//    (GPUSLICE_MEMORY_LIMIT or GPUSLICE_COMPUTE_LIMIT keyed by GPU UUID). A
+//    container asking for them without a vgpu gets no limiter.
 //
 // PodResources cross-check (Reconcile): the kubelet's List names the pod
-// (namespace/name) holding each recorded allocation's ids; an allocation
-// whose ids no pod holds on two consecutive checks is released.
+// (namespace/name) holding each recorded allocation's ids, and which
+// amounts share a container with which slice: the slice's group gets those
+// amounts as its limits in `limits` (the registry: the daemon's word, kept
+// in its checkpoint, whatever the environment says). A slice not yet joined
+// is looked for at every poll. An allocation whose ids no pod holds on two
+// consecutive checks is released (a slice's limits and directory with it).
 //
 // Kubelet restarts: a watcher polls (every `poll_interval`) kubelet.sock and
 // the plugin sockets; when kubelet.sock is recreated (a new inode) or a
@@ -34,6 +43,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,6 +51,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "daemon/kubelet/allocation_store.h"
 #include "daemon/kubelet/cdi_spec.h"
 #include "kubelet_proto/deviceplugin_v1beta1.grpc.pb.h"
@@ -75,6 +86,9 @@ struct DevicePluginOptions {
   std::chrono::milliseconds poll_interval{1000};
   int reconcile_every = 10;  // polls between PodResources checks; 0: only Reconcile() calls
   CdiOptions inject;  // library, ld_so_preload, daemon_socket, shm_dir, dev_root (dir unused)
+  // Where each slice's limits go once its container's amounts are known
+  // (the TenantRegistry in the daemon); null: the environment only.
+  GroupLimitSink* limits = nullptr;
 };
 
 class DevicePlugins {
@@ -105,6 +119,9 @@ class DevicePlugins {
 
  private:
   class Service;
+  Status Check(bool release) EXCLUDES(mu_);
+  Status Release(const std::string& id) EXCLUDES(mu_);  // an allocation no pod holds any more
+  bool HasUnjoinedSlice() const EXCLUDES(mu_);
   Status Serve();
   void StopServing();
   Status RegisterAll();
@@ -118,12 +135,14 @@ class DevicePlugins {
   Gpus gpus_;
   std::vector<std::unique_ptr<Service>> services_;
   std::vector<std::unique_ptr<grpc::Server>> servers_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  int registrations_ = 0;
-  uint64_t registered_inode_ = 0;
-  std::vector<std::string> missing_once_;  // allocations no pod held at the last check
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  int registrations_ GUARDED_BY(mu_) = 0;
+  uint64_t registered_inode_ GUARDED_BY(mu_) = 0;
+  // Allocations no pod held at the last check.
+  std::vector<std::string> missing_once_ GUARDED_BY(mu_);
+  std::map<std::string, Limits> applied_ GUARDED_BY(mu_);  // slice group -> limits set
   std::thread watcher_;
 };
 

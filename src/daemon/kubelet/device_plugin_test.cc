@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "daemon/kubelet/fake_kubelet.h"
@@ -33,6 +36,29 @@ TEST(DpDeviceIds, RoundTripAndFitTheKubeletsLimit) {
   }
 }
 
+// The registry's side of the slices' limits.
+class RecordingSink final : public GroupLimitSink {
+ public:
+  Status SetLimits(const std::string& group, const Limits& limits) override {
+    std::lock_guard lock(mu_);
+    groups_[group] = limits;
+    return Status::Ok();
+  }
+  Status ClearLimits(const std::string& group) override {
+    std::lock_guard lock(mu_);
+    groups_.erase(group);
+    return Status::Ok();
+  }
+  std::map<std::string, Limits> groups() {
+    std::lock_guard lock(mu_);
+    return groups_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, Limits> groups_;
+};
+
 class DevicePluginTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -53,6 +79,8 @@ class DevicePluginTest : public ::testing::Test {
     options.inject.library = "/opt/gpuslice/libgpuslice.so";
     options.inject.daemon_socket = "/run/gpuslice/gpusliced.sock";
     options.inject.dev_root = dir_ + "/nodev";
+    options.inject.shm_dir = dir_ + "/shm";
+    options.limits = &limits_;
     plugins_ = std::make_unique<DevicePlugins>(options, *store_, [] {
       return std::vector<GpuOffer>{{0, kGpu0, 8ull << 30}, {1, kGpu1, 8ull << 30}};
     });
@@ -67,6 +95,7 @@ class DevicePluginTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<StateStore> state_;
   NoLimitSink sink_;
+  RecordingSink limits_;
   std::unique_ptr<AllocationStore> store_;
   FakeKubelet kubelet_;
   std::unique_ptr<DevicePlugins> plugins_;
@@ -108,10 +137,10 @@ TEST_F(DevicePluginTest, AllocateReadsTheGpuAndAmountFromTheIds) {
   const auto& envs = r->container_responses(0).envs();
   EXPECT_EQ(nlohmann::json::parse(envs.at("GPUSLICE_MEMORY_LIMIT")),
             nlohmann::json({{kGpu1, std::to_string(16ull * 256 << 20)}}));
-  EXPECT_EQ(envs.at("LD_PRELOAD"), "/opt/gpuslice/libgpuslice.so");
-  EXPECT_EQ(envs.at("NVIDIA_VISIBLE_DEVICES"), kGpu1);
-  EXPECT_EQ(envs.count("GPUSLICE_GROUP"), 0u);  // the pod's UID
-  EXPECT_GE(r->container_responses(0).mounts_size(), 3);
+  // An amount of the container's slice: its limit, nothing mounted or named
+  // (the vgpu's answer does that; the kubelet merges them).
+  EXPECT_EQ(envs.size(), 1u);
+  EXPECT_EQ(r->container_responses(0).mounts_size(), 0);
 
   std::vector<std::string> cores;
   cores.reserve(30);
@@ -129,6 +158,74 @@ TEST_F(DevicePluginTest, AllocateReadsTheGpuAndAmountFromTheIds) {
   EXPECT_FALSE(
       kubelet_.Allocate(Socket("gpu-memory"), {{DpDeviceId(DpResource::kMemory, "GPU-x", 0)}})
           .ok());
+}
+
+TEST_F(DevicePluginTest, ASliceMountsOnlyItsOwnSegmentDirectory) {
+  std::vector<std::vector<std::string>> containers = {{DpDeviceId(DpResource::kVgpu, kGpu0, 0)},
+                                                      {DpDeviceId(DpResource::kVgpu, kGpu0, 1)}};
+  auto r = kubelet_.Allocate(Socket("vgpu"), containers);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->container_responses_size(), 2);
+  std::set<std::string> groups;
+  for (const auto& c : r->container_responses()) {
+    const std::string group = c.envs().at("GPUSLICE_GROUP");
+    groups.insert(group);
+    const std::string own = dir_ + "/shm/claims/" + group;
+    EXPECT_EQ(c.envs().at("GPUSLICE_SHM_DIR"), own);
+    EXPECT_EQ(c.envs().at("LD_PRELOAD"), "/opt/gpuslice/libgpuslice.so");
+    EXPECT_EQ(c.envs().at("NVIDIA_VISIBLE_DEVICES"), kGpu0);
+    std::vector<std::string> segment_mounts;
+    for (const auto& m : c.mounts()) {
+      if (m.host_path().starts_with(dir_ + "/shm")) segment_mounts.push_back(m.host_path());
+    }
+    EXPECT_EQ(segment_mounts, std::vector<std::string>{own}) << "only the group's own directory";
+    EXPECT_TRUE(std::filesystem::is_directory(own));
+  }
+  EXPECT_EQ(groups.size(), 2u);  // one group, and one directory, per container
+}
+
+TEST_F(DevicePluginTest, AContainersAmountsBecomeItsSlicesLimitsInTheDaemon) {
+  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, kGpu1, 3)};
+  std::vector<std::string> memory;
+  memory.reserve(16);
+  for (int n = 0; n < 16; ++n) memory.push_back(DpDeviceId(DpResource::kMemory, kGpu1, n));
+  std::vector<std::string> cores;
+  cores.reserve(30);
+  for (int n = 0; n < 30; ++n) cores.push_back(DpDeviceId(DpResource::kCores, kGpu1, n));
+  auto v = kubelet_.Allocate(Socket("vgpu"), {slice});
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const std::string group = v->container_responses(0).envs().at("GPUSLICE_GROUP");
+  ASSERT_TRUE(kubelet_.Allocate(Socket("gpu-memory"), {memory}).ok());
+  ASSERT_TRUE(kubelet_.Allocate(Socket("gpu-cores"), {cores}).ok());
+  EXPECT_EQ(limits_.groups().count(group), 0u);  // not joined yet
+
+  v1::PodResources pod;
+  pod.set_name("trainer");
+  pod.set_namespace_("team-a");
+  auto* container = pod.add_containers();
+  container->set_name("main");
+  for (const auto& [name, ids] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"gpuslice.io/vgpu", slice},
+           {"gpuslice.io/gpu-memory", memory},
+           {"gpuslice.io/gpu-cores", cores}}) {
+    auto* devices = container->add_devices();
+    devices->set_resource_name(name);
+    for (const std::string& id : ids) devices->add_device_ids(id);
+  }
+  kubelet_.SetPods({pod});
+  ASSERT_TRUE(plugins_->Reconcile().ok());
+  auto groups = limits_.groups();
+  ASSERT_EQ(groups.count(group), 1u);
+  EXPECT_EQ(LimitOn(groups[group], kGpu1).memory_bytes, 16ull * 256 << 20);
+  EXPECT_EQ(LimitOn(groups[group], kGpu1).compute_percent, 30u);
+  EXPECT_EQ(groups.size(), 1u);  // the amounts are no groups of their own
+
+  kubelet_.SetPods({});  // gone: twice, then released, limits and directory too
+  ASSERT_TRUE(plugins_->Reconcile().ok());
+  ASSERT_TRUE(plugins_->Reconcile().ok());
+  EXPECT_TRUE(store_->All().empty());
+  EXPECT_TRUE(limits_.groups().empty());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/shm/claims/" + group));
 }
 
 TEST_F(DevicePluginTest, PodResourcesNamesThePodAndReleasesWhatNoPodHolds) {

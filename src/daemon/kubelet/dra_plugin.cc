@@ -4,12 +4,15 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "common/log.h"
+#include "kubelet_proto/dra_health_v1alpha1.grpc.pb.h"
 #include "kubelet_proto/dra_v1.grpc.pb.h"
 #include "kubelet_proto/dra_v1beta1.grpc.pb.h"
 #include "kubelet_proto/pluginregistration_v1.grpc.pb.h"
+#include "shm/segment_dirs.h"
 
 namespace gpuslice::daemon::kubelet {
 
@@ -95,9 +98,56 @@ Status PrepareSocket(const std::string& path) {
 
 }  // namespace
 
-// The registration service and both DRA versions, owned together.
+// The registration service, both DRA versions and the health service, owned
+// together.
 class DraPlugin::Services {
  public:
+  class Health final : public v1alpha1::DRAResourceHealth::Service {
+   public:
+    explicit Health(DraPlugin& plugin) : plugin_(plugin) {}
+    grpc::Status NodeWatchResources(
+        grpc::ServerContext* context, const v1alpha1::NodeWatchResourcesRequest* /*request*/,
+        grpc::ServerWriter<v1alpha1::NodeWatchResourcesResponse>* writer) override {
+      const DraPluginOptions& o = plugin_.options();
+      std::optional<std::vector<DeviceHealthReport>> sent;
+      for (;;) {
+        std::vector<DeviceHealthReport> now = o.health();
+        // A change of state is news; a newer time alone is not.
+        auto states = [](const std::vector<DeviceHealthReport>& r) {
+          std::vector<std::pair<std::string, DeviceHealthReport::State>> out;
+          out.reserve(r.size());
+          for (const auto& d : r) out.emplace_back(d.device, d.state);
+          return out;
+        };
+        if (!sent || states(*sent) != states(now)) {
+          v1alpha1::NodeWatchResourcesResponse response;
+          for (const DeviceHealthReport& d : now) {
+            auto* h = response.add_devices();
+            h->mutable_device()->set_pool_name(o.pool);
+            h->mutable_device()->set_device_name(d.device);
+            h->set_health(d.state == DeviceHealthReport::State::kHealthy     ? v1alpha1::HEALTHY
+                          : d.state == DeviceHealthReport::State::kUnhealthy ? v1alpha1::UNHEALTHY
+                                                                             : v1alpha1::UNKNOWN);
+            h->set_last_updated_time(d.updated_unix_s);
+            if (d.state == DeviceHealthReport::State::kUnhealthy) {
+              GS_LOG(kWarn, "kubelet", "event=dra_device_unhealthy device=%s why=\"%s\"",
+                     d.device.c_str(), d.why.c_str());
+            }
+          }
+          if (!writer->Write(response)) return grpc::Status::OK;  // the kubelet went
+          sent = std::move(now);
+        }
+        MutexLock lock(plugin_.mu_);
+        plugin_.stop_cv_.wait_for(lock, o.health_poll,
+                                  [this]() REQUIRES(plugin_.mu_) { return plugin_.stopping_; });
+        if (plugin_.stopping_ || context->IsCancelled()) return grpc::Status::OK;
+      }
+    }
+
+   private:
+    DraPlugin& plugin_;
+  };
+
   class Registration final : public pluginregistration::Registration::Service {
    public:
     explicit Registration(DraPlugin& plugin) : plugin_(plugin) {}
@@ -115,7 +165,7 @@ class DraPlugin::Services {
         grpc::ServerContext* /*context*/, const pluginregistration::RegistrationStatus* status,
         pluginregistration::RegistrationStatusResponse* /*response*/) override {
       {
-        std::lock_guard lock(plugin_.mu_);
+        MutexLock lock(plugin_.mu_);
         ++plugin_.registration_.notifications;
         plugin_.registration_.registered = status->plugin_registered();
         plugin_.registration_.error = status->error();
@@ -134,10 +184,12 @@ class DraPlugin::Services {
     DraPlugin& plugin_;
   };
 
-  explicit Services(DraPlugin& plugin) : registration(plugin), v1(plugin), v1beta1(plugin) {}
+  explicit Services(DraPlugin& plugin)
+      : registration(plugin), v1(plugin), v1beta1(plugin), health(plugin) {}
   Registration registration;
   DraService<V1> v1;
   DraService<V1beta1> v1beta1;
+  Health health;
 };
 
 DraPlugin::DraPlugin(DraPluginOptions options, ClaimReader& reader, AllocationStore& store,
@@ -173,7 +225,7 @@ std::vector<PreparedDevice> DevicesOf(const Allocation& a) {
 }  // namespace
 
 StatusOr<std::vector<PreparedDevice>> DraPlugin::Prepare(const ClaimRef& claim) {
-  std::lock_guard lock(prepare_mu_);
+  MutexLock lock(prepare_mu_);
   if (auto recorded = store_.Get(claim.uid)) {
     // A retry, a kubelet restart, a daemon restart: the record answers. The
     // spec is written again in case it was lost (/var/run is a tmpfs).
@@ -218,13 +270,19 @@ StatusOr<std::vector<PreparedDevice>> DraPlugin::Prepare(const ClaimRef& claim) 
 }
 
 Status DraPlugin::Unprepare(const ClaimRef& claim) {
-  std::lock_guard lock(prepare_mu_);
+  MutexLock lock(prepare_mu_);
   GS_RETURN_IF_ERROR(store_.Unprepare(claim.uid));
+  if (Status s = RemoveClaimSegmentDir(options_.cdi.shm_dir, claim.uid); !s.ok()) {
+    // A process of the claim still attached: the collector removes its
+    // segment once abandoned; the empty directory is harmless.
+    GS_LOG(kWarn, "kubelet", "event=claim_segments_kept claim=%s error=\"%s\"", claim.uid.c_str(),
+           s.message().c_str());
+  }
   return RemoveCdiSpec(options_.cdi.dir, claim.uid);
 }
 
 DraPlugin::Registration DraPlugin::registration() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return registration_;
 }
 
@@ -248,6 +306,11 @@ Status DraPlugin::Start() {
   builder.RegisterService(&services_->registration);
   builder.RegisterService(&services_->v1);
   builder.RegisterService(&services_->v1beta1);
+  if (options_.health) builder.RegisterService(&services_->health);
+  {
+    MutexLock lock(mu_);
+    stopping_ = false;
+  }
   server_ = builder.BuildAndStart();
   if (!server_) {
     services_.reset();
@@ -261,6 +324,11 @@ Status DraPlugin::Start() {
 
 void DraPlugin::Stop() {
   if (!server_) return;
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;  // the health streams end
+  }
+  stop_cv_.notify_all();
   server_->Shutdown();
   server_->Wait();
   server_.reset();

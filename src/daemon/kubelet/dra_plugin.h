@@ -5,6 +5,10 @@
 //  - the DRA service, k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin and the same
 //    under v1beta1, on `plugin_socket` (default
 //    /var/lib/kubelet/plugins/gpuslice.io/dra.sock);
+//  - the DRA resource health service v1alpha1.DRAResourceHealth, on the
+//    same socket, when options.health is set: each GPU Healthy while NVML
+//    reads it, Unhealthy when a read fails (a lost GPU), Unknown before the
+//    first read;
 //  - the plugin-registration service on `registration_socket` in the
 //    kubelet's plugins_registry directory, where the kubelet's plugin watcher
 //    finds it: GetInfo answers type "DRAPlugin", the driver name, the plugin
@@ -23,6 +27,8 @@
 // Thread-safe; prepares and unprepares are serialised.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -30,6 +36,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "daemon/kubelet/allocation_store.h"
 #include "daemon/kubelet/cdi_spec.h"
 #include "daemon/kubelet/claim_reader.h"
@@ -40,11 +47,29 @@ class Server;
 
 namespace gpuslice::daemon::kubelet {
 
+// One device's health for the kubelet's DRA resource health API.
+struct DeviceHealthReport {
+  enum class State { kUnknown, kHealthy, kUnhealthy };
+  std::string device;  // the ResourceSlice's device name: "gpu<index>"
+  State state = State::kUnknown;
+  int64_t updated_unix_s = 0;  // when it was last determined
+  std::string why;             // for the log: what made it unhealthy
+
+  bool operator==(const DeviceHealthReport&) const = default;
+};
+
 struct DraPluginOptions {
   std::string driver_name = kDriverName;
   std::string plugin_socket = "/var/lib/kubelet/plugins/gpuslice.io/dra.sock";
   std::string registration_socket = "/var/lib/kubelet/plugins_registry/gpuslice.io-reg.sock";
   CdiOptions cdi;
+  // The health service (v1alpha1.DRAResourceHealth, on plugin_socket): the
+  // node's devices now, looked at every `health_poll`; the complete list is
+  // sent when the kubelet connects and again whenever it changes. Null:
+  // not served. `pool` names the ResourceSlices' pool (the node).
+  std::function<std::vector<DeviceHealthReport>()> health;
+  std::chrono::milliseconds health_poll{1000};
+  std::string pool;
 };
 
 // What the plugin answers for one device of a prepared claim.
@@ -95,9 +120,11 @@ class DraPlugin {
   ClaimReader& reader_;
   AllocationStore& store_;
   NodeGpus node_gpus_;
-  std::mutex prepare_mu_;  // one prepare or unprepare at a time
-  mutable std::mutex mu_;
-  Registration registration_;
+  Mutex prepare_mu_;  // one prepare or unprepare at a time
+  mutable Mutex mu_;
+  Registration registration_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;  // ends the health streams
+  std::condition_variable_any stop_cv_;
   std::unique_ptr<Services> services_;
   std::unique_ptr<grpc::Server> server_;
 };

@@ -2,6 +2,7 @@
 #include "daemon/kubelet/dra_plugin.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <mutex>
 
 #include "daemon/kubelet/fake_kubelet.h"
+#include "daemon/kubelet/kubelet_side.h"
 
 namespace gpuslice::daemon::kubelet {
 namespace {
@@ -107,7 +109,13 @@ class DraPluginTest : public ::testing::Test {
     options.cdi.dev_root = dir_ + "/dev";
     options.cdi.library = "/opt/gpuslice/libgpuslice.so";
     options.cdi.daemon_socket = "/run/gpuslice/gpusliced.sock";
-    options.cdi.shm_dir = "/dev/shm/gpuslice";
+    options.cdi.shm_dir = dir_ + "/shm";
+    options.pool = "node-1";
+    options.health_poll = std::chrono::milliseconds(10);
+    options.health = [this] {
+      std::lock_guard lock(health_mu_);
+      return health_;
+    };
     plugin_ = std::make_unique<DraPlugin>(options, reader_, *store_, [] {
       return std::vector<NodeGpu>{{0, kGpu0}, {1, kGpu1}};
     });
@@ -131,6 +139,10 @@ class DraPluginTest : public ::testing::Test {
   std::unique_ptr<StateStore> state_;
   FakeClaimReader reader_;
   RecordingSink sink_;
+  std::mutex health_mu_;
+  std::vector<DeviceHealthReport> health_ = {
+      {"gpu0", DeviceHealthReport::State::kHealthy, 100, ""},
+      {"gpu1", DeviceHealthReport::State::kHealthy, 100, ""}};
   std::unique_ptr<AllocationStore> store_;
   std::unique_ptr<DraPlugin> plugin_;
   FakeKubelet kubelet_;
@@ -182,19 +194,55 @@ TEST_F(DraPluginTest, PrepareRecordsLimitsAndWritesTheCdiSpec) {
   EXPECT_EQ(json::parse(env.at("GPUSLICE_COMPUTE_LIMIT")), json({{kGpu1, "30"}}));
   EXPECT_EQ(env.at("LD_PRELOAD"), "/opt/gpuslice/libgpuslice.so");
   EXPECT_EQ(env.at("GPUSLICE_SOCKET"), "/run/gpuslice/gpusliced.sock");
-  EXPECT_EQ(env.at("GPUSLICE_SHM_DIR"), "/dev/shm/gpuslice");
+  const std::string own = dir_ + "/shm/claims/" + kUid;  // the claim's directory only
+  EXPECT_EQ(env.at("GPUSLICE_SHM_DIR"), own);
   EXPECT_EQ(env.at("NVIDIA_VISIBLE_DEVICES"), kGpu1);
   std::vector<std::string> mounted;
   for (const json& m : spec["devices"][0]["containerEdits"]["mounts"]) {
     mounted.push_back(m["containerPath"]);
   }
-  EXPECT_EQ(mounted, (std::vector<std::string>{"/opt/gpuslice/libgpuslice.so", "/run/gpuslice",
-                                               "/dev/shm/gpuslice"}));
+  EXPECT_EQ(mounted,
+            (std::vector<std::string>{"/opt/gpuslice/libgpuslice.so", "/run/gpuslice", own}));
+  for (const json& m : spec["devices"][0]["containerEdits"]["mounts"]) {
+    EXPECT_NE(m["hostPath"], dir_ + "/shm") << "the shared segment directory is mounted";
+  }
+  struct stat st {};
+  ASSERT_EQ(stat(own.c_str(), &st), 0);  // made, for the container to create its segment in
+  EXPECT_EQ(st.st_mode & 07777, 01777u);
   std::vector<std::string> nodes;  // only those that exist on the "host"
   for (const json& n : spec["devices"][0]["containerEdits"]["deviceNodes"]) {
     nodes.push_back(n["path"]);
   }
   EXPECT_EQ(nodes, (std::vector<std::string>{"/dev/nvidia1", "/dev/nvidiactl"}));
+}
+
+TEST_F(DraPluginTest, HealthIsStreamedToTheKubeletAndAgainWhenItChanges) {
+  bool lost = false;
+  auto updates = kubelet_.WatchHealth(
+      plugin_->options().plugin_socket,
+      [&](const v1alpha1::NodeWatchResourcesResponse& u) {
+        if (!lost) {  // after the first list, GPU 1 is lost
+          lost = true;
+          std::lock_guard lock(health_mu_);
+          health_[1] = {"gpu1", DeviceHealthReport::State::kUnhealthy, 101, "NVML: GPU is lost"};
+          return false;
+        }
+        return u.devices_size() == 2 && u.devices(1).health() == v1alpha1::UNHEALTHY;
+      },
+      std::chrono::seconds(10));
+  ASSERT_TRUE(updates.ok()) << updates.status().ToString();
+  ASSERT_EQ(updates->size(), 2u) << "one update per change, none while nothing changes";
+  const auto& first = (*updates)[0];
+  ASSERT_EQ(first.devices_size(), 2);
+  EXPECT_EQ(first.devices(0).device().pool_name(), "node-1");
+  EXPECT_EQ(first.devices(0).device().device_name(), "gpu0");
+  EXPECT_EQ(first.devices(0).health(), v1alpha1::HEALTHY);
+  EXPECT_EQ(first.devices(1).health(), v1alpha1::HEALTHY);
+  EXPECT_EQ(first.devices(0).last_updated_time(), 100);
+  const auto& second = (*updates)[1];
+  EXPECT_EQ(second.devices(0).health(), v1alpha1::HEALTHY);
+  EXPECT_EQ(second.devices(1).health(), v1alpha1::UNHEALTHY);
+  EXPECT_EQ(second.devices(1).last_updated_time(), 101);
 }
 
 TEST_F(DraPluginTest, PreparingTwiceIsOneAllocation) {
@@ -219,6 +267,7 @@ TEST_F(DraPluginTest, UnprepareTwiceIsFine) {
   EXPECT_TRUE(store_->All().empty());
   EXPECT_EQ(sink_.groups().count(kUid), 0u);
   EXPECT_FALSE(std::filesystem::exists(SpecPath()));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/shm/claims/" + kUid));  // its segments go too
 }
 
 TEST_F(DraPluginTest, AFailedPrepareLeavesNothing) {
@@ -272,6 +321,32 @@ TEST_F(DraPluginTest, LdSoPreloadInsteadOfLdPreload) {
     }
   }
   EXPECT_TRUE(preload_mounted);
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon::kubelet
+
+namespace gpuslice::daemon::kubelet {
+namespace {
+
+TEST(GpuHealth, UnknownBeforeAReadUnhealthyWhileReadsFail) {
+  Snapshot s;
+  s.gpus.resize(3);
+  for (uint32_t i = 0; i < 3; ++i) {
+    s.gpus[i].index = i;
+    s.gpus[i].uuid = "GPU-" + std::to_string(i);
+  }
+  s.reads = {{.read_ns = 5, .failed = false}, {.read_ns = 5, .failed = true}, {}};
+  const auto r = GpuHealth(s, 1700000000);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].device, "gpu0");
+  EXPECT_EQ(r[0].state, DeviceHealthReport::State::kHealthy);
+  EXPECT_EQ(r[1].state, DeviceHealthReport::State::kUnhealthy);
+  EXPECT_NE(r[1].why.find("GPU-1"), std::string::npos);
+  EXPECT_EQ(r[2].state, DeviceHealthReport::State::kUnknown);
+  EXPECT_EQ(r[0].updated_unix_s, 1700000000);
+  EXPECT_EQ(NodeName("node-7"), "node-7");
+  EXPECT_FALSE(NodeName("").empty());
 }
 
 }  // namespace

@@ -27,6 +27,21 @@ Status FromGrpc(const grpc::Status& s, const std::string& what) {
   return Unavailable(what + ": gRPC " + std::to_string(s.error_code()) + " " + s.error_message());
 }
 
+// One unary call of `Service` on `socket`, with the deadline: every client
+// call of the fake goes through here.
+template <typename Service, typename Request, typename Response>
+StatusOr<Response> Call(const std::string& socket,
+                        grpc::Status (Service::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                              Response*),
+                        const Request& request, const std::string& what) {
+  auto stub = Service::NewStub(Dial(socket));
+  grpc::ClientContext ctx;
+  Deadline(ctx);
+  Response response;
+  GS_RETURN_IF_ERROR(FromGrpc(((*stub).*method)(&ctx, request, &response), what));
+  return response;
+}
+
 // v1beta1 and v1 messages are the same on the wire.
 template <typename To, typename From>
 To Convert(const From& from) {
@@ -96,46 +111,35 @@ std::vector<std::string> FakeKubelet::FindPluginSockets(const std::string& regis
 
 StatusOr<pluginregistration::PluginInfo> FakeKubelet::RegisterPlugin(const std::string& socket,
                                                                      bool accept) {
-  auto stub = pluginregistration::Registration::NewStub(Dial(socket));
-  pluginregistration::PluginInfo info;
-  {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    GS_RETURN_IF_ERROR(FromGrpc(stub->GetInfo(&ctx, {}, &info), "GetInfo"));
-  }
+  using Reg = pluginregistration::Registration;
+  GS_ASSIGN_OR_RETURN(
+      pluginregistration::PluginInfo info,
+      Call<Reg>(socket, &Reg::Stub::GetInfo, pluginregistration::InfoRequest(), "GetInfo"));
   pluginregistration::RegistrationStatus status;
   status.set_plugin_registered(accept);
   if (!accept) status.set_error("refused by the fake kubelet");
-  pluginregistration::RegistrationStatusResponse response;
-  grpc::ClientContext ctx;
-  Deadline(ctx);
-  GS_RETURN_IF_ERROR(FromGrpc(stub->NotifyRegistrationStatus(&ctx, status, &response),
-                              "NotifyRegistrationStatus"));
+  GS_RETURN_IF_ERROR(
+      Call<Reg>(socket, &Reg::Stub::NotifyRegistrationStatus, status, "NotifyRegistrationStatus")
+          .status());
   return info;
 }
+
+namespace b1 = k8s::io::kubelet::pkg::apis::dra::v1beta1;
 
 StatusOr<dra_api::NodePrepareResourcesResponse> FakeKubelet::Prepare(
     const std::string& endpoint, const std::vector<dra_api::Claim>& claims,
     const std::string& version) {
   dra_api::NodePrepareResourcesRequest request;
   for (const auto& c : claims) *request.add_claims() = c;
-  grpc::ClientContext ctx;
-  Deadline(ctx);
   if (version == "v1beta1") {
-    namespace b1 = k8s::io::kubelet::pkg::apis::dra::v1beta1;
-    auto stub = b1::DRAPlugin::NewStub(Dial(endpoint));
-    b1::NodePrepareResourcesResponse response;
-    GS_RETURN_IF_ERROR(
-        FromGrpc(stub->NodePrepareResources(&ctx, Convert<b1::NodePrepareResourcesRequest>(request),
-                                            &response),
-                 "NodePrepareResources v1beta1"));
-    return Convert<dra_api::NodePrepareResourcesResponse>(response);
+    GS_ASSIGN_OR_RETURN(b1::NodePrepareResourcesResponse r,
+                        Call<b1::DRAPlugin>(endpoint, &b1::DRAPlugin::Stub::NodePrepareResources,
+                                            Convert<b1::NodePrepareResourcesRequest>(request),
+                                            "NodePrepareResources v1beta1"));
+    return Convert<dra_api::NodePrepareResourcesResponse>(r);
   }
-  auto stub = dra_api::DRAPlugin::NewStub(Dial(endpoint));
-  dra_api::NodePrepareResourcesResponse response;
-  GS_RETURN_IF_ERROR(
-      FromGrpc(stub->NodePrepareResources(&ctx, request, &response), "NodePrepareResources"));
-  return response;
+  return Call<dra_api::DRAPlugin>(endpoint, &dra_api::DRAPlugin::Stub::NodePrepareResources,
+                                  request, "NodePrepareResources");
 }
 
 StatusOr<dra_api::NodeUnprepareResourcesResponse> FakeKubelet::Unprepare(
@@ -143,23 +147,38 @@ StatusOr<dra_api::NodeUnprepareResourcesResponse> FakeKubelet::Unprepare(
     const std::string& version) {
   dra_api::NodeUnprepareResourcesRequest request;
   for (const auto& c : claims) *request.add_claims() = c;
-  grpc::ClientContext ctx;
-  Deadline(ctx);
   if (version == "v1beta1") {
-    namespace b1 = k8s::io::kubelet::pkg::apis::dra::v1beta1;
-    auto stub = b1::DRAPlugin::NewStub(Dial(endpoint));
-    b1::NodeUnprepareResourcesResponse response;
-    GS_RETURN_IF_ERROR(
-        FromGrpc(stub->NodeUnprepareResources(
-                     &ctx, Convert<b1::NodeUnprepareResourcesRequest>(request), &response),
-                 "NodeUnprepareResources v1beta1"));
-    return Convert<dra_api::NodeUnprepareResourcesResponse>(response);
+    GS_ASSIGN_OR_RETURN(b1::NodeUnprepareResourcesResponse r,
+                        Call<b1::DRAPlugin>(endpoint, &b1::DRAPlugin::Stub::NodeUnprepareResources,
+                                            Convert<b1::NodeUnprepareResourcesRequest>(request),
+                                            "NodeUnprepareResources v1beta1"));
+    return Convert<dra_api::NodeUnprepareResourcesResponse>(r);
   }
-  auto stub = dra_api::DRAPlugin::NewStub(Dial(endpoint));
-  dra_api::NodeUnprepareResourcesResponse response;
-  GS_RETURN_IF_ERROR(
-      FromGrpc(stub->NodeUnprepareResources(&ctx, request, &response), "NodeUnprepareResources"));
-  return response;
+  return Call<dra_api::DRAPlugin>(endpoint, &dra_api::DRAPlugin::Stub::NodeUnprepareResources,
+                                  request, "NodeUnprepareResources");
+}
+
+StatusOr<std::vector<v1alpha1::NodeWatchResourcesResponse>> FakeKubelet::WatchHealth(
+    const std::string& endpoint,
+    const std::function<bool(const v1alpha1::NodeWatchResourcesResponse&)>& done,
+    std::chrono::milliseconds timeout) {
+  auto stub = v1alpha1::DRAResourceHealth::NewStub(Dial(endpoint));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  auto reader = stub->NodeWatchResources(&ctx, v1alpha1::NodeWatchResourcesRequest());
+  std::vector<v1alpha1::NodeWatchResourcesResponse> updates;
+  v1alpha1::NodeWatchResourcesResponse update;
+  while (reader->Read(&update)) {
+    updates.push_back(update);
+    if (done(update)) {
+      ctx.TryCancel();
+      (void)reader->Finish();
+      return updates;
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok() && updates.empty()) return FromGrpc(s, "NodeWatchResources");
+  return updates;
 }
 
 Status FakeKubelet::StartDevicePluginManager(const std::string& dir) {
@@ -217,27 +236,18 @@ StatusOr<v1beta1::ListAndWatchResponse> FakeKubelet::ListDevices(const std::stri
 
 StatusOr<v1beta1::AllocateResponse> FakeKubelet::Allocate(
     const std::string& socket, const std::vector<std::vector<std::string>>& ids) {
-  auto stub = v1beta1::DevicePlugin::NewStub(Dial(socket));
   v1beta1::AllocateRequest request;
   for (const auto& container : ids) {
     auto* c = request.add_container_requests();
     for (const auto& id : container) c->add_devices_ids(id);
   }
-  v1beta1::AllocateResponse response;
-  grpc::ClientContext ctx;
-  Deadline(ctx);
-  GS_RETURN_IF_ERROR(FromGrpc(stub->Allocate(&ctx, request, &response), "Allocate"));
-  return response;
+  return Call<v1beta1::DevicePlugin>(socket, &v1beta1::DevicePlugin::Stub::Allocate, request,
+                                     "Allocate");
 }
 
 StatusOr<v1beta1::DevicePluginOptions> FakeKubelet::Options(const std::string& socket) {
-  auto stub = v1beta1::DevicePlugin::NewStub(Dial(socket));
-  v1beta1::DevicePluginOptions options;
-  grpc::ClientContext ctx;
-  Deadline(ctx);
-  GS_RETURN_IF_ERROR(
-      FromGrpc(stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &options), "Options"));
-  return options;
+  return Call<v1beta1::DevicePlugin>(socket, &v1beta1::DevicePlugin::Stub::GetDevicePluginOptions,
+                                     v1beta1::Empty(), "Options");
 }
 
 Status FakeKubelet::StartPodResources(const std::string& socket) {

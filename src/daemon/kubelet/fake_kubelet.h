@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,6 +24,7 @@
 
 #include "common/status.h"
 #include "kubelet_proto/deviceplugin_v1beta1.grpc.pb.h"
+#include "kubelet_proto/dra_health_v1alpha1.grpc.pb.h"
 #include "kubelet_proto/dra_v1.grpc.pb.h"
 #include "kubelet_proto/pluginregistration_v1.grpc.pb.h"
 #include "kubelet_proto/podresources_v1.grpc.pb.h"
@@ -56,6 +58,14 @@ class FakeKubelet {
   StatusOr<dra_api::NodeUnprepareResourcesResponse> Unprepare(
       const std::string& endpoint, const std::vector<dra_api::Claim>& claims,
       const std::string& version = "v1");
+
+  // Watches the DRA plugin's health (v1alpha1 NodeWatchResources on
+  // `endpoint`) until `done` holds for an update or `timeout` passes; the
+  // updates read.
+  StatusOr<std::vector<v1alpha1::NodeWatchResourcesResponse>> WatchHealth(
+      const std::string& endpoint,
+      const std::function<bool(const v1alpha1::NodeWatchResourcesResponse&)>& done,
+      std::chrono::milliseconds timeout);
 
   // --- device plugins ---
   // Serves v1beta1.Registration on `dir`/kubelet.sock.

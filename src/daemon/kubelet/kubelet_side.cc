@@ -1,6 +1,6 @@
 #include "daemon/kubelet/kubelet_side.h"
 
-#include <CLI/CLI.hpp>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "daemon/kubelet/device_plugin.h"
@@ -21,28 +21,32 @@ class NoClaimReader final : public ClaimReader {
 
 }  // namespace
 
-void AddKubeletFlags(CLI::App& app, KubeletConfig& config) {
-  app.add_option("--kubelet-dir", config.kubelet_dir,
-                 "The kubelet's directory: plugins/, plugins_registry/, device-plugins/, "
-                 "pod-resources/ (default /var/lib/kubelet)");
-  app.add_flag("--dra", config.dra,
-               "Serve the DRA kubelet plugin gpuslice.io (docs/kubernetes.md; off by default)");
-  app.add_flag("--device-plugin", config.device_plugin,
-               "Serve the device plugins gpuslice.io/vgpu, gpu-memory, gpu-cores (off by default)");
-  app.add_option("--cdi-dir", config.cdi_dir,
-                 "Where CDI specs of prepared claims are written (default /var/run/cdi)");
-  app.add_option("--dra-claims-dir", config.claims_dir,
-                 "Read ResourceClaims from DIR/<namespace>/<name>.json instead of the API server");
-  app.add_option("--limiter-library", config.limiter_library,
-                 "Host path of libgpuslice.so, mounted into containers "
-                 "(default /usr/lib/gpuslice/libgpuslice.so)");
-  app.add_option("--ld-so-preload", config.ld_so_preload,
-                 "Host file mounted as the containers' /etc/ld.so.preload instead of LD_PRELOAD");
-  app.add_option("--vgpu-per-gpu", config.device_plugin_slices,
-                 "gpuslice.io/vgpu devices advertised per GPU (default 10)");
-  app.add_option("--gpu-memory-unit-mib", config.memory_unit_mib,
-                 "MiB per gpuslice.io/gpu-memory device (default 1; raise it on GPUs above "
-                 "~48 GiB: the kubelet reads at most 4 MiB of device list)");
+std::vector<DeviceHealthReport> GpuHealth(const Snapshot& snapshot, int64_t now_unix_s) {
+  std::vector<DeviceHealthReport> out;
+  for (size_t i = 0; i < snapshot.gpus.size(); ++i) {
+    const GpuInfo& gpu = snapshot.gpus[i];
+    DeviceHealthReport r;
+    r.device = "gpu" + std::to_string(gpu.index);
+    r.updated_unix_s = now_unix_s;
+    const GpuReadState read = i < snapshot.reads.size() ? snapshot.reads[i] : GpuReadState{};
+    if (read.read_ns == 0) {
+      r.state = DeviceHealthReport::State::kUnknown;
+    } else if (read.failed) {
+      r.state = DeviceHealthReport::State::kUnhealthy;
+      r.why = "NVML cannot read GPU " + gpu.uuid + " (lost?)";
+    } else {
+      r.state = DeviceHealthReport::State::kHealthy;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string NodeName(const std::string& kube_node) {
+  if (!kube_node.empty()) return kube_node;
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) return "";
+  return host;
 }
 
 StatusOr<std::unique_ptr<KubeletSide>> KubeletSide::Start(const KubeletConfig& config,
@@ -74,12 +78,14 @@ StatusOr<std::unique_ptr<KubeletSide>> KubeletSide::Start(const KubeletConfig& c
     options.registration_socket =
         config.kubelet_dir + "/plugins_registry/" + kDriverName + "-reg.sock";
     options.cdi = cdi;
+    options.health = context.health;
+    options.pool = context.pool;
     side->dra_ = std::make_unique<DraPlugin>(options, *reader, *side->store_, context.node_gpus);
     GS_RETURN_IF_ERROR(side->dra_->Start());
   }
   if (config.device_plugin) {
-    // Its own record: these allocations' limits travel in the containers'
-    // environment, their group being the pod (device_plugin.h).
+    // Its own record: an allocation's limits are set on its container's
+    // slice group once PodResources joins them (device_plugin.h).
     side->no_sink_ = std::make_unique<NoLimitSink>();
     side->dp_store_ =
         std::make_unique<AllocationStore>(context.state, *side->no_sink_, "kube_device_plugin");
@@ -93,6 +99,7 @@ StatusOr<std::unique_ptr<KubeletSide>> KubeletSide::Start(const KubeletConfig& c
     options.vgpu_per_gpu = config.device_plugin_slices;
     options.memory_unit_mib = config.memory_unit_mib;
     options.inject = cdi;
+    options.limits = side->sink_.get();  // slices' limits: the daemon's word
     side->device_plugins_ = std::make_unique<DevicePlugins>(
         options, *side->dp_store_, [node_gpus = context.node_gpus, memory = context.memory] {
           std::vector<GpuOffer> offers;

@@ -12,13 +12,10 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/gpu/gpu_monitor.h"
 #include "daemon/kubelet/allocation_store.h"
 #include "daemon/kubelet/claim_reader.h"
 #include "daemon/kubelet/dra_plugin.h"
-
-namespace CLI {
-class App;
-}
 
 namespace gpuslice::daemon::kubelet {
 
@@ -36,10 +33,18 @@ struct KubeletConfig {
   bool enabled() const { return dra || device_plugin; }
 };
 
-// Adds --kubelet-dir, --dra, --device-plugin, --cdi-dir, --dra-claims-dir,
-// --limiter-library, --ld-so-preload, --vgpu-per-gpu and --gpu-memory-unit-mib
-// to `app`.
-void AddKubeletFlags(CLI::App& app, KubeletConfig& config);
+// The flags (and --config keys, docs/daemon.md) are the DaemonConfig fields
+// dra, device_plugin, kubelet_dir, cdi_dir, dra_claims_dir, limiter_library,
+// ld_so_preload, vgpu_per_gpu and gpu_memory_unit_mib; main.cc binds them
+// like every other flag and builds a KubeletConfig from them.
+
+// Each GPU of `snapshot` as the DRA health service reports it: Unknown
+// before its first read, Unhealthy while its reads fail (NVML_ERROR_GPU_IS_LOST
+// and the like), else Healthy; named as in the ResourceSlices ("gpu<index>"),
+// stamped with `now_unix_s`.
+std::vector<DeviceHealthReport> GpuHealth(const Snapshot& snapshot, int64_t now_unix_s);
+// The kubelet's node name: `kube_node` when given, else the host's name.
+std::string NodeName(const std::string& kube_node);
 
 class DevicePlugins;
 
@@ -53,6 +58,10 @@ class KubeletSide {
     std::string daemon_socket;                           // injected into containers
     std::string shm_dir;
     ClaimReader* claim_reader = nullptr;  // null: config.claims_dir's, else none (Unavailable)
+    // The node's GPUs' health for the DRA health service (null: not served),
+    // and the ResourceSlices' pool (the node's name) its reports name.
+    std::function<std::vector<DeviceHealthReport>()> health;
+    std::string pool;
   };
 
   // Restores the allocations and starts what `config` asks for.

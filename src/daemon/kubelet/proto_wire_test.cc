@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kubelet_proto/deviceplugin_v1beta1.grpc.pb.h"
+#include "kubelet_proto/dra_health_v1alpha1.grpc.pb.h"
 #include "kubelet_proto/dra_v1.grpc.pb.h"
 #include "kubelet_proto/dra_v1beta1.grpc.pb.h"
 #include "kubelet_proto/pluginregistration_v1.grpc.pb.h"
@@ -77,6 +78,26 @@ TEST(KubeletProtoWire, DraFieldsInBothVersions) {
   EXPECT_EQ(ga.namespace_(), "ns");
   EXPECT_EQ(ga.uid(), "u");
   EXPECT_EQ(ga.name(), "n");
+}
+
+TEST(KubeletProtoWire, DraHealthV1alpha1) {
+  EXPECT_EQ(v1alpha1::DRAResourceHealth::service_full_name(),
+            std::string("v1alpha1.DRAResourceHealth"));
+  const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+      "v1alpha1.DRAResourceHealth");
+  ASSERT_NE(service, nullptr);
+  const auto* method = service->FindMethodByName("NodeWatchResources");
+  ASSERT_NE(method, nullptr);
+  EXPECT_TRUE(method->server_streaming());
+  EXPECT_EQ(FieldNumber(v1alpha1::DeviceIdentifier::descriptor(), "pool_name"), 1);
+  EXPECT_EQ(FieldNumber(v1alpha1::DeviceIdentifier::descriptor(), "device_name"), 2);
+  EXPECT_EQ(FieldNumber(v1alpha1::DeviceHealth::descriptor(), "device"), 1);
+  EXPECT_EQ(FieldNumber(v1alpha1::DeviceHealth::descriptor(), "health"), 2);
+  EXPECT_EQ(FieldNumber(v1alpha1::DeviceHealth::descriptor(), "last_updated_time"), 3);
+  EXPECT_EQ(FieldNumber(v1alpha1::NodeWatchResourcesResponse::descriptor(), "devices"), 1);
+  EXPECT_EQ(v1alpha1::UNKNOWN, 0);
+  EXPECT_EQ(v1alpha1::HEALTHY, 1);
+  EXPECT_EQ(v1alpha1::UNHEALTHY, 2);
 }
 
 TEST(KubeletProtoWire, DevicePluginFields) {

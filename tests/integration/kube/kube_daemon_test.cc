@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -51,14 +52,20 @@ class KubeDaemonTest : public testing::SimProcessTest {
     SimProcessTest::TearDown();
   }
 
-  void StartDaemon() {
+  void StartDaemon(int n = 0) {
     daemon_ =
-        StartProgram("gpusliced", 0,
+        StartProgram("gpusliced", n,
                      {"--socket", socket_, "--poll-interval-ms", "100", "--log-level", "debug",
                       "--state-dir", dir_ + "/state", "--kube-node", "node-1", "--kube-api",
                       api_->url(), "--kube-ca", api_->ca_file(), "--kube-token-file", token_file_},
                      {R"(GPUSLICE_SIM_CONFIG={"device_count":2})"});
-    ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err0");
+    ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err" + std::to_string(n));
+  }
+  void StopDaemon() {
+    ASSERT_GT(daemon_, 0);
+    kill(daemon_, SIGTERM);
+    EXPECT_EQ(Join(daemon_), 0);
+    daemon_ = -1;
   }
 
   std::pair<int, json> Call(const std::string& method, const std::string& target) {
@@ -143,6 +150,32 @@ TEST_F(KubeDaemonTest, APodsAnnotationsAreTheLimitsItsTenantGets) {
       EXPECT_EQ(r.token, "node-token");
     }
   }
+}
+
+// The daemon checkpoints the groups' settings; a pod deleted while it was
+// down must not keep them when it comes back (the first LIST reconciles).
+TEST_F(KubeDaemonTest, APodDeletedWhileTheDaemonWasDownLosesItsSettingsAtStart) {
+  json gone = api_->Create(
+      kPods, {{"metadata", {{"name", "gone"}, {"annotations", {{"gpuslice.io/cores", "30"}}}}},
+              {"spec", {{"nodeName", "node-1"}}}});
+  json kept = api_->Create(
+      kPods, {{"metadata", {{"name", "kept"}, {"annotations", {{"gpuslice.io/cores", "40"}}}}},
+              {"spec", {{"nodeName", "node-1"}}}});
+  const std::string gone_group = "pod-" + gone["metadata"]["uid"].get<std::string>();
+  const std::string kept_group = "pod-" + kept["metadata"]["uid"].get<std::string>();
+  StartDaemon();
+  ASSERT_TRUE(WaitFor([&] { return !GroupLimits(gone_group).is_null(); }, 10s)) << Read("err0");
+  ASSERT_TRUE(WaitFor([&] { return !GroupLimits(kept_group).is_null(); }, 10s));
+  StopDaemon();
+
+  api_->Remove(std::string(kPods) + "/gone");
+  StartDaemon(1);
+  EXPECT_TRUE(WaitFor([&] { return Call("GET", "/v1/groups/" + gone_group).first == 404; }, 10s))
+      << Call("GET", "/v1/groups/" + gone_group).second.dump() << Read("err1");
+  // It was restored from the checkpoint and dropped by the reconcile.
+  EXPECT_NE(Read("err1").find("pod gone while the daemon was down"), std::string::npos)
+      << Read("err1");
+  EXPECT_EQ(GroupLimits(kept_group)["compute_percent"], 40);
 }
 
 TEST_F(KubeDaemonTest, TheNodesGpusArePublishedAsResourceSlices) {

@@ -263,37 +263,78 @@ TEST_F(KubeletE2eTest, ADaemonRestartKeepsTheAllocationAndPreparesNothingTwice) 
 }
 
 // Without DRA: the device plugins register with the kubelet, a container
-// given 16 gpu-memory devices (256 MiB each) and 30 gpu-cores devices runs
-// with what the two Allocate answers inject, merged as the kubelet merges
-// them, and sees exactly 4 GiB; a kubelet restart re-registers.
+// given a vgpu slice, 16 gpu-memory devices (256 MiB each) and 30 gpu-cores
+// devices runs with what the three Allocate answers inject, merged as the
+// kubelet merges them, in its slice's own segment directory; once the
+// kubelet's PodResources shows the three in one container, the daemon holds
+// the slice's group to 4 GiB and 30 % whatever the environment says; a
+// kubelet restart re-registers; a daemon restart keeps it all.
 TEST_F(KubeletE2eTest, TheDevicePluginsGiveAContainerItsSlice) {
   using daemon::kubelet::DpDeviceId;
   using daemon::kubelet::DpResource;
   ASSERT_TRUE(kubelet_.StartDevicePluginManager(kubelet_dir_ + "/device-plugins").ok());
+  ASSERT_TRUE(kubelet_.StartPodResources(kubelet_dir_ + "/pod-resources/kubelet.sock").ok());
   StartDaemon({"--device-plugin"});
   ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
   const std::string uuid = GpuUuid(0);
   ASSERT_FALSE(uuid.empty());
 
+  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, uuid, 0)};
   std::vector<std::string> memory, cores;
   for (int n = 0; n < 16; ++n) memory.push_back(DpDeviceId(DpResource::kMemory, uuid, n));
   for (int n = 0; n < 30; ++n) cores.push_back(DpDeviceId(DpResource::kCores, uuid, n));
   const std::string dp = kubelet_dir_ + "/device-plugins/";
+  auto v = kubelet_.Allocate(dp + "gpuslice-vgpu.sock", {slice});
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
   auto m = kubelet_.Allocate(dp + "gpuslice-gpu-memory.sock", {memory});
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   auto c = kubelet_.Allocate(dp + "gpuslice-gpu-cores.sock", {cores});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   std::map<std::string, std::string> env;
-  for (const auto* r : {&*m, &*c}) {
+  for (const auto* r : {&*v, &*m, &*c}) {
     for (const auto& [name, value] : r->container_responses(0).envs()) env[name] = value;
   }
   EXPECT_EQ(json::parse(env.at("GPUSLICE_COMPUTE_LIMIT")), json({{uuid, "30"}}));
-  env["GPUSLICE_GROUP"] = "pod-0a0b0c0d";  // what the pod's UID would be
+  const std::string group = env.at("GPUSLICE_GROUP");
+  EXPECT_EQ(env.at("GPUSLICE_SHM_DIR"), shm_dir_ + "/claims/" + group);  // its own, only
   const json info = json::parse(RunTenantWith(env, {"info"}), nullptr, false);
   ASSERT_TRUE(info.is_object()) << Read("err" + std::to_string(next_ - 1));
   EXPECT_EQ(info["total"], 4 * kGiB) << info.dump();
+  EXPECT_TRUE(std::filesystem::exists(shm_dir_ + "/claims/" + group + "/group-" + group + ".v4"))
+      << "the slice's segment is in its own directory";
+
+  // The kubelet's PodResources joins the amounts to the slice: the daemon's word.
+  v1::PodResources pod;
+  pod.set_name("trainer");
+  pod.set_namespace_("team-a");
+  auto* container = pod.add_containers();
+  container->set_name("main");
+  for (const auto& [name, ids] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"gpuslice.io/vgpu", slice},
+           {"gpuslice.io/gpu-memory", memory},
+           {"gpuslice.io/gpu-cores", cores}}) {
+    auto* devices = container->add_devices();
+    devices->set_resource_name(name);
+    for (const std::string& id : ids) devices->add_device_ids(id);
+  }
+  kubelet_.SetPods({pod});
+  auto limited = [&] {
+    int status = 0;
+    const json g = Get("/v1/groups/" + group, &status);
+    if (status != 200 || !g.is_object() || !g.contains("limits") || !g["limits"].is_object() ||
+        !g["limits"].contains(uuid)) {
+      return false;
+    }
+    const json& l = g["limits"][uuid];
+    return l.value("memory_bytes", uint64_t{0}) == 4 * kGiB && l.value("compute_percent", 0) == 30;
+  };
+  ASSERT_TRUE(WaitFor(limited, 10s)) << Get("/v1/groups/" + group).dump();
+  // A container whose environment was changed to ask for more gets no more.
+  std::map<std::string, std::string> forged = env;
+  forged["GPUSLICE_MEMORY_LIMIT"] = json({{uuid, std::to_string(8 * kGiB)}}).dump();
+  forged.erase("GPUSLICE_COMPUTE_LIMIT");
   const json alloc = json::parse(
-      RunTenantWith(env, {"alloc", "--api", "alloc", "--chunk", std::to_string(256 << 20)}),
+      RunTenantWith(forged, {"alloc", "--api", "alloc", "--chunk", std::to_string(256 << 20)}),
       nullptr, false);
   ASSERT_TRUE(alloc.is_object()) << Read("err" + std::to_string(next_ - 1));
   EXPECT_LE(alloc["granted_bytes"].get<uint64_t>(), 4 * kGiB) << alloc.dump();
@@ -312,7 +353,8 @@ TEST_F(KubeletE2eTest, TheDevicePluginsGiveAContainerItsSlice) {
   text << record.rdbuf();
   const json saved = json::parse(text.str(), nullptr, false);
   ASSERT_TRUE(saved.is_object()) << text.str();
-  EXPECT_EQ(saved["data"]["allocations"].size(), 2u) << saved.dump();
+  EXPECT_EQ(saved["data"]["allocations"].size(), 3u) << saved.dump();
+  EXPECT_TRUE(WaitFor(limited, 10s)) << Get("/v1/groups/" + group).dump();
 }
 
 }  // namespace
