@@ -100,6 +100,11 @@ class ComputeBudget {
     return gpuslice::TryAdmit(std::atomic_ref<int64_t>(c_.next_free_ns), now_ns, interval_ns,
                               burst_ns);
   }
+  // Pulls the budget back to at most `max_ahead_ns` past `now_ns`
+  // (launch_pacer.h ClampAhead); true if it did.
+  bool ClampAhead(int64_t now_ns, int64_t max_ahead_ns) {
+    return gpuslice::ClampAhead(std::atomic_ref<int64_t>(c_.next_free_ns), now_ns, max_ahead_ns);
+  }
   // Charges `interval_ns` from `now_ns` whatever the budget holds (a launch
   // measured after the fact).
   void ChargeAfter(int64_t now_ns, int64_t interval_ns) {
