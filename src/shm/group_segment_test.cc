@@ -206,6 +206,22 @@ TEST_F(GroupSegmentTest, ABudgetRunAheadIsPulledBackToTheCurrentRate) {
             now + kPacerBurstNs + at_30);
   EXPECT_FALSE(budget.ClampAhead(now, kPacerBurstNs + at_30));       // nothing beyond: unchanged
   EXPECT_EQ(budget.TryAdmit(now + at_30, at_30, kPacerBurstNs), 0);  // the current rate's wait
+  EXPECT_EQ(budget.AheadBy(now + at_30), kPacerBurstNs + at_30);
+}
+
+// The bound of that pull-back: the largest charge or bootstrap measurement
+// of a live member (a member with longer launches keeps its debt).
+TEST_F(GroupSegmentTest, MaxMemberChargeIsTheLargestOfTheLiveMembers) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  EXPECT_EQ(seg->MaxMemberCharge(d), 0);
+  const int a = *seg->Join(getpid(), 1, "a");
+  seg->PublishSlotCharge(a, d, 2000);
+  EXPECT_EQ(seg->MaxMemberCharge(d), 2000);
+  seg->Budget(d, a).RecordProbe(9000);
+  EXPECT_EQ(seg->MaxMemberCharge(d), 9000);
+  seg->Leave(a);  // no live member: nothing
+  EXPECT_EQ(seg->MaxMemberCharge(d), 0);
 }
 
 TEST_F(GroupSegmentTest, ASegmentOfAnotherLayoutVersionIsRefused) {
