@@ -51,7 +51,18 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
       break;
     }
     const int64_t burst = segment.ComputeBurst(dev) > 0 ? segment.ComputeBurst(dev) : kPacerBurstNs;
-    const int64_t wait = budget.TryAdmit(now, PacedIntervalBpNs(charge_ns, rate_bp), burst);
+    const int64_t interval = PacedIntervalBpNs(charge_ns, rate_bp);
+    // At the current rate the budget is never more than the burst and one
+    // launch of any member ahead of now: anything beyond was charged at an
+    // older, lower rate (a scheduler's small grant, cleared when gpusliced
+    // stops), and waiting it out would stall the program for as long as that
+    // rate said. (The members' charges are read only on that rare path.)
+    if (charge_ns > 0 && budget.AheadBy(now) > burst + interval) {
+      budget.ClampAhead(
+          now,
+          burst + PacedIntervalBpNs(std::max(charge_ns, segment.MaxMemberCharge(dev)), rate_bp));
+    }
+    const int64_t wait = budget.TryAdmit(now, interval, burst);
     if (wait == 0) break;
     if (waiting_since == 0) waiting_since = now;
     // Sleep on until half the burst is free, so that one wake-up admits a

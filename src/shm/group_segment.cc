@@ -604,6 +604,17 @@ void GroupSegment::PublishSlotCharge(int slot, int dev, int64_t charge_ns) {
       .store(std::clamp<int64_t>(charge_ns, 0, kMaxChargeNs), std::memory_order_release);
 }
 
+int64_t GroupSegment::MaxMemberCharge(int dev) const {
+  int64_t most = 0;
+  for (int s = 0; s < kGroupMaxSlots; ++s) {
+    if (Load(layout_->slots[s].owner_pid) == 0) continue;
+    const SlotCompute& c = layout_->slot_compute[s][dev];
+    most = std::max({most, std::clamp<int64_t>(Load(c.charge_ns), 0, kMaxChargeNs),
+                     std::clamp<int64_t>(Load(c.probe_ns), 0, kMaxChargeNs)});
+  }
+  return most;
+}
+
 int64_t GroupSegment::SlotCharge(int slot, int dev) const {
   return std::clamp<int64_t>(Load(layout_->slot_compute[slot][dev].charge_ns), 0, kMaxChargeNs);
 }

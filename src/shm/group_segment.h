@@ -100,6 +100,15 @@ class ComputeBudget {
     return gpuslice::TryAdmit(std::atomic_ref<int64_t>(c_.next_free_ns), now_ns, interval_ns,
                               burst_ns);
   }
+  // How far the budget runs ahead of `now_ns` (negative: behind).
+  int64_t AheadBy(int64_t now_ns) const {
+    return std::atomic_ref<int64_t>(c_.next_free_ns).load(std::memory_order_relaxed) - now_ns;
+  }
+  // Pulls the budget back to at most `max_ahead_ns` past `now_ns`
+  // (launch_pacer.h ClampAhead); true if it did.
+  bool ClampAhead(int64_t now_ns, int64_t max_ahead_ns) {
+    return gpuslice::ClampAhead(std::atomic_ref<int64_t>(c_.next_free_ns), now_ns, max_ahead_ns);
+  }
   // Charges `interval_ns` from `now_ns` whatever the budget holds (a launch
   // measured after the fact).
   void ChargeAfter(int64_t now_ns, int64_t interval_ns) {
@@ -231,6 +240,9 @@ class GroupSegment {
   // Publishes the charge of one launch of the member in `slot` on `dev`
   // (0: not known; the member measures its own launches meanwhile).
   void PublishSlotCharge(int slot, int dev, int64_t charge_ns);
+  // The largest charge (or bootstrap measurement) of any member on `dev`:
+  // the most one admitted launch can have advanced the budget by, at a rate.
+  int64_t MaxMemberCharge(int dev) const;
   // The charge the launch path of `slot` uses on `dev` (bounded as read).
   int64_t SlotCharge(int slot, int dev) const;
   // A live member: its slot, its pid (in its own namespace) and when it

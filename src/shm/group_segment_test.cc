@@ -189,6 +189,41 @@ TEST_F(GroupSegmentTest, EachMemberHasItsOwnComputeAndANewOwnerStartsAfresh) {
   EXPECT_EQ(seg->Launches(d), 1u);  // the group's count stays
 }
 
+// A budget run ahead at an older, lower rate (a 1 % grant) is pulled back
+// to what the current rate allows; one within it is left alone.
+TEST_F(GroupSegmentTest, ABudgetRunAheadIsPulledBackToTheCurrentRate) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  const int slot = *seg->Join(getpid(), 1, "me");
+  ComputeBudget budget = seg->Budget(d, slot);
+  const int64_t now = 1'000'000'000;
+  // 20 ms of device time at 1 %: 2 s of wall time.
+  ASSERT_EQ(budget.TryAdmit(now, PacedIntervalBpNs(20'000'000, 100), kPacerBurstNs), 0);
+  const int64_t at_30 = PacedIntervalBpNs(20'000'000, 3000);
+  EXPECT_GT(budget.TryAdmit(now, at_30, kPacerBurstNs), at_30);  // held for the old charge
+  EXPECT_TRUE(budget.ClampAhead(now, kPacerBurstNs + at_30));
+  EXPECT_EQ(std::atomic_ref<int64_t>(seg->Compute(d).next_free_ns).load(),
+            now + kPacerBurstNs + at_30);
+  EXPECT_FALSE(budget.ClampAhead(now, kPacerBurstNs + at_30));       // nothing beyond: unchanged
+  EXPECT_EQ(budget.TryAdmit(now + at_30, at_30, kPacerBurstNs), 0);  // the current rate's wait
+  EXPECT_EQ(budget.AheadBy(now + at_30), kPacerBurstNs + at_30);
+}
+
+// The bound of that pull-back: the largest charge or bootstrap measurement
+// of a live member (a member with longer launches keeps its debt).
+TEST_F(GroupSegmentTest, MaxMemberChargeIsTheLargestOfTheLiveMembers) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  EXPECT_EQ(seg->MaxMemberCharge(d), 0);
+  const int a = *seg->Join(getpid(), 1, "a");
+  seg->PublishSlotCharge(a, d, 2000);
+  EXPECT_EQ(seg->MaxMemberCharge(d), 2000);
+  seg->Budget(d, a).RecordProbe(9000);
+  EXPECT_EQ(seg->MaxMemberCharge(d), 9000);
+  seg->Leave(a);  // no live member: nothing
+  EXPECT_EQ(seg->MaxMemberCharge(d), 0);
+}
+
 TEST_F(GroupSegmentTest, ASegmentOfAnotherLayoutVersionIsRefused) {
   { auto seg = OpenGroup(); }
   {

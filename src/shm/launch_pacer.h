@@ -58,6 +58,20 @@ inline int64_t TryAdmit(std::atomic_ref<int64_t> next_free, int64_t now_ns, int6
   }
 }
 
+// Pulls `next_free` back to at most `max_ahead_ns` past `now_ns` (a budget
+// that ran ahead at an older, lower rate: a grant since raised or cleared, a
+// daemon gone). What the current rate still owes is kept; only the excess
+// the old rate charged goes. Returns true if it pulled the budget back.
+inline bool ClampAhead(std::atomic_ref<int64_t> next_free, int64_t now_ns, int64_t max_ahead_ns) {
+  int64_t seen = next_free.load(std::memory_order_relaxed);
+  while (seen > now_ns + max_ahead_ns) {
+    if (next_free.compare_exchange_weak(seen, now_ns + max_ahead_ns, std::memory_order_acq_rel)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // ---- the backlog watch (one stream) ----
 //
 // The budget charges each launch its *estimated* device time. When the

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "daemon/groups/member_slots.h"
 #include "shm/segment_dirs.h"
 
 namespace gpuslice::daemon {
@@ -98,7 +99,14 @@ bool GroupControllers::Adopt(bool all) {
       g.segment = std::move(segment).value();
       GroupSegment* seg = g.segment.get();
       g.compute = std::make_unique<control::ComputeController>(
-          *seg, source_, [this, name, seg] { return MembersOf(name, *seg); },
+          *seg, source_,
+          [this, name, seg] {
+            // Each host pid with its slot: members are charged by their own launches.
+            return MatchSlots(
+                MembersOf(name, *seg),
+                options_.proc_root.empty() ? std::vector<SlotOwner>{} : SlotOwners(*seg),
+                options_.proc_root);
+          },
           control::ComputeController::Clocks{clocks_.realtime, clocks_.monotonic});
       g.keeper = std::make_unique<control::GroupKeeper>(*seg, *g.compute, clocks_.monotonic);
       GS_LOG(kInfo, "gpusliced", "event=group_adopted group=%s", name.c_str());

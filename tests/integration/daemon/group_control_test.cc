@@ -5,6 +5,7 @@
 // daemon re-adopts the group after a restart, and idle groups' segments are
 // collected.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -135,6 +136,48 @@ TEST_F(GroupControlTest, TheDaemonCollectsAGroupOnceItsLastProcessIsGone) {
       [&] { return Read("err0").find("event=group_removed group=short") != std::string::npos; },
       5s))
       << Read("err0");
+}
+
+// "The limiter never takes the host program down": members of a
+// compute-limited group launching graphs, controlled by the daemon, go on
+// and finish when the daemon stops cleanly (the soak saw them hang in futex
+// waits at every SIGTERM, docs/errors.md).
+TEST_F(GroupControlTest, LimitedGraphLaunchersFinishWhenTheDaemonStops) {
+  const pid_t daemon = StartDaemon();  // err0
+  const std::vector<std::string> env = {
+      "LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so", "GPUSLICE_SHM_DIR=" + shm_dir_,
+      "GPUSLICE_GROUP=graphs", "GPUSLICE_COMPUTE_LIMIT=30", "GPUSLICE_SOCKET=" + dir_ + "/d.sock"};
+  std::vector<pid_t> members;
+  members.push_back(StartProgram("gpuslice-workload", next_++,  // err1
+                                 {"--kernel-us", "200", "--duration-s", "6", "--quiet", "--sync",
+                                  "--launch", "graph", "--graph-kernels", "4"},
+                                 env));
+  members.push_back(StartProgram("gpuslice-workload", next_++,  // err2
+                                 {"--kernel-us", "5000", "--duration-s", "6", "--quiet", "--launch",
+                                  "graph", "--graph-kernels", "2"},
+                                 env));
+  ASSERT_TRUE(WaitFor([&] { return ControllerOf("graphs") == daemon; }, 10s)) << Read("err0");
+  // Let the daemon's controller publish charges before it goes.
+  auto launches = [&] {
+    auto seg = GroupSegment::Open(shm_dir_, "graphs", /*create=*/false);
+    return seg.ok() ? (*seg)->Launches(0) : 0;
+  };
+  ASSERT_TRUE(WaitFor([&] { return launches() > 20; }, 10s)) << launches();
+  kill(daemon, SIGTERM);
+  EXPECT_EQ(Join(daemon), 0);
+  // Each lives 6 s from its first launch; far less than this if nothing hangs.
+  for (size_t i = 0; i < members.size(); ++i) {
+    const pid_t pid = members[i];
+    const bool exited = WaitFor(
+        [&] {
+          int status = 0;
+          return waitpid(pid, &status, WNOHANG) == pid;
+        },
+        30s);
+    if (exited) std::erase(children_, pid);
+    EXPECT_TRUE(exited) << "member " << i << " (pid " << pid << ") still running\n"
+                        << Read("err" + std::to_string(i + 1));
+  }
 }
 
 }  // namespace

@@ -7,10 +7,13 @@
 // bands are wide enough for a loaded 2-core machine and narrow enough that a
 // limiter that does nothing fails them: an unpaced workload takes ~100%.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
+#include <ctime>
 #include <string>
 #include <thread>
 #include <vector>
@@ -254,6 +257,42 @@ TEST_F(ComputeTest, APausedGroupLaunchesNothingUntilResumed) {
   // deadline here is wide for a loaded machine).
   seg->SetPaused(false);
   EXPECT_TRUE(WaitFor([&] { return kernels() > settled; }, std::chrono::seconds(5)));
+}
+
+// "The limiter never takes the host program down": a launch admitted while
+// gpusliced's scheduler granted the group a tiny share runs the budget far
+// ahead (2 ms at 0.01 % is 20 s). When the grant goes (gpusliced stopping
+// cleans its schedule), the next launches are paced by the limit alone, not
+// held for what the old grant charged. Before the fix every member of the
+// group waited out the old charge (bench/soak: tenants stuck in futex waits
+// at each clean daemon stop).
+TEST_F(ComputeTest, ALaunchAdmittedAtAnOldTinyGrantDoesNotHoldTheProgramOnceItIsCleared) {
+  const pid_t p = Tenant(0, Limited("granted", "30"), 4);
+  WaitRunning({p});
+  auto seg = GroupSegment::Open(shm_dir_, "granted", /*create=*/false);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  // As gpusliced's scheduler would: a tiny grant, until a launch has been
+  // admitted under it...
+  (*seg)->SetComputeGrant(0, 1);
+  auto ahead_ns = [&] {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+    return std::atomic_ref<int64_t>((*seg)->Compute(0).next_free_ns).load() - now;
+  };
+  ASSERT_TRUE(WaitFor([&] { return ahead_ns() > 10'000'000'000; }, std::chrono::seconds(10)))
+      << ahead_ns() << "\n"
+      << Read("err0");
+  // ...then gone (gpusliced stopped: GroupControllers::Stop clears it).
+  (*seg)->ClearSchedule();
+  const bool exited = WaitFor(
+      [&] {
+        int status = 0;
+        return waitpid(p, &status, WNOHANG) == p;
+      },
+      std::chrono::seconds(15));
+  if (exited) std::erase(children_, p);
+  EXPECT_TRUE(exited) << "still waiting for the old grant's charge\n" << Read("err0");
 }
 
 }  // namespace
