@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <csignal>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 
@@ -14,14 +13,11 @@
 namespace gpuslice::daemon::mps {
 namespace {
 
-using json = nlohmann::json;
-
 constexpr char kPidFile[] = "nvidia-cuda-mps-control.pid";
 constexpr char kStateFile[] = "state.json";
 constexpr char kStartLog[] = "gpuslice-start.log";  // in the log directory
 // sun_path holds 108 bytes; the control socket is <pipe dir>/control.
 constexpr size_t kMaxSocketPath = 107;
-constexpr int kStateVersion = 1;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
@@ -58,26 +54,6 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
-json SettingsToJson(const TenantSettings& s) {
-  json j = json::object();
-  if (s.active_thread_percentage) j["active_thread_percentage"] = *s.active_thread_percentage;
-  if (s.pinned_memory_limit) j["pinned_memory_limit"] = *s.pinned_memory_limit;
-  if (s.client_priority) j["client_priority"] = *s.client_priority;
-  return j;
-}
-
-TenantSettings SettingsFromJson(const json& j) {
-  TenantSettings s;
-  if (j.contains("active_thread_percentage")) {
-    s.active_thread_percentage = j.at("active_thread_percentage").get<uint32_t>();
-  }
-  if (j.contains("pinned_memory_limit")) {
-    s.pinned_memory_limit = j.at("pinned_memory_limit").get<uint64_t>();
-  }
-  if (j.contains("client_priority")) s.client_priority = j.at("client_priority").get<int>();
-  return s;
-}
-
 }  // namespace
 
 std::string_view ComputeModeName(ComputeMode mode) {
@@ -101,8 +77,6 @@ StatusOr<ComputeMode> ParseComputeMode(std::string_view name) {
   }
   return InvalidArgument("unknown compute mode '" + std::string(name) + "'");
 }
-
-std::string_view TierName(Tier tier) { return tier == Tier::kMps ? "mps" : "shared"; }
 
 std::string_view HealthName(Health health) {
   switch (health) {
@@ -219,39 +193,26 @@ Status MpsManager::Recover() {
     return text.status().WithContext("MPS state " + StatePath());
   }
   if (text.ok()) {
-    try {
-      const json state = json::parse(*text);
-      if (state.at("version").get<int>() != kStateVersion) {
-        return InvalidArgument("MPS state " + StatePath() + ": unknown version " +
-                               state.at("version").dump());
-      }
-      for (const json& t : state.at("tenants")) {
-        Tenant tenant;
-        tenant.tier = t.at("tier").get<std::string>() == "mps" ? Tier::kMps : Tier::kShared;
-        tenant.reason = t.value("reason", "");
-        for (const json& g : t.at("gpus")) {
-          tenant.gpus.push_back({g.at("index").get<int>(), g.at("uuid").get<std::string>()});
-        }
-        tenant.settings = SettingsFromJson(t.value("settings", json::object()));
-        tenants_[t.at("name").get<std::string>()] = std::move(tenant);
-      }
-      for (const json& g : state.at("gpus")) {
-        GpuState gpu;
-        gpu.index = g.at("index").get<int>();
-        gpu.uuid = g.at("uuid").get<std::string>();
-        gpu.control_pid = g.at("control_pid").get<pid_t>();
-        auto mode = ParseComputeMode(g.at("previous_compute_mode").get<std::string>());
-        if (!mode.ok()) return mode.status().WithContext("MPS state " + StatePath());
-        gpu.previous_mode = *mode;
-        gpu.restarts = g.value("restarts", 0);
-        gpu.protocol = g.value("protocol", 2);
-        for (const json& t : g.at("tenants")) gpu.tenants.insert(t.get<std::string>());
-        gpu_state_[gpu.uuid] = std::move(gpu);
-      }
-    } catch (const json::exception& e) {
-      gpu_state_.clear();
-      tenants_.clear();
-      return InvalidArgument("MPS state " + StatePath() + " is corrupt: " + e.what());
+    auto state = MpsState::Parse(*text);
+    if (!state.ok()) return state.status().WithContext("MPS state " + StatePath());
+    for (MpsState::TenantRecord& t : state->tenants) {
+      Tenant tenant;
+      tenant.tier = t.tier;
+      tenant.reason = std::move(t.reason);
+      tenant.gpus = std::move(t.gpus);
+      tenant.settings = t.settings;
+      tenants_[t.name] = std::move(tenant);
+    }
+    for (MpsState::GpuRecord& g : state->gpus) {
+      GpuState gpu;
+      gpu.index = g.index;
+      gpu.uuid = g.uuid;
+      gpu.control_pid = g.control_pid;
+      gpu.previous_mode = g.previous_mode;
+      gpu.restarts = g.restarts;
+      gpu.protocol = g.protocol;
+      gpu.tenants.insert(g.tenants.begin(), g.tenants.end());
+      gpu_state_[gpu.uuid] = std::move(gpu);
     }
   }
 
@@ -305,7 +266,7 @@ Status MpsManager::Recover() {
   return Status::Ok();
 }
 
-StatusOr<std::vector<MpsManager::GpuRef>> MpsManager::ResolveGpus(std::string_view list) const {
+StatusOr<std::vector<GpuRef>> MpsManager::ResolveGpus(std::string_view list) const {
   GS_ASSIGN_OR_RETURN(const int count, gpus_.DeviceCount());
   std::vector<GpuRef> refs;
   size_t start = 0;
@@ -810,27 +771,20 @@ void MpsManager::SaveState() {
 }
 
 Status MpsManager::Save() {
-  json state = {{"version", kStateVersion}, {"tenants", json::array()}, {"gpus", json::array()}};
+  MpsState state;
   for (const auto& [name, tenant] : tenants_) {
-    json gpus = json::array();
-    for (const GpuRef& ref : tenant.gpus)
-      gpus.push_back({{"index", ref.index}, {"uuid", ref.uuid}});
-    state["tenants"].push_back({{"name", name},
-                                {"tier", TierName(tenant.tier)},
-                                {"reason", tenant.reason},
-                                {"gpus", gpus},
-                                {"settings", SettingsToJson(tenant.settings)}});
+    state.tenants.push_back({name, tenant.tier, tenant.reason, tenant.gpus, tenant.settings});
   }
   for (const auto& [uuid, gpu] : gpu_state_) {
-    state["gpus"].push_back({{"index", gpu.index},
-                             {"uuid", uuid},
-                             {"control_pid", gpu.control_pid},
-                             {"previous_compute_mode", ComputeModeName(gpu.previous_mode)},
-                             {"restarts", gpu.restarts},
-                             {"protocol", gpu.protocol},
-                             {"tenants", gpu.tenants}});
+    state.gpus.push_back({gpu.index,
+                          uuid,
+                          gpu.control_pid,
+                          gpu.previous_mode,
+                          gpu.restarts,
+                          gpu.protocol,
+                          {gpu.tenants.begin(), gpu.tenants.end()}});
   }
-  Status written = host_.WriteFileAtomic(StatePath(), state.dump(2) + "\n");
+  Status written = host_.WriteFileAtomic(StatePath(), state.Serialise());
   if (!written.ok()) {
     GS_LOG(kError, "mps", "cannot save MPS state (a daemon restart will lose it): %s",
            written.message().c_str());
