@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/quantity.h"
+#include "daemon/gpu/gpu_selector.h"
 #include "daemon/mps/mps_v3.h"
 
 namespace gpuslice::daemon::mps {
@@ -46,12 +47,6 @@ std::vector<pid_t> ParsePids(std::string_view text) {
 std::string MpsQuantity(uint64_t bytes) {
   if (bytes % kGiB == 0) return std::to_string(bytes / kGiB) + "G";
   return std::to_string(bytes / kMiB) + "M";
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 }  // namespace
@@ -268,39 +263,18 @@ Status MpsManager::Recover() {
 
 StatusOr<std::vector<GpuRef>> MpsManager::ResolveGpus(std::string_view list) const {
   GS_ASSIGN_OR_RETURN(const int count, gpus_.DeviceCount());
-  std::vector<GpuRef> refs;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t comma = std::min(list.find(',', start), list.size());
-    const std::string_view item = Trim(list.substr(start, comma - start));
-    start = comma + 1;
-    if (item.empty()) {
-      return InvalidArgument("'" + std::string(list) +
-                             "' is not a GPU list (indexes or UUIDs, comma-separated)");
-    }
-    std::optional<GpuRef> ref;
-    if (AllDigits(item)) {
-      const int index = item.size() <= 4 ? std::stoi(std::string(item)) : -1;
-      if (index < 0 || index >= count) {
-        return NotFound("no GPU " + std::string(item) + " (this node has " + std::to_string(count) +
-                        ")");
-      }
-      GS_ASSIGN_OR_RETURN(std::string uuid, gpus_.Uuid(index));
-      ref = GpuRef{index, uuid};
-    } else {
-      const std::string wanted = Lower(item);
-      for (int i = 0; i < count && !ref; ++i) {
-        GS_ASSIGN_OR_RETURN(std::string uuid, gpus_.Uuid(i));
-        const std::string lower = Lower(uuid);
-        if (lower == wanted || lower == "gpu-" + wanted) ref = GpuRef{i, uuid};
-      }
-      if (!ref) return NotFound("no GPU with UUID '" + std::string(item) + "'");
-    }
-    const bool duplicate = std::any_of(refs.begin(), refs.end(),
-                                       [&](const GpuRef& r) { return r.index == ref->index; });
-    if (duplicate) return InvalidArgument("GPU " + std::string(item) + " is listed twice");
-    refs.push_back(*ref);
+  std::vector<std::string> uuids;
+  uuids.reserve(static_cast<size_t>(std::max(count, 0)));
+  for (int i = 0; i < count; ++i) {
+    GS_ASSIGN_OR_RETURN(std::string uuid, gpus_.Uuid(i));
+    uuids.push_back(std::move(uuid));
   }
+  GS_ASSIGN_OR_RETURN(
+      const std::vector<int> indexes,
+      ParseGpuSelector(list, uuids, {.allow_all = false, .reject_duplicates = true}));
+  std::vector<GpuRef> refs;
+  refs.reserve(indexes.size());
+  for (int index : indexes) refs.push_back({index, uuids[static_cast<size_t>(index)]});
   return refs;
 }
 
