@@ -51,28 +51,6 @@ std::string MpsQuantity(uint64_t bytes) {
 
 }  // namespace
 
-std::string_view ComputeModeName(ComputeMode mode) {
-  switch (mode) {
-    case ComputeMode::kDefault:
-      return "DEFAULT";
-    case ComputeMode::kExclusiveThread:
-      return "EXCLUSIVE_THREAD";
-    case ComputeMode::kProhibited:
-      return "PROHIBITED";
-    case ComputeMode::kExclusiveProcess:
-      return "EXCLUSIVE_PROCESS";
-  }
-  return "UNKNOWN";
-}
-
-StatusOr<ComputeMode> ParseComputeMode(std::string_view name) {
-  for (ComputeMode m : {ComputeMode::kDefault, ComputeMode::kExclusiveThread,
-                        ComputeMode::kProhibited, ComputeMode::kExclusiveProcess}) {
-    if (ComputeModeName(m) == name) return m;
-  }
-  return InvalidArgument("unknown compute mode '" + std::string(name) + "'");
-}
-
 std::string_view HealthName(Health health) {
   switch (health) {
     case Health::kHealthy:
