@@ -34,7 +34,7 @@ StatusOr<mps::ComputeMode> MpsGpuControl::GetComputeMode(int index) {
   // GpuBackend::Get answers with a value of the kind asked for (backend.h).
   if (GS_BUG_IF(mode == nullptr, "the backend answered a compute-mode query with another setting"))
     return Internal("the backend answered a compute-mode query with another setting");
-  return static_cast<mps::ComputeMode>(static_cast<int>(mode->mode));
+  return mode->mode;
 }
 
 Status MpsGpuControl::SetComputeMode(int index, mps::ComputeMode mode) {

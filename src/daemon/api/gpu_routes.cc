@@ -5,19 +5,13 @@
 #include <future>
 
 #include "daemon/gpu/gpu_json.h"
+#include "daemon/gpu/gpu_selector.h"
 #include "daemon/metrics.h"
 
 namespace gpuslice::daemon {
 namespace {
 
 using json = nlohmann::json;
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 // ?wait=true|false (default true).
 StatusOr<bool> WaitParam(const ApiRequest& req) {
@@ -196,37 +190,13 @@ json LeasesJson(const GpuManager& manager) {
 
 StatusOr<std::vector<uint32_t>> ParseGpuIds(std::string_view ids,
                                             const std::vector<GpuInfo>& gpus) {
+  std::vector<std::string> uuids;
+  uuids.reserve(gpus.size());
+  for (const GpuInfo& g : gpus) uuids.push_back(g.uuid);
+  GS_ASSIGN_OR_RETURN(const std::vector<int> indexes, ParseGpuSelector(ids, uuids));
   std::vector<uint32_t> out;
-  auto add = [&](uint32_t g) {
-    if (std::find(out.begin(), out.end(), g) == out.end()) out.push_back(g);
-  };
-  if (ids == "all") {
-    for (const GpuInfo& g : gpus) add(g.index);
-    return out;
-  }
-  size_t start = 0;
-  while (start <= ids.size()) {
-    size_t end = ids.find(',', start);
-    if (end == std::string_view::npos) end = ids.size();
-    const std::string_view id = ids.substr(start, end - start);
-    if (id.empty()) return InvalidArgument("empty GPU id in \"" + std::string(ids) + "\"");
-    if (std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      if (id.size() > 6 || std::stoul(std::string(id)) >= gpus.size()) {
-        return NotFound("no GPU " + std::string(id) + " (this node has " +
-                        std::to_string(gpus.size()) + " GPUs)");
-      }
-      add(static_cast<uint32_t>(std::stoul(std::string(id))));
-    } else {
-      auto it = std::find_if(gpus.begin(), gpus.end(),
-                             [&](const GpuInfo& g) { return EqualsIgnoreCase(g.uuid, id); });
-      if (it == gpus.end()) {
-        return NotFound("no GPU \"" + std::string(id) +
-                        "\" (ids are an index, a UUID, a comma-separated list, or all)");
-      }
-      add(it->index);
-    }
-    start = end + 1;
-  }
+  out.reserve(indexes.size());
+  for (int i : indexes) out.push_back(gpus[static_cast<size_t>(i)].index);
   return out;
 }
 

@@ -30,7 +30,8 @@ void AddGpuRoutes(ApiRouter& router, GpuManager& manager, GpuMonitor& monitor,
 
 // "0", "0,2", a UUID (any case), "all" or a mix ("0,GPU-..."): GPU indexes in
 // the order given, duplicates dropped. kNotFound names an unknown GPU,
-// kInvalidArgument an empty or malformed element.
+// kInvalidArgument an empty or malformed element. The daemon's one selector
+// grammar (ParseGpuSelector, daemon/gpu/gpu_selector.h) over `gpus`' UUIDs.
 StatusOr<std::vector<uint32_t>> ParseGpuIds(std::string_view ids, const std::vector<GpuInfo>& gpus);
 
 // The lease holder for a caller: "uid:<uid>" (Unix socket) or "tcp" (bearer

@@ -1,5 +1,6 @@
 #include "daemon/gpu/gpu_json.h"
 
+#include "daemon/gpu/compute_mode.h"
 #include "daemon/gpu/setting.h"
 
 namespace gpuslice::daemon {
@@ -11,18 +12,7 @@ nlohmann::json Locked(const std::optional<ClockRange>& r) {
 }
 
 std::string ModeName(uint32_t mode) {
-  switch (mode) {
-    case 0:
-      return "DEFAULT";
-    case 1:
-      return "EXCLUSIVE_THREAD";
-    case 2:
-      return "PROHIBITED";
-    case 3:
-      return "EXCLUSIVE_PROCESS";
-    default:
-      return "UNKNOWN";
-  }
+  return std::string(ComputeModeName(static_cast<ComputeMode>(mode)));
 }
 
 }  // namespace

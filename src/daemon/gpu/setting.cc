@@ -62,28 +62,17 @@ json RangeJson(const std::optional<ClockRange>& r) {
   return {{"locked", true}, {"min_mhz", r->min_mhz}, {"max_mhz", r->max_mhz}};
 }
 
+// The compute modes the API sets (setting.h).
+StatusOr<ComputeMode> ParseApiComputeMode(std::string_view name) {
+  auto mode = ParseComputeMode(name);
+  if (!mode.ok() || *mode == ComputeMode::kExclusiveThread) {
+    return InvalidArgument("unknown compute mode \"" + std::string(name) +
+                           "\" (valid: DEFAULT, EXCLUSIVE_PROCESS, PROHIBITED)");
+  }
+  return mode;
+}
+
 }  // namespace
-
-std::string_view ComputeModeName(ComputeMode mode) {
-  switch (mode) {
-    case ComputeMode::kDefault:
-      return "DEFAULT";
-    case ComputeMode::kProhibited:
-      return "PROHIBITED";
-    case ComputeMode::kExclusiveProcess:
-      return "EXCLUSIVE_PROCESS";
-  }
-  return "UNKNOWN";
-}
-
-StatusOr<ComputeMode> ParseComputeMode(std::string_view name) {
-  for (ComputeMode m :
-       {ComputeMode::kDefault, ComputeMode::kExclusiveProcess, ComputeMode::kProhibited}) {
-    if (name == ComputeModeName(m)) return m;
-  }
-  return InvalidArgument("unknown compute mode \"" + std::string(name) +
-                         "\" (valid: DEFAULT, EXCLUSIVE_PROCESS, PROHIBITED)");
-}
 
 std::string_view SettingName(SettingKind kind) { return kSettingNames[static_cast<int>(kind)]; }
 
@@ -134,7 +123,7 @@ StatusOr<SettingValue> ParseSettingValue(SettingKind kind, const json& body) {
         return InvalidArgument(
             "\"mode\" must be a string: DEFAULT, EXCLUSIVE_PROCESS or PROHIBITED");
       }
-      GS_ASSIGN_OR_RETURN(ComputeMode mode, ParseComputeMode(it->get<std::string>()));
+      GS_ASSIGN_OR_RETURN(ComputeMode mode, ParseApiComputeMode(it->get<std::string>()));
       return SettingValue(ComputeModeSetting{mode});
     }
   }

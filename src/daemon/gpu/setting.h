@@ -12,14 +12,12 @@
 #include <variant>
 
 #include "common/status.h"
+#include "daemon/gpu/compute_mode.h"
 
 namespace gpuslice::daemon {
 
-// NVML compute modes the API accepts (values are NVML's).
-enum class ComputeMode : uint32_t { kDefault = 0, kProhibited = 2, kExclusiveProcess = 3 };
-
-std::string_view ComputeModeName(ComputeMode mode);  // "DEFAULT", ...
-StatusOr<ComputeMode> ParseComputeMode(std::string_view name);
+// The API sets DEFAULT, EXCLUSIVE_PROCESS or PROHIBITED (not the deprecated
+// EXCLUSIVE_THREAD, which a GPU may still report).
 
 struct ClockRange {
   uint32_t min_mhz = 0;

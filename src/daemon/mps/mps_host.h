@@ -19,21 +19,14 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/gpu/compute_mode.h"
 
 namespace gpuslice::daemon::mps {
 
-// NVML's compute modes (nvmlComputeMode_t values).
-enum class ComputeMode : int {
-  kDefault = 0,
-  kExclusiveThread = 1,  // deprecated by NVIDIA; kept so it round-trips
-  kProhibited = 2,
-  kExclusiveProcess = 3,
-};
-
-// "DEFAULT", "EXCLUSIVE_THREAD", "PROHIBITED", "EXCLUSIVE_PROCESS".
-std::string_view ComputeModeName(ComputeMode mode);
-// The inverse of ComputeModeName; InvalidArgument for anything else.
-StatusOr<ComputeMode> ParseComputeMode(std::string_view name);
+// The daemon's one compute-mode type (daemon/gpu/compute_mode.h).
+using ::gpuslice::daemon::ComputeMode;
+using ::gpuslice::daemon::ComputeModeName;
+using ::gpuslice::daemon::ParseComputeMode;
 
 // GPU identity and compute mode, by NVML index.
 class GpuModeControl {

@@ -3,25 +3,22 @@
 #include <algorithm>
 #include <cctype>
 #include <csignal>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 
 #include "common/log.h"
 #include "common/quantity.h"
+#include "daemon/gpu/gpu_selector.h"
 #include "daemon/mps/mps_v3.h"
 
 namespace gpuslice::daemon::mps {
 namespace {
-
-using json = nlohmann::json;
 
 constexpr char kPidFile[] = "nvidia-cuda-mps-control.pid";
 constexpr char kStateFile[] = "state.json";
 constexpr char kStartLog[] = "gpuslice-start.log";  // in the log directory
 // sun_path holds 108 bytes; the control socket is <pipe dir>/control.
 constexpr size_t kMaxSocketPath = 107;
-constexpr int kStateVersion = 1;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
@@ -52,57 +49,7 @@ std::string MpsQuantity(uint64_t bytes) {
   return std::to_string(bytes / kMiB) + "M";
 }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-json SettingsToJson(const TenantSettings& s) {
-  json j = json::object();
-  if (s.active_thread_percentage) j["active_thread_percentage"] = *s.active_thread_percentage;
-  if (s.pinned_memory_limit) j["pinned_memory_limit"] = *s.pinned_memory_limit;
-  if (s.client_priority) j["client_priority"] = *s.client_priority;
-  return j;
-}
-
-TenantSettings SettingsFromJson(const json& j) {
-  TenantSettings s;
-  if (j.contains("active_thread_percentage")) {
-    s.active_thread_percentage = j.at("active_thread_percentage").get<uint32_t>();
-  }
-  if (j.contains("pinned_memory_limit")) {
-    s.pinned_memory_limit = j.at("pinned_memory_limit").get<uint64_t>();
-  }
-  if (j.contains("client_priority")) s.client_priority = j.at("client_priority").get<int>();
-  return s;
-}
-
 }  // namespace
-
-std::string_view ComputeModeName(ComputeMode mode) {
-  switch (mode) {
-    case ComputeMode::kDefault:
-      return "DEFAULT";
-    case ComputeMode::kExclusiveThread:
-      return "EXCLUSIVE_THREAD";
-    case ComputeMode::kProhibited:
-      return "PROHIBITED";
-    case ComputeMode::kExclusiveProcess:
-      return "EXCLUSIVE_PROCESS";
-  }
-  return "UNKNOWN";
-}
-
-StatusOr<ComputeMode> ParseComputeMode(std::string_view name) {
-  for (ComputeMode m : {ComputeMode::kDefault, ComputeMode::kExclusiveThread,
-                        ComputeMode::kProhibited, ComputeMode::kExclusiveProcess}) {
-    if (ComputeModeName(m) == name) return m;
-  }
-  return InvalidArgument("unknown compute mode '" + std::string(name) + "'");
-}
-
-std::string_view TierName(Tier tier) { return tier == Tier::kMps ? "mps" : "shared"; }
 
 std::string_view HealthName(Health health) {
   switch (health) {
@@ -219,39 +166,26 @@ Status MpsManager::Recover() {
     return text.status().WithContext("MPS state " + StatePath());
   }
   if (text.ok()) {
-    try {
-      const json state = json::parse(*text);
-      if (state.at("version").get<int>() != kStateVersion) {
-        return InvalidArgument("MPS state " + StatePath() + ": unknown version " +
-                               state.at("version").dump());
-      }
-      for (const json& t : state.at("tenants")) {
-        Tenant tenant;
-        tenant.tier = t.at("tier").get<std::string>() == "mps" ? Tier::kMps : Tier::kShared;
-        tenant.reason = t.value("reason", "");
-        for (const json& g : t.at("gpus")) {
-          tenant.gpus.push_back({g.at("index").get<int>(), g.at("uuid").get<std::string>()});
-        }
-        tenant.settings = SettingsFromJson(t.value("settings", json::object()));
-        tenants_[t.at("name").get<std::string>()] = std::move(tenant);
-      }
-      for (const json& g : state.at("gpus")) {
-        GpuState gpu;
-        gpu.index = g.at("index").get<int>();
-        gpu.uuid = g.at("uuid").get<std::string>();
-        gpu.control_pid = g.at("control_pid").get<pid_t>();
-        auto mode = ParseComputeMode(g.at("previous_compute_mode").get<std::string>());
-        if (!mode.ok()) return mode.status().WithContext("MPS state " + StatePath());
-        gpu.previous_mode = *mode;
-        gpu.restarts = g.value("restarts", 0);
-        gpu.protocol = g.value("protocol", 2);
-        for (const json& t : g.at("tenants")) gpu.tenants.insert(t.get<std::string>());
-        gpu_state_[gpu.uuid] = std::move(gpu);
-      }
-    } catch (const json::exception& e) {
-      gpu_state_.clear();
-      tenants_.clear();
-      return InvalidArgument("MPS state " + StatePath() + " is corrupt: " + e.what());
+    auto state = MpsState::Parse(*text);
+    if (!state.ok()) return state.status().WithContext("MPS state " + StatePath());
+    for (MpsState::TenantRecord& t : state->tenants) {
+      Tenant tenant;
+      tenant.tier = t.tier;
+      tenant.reason = std::move(t.reason);
+      tenant.gpus = std::move(t.gpus);
+      tenant.settings = t.settings;
+      tenants_[t.name] = std::move(tenant);
+    }
+    for (MpsState::GpuRecord& g : state->gpus) {
+      GpuState gpu;
+      gpu.index = g.index;
+      gpu.uuid = g.uuid;
+      gpu.control_pid = g.control_pid;
+      gpu.previous_mode = g.previous_mode;
+      gpu.restarts = g.restarts;
+      gpu.protocol = g.protocol;
+      gpu.tenants.insert(g.tenants.begin(), g.tenants.end());
+      gpu_state_[gpu.uuid] = std::move(gpu);
     }
   }
 
@@ -305,41 +239,20 @@ Status MpsManager::Recover() {
   return Status::Ok();
 }
 
-StatusOr<std::vector<MpsManager::GpuRef>> MpsManager::ResolveGpus(std::string_view list) const {
+StatusOr<std::vector<GpuRef>> MpsManager::ResolveGpus(std::string_view list) const {
   GS_ASSIGN_OR_RETURN(const int count, gpus_.DeviceCount());
-  std::vector<GpuRef> refs;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t comma = std::min(list.find(',', start), list.size());
-    const std::string_view item = Trim(list.substr(start, comma - start));
-    start = comma + 1;
-    if (item.empty()) {
-      return InvalidArgument("'" + std::string(list) +
-                             "' is not a GPU list (indexes or UUIDs, comma-separated)");
-    }
-    std::optional<GpuRef> ref;
-    if (AllDigits(item)) {
-      const int index = item.size() <= 4 ? std::stoi(std::string(item)) : -1;
-      if (index < 0 || index >= count) {
-        return NotFound("no GPU " + std::string(item) + " (this node has " + std::to_string(count) +
-                        ")");
-      }
-      GS_ASSIGN_OR_RETURN(std::string uuid, gpus_.Uuid(index));
-      ref = GpuRef{index, uuid};
-    } else {
-      const std::string wanted = Lower(item);
-      for (int i = 0; i < count && !ref; ++i) {
-        GS_ASSIGN_OR_RETURN(std::string uuid, gpus_.Uuid(i));
-        const std::string lower = Lower(uuid);
-        if (lower == wanted || lower == "gpu-" + wanted) ref = GpuRef{i, uuid};
-      }
-      if (!ref) return NotFound("no GPU with UUID '" + std::string(item) + "'");
-    }
-    const bool duplicate = std::any_of(refs.begin(), refs.end(),
-                                       [&](const GpuRef& r) { return r.index == ref->index; });
-    if (duplicate) return InvalidArgument("GPU " + std::string(item) + " is listed twice");
-    refs.push_back(*ref);
+  std::vector<std::string> uuids;
+  uuids.reserve(static_cast<size_t>(std::max(count, 0)));
+  for (int i = 0; i < count; ++i) {
+    GS_ASSIGN_OR_RETURN(std::string uuid, gpus_.Uuid(i));
+    uuids.push_back(std::move(uuid));
   }
+  GS_ASSIGN_OR_RETURN(
+      const std::vector<int> indexes,
+      ParseGpuSelector(list, uuids, {.allow_all = false, .reject_duplicates = true}));
+  std::vector<GpuRef> refs;
+  refs.reserve(indexes.size());
+  for (int index : indexes) refs.push_back({index, uuids[static_cast<size_t>(index)]});
   return refs;
 }
 
@@ -810,27 +723,20 @@ void MpsManager::SaveState() {
 }
 
 Status MpsManager::Save() {
-  json state = {{"version", kStateVersion}, {"tenants", json::array()}, {"gpus", json::array()}};
+  MpsState state;
   for (const auto& [name, tenant] : tenants_) {
-    json gpus = json::array();
-    for (const GpuRef& ref : tenant.gpus)
-      gpus.push_back({{"index", ref.index}, {"uuid", ref.uuid}});
-    state["tenants"].push_back({{"name", name},
-                                {"tier", TierName(tenant.tier)},
-                                {"reason", tenant.reason},
-                                {"gpus", gpus},
-                                {"settings", SettingsToJson(tenant.settings)}});
+    state.tenants.push_back({name, tenant.tier, tenant.reason, tenant.gpus, tenant.settings});
   }
   for (const auto& [uuid, gpu] : gpu_state_) {
-    state["gpus"].push_back({{"index", gpu.index},
-                             {"uuid", uuid},
-                             {"control_pid", gpu.control_pid},
-                             {"previous_compute_mode", ComputeModeName(gpu.previous_mode)},
-                             {"restarts", gpu.restarts},
-                             {"protocol", gpu.protocol},
-                             {"tenants", gpu.tenants}});
+    state.gpus.push_back({gpu.index,
+                          uuid,
+                          gpu.control_pid,
+                          gpu.previous_mode,
+                          gpu.restarts,
+                          gpu.protocol,
+                          {gpu.tenants.begin(), gpu.tenants.end()}});
   }
-  Status written = host_.WriteFileAtomic(StatePath(), state.dump(2) + "\n");
+  Status written = host_.WriteFileAtomic(StatePath(), state.Serialise());
   if (!written.ok()) {
     GS_LOG(kError, "mps", "cannot save MPS state (a daemon restart will lose it): %s",
            written.message().c_str());

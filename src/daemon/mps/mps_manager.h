@@ -13,8 +13,8 @@
 //      unresponsive daemon is killed and started again.
 //   4. When the last tenant releases the GPU, `quit` stops the daemon (a kill
 //      if it does not go), and the saved compute mode is restored.
-// Tenants and per-GPU state are saved in <root>/state.json (written to a
-// temporary file and renamed) after every change; Start() on a new manager
+// Tenants and per-GPU state are saved in <root>/state.json (MpsState, written
+// to a temporary file and renamed) after every change; Start() on a new manager
 // re-adopts live daemons and their tenants from it, restarts dead ones that
 // still have tenants, and stops daemons under the root that no tenant uses.
 //
@@ -44,11 +44,9 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "daemon/mps/mps_host.h"
+#include "daemon/mps/mps_state.h"  // Tier, TenantSettings, GpuRef
 
 namespace gpuslice::daemon::mps {
-
-enum class Tier { kShared, kMps };
-std::string_view TierName(Tier tier);  // "shared", "mps"
 
 struct MpsOptions {
   std::string root = "/run/gpuslice/mps";
@@ -58,13 +56,6 @@ struct MpsOptions {
   int64_t start_timeout_ns = 10'000'000'000;   // `-d` until the pid file exists
   int64_t stop_timeout_ns = 5'000'000'000;     // `quit` until the pid is gone
   int64_t poll_interval_ns = 50'000'000;       // while waiting for the above
-};
-
-// Per-tenant MPS settings, applied through the client environment.
-struct TenantSettings {
-  std::optional<uint32_t> active_thread_percentage = std::nullopt;  // 1..100
-  std::optional<uint64_t> pinned_memory_limit = std::nullopt;       // bytes per device, > 0
-  std::optional<int> client_priority = std::nullopt;  // 0 (normal) or 1 (below normal)
 };
 
 struct AcquireRequest {
@@ -187,10 +178,6 @@ class MpsManager {
     int restarts = 0;
     int64_t last_check_ns = 0;
     int protocol = 2;  // the protocol its daemon was started with
-  };
-  struct GpuRef {
-    int index = 0;
-    std::string uuid;
   };
   struct Tenant {
     Tier tier = Tier::kShared;
