@@ -20,6 +20,7 @@
 #include "daemon/kubelet/cdi_spec.h"
 #include "daemon/kubelet/device_plugin.h"
 #include "daemon/kubelet/fake_kubelet.h"
+#include "shm/group_segment.h"
 #include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/sim_process_test.h"
 
@@ -300,7 +301,7 @@ TEST_F(KubeletE2eTest, TheDevicePluginsGiveAContainerItsSlice) {
   const json info = json::parse(RunTenantWith(env, {"info"}), nullptr, false);
   ASSERT_TRUE(info.is_object()) << Read("err" + std::to_string(next_ - 1));
   EXPECT_EQ(info["total"], 4 * kGiB) << info.dump();
-  EXPECT_TRUE(std::filesystem::exists(shm_dir_ + "/claims/" + group + "/group-" + group + ".v4"))
+  EXPECT_TRUE(std::filesystem::exists(GroupSegment::PathFor(shm_dir_ + "/claims/" + group, group)))
       << "the slice's segment is in its own directory";
 
   // The kubelet's PodResources joins the amounts to the slice: the daemon's word.
