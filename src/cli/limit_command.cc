@@ -13,6 +13,7 @@
 #include "cli/process_lifetime.h"
 #include "common/quantity.h"
 #include "shm/group_segment.h"
+#include "shm/segment_dirs.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -63,7 +64,7 @@ void LimitSet(const LimitSetOptions& o) {
   if (o.memory.empty() && o.compute.empty()) {
     Fail("limit set: give --memory, --compute or both", kExitUsage);
   }
-  const std::string dir = ShmDir(o.shm_dir);
+  const std::string dir = SegmentDirOf(ShmDir(o.shm_dir), o.group);  // a claim's own, or shared
   auto segment = GroupSegment::Open(dir, o.group, /*create=*/false);
   if (!segment.ok()) Fail(segment.status().message() + " in " + dir);
   GroupSegment& s = **segment;

@@ -18,6 +18,7 @@
 #include "cli/registry_view.h"
 #include "common/clock.h"
 #include "shm/group_segment.h"
+#include "shm/segment_dirs.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -52,8 +53,8 @@ std::vector<std::string> Collect(const std::string& dir, std::vector<std::string
                                  int64_t grace_s) {
   std::vector<std::string> kept;
   for (std::string& name : names) {
-    auto removed =
-        GroupSegment::RemoveIfAbandoned(dir, name, grace_s * 1'000'000'000, MonotonicNs());
+    auto removed = GroupSegment::RemoveIfAbandoned(SegmentDirOf(dir, name), name,
+                                                   grace_s * 1'000'000'000, MonotonicNs());
     if (!removed.ok()) {
       fprintf(stderr, "gpuslice: warning: %s\n", removed.status().message().c_str());
     } else if (*removed) {
@@ -70,7 +71,7 @@ void Status(const StatusOptions& o) {
   const std::string dir = ShmDir(o.shm_dir);
   std::vector<std::string> names;
   if (o.group.empty()) {
-    names = GroupSegment::ListGroups(dir);
+    names = ListAllGroups(dir);  // claims' own directories too (segment_dirs.h)
   } else {
     names.push_back(o.group);
   }
@@ -99,16 +100,17 @@ void Status(const StatusOptions& o) {
   int hidden = 0;
   int not_ours = 0;
   for (const std::string& name : names) {
-    auto segment = GroupSegment::Open(dir, name, /*create=*/false);
+    const std::string seg_dir = SegmentDirOf(dir, name);
+    auto segment = GroupSegment::Open(seg_dir, name, /*create=*/false);
     if (!segment.ok()) {
       if (!o.group.empty() && registry_has_group) continue;  // shown from the registry
-      if (!o.group.empty()) Fail(segment.status().message() + " in " + dir);
+      if (!o.group.empty()) Fail(segment.status().message() + " in " + seg_dir);
       if (segment.status().code() == StatusCode::kPermissionDenied) {
         ++not_ours;  // another user's group: not an error, and not shown
         continue;
       }
       fprintf(stderr, "gpuslice: warning: skipping %s: %s\n",
-              GroupSegment::PathFor(dir, name).c_str(), segment.status().message().c_str());
+              GroupSegment::PathFor(seg_dir, name).c_str(), segment.status().message().c_str());
       continue;
     }
     (*segment)->ReapDead();

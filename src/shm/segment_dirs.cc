@@ -91,4 +91,19 @@ std::vector<std::string> GroupSegmentDirs(const std::string& shm_dir) {
   return dirs;
 }
 
+std::string SegmentDirOf(const std::string& shm_dir, std::string_view group) {
+  if (!SingleComponent(group)) return shm_dir;
+  const std::string claim = ClaimSegmentDir(shm_dir, group);
+  struct stat st {};
+  return lstat(GroupSegment::PathFor(claim, group).c_str(), &st) == 0 ? claim : shm_dir;
+}
+
+std::vector<std::string> ListAllGroups(const std::string& shm_dir) {
+  std::set<std::string> groups;
+  for (const std::string& dir : GroupSegmentDirs(shm_dir)) {
+    for (std::string& g : GroupSegment::ListGroups(dir)) groups.insert(std::move(g));
+  }
+  return {groups.begin(), groups.end()};
+}
+
 }  // namespace gpuslice

@@ -42,4 +42,14 @@ Status RemoveClaimSegmentDir(const std::string& shm_dir, std::string_view group)
 // (sorted), then `shm_dir` itself.
 std::vector<std::string> GroupSegmentDirs(const std::string& shm_dir);
 
+// The directory of `group`'s segment: its claim directory when the segment
+// file is there, else `shm_dir` (local groups). Readers outside the daemon
+// (`gpuslice status`, `top`, `limit set`) find a claim's group through it.
+std::string SegmentDirOf(const std::string& shm_dir, std::string_view group);
+
+// Every group with a segment in GroupSegmentDirs(shm_dir), once (a claim's
+// own directory wins, as the daemon adopts them), sorted. Only root can list
+// `claims/` (0711): others see the groups of `shm_dir` itself.
+std::vector<std::string> ListAllGroups(const std::string& shm_dir);
+
 }  // namespace gpuslice

@@ -44,6 +44,20 @@ TEST_F(SegmentDirsTest, AClaimDirectoryIsPrivateToItsGroupAndFoundFirst) {
   EXPECT_EQ(MakeClaimSegmentDir(shm_, "..").code(), StatusCode::kInvalidArgument);
 }
 
+// What the CLI reads outside the daemon: a claim's group is found in its own
+// directory, a local group in the shared one, each listed once.
+TEST_F(SegmentDirsTest, ReadersFindEachGroupsSegmentWhereverItIs) {
+  ASSERT_TRUE(MakeClaimSegmentDir(shm_, "claim-a").ok());
+  auto claim = GroupSegment::Open(ClaimSegmentDir(shm_, "claim-a"), "claim-a", /*create=*/true);
+  auto local = GroupSegment::Open(shm_, "local", /*create=*/true);
+  ASSERT_TRUE(claim.ok() && local.ok());
+  EXPECT_EQ(SegmentDirOf(shm_, "claim-a"), ClaimSegmentDir(shm_, "claim-a"));
+  EXPECT_EQ(SegmentDirOf(shm_, "local"), shm_);
+  EXPECT_EQ(SegmentDirOf(shm_, "nobody"), shm_);      // where a new one would go
+  EXPECT_EQ(SegmentDirOf(shm_, "../claim-a"), shm_);  // never outside the tree
+  EXPECT_EQ(ListAllGroups(shm_), (std::vector<std::string>{"claim-a", "local"}));
+}
+
 TEST_F(SegmentDirsTest, WithoutClaimsOnlyTheSharedDirectory) {
   EXPECT_EQ(GroupSegmentDirs(shm_), std::vector<std::string>{shm_});
 }

@@ -7,6 +7,7 @@
 
 #include "cli/registry_view.h"
 #include "gpuslice/group_segment.h"
+#include "shm/segment_dirs.h"
 
 namespace gpuslice::cli::top {
 namespace {
@@ -52,8 +53,8 @@ int Index(const json& j) {
 
 std::vector<GroupSnapshot> ReadSegments(const std::string& dir) {
   std::vector<GroupSnapshot> out;
-  for (const std::string& name : GroupSegment::ListGroups(dir)) {
-    auto segment = GroupSegment::Open(dir, name, /*create=*/false);
+  for (const std::string& name : ListAllGroups(dir)) {  // claims' own directories too
+    auto segment = GroupSegment::Open(SegmentDirOf(dir, name), name, /*create=*/false);
     if (!segment.ok()) continue;  // another user's, or gone since the listing
     (*segment)->ReapDead();
     out.push_back((*segment)->Snapshot());
