@@ -9,7 +9,7 @@ DaemonFeed::DaemonFeed(DaemonClient client, Options options)
 
 DaemonFeed::~DaemonFeed() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   changed_.notify_all();
@@ -17,19 +17,19 @@ DaemonFeed::~DaemonFeed() {
 }
 
 DaemonFeed::State DaemonFeed::Get() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return state_;
 }
 
 DaemonFeed::State DaemonFeed::WaitNewer(uint64_t seen, std::chrono::milliseconds timeout) const {
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait_for(lock, timeout, [&] { return state_.version > seen || stop_; });
+  MutexLock lock(mu_);
+  changed_.wait_for(lock, timeout, [&]() REQUIRES(mu_) { return state_.version > seen || stop_; });
   return state_;
 }
 
 void DaemonFeed::Lost(const std::string& why) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const bool change = state_.connected || !state_.resolved || state_.error != why;
     state_.connected = false;
     state_.resolved = true;
@@ -42,11 +42,11 @@ void DaemonFeed::Lost(const std::string& why) {
 void DaemonFeed::Run() {
   for (;;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stop_) return;
     }
     const Status s = client_.Events(options_.tick, options_.idle, [this](const SseEvent* e) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stop_) return false;
       if (e == nullptr || e->type != "sample") return true;
       nlohmann::json data = nlohmann::json::parse(e->data, nullptr, /*allow_exceptions=*/false);
@@ -61,12 +61,12 @@ void DaemonFeed::Run() {
       return true;
     });
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stop_) return;
     }
     Lost(s.ok() ? "the event stream ended" : s.message());
-    std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait_for(lock, options_.retry, [this] { return stop_; });
+    MutexLock lock(mu_);
+    changed_.wait_for(lock, options_.retry, [this]() REQUIRES(mu_) { return stop_; });
     if (stop_) return;
   }
 }

@@ -13,12 +13,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
 #include "cli/daemon_client.h"
+#include "common/thread_annotations.h"
 
 namespace gpuslice::cli::top {
 
@@ -58,10 +58,10 @@ class DaemonFeed {
 
   const DaemonClient client_;
   const Options options_;
-  mutable std::mutex mu_;
-  mutable std::condition_variable changed_;
-  State state_;        // guarded by mu_
-  bool stop_ = false;  // guarded by mu_
+  mutable Mutex mu_;
+  mutable std::condition_variable_any changed_;
+  State state_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
