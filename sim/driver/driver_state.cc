@@ -250,21 +250,18 @@ CUresult EnqueueKernel(Context& ctx, Stream* stream, const Function& fn, uint64_
 
 // ---- memory ----------------------------------------------------------------------------------
 
-CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUdeviceptr* out,
-                        bool managed) {
+namespace {
+
+// Host memory standing in for a device range of `bytes` (rounded to the
+// allocation granularity), recorded in the range table; nullptr when it
+// cannot be mapped (nothing recorded).
+void* MapDeviceRange(uint64_t bytes, uint64_t ctx_handle, ContextId cid, uint64_t pool,
+                     bool managed) {
   Driver& d = D();
-  Context* ctx = d.contexts.Get(ctx_handle);
-  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  const ContextId cid = ctx->id;
-  if (Status s = d.gpu->Allocate(cid, bytes, managed); !s.ok()) return FromStatus(s);
   const uint64_t rounded = d.gpu->RoundToGranularity(bytes);
   void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
-    d.gpu->Free(cid, bytes, managed);
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
+  if (p == MAP_FAILED) return nullptr;
   Range r;
   r.bytes = bytes;
   r.mapped = rounded;
@@ -273,9 +270,25 @@ CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUde
   r.cid = cid;
   r.pool = pool;
   r.managed = managed;
-  {
-    std::unique_lock lock(d.ranges_mu);
-    d.ranges[reinterpret_cast<uintptr_t>(p)] = r;
+  std::unique_lock lock(d.ranges_mu);
+  d.ranges[reinterpret_cast<uintptr_t>(p)] = r;
+  return p;
+}
+
+}  // namespace
+
+CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUdeviceptr* out,
+                        bool managed) {
+  Driver& d = D();
+  Context* ctx = d.contexts.Get(ctx_handle);
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  const ContextId cid = ctx->id;
+  if (Status s = d.gpu->Allocate(cid, bytes, managed); !s.ok()) return FromStatus(s);
+  void* p = MapDeviceRange(bytes, ctx_handle, cid, pool, managed);
+  if (p == nullptr) {
+    d.gpu->Free(cid, bytes, managed);
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   *out = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
@@ -301,7 +314,6 @@ CUresult AllocateFromPool(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CU
   Context* ctx = d.contexts.Get(ctx_handle);
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  const uint64_t rounded = d.gpu->RoundToGranularity(bytes);
   {
     std::lock_guard lock(d.pools_mu);
     Pool* pl = d.pools.Get(pool);
@@ -316,23 +328,11 @@ CUresult AllocateFromPool(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CU
     }
     pl->model.Allocated(bytes, growth);
   }
-  void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
+  void* p = MapDeviceRange(bytes, ctx_handle, ctx->id, pool, /*managed=*/false);
+  if (p == nullptr) {
     std::lock_guard lock(d.pools_mu);
     if (Pool* pl = d.pools.Get(pool)) pl->model.Freed(bytes);  // the reserve stays, as freed
     return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  Range r;
-  r.bytes = bytes;
-  r.mapped = rounded;
-  r.kind = RangeKind::kDevice;
-  r.ctx = ctx_handle;
-  r.cid = ctx->id;
-  r.pool = pool;
-  {
-    std::unique_lock lock(d.ranges_mu);
-    d.ranges[reinterpret_cast<uintptr_t>(p)] = r;
   }
   *out = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
