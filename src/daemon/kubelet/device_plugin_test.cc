@@ -199,20 +199,10 @@ TEST_F(DevicePluginTest, AContainersAmountsBecomeItsSlicesLimitsInTheDaemon) {
   ASSERT_TRUE(kubelet_.Allocate(Socket("gpu-cores"), {cores}).ok());
   EXPECT_EQ(limits_.groups().count(group), 0u);  // not joined yet
 
-  v1::PodResources pod;
-  pod.set_name("trainer");
-  pod.set_namespace_("team-a");
-  auto* container = pod.add_containers();
-  container->set_name("main");
-  for (const auto& [name, ids] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"gpuslice.io/vgpu", slice},
-           {"gpuslice.io/gpu-memory", memory},
-           {"gpuslice.io/gpu-cores", cores}}) {
-    auto* devices = container->add_devices();
-    devices->set_resource_name(name);
-    for (const std::string& id : ids) devices->add_device_ids(id);
-  }
-  kubelet_.SetPods({pod});
+  kubelet_.SetPods({PodWithDevices("trainer", "team-a",
+                                   {{"gpuslice.io/vgpu", slice},
+                                    {"gpuslice.io/gpu-memory", memory},
+                                    {"gpuslice.io/gpu-cores", cores}})});
   ASSERT_TRUE(plugins_->Reconcile().ok());
   auto groups = limits_.groups();
   ASSERT_EQ(groups.count(group), 1u);

@@ -268,4 +268,20 @@ void FakeKubelet::SetPods(std::vector<v1::PodResources> pods) {
   pod_resources_->pods = std::move(pods);
 }
 
+v1::PodResources PodWithDevices(
+    const std::string& name, const std::string& ns,
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& devices) {
+  v1::PodResources pod;
+  pod.set_name(name);
+  pod.set_namespace_(ns);
+  auto* container = pod.add_containers();
+  container->set_name("main");
+  for (const auto& [resource, ids] : devices) {
+    auto* d = container->add_devices();
+    d->set_resource_name(resource);
+    for (const std::string& id : ids) d->add_device_ids(id);
+  }
+  return pod;
+}
+
 }  // namespace gpuslice::daemon::kubelet

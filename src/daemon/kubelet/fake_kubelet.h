@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -98,5 +99,11 @@ class FakeKubelet {
   std::unique_ptr<PodResourcesService> pod_resources_;
   std::unique_ptr<grpc::Server> pr_server_;
 };
+
+// What PodResources reports for pod `ns`/`name` with one container, "main",
+// holding `devices` (resource name, device ids), in that order.
+v1::PodResources PodWithDevices(
+    const std::string& name, const std::string& ns,
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& devices);
 
 }  // namespace gpuslice::daemon::kubelet

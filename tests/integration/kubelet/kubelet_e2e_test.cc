@@ -305,20 +305,10 @@ TEST_F(KubeletE2eTest, TheDevicePluginsGiveAContainerItsSlice) {
       << "the slice's segment is in its own directory";
 
   // The kubelet's PodResources joins the amounts to the slice: the daemon's word.
-  v1::PodResources pod;
-  pod.set_name("trainer");
-  pod.set_namespace_("team-a");
-  auto* container = pod.add_containers();
-  container->set_name("main");
-  for (const auto& [name, ids] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"gpuslice.io/vgpu", slice},
-           {"gpuslice.io/gpu-memory", memory},
-           {"gpuslice.io/gpu-cores", cores}}) {
-    auto* devices = container->add_devices();
-    devices->set_resource_name(name);
-    for (const std::string& id : ids) devices->add_device_ids(id);
-  }
-  kubelet_.SetPods({pod});
+  kubelet_.SetPods({daemon::kubelet::PodWithDevices("trainer", "team-a",
+                                                    {{"gpuslice.io/vgpu", slice},
+                                                     {"gpuslice.io/gpu-memory", memory},
+                                                     {"gpuslice.io/gpu-cores", cores}})});
   auto limited = [&] {
     int status = 0;
     const json g = Get("/v1/groups/" + group, &status);
