@@ -1,6 +1,8 @@
 #include "limiter/compute_gate.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <ctime>
 #include <type_traits>
 
@@ -30,9 +32,13 @@ bool Capturing(CUstream stream) {
 
 // Waits while the group is paused and until the budget of `dev` admits a
 // launch estimated at `charge_ns` of device time (0: only until earlier
-// charges are paid). False if the device is no longer paced (limit and grant
-// lifted meanwhile).
-bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t charge_ns) {
+// charges are paid). Before each sleep for the budget it calls
+// `before_nap()`, which may wait itself (the backlog watch) and returns the
+// longest the sleep may last. False if the device is no longer paced (limit
+// and grant lifted meanwhile).
+template <typename BeforeNap>
+bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t charge_ns,
+           BeforeNap&& before_nap) {
   int64_t waiting_since = 0;
   int64_t now = 0;
   bool paced = true;
@@ -68,7 +74,7 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
     // Sleep on until half the burst is free, so that one wake-up admits a
     // batch of small launches rather than one (nothing is lost: the budget
     // still runs ahead of now when this thread wakes).
-    segment.WaitForChange(seen, wait + burst / 2);
+    segment.WaitForChange(seen, std::min(wait + burst / 2, before_nap()));
     // The controller may have refined the estimate while this thread slept.
     if (const int64_t fresh = budget.charge_ns(); fresh > 0) charge_ns = fresh;
   }
@@ -102,67 +108,76 @@ CUresult Probe(const GroupSegment& segment, int dev, ComputeBudget budget, CUstr
   return rc;
 }
 
-// Puts `b`'s marker on `stream` (creating the event in the current
-// context on first use). False if the driver cannot.
-bool Mark(CUstream stream, StreamBacklog& b) {
+// While a stream has markers pending, a thread waiting for its budget
+// wakes at least this often to look at them (a marker is due within
+// milliseconds of the work ahead of it).
+constexpr int64_t kWatchNapNs = 1'000'000;
+
+// Waits (polling: the driver has no wait with a timeout) until `stream` has
+// drained, the device is no longer paced, or kBacklogMaxWaitNs pass.
+void Drain(const GroupSegment& segment, int dev, CUstream stream) {
   const real::CudaTable& cu = real::Cuda();
-  if (cu.cuEventCreate == nullptr || cu.cuEventRecord == nullptr) return false;
-  std::atomic_ref<CUevent> marker(b.marker);
-  CUevent ev = marker.load(std::memory_order_acquire);
-  if (ev == nullptr) {
-    if (cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
-    CUevent expected = nullptr;
-    if (!marker.compare_exchange_strong(expected, ev)) {
-      if (cu.cuEventDestroy_v2 != nullptr) cu.cuEventDestroy_v2(ev);  // another thread's won
-      ev = expected;
-    }
+  int64_t now = MonotonicNs();
+  const int64_t deadline = now + kBacklogMaxWaitNs;
+  int64_t nap_ns = 100'000;
+  while (cu.cuStreamQuery(stream) == CUDA_ERROR_NOT_READY && now < deadline &&
+         segment.PacedRateBp(dev) < kFullGrantBp) {
+    const timespec ts{0, nap_ns};
+    nanosleep(&ts, nullptr);
+    nap_ns = std::min<int64_t>(nap_ns * 2, 2'000'000);
+    now = MonotonicNs();
   }
-  return cu.cuEventRecord(ev, stream) == CUDA_SUCCESS;
 }
 
-// Before a launch on `stream`: the backlog watch (launch_pacer.h). If the
-// stream's marker is due and still pending, waits (polling: the driver has no
-// wait with a timeout) until the stream has drained, the device is no longer
-// paced, or kBacklogMaxWaitNs pass; then puts a new marker.
-void WatchBacklog(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog& b,
-                  int64_t charge_ns) {
+// Before a launch on `stream` charged `charge_ns`: the backlog watch
+// (shm/progress_watch.h). If a marker missed its deadline, waits for the
+// stream to drain: every launch queued behind it is as wrongly charged.
+// Returns the longest a wait for the budget may sleep before looking again.
+int64_t WatchBacklog(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog& b,
+                     int64_t charge_ns) {
+  constexpr int64_t kNoCap = INT64_MAX / 4;
   const uint32_t rate_bp = segment.PacedRateBp(dev);
-  if (rate_bp >= kFullGrantBp) return;
-  const int64_t burst = segment.ComputeBurst(dev) > 0 ? segment.ComputeBurst(dev) : kPacerBurstNs;
-  const int64_t allowance =
-      BacklogAllowanceNs(PacedIntervalBpNs(charge_ns, rate_bp), burst, rate_bp);
-  BacklogWatch watch{std::atomic_ref<int64_t>(b.marked_at)};
-  int64_t now = MonotonicNs();
-  switch (watch.Next(now, allowance)) {
-    case BacklogWatch::Step::kNone:
-      return;
-    case BacklogWatch::Step::kMark:
-      break;
-    case BacklogWatch::Step::kCheck: {
-      const real::CudaTable& cu = real::Cuda();
-      CUevent ev = std::atomic_ref<CUevent>(b.marker).load(std::memory_order_acquire);
-      if (ev == nullptr || cu.cuEventQuery == nullptr || cu.cuStreamQuery == nullptr ||
-          cu.cuEventQuery(ev) != CUDA_ERROR_NOT_READY) {
-        break;
-      }
-      // A backlog: the launches queued since are as wrongly charged, so the
-      // whole stream drains before the next.
-      const int64_t deadline = now + kBacklogMaxWaitNs;
-      int64_t nap_ns = 100'000;
-      while (cu.cuStreamQuery(stream) == CUDA_ERROR_NOT_READY && now < deadline &&
-             segment.PacedRateBp(dev) < kFullGrantBp) {
-        const timespec ts{0, nap_ns};
-        nanosleep(&ts, nullptr);
-        nap_ns = std::min<int64_t>(nap_ns * 2, 2'000'000);
-        now = MonotonicNs();
-      }
-      break;
-    }
+  const real::CudaTable& cu = real::Cuda();
+  if (rate_bp >= kFullGrantBp || cu.cuEventQuery == nullptr || cu.cuStreamQuery == nullptr) {
+    return kNoCap;
   }
-  // A marker the driver refused leaves the last one (complete) in place: the
-  // next check finds nothing pending, and the stream goes unwatched.
-  Mark(stream, b);
-  watch.Marked(MonotonicNs());
+  const int64_t burst = segment.ComputeBurst(dev) > 0 ? segment.ComputeBurst(dev) : kPacerBurstNs;
+  // The queue ahead of a first marker is unknown: what a correctly charged
+  // stream can hold.
+  const int64_t unknown_ahead =
+      BacklogAllowanceNs(PacedIntervalBpNs(charge_ns, rate_bp), burst, rate_bp);
+  b.Lock();
+  const ProgressWatch::Verdict verdict = b.watch.Check(MonotonicNs(), unknown_ahead, [&](int i) {
+    return b.markers[i] == nullptr || cu.cuEventQuery(b.markers[i]) != CUDA_ERROR_NOT_READY;
+  });
+  const int pending = b.watch.pending();
+  b.Unlock();
+  if (verdict == ProgressWatch::Verdict::kBacklog) {
+    Drain(segment, dev, stream);
+    b.Lock();
+    b.watch.Drained(MonotonicNs());
+    b.Unlock();
+    return kNoCap;
+  }
+  return pending > 0 ? kWatchNapNs : kNoCap;
+}
+
+// After a launch on `stream` charged `charge_ns`: puts a marker behind it
+// when one is due (creating the ring index's event in the current context on
+// first use). A marker the driver refuses carries the charge to the next.
+void MarkAfter(CUstream stream, StreamBacklog& b, int64_t charge_ns) {
+  const real::CudaTable& cu = real::Cuda();
+  if (cu.cuEventCreate == nullptr || cu.cuEventRecord == nullptr) return;
+  b.Lock();
+  const int64_t now = MonotonicNs();
+  if (const int i = b.watch.Launched(now, charge_ns); i >= 0) {
+    CUevent& ev = b.markers[i];
+    if (ev == nullptr && cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      ev = nullptr;
+    }
+    if (ev != nullptr && cu.cuEventRecord(ev, stream) == CUDA_SUCCESS) b.watch.Marked(now);
+  }
+  b.Unlock();
 }
 
 }  // namespace
@@ -188,11 +203,18 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
     probe = budget.TakeProbe(kBootstrapProbes);
     charge = probe ? 0 : budget.probe_ns();
   }
-  if (!probe && charge > 0) WatchBacklog(*segment, dev, stream, *backlog, charge);
-  if (!Admit(*segment, dev, budget, charge)) return call(launch);  // no longer paced
+  const bool watched = !probe && charge > 0;
+  if (watched) WatchBacklog(*segment, dev, stream, *backlog, charge);
+  const auto before_nap = [&] {
+    return watched ? WatchBacklog(*segment, dev, stream, *backlog, charge) : INT64_MAX / 4;
+  };
+  if (!Admit(*segment, dev, budget, charge, before_nap)) return call(launch);  // no longer paced
   if (probe) return Probe(*segment, dev, budget, stream, call, launch);
   const CUresult rc = call(launch);
-  if (rc == CUDA_SUCCESS) budget.CountLaunch();
+  if (rc == CUDA_SUCCESS) {
+    budget.CountLaunch();
+    if (watched) MarkAfter(stream, *backlog, charge);
+  }
   return rc;
 }
 

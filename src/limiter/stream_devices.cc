@@ -14,15 +14,20 @@ namespace {
 thread_local StreamBacklog default_backlog __attribute__((tls_model("initial-exec")));
 thread_local int default_device __attribute__((tls_model("initial-exec"))) = -1;
 
-// Destroys the marker event of a replaced or destroyed stream (its context
-// may be gone: the driver's error is of no consequence).
-void DestroyMarker(StreamBacklog& b) {
-  CUevent ev = std::atomic_ref<CUevent>(b.marker).exchange(nullptr);
+// Destroys the marker events of a replaced or destroyed stream (its context
+// may be gone: the driver's error is of no consequence) and resets its watch.
+void DestroyMarkers(StreamBacklog& b) {
   const real::CudaTable& cu = real::Cuda();
-  if (ev != nullptr && cu.cuEventDestroy_v2 != nullptr) cu.cuEventDestroy_v2(ev);
+  b.Lock();
+  for (CUevent& ev : b.markers) {
+    if (ev != nullptr && cu.cuEventDestroy_v2 != nullptr) cu.cuEventDestroy_v2(ev);
+    ev = nullptr;
+  }
+  b.watch.Reset();
+  b.Unlock();
 }
 
-// A thread's default-stream marker is destroyed when the thread exits (a
+// A thread's default-stream markers are destroyed when the thread exits (a
 // key's destructor: thread_local objects with destructors would need a
 // dynamic initialiser). The key is created once, on first use.
 pthread_key_t exit_key;
@@ -30,7 +35,7 @@ pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 bool exit_key_made = false;  // written once, under exit_key_once
 thread_local bool exit_hooked __attribute__((tls_model("initial-exec"))) = false;
 
-void DestroyThreadMarker(void* backlog) { DestroyMarker(*static_cast<StreamBacklog*>(backlog)); }
+void DestroyThreadMarker(void* backlog) { DestroyMarkers(*static_cast<StreamBacklog*>(backlog)); }
 
 void HookThreadExit() {
   if (exit_hooked) return;
@@ -98,8 +103,7 @@ int StreamDevices::Resolve(CUstream stream, StreamBacklog** backlog) {
     const int device = GroupDevice(dev);
     if (device != default_device) {
       default_device = device;
-      default_backlog.marked_at = 0;
-      DestroyMarker(default_backlog);  // created in the other device's context
+      DestroyMarkers(default_backlog);  // created in the other device's context
     }
     HookThreadExit();  // its marker goes with the thread
     *backlog = &default_backlog;
@@ -119,8 +123,7 @@ int StreamDevices::Resolve(CUstream stream, StreamBacklog** backlog) {
   // misses rather than reading the new device.
   e.stream.store(0, std::memory_order_release);
   e.device.store(device, std::memory_order_release);
-  std::atomic_ref<int64_t>(e.backlog.marked_at).store(0, std::memory_order_relaxed);
-  DestroyMarker(e.backlog);
+  DestroyMarkers(e.backlog);
   e.stream.store(raw, std::memory_order_release);
   *backlog = &e.backlog;
   return device;
@@ -132,7 +135,7 @@ void StreamDevices::Forget(CUstream stream) {
   Entry& e = entries_[Slot(raw)];
   uintptr_t expected = raw;
   if (e.stream.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) {
-    DestroyMarker(e.backlog);
+    DestroyMarkers(e.backlog);
   }
 }
 

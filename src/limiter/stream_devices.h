@@ -1,5 +1,5 @@
 // StreamDevices: which device of the group a launch's stream belongs to,
-// cached, and each stream's backlog watch (shm/launch_pacer.h).
+// cached, and each stream's backlog watch (shm/progress_watch.h).
 //
 // Asking the driver costs one call where it has cuStreamGetDevice (r570+)
 // and four otherwise (the stream's context, made current for the question);
@@ -9,12 +9,14 @@
 // forgotten (Forget, from cuStreamDestroy), since the driver may reuse its
 // handle for a stream of another device. The default streams (0, legacy,
 // per-thread) belong to the current context's device (one call each time)
-// and keep their watch per thread; a thread's marker is destroyed when the
+// and keep their watch per thread; a thread's markers are destroyed when the
 // thread exits.
 //
 // Thread-safe, lock-free: a lookup that races with a replacement of its
 // entry sees either the old stream (and misses) or the new one whole.
 #pragma once
+
+#include <sched.h>
 
 #include <array>
 #include <atomic>
@@ -22,15 +24,23 @@
 #include <vector>
 
 #include "cuda_abi/cuda_driver_api.h"
+#include "shm/progress_watch.h"
 
 namespace gpuslice::limiter {
 
-// A stream's backlog watch state: BacklogWatch's field (through atomic_ref)
-// and the stream's marker event (created on first use; null: none), both
-// through atomic_ref.
+// A stream's backlog watch: the watch and the marker event of each of its
+// ring indices (created on first use; null: none). The threads launching on
+// one stream take `lock` around every use of both (a spin lock: the holder
+// never waits on anything while holding it).
 struct StreamBacklog {
-  int64_t marked_at = 0;
-  CUevent marker = nullptr;
+  std::atomic_flag lock;
+  ProgressWatch watch;
+  std::array<CUevent, ProgressWatch::kMarkers> markers{};
+
+  void Lock() {
+    while (lock.test_and_set(std::memory_order_acquire)) sched_yield();
+  }
+  void Unlock() { lock.clear(std::memory_order_release); }
 };
 
 class StreamDevices {

@@ -72,65 +72,22 @@ inline bool ClampAhead(std::atomic_ref<int64_t> next_free, int64_t now_ns, int64
   return false;
 }
 
-// ---- the backlog watch (one stream) ----
-//
-// The budget charges each launch its *estimated* device time. When the
-// workload changes (kernels 100x longer, a graph of many kernels in place of
-// one launch), the estimate is short until the group controller has seen the
-// new workload, and the driver's queue (up to about a thousand launches)
-// would fill with seconds of work that no later correction can take back.
-// The watch bounds that queue without knowing the new cost: it puts a marker
-// on the stream (an event: it completes when everything queued before it
-// has run) and looks at it once the allowance has passed. A correctly
-// charged stream never holds more than the burst's worth of work, so its
-// marker has completed by then (BacklogAllowanceNs); a
-// marker still pending means the queue holds more work than the charges
-// say, and the next launch waits until the stream has drained (the launches
-// queued after the marker are as wrongly charged). So a wrongly charged
-// stream holds at most an allowance of launches in the driver's queue, and a
-// steady one, however full it keeps its queue, never waits.
+// ---- the backlog watch's constants (shm/progress_watch.h) ----
 
-// Slack of the allowance: other tenants' time slices and launch latency.
+// Slack of a first marker's allowance: other tenants' time slices and launch
+// latency.
 inline constexpr int64_t kBacklogSlackNs = 5'000'000;
-// The longest a launch waits for its marker (a stream that waits on the
-// host, e.g. cuStreamWaitValue32, never drains by itself).
+// The longest a launch waits for its stream to drain (a stream that waits on
+// the host, e.g. cuStreamWaitValue32, never drains by itself).
 inline constexpr int64_t kBacklogMaxWaitNs = 2'000'000'000;
 
-// How long a marker may stay pending, for launches paced at `interval_ns` of
-// wall time each within `burst_ns` at `rate_bp`: the work a correctly
-// charged stream can have queued (the burst at its rate) with half again for
-// other tenants' time slices, two launches' intervals and the slack.
+// The queue a correctly charged stream can hold, for launches paced at
+// `interval_ns` of wall time each within `burst_ns` at `rate_bp`: the burst
+// at its rate with half again for other tenants' time slices, two launches'
+// intervals and the slack. A stream's first marker (the queue ahead of it
+// unknown) is given this much more.
 inline int64_t BacklogAllowanceNs(int64_t interval_ns, int64_t burst_ns, uint32_t rate_bp) {
   return burst_ns * rate_bp / 10000 * 3 / 2 + 2 * interval_ns + kBacklogSlackNs;
 }
-
-// The watch's state for one stream: when its marker was put (0: none
-// pending). Lock-free; racing threads on one stream at worst look at the
-// marker once more than needed.
-class BacklogWatch {
- public:
-  enum class Step {
-    kNone,   // the launch goes; nothing to do
-    kMark,   // put a marker on the stream, then Marked(now)
-    kCheck,  // the marker is due: if it is pending, wait for the stream to drain;
-             // then put a new marker
-  };
-
-  explicit BacklogWatch(std::atomic_ref<int64_t> marked_at) : marked_at_(marked_at) {}
-
-  // What to do before a launch at `now_ns`.
-  Step Next(int64_t now_ns, int64_t allowance_ns) const {
-    const int64_t at = marked_at_.load(std::memory_order_relaxed);
-    if (at == 0) return Step::kMark;
-    return now_ns - at > allowance_ns ? Step::kCheck : Step::kNone;
-  }
-  // A marker was put at `now_ns`.
-  void Marked(int64_t now_ns) { marked_at_.store(now_ns, std::memory_order_relaxed); }
-  // No marker is pending (none could be put).
-  void Clear() { marked_at_.store(0, std::memory_order_relaxed); }
-
- private:
-  std::atomic_ref<int64_t> marked_at_;
-};
 
 }  // namespace gpuslice

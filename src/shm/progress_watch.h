@@ -1,0 +1,127 @@
+// ProgressWatch: one stream's markers and the deadline each must meet
+// (DESIGN.md section 2, compute limits; docs/limiter.md "Backlog watch").
+//
+// The budget charges a launch its *estimated* device time. When kernels
+// become much longer with nothing in the launch to tell (same function, same
+// grid), the estimate is short until the controller has seen NVML windows of
+// the new workload (a sixth of a second at best), and meanwhile launches are
+// admitted at the old charge. Under a 70 % cap a stream keeps about 14 ms of
+// the old work queued, so about 50 launches of the new kind are admitted
+// before the first of them even starts: that part no observation can stop.
+// What the watch bounds is what comes after: it puts a marker (an event) on
+// the stream every kMarkPeriodNs of launches, remembers what the launches
+// between two markers were charged, and expects each marker to complete at
+// most `kFactor` x that charge plus kSlackNs after the later of its
+// predecessor's completion (as first seen) and its own recording. The work
+// behind a marker cannot start before its predecessor has completed, so
+// this holds for every correctly charged stream whatever its queue depth; a
+// marker that misses it proves the launches behind it cost more than they
+// were charged, typically within a couple of milliseconds of the first long
+// kernel's start. The caller then drains the stream (every launch queued
+// since is as wrongly charged) before the next launch.
+//
+// The first marker after a Reset has an unknown queue ahead of it (work
+// launched before the watch began): it gets `unknown_ahead_ns` more.
+//
+// Pure arithmetic on a ring of kMarkers markers: the caller records the
+// events (ring index -> event) and answers whether one has completed. Not
+// thread-safe: the caller serialises the calls for one stream.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+namespace gpuslice {
+
+class ProgressWatch {
+ public:
+  static constexpr int kMarkers = 16;
+  // A marker at most this often (per stream): a driver call per period, not
+  // per launch.
+  static constexpr int64_t kMarkPeriodNs = 500'000;
+  // A marker's completion is looked at no more often than this while it is
+  // not yet due (when it is due, on every check).
+  static constexpr int64_t kQueryPeriodNs = 250'000;
+  // Tolerance: kernels' own jitter, other tenants' time slices, a short
+  // copy between two launches, and how late a completion is first seen.
+  static constexpr int64_t kSlackNs = 2'000'000;
+  static constexpr int64_t kFactor = 2;
+
+  enum class Verdict {
+    kOk,       // launch
+    kBacklog,  // a marker missed its deadline: drain the stream, then Drained()
+  };
+
+  // Before a launch at `now_ns`: drops the markers `done(index)` says have
+  // completed (oldest first), then judges the oldest still pending.
+  // `unknown_ahead_ns`: the allowance of a first marker (see above).
+  template <typename Done>
+  Verdict Check(int64_t now_ns, int64_t unknown_ahead_ns, Done&& done) {
+    if (count_ == 0) return Verdict::kOk;
+    if (now_ns < Deadline(unknown_ahead_ns) && now_ns - last_query_ns_ < kQueryPeriodNs) {
+      return Verdict::kOk;
+    }
+    last_query_ns_ = now_ns;
+    while (count_ > 0 && done(head_)) {
+      last_done_ns_ = now_ns;
+      known_ahead_ = true;
+      head_ = (head_ + 1) % kMarkers;
+      --count_;
+    }
+    if (count_ == 0 || now_ns <= Deadline(unknown_ahead_ns)) return Verdict::kOk;
+    return Verdict::kBacklog;
+  }
+
+  // After a launch at `now_ns` charged `charge_ns` of device time: the ring
+  // index at which to record a marker now (then Marked), or -1 for none.
+  int Launched(int64_t now_ns, int64_t charge_ns) {
+    unmarked_charge_ns_ += charge_ns;
+    if (count_ == kMarkers || now_ns - last_mark_ns_ < kMarkPeriodNs) return -1;
+    return (head_ + count_) % kMarkers;
+  }
+  // A marker was recorded at the index Launched gave, at `now_ns`. (Not
+  // calling it, e.g. the driver refused, carries the charge to the next.)
+  void Marked(int64_t now_ns) {
+    ring_[(head_ + count_) % kMarkers] = {now_ns, unmarked_charge_ns_};
+    ++count_;
+    unmarked_charge_ns_ = 0;
+    last_mark_ns_ = now_ns;
+  }
+
+  // The stream drained at `now_ns` (all markers complete).
+  void Drained(int64_t now_ns) {
+    count_ = 0;
+    unmarked_charge_ns_ = 0;
+    last_done_ns_ = now_ns;
+    known_ahead_ = true;
+  }
+  // Forgets everything (a new stream, another device): the queue ahead of
+  // the next marker is unknown.
+  void Reset() { *this = ProgressWatch(); }
+
+  // Markers pending.
+  int pending() const { return count_; }
+  // When the oldest pending marker is due (meaningless when none is).
+  int64_t Deadline(int64_t unknown_ahead_ns) const {
+    const Marker& m = ring_[head_];
+    return std::max(m.recorded_at_ns, last_done_ns_) + kFactor * m.charged_ns + kSlackNs +
+           (known_ahead_ ? 0 : unknown_ahead_ns);
+  }
+
+ private:
+  struct Marker {
+    int64_t recorded_at_ns = 0;
+    int64_t charged_ns = 0;  // the launches between the previous marker and this one
+  };
+  std::array<Marker, kMarkers> ring_{};
+  int head_ = 0;
+  int count_ = 0;
+  int64_t unmarked_charge_ns_ = 0;
+  int64_t last_mark_ns_ = 0;
+  int64_t last_done_ns_ = 0;  // when the newest completed marker was seen complete
+  int64_t last_query_ns_ = 0;
+  bool known_ahead_ = false;
+};
+
+}  // namespace gpuslice
