@@ -8,15 +8,17 @@
 // and a branch. Otherwise the launch:
 //  1. finds its device through the cached resolver (StreamDevices: no driver
 //     call for a stream seen before);
-//  2. waits for its stream to drain if the stream has stayed busy longer
-//     than a correctly charged stream would (the backlog watch,
-//     shm/launch_pacer.h): after a workload change the charge is short until
-//     the controller relearns it, and this keeps the driver's queue from
-//     filling with seconds of work meanwhile (bounded wait, kBacklogMaxWaitNs);
+//  2. waits for its stream to drain if one of the stream's markers missed
+//     its deadline (the backlog watch, shm/progress_watch.h): after a
+//     workload change the charge is short until the controller relearns it,
+//     and this keeps the driver's queue from filling with seconds of work
+//     meanwhile (bounded wait, kBacklogMaxWaitNs); after the launch it puts
+//     a marker on the stream when one is due;
 //  3. waits until the group's budget on its device admits it
 //     (ComputeBudget: the budget advances by the launch's estimated device
 //     time stretched by the limit), sleeping on the segment's futex, never
-//     polling; a limit change wakes it at once.
+//     polling (while markers are pending it wakes every millisecond to look
+//     at them); a limit change wakes it at once.
 // Each launch is charged its own member's cost (SlotCompute: the group
 // controller learns every member's device time per launch from that
 // member's NVML samples), so members whose kernels differ a hundredfold are

@@ -66,7 +66,7 @@ CUresult FreedPointer(ProcessState& l, CUresult rc, CUdeviceptr ptr) {
     if (auto c = l.ledger().Untrack(Resource::kPointer, ptr)) [[likely]] {
       l.ledger().Release(*c);
     } else {
-      l.PoolMemoryFreed();
+      l.PoolMemoryFreed(ptr);
     }
   }
   return rc;
@@ -193,12 +193,14 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, CUme
   }
   if (pool != nullptr && device >= 0) {
     const CUstream sync = stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream;
-    std::optional<CUresult> rc =
-        l.pools().Allocate(reinterpret_cast<uint64_t>(pool), device, bytes, allocate, [&] {
+    std::optional<CUresult> rc = l.pools().Allocate(
+        reinterpret_cast<uint64_t>(pool), device, bytes, allocate,
+        [&] {
           // Undo: free it and wait until the pool has it back.
           GS_REAL(cuMemFreeAsync, *dptr, sync);
           GS_REAL(cuStreamSynchronize, sync);
-        });
+        },
+        [&] { return uint64_t{*dptr}; });
     if (rc) {
       if (*rc == CUDA_SUCCESS) l.WatchPools();
       return *rc;

@@ -1,5 +1,7 @@
 #include "limiter/pool_charges.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace gpuslice::limiter {
@@ -85,8 +87,38 @@ void PoolCharges::RefreshLocked(Entry& e) {
   }
   // The driver no longer knows the pool (destroyed behind the limiter's
   // back, or with its context): nothing of it is held any more.
+  ForgetLocked(e);
+}
+
+void PoolCharges::ForgetLocked(Entry& e) {
   SettleLocked(e, 0);
+  if (e.allocations > 0) {
+    std::erase_if(live_, [&](const auto& kv) { return kv.second.pool == e.pool; });
+  }
   e = Entry{};
+}
+
+void PoolCharges::RememberLocked(Entry& e, uint64_t ptr, uint64_t bytes) {
+  if (ptr == 0) return;
+  const uint64_t rounded = RoundUp(bytes, granularity_);
+  if (!live_.insert_or_assign(ptr, Allocation{e.pool, rounded}).second) return;  // reused address
+  ++e.allocations;
+  e.allocated_bytes += rounded;
+}
+
+void PoolCharges::Freed(uint64_t ptr) {
+  std::lock_guard lock(mu_);
+  if (auto it = live_.find(ptr); it != live_.end()) {
+    const Allocation a = it->second;
+    live_.erase(it);
+    if (Entry* e = Find(a.pool)) {
+      e->allocations -= e->allocations > 0 ? 1 : 0;
+      e->allocated_bytes -= std::min(e->allocated_bytes, a.bytes);
+      // The driver releases a destroyed pool with its last allocation.
+      if (e->destroyed && e->allocations == 0) ForgetLocked(*e);
+    }
+  }
+  RefreshAllLocked();
 }
 
 bool PoolCharges::RefreshAllLocked(const Entry* busy) {
@@ -126,28 +158,34 @@ void PoolCharges::Learn(Entry& e, uint64_t shortfall, uint64_t growth) {
   }
 }
 
-void PoolCharges::Destroyed(uint64_t pool, bool outstanding) {
+void PoolCharges::Destroyed(uint64_t pool, bool outstanding, uint64_t used) {
   std::lock_guard lock(mu_);
-  DestroyedLocked(pool, outstanding);
+  DestroyedLocked(pool, outstanding, used);
 }
 
-void PoolCharges::DestroyedLocked(uint64_t pool, bool outstanding) {
+void PoolCharges::DestroyedLocked(uint64_t pool, bool outstanding, uint64_t used) {
   Entry* e = Find(pool);
   if (e == nullptr) return;
   if (outstanding) {
     e->destroyed = true;
-    GS_LOG(kInfo, "limiter",
-           "a memory pool destroyed with allocations outstanding stays charged (%llu bytes)",
-           static_cast<unsigned long long>(e->charged));
+    if (e->allocations == 0 || used > e->allocated_bytes) {
+      // Some outstanding memory was not allocated through Allocate: its
+      // free cannot be told, so the charge stays.
+      e->allocations = 0;
+      std::erase_if(live_, [&](const auto& kv) { return kv.second.pool == pool; });
+      GS_LOG(kInfo, "limiter",
+             "a memory pool destroyed with allocations outstanding stays charged (%llu bytes)",
+             static_cast<unsigned long long>(e->charged));
+    }
     return;
   }
-  SettleLocked(*e, 0);
-  *e = Entry{};
+  ForgetLocked(*e);
 }
 
 void PoolCharges::ResetInChild() {
   std::lock_guard lock(mu_);
   entries_.clear();
+  live_.clear();
   charged_pools_.store(0);
 }
 

@@ -23,9 +23,12 @@
 //   frees of pool memory, cuMemPoolTrimTo, cuMemGetInfo, a refused
 //   allocation, and every 200 ms from a thread of its own while any pool is
 //   charged).
-// - A destroyed pool gives its charge back, unless it still had allocations
-//   outstanding: the driver then releases it only once they are freed, which
-//   the limiter cannot observe, so the charge stays until the process exits.
+// - A destroyed pool gives its charge back. One with allocations outstanding
+//   is released by the driver with its last allocation: its charge is given
+//   back at the free of the last allocation it made through Allocate (each
+//   is remembered by its pointer until freed: Freed). Where some of its
+//   allocations are not known (the driver reported more in use than the
+//   ones remembered) the charge stays until the process exits.
 //
 // Every allocation from any pool of the process and every refresh is
 // serialised (one mutex, held across the driver call), so a reserve read
@@ -38,6 +41,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "cuda_abi/cuda_driver_api.h"
@@ -83,18 +87,31 @@ class PoolCharges {
   // above). `undo` frees what `allocate` gave and waits until the pool has it
   // back. Returns the call's result, or nullopt when the driver cannot report
   // the pool's usage (nothing was called: the caller charges per allocation).
+  // `pointer()` gives the allocation's address after a successful call (0:
+  // none to remember).
+  template <typename AllocateFn, typename UndoFn, typename PointerFn>
+  std::optional<CUresult> Allocate(uint64_t pool, int device, uint64_t bytes, AllocateFn&& allocate,
+                                   UndoFn&& undo, PointerFn&& pointer);
   template <typename AllocateFn, typename UndoFn>
   std::optional<CUresult> Allocate(uint64_t pool, int device, uint64_t bytes, AllocateFn&& allocate,
-                                   UndoFn&& undo);
+                                   UndoFn&& undo) {
+    return Allocate(pool, device, bytes, allocate, undo, [] { return uint64_t{0}; });
+  }
+
+  // `ptr` (memory the ledger does not track) was freed: if it was the last
+  // outstanding allocation of a destroyed pool, that pool's charge is given
+  // back; then every pool's charge is settled (RefreshAll).
+  void Freed(uint64_t ptr);
 
   // Settles `pool`'s charge on its reserve now; a pool the driver no longer
   // knows gives its charge back and is forgotten.
   void Refresh(uint64_t pool);
   // The same for every pool. Returns true if any charge went down.
   bool RefreshAll();
-  // `pool` was destroyed; `outstanding`: it still had allocations (its
-  // charge stays, see above).
-  void Destroyed(uint64_t pool, bool outstanding);
+  // `pool` was destroyed; `outstanding`: it still had allocations, `used`
+  // bytes of them as the driver reported (its charge stays until they are
+  // freed, see above).
+  void Destroyed(uint64_t pool, bool outstanding, uint64_t used = 0);
   // Destroys `pool` through `destroy` (the real call), then as Destroyed
   // with what the driver said of it just before.
   template <typename DestroyFn>
@@ -102,7 +119,7 @@ class PoolCharges {
     std::lock_guard lock(mu_);
     const std::optional<PoolUsage> u = driver_.Usage(pool);
     const CUresult rc = destroy();
-    if (rc == CUDA_SUCCESS) DestroyedLocked(pool, u && u->used > 0);
+    if (rc == CUDA_SUCCESS) DestroyedLocked(pool, u && u->used > 0, u ? u->used : 0);
     return rc;
   }
 
@@ -123,11 +140,17 @@ class PoolCharges {
     uint64_t charged = 0;               // bytes charged to `device` for this pool
     uint64_t block = 0;                 // learnt growth unit (0: not yet: the granularity)
     uint64_t learnt_from = UINT64_MAX;  // the shortfall `block` was learnt from
-    bool destroyed = false;             // charge kept until exit
+    bool destroyed = false;             // charge kept until its allocations are freed
+    uint64_t allocations = 0;           // remembered allocations outstanding (in live_)
+    uint64_t allocated_bytes = 0;       // their bytes, rounded to the granularity
+  };
+  struct Allocation {
+    uint64_t pool;
+    uint64_t bytes;
   };
 
   // REQUIRES: mu_ held (for all below).
-  void DestroyedLocked(uint64_t pool, bool outstanding);
+  void DestroyedLocked(uint64_t pool, bool outstanding, uint64_t used);
   Entry* Find(uint64_t pool);
   Entry& FindOrAdd(uint64_t pool, int device);
   // Settles `e` at `reserved` bytes (charging what grew, even past the
@@ -147,18 +170,24 @@ class PoolCharges {
   void Learn(Entry& e, uint64_t shortfall, uint64_t growth);
   // Sets e.charged (the caller charged or gave back the difference).
   void SetCharged(Entry& e, uint64_t bytes);
+  // Remembers the allocation at `ptr` (0: none) of `bytes` from `e`.
+  void RememberLocked(Entry& e, uint64_t ptr, uint64_t bytes);
+  // Forgets `e` (its charge given back) and the allocations remembered of it.
+  void ForgetLocked(Entry& e);
 
   Ledger& ledger_;
   PoolDriver& driver_;
   const uint64_t granularity_;
   mutable std::mutex mu_;
-  std::vector<Entry> entries_;         // GUARDED_BY(mu_): a process has few pools
-  std::atomic<int> charged_pools_{0};  // entries with charged > 0
+  std::vector<Entry> entries_;                     // GUARDED_BY(mu_): a process has few pools
+  std::unordered_map<uint64_t, Allocation> live_;  // GUARDED_BY(mu_): by pointer
+  std::atomic<int> charged_pools_{0};              // entries with charged > 0
 };
 
-template <typename AllocateFn, typename UndoFn>
+template <typename AllocateFn, typename UndoFn, typename PointerFn>
 std::optional<CUresult> PoolCharges::Allocate(uint64_t pool, int device, uint64_t bytes,
-                                              AllocateFn&& allocate, UndoFn&& undo) {
+                                              AllocateFn&& allocate, UndoFn&& undo,
+                                              PointerFn&& pointer) {
   std::lock_guard lock(mu_);
   const std::optional<PoolUsage> before = driver_.Usage(pool);
   if (!before) return std::nullopt;
@@ -180,10 +209,12 @@ std::optional<CUresult> PoolCharges::Allocate(uint64_t pool, int device, uint64_
   if (after->reserved > before->reserved) Learn(e, shortfall, after->reserved - before->reserved);
   if (after->reserved <= e.charged) {
     SettleLocked(e, after->reserved);  // gives back what was reserved ahead and not used
+    RememberLocked(e, pointer(), bytes);
     return rc;
   }
   if (ReserveLocked(device, after->reserved - e.charged, &e)) {
     SetCharged(e, after->reserved);
+    RememberLocked(e, pointer(), bytes);
     return rc;
   }
   // The pool grew past the group's room: undo the allocation, trim the pool

@@ -79,8 +79,9 @@ class PoolChargesTest : public ::testing::Test {
   }
   uint64_t Used() const { return segment_->MemoryUsed(device_); }
 
-  // One allocation of `bytes` from `pool` through the charges, as the hooks do.
-  CUresult Allocate(uint64_t pool, uint64_t bytes) {
+  // One allocation of `bytes` from `pool` through the charges, as the hooks
+  // do; the driver gives it address `ptr` (0: not remembered).
+  CUresult Allocate(uint64_t pool, uint64_t bytes, uint64_t ptr = 0) {
     auto rc = charges_.Allocate(
         pool, device_, bytes,
         [&] {
@@ -90,7 +91,8 @@ class PoolChargesTest : public ::testing::Test {
         [&] {
           ++undone_;
           driver_.Free(pool, bytes);
-        });
+        },
+        [ptr] { return ptr; });
     EXPECT_TRUE(rc.has_value());
     return rc.value_or(CUDA_ERROR_UNKNOWN);
   }
@@ -227,6 +229,28 @@ TEST_F(PoolChargesTest, ADestroyedPoolGivesItsChargeBackUnlessAllocationsAreOuts
   driver_.pools.erase(2);
   EXPECT_FALSE(charges_.RefreshAll());
   EXPECT_EQ(Used(), 32 * kMiB);  // kept: the driver frees it only with its last allocation
+}
+
+// The driver releases a pool destroyed with allocations outstanding with the
+// last of them: so does the group's charge.
+TEST_F(PoolChargesTest, APoolDestroyedWithAllocationsOutstandingIsGivenBackWithTheLast) {
+  ASSERT_EQ(Allocate(1, 2 * kMiB, 0x1000), CUDA_SUCCESS);
+  ASSERT_EQ(Allocate(1, 2 * kMiB, 0x2000), CUDA_SUCCESS);
+  EXPECT_EQ(Used(), 32 * kMiB);
+  charges_.Destroyed(1, /*outstanding=*/true, driver_.pools[1].used);
+  driver_.pools.erase(1);  // the driver no longer answers for it
+  charges_.Freed(0x1000);
+  EXPECT_EQ(Used(), 32 * kMiB);  // one allocation still outstanding
+  charges_.Freed(0x2000);
+  EXPECT_EQ(Used(), 0u);
+  EXPECT_FALSE(charges_.DeviceOf(1).has_value());
+  // A pool with an allocation the charges never saw stays charged.
+  ASSERT_EQ(Allocate(2, 2 * kMiB, 0x3000), CUDA_SUCCESS);
+  driver_.Alloc(2, 2 * kMiB);  // behind the charges' back
+  charges_.Destroyed(2, /*outstanding=*/true, driver_.pools[2].used);
+  driver_.pools.erase(2);
+  charges_.Freed(0x3000);
+  EXPECT_EQ(Used(), 32 * kMiB);
 }
 
 TEST_F(PoolChargesTest, APoolTheDriverForgotIsGivenBack) {

@@ -419,8 +419,13 @@ void ProcessState::WatchPools() {
   pthread_setname_np(thread, "gpuslice-pools");
 }
 
-void ProcessState::PoolMemoryFreed() {
-  if (pools_.any_charged()) pools_.RefreshAll();
+void ProcessState::PoolMemoryFreed(uint64_t ptr) {
+  if (!pools_.any_charged()) return;
+  if (ptr != 0) {
+    pools_.Freed(ptr);
+  } else {
+    pools_.RefreshAll();
+  }
 }
 
 std::optional<Charge> ProcessState::ReserveAfterPoolRefresh(int device, uint64_t bytes) {

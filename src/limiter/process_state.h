@@ -110,8 +110,9 @@ class ProcessState {
   // thread of the limiter's own (started once per process).
   void WatchPools();
   // Pool memory may have been given back (a free the ledger did not track,
-  // a destroyed context): refreshes the pools' charges if any is charged.
-  void PoolMemoryFreed();
+  // of `ptr`; a destroyed context, ptr 0): refreshes the pools' charges if
+  // any is charged (PoolCharges::Freed for a pointer).
+  void PoolMemoryFreed(uint64_t ptr = 0);
   // Reserves `bytes` on `device` after refreshing the pools' charges (a
   // synchronize may have released pool memory); nullopt if there is still no
   // room. For a refused reservation only (cold).
