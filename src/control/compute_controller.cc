@@ -166,6 +166,21 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
   d.last_seen_us = newest_us;
   d.matched_once |= matched;
 
+  // The measured share closes the loop (share_correction.h): a workload
+  // change an estimator detected holds it, its new estimate being the
+  // correction already.
+  uint64_t shifts = d.estimator.shifts() + d.unslotted.shifts();
+  for (const auto& [slot, st] : d.slots) shifts += st.estimator.shifts();
+  if (shifts != d.shifts_seen) {
+    d.shifts_seen = shifts;
+    d.correction.Hold(end_ns);
+  }
+  int64_t longest = d.estimator.CostNs();  // the measurement's granularity
+  for (const auto& [slot, st] : d.slots) longest = std::max(longest, st.estimator.CostNs());
+  d.correction.Update(end_ns, d.estimator.RecentShare(ShareCorrection::kWindowNs),
+                      static_cast<double>(segment_.PacedRateBp(dev)) / 10000.0, longest);
+  const double factor = d.correction.factor();
+
   const double share = d.estimator.RecentShare(1'000'000'000);
   segment_.PublishEstimate(
       dev, GroupSegment::Estimate{
@@ -176,7 +191,10 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
   const int64_t unslotted_charge = d.unslotted.CostNs();
   for (const auto& [slot, st] : d.slots) {
     const int64_t charge = d.unknown.contains(slot) ? unslotted_charge : st.estimator.CostNs();
-    if (charge > 0) segment_.PublishSlotCharge(slot, dev, charge);
+    if (charge > 0) {
+      segment_.PublishSlotCharge(slot, dev,
+                                 static_cast<int64_t>(static_cast<double>(charge) * factor));
+    }
   }
 
   if (!d.matched_once && !warned_unmatched_ && launches > 0 &&

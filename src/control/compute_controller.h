@@ -15,6 +15,9 @@
 //    that mean;
 //  - one for the whole group: its mean charge and measured share, for
 //    `gpuslice status` and the scheduler (GroupSegment::PublishEstimate).
+// The members' published charges are the estimates multiplied by the
+// group's ShareCorrection: a group NVML measures over its rate is slowed
+// within a window or two whatever its estimates say (share_correction.h).
 //
 // Members are matched by pid in the utilization source's namespace (NVML:
 // the host's). The limiter passes its slots' pids with their slots, so
@@ -37,6 +40,7 @@
 
 #include "common/clock.h"
 #include "control/cost_estimator.h"
+#include "control/share_correction.h"
 #include "control/utilization_source.h"
 #include "shm/group_segment.h"
 
@@ -97,6 +101,8 @@ class ComputeController {
     int64_t first_tick_ns = 0;
     uint64_t launches_at_first_tick = 0;
     bool paced_launch_seen = false;  // launches moved since the first tick
+    ShareCorrection correction;      // on the group's measured share
+    uint64_t shifts_seen = 0;        // workload changes the estimators detected
   };
 
   void TickDevice(int dev, Device& d, const std::vector<Member>& members);

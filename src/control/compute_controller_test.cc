@@ -206,6 +206,40 @@ TEST_F(MixedMembersTest, AMemberThatJoinsStartsWithNoChargeOfItsOwn) {
   EXPECT_EQ(segment_->SlotCharge(long_, 0), 0);  // measured by its own probes first
 }
 
+// Kernels 1.3x longer: within the estimator's shift factor, so its estimate
+// creeps up over its horizon while NVML measures the group over its rate.
+// The measured share raises the member's charge beyond the estimate within
+// two windows (share_correction.h), and lets go once the share is back.
+TEST_F(ComputeControllerTest, AGroupMeasuredOverItsRateIsChargedMoreWithinTwoWindows) {
+  segment_->SetComputeLimit(0, 50);
+  const int slot = *segment_->Join(4242, 1, "m");
+  ComputeController c(*segment_, source_, ComputeController::SlotMembers(*segment_),
+                      {realtime_, monotonic_});
+  auto run = [&](double seconds, uint32_t percent) {
+    for (int i = 1; i <= static_cast<int>(seconds * 20); ++i) {
+      realtime_.Advance(50 * kMs);
+      monotonic_.Advance(50 * kMs);
+      std::atomic_ref<uint64_t>(segment_->layout().slot_compute[slot][0].launches) += 5;
+      std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 5;
+      if (i % 4 == 0) {
+        source_.samples[kUuid].push_back(
+            {4242, static_cast<uint64_t>(realtime_.NowNs() / 1000), percent});
+      }
+      c.Tick();
+    }
+  };
+  run(4.0, 50);  // 100 launches a second, 50 % busy: 5 ms each, at the rate
+  EXPECT_NEAR(segment_->SlotCharge(slot, 0), 5 * kMs, 0.3 * kMs);
+  run(0.4, 65);  // two windows at 6.5 ms each
+  const auto estimate = static_cast<double>(segment_->Compute(0).charge_ns);
+  EXPECT_LT(estimate, 5.6 * kMs);  // the estimator is still averaging the old work in
+  EXPECT_GT(static_cast<double>(segment_->SlotCharge(slot, 0)), 1.2 * estimate);
+  // Measured under the rate again: the correction lets go.
+  run(3.0, 30);
+  EXPECT_NEAR(static_cast<double>(segment_->SlotCharge(slot, 0)),
+              static_cast<double>(segment_->Compute(0).charge_ns), 0.05 * kMs);
+}
+
 TEST(ComputeBudget, ChargesReadFromTheSegmentAreBounded) {
   DeviceCompute device{};
   SlotCompute member{};

@@ -15,6 +15,7 @@
 #include <deque>
 #include <vector>
 
+#include "control/share_correction.h"
 #include "shm/launch_pacer.h"
 #include "shm/progress_watch.h"
 
@@ -46,6 +47,9 @@ struct PlantOptions {
   // own launches, as ComputeController does); false: one charge for the
   // whole group (the group's busy time over all its launches).
   bool per_member = true;
+  // The controller multiplies charges by the measured share's correction
+  // (ShareCorrection), as ComputeController does.
+  bool closed_loop = true;
   CostEstimator::Options estimator;
 };
 
@@ -232,11 +236,26 @@ class Plant {
   // The controller: records launches, takes the NVML windows that are visible.
   void Tick() {
     estimator_.RecordLaunches(now_, launches_);
+    bool window_closed = false;
     while (!closed_.empty() && closed_.front().end + o_.nvml_lag_ns <= now_) {
       estimator_.AddBusy(closed_.front().start, closed_.front().end, closed_.front().fraction);
       closed_.pop_front();
+      window_closed = true;
     }
-    if (int64_t c = estimator_.CostNs(); c > 0) charge_ns_ = c;
+    uint64_t shifts = estimator_.shifts();
+    for (const Member& m : members_) shifts += m.estimator.shifts();
+    if (shifts != shifts_seen_) {
+      shifts_seen_ = shifts;
+      correction_.Hold(now_);
+    }
+    if (window_closed && o_.closed_loop) {
+      correction_.Update(now_, estimator_.RecentShare(ShareCorrection::kWindowNs), limit_ / 100.0,
+                         std::max(charge_ns_, members_[0].charge_ns));
+    }
+    const double factor = correction_.factor();
+    if (int64_t c = estimator_.CostNs(); c > 0) {
+      charge_ns_ = static_cast<int64_t>(static_cast<double>(c) * factor);
+    }
     for (Member& m : members_) {
       m.estimator.RecordLaunches(now_, m.launches);
       while (!m.closed.empty() && m.closed.front().end + o_.nvml_lag_ns <= now_) {
@@ -244,7 +263,9 @@ class Plant {
                             m.closed.front().fraction);
         m.closed.pop_front();
       }
-      if (int64_t c = m.estimator.CostNs(); c > 0) m.charge_ns = c;
+      if (int64_t c = m.estimator.CostNs(); c > 0) {
+        m.charge_ns = static_cast<int64_t>(static_cast<double>(c) * factor);
+      }
     }
   }
 
@@ -262,6 +283,8 @@ class Plant {
   int64_t window_busy_ = 0;
   std::deque<Window> closed_;
   CostEstimator estimator_;
+  ShareCorrection correction_;
+  uint64_t shifts_seen_ = 0;
 };
 
 struct Case {
@@ -421,6 +444,20 @@ TEST(WorkloadChange, KernelsAHundredTimesLongerUnderAHighCap) {
   plant.set_kernel_ns(20 * kMs);
   plant.RunUntil(18 * kSec);
   ExpectCapHolds(plant, 6 * kSec, 70);
+}
+
+// Kernels 1.45x longer: within the estimator's shift factor, so the horizon
+// is not dropped and the charge creeps up over two seconds; meanwhile the
+// group would run at 1.4x its cap. The measured share closes the loop.
+TEST(WorkloadChange, KernelsALittleLongerWithinTheShiftFactor) {
+  PlantOptions o;
+  o.kernel_ns = 2 * kMs;
+  o.limit = 50;
+  Plant plant(o);
+  plant.RunUntil(6 * kSec);
+  plant.set_kernel_ns(2900 * kUs);
+  plant.RunUntil(18 * kSec);
+  ExpectCapHolds(plant, 6 * kSec, 50);
 }
 
 TEST(WorkloadChange, KernelsAHundredTimesShorter) {
