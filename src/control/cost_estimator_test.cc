@@ -163,7 +163,7 @@ class Plant {
           m.draining = false;
           m.watch.Drained(now_);
         }
-        const auto verdict = m.watch.Check(now_, kPacerBurstNs * limit_ / 100,
+        const auto verdict = m.watch.Check(now_, kPacerBurstNs * limit_ / 100, limit_ * 100,
                                            [&](int i) { return m.done >= m.marker[i]; });
         if (verdict == ProgressWatch::Verdict::kBacklog) {
           m.draining = true;
@@ -431,7 +431,8 @@ TEST(WorkloadChange, KernelsAHundredTimesLonger) {
 // being admitted at the old charge (one every 0.29 ms) until the first long
 // kernel has even started: about 50 launches, a second of 20 ms kernels,
 // that no observation can stop. The progress watch's markers (one per
-// 0.5 ms of launches, each due twice its charge after its predecessor) catch
+// 0.5 ms of launches, each due twice its charge after its predecessor)
+// catch
 // the first long kernel within milliseconds of its start, so the rest of the
 // backlog never queues. (The allowance-based watch before it looked every
 // 27 ms and let about 2 s of work in: 100.0 / 73.5.)
@@ -617,8 +618,9 @@ TEST(BacklogAllowance, IsTheQueueOfACorrectlyChargedStreamWithSlack) {
   EXPECT_EQ(BacklogAllowanceNs(kMs, 20 * kMs, 5000), 22 * kMs);
 }
 
-// A marker is due kFactor x the charge of the launches behind it after its
-// predecessor was seen complete (or after its own recording, if later).
+// A marker is due twice the charge of the launches behind it (at a high
+// rate) after its predecessor was seen complete (or after its own recording,
+// if later).
 TEST(ProgressWatch, AMarkerIsDueAfterItsPredecessorCompletedByTwiceItsCharge) {
   ProgressWatch w;
   std::array<bool, ProgressWatch::kMarkers> done{};
@@ -631,11 +633,11 @@ TEST(ProgressWatch, AMarkerIsDueAfterItsPredecessorCompletedByTwiceItsCharge) {
   // Within the mark period: no second marker; the charge carries over.
   EXPECT_EQ(w.Launched(10 * kMs + 100 * kUs, 200 * kUs), -1);
   const int64_t first_due = 10 * kMs + 400 * kUs + ProgressWatch::kSlackNs + kUnknown;
-  EXPECT_EQ(w.Check(first_due, kUnknown, is_done), ProgressWatch::Verdict::kOk);
-  EXPECT_EQ(w.Check(first_due + 1, kUnknown, is_done), ProgressWatch::Verdict::kBacklog);
+  EXPECT_EQ(w.Check(first_due, kUnknown, 10000, is_done), ProgressWatch::Verdict::kOk);
+  EXPECT_EQ(w.Check(first_due + 1, kUnknown, 10000, is_done), ProgressWatch::Verdict::kBacklog);
   // It completes; a second marker behind 400 us of charges.
   done[0] = true;
-  EXPECT_EQ(w.Check(first_due + 1, kUnknown, is_done), ProgressWatch::Verdict::kOk);
+  EXPECT_EQ(w.Check(first_due + 1, kUnknown, 10000, is_done), ProgressWatch::Verdict::kOk);
   EXPECT_EQ(w.pending(), 0);
   const int64_t t = first_due + kMs;
   i = w.Launched(t, 400 * kUs);
@@ -644,8 +646,8 @@ TEST(ProgressWatch, AMarkerIsDueAfterItsPredecessorCompletedByTwiceItsCharge) {
   // Now the queue ahead is known: due 2 x 0.6 ms (the 200 us carried over
   // and these 400 us) + slack after its recording.
   const int64_t due = t + 1200 * kUs + ProgressWatch::kSlackNs;
-  EXPECT_EQ(w.Check(due, kUnknown, is_done), ProgressWatch::Verdict::kOk);
-  EXPECT_EQ(w.Check(due + 1, kUnknown, is_done), ProgressWatch::Verdict::kBacklog);
+  EXPECT_EQ(w.Check(due, kUnknown, 10000, is_done), ProgressWatch::Verdict::kOk);
+  EXPECT_EQ(w.Check(due + 1, kUnknown, 10000, is_done), ProgressWatch::Verdict::kBacklog);
   // A drain forgets the markers.
   w.Drained(due + 10 * kMs);
   EXPECT_EQ(w.pending(), 0);
@@ -661,11 +663,34 @@ TEST(ProgressWatch, ADeepCorrectlyChargedQueueIsNeverLate) {
   for (int64_t t = 0; t < 200 * kMs; t += 100 * kUs) {
     const int64_t now = t;
     auto is_done = [&](int i) { return completes_at[static_cast<size_t>(i)] <= now; };
-    ASSERT_EQ(w.Check(now, 30 * kMs, is_done), ProgressWatch::Verdict::kOk) << now;
+    ASSERT_EQ(w.Check(now, 30 * kMs, 7000, is_done), ProgressWatch::Verdict::kOk) << now;
     // 14 ms of queue kept: one 200 us kernel per 100 us while under it.
     if (device_free - now < 14 * kMs) {
       device_free = std::max(device_free, now) + 200 * kUs;
       if (const int i = w.Launched(now, 200 * kUs); i >= 0) {
+        completes_at[static_cast<size_t>(i)] = device_free;
+        w.Marked(now);
+      }
+    }
+  }
+}
+
+// Four tenants' 20 ms kernels sliced round-robin: each takes four times its
+// length in wall time. A group paced at 25 % gets about that much of the
+// device, so its markers are judged by their charge stretched by its rate
+// and a correctly charged stream is never late.
+TEST(ProgressWatch, TimeSlicesOfOtherTenantsAreNotABacklog) {
+  ProgressWatch w;
+  std::array<int64_t, ProgressWatch::kMarkers> completes_at{};
+  int64_t device_free = 0;
+  int64_t charged_free = 0;
+  for (int64_t now = 0; now < 2 * kSec; now += kMs) {
+    auto is_done = [&](int i) { return completes_at[static_cast<size_t>(i)] <= now; };
+    ASSERT_EQ(w.Check(now, 30 * kMs, 2500, is_done), ProgressWatch::Verdict::kOk) << now;
+    if (charged_free - now < 20 * kMs) {  // the budget: 20 ms kernels at 25 %
+      charged_free = std::max(charged_free, now) + 80 * kMs;
+      device_free = std::max(device_free, now) + 80 * kMs;  // 20 ms, sliced four ways
+      if (const int i = w.Launched(now, 20 * kMs); i >= 0) {
         completes_at[static_cast<size_t>(i)] = device_free;
         w.Marked(now);
       }
@@ -689,7 +714,7 @@ TEST(ProgressWatch, KernelsMuchLongerThanChargedAreCaughtSoonAfterTheyStart) {
       long_start = std::max(device_free, now);
     }
     auto is_done = [&](int i) { return completes_at[static_cast<size_t>(i)] <= now; };
-    if (w.Check(now, 30 * kMs, is_done) == ProgressWatch::Verdict::kBacklog) {
+    if (w.Check(now, 30 * kMs, 7000, is_done) == ProgressWatch::Verdict::kBacklog) {
       caught = now;
       break;
     }

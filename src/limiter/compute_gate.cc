@@ -147,9 +147,10 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, CUstream stream, Stre
   const int64_t unknown_ahead =
       BacklogAllowanceNs(PacedIntervalBpNs(charge_ns, rate_bp), burst, rate_bp);
   b.Lock();
-  const ProgressWatch::Verdict verdict = b.watch.Check(MonotonicNs(), unknown_ahead, [&](int i) {
-    return b.markers[i] == nullptr || cu.cuEventQuery(b.markers[i]) != CUDA_ERROR_NOT_READY;
-  });
+  const ProgressWatch::Verdict verdict =
+      b.watch.Check(MonotonicNs(), unknown_ahead, rate_bp, [&](int i) {
+        return b.markers[i] == nullptr || cu.cuEventQuery(b.markers[i]) != CUDA_ERROR_NOT_READY;
+      });
   const int pending = b.watch.pending();
   b.Unlock();
   if (verdict == ProgressWatch::Verdict::kBacklog) {

@@ -11,8 +11,13 @@
 // What the watch bounds is what comes after: it puts a marker (an event) on
 // the stream every kMarkPeriodNs of launches, remembers what the launches
 // between two markers were charged, and expects each marker to complete at
-// most `kFactor` x that charge plus kSlackNs after the later of its
-// predecessor's completion (as first seen) and its own recording. The work
+// most twice that charge plus kSlackNs after the later of its predecessor's
+// completion (as first seen) and its own recording; at low rates the charge
+// stretched by the group's rate (x 5/4) where that is more: other tenants'
+// time slices can hold the device while the marker's work waits, and a group
+// paced at rate r gets at least about r of the device while it has work
+// (four tenants' 20 ms kernels sliced round-robin take four times their
+// length). The work
 // behind a marker cannot start before its predecessor has completed, so
 // this holds for every correctly charged stream whatever its queue depth; a
 // marker that misses it proves the launches behind it cost more than they
@@ -46,7 +51,11 @@ class ProgressWatch {
   // Tolerance: kernels' own jitter, other tenants' time slices, a short
   // copy between two launches, and how late a completion is first seen.
   static constexpr int64_t kSlackNs = 2'000'000;
+  // A marker's allowance: the larger of twice its launches' charge and
+  // their charge stretched by the group's rate times 5/4.
   static constexpr int64_t kFactor = 2;
+  static constexpr int64_t kStretchNum = 5;
+  static constexpr int64_t kStretchDen = 4;
 
   enum class Verdict {
     kOk,       // launch
@@ -55,11 +64,12 @@ class ProgressWatch {
 
   // Before a launch at `now_ns`: drops the markers `done(index)` says have
   // completed (oldest first), then judges the oldest still pending.
-  // `unknown_ahead_ns`: the allowance of a first marker (see above).
+  // `unknown_ahead_ns`: the allowance of a first marker (see above);
+  // `rate_bp`: the group's rate on the device (1..10000).
   template <typename Done>
-  Verdict Check(int64_t now_ns, int64_t unknown_ahead_ns, Done&& done) {
+  Verdict Check(int64_t now_ns, int64_t unknown_ahead_ns, uint32_t rate_bp, Done&& done) {
     if (count_ == 0) return Verdict::kOk;
-    if (now_ns < Deadline(unknown_ahead_ns) && now_ns - last_query_ns_ < kQueryPeriodNs) {
+    if (now_ns < Deadline(unknown_ahead_ns, rate_bp) && now_ns - last_query_ns_ < kQueryPeriodNs) {
       return Verdict::kOk;
     }
     last_query_ns_ = now_ns;
@@ -69,7 +79,7 @@ class ProgressWatch {
       head_ = (head_ + 1) % kMarkers;
       --count_;
     }
-    if (count_ == 0 || now_ns <= Deadline(unknown_ahead_ns)) return Verdict::kOk;
+    if (count_ == 0 || now_ns <= Deadline(unknown_ahead_ns, rate_bp)) return Verdict::kOk;
     return Verdict::kBacklog;
   }
 
@@ -103,10 +113,12 @@ class ProgressWatch {
   // Markers pending.
   int pending() const { return count_; }
   // When the oldest pending marker is due (meaningless when none is).
-  int64_t Deadline(int64_t unknown_ahead_ns) const {
+  int64_t Deadline(int64_t unknown_ahead_ns, uint32_t rate_bp) const {
     const Marker& m = ring_[head_];
-    return std::max(m.recorded_at_ns, last_done_ns_) + kFactor * m.charged_ns + kSlackNs +
-           (known_ahead_ ? 0 : unknown_ahead_ns);
+    const int64_t stretched =
+        m.charged_ns * 10000 / std::max<int64_t>(1, rate_bp) * kStretchNum / kStretchDen;
+    return std::max(m.recorded_at_ns, last_done_ns_) + std::max(kFactor * m.charged_ns, stretched) +
+           kSlackNs + (known_ahead_ ? 0 : unknown_ahead_ns);
   }
 
  private:
