@@ -431,7 +431,7 @@ TEST(WorkloadChange, KernelsAHundredTimesLonger) {
 // being admitted at the old charge (one every 0.29 ms) until the first long
 // kernel has even started: about 50 launches, a second of 20 ms kernels,
 // that no observation can stop. The progress watch's markers (one per
-// 0.5 ms of launches, each due twice its charge after its predecessor)
+// 1 ms of launches, each due twice its charge after its predecessor)
 // catch
 // the first long kernel within milliseconds of its start, so the rest of the
 // backlog never queues. (The allowance-based watch before it looked every

@@ -7,10 +7,11 @@ namespace gpuslice::control {
 namespace {
 
 // The measurement's own noise: NVML's whole-percent rounding and jitter, and
-// a window's share being made of whole kernels (one kernel more or less in
-// kWindowNs).
+// a window's share being made of whole kernels (two kernels more or less in
+// kWindowNs: one at each end).
 double Tolerance(int64_t charge_ns) {
-  return 0.02 + static_cast<double>(charge_ns) / static_cast<double>(ShareCorrection::kWindowNs);
+  return 0.03 +
+         2 * static_cast<double>(charge_ns) / static_cast<double>(ShareCorrection::kWindowNs);
 }
 
 }  // namespace

@@ -58,7 +58,14 @@ void StreamDevices::SetOrdinals(const std::vector<int>& ordinal_to_device) {
   for (int i = 0; i < n; ++i) {
     ordinals_[i].store(static_cast<int8_t>(ordinal_to_device[i]), std::memory_order_relaxed);
   }
-  for (Entry& e : entries_) e.stream.store(0, std::memory_order_relaxed);
+  for (Entry& e : entries_) {
+    e.stream.store(0, std::memory_order_relaxed);
+    // A forked child: the parent's events mean nothing here, and a lock a
+    // parent's thread held at the fork has no holder left.
+    e.backlog.lock.clear(std::memory_order_relaxed);
+    e.backlog.watch.Reset();
+    e.backlog.markers.fill(nullptr);
+  }
   ordinal_count_.store(n, std::memory_order_release);
 }
 

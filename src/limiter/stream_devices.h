@@ -51,7 +51,8 @@ class StreamDevices {
   constexpr StreamDevices() = default;
 
   // The group device of each CUDA ordinal (-1: not in the group). Called
-  // before launches are paced (and again in a forked child).
+  // before launches are paced (and again in a forked child); forgets every
+  // stream and its watch (REQUIRES: no launch in flight).
   void SetOrdinals(const std::vector<int>& ordinal_to_device);
 
   // The group device of `stream` (the handle the driver means: per-thread

@@ -44,10 +44,10 @@ class ProgressWatch {
   static constexpr int kMarkers = 16;
   // A marker at most this often (per stream): a driver call per period, not
   // per launch.
-  static constexpr int64_t kMarkPeriodNs = 500'000;
+  static constexpr int64_t kMarkPeriodNs = 1'000'000;
   // A marker's completion is looked at no more often than this while it is
   // not yet due (when it is due, on every check).
-  static constexpr int64_t kQueryPeriodNs = 250'000;
+  static constexpr int64_t kQueryPeriodNs = 500'000;
   // Tolerance: kernels' own jitter, other tenants' time slices, a short
   // copy between two launches, and how late a completion is first seen.
   static constexpr int64_t kSlackNs = 2'000'000;

@@ -184,6 +184,26 @@ TEST_F(ComputeTest, ACapHoldsWhenGraphsReplaceSingleLaunches) {
   EXPECT_LE(share, 45);
 }
 
+// At 70 % the stream keeps about 14 ms of 200 us kernels queued; when they
+// become 20 ms kernels, launches go on being admitted at the old charge
+// until the first long one has started. The backlog watch's markers
+// (shm/progress_watch.h) catch it within milliseconds, so the backlog is
+// about the first second's; with one marker per allowance (27 ms) about 2 s
+// of work queued and the second after the change ran at 100 %. A loaded
+// machine slows the tenant down (shares lower, never higher).
+TEST_F(ComputeTest, ACapHoldsWhenKernelsBecomeAHundredTimesLongerUnderAHighCap) {
+  const pid_t p =
+      Start(0, {"--kernel-us", "200", "--duration-s", "12", "--phase", "3:20000", "--quiet"},
+            Limited("longer", "70"));
+  WaitRunning({p});
+  std::this_thread::sleep_for(milliseconds(4500));  // the change, then its first second
+  const double second = Share({p}, milliseconds(1000));
+  EXPECT_LE(second, 85) << "the second that follows the change's first";
+  const double after = Share({p}, milliseconds(2000));
+  EXPECT_LE(after, 80);
+  EXPECT_GE(after, 35);
+}
+
 TEST_F(ComputeTest, ACapHoldsWhenAMemberWithMuchLongerKernelsJoins) {
   const pid_t a =
       Start(0, {"--kernel-us", "20", "--duration-s", "24", "--quiet"}, Limited("mixed", "40"));
