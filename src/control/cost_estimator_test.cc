@@ -461,6 +461,23 @@ TEST(WorkloadChange, KernelsALittleLongerWithinTheShiftFactor) {
   ExpectCapHolds(plant, 6 * kSec, 50);
 }
 
+// The same without the closed loop: the charge creeps up over the horizon
+// and the second after the change's first runs over cap + 5.
+TEST(WorkloadChange, WithoutTheClosedLoopALittleLongerKernelsOvershoot) {
+  PlantOptions o;
+  o.kernel_ns = 2 * kMs;
+  o.limit = 50;
+  o.closed_loop = false;
+  Plant plant(o);
+  plant.RunUntil(6 * kSec);
+  plant.set_kernel_ns(2900 * kUs);
+  plant.RunUntil(18 * kSec);
+  if (getenv("PLANT_SUMMARY") != nullptr) {
+    printf("  max 1 s window %.1f %%\n", 100 * plant.MaxSecond(7 * kSec, 17 * kSec));
+  }
+  EXPECT_GT(plant.MaxSecond(7 * kSec, 17 * kSec), 0.55);
+}
+
 TEST(WorkloadChange, KernelsAHundredTimesShorter) {
   PlantOptions o;
   o.kernel_ns = 20 * kMs;
