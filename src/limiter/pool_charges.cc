@@ -155,6 +155,11 @@ void PoolCharges::Learn(Entry& e, uint64_t shortfall, uint64_t growth) {
   if (growth > shortfall && shortfall > 0 && shortfall <= e.learnt_from) {
     e.block = growth;
     e.learnt_from = shortfall;
+  } else if (e.block == 0 && growth == shortfall && shortfall > 0 && shortfall < kAssumedBlock) {
+    // Grew by exactly a shortfall smaller than any block: it grows by the
+    // allocation (a larger shortfall may be a whole number of blocks).
+    e.block = granularity_;
+    e.learnt_from = shortfall;
   }
 }
 

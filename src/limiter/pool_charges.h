@@ -10,14 +10,17 @@
 // - Before an allocation the pool would have to grow for (its free reserve,
 //   reserved - used, is short), the shortfall rounded up to the pool's block
 //   is reserved in the group segment: the block size is learnt from the
-//   growth the driver showed for the smallest shortfall so far (until then the
-//   allocation granularity). No room: CUDA_ERROR_OUT_OF_MEMORY, nothing called.
+//   growth the driver showed for the smallest shortfall so far (a pool that
+//   grew by exactly a shortfall smaller than kAssumedBlock grows by the
+//   allocation granularity); until then the shortfall is rounded up to
+//   kAssumedBlock, so a first growth of up to that much never passes the
+//   cap. No room: CUDA_ERROR_OUT_OF_MEMORY, nothing called.
 // - After it, the charge settles on the reserve the driver reports. When the
 //   pool grew by more than the group has room for (only before its block is
 //   known), the allocation is undone (the caller frees it and waits for the
 //   stream), the pool is trimmed back to what it held before, and the call
 //   returns CUDA_ERROR_OUT_OF_MEMORY: the driver's count is over the cap only
-//   for that moment.
+//   for that moment (a pool whose blocks are larger than kAssumedBlock).
 // - Refresh()/RefreshAll() settle charges on the reserves again (after frees,
 //   trims, synchronizes the limiter does not see; the limiter calls them on
 //   frees of pool memory, cuMemPoolTrimTo, cuMemGetInfo, a refused
@@ -38,6 +41,7 @@
 // UnlockForFork() around fork()), after which it holds no charges.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -68,6 +72,9 @@ class PoolDriver {
 
 class PoolCharges {
  public:
+  // What an unlearnt pool's growth is reserved in (see above).
+  static constexpr uint64_t kAssumedBlock = uint64_t{32} << 20;
+
   // Charges go through `ledger`; allocations round up to `granularity` (a
   // power of two). Both references outlive this object.
   PoolCharges(Ledger& ledger, PoolDriver& driver, uint64_t granularity)
@@ -194,7 +201,10 @@ std::optional<CUresult> PoolCharges::Allocate(uint64_t pool, int device, uint64_
   Entry& e = FindOrAdd(pool, device);
   SettleLocked(e, before->reserved);
   const uint64_t shortfall = Shortfall(*before, bytes);
-  const uint64_t ahead = RoundUp(shortfall, e.block != 0 ? e.block : granularity_);
+  // Until the pool's block is learnt, a growth is assumed to be a whole
+  // kAssumedBlock (the drivers' default pools grow by 32 MiB).
+  const uint64_t ahead =
+      RoundUp(shortfall, e.block != 0 ? e.block : std::max(granularity_, kAssumedBlock));
   if (ahead > 0) {
     if (!ReserveLocked(device, ahead, &e)) return CUDA_ERROR_OUT_OF_MEMORY;
     SetCharged(e, e.charged + ahead);

@@ -119,29 +119,57 @@ TEST_F(PoolChargesTest, ThePoolIsChargedItsReserveNotItsAllocations) {
 }
 
 TEST_F(PoolChargesTest, TheLearntBlockIsReservedBeforeTheDriverIsCalled) {
-  ASSERT_EQ(Allocate(1, 2 * kMiB), CUDA_SUCCESS);  // learns: 2 MiB short, grew 32
-  EXPECT_EQ(used_at_call_, 2 * kMiB);              // before that, the granularity
+  ASSERT_EQ(Allocate(1, 2 * kMiB), CUDA_SUCCESS);        // learns: 2 MiB short, grew 32
+  EXPECT_EQ(used_at_call_, PoolCharges::kAssumedBlock);  // before that, the assumed block
   for (int i = 0; i < 15; ++i) ASSERT_EQ(Allocate(1, 2 * kMiB), CUDA_SUCCESS);
   ASSERT_EQ(Allocate(1, 2 * kMiB), CUDA_SUCCESS);
   EXPECT_EQ(used_at_call_, 64 * kMiB);  // the whole block, held while the driver grows
 }
 
-TEST_F(PoolChargesTest, AGrowthPastTheLimitIsUndoneAndTheDriverEndsWithinIt) {
+// Before its block is learnt, a pool's growth is reserved as a whole 32 MiB:
+// a first growth never passes the cap (the allocation-sized reservation let
+// the driver grow by 32 MiB and then had to undo it).
+TEST_F(PoolChargesTest, AnUnlearntPoolIsRefusedBeforeTheDriverGrowsPastTheLimit) {
   segment_->SetMemoryLimit(device_, 60 * kMiB);
   ASSERT_EQ(Allocate(1, 32 * kMiB), CUDA_SUCCESS);  // grows by its shortfall: no block learnt
   EXPECT_EQ(Used(), 32 * kMiB);
-  // 28 MiB left; the block is not known yet, so 2 MiB are reserved ahead and
-  // the driver grows by 32: undone, trimmed back, refused.
-  EXPECT_EQ(Allocate(1, 2 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(undone_, 1);
-  EXPECT_EQ(driver_.pools[1].reserved, 32 * kMiB);  // trimmed back
-  EXPECT_EQ(driver_.pools[1].used, 32 * kMiB);
-  EXPECT_EQ(Used(), 32 * kMiB);
-  // Now the block is known: refused before the driver is called.
   used_at_call_ = 0;
+  EXPECT_EQ(Allocate(1, 2 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);  // 28 MiB left, 32 assumed
+  EXPECT_EQ(used_at_call_, 0u) << "the driver was called";
+  EXPECT_EQ(undone_, 0);
+  EXPECT_EQ(driver_.pools[1].reserved, 32 * kMiB);
+  EXPECT_EQ(Used(), 32 * kMiB);
+}
+
+// A pool that grows in blocks larger than the assumed one: the growth past
+// the group's room is undone, and the driver ends within the cap.
+TEST_F(PoolChargesTest, AGrowthPastTheLimitIsUndoneAndTheDriverEndsWithinIt) {
+  segment_->SetMemoryLimit(device_, 60 * kMiB);
+  driver_.pools[1].block = 64 * kMiB;
+  // 32 MiB reserved ahead; the driver grows by 64: undone, trimmed back, refused.
   EXPECT_EQ(Allocate(1, 2 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(undone_, 1);
-  EXPECT_EQ(used_at_call_, 0u) << "the driver was called";
+  EXPECT_EQ(driver_.pools[1].reserved, 0u);  // trimmed back
+  EXPECT_EQ(driver_.pools[1].used, 0u);
+  EXPECT_EQ(Used(), 0u);
+  // Now the block is known: refused before the driver is called.
+  used_at_call_ = 1;
+  EXPECT_EQ(Allocate(1, 2 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(undone_, 1);
+  EXPECT_EQ(used_at_call_, 1u) << "the driver was called";
+}
+
+// A pool whose growth equals a small shortfall grows by the allocation: it
+// is reserved by the granularity from then on.
+TEST_F(PoolChargesTest, APoolThatGrowsByTheAllocationIsLearntAsSuch) {
+  segment_->SetMemoryLimit(device_, 40 * kMiB);
+  driver_.pools[1].block = kGranularity;
+  ASSERT_EQ(Allocate(1, 2 * kMiB), CUDA_SUCCESS);  // 32 assumed, grew 2: learnt
+  EXPECT_EQ(Used(), 2 * kMiB);
+  for (int i = 0; i < 19; ++i) ASSERT_EQ(Allocate(1, 2 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(Used(), 40 * kMiB);  // to the cap exactly
+  EXPECT_EQ(Allocate(1, 2 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(undone_, 0);
 }
 
 TEST_F(PoolChargesTest, AKnownBlockThatDoesNotFitIsRefusedBeforeTheDriverGrows) {
