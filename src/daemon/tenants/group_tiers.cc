@@ -46,6 +46,21 @@ GroupTiers::GroupTiers(TenantRegistry& registry, mps::MpsManager& mps)
 
 GroupTiers::~GroupTiers() { Stop(); }
 
+GroupTiers::GroupTurn::GroupTurn(GroupTiers& tiers, std::string id)
+    : tiers_(tiers), id_(std::move(id)) {
+  MutexLock lock(tiers_.mu_);
+  tiers_.turn_cv_.wait(lock, [this]() REQUIRES(tiers_.mu_) { return !tiers_.busy_.contains(id_); });
+  tiers_.busy_.insert(id_);
+}
+
+GroupTiers::GroupTurn::~GroupTurn() {
+  {
+    MutexLock lock(tiers_.mu_);
+    tiers_.busy_.erase(id_);
+  }
+  tiers_.turn_cv_.notify_all();
+}
+
 void GroupTiers::Start() {
   MutexLock lock(queue_mu_);
   if (running_) return;
@@ -101,7 +116,7 @@ void GroupTiers::LimitsChanged(const std::string& group) {
 }
 
 void GroupTiers::ApplyLimits(const std::string& id) {
-  MutexLock op(op_mu_);
+  GroupTurn turn(*this, id);
   const std::optional<GroupGrant> grant = GroupState(id);
   if (!grant || !grant->held || grant->tier != Tier::kMps) return;
   const std::optional<Group> group = registry_.GroupOf(id);
@@ -117,7 +132,7 @@ void GroupTiers::ApplyLimits(const std::string& id) {
 }
 
 void GroupTiers::ReleaseIfUnused(const std::string& group) {
-  MutexLock op(op_mu_);
+  GroupTurn turn(*this, group);
   if (registry_.MemberCount(group) > 0) return;
   GroupGrant grant;
   {
@@ -134,12 +149,12 @@ void GroupTiers::ReleaseIfUnused(const std::string& group) {
 }
 
 void GroupTiers::Reconcile() {
-  MutexLock op(op_mu_);
   std::map<std::string, Group> groups;
   for (Group& g : registry_.Groups()) groups.emplace(g.id, std::move(g));
   for (const mps::TenantInfo& t : mps_.Tenants()) {
     auto g = groups.find(t.name);
     if (g == groups.end() || g->second.tier != Tier::kMps) continue;  // not a group's
+    GroupTurn turn(*this, t.name);
     if (registry_.MemberCount(t.name) == 0) {
       const Status s = mps_.Release(t.name);
       GS_LOG(kInfo, "gpusliced",
@@ -200,7 +215,7 @@ GroupTiers::Grant GroupTiers::Current(const Tenant& tenant) const {
 GroupTiers::Grant GroupTiers::GrantFor(const Tenant& tenant) {
   auto group = registry_.GroupOf(tenant.group);
   if (!group || group->tier != Tier::kMps) return Grant{};
-  MutexLock op(op_mu_);
+  GroupTurn turn(*this, tenant.group);
   std::optional<GroupGrant> held = GroupState(tenant.group);
   const std::vector<std::string>& gpus = held ? held->uuids : tenant.devices;
 
