@@ -172,6 +172,12 @@ Status MpsControlDaemon::StartDaemon() {
   health_ = Health::kHealthy;
   last_error_.clear();
   last_check_ns_ = clock_.NowNs();
+  // Partitions made at run time die with a daemon: make them again.
+  for (auto& [name, t] : tenants_) {
+    t.partition_chunks = 0;
+    t.partition_sms = 0;
+    EnsurePartition(name);
+  }
   GS_LOG(kInfo, "mps", "GPU %d (%s): MPS control daemon pid %d", gpu_.index, gpu_.uuid.c_str(),
          static_cast<int>(pid));
   return Status::Ok();
@@ -246,6 +252,59 @@ void MpsControlDaemon::EnsureNamespace(const std::string& tenant) {
   t.v2 = true;
 }
 
+void MpsControlDaemon::DeletePartition(const std::string& tenant) {
+  auto it = tenants_.find(tenant);
+  if (it == tenants_.end() || it->second.partition_chunks == 0) return;
+  it->second.partition_chunks = 0;
+  it->second.partition_sms = 0;
+  if (control_pid_ == 0) return;
+  auto deleted = Control(V3SmPartitionCommand("delete", gpu_.uuid, tenant, 0));
+  if (!deleted.ok() || deleted->starts_with("Error")) {
+    GS_LOG(kWarn, "mps", "GPU %s: cannot delete the SM partition of %s: %s", gpu_.uuid.c_str(),
+           tenant.c_str(), deleted.ok() ? deleted->c_str() : deleted.status().message().c_str());
+  }
+}
+
+void MpsControlDaemon::EnsurePartition(const std::string& tenant) {
+  if (!UsesNamespace(tenant) || control_pid_ == 0) return;
+  TenantState& t = tenants_.at(tenant);
+  const std::optional<uint32_t> percent = t.settings.sm_partition_percent;
+  if (!percent) {
+    DeletePartition(tenant);
+    return;
+  }
+  auto fail = [&](const std::string& why) {
+    GS_LOG(kWarn, "mps",
+           "event=mps_sm_partition_failed gpu=%s tenant=%s reason=\"%s\"; its clients run "
+           "without one",
+           gpu_.uuid.c_str(), tenant.c_str(), why.c_str());
+  };
+  auto info = Control(V3SmPartitionInfoCommand());
+  if (!info.ok()) return fail(info.status().message());
+  const std::optional<V3DeviceSms> sms = ParseV3SmPartitionInfo(*info, gpu_.uuid);
+  if (!sms) return fail("no SM partition facts for this GPU in '" + std::string(Trim(*info)) + "'");
+  const uint32_t chunks = V3PartitionChunks(*sms, *percent);
+  if (chunks == t.partition_chunks) return;
+  const uint32_t free = sms->free_chunks + t.partition_chunks;
+  DeletePartition(tenant);
+  if (chunks > free) {
+    return fail(std::to_string(chunks) + " chunks wanted, " + std::to_string(free) + " free");
+  }
+  auto created = Control(V3SmPartitionCommand("create", gpu_.uuid, tenant, chunks));
+  if (!created.ok() || created->starts_with("Error")) {
+    return fail(created.ok() ? std::string(Trim(*created)) : created.status().message());
+  }
+  t.partition_chunks = chunks;
+  t.partition_sms = chunks * sms->sms_per_chunk;
+  // What the daemon says the partition holds, where it says it.
+  auto list = Control(V3SmPartitionListCommand());
+  if (list.ok()) {
+    if (auto listed = ParseV3SmPartitionSms(*list, gpu_.uuid, tenant)) t.partition_sms = *listed;
+  }
+  GS_LOG(kInfo, "mps", "event=mps_sm_partition gpu=%s tenant=%s percent=%u chunks=%u sms=%u",
+         gpu_.uuid.c_str(), tenant.c_str(), *percent, chunks, t.partition_sms);
+}
+
 GpuEnv MpsControlDaemon::EnvFor(const std::string& tenant) const {
   GpuEnv out{gpu_.index, gpu_.uuid, {{"CUDA_VISIBLE_DEVICES", gpu_.uuid}}};
   auto& env = out.env;
@@ -253,6 +312,9 @@ GpuEnv MpsControlDaemon::EnvFor(const std::string& tenant) const {
     // Its namespace holds its limits; the socket chooses the namespace.
     env["CUDA_MPS_PIPE_DIRECTORY"] = V3TenantPipeDir(PipeDir(), tenant);
     env["CUDA_MPS_LOG_DIRECTORY"] = LogDir();
+    // Its static SM partition, by name (how a v3 client picks one is not
+    // documented; the variable of legacy static partitioning).
+    if (tenants_.at(tenant).partition_sms > 0) env["CUDA_MPS_SM_PARTITION"] = tenant;
     return out;
   }
   env["CUDA_MPS_PIPE_DIRECTORY"] = PipeDir();
@@ -290,6 +352,7 @@ StatusOr<GpuEnv> MpsControlDaemon::AddTenant(const std::string& tenant,
   // Also after a bring-up: the configured namespace then exists, and `set`
   // makes sure it holds these limits.
   EnsureNamespace(tenant);
+  EnsurePartition(tenant);
   PublishAndSave();
   return EnvFor(tenant);
 }
@@ -298,6 +361,7 @@ void MpsControlDaemon::RemoveTenant(const std::string& tenant) {
   MutexLock lock(mu_);
   if (tenants_.find(tenant) == tenants_.end()) return;
   const bool had_namespace = UsesNamespace(tenant);
+  if (tenants_.size() > 1) DeletePartition(tenant);  // the last one's goes with the daemon
   tenants_.erase(tenant);
   if (tenants_.empty()) {
     TearDown();
@@ -321,6 +385,7 @@ StatusOr<GpuEnv> MpsControlDaemon::UpdateTenant(const std::string& tenant,
   it->second.settings = settings;
   if (UsesNamespace(tenant)) {
     EnsureNamespace(tenant);  // for its new clients
+    EnsurePartition(tenant);
   } else if (tenants_.size() == 1 && control_pid_ != 0) {
     // Alone on the GPU: its servers' limits may change (others' must not).
     auto servers = Control("get_server_list");
@@ -469,7 +534,10 @@ void MpsControlDaemon::Publish() {
     s.record.previous_mode = previous_mode_;
     s.record.restarts = restarts_;
     s.record.protocol = protocol_;
-    for (const auto& [name, tenant] : tenants_) s.record.tenants.push_back(name);
+    for (const auto& [name, tenant] : tenants_) {
+      s.record.tenants.push_back(name);
+      if (tenant.partition_sms > 0) s.sm_partitions[name] = tenant.partition_sms;
+    }
     s.running = control_pid_ != 0;
     s.health = health_;
     s.last_error = last_error_;

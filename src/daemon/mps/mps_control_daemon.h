@@ -84,7 +84,8 @@ class MpsControlDaemon {
     bool running = false;
     Health health = Health::kUnknown;
     std::string last_error;
-    int64_t last_check_ns = 0;  // 0 if never checked
+    int64_t last_check_ns = 0;                      // 0 if never checked
+    std::map<std::string, uint32_t> sm_partitions;  // tenant -> SMs of its partition (v3)
   };
 
   // `gpus`, `host`, `clock` and whatever `save` uses must outlive the daemon.
@@ -139,6 +140,10 @@ class MpsControlDaemon {
   struct TenantState {
     TenantSettings settings;
     bool v2 = false;  // on a v3 daemon its namespace could not be made: v2 variables
+    // Its static SM partition (named as the tenant) on a v3 daemon: the chunks
+    // it was made with and the SMs the daemon reports; 0 when it has none.
+    uint32_t partition_chunks = 0;
+    uint32_t partition_sms = 0;
   };
 
   StatusOr<std::string> Control(const std::string& command) REQUIRES(mu_);
@@ -151,6 +156,12 @@ class MpsControlDaemon {
   void TearDown() REQUIRES(mu_);
   bool UsesNamespace(const std::string& tenant) const REQUIRES(mu_);
   void EnsureNamespace(const std::string& tenant) REQUIRES(mu_);
+  // MPS v3: makes, resizes or deletes the tenant's static SM partition to
+  // match settings.sm_partition_percent (docs/mps.md "SM partitions"); a
+  // failure is logged and the tenant runs without one (its namespace's
+  // thread percentage still holds).
+  void EnsurePartition(const std::string& tenant) REQUIRES(mu_);
+  void DeletePartition(const std::string& tenant) REQUIRES(mu_);
   GpuEnv EnvFor(const std::string& tenant) const REQUIRES(mu_);
   // Copies the record into the published snapshot, then saves the state file.
   void PublishAndSave() REQUIRES(mu_);

@@ -37,6 +37,10 @@ Status ValidateSettings(const TenantSettings& s) {
     return InvalidArgument("pinned_memory_limit must be a positive whole number of MiB, not " +
                            std::to_string(*s.pinned_memory_limit) + " bytes");
   }
+  if (s.sm_partition_percent && (*s.sm_partition_percent < 1 || *s.sm_partition_percent > 100)) {
+    return InvalidArgument("sm_partition_percent must be 1-100, not " +
+                           std::to_string(*s.sm_partition_percent));
+  }
   if (s.client_priority && *s.client_priority != 0 && *s.client_priority != 1) {
     return InvalidArgument("client_priority must be 0 (normal) or 1 (below normal), not " +
                            std::to_string(*s.client_priority));
@@ -330,6 +334,7 @@ StatusOr<AcquireResult> MpsManager::UpdateSettings(std::string_view name,
   }
   if (settings.pinned_memory_limit) merged.pinned_memory_limit = settings.pinned_memory_limit;
   if (settings.client_priority) merged.client_priority = settings.client_priority;
+  if (settings.sm_partition_percent) merged.sm_partition_percent = settings.sm_partition_percent;
   GS_RETURN_IF_ERROR(ValidateSettings(merged));
   tenant.settings = merged;
   {
@@ -392,6 +397,7 @@ MpsStatus MpsManager::GetStatus() const {
     g.last_error = s->last_error;
     g.restarts = s->record.restarts;
     g.last_check_ns = s->last_check_ns;
+    g.sm_partitions = s->sm_partitions;
     status.gpus.push_back(std::move(g));
   }
   std::sort(status.gpus.begin(), status.gpus.end(),

@@ -84,6 +84,8 @@ struct GpuMpsStatus {
   std::string last_error;
   int restarts = 0;
   int64_t last_check_ns = 0;  // manager clock; 0 if never checked
+  // MPS v3: the static SM partition of each tenant that has one, its SMs.
+  std::map<std::string, uint32_t> sm_partitions;
 };
 
 struct MpsStatus {

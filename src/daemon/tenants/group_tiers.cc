@@ -22,7 +22,8 @@ std::string MpsBytes(uint64_t bytes) {
   return std::to_string(mib) + "M";
 }
 
-// The group's limits on its MPS GPUs, the tightest of each (rule 1).
+// The group's limits on its MPS GPUs, the tightest of each, and its compute
+// request as the share of a static SM partition (rules 1 and 5).
 mps::TenantSettings SettingsFor(const Group& group, const std::vector<std::string>& gpus) {
   mps::TenantSettings settings;
   for (const std::string& uuid : gpus) {
@@ -34,6 +35,12 @@ mps::TenantSettings SettingsFor(const Group& group, const std::vector<std::strin
     if (l.memory_bytes) {
       const uint64_t mib = std::max<uint64_t>(*l.memory_bytes / kMiB, 1) * kMiB;
       settings.pinned_memory_limit = std::min(settings.pinned_memory_limit.value_or(mib), mib);
+    }
+    // The compute request: a static SM partition where MPS v3 has them.
+    if (const auto request = ScheduleEntryOn(group.schedule, uuid).request_percent;
+        request && *request > 0) {
+      settings.sm_partition_percent =
+          std::min(settings.sm_partition_percent.value_or(100), *request);
     }
   }
   return settings;
@@ -126,9 +133,10 @@ void GroupTiers::ApplyLimits(const std::string& id) {
   auto text = [](const auto& v) { return v ? std::to_string(*v) : std::string("-"); };
   GS_LOG(kInfo, "gpusliced",
          "event=tier_limits_applied group=%s active_thread_percentage=%s pinned_memory_limit=%s "
-         "error=\"%s\"",
+         "sm_partition_percent=%s error=\"%s\"",
          id.c_str(), text(settings.active_thread_percentage).c_str(),
-         text(settings.pinned_memory_limit).c_str(), updated.status().message().c_str());
+         text(settings.pinned_memory_limit).c_str(), text(settings.sm_partition_percent).c_str(),
+         updated.status().message().c_str());
 }
 
 void GroupTiers::ReleaseIfUnused(const std::string& group) {

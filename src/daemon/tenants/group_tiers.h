@@ -22,7 +22,10 @@
 //     again, never finds it released under it (the group's turn orders both;
 //     other groups never wait for it).
 //  5. When the group's limits change (PUT /v1/groups/{id}), the MPS tenant's
-//     settings follow (LimitsChanged).
+//     settings follow (LimitsChanged). Its compute request (the schedule's
+//     request_percent) asks for a static SM partition of that share of the
+//     GPU, made where the GPU's daemon speaks MPS v3 (docs/mps.md "SM
+//     partitions"); a request change follows as a limit change does.
 //  6. At start, Reconcile() reads what the manager kept across the restart:
 //     grants of mps groups with live members are kept, those of mps groups
 //     without one are released. MPS tenants that are no registry group's (made

@@ -191,8 +191,8 @@ TEST_F(MpsV3ApiTest, GroupsOnTheMpsTierAreCappedByTheirNamespacesAndFollowALiveL
       << ComputeEnforcer("a").dump();
   EXPECT_TRUE(WaitFor([&] { return ComputeEnforcer("c")["enforcer"] == "limiter"; }, 10s))
       << Call("GET", "/v1/groups/c").second.dump();
-  // b's memory limit: the driver's where the group has a cgroup of its own,
-  // else the limiter's (these members share the test's cgroup).
+  // b's memory limit: the driver's where the node has cgroup v2 and the group
+  // a cgroup of its own, else the limiter's (the machine decides).
   const std::string memory =
       Call("GET", "/v1/groups/b").second["gpus"][0]["enforcer"]["memory"].value("enforcer", "");
   EXPECT_TRUE(memory == "driver" || memory == "limiter") << memory;
@@ -203,6 +203,44 @@ TEST_F(MpsV3ApiTest, GroupsOnTheMpsTierAreCappedByTheirNamespacesAndFollowALiveL
   }
   std::cerr << "clients: a " << ra.dump() << ", b " << rb.dump() << ", a after the change "
             << ra2.dump() << "\n";
+}
+
+// SM partitions: an `mps` group's compute request (PUT /v1/groups schedule)
+// becomes a static SM partition of that share of the GPU, rounded down to
+// whole chunks (the simulator's 8 SMs per chunk): 25 % of 132 SMs is 33, so 4
+// chunks, 32 SMs. Its client, which asks for nothing itself, runs on exactly
+// those 32 SMs (a thread percentage could give it 31 or 33, never 32), and
+// GET /v1/mps shows the partition. A request change resizes it live.
+TEST_F(MpsV3ApiTest, AnMpsGroupsRequestIsAStaticSmPartitionItsClientsRunOn) {
+  ASSERT_EQ(Call("PUT", "/v1/groups/p",
+                 R"({"tier": "mps", "limits": {"all": {"compute_percent": 50}},
+                     "schedule": {"all": {"request": 25}}})")
+                .first,
+            200);
+  testing::ForkedTenant p1 = Client("p");
+  ASSERT_EQ(p1.status, 201) << p1.body.dump();
+  EXPECT_EQ(p1.body["tier"], "mps") << p1.body.dump();
+  EXPECT_EQ(p1.body["env"].value("CUDA_MPS_SM_PARTITION", ""), "p") << p1.body.dump();
+  const json r1 = Ready(p1);
+  EXPECT_EQ(r1.value("mps", 0), 1) << r1.dump();
+  EXPECT_EQ(r1.value("sms", 0u), 32u) << "exactly its partition's SMs: " << r1.dump();
+  const json status = Call("GET", "/v1/mps").second;
+  EXPECT_EQ(status["gpus"][0]["sm_partitions"], json({{"p", 32}})) << status.dump();
+
+  // A new request: the partition is made again at 50 % (66 SMs: 8 chunks, 64)
+  // for the clients that attach from then on.
+  ASSERT_EQ(Call("PUT", "/v1/groups/p", R"({"schedule": {"all": {"request": 50}}})").first, 200);
+  ASSERT_TRUE(WaitFor(
+      [&] { return Call("GET", "/v1/mps").second["gpus"][0]["sm_partitions"].value("p", 0) == 64; },
+      20s))
+      << Call("GET", "/v1/mps").second.dump();
+  testing::ForkedTenant p2 = Client("p");
+  ASSERT_EQ(p2.status, 201) << p2.body.dump();
+  const json r2 = Ready(p2);
+  EXPECT_EQ(r2.value("sms", 0u), 64u) << r2.dump();
+  std::cerr << "partition clients: request 25 % " << r1.dump() << ", request 50 % " << r2.dump()
+            << "; GET /v1/mps sm_partitions "
+            << Call("GET", "/v1/mps").second["gpus"][0]["sm_partitions"].dump() << "\n";
 }
 
 }  // namespace
