@@ -91,6 +91,7 @@ class MpsV3ApiTest : public testing::SimProcessTest {
       std::string never = dir_ + "/never";
       std::vector<char*> argv = {probe.data(), wait.data(), never.data(), nullptr};
       std::vector<char*> env_c;
+      env_c.reserve(env.size() + 1);
       for (auto& e : env) env_c.push_back(e.data());
       env_c.push_back(nullptr);
       execve(argv[0], argv.data(), env_c.data());
