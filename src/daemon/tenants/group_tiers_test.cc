@@ -261,5 +261,25 @@ TEST_F(GroupTiersTest, AGroupStuckOnAHungGpuNeverBlocksAGroupOnAnother) {
   EXPECT_EQ(fast.get().tier, Tier::kMps);
 }
 
+// The group's compute request is the MPS tenant's static SM partition share
+// (docs/mps.md "SM partitions"); a request change follows like a limit.
+TEST_F(GroupTiersTest, TheGroupsRequestIsItsSmPartitionShare) {
+  MpsGroup("train", {.memory_bytes = std::nullopt, .compute_percent = 50});
+  TenantRegistry::GroupChange change;
+  ScheduleEntry request;
+  request.request_percent = 25;
+  change.schedule = ScheduleSettings{{kAllGpus, request}};
+  ASSERT_TRUE(registry_.UpdateGroup("train", change).ok());
+  ASSERT_EQ(Tiers().GrantFor(Register(100, "train", {Uuid(0)})).tier, Tier::kMps);
+  ASSERT_EQ(Manager().Tenants().size(), 1u);
+  EXPECT_EQ(Manager().Tenants()[0].settings.sm_partition_percent, 25u);
+  EXPECT_EQ(Manager().Tenants()[0].settings.active_thread_percentage, 50u);
+  request.request_percent = 40;
+  change.schedule = ScheduleSettings{{kAllGpus, request}};
+  ASSERT_TRUE(registry_.UpdateGroup("train", change).ok());
+  Tiers().ApplyLimits("train");
+  EXPECT_EQ(Manager().Tenants()[0].settings.sm_partition_percent, 40u);
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon
