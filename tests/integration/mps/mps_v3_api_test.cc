@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -52,7 +54,17 @@ class MpsV3ApiTest : public testing::SimProcessTest {
   }
   void TearDown() override {
     tenants_.KillAll();
-    SimProcessTest::TearDown();  // the daemon and MPS's control daemon go
+    // The daemon stops its MPS control daemon when the groups' last members
+    // are gone; a SIGKILLed daemon would leave it running (a child of init).
+    WaitFor([&] { return Call("GET", "/v1/mps").second["gpus"].empty(); }, 20s);
+    SimProcessTest::TearDown();
+    // Whatever a failed test left under this test's own MPS root.
+    std::error_code ec;
+    for (const auto& gpu : std::filesystem::directory_iterator(mps_root_, ec)) {
+      std::ifstream in(gpu.path() / "pipe" / "nvidia-cuda-mps-control.pid");
+      pid_t pid = 0;
+      if (in >> pid && pid > 0) kill(pid, SIGTERM);
+    }
     std::filesystem::remove_all(mps_root_);
   }
 
