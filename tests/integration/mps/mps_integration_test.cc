@@ -361,6 +361,20 @@ TEST_F(MpsIntegrationTest, AHungDaemonOnGpu0NeverBlocksATenantOnGpu1) {
   ASSERT_GT(hung, 0);
   ASSERT_EQ(kill(hung, SIGSTOP), 0);
   auto check = std::async(std::launch::async, [&] { m.CheckHealth(); });
+  // Whatever a failed assertion leaves running (the daemons are children of
+  // init); destroyed first, so that a check stuck on GPU 0 ends at once.
+  struct KillLeft {
+    ~KillLeft() {
+      for (const std::string& uuid : uuids) {
+        auto pid = host.ReadFile(root + "/" + uuid + "/pipe/nvidia-cuda-mps-control.pid");
+        const int n = pid.ok() ? std::atoi(pid->c_str()) : 0;
+        if (n > 0) kill(n, SIGKILL);
+      }
+    }
+    PosixMpsHost& host;
+    std::string root;
+    std::vector<std::string> uuids;
+  } kill_left{host_, options_.root, two.uuids};
   ASSERT_EQ(stuck.wait_for(seconds(30)), std::future_status::ready);
 
   const auto before = std::chrono::steady_clock::now();
