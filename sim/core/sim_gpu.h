@@ -50,6 +50,7 @@ struct MpsAttachment {
   uint32_t thread_percent = 100;    // active thread percentage, 1..100
   uint64_t pinned_limit_bytes = 0;  // device memory cap for the context; 0 = none
   uint32_t priority = 0;            // CUDA_MPS_CLIENT_PRIORITY
+  uint32_t sm_count = 0;            // in an MPS v3 static SM partition, its SMs; else 0
 };
 
 // SMs an MPS client with `thread_percent` sees: floor(sms x percent / 100),

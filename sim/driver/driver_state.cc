@@ -118,6 +118,7 @@ CUresult ConnectMps(CUdevice dev, MpsAttachment* mps, bool* is_client) {
   }
   *mps = *attachment;
   *is_client = true;
+  D().mps_sm_count[dev].store(attachment->sm_count, std::memory_order_relaxed);
   D().mps_thread_percent[dev].store(attachment->thread_percent, std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }

@@ -293,6 +293,8 @@ struct Driver {
   // MPS: the thread percentage this process got as an MPS client of each
   // device (0: not a client there). Set when a context connects.
   std::atomic<uint32_t> mps_thread_percent[kMaxDevices] = {};
+  // The SMs of its MPS v3 static SM partition, per device; 0: none.
+  std::atomic<uint32_t> mps_sm_count[kMaxDevices] = {};
 
   std::mutex pools_mu;  // every Pool's reserve and usage (never held with `mu`)
 

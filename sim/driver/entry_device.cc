@@ -356,17 +356,20 @@ GS_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, C
     // An MPS client sees the SMs its active thread percentage gives it; the
     // real driver connects at initialisation, this one at the first question.
     uint32_t percent = D().mps_thread_percent[dev].load(std::memory_order_relaxed);
+    uint32_t partition_sms = D().mps_sm_count[dev].load(std::memory_order_relaxed);
     if (percent == 0) {
       MpsAttachment mps;
       bool is_client = false;
       if (ConnectMps(dev, &mps, &is_client) == CUDA_SUCCESS && is_client) {
         percent = mps.thread_percent;
+        partition_sms = mps.sm_count;
       }
     }
     if (percent > 0) {
-      v = attrib == CU_DEVICE_ATTRIBUTE_MPS_ENABLED
-              ? 1
-              : I(MpsSmCount(D().gpu->device(dev).sm_count, percent));
+      // In a static SM partition, exactly its SMs.
+      v = attrib == CU_DEVICE_ATTRIBUTE_MPS_ENABLED ? 1
+          : partition_sms > 0                       ? I(partition_sms)
+                              : I(MpsSmCount(D().gpu->device(dev).sm_count, percent));
     }
   }
   *value = v;

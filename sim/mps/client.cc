@@ -100,6 +100,8 @@ StatusOr<MpsAttachment> ConnectClient(const ClientEnvironment& env, int device) 
     MpsAttachment a;
     in >> a.server_pid >> a.thread_percent >> a.pinned_limit_bytes >> a.priority;
     if (!in || a.server_pid <= 0) return Unavailable("garbled MPS daemon reply: " + reply);
+    uint32_t sms = 0;
+    if (in >> sms) a.sm_count = sms;  // in a static SM partition
     return a;
   }
   std::string code;

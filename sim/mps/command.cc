@@ -198,6 +198,28 @@ StatusOr<Command> ParseV3(const std::vector<std::string_view>& words) {
         verb == "namespace list" ? CommandKind::kV3NamespaceList : CommandKind::kV3SmPartitionList;
     GS_RETURN_IF_ERROR(allow({"server"}));
     GS_RETURN_IF_ERROR(name("server", &c.server));
+  } else if (verb == "sm_partition info") {
+    c.kind = CommandKind::kV3SmPartitionInfo;
+    GS_RETURN_IF_ERROR(allow({"server"}));
+    GS_RETURN_IF_ERROR(name("server", &c.server));
+  } else if (verb == "sm_partition create" || verb == "sm_partition delete") {
+    const bool create = verb == "sm_partition create";
+    c.kind = create ? CommandKind::kV3SmPartitionCreate : CommandKind::kV3SmPartitionDelete;
+    GS_RETURN_IF_ERROR(create ? allow({"server", "device", "name", "chunks"})
+                              : allow({"server", "device", "name"}));
+    GS_RETURN_IF_ERROR(name("server", &c.server));
+    GS_RETURN_IF_ERROR(name("device", &c.device_uuid));
+    GS_RETURN_IF_ERROR(name("name", &c.partition));
+    if (create) {
+      auto it = options.find("chunks");
+      if (it == options.end()) return InvalidArgument("Error: " + verb + " needs --chunks");
+      const std::string& v = it->second;
+      const bool digits =
+          !v.empty() && v.size() <= 4 &&
+          std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      if (!digits || std::stoul(v) == 0) return Bad("chunk count", v);
+      c.chunks = static_cast<uint32_t>(std::stoul(v));
+    }
   } else if (verb == "namespace delete") {
     c.kind = CommandKind::kV3NamespaceDelete;
     GS_RETURN_IF_ERROR(allow({"server", "name"}));
@@ -339,6 +361,9 @@ StatusOr<Command> ParseCommand(std::string_view line) {
     case CommandKind::kV3NamespaceCreate:
     case CommandKind::kV3NamespaceSet:
     case CommandKind::kV3NamespaceDelete:
+    case CommandKind::kV3SmPartitionCreate:
+    case CommandKind::kV3SmPartitionDelete:
+    case CommandKind::kV3SmPartitionInfo:
     case CommandKind::kGetDefaultThreadPercent:
     case CommandKind::kGetDefaultClientPriority:
     case CommandKind::kQuit:

@@ -55,6 +55,11 @@ enum class CommandKind {
   kV3NamespaceCreate,  // server, ns, ns_limits
   kV3NamespaceSet,     // server, ns, ns_limits (fields given replace)
   kV3NamespaceDelete,  // server, ns
+  // MPS v3 static SM partitions at run time (NVIDIA documents that they can
+  // be made after start, not the verbs' options; these are ours):
+  kV3SmPartitionCreate,  // `sm_partition create --server=S --device=UUID --name=N --chunks=K`
+  kV3SmPartitionDelete,  // `sm_partition delete --server=S --device=UUID --name=N`
+  kV3SmPartitionInfo,    // `sm_partition info --server=S`: per device, SMs, SMs per chunk, free
 };
 
 // Whether `kind` is one of MPS v3's module-verb commands.
@@ -62,7 +67,8 @@ inline bool IsV3(CommandKind kind) {
   return kind == CommandKind::kV3ServerList || kind == CommandKind::kV3NamespaceList ||
          kind == CommandKind::kV3ClientList || kind == CommandKind::kV3SmPartitionList ||
          kind == CommandKind::kV3NamespaceCreate || kind == CommandKind::kV3NamespaceSet ||
-         kind == CommandKind::kV3NamespaceDelete;
+         kind == CommandKind::kV3NamespaceDelete || kind == CommandKind::kV3SmPartitionCreate ||
+         kind == CommandKind::kV3SmPartitionDelete || kind == CommandKind::kV3SmPartitionInfo;
 }
 
 struct Command {
@@ -74,10 +80,12 @@ struct Command {
   double percent = 0;  // thread percentages: (0, 100]
   uint64_t bytes = 0;  // pinned memory limits
   uint32_t priority = 0;
-  std::string route;      // kClientConnect: "" (none), "server" or "server/namespace"
-  std::string partition;  // kClientConnect: an SM partition's name, "" for none
-  std::string server;     // v3 commands
-  std::string ns;         // v3 namespace create/set/delete
+  std::string route;        // kClientConnect: "" (none), "server" or "server/namespace"
+  std::string partition;    // kClientConnect, sm_partition create/delete: a partition's name
+  std::string device_uuid;  // sm_partition create/delete
+  uint32_t chunks = 0;      // sm_partition create: > 0
+  std::string server;       // v3 commands
+  std::string ns;           // v3 namespace create/set/delete
   std::optional<double> ns_percent;
   std::optional<uint64_t> ns_bytes;
   std::optional<uint32_t> ns_priority;

@@ -224,6 +224,21 @@ uint32_t MpsControl::PartitionSms(const V3Server& config, int ordinal,
   return 0;
 }
 
+uint32_t MpsControl::FreeChunks(const V3Server& config, int ordinal) const {
+  const std::string& uuid = device_uuids_[static_cast<size_t>(ordinal)];
+  const uint32_t per_chunk = std::max<uint32_t>(v3_setup_.sms_per_chunk, 1);
+  uint32_t used = 0;
+  for (const V3Device& d : config.devices) {
+    if (d.uuid != uuid) continue;
+    for (const V3SmPartition& p : d.sm_partitions) {
+      if (p.include_remainder) return 0;
+      used += p.chunks * per_chunk;
+    }
+  }
+  const uint32_t total = v3_setup_.device_sms[static_cast<size_t>(ordinal)];
+  return used >= total ? 0 : (total - used) / per_chunk;
+}
+
 Reply MpsControl::ClientConnect(const Command& c) {
   const int ordinal = OrdinalOf(c.device);
   if (ordinal < 0) {
@@ -278,7 +293,8 @@ Reply MpsControl::ClientConnect(const Command& c) {
   for (const Client& k : s.clients) {
     if (k.pid == c.pid && k.device == c.device) {  // another context of a connected client
       return {"OK " + std::to_string(s.pid) + " " + std::to_string(k.thread_percent) + " " +
-                  std::to_string(k.pinned_bytes) + " " + std::to_string(k.priority) + "\n",
+                  std::to_string(k.pinned_bytes) + " " + std::to_string(k.priority) +
+                  (k.sm_count > 0 ? " " + std::to_string(k.sm_count) : "") + "\n",
               false};
     }
   }
@@ -309,18 +325,28 @@ Reply MpsControl::ClientConnect(const Command& c) {
       }
       if (cap.priority && c.priority == 0) k.priority = *cap.priority;
     }
-    if (partition_sms > 0) {
-      const uint32_t total = v3_setup_.device_sms[static_cast<size_t>(ordinal)];
-      percent = std::min(percent, 100.0 * partition_sms / total);
-    }
   }
   k.thread_percent = std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(percent)), 1, 100);
+  if (partition_sms > 0) {
+    // A static partition's client runs on the partition's SMs: exactly
+    // those, fewer only where its thread percentage gives it fewer.
+    const uint32_t total = v3_setup_.device_sms[static_cast<size_t>(ordinal)];
+    const uint32_t by_percent =
+        k.thread_percent >= 100
+            ? total
+            : std::max<uint32_t>(1,
+                                 static_cast<uint32_t>(uint64_t{total} * k.thread_percent / 100));
+    k.sm_count = std::min(partition_sms, by_percent);
+    k.thread_percent = std::clamp<uint32_t>(
+        static_cast<uint32_t>(std::lround(100.0 * k.sm_count / total)), 1, 100);
+  }
   s.clients.push_back(k);
   host_->Log("NEW CLIENT " + std::to_string(k.pid) + " from user " + std::to_string(c.uid) +
              " on device " + std::to_string(c.device) + ": server " + std::to_string(s.pid) +
              (s.name.empty() ? "" : " (" + s.name + "/" + k.ns + ")"));
   return {"OK " + std::to_string(s.pid) + " " + std::to_string(k.thread_percent) + " " +
-              std::to_string(k.pinned_bytes) + " " + std::to_string(k.priority) + "\n",
+              std::to_string(k.pinned_bytes) + " " + std::to_string(k.priority) +
+              (k.sm_count > 0 ? " " + std::to_string(k.sm_count) : "") + "\n",
           false};
 }
 
@@ -379,6 +405,65 @@ Reply MpsControl::ExecuteV3(const Command& c) {
         }
       }
       return {out, false};
+    case CommandKind::kV3SmPartitionInfo:
+      for (size_t i = 0; i < device_uuids_.size(); ++i) {
+        const std::string& uuid = device_uuids_[i];
+        if (!config->allowed_devices.empty() &&
+            std::find(config->allowed_devices.begin(), config->allowed_devices.end(), uuid) ==
+                config->allowed_devices.end()) {
+          continue;
+        }
+        out += uuid + " " + std::to_string(v3_setup_.device_sms[i]) + " " +
+               std::to_string(v3_setup_.sms_per_chunk) + " " +
+               std::to_string(FreeChunks(*config, static_cast<int>(i))) + "\n";
+      }
+      return {out, false};
+    case CommandKind::kV3SmPartitionCreate:
+    case CommandKind::kV3SmPartitionDelete: {
+      const auto it = std::find(device_uuids_.begin(), device_uuids_.end(), c.device_uuid);
+      if (it == device_uuids_.end()) {
+        return Error("Error: " + c.device_uuid + " is not a device of this MPS daemon");
+      }
+      const int ordinal = static_cast<int>(it - device_uuids_.begin());
+      V3Server* server = MutableServer(c.server);
+      if (!server->allowed_devices.empty() &&
+          std::find(server->allowed_devices.begin(), server->allowed_devices.end(),
+                    c.device_uuid) == server->allowed_devices.end()) {
+        return Error("Error: " + c.device_uuid + " is not allowed for MPS server " + c.server);
+      }
+      auto device = std::find_if(server->devices.begin(), server->devices.end(),
+                                 [&](const V3Device& d) { return d.uuid == c.device_uuid; });
+      auto named = [&](const V3SmPartition& p) { return p.name == c.partition; };
+      const bool exists =
+          device != server->devices.end() &&
+          std::any_of(device->sm_partitions.begin(), device->sm_partitions.end(), named);
+      if (c.kind == CommandKind::kV3SmPartitionDelete) {
+        if (!exists) {
+          return Error("Error: server " + c.server + " has no SM partition " + c.partition +
+                       " on " + c.device_uuid);
+        }
+        std::erase_if(device->sm_partitions, named);
+        host_->Log("Deleted SM partition " + c.partition + " of server " + c.server);
+        return {"", false};
+      }
+      if (exists) {
+        return Error("Error: SM partition " + c.partition + " of server " + c.server + " on " +
+                     c.device_uuid + " exists");
+      }
+      const uint32_t free = FreeChunks(*server, ordinal);
+      if (c.chunks > free) {
+        return Error("Error: " + std::to_string(c.chunks) + " chunks asked, " +
+                     std::to_string(free) + " free on " + c.device_uuid);
+      }
+      if (device == server->devices.end()) {
+        server->devices.push_back(V3Device{c.device_uuid, {}});
+        device = std::prev(server->devices.end());
+      }
+      device->sm_partitions.push_back(V3SmPartition{c.partition, c.chunks, false});
+      host_->Log("Created SM partition " + c.partition + " of server " + c.server + ": " +
+                 std::to_string(c.chunks * v3_setup_.sms_per_chunk) + " SMs");
+      return {"", false};
+    }
     case CommandKind::kV3NamespaceCreate:
     case CommandKind::kV3NamespaceSet: {
       V3Server* server = MutableServer(c.server);
@@ -561,6 +646,9 @@ Reply MpsControl::Execute(const Command& c) {
     case CommandKind::kV3NamespaceCreate:
     case CommandKind::kV3NamespaceSet:
     case CommandKind::kV3NamespaceDelete:
+    case CommandKind::kV3SmPartitionCreate:
+    case CommandKind::kV3SmPartitionDelete:
+    case CommandKind::kV3SmPartitionInfo:
       return ExecuteV3(c);
   }
   return Error("Error: unhandled command");

@@ -45,6 +45,12 @@
 //   namespace create|set|delete  nothing on success (created namespaces last
 //                                as long as the daemon; set changes what new
 //                                clients get, as set_* do in v2)
+//   sm_partition info --server=S "<device UUID> <SMs> <SMs per chunk> <free chunks>"
+//   sm_partition create|delete   nothing on success; a partition made at run
+//                                time lasts as long as the daemon
+// A client in a static partition runs on exactly the partition's SMs (fewer
+// only where its thread percentage gives fewer); its connect reply then
+// carries that SM count as a fifth field.
 //
 // Not thread-safe: the daemon runs it on one thread.
 #pragma once
@@ -128,7 +134,8 @@ class MpsControl {
     uint32_t thread_percent;
     uint64_t pinned_bytes;
     uint32_t priority;
-    std::string ns;  // v3: its namespace ("default" for the server's own)
+    std::string ns;         // v3: its namespace ("default" for the server's own)
+    uint32_t sm_count = 0;  // v3: in a static SM partition, the SMs it runs on; else 0
   };
   struct Server {
     std::string name;  // v3: the configured server's name; "" for the legacy one
@@ -151,6 +158,8 @@ class MpsControl {
   StatusOr<Server*> EnsureNamedServer(const V3Server& config, uint32_t client_uid);
   // v3: the SMs of `partition` on daemon ordinal `ordinal` of `config`; 0 if none.
   uint32_t PartitionSms(const V3Server& config, int ordinal, std::string_view partition) const;
+  // v3: the chunks of daemon ordinal `ordinal` no partition of `config` holds.
+  uint32_t FreeChunks(const V3Server& config, int ordinal) const;
   StatusOr<Server*> EnsureServer(uint32_t uid);
   Server* FindServer(int32_t pid);
   void Forget();  // drops dead clients; marks dead servers FAULT

@@ -248,12 +248,13 @@ TEST_F(MpsControlV3Test, NamespacesCapTheirClientsAndTheServerGivesItsOwnLimits)
   EXPECT_EQ(Run("get_client_list 500"), "100\n101\n102\n");
 }
 
-TEST_F(MpsControlV3Test, StaticSmPartitionsCapTheThreadPercentage) {
+TEST_F(MpsControlV3Test, StaticSmPartitionsGiveTheirClientsTheirSms) {
   EXPECT_EQ(Run("sm_partition list --server=train"),
             std::string(kUuid0) + " quarter 32\n" + kUuid0 + " rest 96\n");
-  EXPECT_EQ(ConnectV3(100, 0, "train", "quarter"), "OK 500 25 8589934592 0\n");
-  EXPECT_EQ(ConnectV3(101, 0, "train/small", "rest"), "OK 500 25 2147483648 0\n")
-      << "the namespace's 25 is below the partition's 75";
+  // The fifth field: the SMs the client runs on.
+  EXPECT_EQ(ConnectV3(100, 0, "train", "quarter"), "OK 500 25 8589934592 0 32\n");
+  EXPECT_EQ(ConnectV3(101, 0, "train/small", "rest"), "OK 500 25 2147483648 0 32\n")
+      << "the namespace's 25 % (32 SMs) is below the partition's 96";
   EXPECT_EQ(ConnectV3(102, 0, "train", "nope").rfind("ERROR bad_partition", 0), 0u);
 }
 
@@ -284,6 +285,45 @@ TEST_F(MpsControlV3Test, NamespacesCreatedAtRunTimeCapNewClients) {
   EXPECT_EQ(Run("namespace create --server=train --name=x --colour=red").rfind("Error:", 0), 0u);
   EXPECT_EQ(Run("namespace set --server=train --name=nope --client-priority=1").rfind("Error:", 0),
             0u);
+}
+
+// Partitions made at run time (what the daemon does for a group's request):
+// sized in chunks, refused beyond the free chunks, and a client in one runs
+// on exactly its SMs even where no whole thread percentage gives that count
+// (132 SMs: 32 is 24.2 %, whose floor(132 x 24 / 100) would be 31).
+TEST_F(MpsControlTest, SmPartitionsMadeAtRunTimeGiveTheirClientsExactlyTheirSms) {
+  auto config = ParseV3Config("schema_version = \"1.0\"\n[servers.g]\nallowed_devices = \"" +
+                              std::string(kUuid0) + "\"\n");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_TRUE(control_.EnableV3({std::move(*config), 8, {132, 132}}).ok());
+  EXPECT_EQ(Run("sm_partition info --server=g"), std::string(kUuid0) + " 132 8 16\n");
+  EXPECT_EQ(Run(std::string("sm_partition create --server=g --device=") + kUuid0 +
+                " --name=a --chunks=4"),
+            "");
+  EXPECT_EQ(
+      Run(std::string("sm_partition create --server=g --device=") + kUuid0 + " --name=a --chunks=1")
+          .rfind("Error:", 0),
+      0u)
+      << "a name once per device";
+  EXPECT_EQ(Run(std::string("sm_partition create --server=g --device=") + kUuid0 +
+                " --name=big --chunks=13")
+                .rfind("Error:", 0),
+            0u)
+      << "12 chunks are free";
+  EXPECT_EQ(
+      Run(std::string("sm_partition create --server=g --device=") + kUuid1 + " --name=b --chunks=1")
+          .rfind("Error:", 0),
+      0u)
+      << "not an allowed device";
+  EXPECT_EQ(Run("sm_partition info --server=g"), std::string(kUuid0) + " 132 8 12\n");
+  EXPECT_EQ(Run("sm_partition list --server=g"), std::string(kUuid0) + " a 32\n");
+  EXPECT_EQ(Run("__client_connect 100 1000 0 - - 0 g a"), "OK 500 24 0 0 32\n");
+  EXPECT_EQ(Run("__client_connect 101 1000 0 10 - 0 g a"), "OK 500 10 0 0 13\n")
+      << "a thread percentage below the partition's share gives fewer";
+  EXPECT_EQ(Run(std::string("sm_partition delete --server=g --device=") + kUuid0 + " --name=a"),
+            "");
+  EXPECT_EQ(Run("__client_connect 102 1000 0 - - 0 g a").rfind("ERROR bad_partition", 0), 0u);
+  EXPECT_EQ(Run("sm_partition info --server=g"), std::string(kUuid0) + " 132 8 16\n");
 }
 
 TEST_F(MpsControlTest, AV3ConfigurationMustFitTheDaemonsDevices) {

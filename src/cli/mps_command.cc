@@ -170,6 +170,17 @@ void Status(MpsRun& run, const MpsOptions& o) {
           << Text(g.value("health", json())) << std::setw(10) << Text(g.value("restarts", json()))
           << Join(g.value("tenants", json::array())) << "\n";
       if (g.contains("last_error")) out << "     last error: " << Text(g["last_error"]) << "\n";
+      // MPS v3 static SM partitions (docs/mps.md "SM partitions").
+      const json partitions = g.value("sm_partitions", json::object());
+      if (partitions.is_object() && !partitions.empty()) {
+        out << "     SM partitions:";
+        std::string sep = " ";
+        for (const auto& [tenant, sms] : partitions.items()) {
+          out << sep << tenant << " " << Text(sms) << " SMs";
+          sep = ", ";
+        }
+        out << "\n";
+      }
     }
   }
   const json list = tenants->value("tenants", json::array());

@@ -113,7 +113,8 @@ TEST_F(MpsCommandTest, StatusShowsDaemonsAndTenants) {
                                       {"control_pid", 4321},
                                       {"health", "healthy"},
                                       {"restarts", 1},
-                                      {"tenants", {"a", "b"}}}}}}
+                                      {"tenants", {"a", "b"}},
+                                      {"sm_partitions", {{"a", 32}}}}}}}
                                   .dump()};
   replies_["/v1/mps/tenants"] = {
       200, json{{"tenants",
@@ -131,6 +132,7 @@ TEST_F(MpsCommandTest, StatusShowsDaemonsAndTenants) {
   EXPECT_THAT(out, HasSubstr("a,b"));
   EXPECT_THAT(out, HasSubstr("30%"));
   EXPECT_THAT(out, HasSubstr("1.00 GiB"));
+  EXPECT_THAT(out, HasSubstr("SM partitions: a 32 SMs"));
 
   out_.str("");
   ASSERT_EQ(Run("mps status --json"), 0);

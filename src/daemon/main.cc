@@ -354,6 +354,11 @@ int Run(int argc, char** argv) {
           if (id != data.end() && id->is_string()) {
             tiers->LimitsChanged(id->get<std::string>());
           }
+        } else if (type == "group_schedule_changed") {  // its request: an SM partition
+          auto group = data.find("group");
+          if (group != data.end() && group->is_string()) {
+            tiers->LimitsChanged(group->get<std::string>());
+          }
         }
       });
   // Requests for "all" GPUs are admitted against every GPU of the node.

@@ -1,12 +1,17 @@
 // Test fakes for the MPS manager: GPUs with compute modes in memory, and a
 // host whose `nvidia-cuda-mps-control` is a model of NVIDIA's (a daemon per
 // pipe directory, a pid file, commands on stdin), with files in memory and
-// sleeps that advance a SimulatedClock. Test-only; not thread-safe.
+// sleeps that advance a SimulatedClock. Test-only. FakeHost's methods may be
+// called from several threads (each takes its mutex; a command to a `blocked`
+// daemon waits, without it, until Unblock()); its public fields are for the
+// test's own thread while no other thread calls it.
 #pragma once
 
 #include <algorithm>
+#include <condition_variable>
 #include <csignal>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -55,10 +60,12 @@ class FakeHost final : public MpsHost {
   // --- MpsHost ---
   bool IsLinux() override { return linux; }
   StatusOr<std::string> FindExecutable(std::string_view program) override {
+    std::lock_guard lock(mu_);
     if (!binary_installed) return NotFound(std::string(program) + " not found on PATH");
     return std::string(kBinary);
   }
   StatusOr<CommandResult> Run(const CommandSpec& spec) override {
+    std::unique_lock lock(mu_);
     CommandResult result;
     if (spec.argv.size() == 4 && spec.argv[1] == "-p" && spec.argv[3] == "-h") {
       // The protocol probe: a v3 binary lists its modules.
@@ -87,6 +94,16 @@ class FakeHost final : public MpsHost {
     if (pid == 0) {
       result.exit_code = 1;
       result.err = "Cannot find MPS control daemon process\n";
+      return result;
+    }
+    if (blocked.contains(pid)) {
+      // Hung until the test says otherwise: the caller is stuck in here.
+      ++stuck_calls;
+      stuck_cv_.notify_all();
+      stuck_cv_.wait(lock, [&] { return !blocked.contains(pid); });
+      --stuck_calls;
+      result.timed_out = true;
+      result.exit_code = 128 + SIGKILL;
       return result;
     }
     if (hung.contains(pid)) {
@@ -133,31 +150,40 @@ class FakeHost final : public MpsHost {
     }
     return result;
   }
-  bool ProcessAlive(pid_t pid) override { return alive.contains(pid); }
+  bool ProcessAlive(pid_t pid) override {
+    std::lock_guard lock(mu_);
+    return alive.contains(pid);
+  }
   Status Kill(pid_t pid, int signal) override {
+    std::lock_guard lock(mu_);
     kills.push_back(pid);
     if (signal == SIGKILL) alive.erase(pid);
     return Status::Ok();
   }
   StatusOr<std::string> ReadFile(const std::string& path) override {
+    std::lock_guard lock(mu_);
     auto it = files.find(path);
     if (it == files.end()) return NotFound(path + ": No such file or directory");
     return it->second;
   }
   Status WriteFileAtomic(const std::string& path, std::string_view contents) override {
+    std::lock_guard lock(mu_);
     if (fail_writes) return PermissionDenied(path + ": Permission denied");
     files[path] = std::string(contents);
     return Status::Ok();
   }
   Status RemoveFile(const std::string& path) override {
+    std::lock_guard lock(mu_);
     files.erase(path);
     return Status::Ok();
   }
   Status MakeDirs(const std::string& path) override {
+    std::lock_guard lock(mu_);
     dirs.insert(path);
     return Status::Ok();
   }
   StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
+    std::lock_guard lock(mu_);
     std::set<std::string> names;
     auto add = [&](const std::string& p) {
       if (p.size() > path.size() + 1 && p.starts_with(path + "/")) {
@@ -169,9 +195,34 @@ class FakeHost final : public MpsHost {
     for (const auto& d : dirs) add(d);
     return std::vector<std::string>(names.begin(), names.end());
   }
-  void SleepNs(int64_t ns) override { clock_.Advance(ns); }
+  void SleepNs(int64_t ns) override {
+    std::lock_guard lock(mu_);
+    clock_.Advance(ns);
+  }
 
   // --- test helpers ---
+  // Makes commands to daemon `pid` hang (until Unblock), or ends that.
+  void Block(pid_t pid) {
+    std::lock_guard lock(mu_);
+    blocked.insert(pid);
+  }
+  void Unblock(pid_t pid) {
+    {
+      std::lock_guard lock(mu_);
+      blocked.erase(pid);
+    }
+    stuck_cv_.notify_all();
+  }
+  // Waits until `n` calls are stuck on blocked daemons (no deadline: the
+  // caller bounds the test with its own).
+  void WaitForStuckCalls(int n) {
+    std::unique_lock lock(mu_);
+    stuck_cv_.wait(lock, [&] { return stuck_calls >= n; });
+  }
+  int StuckCalls() {
+    std::lock_guard lock(mu_);
+    return stuck_calls;
+  }
   // The live daemon whose pid file is in `pipe`, or 0.
   pid_t DaemonOf(const std::string& pipe) {
     auto it = files.find(pipe + "/nvidia-cuda-mps-control.pid");
@@ -192,7 +243,9 @@ class FakeHost final : public MpsHost {
   bool ignore_quit = false;
   bool fail_writes = false;
   std::set<pid_t> alive;
-  std::set<pid_t> hung;  // daemons whose control channel does not answer
+  std::set<pid_t> hung;     // daemons whose control channel does not answer
+  std::set<pid_t> blocked;  // daemons whose commands wait for Unblock()
+  int stuck_calls = 0;
   std::map<std::string, std::string> files;
   std::set<std::string> dirs;
   // pipe dir -> server pid -> client pids
@@ -205,6 +258,8 @@ class FakeHost final : public MpsHost {
 
  private:
   SimulatedClock& clock_;
+  std::mutex mu_;
+  std::condition_variable stuck_cv_;
 };
 
 }  // namespace gpuslice::daemon::mps::testing

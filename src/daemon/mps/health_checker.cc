@@ -9,7 +9,7 @@ MpsHealthChecker::~MpsHealthChecker() { Stop(); }
 
 void MpsHealthChecker::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -17,11 +17,11 @@ void MpsHealthChecker::Stop() {
 }
 
 void MpsHealthChecker::Loop() {
-  std::unique_lock lock(mu_);
-  while (!wake_.wait_for(lock, interval_, [this] { return stopping_; })) {
-    lock.unlock();
+  MutexLock lock(mu_);
+  while (!wake_.wait_for(lock, interval_, [this]() REQUIRES(mu_) { return stopping_; })) {
+    lock.Unlock();
     manager_.CheckHealth();
-    lock.lock();
+    lock.Lock();
   }
 }
 

@@ -6,9 +6,9 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <thread>
 
+#include "common/thread_annotations.h"
 #include "daemon/mps/mps_manager.h"
 
 namespace gpuslice::daemon::mps {
@@ -30,9 +30,9 @@ class MpsHealthChecker {
 
   MpsManager& manager_;
   const std::chrono::milliseconds interval_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::condition_variable_any wake_;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -1,40 +1,37 @@
-// MpsManager: the daemon's MPS control daemons, one per GPU (DESIGN.md
-// section 5).
+// MpsManager: the daemon's MPS control daemons, one per GPU, and their
+// tenants (DESIGN.md section 5; docs/mps.md).
 //
-// Lifecycle of a GPU's MPS control daemon:
-//   1. The first tenant that acquires the GPU starts it: the GPU's compute mode
-//      is saved and set to EXCLUSIVE_PROCESS, `nvidia-cuda-mps-control -d`
-//      runs with CUDA_VISIBLE_DEVICES=<uuid> and its own pipe and log
-//      directories (<root>/<uuid>/{pipe,log}), and its pid is read from the
-//      pid file in the pipe directory.
-//   2. Further tenants share it (the GPU's tenant set is its reference count).
-//   3. CheckHealth() verifies each daemon: its pid is alive and a control
-//      command (get_server_list) answers within the command timeout; a dead or
-//      unresponsive daemon is killed and started again.
-//   4. When the last tenant releases the GPU, `quit` stops the daemon (a kill
-//      if it does not go), and the saved compute mode is restored.
+// Each GPU's control daemon is an MpsControlDaemon (mps_control_daemon.h: its
+// lifecycle, health checks and MPS v3 namespaces) with its own lock; the
+// manager holds the tenants and which GPUs each uses, and places a tenant by
+// asking each of its GPUs' daemons in turn.
+//
 // Tenants and per-GPU state are saved in <root>/state.json (MpsState, written
-// to a temporary file and renamed) after every change; Start() on a new manager
-// re-adopts live daemons and their tenants from it, restarts dead ones that
-// still have tenants, and stops daemons under the root that no tenant uses.
+// to a temporary file and renamed) after every change, from the snapshots each
+// daemon publishes under its own lock; Start() on a new manager re-adopts live
+// daemons and their tenants from it, restarts dead ones that still have
+// tenants, and stops daemons under the root that no tenant uses.
 //
 // Tiers: a tenant gets "mps" where MPS can run, else "shared" (time-slicing
 // under the limiter) with the reason, instead of an error. MPS cannot run when
 // the platform is not Linux, the control binary is not found, the GPUs'
 // compute mode cannot be set (no permission), or starting the daemon fails.
 //
-// Thread safety: all public methods may be called from any thread. They are
-// serialised by one mutex, which is held across control commands: a slow or
-// hung command (bounded by the command timeout) delays every other call,
-// including those for other GPUs.
+// Thread safety: all public methods may be called from any thread. A call
+// waits only for the daemons of the GPUs it names (a control command holds
+// its daemon's lock, bounded by the command timeout): a hung daemon on one
+// GPU never delays placing, changing or releasing tenants on the others, nor
+// GetStatus(), Tenants() or the state file. Calls for the same tenant are
+// serialised. Lock order: a tenant's turn (busy_), then daemon locks (one at
+// a time), then save_mu_, then mu_, then a daemon's published snapshot.
 #pragma once
 
 #include <sys/types.h>
 
+#include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <map>
-#include <mutex>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -43,32 +40,17 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
+#include "daemon/mps/mps_control_daemon.h"
 #include "daemon/mps/mps_host.h"
 #include "daemon/mps/mps_state.h"  // Tier, TenantSettings, GpuRef
 
 namespace gpuslice::daemon::mps {
 
-struct MpsOptions {
-  std::string root = "/run/gpuslice/mps";
-  // A path, or a name looked up on PATH.
-  std::string control_binary = "nvidia-cuda-mps-control";
-  int64_t command_timeout_ns = 5'000'000'000;  // every control command
-  int64_t start_timeout_ns = 10'000'000'000;   // `-d` until the pid file exists
-  int64_t stop_timeout_ns = 5'000'000'000;     // `quit` until the pid is gone
-  int64_t poll_interval_ns = 50'000'000;       // while waiting for the above
-};
-
 struct AcquireRequest {
   std::string tenant;  // 1-100 of A-Z a-z 0-9 . _ -, not starting with '.'
   std::string gpus;    // "0", "0,1", "GPU-<uuid>" (or a list of them)
   TenantSettings settings;
-};
-
-// The environment for one process that uses one GPU through its MPS daemon.
-struct GpuEnv {
-  int index = 0;
-  std::string uuid;
-  std::map<std::string, std::string> env;
 };
 
 struct AcquireResult {
@@ -90,9 +72,6 @@ struct TenantInfo {
   TenantSettings settings;
 };
 
-enum class Health { kUnknown, kHealthy, kUnhealthy };
-std::string_view HealthName(Health health);  // "unknown", "healthy", "unhealthy"
-
 struct GpuMpsStatus {
   int index = 0;
   std::string uuid;
@@ -105,6 +84,8 @@ struct GpuMpsStatus {
   std::string last_error;
   int restarts = 0;
   int64_t last_check_ns = 0;  // manager clock; 0 if never checked
+  // MPS v3: the static SM partition of each tenant that has one, its SMs.
+  std::map<std::string, uint32_t> sm_partitions;
 };
 
 struct MpsStatus {
@@ -167,73 +148,59 @@ class MpsManager {
   std::string StatePath() const;
 
  private:
-  struct GpuState {
-    int index = 0;
-    std::string uuid;
-    pid_t control_pid = 0;  // 0 while not running
-    ComputeMode previous_mode = ComputeMode::kDefault;
-    std::set<std::string> tenants;
-    Health health = Health::kUnknown;
-    std::string last_error;
-    int restarts = 0;
-    int64_t last_check_ns = 0;
-    int protocol = 2;  // the protocol its daemon was started with
-  };
   struct Tenant {
     Tier tier = Tier::kShared;
     std::string reason;
     std::vector<GpuRef> gpus;
     TenantSettings settings;
-    // v3 GPUs where its namespace could not be made: it uses v2 variables there.
-    std::set<std::string> v2_gpus;
+  };
+  // Holds tenant `name`'s turn for its scope: calls for one tenant wait for
+  // each other, never for other tenants.
+  class TenantTurn {
+   public:
+    TenantTurn(MpsManager& manager, std::string name);
+    ~TenantTurn();
+    TenantTurn(const TenantTurn&) = delete;
+    TenantTurn& operator=(const TenantTurn&) = delete;
+
+   private:
+    MpsManager& manager_;
+    std::string name_;
   };
 
   StatusOr<std::vector<GpuRef>> ResolveGpus(std::string_view list) const;
   Status Probe();
-  // REQUIRES: mu_ held, binary_path_ set. 3 or 2 (see MpsStatus::protocol).
+  // 3 or 2 (see MpsStatus::protocol). REQUIRES: config_.binary_path set.
   int ProbeProtocol();
-  Status Recover();
-  std::string PipeDir(const std::string& uuid) const;
-  std::string LogDir(const std::string& uuid) const;
-  std::map<std::string, std::string> ControlEnv(const GpuState& gpu) const;
-  // Runs one control command line against `gpu`'s daemon; its stdout.
-  StatusOr<std::string> Control(const GpuState& gpu, const std::string& command);
-  // Starts the daemon of `gpu` (compute mode already saved and set).
-  Status StartDaemon(GpuState& gpu);
-  // Quits (or kills) the daemon of `gpu`; does not touch the compute mode.
-  void StopDaemon(GpuState& gpu);
-  // Brings `gpu` up for a first tenant: compute mode, then the daemon.
-  Status BringUp(GpuState& gpu);
-  // Stops the daemon and restores the compute mode.
-  void TearDown(GpuState& gpu);
-  bool WaitUntil(int64_t timeout_ns, const std::function<bool()>& condition);
-  StatusOr<pid_t> ReadPidFile(const std::string& uuid);
-  AcquireResult EnvFor(const std::string& name, const Tenant& tenant) const;
-  // MPS v3 (docs/daemon.md "MPS v3"): whether `tenant` is served by its own
-  // namespace on `gpu` (a v3 daemon, and the namespace's socket path fits).
-  bool UsesNamespace(const GpuState& gpu, const std::string& name, const Tenant& tenant) const;
-  // Creates (or, if it exists, sets) the tenant's namespace on a v3 `gpu`;
-  // a failure is logged and the tenant falls back to v2 variables there.
-  void EnsureNamespace(GpuState& gpu, const std::string& name, Tenant& tenant);
-  // REQUIRES: mu_ held. Writes the state file; Save's error is logged,
-  // SaveState's also counted (MpsStatus::save_failures, the metrics).
-  Status Save();
-  void SaveState();
+  Status Recover() EXCLUDES(mu_, save_mu_);
+  // The daemon of `gpu`, made on first use; one per GPU for the manager's life.
+  std::shared_ptr<MpsControlDaemon> DaemonOf(const GpuRef& gpu) EXCLUDES(mu_);
+  std::vector<std::shared_ptr<MpsControlDaemon>> AllDaemons() const EXCLUDES(mu_);
+  // The client environment of a tenant on the shared tier.
+  static AcquireResult SharedEnv(const Tenant& tenant);
+  // Writes the state file from the tenants and every daemon's published
+  // snapshot; a failure is logged and counted (MpsStatus::save_failures).
+  void SaveState() EXCLUDES(save_mu_, mu_);
 
   const MpsOptions options_;
   GpuModeControl& gpus_;
   MpsHost& host_;
   const Clock& clock_;
 
-  mutable std::mutex mu_;
-  bool available_ = false;                     // GUARDED_BY(mu_)
-  int protocol_ = 0;                           // GUARDED_BY(mu_)
-  std::string unavailable_;                    // GUARDED_BY(mu_)
-  std::string binary_path_;                    // GUARDED_BY(mu_)
-  std::map<std::string, GpuState> gpu_state_;  // by UUID; GUARDED_BY(mu_)
-  std::map<std::string, Tenant> tenants_;      // GUARDED_BY(mu_)
-  uint64_t save_failures_ = 0;                 // GUARDED_BY(mu_)
-  std::string last_save_error_;                // GUARDED_BY(mu_)
+  // Written by Start() only, before any other call; read-only after.
+  MpsDaemonConfig config_;
+  bool available_ = false;
+  std::string unavailable_;
+
+  mutable Mutex save_mu_ ACQUIRED_BEFORE(mu_);
+  uint64_t save_failures_ GUARDED_BY(save_mu_) = 0;
+  std::string last_save_error_ GUARDED_BY(save_mu_);
+
+  mutable Mutex mu_;
+  std::condition_variable_any turn_cv_;         // a tenant's turn ended
+  std::set<std::string> busy_ GUARDED_BY(mu_);  // tenants whose turn is held
+  std::map<std::string, std::shared_ptr<MpsControlDaemon>> daemons_ GUARDED_BY(mu_);  // by UUID
+  std::map<std::string, Tenant> tenants_ GUARDED_BY(mu_);
 };
 
 // Checks an API's tenant settings: percentage 1..100, pinned memory limit a

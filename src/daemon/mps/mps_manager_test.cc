@@ -3,8 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "daemon/mps/fake_mps.h"
 
@@ -481,6 +484,51 @@ TEST_F(MpsManagerTest, OnV2TenantsKeepTheirVariables) {
   EXPECT_EQ(host_.start_argv.size(), 2u) << "no -p 3";
   EXPECT_EQ(host_.start_env["CUDA_MPS_PROTOCOL_VERSION"], "2");
   EXPECT_TRUE(host_.namespaces[Pipe(0)].empty());
+}
+
+// One control daemon per GPU, each with its own lock: while GPU 0's daemon
+// hangs inside a control command (the fake's command never returns until the
+// test unblocks it), a tenant on GPU 1 is placed and released, and the
+// status, the tenant list and the state file stay available. With one lock
+// for the whole manager, every call below would wait for GPU 0's command.
+TEST_F(MpsManagerTest, AHungDaemonOnOneGpuNeverBlocksTenantsOnAnother) {
+  auto m = NewManager();
+  Acquire(*m, "a", "0");
+  const pid_t hung = GpuStatus(*m, 0).control_pid;
+  ASSERT_GT(hung, 0);
+  host_.Block(hung);
+  // Stuck in GPU 0's get_server_list, holding GPU 0's lock.
+  std::thread checker([&] { m->CheckHealth(); });
+  host_.WaitForStuckCalls(1);
+
+  auto other_gpu = std::async(std::launch::async, [&] {
+    auto b = m->Acquire({"b", "1", {.active_thread_percentage = 30}});
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_EQ(b.ok() ? b->tier : Tier::kShared, Tier::kMps);
+    const MpsStatus status = m->GetStatus();
+    EXPECT_EQ(status.gpus.size(), 2u);
+    EXPECT_EQ(m->Tenants().size(), 2u);
+    auto saved = MpsState::Parse(*host_.ReadFile(std::string(kRoot) + "/state.json"));
+    EXPECT_TRUE(saved.ok() && saved->tenants.size() == 2u);
+    EXPECT_TRUE(m->Release("b").ok());
+  });
+  // A deadline, not a measurement: generous for a loaded machine, and never
+  // reached unless the call waits for GPU 0.
+  const bool done = other_gpu.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  EXPECT_TRUE(done) << "placing a tenant on GPU 1 waited for GPU 0's hung daemon";
+  EXPECT_EQ(host_.StuckCalls(), 1) << "GPU 0's command was still stuck throughout";
+
+  host_.Unblock(hung);
+  checker.join();
+  if (!done) other_gpu.wait();
+  EXPECT_FALSE(host_.ProcessAlive(hung));  // the timed-out daemon was replaced
+  EXPECT_GT(GpuStatus(*m, 0).control_pid, 0);
+  ASSERT_EQ(m->Tenants().size(), 1u);
+  EXPECT_EQ(m->Tenants()[0].name, "a");
+  auto saved = MpsState::Parse(*host_.ReadFile(std::string(kRoot) + "/state.json"));
+  ASSERT_TRUE(saved.ok());
+  ASSERT_EQ(saved->gpus.size(), 1u);
+  EXPECT_EQ(saved->gpus[0].uuid, gpus_.uuids[0]);
 }
 
 }  // namespace

@@ -68,6 +68,13 @@ StatusOr<TenantSettings> ParseSettings(const json& body) {
     }
     s.client_priority = static_cast<int>(std::clamp<int64_t>(v.get<int64_t>(), -1, 2));
   }
+  if (body.contains("sm_partition_percent")) {
+    const json& v = body["sm_partition_percent"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 100) {
+      return InvalidArgument("'sm_partition_percent' must be an integer 1-100, not " + v.dump());
+    }
+    s.sm_partition_percent = v.get<uint32_t>();
+  }
   GS_RETURN_IF_ERROR(ValidateSettings(s));
   return s;
 }
@@ -77,6 +84,7 @@ json SettingsJson(const TenantSettings& s) {
   if (s.active_thread_percentage) j["active_thread_percentage"] = *s.active_thread_percentage;
   if (s.pinned_memory_limit) j["pinned_memory_limit"] = *s.pinned_memory_limit;
   if (s.client_priority) j["client_priority"] = *s.client_priority;
+  if (s.sm_partition_percent) j["sm_partition_percent"] = *s.sm_partition_percent;
   return j;
 }
 
@@ -108,6 +116,7 @@ ApiResponse HandleStatus(MpsManager& manager, const ApiRequest& /*request*/) {
                 {"health", HealthName(g.health)},
                 {"restarts", g.restarts}};
     if (!g.last_error.empty()) gpu["last_error"] = g.last_error;
+    gpu["sm_partitions"] = g.sm_partitions;  // tenant -> SMs (MPS v3)
     gpus.push_back(std::move(gpu));
   }
   json body = {{"available", s.available},
@@ -136,8 +145,9 @@ ApiResponse HandleTenants(MpsManager& manager, const ApiRequest& /*request*/) {
 }
 
 ApiResponse HandleAcquire(MpsManager& manager, const ApiRequest& request) {
-  auto body = ParseBody(request.body, {"tenant", "gpus", "active_thread_percentage",
-                                       "pinned_memory_limit", "client_priority"});
+  auto body =
+      ParseBody(request.body, {"tenant", "gpus", "active_thread_percentage", "pinned_memory_limit",
+                               "client_priority", "sm_partition_percent"});
   if (!body.ok()) return ApiResponse::FromStatus(body.status());
   auto tenant = RequiredString(*body, "tenant");
   if (!tenant.ok()) return ApiResponse::FromStatus(tenant.status());
@@ -166,7 +176,8 @@ ApiResponse HandleSettings(MpsManager& manager, const ApiRequest& request) {
     return ApiResponse::FromStatus(InvalidArgument("no tenant in the path"));
   }
   auto body = ParseBody(request.body.empty() ? "{}" : request.body,
-                        {"active_thread_percentage", "pinned_memory_limit", "client_priority"});
+                        {"active_thread_percentage", "pinned_memory_limit", "client_priority",
+                         "sm_partition_percent"});
   if (!body.ok()) return ApiResponse::FromStatus(body.status());
   auto settings = ParseSettings(*body);
   if (!settings.ok()) return ApiResponse::FromStatus(settings.status());

@@ -13,6 +13,7 @@ json SettingsToJson(const TenantSettings& s) {
   if (s.active_thread_percentage) j["active_thread_percentage"] = *s.active_thread_percentage;
   if (s.pinned_memory_limit) j["pinned_memory_limit"] = *s.pinned_memory_limit;
   if (s.client_priority) j["client_priority"] = *s.client_priority;
+  if (s.sm_partition_percent) j["sm_partition_percent"] = *s.sm_partition_percent;
   return j;
 }
 
@@ -25,6 +26,9 @@ TenantSettings SettingsFromJson(const json& j) {
     s.pinned_memory_limit = j.at("pinned_memory_limit").get<uint64_t>();
   }
   if (j.contains("client_priority")) s.client_priority = j.at("client_priority").get<int>();
+  if (j.contains("sm_partition_percent")) {
+    s.sm_partition_percent = j.at("sm_partition_percent").get<uint32_t>();
+  }
   return s;
 }
 

@@ -31,6 +31,10 @@ struct TenantSettings {
   std::optional<uint32_t> active_thread_percentage = std::nullopt;  // 1..100
   std::optional<uint64_t> pinned_memory_limit = std::nullopt;       // bytes per device, > 0
   std::optional<int> client_priority = std::nullopt;  // 0 (normal) or 1 (below normal)
+  // MPS v3 only: a static SM partition of this share of each GPU's SMs
+  // (rounded down to whole chunks, at least one) that the tenant's clients
+  // run on (docs/mps.md "SM partitions"). 1..100.
+  std::optional<uint32_t> sm_partition_percent = std::nullopt;
   bool operator==(const TenantSettings&) const = default;
 };
 

@@ -17,6 +17,7 @@ MpsState Sample() {
   settings.active_thread_percentage = 30;
   settings.pinned_memory_limit = uint64_t{4} << 30;
   settings.client_priority = 1;
+  settings.sm_partition_percent = 25;
   state.tenants.push_back({"alice", Tier::kMps, "", {{0, "GPU-a"}, {1, "GPU-b"}}, settings});
   state.tenants.push_back({"bob", Tier::kShared, "MPS unavailable: no GPUs", {{1, "GPU-b"}}, {}});
   state.gpus.push_back({0, "GPU-a", 1234, ComputeMode::kProhibited, 2, 3, {"alice"}});
@@ -46,7 +47,7 @@ TEST(MpsStateTest, SerialiseWritesTheFileFormat) {
       {"name": "alice", "tier": "mps", "reason": "",
        "gpus": [{"index": 0, "uuid": "GPU-a"}, {"index": 1, "uuid": "GPU-b"}],
        "settings": {"active_thread_percentage": 30, "pinned_memory_limit": 4294967296,
-                    "client_priority": 1}},
+                    "client_priority": 1, "sm_partition_percent": 25}},
       {"name": "bob", "tier": "shared", "reason": "MPS unavailable: no GPUs",
        "gpus": [{"index": 1, "uuid": "GPU-b"}], "settings": {}}
     ],

@@ -51,5 +51,38 @@ TEST(MpsV3Test, NamespaceCommandsParse) {
   EXPECT_EQ(V3TenantPipeDir("/r/GPU-1/pipe", "t-1"), "/r/GPU-1/pipe/gpuslice/t-1");
 }
 
+// SM partitions: the commands parse as the simulated daemon's, its replies
+// parse back, and a share of the SMs rounds down to whole chunks.
+TEST(MpsV3Test, SmPartitionCommandsRepliesAndSizes) {
+  auto create = sim::mps::ParseCommand(V3SmPartitionCommand("create", "GPU-1", "t-1", 4));
+  ASSERT_TRUE(create.ok()) << create.status().ToString();
+  EXPECT_EQ(create->kind, sim::mps::CommandKind::kV3SmPartitionCreate);
+  EXPECT_EQ(create->device_uuid, "GPU-1");
+  EXPECT_EQ(create->partition, "t-1");
+  EXPECT_EQ(create->chunks, 4u);
+  auto del = sim::mps::ParseCommand(V3SmPartitionCommand("delete", "GPU-1", "t-1", 0));
+  ASSERT_TRUE(del.ok()) << del.status().ToString();
+  EXPECT_EQ(del->kind, sim::mps::CommandKind::kV3SmPartitionDelete);
+  EXPECT_TRUE(sim::mps::ParseCommand(V3SmPartitionInfoCommand()).ok());
+  EXPECT_TRUE(sim::mps::ParseCommand(V3SmPartitionListCommand()).ok());
+
+  const std::string info = "GPU-0 132 8 16\nGPU-1 114 8 10\n";
+  const auto d = ParseV3SmPartitionInfo(info, "GPU-1");
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->sms, 114u);
+  EXPECT_EQ(d->sms_per_chunk, 8u);
+  EXPECT_EQ(d->free_chunks, 10u);
+  EXPECT_FALSE(ParseV3SmPartitionInfo(info, "GPU-2").has_value());
+  EXPECT_FALSE(ParseV3SmPartitionInfo("GPU-1 114 0 10\n", "GPU-1").has_value());
+  EXPECT_EQ(ParseV3SmPartitionSms("GPU-0 a 32\nGPU-1 a 40\n", "GPU-1", "a"), 40u);
+  EXPECT_FALSE(ParseV3SmPartitionSms("GPU-0 a 32\n", "GPU-0", "b").has_value());
+
+  const V3DeviceSms h100{132, 8, 16};
+  EXPECT_EQ(V3PartitionChunks(h100, 25), 4u);    // 33 SMs -> 32
+  EXPECT_EQ(V3PartitionChunks(h100, 50), 8u);    // 66 -> 64
+  EXPECT_EQ(V3PartitionChunks(h100, 100), 16u);  // 132 -> 128
+  EXPECT_EQ(V3PartitionChunks(h100, 1), 1u);     // never none
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon::mps

@@ -22,7 +22,8 @@ std::string MpsBytes(uint64_t bytes) {
   return std::to_string(mib) + "M";
 }
 
-// The group's limits on its MPS GPUs, the tightest of each (rule 1).
+// The group's limits on its MPS GPUs, the tightest of each, and its compute
+// request as the share of a static SM partition (rules 1 and 5).
 mps::TenantSettings SettingsFor(const Group& group, const std::vector<std::string>& gpus) {
   mps::TenantSettings settings;
   for (const std::string& uuid : gpus) {
@@ -35,6 +36,12 @@ mps::TenantSettings SettingsFor(const Group& group, const std::vector<std::strin
       const uint64_t mib = std::max<uint64_t>(*l.memory_bytes / kMiB, 1) * kMiB;
       settings.pinned_memory_limit = std::min(settings.pinned_memory_limit.value_or(mib), mib);
     }
+    // The compute request: a static SM partition where MPS v3 has them.
+    if (const auto request = ScheduleEntryOn(group.schedule, uuid).request_percent;
+        request && *request > 0) {
+      settings.sm_partition_percent =
+          std::min(settings.sm_partition_percent.value_or(100), *request);
+    }
   }
   return settings;
 }
@@ -45,6 +52,21 @@ GroupTiers::GroupTiers(TenantRegistry& registry, mps::MpsManager& mps)
     : registry_(registry), mps_(mps) {}
 
 GroupTiers::~GroupTiers() { Stop(); }
+
+GroupTiers::GroupTurn::GroupTurn(GroupTiers& tiers, std::string id)
+    : tiers_(tiers), id_(std::move(id)) {
+  MutexLock lock(tiers_.mu_);
+  tiers_.turn_cv_.wait(lock, [this]() REQUIRES(tiers_.mu_) { return !tiers_.busy_.contains(id_); });
+  tiers_.busy_.insert(id_);
+}
+
+GroupTiers::GroupTurn::~GroupTurn() {
+  {
+    MutexLock lock(tiers_.mu_);
+    tiers_.busy_.erase(id_);
+  }
+  tiers_.turn_cv_.notify_all();
+}
 
 void GroupTiers::Start() {
   MutexLock lock(queue_mu_);
@@ -101,7 +123,7 @@ void GroupTiers::LimitsChanged(const std::string& group) {
 }
 
 void GroupTiers::ApplyLimits(const std::string& id) {
-  MutexLock op(op_mu_);
+  GroupTurn turn(*this, id);
   const std::optional<GroupGrant> grant = GroupState(id);
   if (!grant || !grant->held || grant->tier != Tier::kMps) return;
   const std::optional<Group> group = registry_.GroupOf(id);
@@ -111,13 +133,14 @@ void GroupTiers::ApplyLimits(const std::string& id) {
   auto text = [](const auto& v) { return v ? std::to_string(*v) : std::string("-"); };
   GS_LOG(kInfo, "gpusliced",
          "event=tier_limits_applied group=%s active_thread_percentage=%s pinned_memory_limit=%s "
-         "error=\"%s\"",
+         "sm_partition_percent=%s error=\"%s\"",
          id.c_str(), text(settings.active_thread_percentage).c_str(),
-         text(settings.pinned_memory_limit).c_str(), updated.status().message().c_str());
+         text(settings.pinned_memory_limit).c_str(), text(settings.sm_partition_percent).c_str(),
+         updated.status().message().c_str());
 }
 
 void GroupTiers::ReleaseIfUnused(const std::string& group) {
-  MutexLock op(op_mu_);
+  GroupTurn turn(*this, group);
   if (registry_.MemberCount(group) > 0) return;
   GroupGrant grant;
   {
@@ -134,12 +157,12 @@ void GroupTiers::ReleaseIfUnused(const std::string& group) {
 }
 
 void GroupTiers::Reconcile() {
-  MutexLock op(op_mu_);
   std::map<std::string, Group> groups;
   for (Group& g : registry_.Groups()) groups.emplace(g.id, std::move(g));
   for (const mps::TenantInfo& t : mps_.Tenants()) {
     auto g = groups.find(t.name);
     if (g == groups.end() || g->second.tier != Tier::kMps) continue;  // not a group's
+    GroupTurn turn(*this, t.name);
     if (registry_.MemberCount(t.name) == 0) {
       const Status s = mps_.Release(t.name);
       GS_LOG(kInfo, "gpusliced",
@@ -200,7 +223,7 @@ GroupTiers::Grant GroupTiers::Current(const Tenant& tenant) const {
 GroupTiers::Grant GroupTiers::GrantFor(const Tenant& tenant) {
   auto group = registry_.GroupOf(tenant.group);
   if (!group || group->tier != Tier::kMps) return Grant{};
-  MutexLock op(op_mu_);
+  GroupTurn turn(*this, tenant.group);
   std::optional<GroupGrant> held = GroupState(tenant.group);
   const std::vector<std::string>& gpus = held ? held->uuids : tenant.devices;
 

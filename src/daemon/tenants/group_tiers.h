@@ -19,9 +19,13 @@
 //  4. When the group's last member leaves (exit or unregister) the MPS tenant
 //     is released, on a worker thread of this class (an MPS stop may take
 //     seconds); a registration racing with it either keeps it or acquires it
-//     again, never finds it released under it (one lock orders both).
+//     again, never finds it released under it (the group's turn orders both;
+//     other groups never wait for it).
 //  5. When the group's limits change (PUT /v1/groups/{id}), the MPS tenant's
-//     settings follow (LimitsChanged).
+//     settings follow (LimitsChanged). Its compute request (the schedule's
+//     request_percent) asks for a static SM partition of that share of the
+//     GPU, made where the GPU's daemon speaks MPS v3 (docs/mps.md "SM
+//     partitions"); a request change follows as a limit change does.
 //  6. At start, Reconcile() reads what the manager kept across the restart:
 //     grants of mps groups with live members are kept, those of mps groups
 //     without one are released. MPS tenants that are no registry group's (made
@@ -35,6 +39,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -115,8 +120,24 @@ class GroupTiers {
   TenantRegistry& registry_;
   mps::MpsManager& mps_;
 
-  Mutex op_mu_;  // orders acquisitions and releases (rule 4); taken before mu_
+  // Holds group `id`'s turn for its scope: acquisitions, limit changes and
+  // releases of one group are ordered (rule 4); other groups' never wait for
+  // it (a hung MPS daemon delays only the groups on its GPU).
+  class GroupTurn {
+   public:
+    GroupTurn(GroupTiers& tiers, std::string id);
+    ~GroupTurn();
+    GroupTurn(const GroupTurn&) = delete;
+    GroupTurn& operator=(const GroupTurn&) = delete;
+
+   private:
+    GroupTiers& tiers_;
+    std::string id_;
+  };
+
   mutable Mutex mu_;
+  std::condition_variable_any turn_cv_;         // a group's turn ended
+  std::set<std::string> busy_ GUARDED_BY(mu_);  // groups whose turn is held
   std::map<std::string, GroupGrant> groups_ GUARDED_BY(mu_);
 
   Mutex queue_mu_;

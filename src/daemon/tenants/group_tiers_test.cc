@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <thread>
 
 #include "daemon/mps/fake_mps.h"
@@ -227,6 +228,57 @@ TEST_F(GroupTiersTest, ReconcileReleasesGroupsWithoutMembersAndKeepsTheOthers) {
   ASSERT_TRUE(Tiers().GroupState("busy").has_value());
   EXPECT_EQ(Tiers().GroupState("busy")->tier, Tier::kMps);
   EXPECT_EQ(Tiers().Current(*registry_.TenantOf(100)).tier, Tier::kMps);
+}
+
+// Each group's turn is its own: while group "slow"'s limit change is stuck
+// in its GPU 0 daemon (the fake control tool blocks until the test lets it
+// go), a registration in group "fast" on GPU 1 gets MPS within a deadline.
+// With one lock for every group it would wait for GPU 0.
+TEST_F(GroupTiersTest, AGroupStuckOnAHungGpuNeverBlocksAGroupOnAnother) {
+  MpsGroup("slow", {.memory_bytes = std::nullopt, .compute_percent = 30});
+  MpsGroup("fast", {.memory_bytes = std::nullopt, .compute_percent = 40});
+  ASSERT_EQ(Tiers().GrantFor(Register(100, "slow", {Uuid(0)})).tier, Tier::kMps);
+  const pid_t hung = host_.DaemonOf(Pipe(0));
+  ASSERT_GT(hung, 0);
+  host_.servers[Pipe(0)][2000] = {};  // a server: the limit change goes to it
+  host_.Block(hung);
+  ASSERT_TRUE(registry_
+                  .SetGroup("slow",
+                            {{kAllGpus, {.memory_bytes = std::nullopt, .compute_percent = 20}}},
+                            Tier::kMps)
+                  .ok());
+  std::thread change([&] { Tiers().ApplyLimits("slow"); });
+  host_.WaitForStuckCalls(1);
+
+  const Tenant member = Register(101, "fast", {Uuid(1)});
+  auto fast = std::async(std::launch::async, [&] { return Tiers().GrantFor(member); });
+  // A deadline, not a measurement.
+  const bool done = fast.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  EXPECT_TRUE(done) << "group fast waited for group slow's hung GPU";
+  EXPECT_EQ(host_.StuckCalls(), 1);
+  host_.Unblock(hung);
+  change.join();
+  EXPECT_EQ(fast.get().tier, Tier::kMps);
+}
+
+// The group's compute request is the MPS tenant's static SM partition share
+// (docs/mps.md "SM partitions"); a request change follows like a limit.
+TEST_F(GroupTiersTest, TheGroupsRequestIsItsSmPartitionShare) {
+  MpsGroup("train", {.memory_bytes = std::nullopt, .compute_percent = 50});
+  TenantRegistry::GroupChange change;
+  ScheduleEntry request;
+  request.request_percent = 25;
+  change.schedule = ScheduleSettings{{kAllGpus, request}};
+  ASSERT_TRUE(registry_.UpdateGroup("train", change).ok());
+  ASSERT_EQ(Tiers().GrantFor(Register(100, "train", {Uuid(0)})).tier, Tier::kMps);
+  ASSERT_EQ(Manager().Tenants().size(), 1u);
+  EXPECT_EQ(Manager().Tenants()[0].settings.sm_partition_percent, 25u);
+  EXPECT_EQ(Manager().Tenants()[0].settings.active_thread_percentage, 50u);
+  request.request_percent = 40;
+  change.schedule = ScheduleSettings{{kAllGpus, request}};
+  ASSERT_TRUE(registry_.UpdateGroup("train", change).ok());
+  Tiers().ApplyLimits("train");
+  EXPECT_EQ(Manager().Tenants()[0].settings.sm_partition_percent, 40u);
 }
 
 }  // namespace

@@ -6,13 +6,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/clock.h"
 #include "daemon/mps/fake_mps.h"
@@ -294,6 +297,111 @@ TEST_F(MpsIntegrationTest, ADaemonThatDiedWhileGpuslicedWasDownIsStartedAgain) {
       << second->GetStatus().gpus[0].last_error;
   ASSERT_TRUE(second->Release("a").ok());
   EXPECT_TRUE(WaitFor([&] { return !host_.ProcessAlive(new_pid); }, seconds(20)));
+}
+
+// One control daemon per GPU, each with its own lock, with real processes:
+// GPU 0's control daemon is SIGSTOPped (alive, its socket never answers) and
+// a health check is stuck in its command; meanwhile a tenant on GPU 1 gets
+// its own daemon and is released, and the status answers, well before GPU
+// 0's command times out.
+TEST_F(MpsIntegrationTest, AHungDaemonOnGpu0NeverBlocksATenantOnGpu1) {
+  const std::string config = R"({"device_count":2})";
+  const std::string state = state_ + ".two";
+  setenv("GPUSLICE_SIM_STATE", state.c_str(), 1);
+  setenv("GPUSLICE_SIM_CONFIG", config.c_str(), 1);
+  struct Unset {
+    ~Unset() { unsetenv("GPUSLICE_SIM_CONFIG"); }
+  } unset;
+  auto gpu = sim::SimGpu::Open({state, config, /*observer=*/true});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  testing::FakeGpus two(2);
+  two.uuids = {(*gpu)->device(0).uuid, (*gpu)->device(1).uuid};
+  options_.command_timeout_ns = 60'000'000'000;  // GPU 0's command outlasts the test's deadline
+  // The real host, telling when GPU 0's health check command has started.
+  class Host final : public MpsHost {
+   public:
+    Host(PosixMpsHost& real, std::string pipe) : real_(real), pipe_(std::move(pipe)) {}
+    bool IsLinux() override { return real_.IsLinux(); }
+    StatusOr<std::string> FindExecutable(std::string_view p) override {
+      return real_.FindExecutable(p);
+    }
+    StatusOr<CommandResult> Run(const CommandSpec& spec) override {
+      auto pipe = spec.env.find("CUDA_MPS_PIPE_DIRECTORY");
+      if (pipe != spec.env.end() && pipe->second == pipe_ &&
+          spec.stdin_text == "get_server_list\n" && !started_) {
+        started_ = true;
+        stuck.set_value();
+      }
+      return real_.Run(spec);
+    }
+    bool ProcessAlive(pid_t pid) override { return real_.ProcessAlive(pid); }
+    Status Kill(pid_t pid, int signal) override { return real_.Kill(pid, signal); }
+    StatusOr<std::string> ReadFile(const std::string& p) override { return real_.ReadFile(p); }
+    Status WriteFileAtomic(const std::string& p, std::string_view c) override {
+      return real_.WriteFileAtomic(p, c);
+    }
+    Status RemoveFile(const std::string& p) override { return real_.RemoveFile(p); }
+    Status MakeDirs(const std::string& p) override { return real_.MakeDirs(p); }
+    StatusOr<std::vector<std::string>> ListDir(const std::string& p) override {
+      return real_.ListDir(p);
+    }
+    void SleepNs(int64_t ns) override { real_.SleepNs(ns); }
+    std::promise<void> stuck;
+
+   private:
+    PosixMpsHost& real_;
+    const std::string pipe_;
+    std::atomic<bool> started_ = false;
+  } host(host_, options_.root + "/" + two.uuids[0] + "/pipe");
+  auto stuck = host.stuck.get_future();
+  MpsManager m(options_, two, host, clock_);
+  ASSERT_TRUE(m.Start().ok());
+  ASSERT_EQ(m.Acquire({"a", "0", {}})->tier, Tier::kMps);
+  const pid_t hung = m.GetStatus().gpus[0].control_pid;
+  ASSERT_GT(hung, 0);
+  ASSERT_EQ(kill(hung, SIGSTOP), 0);
+  auto check = std::async(std::launch::async, [&] { m.CheckHealth(); });
+  // Whatever a failed assertion leaves running (the daemons are children of
+  // init); destroyed first, so that a check stuck on GPU 0 ends at once.
+  struct KillLeft {
+    ~KillLeft() {
+      for (const std::string& uuid : uuids) {
+        auto pid = host.ReadFile(root + "/" + uuid + "/pipe/nvidia-cuda-mps-control.pid");
+        const int n = pid.ok() ? std::atoi(pid->c_str()) : 0;
+        if (n > 0) kill(n, SIGKILL);
+      }
+    }
+    PosixMpsHost& host;
+    std::string root;
+    std::vector<std::string> uuids;
+  } kill_left{host_, options_.root, two.uuids};
+  ASSERT_EQ(stuck.wait_for(seconds(30)), std::future_status::ready);
+
+  const auto before = std::chrono::steady_clock::now();
+  auto b = m.Acquire({"b", "1", {}});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->tier, Tier::kMps) << b->reason;
+  auto status = m.GetStatus();
+  ASSERT_EQ(status.gpus.size(), 2u);
+  const pid_t other = status.gpus[1].control_pid;
+  EXPECT_GT(other, 0);
+  EXPECT_NE(other, hung);
+  ASSERT_TRUE(m.Release("b").ok());
+  EXPECT_TRUE(WaitFor([&] { return !host_.ProcessAlive(other); }, seconds(20)));
+  const auto took = std::chrono::steady_clock::now() - before;
+  // A deadline, not a measurement: GPU 0's command has a minute to time out.
+  EXPECT_LT(took, seconds(30)) << "GPU 1's tenant waited for GPU 0's hung daemon";
+  EXPECT_EQ(check.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "GPU 0's check was still stuck throughout";
+  std::cerr << "GPU 1 placed and released in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+            << " ms while GPU 0 hung\n";
+
+  kill(hung, SIGKILL);  // the check's command then fails at once; it restarts GPU 0's daemon
+  check.wait();
+  ASSERT_TRUE(m.Release("a").ok());
+  const auto left = m.GetStatus();
+  EXPECT_TRUE(left.gpus.empty());
 }
 
 }  // namespace
