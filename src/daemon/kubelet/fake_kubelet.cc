@@ -245,6 +245,14 @@ StatusOr<v1beta1::AllocateResponse> FakeKubelet::Allocate(
                                      "Allocate");
 }
 
+Status FakeKubelet::PreStart(const std::string& socket, const std::vector<std::string>& ids) {
+  v1beta1::PreStartContainerRequest request;
+  for (const auto& id : ids) request.add_devices_ids(id);
+  auto r = Call<v1beta1::DevicePlugin>(socket, &v1beta1::DevicePlugin::Stub::PreStartContainer,
+                                       request, "PreStartContainer");
+  return r.ok() ? Status::Ok() : r.status();
+}
+
 StatusOr<v1beta1::DevicePluginOptions> FakeKubelet::Options(const std::string& socket) {
   return Call<v1beta1::DevicePlugin>(socket, &v1beta1::DevicePlugin::Stub::GetDevicePluginOptions,
                                      v1beta1::Empty(), "Options");

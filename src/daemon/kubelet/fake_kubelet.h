@@ -83,6 +83,10 @@ class FakeKubelet {
   StatusOr<v1beta1::ListAndWatchResponse> ListDevices(const std::string& socket);
   StatusOr<v1beta1::AllocateResponse> Allocate(const std::string& socket,
                                                const std::vector<std::vector<std::string>>& ids);
+  // PreStartContainer with one container's `ids`, as the kubelet calls it
+  // before starting the container when the plugin asked for it; the plugin's
+  // error is the container's start failing.
+  Status PreStart(const std::string& socket, const std::vector<std::string>& ids);
   StatusOr<v1beta1::DevicePluginOptions> Options(const std::string& socket);
 
   // --- PodResources ---
