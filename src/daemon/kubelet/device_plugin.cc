@@ -115,18 +115,20 @@ class DevicePlugins::Service final : public v1beta1::DevicePlugin::Service {
 
   grpc::Status ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty* /*request*/,
                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override {
-    v1beta1::ListAndWatchResponse list;
-    for (const std::string& id : plugins_.Devices(resource_)) {
-      auto* d = list.add_devices();
-      d->set_id(id);
-      d->set_health("Healthy");
-    }
-    if (!writer->Write(list)) return grpc::Status::OK;
-    // The list does not change while we serve; the stream stays open until
-    // the kubelet goes or the plugins stop.
-    MutexLock lock(plugins_.mu_);
-    while (!plugins_.stopping_ && !context->IsCancelled()) {
-      plugins_.cv_.wait_for(lock, std::chrono::milliseconds(200));
+    v1beta1::ListAndWatchResponse sent = plugins_.DeviceList(resource_);
+    if (!writer->Write(sent)) return grpc::Status::OK;
+    // The stream stays open until the kubelet goes or the plugins stop; the
+    // list is sent again when a GPU's health changes.
+    for (;;) {
+      {
+        MutexLock lock(plugins_.mu_);
+        plugins_.cv_.wait_for(lock, std::chrono::milliseconds(200));
+        if (plugins_.stopping_ || context->IsCancelled()) break;
+      }
+      v1beta1::ListAndWatchResponse now = plugins_.DeviceList(resource_);
+      if (now.SerializeAsString() == sent.SerializeAsString()) continue;
+      if (!writer->Write(now)) break;
+      sent = std::move(now);
     }
     return grpc::Status::OK;
   }
@@ -180,6 +182,14 @@ std::string DevicePlugins::SocketOf(DpResource r) const {
 std::vector<std::string> DevicePlugins::Devices(DpResource r) const {
   std::vector<std::string> ids;
   for (const GpuOffer& g : gpus_()) {
+    for (std::string& id : Devices(r, g)) ids.push_back(std::move(id));
+  }
+  return ids;
+}
+
+std::vector<std::string> DevicePlugins::Devices(DpResource r, const GpuOffer& g) const {
+  std::vector<std::string> ids;
+  {
     uint64_t count = 0;
     switch (r) {
       case DpResource::kVgpu:
@@ -195,6 +205,18 @@ std::vector<std::string> DevicePlugins::Devices(DpResource r) const {
     for (uint64_t n = 0; n < count; ++n) ids.push_back(DpDeviceId(r, g.uuid, n));
   }
   return ids;
+}
+
+v1beta1::ListAndWatchResponse DevicePlugins::DeviceList(DpResource r) const {
+  v1beta1::ListAndWatchResponse list;
+  for (const GpuOffer& g : gpus_()) {
+    for (const std::string& id : Devices(r, g)) {
+      auto* d = list.add_devices();
+      d->set_id(id);
+      d->set_health(g.healthy ? "Healthy" : "Unhealthy");
+    }
+  }
+  return list;
 }
 
 StatusOr<v1beta1::ContainerAllocateResponse> DevicePlugins::AllocateContainer(

@@ -102,6 +102,9 @@ struct GpuOffer {
   uint32_t index = 0;
   std::string uuid;
   uint64_t memory_bytes = 0;
+  // False: its devices are listed "Unhealthy" (a lost GPU, a critical XID:
+  // kubelet_side.h GpuHealth), so the kubelet places no new pod on them.
+  bool healthy = true;
 };
 
 struct DevicePluginOptions {
@@ -137,6 +140,9 @@ class DevicePlugins {
 
   // The devices advertised for `r` now.
   std::vector<std::string> Devices(DpResource r) const;
+  // ListAndWatch's list for `r` now: the devices with their health. The
+  // stream sends it again whenever it changes (looked at every 200 ms).
+  v1beta1::ListAndWatchResponse DeviceList(DpResource r) const;
   // The core of Allocate for one container.
   StatusOr<v1beta1::ContainerAllocateResponse> AllocateContainer(
       DpResource r, const std::vector<std::string>& ids);
@@ -165,6 +171,7 @@ class DevicePlugins {
 
  private:
   class Service;
+  std::vector<std::string> Devices(DpResource r, const GpuOffer& g) const;
   // One container's view from the last PodResources check.
   struct Container {
     std::string pod;  // namespace/name

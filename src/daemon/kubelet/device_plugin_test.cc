@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -136,8 +137,9 @@ class DevicePluginTest : public ::testing::Test {
     options.inject.dev_root = dir_ + "/nodev";
     options.inject.shm_dir = dir_ + "/shm";
     options.limits = &limits_;
-    plugins_ = std::make_unique<DevicePlugins>(options, *store_, [] {
-      return std::vector<GpuOffer>{{0, kGpu0, 8ull << 30}, {1, kGpu1, 8ull << 30}};
+    plugins_ = std::make_unique<DevicePlugins>(options, *store_, [this] {
+      return std::vector<GpuOffer>{{0, kGpu0, 8ull << 30, true},
+                                   {1, kGpu1, 8ull << 30, !gpu1_unhealthy_.load()}};
     });
     ASSERT_TRUE(plugins_->Start().ok());
   }
@@ -154,6 +156,7 @@ class DevicePluginTest : public ::testing::Test {
   std::unique_ptr<AllocationStore> store_;
   FakeKubelet kubelet_;
   std::unique_ptr<DevicePlugins> plugins_;
+  std::atomic<bool> gpu1_unhealthy_{false};
 };
 
 TEST_F(DevicePluginTest, RegistersTheThreeResources) {
@@ -379,6 +382,35 @@ TEST_F(DevicePluginTest, PodResourcesNamesThePodAndReleasesWhatNoPodHolds) {
   EXPECT_EQ(store_->All().size(), 1u);  // once could be a race with a starting pod
   ASSERT_TRUE(plugins_->Reconcile().ok());
   EXPECT_TRUE(store_->All().empty());
+}
+
+// A GPU going unhealthy (lost, or a critical XID) is sent to the kubelet
+// on the open ListAndWatch stream: its devices Unhealthy, the others not.
+TEST_F(DevicePluginTest, AnUnhealthyGpusDevicesAreSentUnhealthy) {
+  auto health_of = [](const v1beta1::ListAndWatchResponse& r, const std::string& prefix) {
+    std::set<std::string> states;
+    for (const auto& d : r.devices()) {
+      if (d.id().starts_with(prefix)) states.insert(d.health());
+    }
+    return states;
+  };
+  int lists = 0;
+  auto watched = kubelet_.WatchDevices(
+      Socket("vgpu"),
+      [&](const v1beta1::ListAndWatchResponse& r) {
+        if (++lists == 1) {
+          EXPECT_EQ(health_of(r, kGpu1), std::set<std::string>{"Healthy"});
+          gpu1_unhealthy_ = true;  // the XID arrives while the kubelet watches
+          return false;
+        }
+        return true;
+      },
+      10s);
+  ASSERT_TRUE(watched.ok()) << watched.status().ToString();
+  ASSERT_EQ(watched->size(), 2u) << "the change was sent on the stream";
+  EXPECT_EQ(health_of(watched->back(), kGpu1), std::set<std::string>{"Unhealthy"});
+  EXPECT_EQ(health_of(watched->back(), kGpu0), std::set<std::string>{"Healthy"});
+  EXPECT_EQ(watched->back().devices_size(), 8);
 }
 
 TEST_F(DevicePluginTest, AKubeletRestartReRegisters) {
