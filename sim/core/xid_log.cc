@@ -33,7 +33,7 @@ std::vector<XidRecord> ReadXids(const std::string& state_path, uint64_t from, ui
   if (fd < 0) return out;
   std::string text;
   char buf[4096];
-  for (off_t at = static_cast<off_t>(from);;) {
+  for (auto at = static_cast<off_t>(from);;) {
     const ssize_t n = pread(fd, buf, sizeof buf, at);
     if (n <= 0) break;
     text.append(buf, static_cast<size_t>(n));

@@ -420,7 +420,7 @@ Status DevicePlugins::PrepareContainer(DpResource r, const std::vector<std::stri
   }
   MutexLock check(check_mu_);
   // One bounded look (the kubelet retries a failed start with backoff).
-  const Status checked = CheckLocked(/*release=*/false, options_.pre_start_timeout);
+  Status checked = CheckLocked(/*release=*/false, options_.pre_start_timeout);
   MutexLock lock(mu_);
   if (auto it = sliceless_.find(id); it != sliceless_.end()) {
     return FailedPrecondition(ResourceName(r) + " in pod " + it->second +

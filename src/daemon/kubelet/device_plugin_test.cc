@@ -295,6 +295,7 @@ TEST_F(DevicePluginTest, EveryPluginAsksForPreStartContainer) {
 TEST_F(DevicePluginTest, TheSlicesSettingsAreSetBeforeItsContainerStarts) {
   const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, kGpu0, 1)};
   std::vector<std::string> memory;
+  memory.reserve(16);
   for (int n = 0; n < 16; ++n) memory.push_back(DpDeviceId(DpResource::kMemory, kGpu0, n));
   auto v = kubelet_.Allocate(Socket("vgpu"), {slice});
   ASSERT_TRUE(v.ok()) << v.status().ToString();
@@ -319,6 +320,7 @@ TEST_F(DevicePluginTest, TheSlicesSettingsAreSetBeforeItsContainerStarts) {
 
 TEST_F(DevicePluginTest, AnAmountWithoutASliceIsRefusedAtStart) {
   std::vector<std::string> cores;
+  cores.reserve(30);
   for (int n = 0; n < 30; ++n) cores.push_back(DpDeviceId(DpResource::kCores, kGpu1, n));
   ASSERT_TRUE(kubelet_.Allocate(Socket("gpu-cores"), {cores}).ok());
   kubelet_.SetPods({PodWithDevices("loose", "team-a", {{"gpuslice.io/gpu-cores", cores}})});
@@ -334,6 +336,7 @@ TEST_F(DevicePluginTest, AnAmountWithoutASliceIsRefusedAtStart) {
 TEST_F(DevicePluginTest, PodAnnotationsReachItsContainersSlicesLive) {
   const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, kGpu1, 0)};
   std::vector<std::string> memory;
+  memory.reserve(16);
   for (int n = 0; n < 16; ++n) memory.push_back(DpDeviceId(DpResource::kMemory, kGpu1, n));
   auto v = kubelet_.Allocate(Socket("vgpu"), {slice});
   ASSERT_TRUE(v.ok()) << v.status().ToString();

@@ -368,6 +368,7 @@ TEST_F(KubeletE2eTest, AnAmountWithoutASliceIsRefusedBeforeItsContainerStarts) {
   for (const auto& r : kubelet_.Registrations()) EXPECT_TRUE(r.options().pre_start_required());
   const std::string uuid = GpuUuid(0);
   std::vector<std::string> memory;
+  memory.reserve(8);
   for (int n = 0; n < 8; ++n) memory.push_back(DpDeviceId(DpResource::kMemory, uuid, n));
   const std::string socket = kubelet_dir_ + "/device-plugins/gpuslice-gpu-memory.sock";
   ASSERT_TRUE(kubelet_.Allocate(socket, {memory}).ok());
@@ -432,7 +433,13 @@ TEST_F(KubeletE2eTest, AnnotationsGiveADevicePluginContainerTheSameSliceAsDra) {
   // DRA claim's slice.
   env["GPUSLICE_MEMORY_LIMIT"] = json({{uuid, std::to_string(8 * kGiB)}}).dump();
   std::vector<std::string> vars;
-  for (const auto& [name, value] : env) vars.push_back(name + "=" + value);
+  vars.reserve(env.size());
+  for (const auto& [name, value] : env) {
+    std::string entry = name;
+    entry += "=";
+    entry += value;
+    vars.push_back(std::move(entry));
+  }
   const std::string go = dir_ + "/go";
   const int n = next_++;
   const pid_t tenant = StartProgram(
