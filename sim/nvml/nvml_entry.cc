@@ -33,10 +33,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -45,6 +48,7 @@
 #include "nvml_abi/nvml.h"
 #include "sim/core/memory_limits.h"
 #include "sim/core/sim_gpu.h"
+#include "sim/core/xid_log.h"
 #include "sim/nvml/nvml_fill.h"
 #include "sim/nvml/nvml_model.h"
 
@@ -54,6 +58,17 @@
 // the library for its whole life, so handles stay valid across shutdown/init.
 struct nvmlDevice_st {
   int index;
+};
+
+// An event set (nvmlEventSetCreate): per registered device, the event types
+// and the offset in the XID control file (sim/core/xid_log.h) from which its
+// XIDs are delivered; `next` is where the set has read the file up to.
+struct nvmlEventSet_st {
+  std::mutex mu;
+  unsigned long long types[gpuslice::sim::kMaxDevices] = {};  // guarded by mu
+  uint64_t from[gpuslice::sim::kMaxDevices] = {};             // guarded by mu
+  uint64_t next = 0;                                          // guarded by mu
+  std::deque<gpuslice::sim::XidRecord> ready;                 // guarded by mu
 };
 
 namespace gpuslice::sim::nvml {
@@ -82,12 +97,16 @@ static_assert(sizeof(nvmlPciInfo_t) == 68);
 static_assert(sizeof(nvmlBAR1Memory_t) == 24);
 static_assert(nvmlMemory_v2 == (40u | (2u << 24)));
 static_assert(offsetof(nvmlPciInfo_t, busId) == kPciInfoV1Filled);
+static_assert(sizeof(nvmlEventData_t) == 32);
+static_assert(offsetof(nvmlEventData_t, eventData) == 16);
 
 struct Library {
   std::shared_mutex mu;
   int refcount = 0;             // guarded by mu
   std::unique_ptr<SimGpu> gpu;  // guarded by mu; set iff refcount > 0
   nvmlDevice_st devices[kMaxDevices];
+  std::mutex sets_mu;
+  std::set<nvmlEventSet_t> sets;  // guarded by sets_mu: the live event sets
 
   Library() {
     for (int i = 0; i < kMaxDevices; ++i) devices[i].index = i;
@@ -459,6 +478,98 @@ nvmlReturn_t CheckCgroupPath(const char* path) {
   struct stat st {};
   if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return NVML_ERROR_NOT_FOUND;
   return NVML_SUCCESS;
+}
+
+// ---- events ----
+// The simulator raises only XID errors (`gpuslice sim xid`, sim/core/xid_log.h).
+constexpr unsigned long long kSupportedEvents = nvmlEventTypeXidCriticalError;
+
+bool LiveSet(nvmlEventSet_t set) {
+  std::lock_guard lock(Lib().sets_mu);
+  return set != nullptr && Lib().sets.contains(set);
+}
+
+nvmlReturn_t EventSetCreate(nvmlEventSet_t* set) {
+  return WithSim([&](SimState&) {
+    if (set == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    auto* created = new nvmlEventSet_st();
+    std::lock_guard lock(Lib().sets_mu);
+    Lib().sets.insert(created);
+    *set = created;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t EventSetFree(nvmlEventSet_t set) {
+  return WithSim([&](SimState&) {
+    std::lock_guard lock(Lib().sets_mu);
+    if (set == nullptr || Lib().sets.erase(set) == 0) return NVML_ERROR_INVALID_ARGUMENT;
+    delete set;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t RegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set) {
+  std::string state_path;
+  {
+    std::shared_lock lock(Lib().mu);
+    if (Lib().gpu != nullptr) state_path = Lib().gpu->path();
+  }
+  return WithDevice(device, [&](SimState&, DeviceState&, int index) {
+    if (!LiveSet(set)) return NVML_ERROR_INVALID_ARGUMENT;
+    if ((types & ~kSupportedEvents) != 0) return NVML_ERROR_NOT_SUPPORTED;
+    std::lock_guard lock(set->mu);
+    // Only what happens from now on is delivered.
+    if (set->types[index] == 0) set->from[index] = XidLogSize(state_path);
+    set->types[index] |= types;
+    return NVML_SUCCESS;
+  });
+}
+
+// The next XID event of `set`, if one is ready.
+bool NextEvent(nvmlEventSet_t set, const std::string& state_path, nvmlEventData_t* data) {
+  std::lock_guard lock(set->mu);
+  uint64_t next = 0;
+  for (const XidRecord& r : ReadXids(state_path, set->next, &next)) set->ready.push_back(r);
+  set->next = next;
+  while (!set->ready.empty()) {
+    const XidRecord r = set->ready.front();
+    set->ready.pop_front();
+    if (r.device >= kMaxDevices || (set->types[r.device] & nvmlEventTypeXidCriticalError) == 0 ||
+        r.offset < set->from[r.device]) {
+      continue;
+    }
+    data->device = &Lib().devices[r.device];
+    data->eventType = nvmlEventTypeXidCriticalError;
+    data->eventData = r.xid;
+    data->gpuInstanceId = 0xFFFFFFFFu;  // no MIG instances are modelled
+    data->computeInstanceId = 0xFFFFFFFFu;
+    return true;
+  }
+  return false;
+}
+
+// Looks for an event every 10 ms until `timeoutms` has passed.
+nvmlReturn_t EventSetWait(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeoutms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutms);
+  for (;;) {
+    std::string state_path;
+    {
+      std::shared_lock lock(Lib().mu);
+      if (Lib().gpu == nullptr) return NVML_ERROR_UNINITIALIZED;
+      state_path = Lib().gpu->path();
+    }
+    if (!LiveSet(set) || data == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    try {
+      if (NextEvent(set, state_path, data)) return NVML_SUCCESS;
+    } catch (...) {
+      return NVML_ERROR_UNKNOWN;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return NVML_ERROR_TIMEOUT;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        deadline - now, std::chrono::milliseconds(10)));
+  }
 }
 
 }  // namespace
@@ -958,4 +1069,29 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
     *count = 0;  // simulated memory never fails
     return NVML_SUCCESS;
   });
+}
+
+// ---- events (XID errors only; docs/sim.md "XID errors") ----
+
+GS_NVML_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) { return ns::EventSetCreate(set); }
+
+GS_NVML_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) { return ns::EventSetFree(set); }
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
+                                                          unsigned long long* types) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState&, int) {
+    if (types == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *types = ns::kSupportedEvents;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                                  nvmlEventSet_t set) {
+  return ns::RegisterEvents(device, types, set);
+}
+
+GS_NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data,
+                                             unsigned int timeoutms) {
+  return ns::EventSetWait(set, data, timeoutms);
 }

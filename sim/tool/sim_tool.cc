@@ -28,6 +28,7 @@
 #include "sim/core/process_identity.h"
 #include "sim/core/sim_gpu.h"
 #include "sim/core/stats.h"
+#include "sim/core/xid_log.h"
 
 namespace gpuslice::sim {
 namespace {
@@ -290,6 +291,28 @@ void AddSimCommands(CLI::App* sim) {
       });
       if (users > 0) Fail("the simulation is in use by " + std::to_string(users) + " process(es)");
       unlink(gpu->path().c_str());
+    });
+  }
+  {
+    auto* t = new SimTarget;
+    auto* device = new int(0);
+    auto* xid = new uint32_t(0);
+    CLI::App* raise = sim->add_subcommand(
+        "xid",
+        "Raise an XID error on a device: NVML event sets registered for "
+        "nvmlEventTypeXidCriticalError on it receive it (docs/sim.md \"XID errors\")");
+    raise->add_option("--state", t->state, "Simulation state file");
+    raise->add_option("--gpu", *device, "Device index")->required()->check(CLI::NonNegativeNumber);
+    raise->add_option("--xid", *xid, "The XID (e.g. 79: fallen off the bus; 13: an application's)")
+        ->required();
+    raise->callback([t, device, xid] {
+      auto gpu = OpenObserver(*t);
+      const auto count = gpu->WithState([](sim::SimState& s) { return s.device_count; });
+      if (static_cast<uint32_t>(*device) >= count) {
+        Fail("no device " + std::to_string(*device) + " (the simulation has " +
+             std::to_string(count) + ")");
+      }
+      if (Status s = sim::AppendXid(gpu->path(), *device, *xid); !s.ok()) Fail(s.message());
     });
   }
 }

@@ -42,6 +42,7 @@
 #include "daemon/groups/segment_collector.h"
 #include "daemon/http/server.h"
 #include "daemon/kube/kube_node.h"
+#include "daemon/kubelet/device_plugin.h"
 #include "daemon/kubelet/kubelet_side.h"
 #include "daemon/mps/health_checker.h"
 #include "daemon/mps/mps_manager.h"
@@ -683,6 +684,15 @@ int Run(int argc, char** argv) {
   GS_LOG(kInfo, "gpusliced", "event=ready socket=%s tcp=%s gpus=%u pid=%d", config.socket.c_str(),
          config.listen_tcp.empty() ? "off" : config.listen_tcp.c_str(), manager.DeviceCount(),
          static_cast<int>(getpid()));
+  if (kube_node && kubelet_side && kubelet_side->device_plugins() != nullptr) {
+    // Pods using the device plugins: their annotations go to their
+    // containers' slices (docs/kubernetes.md "Annotations").
+    kube_node->SetDevicePluginPods(
+        [plugins = kubelet_side->device_plugins()](const std::string& pod,
+                                                   const std::optional<kube::PodSettings>& s) {
+          plugins->SetPodSettings(pod, s ? std::optional(kube::GroupChangeFor(*s)) : std::nullopt);
+        });
+  }
   if (kube_node) kube_node->Start();
   sd_notify(0, "READY=1");
 

@@ -388,6 +388,34 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
                                          nvmlEccCounterType_t counterType,
                                          unsigned long long* eccCounts);
 
+/* Events (NVIDIA's "Event Handling Methods"): an event set collects the
+ * events registered for on each device; nvmlEventSetWait_v2 takes the next
+ * one, or returns NVML_ERROR_TIMEOUT after `timeoutms`. */
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
+#define nvmlEventTypeSingleBitEccError 0x0000000000000001LL
+#define nvmlEventTypeDoubleBitEccError 0x0000000000000002LL
+#define nvmlEventTypePState 0x0000000000000004LL
+#define nvmlEventTypeXidCriticalError 0x0000000000000008LL
+#define nvmlEventTypeClock 0x0000000000000010LL
+#define nvmlEventTypePowerSourceChange 0x0000000000000080LL
+#define nvmlEventMigConfigChange 0x0000000000000100LL
+#define nvmlEventTypeNone 0x0000000000000000LL
+/* The 32-byte layout nvmlEventSetWait_v2 fills (the v1 function had no
+ * instance ids). */
+typedef struct nvmlEventData_st {
+  nvmlDevice_t device;            /* where the event occurred */
+  unsigned long long eventType;   /* one nvmlEventType* bit */
+  unsigned long long eventData;   /* XID events: the XID (999: unknown); else 0 */
+  unsigned int gpuInstanceId;     /* MIG: the GPU instance; else 0xFFFFFFFF */
+  unsigned int computeInstanceId; /* MIG: the compute instance; else 0xFFFFFFFF */
+} nvmlEventData_t;
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set);
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long* eventTypes);
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
+                                      nvmlEventSet_t set);
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeoutms);
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
+
 /* NOLINTEND(modernize-use-using) */
 
 #ifdef __cplusplus

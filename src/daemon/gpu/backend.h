@@ -61,6 +61,12 @@ struct GpuInfo {
   uint32_t compute_mode = 0;  // NVML value (0 default, 2 prohibited, 3 exclusive process)
   std::string mps = "off";    // filled by the MPS provider, when there is one
   GpuFeatures features;
+  // XID errors NVML reported since the daemon started (xid_watch.h): how
+  // many, the last, and the last critical one (0: none; the GPU is then
+  // unhealthy until the daemon restarts).
+  uint64_t xid_errors = 0;
+  uint32_t last_xid = 0;
+  uint32_t critical_xid = 0;
 
   bool operator==(const GpuInfo&) const = default;
 };

@@ -60,6 +60,11 @@ nlohmann::json GpuJson(const GpuInfo& g) {
       {"compute_mode", ModeName(g.compute_mode)},
       {"mps", g.mps},
       {"features", GpuFeaturesJson(g.features)},
+      {"xid",
+       {{"errors", g.xid_errors},
+        {"last", g.last_xid},
+        {"critical", g.critical_xid},
+        {"healthy", g.critical_xid == 0}}},
   };
 }
 

@@ -2,7 +2,11 @@
 
 #include <dlfcn.h>
 
+#include <optional>
 #include <string>
+#include <utility>
+
+#include "common/log.h"
 
 namespace gpuslice::daemon {
 
@@ -40,11 +44,16 @@ namespace gpuslice::daemon {
 
 // Optional entry points: null where the driver lacks them (an older driver,
 // a GPU without MIG); what depends on them is reported absent.
-#define GS_NVML_OPTIONAL_FUNCTIONS(X)                                   \
-  X(nvmlSystemGetDriverVersion, (char*, unsigned int))                  \
-  X(nvmlDeviceGetCudaComputeCapability, (nvmlDevice_t, int*, int*))     \
-  X(nvmlDeviceGetMigMode, (nvmlDevice_t, unsigned int*, unsigned int*)) \
-  X(nvmlDeviceSetMemoryLimits_v1, (nvmlDevice_t, nvmlSetMemoryLimits_v1_t*))
+#define GS_NVML_OPTIONAL_FUNCTIONS(X)                                             \
+  X(nvmlSystemGetDriverVersion, (char*, unsigned int))                            \
+  X(nvmlDeviceGetCudaComputeCapability, (nvmlDevice_t, int*, int*))               \
+  X(nvmlDeviceGetMigMode, (nvmlDevice_t, unsigned int*, unsigned int*))           \
+  X(nvmlDeviceSetMemoryLimits_v1, (nvmlDevice_t, nvmlSetMemoryLimits_v1_t*))      \
+  X(nvmlEventSetCreate, (nvmlEventSet_t*))                                        \
+  X(nvmlEventSetFree, (nvmlEventSet_t))                                           \
+  X(nvmlDeviceGetSupportedEventTypes, (nvmlDevice_t, unsigned long long*))        \
+  X(nvmlDeviceRegisterEvents, (nvmlDevice_t, unsigned long long, nvmlEventSet_t)) \
+  X(nvmlEventSetWait_v2, (nvmlEventSet_t, nvmlEventData_t*, unsigned int))
 
 // NOLINTBEGIN(bugprone-macro-parentheses): `name` is a declarator and a symbol name.
 struct NvmlBackend::Api {
@@ -128,13 +137,88 @@ StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Open(const char* library) {
       b->api_->nvmlSystemGetDriverVersion(v, sizeof v) == NVML_SUCCESS) {
     b->driver_version_ = v;
   }
-  MutexLock lock(b->mu_);  // not shared yet; taken for the analysis
-  b->locked_gpu_.resize(count);
-  b->locked_mem_.resize(count);
+  {
+    MutexLock lock(b->mu_);  // not shared yet; taken for the analysis
+    b->locked_gpu_.resize(count);
+    b->locked_mem_.resize(count);
+  }
+  b->WatchXids();
   return b;
 }
 
+// The XID events of an NVML event set (xid_watch.h): registered for
+// nvmlEventTypeXidCriticalError on every GPU that supports it.
+class NvmlBackend::XidSource final : public XidWatch::Source {
+ public:
+  XidSource(const Api& api, nvmlEventSet_t set, std::vector<nvmlDevice_t> devices)
+      : api_(api), set_(set), devices_(std::move(devices)) {}
+  ~XidSource() override { api_.nvmlEventSetFree(set_); }
+  XidSource(const XidSource&) = delete;
+  XidSource& operator=(const XidSource&) = delete;
+
+  StatusOr<std::optional<XidWatch::Event>> Wait(std::chrono::milliseconds timeout) override {
+    nvmlEventData_t data{};
+    const nvmlReturn_t rc =
+        api_.nvmlEventSetWait_v2(set_, &data, static_cast<unsigned int>(timeout.count()));
+    if (rc == NVML_ERROR_TIMEOUT) return std::optional<XidWatch::Event>();
+    if (rc != NVML_SUCCESS) {
+      return Unavailable(std::string("nvmlEventSetWait: ") + api_.nvmlErrorString(rc));
+    }
+    if ((data.eventType & nvmlEventTypeXidCriticalError) == 0) {
+      return std::optional<XidWatch::Event>();
+    }
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      if (devices_[i] == data.device) {
+        return std::optional(XidWatch::Event{static_cast<uint32_t>(i), data.eventData});
+      }
+    }
+    return std::optional<XidWatch::Event>();  // a device we did not register
+  }
+
+ private:
+  const Api& api_;
+  nvmlEventSet_t set_;
+  const std::vector<nvmlDevice_t> devices_;
+};
+
+void NvmlBackend::WatchXids() {
+  const Api& a = *api_;
+  if (a.nvmlEventSetCreate == nullptr || a.nvmlEventSetFree == nullptr ||
+      a.nvmlDeviceGetSupportedEventTypes == nullptr || a.nvmlDeviceRegisterEvents == nullptr ||
+      a.nvmlEventSetWait_v2 == nullptr) {
+    GS_LOG(kWarn, "gpu", "event=xid_watch_unavailable why=\"NVML has no event sets\"");
+    return;
+  }
+  nvmlEventSet_t set = nullptr;
+  if (nvmlReturn_t rc = a.nvmlEventSetCreate(&set); rc != NVML_SUCCESS) {
+    GS_LOG(kWarn, "gpu", "event=xid_watch_unavailable why=\"nvmlEventSetCreate: %s\"",
+           a.nvmlErrorString(rc));
+    return;
+  }
+  int registered = 0;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    unsigned long long supported = 0;  // NOLINT(google-runtime-int): NVML's type
+    nvmlReturn_t rc = a.nvmlDeviceGetSupportedEventTypes(devices_[i], &supported);
+    if (rc == NVML_SUCCESS && (supported & nvmlEventTypeXidCriticalError) != 0) {
+      rc = a.nvmlDeviceRegisterEvents(devices_[i], nvmlEventTypeXidCriticalError, set);
+    } else if (rc == NVML_SUCCESS) {
+      rc = NVML_ERROR_NOT_SUPPORTED;
+    }
+    if (rc == NVML_SUCCESS) {
+      ++registered;
+    } else {
+      GS_LOG(kWarn, "gpu", "event=xid_watch_unavailable gpu=%zu why=\"%s\"", i,
+             a.nvmlErrorString(rc));
+    }
+  }
+  auto source = std::make_unique<XidSource>(a, set, devices_);
+  if (registered == 0) return;  // the source frees the set
+  xids_ = std::make_unique<XidWatch>(std::move(source));
+  xids_->Start();
+}
+
 NvmlBackend::~NvmlBackend() {
+  xids_.reset();  // its thread waits on NVML: ended before the shutdown
   if (api_ != nullptr && api_->nvmlShutdown != nullptr) api_->nvmlShutdown();
   if (handle_ != nullptr) dlclose(handle_);
 }
@@ -173,6 +257,12 @@ StatusOr<GpuInfo> NvmlBackend::Read(uint32_t index) {
   const Api& a = *api_;
   GpuInfo g;
   g.index = index;
+  if (xids_ != nullptr) {
+    const XidState x = xids_->Of(index);
+    g.xid_errors = x.errors;
+    g.last_xid = x.last;
+    g.critical_xid = x.critical;
+  }
   char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
   GS_RETURN_IF_ERROR(Check(a.nvmlDeviceGetUUID(d, buf, sizeof buf), "nvmlDeviceGetUUID", index));
   g.uuid = buf;

@@ -2,6 +2,9 @@
 // with dlopen at run time (never linked), so the library search path chooses
 // between the real driver and the simulated GPU.
 //
+// XID errors are watched on a thread of its own (xid_watch.h) from Open()
+// on, and reported in each Read().
+//
 // Thread-safe: NVML itself is; the locked-clock record has its own mutex.
 #pragma once
 
@@ -12,6 +15,7 @@
 
 #include "common/thread_annotations.h"
 #include "daemon/gpu/backend.h"
+#include "daemon/gpu/xid_watch.h"
 #include "nvml_abi/nvml.h"
 
 namespace gpuslice::daemon {
@@ -43,7 +47,11 @@ class NvmlBackend final : public GpuBackend {
   struct Api;  // the resolved entry points (nvml_backend.cc)
 
  private:
+  class XidSource;
   NvmlBackend() = default;
+  // Starts xids_ where NVML has event sets and a GPU supports XID events
+  // (logged event=xid_watch_unavailable otherwise).
+  void WatchXids();
   Status Check(nvmlReturn_t rc, const char* what, uint32_t index) const;
 
   void* handle_ = nullptr;
@@ -53,6 +61,7 @@ class NvmlBackend final : public GpuBackend {
   mutable Mutex mu_;
   std::vector<std::optional<ClockRange>> locked_gpu_ GUARDED_BY(mu_);
   std::vector<std::optional<ClockRange>> locked_mem_ GUARDED_BY(mu_);
+  std::unique_ptr<XidWatch> xids_;  // null: no XID events; Read() fills GpuInfo's xid fields
 };
 
 }  // namespace gpuslice::daemon

@@ -53,6 +53,12 @@ class KubeNode {
   KubeNode(const KubeNode&) = delete;
   KubeNode& operator=(const KubeNode&) = delete;
 
+  // Where the settings of pods that use gpuslice's device plugins go
+  // (PodWatch rule 6). REQUIRES: before Start().
+  void SetDevicePluginPods(PodWatch::DevicePluginPods pods) {
+    pods_.SetDevicePluginPods(std::move(pods));
+  }
+
   void Start();
   void Stop();
   // The GPU set may have changed: the publisher looks again now (else

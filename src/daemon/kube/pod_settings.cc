@@ -82,6 +82,28 @@ std::string PodGroup(const nlohmann::json& pod) {
   return "pod-" + uid;
 }
 
+bool AsksForDevicePlugins(const nlohmann::json& pod) {
+  auto spec = pod.find("spec");
+  if (spec == pod.end() || !spec->is_object()) return false;
+  for (const char* list : {"containers", "initContainers"}) {
+    auto containers = spec->find(list);
+    if (containers == spec->end() || !containers->is_array()) continue;
+    for (const nlohmann::json& c : *containers) {
+      if (!c.is_object()) continue;
+      auto resources = c.find("resources");
+      if (resources == c.end() || !resources->is_object()) continue;
+      for (const char* kind : {"limits", "requests"}) {
+        auto amounts = resources->find(kind);
+        if (amounts == resources->end() || !amounts->is_object()) continue;
+        for (const auto& [name, value] : amounts->items()) {
+          if (name.starts_with("gpuslice.io/")) return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
 std::string PodName(const nlohmann::json& pod) {
   auto m = pod.find("metadata");
   if (m == pod.end() || !m->is_object()) return "?";

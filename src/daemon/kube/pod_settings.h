@@ -50,6 +50,12 @@ StatusOr<PodSettings> ParsePodSettings(const nlohmann::json& pod);
 // The group id of the pod; "" when it has no usable UID.
 std::string PodGroup(const nlohmann::json& pod);
 
+// Whether a container (or init container) of the pod asks for a resource of
+// gpuslice's device plugins (a "gpuslice.io/" name in resources.limits or
+// requests): its containers then run in slice groups of their own
+// (kubelet/device_plugin.h), not in the pod's group.
+bool AsksForDevicePlugins(const nlohmann::json& pod);
+
 // "namespace/name" for logs and events.
 std::string PodName(const nlohmann::json& pod);
 

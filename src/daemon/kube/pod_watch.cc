@@ -40,9 +40,19 @@ PodWatch::PodWatch(GroupSettingsTarget& target, EventSink sink, Recorder recorde
 
 void PodWatch::OnList(const std::vector<nlohmann::json>& pods) {
   std::set<std::string> present;
+  std::set<std::string> names;
   for (const nlohmann::json& pod : pods) {
     present.insert(PodGroup(pod));
+    names.insert(PodName(pod));
     Update(pod);
+  }
+  for (auto it = told_.begin(); it != told_.end();) {
+    if (names.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    if (it->second) device_plugin_pods_(it->first, std::nullopt);
+    it = told_.erase(it);
   }
   for (const auto& [group, settings] : applied()) {
     if (!present.contains(group)) Forget(group, "gone");
@@ -63,6 +73,10 @@ void PodWatch::OnList(const std::vector<nlohmann::json>& pods) {
 
 void PodWatch::OnEvent(std::string_view type, const nlohmann::json& pod) {
   if (type == "DELETED") {
+    if (auto it = told_.find(PodName(pod)); it != told_.end()) {
+      if (it->second) device_plugin_pods_(it->first, std::nullopt);
+      told_.erase(it);
+    }
     const std::string group = PodGroup(pod);
     if (!group.empty()) Forget(group, "deleted");
     return;
@@ -95,6 +109,30 @@ void PodWatch::Update(const nlohmann::json& pod) {
   auto settings = ParsePodSettings(pod);
   if (!settings.ok()) {
     Report(pod, group, "InvalidGpusliceAnnotation", settings.status());
+    return;
+  }
+  if (device_plugin_pods_ && AsksForDevicePlugins(pod)) {
+    const std::string name = PodName(pod);
+    std::optional<PodSettings> wanted;
+    if (!settings->empty()) wanted = *settings;
+    auto told = told_.find(name);
+    if (told != told_.end() && told->second == wanted) return;
+    if (told == told_.end() && !wanted) {
+      told_[name] = std::nullopt;
+      return;
+    }
+    told_[name] = wanted;
+    reported_.erase(group);
+    device_plugin_pods_(name, wanted);
+    GS_LOG(kInfo, "kube", "event=pod_settings_applied pod=%s to=device_plugin_slices settings=%s",
+           name.c_str(), wanted ? PodSettingsJson(*wanted).dump().c_str() : "{}");
+    if (sink_) {
+      sink_("kube_pod_settings_applied",
+            {{"pod", name},
+             {"group", ""},
+             {"device_plugin", true},
+             {"settings", wanted ? PodSettingsJson(*wanted) : nlohmann::json::object()}});
+    }
     return;
   }
   std::optional<PodSettings> before;

@@ -14,6 +14,12 @@
 //     group forgotten when it has no member).
 //  4. A setting the registry refuses (requests above 100 on a GPU, a tier
 //     change while the group has members) is reported as in 2.
+//  6. A pod that asks for gpuslice.io device-plugin resources
+//     (AsksForDevicePlugins) runs in its containers' slice groups, not in
+//     "pod-<uid>": its settings go to the DevicePluginPods callback instead
+//     (kubelet/device_plugin.h merges them with the containers' amounts),
+//     by "namespace/name", when they change, and as nullopt when they are
+//     removed or the pod is deleted or gone from a relist.
 //  5. The first LIST reconciles what the daemon restored: a pod group with
 //     settings (target.PodGroups()) whose pod is not on the node any more
 //     (deleted while the daemon was down) loses them as in 3.
@@ -26,6 +32,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,6 +81,11 @@ class PodWatch final : public ReflectorHandler {
   // REQUIRES: `target` outlives the watch. `recorder` may be empty.
   PodWatch(GroupSettingsTarget& target, EventSink sink, Recorder recorder = {});
 
+  // Rule 6's receiver. REQUIRES: called before the reflector starts.
+  using DevicePluginPods =
+      std::function<void(const std::string& pod, const std::optional<PodSettings>& settings)>;
+  void SetDevicePluginPods(DevicePluginPods pods) { device_plugin_pods_ = std::move(pods); }
+
   void OnList(const std::vector<nlohmann::json>& pods) override;
   void OnEvent(std::string_view type, const nlohmann::json& pod) override;
 
@@ -93,6 +105,9 @@ class PodWatch final : public ReflectorHandler {
   std::map<std::string, PodSettings> applied_ GUARDED_BY(mu_);
   std::map<std::string, std::string> reported_;  // the reflector thread's: last error by group
   bool listed_ = false;                          // the reflector thread's: a LIST was seen
+  DevicePluginPods device_plugin_pods_;
+  // The reflector thread's: what device_plugin_pods_ was told, by pod name.
+  std::map<std::string, std::optional<PodSettings>> told_;
 };
 
 // A Recorder that POSTs a core/v1 Event to the pod's namespace, as

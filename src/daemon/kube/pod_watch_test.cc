@@ -58,6 +58,67 @@ json Pod(const std::string& name, const std::string& node, json annotations) {
           {"spec", {{"nodeName", node}}}};
 }
 
+// A pod in namespace team-a whose one container asks for `resources`
+// (resources.limits).
+json DpPod(const std::string& name, json annotations, json resources) {
+  return {{"metadata",
+           {{"name", name},
+            {"namespace", "team-a"},
+            {"uid", "0a0b0c0d-0000-0000-0000-" + std::string(12 - name.size(), '0') + name},
+            {"annotations", std::move(annotations)}}},
+          {"spec",
+           {{"nodeName", "n1"},
+            {"containers",
+             json::array({{{"name", "main"}, {"resources", {{"limits", resources}}}}})}}}};
+}
+
+// Rule 6: a pod using the device plugins has its settings sent to them, by
+// name, and nothing applied to its pod group; a pod without them is as before.
+TEST(PodWatchDevicePlugins, APodUsingTheDevicePluginsHasItsSettingsSentToThem) {
+  RecordingTarget target;
+  PodWatch watch(target, {});
+  std::vector<std::pair<std::string, std::optional<PodSettings>>> told;
+  watch.SetDevicePluginPods([&](const std::string& pod, const std::optional<PodSettings>& s) {
+    told.emplace_back(pod, s);
+  });
+  const json vgpu = {{"gpuslice.io/vgpu", "1"}};
+  json trainer = DpPod("trainer", {{"gpuslice.io/memory", "2Gi"}}, vgpu);
+  const json plain = DpPod("plain", {{"gpuslice.io/cores", "20"}}, {{"cpu", "1"}});
+  EXPECT_TRUE(AsksForDevicePlugins(trainer));
+  EXPECT_FALSE(AsksForDevicePlugins(plain));
+  watch.OnList({trainer, plain});
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].first, "team-a/trainer");
+  ASSERT_TRUE(told[0].second);
+  EXPECT_EQ(told[0].second->memory_bytes, 2ull << 30);
+  ASSERT_EQ(target.calls().size(), 1u);  // the plain pod's group only
+  EXPECT_NE(target.calls()[0].find("apply pod-"), std::string::npos);
+  EXPECT_NE(target.calls()[0].find("plain"), std::string::npos);
+
+  // A change is sent; the same settings again are not.
+  trainer["metadata"]["annotations"]["gpuslice.io/cores"] = "30";
+  watch.OnEvent("MODIFIED", trainer);
+  watch.OnEvent("MODIFIED", trainer);
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_EQ(told[1].second->cores_percent, 30u);
+  // A bad value sends nothing.
+  json bad = trainer;
+  bad["metadata"]["annotations"]["gpuslice.io/cores"] = "lots";
+  watch.OnEvent("MODIFIED", bad);
+  EXPECT_EQ(told.size(), 2u);
+  // Deleted: none any more.
+  watch.OnEvent("DELETED", trainer);
+  ASSERT_EQ(told.size(), 3u);
+  EXPECT_FALSE(told[2].second);
+  // Back, then gone from a relist.
+  watch.OnList({trainer});
+  watch.OnList({});
+  ASSERT_EQ(told.size(), 5u);
+  EXPECT_TRUE(told[3].second);
+  EXPECT_EQ(told[4].first, "team-a/trainer");
+  EXPECT_FALSE(told[4].second);
+}
+
 class PodWatchTest : public FakeApiTest {
  protected:
   void StartWatch() {

@@ -66,10 +66,18 @@ Status RegistryLimitSink::SetLimits(const std::string& group, const Limits& limi
   return updated.ok() ? Status::Ok() : updated.status();
 }
 
+Status RegistryLimitSink::SetSettings(const std::string& group,
+                                      const TenantRegistry::GroupChange& change) {
+  auto updated = registry_.UpdateGroup(group, change);
+  return updated.ok() ? Status::Ok() : updated.status();
+}
+
 Status RegistryLimitSink::ClearLimits(const std::string& group) {
-  if (!registry_.GroupOf(group)) return Status::Ok();
+  const auto g = registry_.GroupOf(group);
+  if (!g) return Status::Ok();
   TenantRegistry::GroupChange change;
   change.limits = Limits{};
+  if (!g->schedule.empty()) change.schedule = ScheduleSettings{};
   if (auto updated = registry_.UpdateGroup(group, change); !updated.ok()) return updated.status();
   if (registry_.MemberCount(group) == 0) {
     Status s = registry_.ForgetGroup(group);

@@ -78,8 +78,14 @@ class GroupLimitSink {
   virtual ~GroupLimitSink() = default;
   // Replaces group `group`'s limits with `limits`, creating the group.
   virtual Status SetLimits(const std::string& group, const Limits& limits) = 0;
-  // Clears group `group`'s limits (and forgets the group when it has no
-  // member). OK when the group is unknown.
+  // Applies `change` to group `group` (limits, schedule and tier, as
+  // TenantRegistry::UpdateGroup), creating the group. The default sets only
+  // the limits (none when the change has none).
+  virtual Status SetSettings(const std::string& group, const TenantRegistry::GroupChange& change) {
+    return SetLimits(group, change.limits.value_or(Limits{}));
+  }
+  // Clears group `group`'s limits and schedule (and forgets the group when
+  // it has no member). OK when the group is unknown.
   virtual Status ClearLimits(const std::string& group) = 0;
 };
 
@@ -99,6 +105,7 @@ class RegistryLimitSink final : public GroupLimitSink {
   // REQUIRES: `registry` outlives the sink.
   explicit RegistryLimitSink(TenantRegistry& registry) : registry_(registry) {}
   Status SetLimits(const std::string& group, const Limits& limits) override;
+  Status SetSettings(const std::string& group, const TenantRegistry::GroupChange& change) override;
   Status ClearLimits(const std::string& group) override;
 
  private:

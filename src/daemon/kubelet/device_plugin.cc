@@ -108,24 +108,27 @@ class DevicePlugins::Service final : public v1beta1::DevicePlugin::Service {
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext* /*context*/,
                                       const v1beta1::Empty* /*request*/,
-                                      v1beta1::DevicePluginOptions* /*options*/) override {
-    return grpc::Status::OK;  // neither PreStartContainer nor GetPreferredAllocation
+                                      v1beta1::DevicePluginOptions* options) override {
+    options->set_pre_start_required(true);  // PrepareContainer; no GetPreferredAllocation
+    return grpc::Status::OK;
   }
 
   grpc::Status ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty* /*request*/,
                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override {
-    v1beta1::ListAndWatchResponse list;
-    for (const std::string& id : plugins_.Devices(resource_)) {
-      auto* d = list.add_devices();
-      d->set_id(id);
-      d->set_health("Healthy");
-    }
-    if (!writer->Write(list)) return grpc::Status::OK;
-    // The list does not change while we serve; the stream stays open until
-    // the kubelet goes or the plugins stop.
-    MutexLock lock(plugins_.mu_);
-    while (!plugins_.stopping_ && !context->IsCancelled()) {
-      plugins_.cv_.wait_for(lock, std::chrono::milliseconds(200));
+    v1beta1::ListAndWatchResponse sent = plugins_.DeviceList(resource_);
+    if (!writer->Write(sent)) return grpc::Status::OK;
+    // The stream stays open until the kubelet goes or the plugins stop; the
+    // list is sent again when a GPU's health changes.
+    for (;;) {
+      {
+        MutexLock lock(plugins_.mu_);
+        plugins_.cv_.wait_for(lock, std::chrono::milliseconds(200));
+        if (plugins_.stopping_ || context->IsCancelled()) break;
+      }
+      v1beta1::ListAndWatchResponse now = plugins_.DeviceList(resource_);
+      if (now.SerializeAsString() == sent.SerializeAsString()) continue;
+      if (!writer->Write(now)) break;
+      sent = std::move(now);
     }
     return grpc::Status::OK;
   }
@@ -148,9 +151,16 @@ class DevicePlugins::Service final : public v1beta1::DevicePlugin::Service {
   }
 
   grpc::Status PreStartContainer(grpc::ServerContext* /*context*/,
-                                 const v1beta1::PreStartContainerRequest* /*request*/,
+                                 const v1beta1::PreStartContainerRequest* request,
                                  v1beta1::PreStartContainerResponse* /*response*/) override {
-    return grpc::Status::OK;
+    std::vector<std::string> ids(request->devices_ids().begin(), request->devices_ids().end());
+    const Status s = plugins_.PrepareContainer(resource_, ids);
+    if (s.ok()) return grpc::Status::OK;
+    GS_LOG(kWarn, "kubelet", "event=device_plugin_start_refused resource=%s error=\"%s\"",
+           ResourceName(resource_).c_str(), s.message().c_str());
+    return {s.code() == StatusCode::kUnavailable ? grpc::StatusCode::UNAVAILABLE
+                                                 : grpc::StatusCode::FAILED_PRECONDITION,
+            s.message()};
   }
 
  private:
@@ -172,6 +182,14 @@ std::string DevicePlugins::SocketOf(DpResource r) const {
 std::vector<std::string> DevicePlugins::Devices(DpResource r) const {
   std::vector<std::string> ids;
   for (const GpuOffer& g : gpus_()) {
+    for (std::string& id : Devices(r, g)) ids.push_back(std::move(id));
+  }
+  return ids;
+}
+
+std::vector<std::string> DevicePlugins::Devices(DpResource r, const GpuOffer& g) const {
+  std::vector<std::string> ids;
+  {
     uint64_t count = 0;
     switch (r) {
       case DpResource::kVgpu:
@@ -187,6 +205,18 @@ std::vector<std::string> DevicePlugins::Devices(DpResource r) const {
     for (uint64_t n = 0; n < count; ++n) ids.push_back(DpDeviceId(r, g.uuid, n));
   }
   return ids;
+}
+
+v1beta1::ListAndWatchResponse DevicePlugins::DeviceList(DpResource r) const {
+  v1beta1::ListAndWatchResponse list;
+  for (const GpuOffer& g : gpus_()) {
+    for (const std::string& id : Devices(r, g)) {
+      auto* d = list.add_devices();
+      d->set_id(id);
+      d->set_health(g.healthy ? "Healthy" : "Unhealthy");
+    }
+  }
+  return list;
 }
 
 StatusOr<v1beta1::ContainerAllocateResponse> DevicePlugins::AllocateContainer(
@@ -262,6 +292,7 @@ Status DevicePlugins::Release(const std::string& id) {
   {
     MutexLock lock(mu_);
     applied_.erase(id);
+    containers_.erase(id);
   }
   if (Status s = RemoveClaimSegmentDir(options_.inject.shm_dir, id); !s.ok()) {
     GS_LOG(kWarn, "kubelet", "event=slice_segments_kept group=%s error=\"%s\"", id.c_str(),
@@ -282,10 +313,142 @@ bool DevicePlugins::HasUnjoinedSlice() const {
 Status DevicePlugins::Reconcile() { return Check(/*release=*/true); }
 
 Status DevicePlugins::Check(bool release) {
+  MutexLock check(check_mu_);
+  return CheckLocked(release, std::chrono::seconds(10));
+}
+
+TenantRegistry::GroupChange DevicePlugins::ContainerSettings(
+    const Limits& amounts, const std::set<std::string>& gpus,
+    const std::optional<TenantRegistry::GroupChange>& pod) {
+  TenantRegistry::GroupChange change;
+  Limits limits = amounts;
+  ScheduleSettings schedule;
+  if (pod) {
+    std::optional<GpuLimit> annotated;
+    if (pod->limits) {
+      if (auto it = pod->limits->find(kAllGpus); it != pod->limits->end()) annotated = it->second;
+    }
+    std::optional<ScheduleEntry> entry;
+    if (pod->schedule) {
+      if (auto it = pod->schedule->find(kAllGpus); it != pod->schedule->end()) entry = it->second;
+    }
+    for (const std::string& uuid : gpus) {
+      if (annotated && (annotated->memory_bytes || annotated->compute_percent)) {
+        GpuLimit& to = limits[uuid];
+        if (annotated->memory_bytes) {
+          to.memory_bytes = to.memory_bytes ? std::min(*to.memory_bytes, *annotated->memory_bytes)
+                                            : *annotated->memory_bytes;
+        }
+        if (annotated->compute_percent) {
+          to.compute_percent = to.compute_percent
+                                   ? std::min(*to.compute_percent, *annotated->compute_percent)
+                                   : *annotated->compute_percent;
+        }
+      }
+      if (entry) schedule[uuid] = *entry;
+    }
+    change.tier = pod->tier.value_or(Tier::kShared);
+  } else {
+    change.tier = Tier::kShared;
+  }
+  change.limits = std::move(limits);
+  change.schedule = std::move(schedule);
+  return change;
+}
+
+namespace {
+
+bool SameChange(const TenantRegistry::GroupChange& a, const TenantRegistry::GroupChange& b) {
+  return a.limits == b.limits && a.schedule == b.schedule && a.tier == b.tier;
+}
+
+}  // namespace
+
+Status DevicePlugins::ApplyLocked() {
+  if (options_.limits == nullptr) return Status::Ok();
+  std::vector<std::pair<std::string, TenantRegistry::GroupChange>> todo;
+  {
+    MutexLock lock(mu_);
+    for (const auto& [group, c] : containers_) {
+      std::optional<TenantRegistry::GroupChange> pod;
+      if (auto it = pod_settings_.find(c.pod); it != pod_settings_.end()) pod = it->second;
+      TenantRegistry::GroupChange change = ContainerSettings(c.amounts, c.gpus, pod);
+      if (auto it = applied_.find(group); it != applied_.end() && SameChange(it->second, change)) {
+        continue;
+      }
+      todo.emplace_back(group, std::move(change));
+    }
+  }
+  Status first;
+  // The daemon's word on each slice's settings, whatever the container's
+  // environment says (a tenant's registration can only lower its limits).
+  for (auto& [group, change] : todo) {
+    if (Status set = options_.limits->SetSettings(group, change); !set.ok()) {
+      GS_LOG(kWarn, "kubelet", "event=device_plugin_settings_refused group=%s error=\"%s\"",
+             group.c_str(), set.message().c_str());
+      first = first.ok() ? set : first;
+      continue;
+    }
+    GS_LOG(kInfo, "kubelet", "event=device_plugin_limits_set group=%s gpus=%zu", group.c_str(),
+           change.limits->size());
+    MutexLock lock(mu_);
+    applied_[group] = std::move(change);
+  }
+  return first;
+}
+
+void DevicePlugins::SetPodSettings(const std::string& pod,
+                                   std::optional<TenantRegistry::GroupChange> change) {
+  MutexLock check(check_mu_);
+  {
+    MutexLock lock(mu_);
+    if (change) {
+      pod_settings_[pod] = std::move(*change);
+    } else {
+      pod_settings_.erase(pod);
+    }
+  }
+  (void)ApplyLocked();  // refusals are logged
+}
+
+Status DevicePlugins::PrepareContainer(DpResource r, const std::vector<std::string>& ids) {
+  if (ids.empty()) return FailedPrecondition("no device ids");
+  const std::string id = AllocationIdOf(r, ids);
+  if (!store_.Get(id)) {
+    return FailedPrecondition("devices of " + ResourceName(r) + " (" + id +
+                              ") were not allocated by this daemon");
+  }
+  MutexLock check(check_mu_);
+  // One bounded look (the kubelet retries a failed start with backoff).
+  Status checked = CheckLocked(/*release=*/false, options_.pre_start_timeout);
+  MutexLock lock(mu_);
+  if (auto it = sliceless_.find(id); it != sliceless_.end()) {
+    return FailedPrecondition(ResourceName(r) + " in pod " + it->second +
+                              " needs gpuslice.io/vgpu in the same container: the amounts are of "
+                              "a slice, and the slice is what runs the limiter");
+  }
+  std::string slice;
+  for (const auto& [group, c] : containers_) {
+    if (group == id ||
+        std::find(c.amount_ids.begin(), c.amount_ids.end(), id) != c.amount_ids.end()) {
+      slice = group;
+    }
+  }
+  if (slice.empty()) {
+    if (!checked.ok()) return checked;
+    return FailedPrecondition("the kubelet's PodResources shows no container holding " + id);
+  }
+  if (options_.limits != nullptr && !applied_.contains(slice)) {
+    return checked.ok() ? Unavailable("the settings of " + slice + " could not be set") : checked;
+  }
+  return Status::Ok();
+}
+
+Status DevicePlugins::CheckLocked(bool release, std::chrono::milliseconds timeout) {
   auto stub = v1::PodResourcesLister::NewStub(grpc::CreateChannel(
       "unix://" + options_.pod_resources_socket, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   v1::ListPodResourcesResponse list;
   grpc::Status s = stub->List(&ctx, v1::ListPodResourcesRequest(), &list);
   if (!s.ok()) {
@@ -293,8 +456,10 @@ Status DevicePlugins::Check(bool release) {
                        s.error_message());
   }
   std::map<std::string, std::pair<std::string, std::string>> held;  // allocation -> pod
-  std::map<std::string, Limits> joined;  // a slice's group -> its container's amounts
+  std::map<std::string, Container> containers;                      // by slice group
+  std::map<std::string, std::string> sliceless;
   for (const auto& pod : list.pod_resources()) {
+    const std::string pod_name = pod.namespace_() + "/" + pod.name();
     for (const auto& container : pod.containers()) {
       std::string slice;
       std::vector<std::string> amounts;
@@ -311,13 +476,22 @@ Status DevicePlugins::Check(bool release) {
           }
         }
       }
-      if (slice.empty() || !store_.Get(slice)) continue;
-      Limits limits;
+      if (slice.empty()) {
+        for (const std::string& id : amounts) sliceless[id] = pod_name;
+        continue;
+      }
+      const auto recorded = store_.Get(slice);
+      if (!recorded) continue;
+      Container c;
+      c.pod = pod_name;
+      for (const DeviceShare& d : recorded->devices) c.gpus.insert(d.uuid);
       for (const std::string& id : amounts) {
         const auto amount = store_.Get(id);
         if (!amount) continue;
+        c.amount_ids.push_back(id);
         for (const auto& [uuid, l] : LimitsOf(*amount)) {
-          GpuLimit& to = limits[uuid];
+          c.gpus.insert(uuid);
+          GpuLimit& to = c.amounts[uuid];
           if (l.memory_bytes) to.memory_bytes = to.memory_bytes.value_or(0) + *l.memory_bytes;
           if (l.compute_percent) {
             to.compute_percent =
@@ -325,28 +499,15 @@ Status DevicePlugins::Check(bool release) {
           }
         }
       }
-      joined[slice] = std::move(limits);
+      containers[slice] = std::move(c);
     }
   }
-  Status first;
-  if (options_.limits != nullptr) {
-    // The daemon's word on each slice's limits, whatever the container's
-    // environment says (a tenant's registration can only lower them).
-    for (const auto& [group, limits] : joined) {
-      {
-        MutexLock lock(mu_);
-        if (auto it = applied_.find(group); it != applied_.end() && it->second == limits) continue;
-      }
-      if (Status set = options_.limits->SetLimits(group, limits); !set.ok()) {
-        first = first.ok() ? set : first;
-        continue;
-      }
-      GS_LOG(kInfo, "kubelet", "event=device_plugin_limits_set group=%s gpus=%zu", group.c_str(),
-             limits.size());
-      MutexLock lock(mu_);
-      applied_[group] = limits;
-    }
+  {
+    MutexLock lock(mu_);
+    containers_ = std::move(containers);
+    sliceless_ = std::move(sliceless);
   }
+  Status first = ApplyLocked();
   if (!release) return first;
   std::vector<std::string> missing;
   for (const Allocation& a : store_.All()) {
@@ -416,7 +577,7 @@ Status DevicePlugins::RegisterAll() {
     request.set_version("v1beta1");
     request.set_endpoint(std::filesystem::path(SocketOf(r)).filename().string());
     request.set_resource_name(ResourceName(r));
-    request.mutable_options();  // all false
+    request.mutable_options()->set_pre_start_required(true);
     v1beta1::Empty empty;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));

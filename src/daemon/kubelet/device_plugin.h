@@ -12,8 +12,9 @@
 //
 // Allocate, per container. Each allocation is recorded in the
 // AllocationStore under "dp-<resource>-<hash of the ids>". The kubelet calls
-// each resource's plugin separately and merges what they return, so only
-// one of them may mount and name things:
+// each resource's plugin separately and merges what they return (keeping the
+// first answer's value of an environment variable, in no fixed order), so
+// only one of them may mount and name things:
 //  - gpuslice.io/vgpu is the container's slice and its group: the limiter
 //    is injected (library mount, LD_PRELOAD or /etc/ld.so.preload, the
 //    daemon socket's directory, NVIDIA_VISIBLE_DEVICES, device nodes),
@@ -21,16 +22,39 @@
 //    segment directory (shm/segment_dirs.h) is the only one mounted;
 //  - gpuslice.io/gpu-memory and gpu-cores are amounts of that slice: they
 //    return only their limit as the environment's bootstrap fallback
-//    (GPUSLICE_MEMORY_LIMIT or GPUSLICE_COMPUTE_LIMIT keyed by GPU UUID). A
-//    container asking for them without a vgpu gets no limiter.
+//    (GPUSLICE_MEMORY_LIMIT or GPUSLICE_COMPUTE_LIMIT keyed by GPU UUID).
 //
-// PodResources cross-check (Reconcile): the kubelet's List names the pod
-// (namespace/name) holding each recorded allocation's ids, and which
-// amounts share a container with which slice: the slice's group gets those
-// amounts as its limits in `limits` (the registry: the daemon's word, kept
-// in its checkpoint, whatever the environment says). A slice not yet joined
-// is looked for at every poll. An allocation whose ids no pod holds on two
-// consecutive checks is released (a slice's limits and directory with it).
+// A container's settings (ContainerSettings below): the slice group gets
+//   limits   = the container's amounts per GPU, each lowered by the pod's
+//              gpuslice.io/memory and gpuslice.io/cores annotations where
+//              they say less (an annotation sets a limit the container has
+//              no amount for; it never raises one: the amounts are what the
+//              scheduler counted against the node);
+//   schedule = the pod's gpuslice.io/request and gpuslice.io/priority, on
+//              each of the container's GPUs;
+//   tier     = the pod's gpuslice.io/tier, else shared.
+// Annotations reach the plugins through SetPodSettings (the pod watch,
+// kube/pod_watch.h) and apply at once to the containers the last check saw.
+//
+// PreStartContainer (every plugin registers with PreStartRequired, so the
+// kubelet calls it after all Allocates and before the container starts, and
+// a failure fails the start, visibly, with our message): the plugins check
+// PodResources there and then (PrepareContainer), so
+//  1. a slice's group holds its container's settings in the registry before
+//     any process of the container can run (no window on the environment's
+//     limits);
+//  2. an amount in a container without a gpuslice.io/vgpu is refused
+//     (kFailedPrecondition "... needs gpuslice.io/vgpu ..."): there is no
+//     single group to put it in, the environment variables of the amounts'
+//     answers would be merged in an arbitrary order, and a container with
+//     amounts but no limiter would run unlimited.
+//
+// PodResources cross-check (Check, also every `reconcile_every` polls): the
+// kubelet's List names the pod (namespace/name) holding each recorded
+// allocation's ids, and which amounts share a container with which slice; a
+// slice not yet joined is looked for at every poll. An allocation whose ids
+// no pod holds on two consecutive checks is released (a slice's settings and
+// directory with it).
 //
 // Kubelet restarts: a watcher polls (every `poll_interval`) kubelet.sock and
 // the plugin sockets; when kubelet.sock is recreated (a new inode) or a
@@ -46,6 +70,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,6 +102,9 @@ struct GpuOffer {
   uint32_t index = 0;
   std::string uuid;
   uint64_t memory_bytes = 0;
+  // False: its devices are listed "Unhealthy" (a lost GPU, a critical XID:
+  // kubelet_side.h GpuHealth), so the kubelet places no new pod on them.
+  bool healthy = true;
 };
 
 struct DevicePluginOptions {
@@ -84,6 +113,9 @@ struct DevicePluginOptions {
   uint32_t vgpu_per_gpu = 10;
   uint32_t memory_unit_mib = 1;
   std::chrono::milliseconds poll_interval{1000};
+  // PreStartContainer's bound on its PodResources check (the kubelet waits
+  // 30 s for the answer).
+  std::chrono::milliseconds pre_start_timeout{10'000};
   int reconcile_every = 10;  // polls between PodResources checks; 0: only Reconcile() calls
   CdiOptions inject;  // library, ld_so_preload, daemon_socket, shm_dir, dev_root (dir unused)
   // Where each slice's limits go once its container's amounts are known
@@ -108,18 +140,49 @@ class DevicePlugins {
 
   // The devices advertised for `r` now.
   std::vector<std::string> Devices(DpResource r) const;
+  // ListAndWatch's list for `r` now: the devices with their health. The
+  // stream sends it again whenever it changes (looked at every 200 ms).
+  v1beta1::ListAndWatchResponse DeviceList(DpResource r) const;
   // The core of Allocate for one container.
   StatusOr<v1beta1::ContainerAllocateResponse> AllocateContainer(
       DpResource r, const std::vector<std::string>& ids);
+  // The core of PreStartContainer for one container's ids of `r` (see
+  // above): OK once the container's slice group holds its settings.
+  // Errors: kFailedPrecondition (not ours, not in PodResources, an amount
+  // without a slice), kUnavailable (PodResources unreachable within
+  // `pre_start_timeout`), the registry's refusal.
+  Status PrepareContainer(DpResource r, const std::vector<std::string>& ids);
   // The PodResources cross-check (see above).
   Status Reconcile();
+  // The settings pod `pod` ("namespace/name")'s gpuslice.io/* annotations
+  // ask for, as the registry change kube/pod_settings.h GroupChangeFor makes
+  // of them (limits and schedule under kAllGpus, the tier); nullopt: none (or
+  // the pod is gone). Applied to the pod's containers' slices at once.
+  void SetPodSettings(const std::string& pod, std::optional<TenantRegistry::GroupChange> change);
+
+  // What a container's slice group gets (see above): `amounts` per GPU, on
+  // `gpus`, with `pod`'s annotation settings.
+  static TenantRegistry::GroupChange ContainerSettings(
+      const Limits& amounts, const std::set<std::string>& gpus,
+      const std::optional<TenantRegistry::GroupChange>& pod);
 
   // How many times the three plugins were registered (3 per round).
   int registrations() const;
 
  private:
   class Service;
-  Status Check(bool release) EXCLUDES(mu_);
+  std::vector<std::string> Devices(DpResource r, const GpuOffer& g) const;
+  // One container's view from the last PodResources check.
+  struct Container {
+    std::string pod;  // namespace/name
+    Limits amounts;   // by GPU UUID
+    std::set<std::string> gpus;
+    std::vector<std::string> amount_ids;
+  };
+  Status Check(bool release) EXCLUDES(mu_, check_mu_);
+  Status CheckLocked(bool release, std::chrono::milliseconds timeout) REQUIRES(check_mu_)
+      EXCLUDES(mu_);
+  Status ApplyLocked() REQUIRES(check_mu_) EXCLUDES(mu_);
   Status Release(const std::string& id) EXCLUDES(mu_);  // an allocation no pod holds any more
   bool HasUnjoinedSlice() const EXCLUDES(mu_);
   Status Serve();
@@ -135,6 +198,8 @@ class DevicePlugins {
   Gpus gpus_;
   std::vector<std::unique_ptr<Service>> services_;
   std::vector<std::unique_ptr<grpc::Server>> servers_;
+  // Serialises checks and the settings they apply (taken before mu_).
+  Mutex check_mu_ ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
   std::condition_variable_any cv_;
   bool stopping_ GUARDED_BY(mu_) = false;
@@ -142,7 +207,11 @@ class DevicePlugins {
   uint64_t registered_inode_ GUARDED_BY(mu_) = 0;
   // Allocations no pod held at the last check.
   std::vector<std::string> missing_once_ GUARDED_BY(mu_);
-  std::map<std::string, Limits> applied_ GUARDED_BY(mu_);  // slice group -> limits set
+  // Slice group -> the settings set in `limits`.
+  std::map<std::string, TenantRegistry::GroupChange> applied_ GUARDED_BY(mu_);
+  std::map<std::string, Container> containers_ GUARDED_BY(mu_);   // by slice group
+  std::map<std::string, std::string> sliceless_ GUARDED_BY(mu_);  // amount id -> its pod
+  std::map<std::string, TenantRegistry::GroupChange> pod_settings_ GUARDED_BY(mu_);
   std::thread watcher_;
 };
 

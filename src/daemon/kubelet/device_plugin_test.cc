@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -44,20 +46,74 @@ class RecordingSink final : public GroupLimitSink {
     groups_[group] = limits;
     return Status::Ok();
   }
+  Status SetSettings(const std::string& group, const TenantRegistry::GroupChange& change) override {
+    std::lock_guard lock(mu_);
+    groups_[group] = change.limits.value_or(Limits{});
+    changes_[group] = change;
+    return Status::Ok();
+  }
   Status ClearLimits(const std::string& group) override {
     std::lock_guard lock(mu_);
     groups_.erase(group);
+    changes_.erase(group);
     return Status::Ok();
   }
   std::map<std::string, Limits> groups() {
     std::lock_guard lock(mu_);
     return groups_;
   }
+  std::optional<TenantRegistry::GroupChange> change(const std::string& group) {
+    std::lock_guard lock(mu_);
+    auto it = changes_.find(group);
+    if (it == changes_.end()) return std::nullopt;
+    return it->second;
+  }
 
  private:
   std::mutex mu_;
   std::map<std::string, Limits> groups_;
+  std::map<std::string, TenantRegistry::GroupChange> changes_;
 };
+
+// A pod's annotations as kube/pod_settings.h GroupChangeFor gives them.
+TenantRegistry::GroupChange Annotated(std::optional<uint64_t> memory, std::optional<uint32_t> cores,
+                                      std::optional<uint32_t> request = {},
+                                      std::optional<Tier> tier = {}) {
+  TenantRegistry::GroupChange change;
+  change.limits = Limits{};
+  if (memory || cores) (*change.limits)[kAllGpus] = GpuLimit{memory, cores};
+  change.schedule = ScheduleSettings{};
+  if (request) {
+    (*change.schedule)[kAllGpus] = ScheduleEntry{.request_percent = request,
+                                                 .priority = Priority::kLatency,
+                                                 .weight = {},
+                                                 .memory_request_bytes = {}};
+  }
+  change.tier = tier;
+  return change;
+}
+
+TEST(ContainerSettings, AnnotationsLowerTheAmountsAndFillWhatTheyLack) {
+  const Limits amounts = {{kGpu0, GpuLimit{4ull << 30, std::nullopt}}};
+  const std::set<std::string> gpus = {kGpu0};
+  // No annotations: the amounts, the default schedule, the shared tier.
+  auto plain = DevicePlugins::ContainerSettings(amounts, gpus, std::nullopt);
+  EXPECT_EQ(plain.limits, amounts);
+  EXPECT_TRUE(plain.schedule->empty());
+  EXPECT_EQ(plain.tier, Tier::kShared);
+  // Less memory than the amount lowers it; cores the container has no amount for are set.
+  auto lower = DevicePlugins::ContainerSettings(amounts, gpus, Annotated(2ull << 30, 30, 20));
+  EXPECT_EQ(lower.limits->at(kGpu0), (GpuLimit{2ull << 30, 30}));
+  EXPECT_EQ(lower.schedule->at(kGpu0).request_percent, 20u);
+  EXPECT_EQ(lower.schedule->at(kGpu0).priority, Priority::kLatency);
+  EXPECT_EQ(lower.schedule->count(kAllGpus), 0u);  // on the container's GPUs only
+  // More than the amount never raises it.
+  auto more = DevicePlugins::ContainerSettings(amounts, gpus, Annotated(8ull << 30, {}));
+  EXPECT_EQ(more.limits->at(kGpu0), (GpuLimit{4ull << 30, std::nullopt}));
+  // The tier is the annotation's.
+  EXPECT_EQ(DevicePlugins::ContainerSettings(amounts, gpus, Annotated({}, {}, {}, Tier::kMps)).tier,
+            Tier::kMps);
+}
 
 class DevicePluginTest : public ::testing::Test {
  protected:
@@ -81,8 +137,9 @@ class DevicePluginTest : public ::testing::Test {
     options.inject.dev_root = dir_ + "/nodev";
     options.inject.shm_dir = dir_ + "/shm";
     options.limits = &limits_;
-    plugins_ = std::make_unique<DevicePlugins>(options, *store_, [] {
-      return std::vector<GpuOffer>{{0, kGpu0, 8ull << 30}, {1, kGpu1, 8ull << 30}};
+    plugins_ = std::make_unique<DevicePlugins>(options, *store_, [this] {
+      return std::vector<GpuOffer>{{0, kGpu0, 8ull << 30, true},
+                                   {1, kGpu1, 8ull << 30, !gpu1_unhealthy_.load()}};
     });
     ASSERT_TRUE(plugins_->Start().ok());
   }
@@ -99,6 +156,7 @@ class DevicePluginTest : public ::testing::Test {
   std::unique_ptr<AllocationStore> store_;
   FakeKubelet kubelet_;
   std::unique_ptr<DevicePlugins> plugins_;
+  std::atomic<bool> gpu1_unhealthy_{false};
 };
 
 TEST_F(DevicePluginTest, RegistersTheThreeResources) {
@@ -218,6 +276,96 @@ TEST_F(DevicePluginTest, AContainersAmountsBecomeItsSlicesLimitsInTheDaemon) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/shm/claims/" + group));
 }
 
+TEST_F(DevicePluginTest, EveryPluginAsksForPreStartContainer) {
+  for (const char* name : {"vgpu", "gpu-memory", "gpu-cores"}) {
+    auto o = kubelet_.Options(Socket(name));
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    EXPECT_TRUE(o->pre_start_required()) << name;
+  }
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 5s));
+  for (const auto& r : kubelet_.Registrations()) {
+    EXPECT_TRUE(r.options().pre_start_required()) << r.resource_name();
+  }
+}
+
+// The kubelet calls PreStartContainer after every Allocate of the container
+// and before starting it: the slice's group holds its settings by then,
+// whatever the environment says and without waiting for a poll (this
+// fixture has none: reconcile_every = 0).
+TEST_F(DevicePluginTest, TheSlicesSettingsAreSetBeforeItsContainerStarts) {
+  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, kGpu0, 1)};
+  std::vector<std::string> memory;
+  memory.reserve(16);
+  for (int n = 0; n < 16; ++n) memory.push_back(DpDeviceId(DpResource::kMemory, kGpu0, n));
+  auto v = kubelet_.Allocate(Socket("vgpu"), {slice});
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const std::string group = v->container_responses(0).envs().at("GPUSLICE_GROUP");
+  ASSERT_TRUE(kubelet_.Allocate(Socket("gpu-memory"), {memory}).ok());
+  // Not in PodResources (yet): the start is refused, nothing is set.
+  Status early = kubelet_.PreStart(Socket("vgpu"), slice);
+  EXPECT_FALSE(early.ok());
+  EXPECT_NE(early.message().find("PodResources"), std::string::npos) << early.ToString();
+  EXPECT_EQ(limits_.groups().count(group), 0u);
+
+  kubelet_.SetPods({PodWithDevices(
+      "trainer", "team-a", {{"gpuslice.io/vgpu", slice}, {"gpuslice.io/gpu-memory", memory}})});
+  ASSERT_TRUE(kubelet_.PreStart(Socket("gpu-memory"), memory).ok());
+  ASSERT_TRUE(kubelet_.PreStart(Socket("vgpu"), slice).ok());
+  auto groups = limits_.groups();
+  ASSERT_EQ(groups.count(group), 1u);
+  EXPECT_EQ(LimitOn(groups[group], kGpu0).memory_bytes, 4ull << 30);
+  // Ids this daemon never allocated are refused.
+  EXPECT_FALSE(kubelet_.PreStart(Socket("vgpu"), {DpDeviceId(DpResource::kVgpu, kGpu0, 3)}).ok());
+}
+
+TEST_F(DevicePluginTest, AnAmountWithoutASliceIsRefusedAtStart) {
+  std::vector<std::string> cores;
+  cores.reserve(30);
+  for (int n = 0; n < 30; ++n) cores.push_back(DpDeviceId(DpResource::kCores, kGpu1, n));
+  ASSERT_TRUE(kubelet_.Allocate(Socket("gpu-cores"), {cores}).ok());
+  kubelet_.SetPods({PodWithDevices("loose", "team-a", {{"gpuslice.io/gpu-cores", cores}})});
+  const Status s = kubelet_.PreStart(Socket("gpu-cores"), cores);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("team-a/loose"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("needs gpuslice.io/vgpu"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(limits_.groups().empty());
+}
+
+// The pod's gpuslice.io/* annotations reach its containers' slices, live,
+// with the precedence of ContainerSettings.
+TEST_F(DevicePluginTest, PodAnnotationsReachItsContainersSlicesLive) {
+  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, kGpu1, 0)};
+  std::vector<std::string> memory;
+  memory.reserve(16);
+  for (int n = 0; n < 16; ++n) memory.push_back(DpDeviceId(DpResource::kMemory, kGpu1, n));
+  auto v = kubelet_.Allocate(Socket("vgpu"), {slice});
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const std::string group = v->container_responses(0).envs().at("GPUSLICE_GROUP");
+  ASSERT_TRUE(kubelet_.Allocate(Socket("gpu-memory"), {memory}).ok());
+  // Annotations known before the container is: applied once it is.
+  plugins_->SetPodSettings("team-a/trainer", Annotated(2ull << 30, 30, 20));
+  EXPECT_TRUE(limits_.groups().empty());
+  kubelet_.SetPods({PodWithDevices(
+      "trainer", "team-a", {{"gpuslice.io/vgpu", slice}, {"gpuslice.io/gpu-memory", memory}})});
+  ASSERT_TRUE(plugins_->Reconcile().ok());
+  auto change = limits_.change(group);
+  ASSERT_TRUE(change);
+  EXPECT_EQ(change->limits->at(kGpu1), (GpuLimit{2ull << 30, 30}));
+  EXPECT_EQ(change->schedule->at(kGpu1).request_percent, 20u);
+  // A change applies at once, without a check: more memory than the
+  // container's amount does not raise it.
+  plugins_->SetPodSettings("team-a/trainer", Annotated(8ull << 30, 50));
+  change = limits_.change(group);
+  EXPECT_EQ(change->limits->at(kGpu1), (GpuLimit{4ull << 30, 50}));
+  EXPECT_TRUE(change->schedule->empty());
+  // Annotations removed: the amounts alone.
+  plugins_->SetPodSettings("team-a/trainer", std::nullopt);
+  EXPECT_EQ(limits_.change(group)->limits->at(kGpu1), (GpuLimit{4ull << 30, std::nullopt}));
+  // Another pod's annotations change nothing here.
+  plugins_->SetPodSettings("team-a/other", Annotated(1ull << 30, 10));
+  EXPECT_EQ(limits_.change(group)->limits->at(kGpu1), (GpuLimit{4ull << 30, std::nullopt}));
+}
+
 TEST_F(DevicePluginTest, PodResourcesNamesThePodAndReleasesWhatNoPodHolds) {
   std::vector<std::string> ids = {DpDeviceId(DpResource::kVgpu, kGpu0, 2)};
   ASSERT_TRUE(kubelet_.Allocate(Socket("vgpu"), {ids}).ok());
@@ -237,6 +385,35 @@ TEST_F(DevicePluginTest, PodResourcesNamesThePodAndReleasesWhatNoPodHolds) {
   EXPECT_EQ(store_->All().size(), 1u);  // once could be a race with a starting pod
   ASSERT_TRUE(plugins_->Reconcile().ok());
   EXPECT_TRUE(store_->All().empty());
+}
+
+// A GPU going unhealthy (lost, or a critical XID) is sent to the kubelet
+// on the open ListAndWatch stream: its devices Unhealthy, the others not.
+TEST_F(DevicePluginTest, AnUnhealthyGpusDevicesAreSentUnhealthy) {
+  auto health_of = [](const v1beta1::ListAndWatchResponse& r, const std::string& prefix) {
+    std::set<std::string> states;
+    for (const auto& d : r.devices()) {
+      if (d.id().starts_with(prefix)) states.insert(d.health());
+    }
+    return states;
+  };
+  int lists = 0;
+  auto watched = kubelet_.WatchDevices(
+      Socket("vgpu"),
+      [&](const v1beta1::ListAndWatchResponse& r) {
+        if (++lists == 1) {
+          EXPECT_EQ(health_of(r, kGpu1), std::set<std::string>{"Healthy"});
+          gpu1_unhealthy_ = true;  // the XID arrives while the kubelet watches
+          return false;
+        }
+        return true;
+      },
+      10s);
+  ASSERT_TRUE(watched.ok()) << watched.status().ToString();
+  ASSERT_EQ(watched->size(), 2u) << "the change was sent on the stream";
+  EXPECT_EQ(health_of(watched->back(), kGpu1), std::set<std::string>{"Unhealthy"});
+  EXPECT_EQ(health_of(watched->back(), kGpu0), std::set<std::string>{"Healthy"});
+  EXPECT_EQ(watched->back().devices_size(), 8);
 }
 
 TEST_F(DevicePluginTest, AKubeletRestartReRegisters) {

@@ -349,5 +349,24 @@ TEST(GpuHealth, UnknownBeforeAReadUnhealthyWhileReadsFail) {
   EXPECT_FALSE(NodeName("").empty());
 }
 
+TEST(GpuHealth, ACriticalXidIsUnhealthyAnApplicationsIsNot) {
+  Snapshot s;
+  s.gpus.resize(2);
+  for (uint32_t i = 0; i < 2; ++i) {
+    s.gpus[i].index = i;
+    s.gpus[i].uuid = "GPU-" + std::to_string(i);
+    s.gpus[i].xid_errors = 1;
+  }
+  s.gpus[0].last_xid = 13;  // an application's: counted, not the GPU's fault
+  s.gpus[1].last_xid = 79;
+  s.gpus[1].critical_xid = 79;
+  s.reads = {{.read_ns = 5, .failed = false}, {.read_ns = 5, .failed = false}};
+  const auto r = GpuHealth(s, 1700000000);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].state, DeviceHealthReport::State::kHealthy);
+  EXPECT_EQ(r[1].state, DeviceHealthReport::State::kUnhealthy);
+  EXPECT_NE(r[1].why.find("XID 79"), std::string::npos) << r[1].why;
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon::kubelet

@@ -234,6 +234,26 @@ StatusOr<v1beta1::ListAndWatchResponse> FakeKubelet::ListDevices(const std::stri
   return response;
 }
 
+StatusOr<std::vector<v1beta1::ListAndWatchResponse>> FakeKubelet::WatchDevices(
+    const std::string& socket,
+    const std::function<bool(const v1beta1::ListAndWatchResponse&)>& done,
+    std::chrono::milliseconds timeout) {
+  auto stub = v1beta1::DevicePlugin::NewStub(Dial(socket));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  auto reader = stub->ListAndWatch(&ctx, v1beta1::Empty());
+  std::vector<v1beta1::ListAndWatchResponse> lists;
+  v1beta1::ListAndWatchResponse response;
+  while (reader->Read(&response)) {
+    lists.push_back(response);
+    if (done(response)) break;
+  }
+  ctx.TryCancel();
+  (void)reader->Finish();
+  if (lists.empty()) return Unavailable("ListAndWatch ended without a list");
+  return lists;
+}
+
 StatusOr<v1beta1::AllocateResponse> FakeKubelet::Allocate(
     const std::string& socket, const std::vector<std::vector<std::string>>& ids) {
   v1beta1::AllocateRequest request;
@@ -243,6 +263,14 @@ StatusOr<v1beta1::AllocateResponse> FakeKubelet::Allocate(
   }
   return Call<v1beta1::DevicePlugin>(socket, &v1beta1::DevicePlugin::Stub::Allocate, request,
                                      "Allocate");
+}
+
+Status FakeKubelet::PreStart(const std::string& socket, const std::vector<std::string>& ids) {
+  v1beta1::PreStartContainerRequest request;
+  for (const auto& id : ids) request.add_devices_ids(id);
+  auto r = Call<v1beta1::DevicePlugin>(socket, &v1beta1::DevicePlugin::Stub::PreStartContainer,
+                                       request, "PreStartContainer");
+  return r.ok() ? Status::Ok() : r.status();
 }
 
 StatusOr<v1beta1::DevicePluginOptions> FakeKubelet::Options(const std::string& socket) {

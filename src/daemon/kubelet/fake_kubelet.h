@@ -81,8 +81,18 @@ class FakeKubelet {
   bool WaitForRegistrations(size_t n, std::chrono::milliseconds timeout) const;
   // The first ListAndWatch answer of the plugin on `dir`/`endpoint`.
   StatusOr<v1beta1::ListAndWatchResponse> ListDevices(const std::string& socket);
+  // The ListAndWatch answers of the plugin on `socket` until `done` holds
+  // for one or `timeout` passes.
+  StatusOr<std::vector<v1beta1::ListAndWatchResponse>> WatchDevices(
+      const std::string& socket,
+      const std::function<bool(const v1beta1::ListAndWatchResponse&)>& done,
+      std::chrono::milliseconds timeout);
   StatusOr<v1beta1::AllocateResponse> Allocate(const std::string& socket,
                                                const std::vector<std::vector<std::string>>& ids);
+  // PreStartContainer with one container's `ids`, as the kubelet calls it
+  // before starting the container when the plugin asked for it; the plugin's
+  // error is the container's start failing.
+  Status PreStart(const std::string& socket, const std::vector<std::string>& ids);
   StatusOr<v1beta1::DevicePluginOptions> Options(const std::string& socket);
 
   // --- PodResources ---

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <set>
+
 #include "common/log.h"
 #include "daemon/kubelet/device_plugin.h"
 
@@ -31,6 +33,10 @@ std::vector<DeviceHealthReport> GpuHealth(const Snapshot& snapshot, int64_t now_
     const GpuReadState read = i < snapshot.reads.size() ? snapshot.reads[i] : GpuReadState{};
     if (read.read_ns == 0) {
       r.state = DeviceHealthReport::State::kUnknown;
+    } else if (gpu.critical_xid != 0) {
+      r.state = DeviceHealthReport::State::kUnhealthy;
+      r.why = "critical XID " + std::to_string(gpu.critical_xid) + " on GPU " + gpu.uuid +
+              " (unhealthy until the daemon restarts)";
     } else if (read.failed) {
       r.state = DeviceHealthReport::State::kUnhealthy;
       r.why = "NVML cannot read GPU " + gpu.uuid + " (lost?)";
@@ -101,10 +107,20 @@ StatusOr<std::unique_ptr<KubeletSide>> KubeletSide::Start(const KubeletConfig& c
     options.inject = cdi;
     options.limits = side->sink_.get();  // slices' limits: the daemon's word
     side->device_plugins_ = std::make_unique<DevicePlugins>(
-        options, *side->dp_store_, [node_gpus = context.node_gpus, memory = context.memory] {
+        options, *side->dp_store_,
+        [node_gpus = context.node_gpus, memory = context.memory, health = context.health] {
+          // A GPU the DRA health service calls Unhealthy (lost, or a
+          // critical XID) is Unhealthy in ListAndWatch too.
+          std::set<std::string> unhealthy;
+          if (health) {
+            for (const DeviceHealthReport& r : health()) {
+              if (r.state == DeviceHealthReport::State::kUnhealthy) unhealthy.insert(r.device);
+            }
+          }
           std::vector<GpuOffer> offers;
           for (const NodeGpu& g : node_gpus()) {
-            offers.push_back(GpuOffer{g.index, g.uuid, memory ? memory(g.uuid) : 0});
+            offers.push_back(GpuOffer{g.index, g.uuid, memory ? memory(g.uuid) : 0,
+                                      !unhealthy.contains("gpu" + std::to_string(g.index))});
           }
           return offers;
         });

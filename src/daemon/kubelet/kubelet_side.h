@@ -72,6 +72,9 @@ class KubeletSide {
   void Stop();
 
   AllocationStore& store() { return *store_; }
+  // The device plugins (null without config.device_plugin): where pods'
+  // annotations go (DevicePlugins::SetPodSettings).
+  DevicePlugins* device_plugins() { return device_plugins_.get(); }
 
  private:
   KubeletSide() = default;

@@ -23,6 +23,7 @@
 #include "shm/group_segment.h"
 #include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/sim_process_test.h"
+#include "tests/support/fake_kube_api.h"
 
 namespace gpuslice {
 namespace {
@@ -175,6 +176,18 @@ class KubeletE2eTest : public testing::SimProcessTest {
     return Read("out" + std::to_string(n));
   }
 
+  // Whether group `group` holds exactly `memory` bytes and `cores` % on `uuid`.
+  bool HasLimits(const std::string& group, const std::string& uuid, uint64_t memory, int cores) {
+    int status = 0;
+    const json g = Get("/v1/groups/" + group, &status);
+    if (status != 200 || !g.is_object() || !g.contains("limits") || !g["limits"].is_object() ||
+        !g["limits"].contains(uuid)) {
+      return false;
+    }
+    const json& l = g["limits"][uuid];
+    return l.value("memory_bytes", uint64_t{0}) == memory && l.value("compute_percent", 0) == cores;
+  }
+
   std::string kubelet_dir_;
   std::string socket_;
   pid_t daemon_ = 0;
@@ -309,17 +322,11 @@ TEST_F(KubeletE2eTest, TheDevicePluginsGiveAContainerItsSlice) {
                                                     {{"gpuslice.io/vgpu", slice},
                                                      {"gpuslice.io/gpu-memory", memory},
                                                      {"gpuslice.io/gpu-cores", cores}})});
-  auto limited = [&] {
-    int status = 0;
-    const json g = Get("/v1/groups/" + group, &status);
-    if (status != 200 || !g.is_object() || !g.contains("limits") || !g["limits"].is_object() ||
-        !g["limits"].contains(uuid)) {
-      return false;
-    }
-    const json& l = g["limits"][uuid];
-    return l.value("memory_bytes", uint64_t{0}) == 4 * kGiB && l.value("compute_percent", 0) == 30;
-  };
-  ASSERT_TRUE(WaitFor(limited, 10s)) << Get("/v1/groups/" + group).dump();
+  auto limited = [&] { return HasLimits(group, uuid, 4 * kGiB, 30); };
+  // The kubelet's PreStartContainer, before it starts the container: the
+  // daemon's word is there when it answers, not a poll later.
+  ASSERT_TRUE(kubelet_.PreStart(dp + "gpuslice-vgpu.sock", slice).ok());
+  ASSERT_TRUE(limited()) << Get("/v1/groups/" + group).dump();
   // A container whose environment was changed to ask for more gets no more.
   std::map<std::string, std::string> forged = env;
   forged["GPUSLICE_MEMORY_LIMIT"] = json({{uuid, std::to_string(8 * kGiB)}}).dump();
@@ -346,6 +353,210 @@ TEST_F(KubeletE2eTest, TheDevicePluginsGiveAContainerItsSlice) {
   ASSERT_TRUE(saved.is_object()) << text.str();
   EXPECT_EQ(saved["data"]["allocations"].size(), 3u) << saved.dump();
   EXPECT_TRUE(WaitFor(limited, 10s)) << Get("/v1/groups/" + group).dump();
+}
+
+// A container asking for gpu-memory or gpu-cores without a gpuslice.io/vgpu
+// is refused at PreStartContainer, saying why (the kubelet shows it on the
+// pod): it has no slice to run the limiter in.
+TEST_F(KubeletE2eTest, AnAmountWithoutASliceIsRefusedBeforeItsContainerStarts) {
+  using daemon::kubelet::DpDeviceId;
+  using daemon::kubelet::DpResource;
+  ASSERT_TRUE(kubelet_.StartDevicePluginManager(kubelet_dir_ + "/device-plugins").ok());
+  ASSERT_TRUE(kubelet_.StartPodResources(kubelet_dir_ + "/pod-resources/kubelet.sock").ok());
+  StartDaemon({"--device-plugin"});
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
+  for (const auto& r : kubelet_.Registrations()) EXPECT_TRUE(r.options().pre_start_required());
+  const std::string uuid = GpuUuid(0);
+  std::vector<std::string> memory;
+  memory.reserve(8);
+  for (int n = 0; n < 8; ++n) memory.push_back(DpDeviceId(DpResource::kMemory, uuid, n));
+  const std::string socket = kubelet_dir_ + "/device-plugins/gpuslice-gpu-memory.sock";
+  ASSERT_TRUE(kubelet_.Allocate(socket, {memory}).ok());
+  kubelet_.SetPods(
+      {daemon::kubelet::PodWithDevices("loose", "team-a", {{"gpuslice.io/gpu-memory", memory}})});
+  const Status refused = kubelet_.PreStart(socket, memory);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("needs gpuslice.io/vgpu"), std::string::npos)
+      << refused.ToString();
+}
+
+// The device plugins and the pod's annotations give a container the same
+// slice as the DRA claim above: a pod asking for one gpuslice.io/vgpu with
+// gpuslice.io/memory: 4Gi and gpuslice.io/cores: 30 (the pod watch, against
+// the fake API server) runs in a 4 GiB, 30 % slice, whatever its environment
+// says; a change of the annotation applies live.
+TEST_F(KubeletE2eTest, AnnotationsGiveADevicePluginContainerTheSameSliceAsDra) {
+  using daemon::kubelet::DpDeviceId;
+  using daemon::kubelet::DpResource;
+  const std::string api_dir = dir_ + "/api";
+  std::filesystem::create_directories(api_dir);
+  auto api = testing::FakeKubeApi::Start(api_dir);
+  ASSERT_TRUE(api.ok()) << api.status().ToString();
+  (*api)->AcceptToken("node-token");
+  std::ofstream(api_dir + "/token") << "node-token\n";
+  (*api)->Create("/api/v1/nodes", {{"metadata", {{"name", "node-1"}}}});
+  const char* pods = "/api/v1/namespaces/team-a/pods";
+  (*api)->Create(pods,
+                 {{"metadata",
+                   {{"name", "trainer"},
+                    {"annotations", {{"gpuslice.io/memory", "4Gi"}, {"gpuslice.io/cores", "30"}}}}},
+                  {"spec",
+                   {{"nodeName", "node-1"},
+                    {"containers",
+                     json::array({{{"name", "main"},
+                                   {"resources", {{"limits", {{"gpuslice.io/vgpu", "1"}}}}}}})}}}});
+  ASSERT_TRUE(kubelet_.StartDevicePluginManager(kubelet_dir_ + "/device-plugins").ok());
+  ASSERT_TRUE(kubelet_.StartPodResources(kubelet_dir_ + "/pod-resources/kubelet.sock").ok());
+  StartDaemon({"--device-plugin", "--kube-node", "node-1", "--kube-api", (*api)->url(), "--kube-ca",
+               (*api)->ca_file(), "--kube-token-file", api_dir + "/token", "--kube-resource-slices",
+               "off"});
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
+  const std::string uuid = GpuUuid(0);
+  ASSERT_FALSE(uuid.empty());
+
+  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, uuid, 0)};
+  const std::string socket = kubelet_dir_ + "/device-plugins/gpuslice-vgpu.sock";
+  auto v = kubelet_.Allocate(socket, {slice});
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  std::map<std::string, std::string> env(v->container_responses(0).envs().begin(),
+                                         v->container_responses(0).envs().end());
+  const std::string group = env.at("GPUSLICE_GROUP");
+  kubelet_.SetPods(
+      {daemon::kubelet::PodWithDevices("trainer", "team-a", {{"gpuslice.io/vgpu", slice}})});
+  ASSERT_TRUE(kubelet_.PreStart(socket, slice).ok());
+  ASSERT_TRUE(WaitFor([&] { return HasLimits(group, uuid, 4 * kGiB, 30); }, 10s))
+      << Get("/v1/groups/" + group).dump() << Read("err0");
+
+  // A tenant of the container, its environment asking for 8 GiB: once it
+  // has registered (its first round trip to the daemon; until then a fresh
+  // segment holds the environment's limits, as for a DRA claim), exactly the
+  // DRA claim's slice.
+  env["GPUSLICE_MEMORY_LIMIT"] = json({{uuid, std::to_string(8 * kGiB)}}).dump();
+  std::vector<std::string> vars;
+  vars.reserve(env.size());
+  for (const auto& [name, value] : env) {
+    std::string entry = name;
+    entry += "=";
+    entry += value;
+    vars.push_back(std::move(entry));
+  }
+  const std::string go = dir_ + "/go";
+  const int n = next_++;
+  const pid_t tenant = StartProgram(
+      "gpuslice-alloc-probe", n,
+      {"alloc", "--api", "alloc", "--chunk", std::to_string(256 << 20), "--go-file", go}, vars);
+  ASSERT_TRUE(WaitFor(
+      [&] { return Read("out" + std::to_string(n)).find("ready") != std::string::npos; }, 10s))
+      << Read("err" + std::to_string(n));
+  // Registered: the daemon's answer lowered the group's segment to its word.
+  auto segment_limit = [&]() -> uint64_t {
+    auto segment = GroupSegment::Open(shm_dir_ + "/claims/" + group, group, /*create=*/false);
+    if (!segment.ok()) return 0;
+    const GroupSnapshot snap = (*segment)->Snapshot();
+    return snap.devices.empty() ? 0 : snap.devices[0].memory_limit;
+  };
+  ASSERT_TRUE(WaitFor([&] { return segment_limit() == 4 * kGiB; }, 10s))
+      << segment_limit() << " " << Get("/v1/tenants").dump();
+  std::ofstream(go) << "go\n";
+  ASSERT_EQ(Join(tenant), 0) << Read("err" + std::to_string(n));
+  std::string out = Read("out" + std::to_string(n));
+  out = out.substr(out.rfind('{'));
+  const json alloc = json::parse(out, nullptr, false);
+  ASSERT_TRUE(alloc.is_object()) << out;
+  EXPECT_LE(alloc["granted_bytes"].get<uint64_t>(), 4 * kGiB) << alloc.dump();
+  EXPECT_GE(alloc["granted_bytes"].get<uint64_t>(), 4 * kGiB - (512ull << 20)) << alloc.dump();
+  EXPECT_EQ(alloc["error"], "CUDA_ERROR_OUT_OF_MEMORY") << alloc.dump();
+  EXPECT_EQ(alloc["total"], 4 * kGiB) << alloc.dump();
+
+  // A change of the annotation applies live.
+  (*api)->Modify(std::string(pods) + "/trainer",
+                 [](json& p) { p["metadata"]["annotations"]["gpuslice.io/memory"] = "2Gi"; });
+  EXPECT_TRUE(WaitFor([&] { return HasLimits(group, uuid, 2 * kGiB, 30); }, 10s))
+      << Get("/v1/groups/" + group).dump();
+}
+
+// XID errors on the simulated GPU (`gpuslice sim xid`): an application's
+// (13) is counted and changes nothing; a critical one (79, fallen off the
+// bus) makes the GPU unhealthy in the API, the metrics, the device plugin's
+// ListAndWatch and the DRA health stream.
+TEST_F(KubeletE2eTest, ACriticalXidMakesTheGpuUnhealthyEverywhere) {
+  ASSERT_TRUE(kubelet_.StartDevicePluginManager(kubelet_dir_ + "/device-plugins").ok());
+  StartDaemon({"--dra", "--device-plugin"});
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
+  const std::string endpoint = RegisterPlugin();
+  ASSERT_FALSE(endpoint.empty());
+  const std::string uuid1 = GpuUuid(1);
+  ASSERT_FALSE(uuid1.empty());
+  auto xid_of = [&](uint32_t index) {
+    json gpus = Get("/v1/gpus");
+    if (gpus.is_object()) gpus = gpus.value("gpus", json::array());
+    for (const json& g : gpus) {
+      if (g.value("index", 99u) == index) return g.value("xid", json::object());
+    }
+    return json::object();
+  };
+  auto raise = [&](int gpu, int xid) {
+    const int n = next_++;
+    const pid_t pid = StartProgram(
+        BuildDir() + "/sim/bin/gpuslice-sim", n,
+        {"xid", "--state", state_, "--gpu", std::to_string(gpu), "--xid", std::to_string(xid)});
+    ASSERT_EQ(Join(pid), 0) << Read("err" + std::to_string(n));
+  };
+  EXPECT_EQ(xid_of(1).value("healthy", false), true) << xid_of(1).dump();
+
+  raise(0, 13);
+  ASSERT_TRUE(WaitFor([&] { return xid_of(0).value("errors", 0) == 1; }, 10s))
+      << xid_of(0).dump() << Read("err0");
+  EXPECT_EQ(xid_of(0)["last"], 13);
+  EXPECT_EQ(xid_of(0)["healthy"], true);
+
+  raise(1, 79);
+  ASSERT_TRUE(WaitFor([&] { return xid_of(1).value("healthy", true) == false; }, 10s))
+      << xid_of(1).dump();
+  EXPECT_EQ(xid_of(1)["critical"], 79);
+  EXPECT_EQ(xid_of(0)["healthy"], true);
+
+  auto metrics = cli::UnixHttpClient(socket_, 5s).Request("GET", "/metrics");
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_NE(metrics->body.find("gpuslice_gpu_xid_errors_total"), std::string::npos);
+  std::istringstream lines(metrics->body);
+  std::map<std::string, std::string> healthy;  // uuid -> value
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("gpuslice_gpu_healthy{")) continue;
+    for (const std::string& u : {GpuUuid(0), uuid1}) {
+      if (line.find(u) != std::string::npos) healthy[u] = line.substr(line.rfind(' ') + 1);
+    }
+  }
+  EXPECT_EQ(healthy[uuid1], "0") << metrics->body;
+  EXPECT_EQ(healthy[GpuUuid(0)], "1") << metrics->body;
+
+  // The device plugin: gpu1's devices Unhealthy.
+  auto list = kubelet_.ListDevices(kubelet_dir_ + "/device-plugins/gpuslice-vgpu.sock");
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  for (const auto& d : list->devices()) {
+    EXPECT_EQ(d.health(), d.id().starts_with(uuid1) ? "Unhealthy" : "Healthy") << d.id();
+  }
+  // DRA health: gpu1 Unhealthy.
+  auto health = kubelet_.WatchHealth(
+      endpoint,
+      [](const ::v1alpha1::NodeWatchResourcesResponse& r) {
+        for (const auto& d : r.devices()) {
+          if (d.device().device_name() == "gpu1" && d.health() == ::v1alpha1::UNHEALTHY) {
+            return true;
+          }
+        }
+        return false;
+      },
+      10s);
+  ASSERT_TRUE(health.ok()) << health.status().ToString();
+  EXPECT_FALSE(health->empty());
+  bool unhealthy = false;
+  for (const auto& d : health->back().devices()) {
+    if (d.device().device_name() == "gpu1") {
+      unhealthy = d.health() == ::v1alpha1::UNHEALTHY;
+    }
+  }
+  EXPECT_TRUE(unhealthy);
 }
 
 }  // namespace
