@@ -377,8 +377,10 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
   if (latency_active) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const View& v = views[i];
-      if (v.st != nullptr && !inputs[i].paused && !inputs[i].latency && v.active &&
-          !CostUnknown(inputs[i])) {
+      // A group whose launch cost is not known yet takes turns too (paced
+      // at its limit on its turns, it is owed much and measured soon): its
+      // queue is as much in a latency kernel's way.
+      if (v.st != nullptr && !inputs[i].paused && !inputs[i].latency && v.active) {
         batch.push_back(i);
       }
     }

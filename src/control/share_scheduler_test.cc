@@ -536,6 +536,30 @@ TEST(ShareSchedulerTest, BatchGroupsTakeTurnsBesideALatencyGroup) {
   for (const char* b : {"b0", "b1", "b2"}) EXPECT_EQ(gpu.Out(b).hold_until_ns, 0) << b;
 }
 
+// A batch group whose launch cost is not known yet (paced at its limit) is
+// as much in a latency kernel's way: it takes turns too, and gets them.
+TEST(ShareSchedulerTest, ABatchGroupWhoseCostIsUnknownTakesTurnsToo) {
+  FakeGpu gpu(0.95);
+  auto& lat = gpu.Add("lat", 20);
+  lat.input.latency = true;
+  lat.demand = 0.05;
+  gpu.Add("known", 0);
+  gpu.Run(2000 * kMs);
+  auto& fresh = gpu.Add("fresh", 0);
+  fresh.charge_known = false;
+  int fresh_turns = 0;
+  for (int64_t t = 0; t < 2000 * kMs; t += kTickNs) {
+    gpu.Step();
+    const bool known_launches = gpu.Out("known").hold_until_ns != kHoldForever;
+    const bool fresh_launches = gpu.Out("fresh").hold_until_ns != kHoldForever;
+    if (gpu["fresh"].ticks > 2) {
+      EXPECT_NE(known_launches, fresh_launches);
+    }
+    if (fresh_launches) ++fresh_turns;
+  }
+  EXPECT_GE(fresh_turns, 3);
+}
+
 // One batch group beside a latency group is never held (its one context is
 // all the latency group can wait for).
 TEST(ShareSchedulerTest, OneBatchGroupBesideALatencyGroupIsNotHeld) {
