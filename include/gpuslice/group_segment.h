@@ -50,10 +50,11 @@
 //    controller writes its charge. A value read from it is bounded before use
 //    (kMaxChargeNs): a member cannot make another wait forever.
 //  - gpusliced's scheduler (DESIGN.md section 4) writes each device's
-//    `compute_grant_bp` and `burst_ns` and the group's `paused` word; every
-//    change bumps `change_word`. A member that takes the controller role
-//    back from a daemon clears the grants and bursts (self-control paces by
-//    the limits alone); `paused` stays until someone resumes the group.
+//    `compute_grant_bp`, `burst_ns` and `hold_until_ns` and the group's
+//    `paused` word; every change bumps `change_word`. A member that takes
+//    the controller role back from a daemon clears the grants, bursts and
+//    holds (self-control paces by the limits alone); `paused` stays until
+//    someone resumes the group.
 //
 // Invariants:
 //  1. devices[d].memory_used >= sum over slots s of slots[s].memory[d], equal
@@ -83,6 +84,10 @@ inline constexpr int kUuidBytes = 48;
 // A daemon heartbeat older than this no longer keeps members from
 // controlling their group (DESIGN.md section 3).
 inline constexpr int64_t kDaemonStaleNs = 2'000'000'000;
+
+// DeviceCompute::hold_until_ns of a device held until the scheduler says
+// otherwise.
+inline constexpr int64_t kHoldForever = INT64_MAX;
 
 // A compute grant in basis points (1/100 %) that covers the whole device.
 inline constexpr uint32_t kFullGrantBp = 10000;
@@ -126,7 +131,12 @@ struct alignas(64) DeviceCompute {
   uint8_t pad0[24];
   // Written by the group controller.
   int64_t charge_ns;  // the group's mean device time of one launch (readers); 0: not known yet
-  int64_t reserved2;
+  // Written by gpusliced's scheduler: launches on this device wait until this
+  // CLOCK_MONOTONIC time (kHoldForever: until it changes); 0: no hold. While a
+  // latency group is active on the GPU, batch groups take turns: all but the
+  // one whose turn it is are held, and the next one waits for the last one's
+  // queue to drain (DESIGN.md section 4, docs/daemon.md "Scheduling").
+  int64_t hold_until_ns;
   uint32_t share_bp;  // measured share of the device, in basis points (1/100 %)
   uint32_t reserved1;
   int64_t measured_at_ns;  // CLOCK_MONOTONIC of the last estimate; 0: never
@@ -171,7 +181,11 @@ struct SlotCompute {
   int64_t charge_ns;  // device time of one of its launches (the group controller); 0: not known
   int64_t probe_ns;   // bootstrap: least launch-to-completion time it measured; 0: none
   uint32_t probes;    // bootstrap probes it took
-  uint32_t reserved;
+  // Threads of the member now waiting in the launch gate (paced, held or
+  // paused) on the device: written by the member as a wait starts and ends,
+  // read by the scheduler, so that a member stuck in a long wait is seen as
+  // held back, not idle. Cleared with the slot (a member killed mid-wait).
+  uint32_t waiting;
 };
 
 struct GroupSegmentLayout {

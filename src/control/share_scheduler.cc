@@ -1,12 +1,14 @@
 #include "control/share_scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 
 namespace gpuslice::control {
 namespace {
 
 constexpr int64_t kSecondNs = 1'000'000'000;
+constexpr int64_t kPeriodNs = std::chrono::nanoseconds(ShareScheduler::kPeriod).count();
 // Usage is measured over the last second, stretched (up to kMaxWindowNs)
 // until it covers kMinWindowLaunches launches, so that groups with long
 // kernels are not measured in whole kernels.
@@ -92,19 +94,6 @@ bool CostUnknown(const ShareScheduler::Input& in) {
 std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input>& inputs) {
   const int64_t now = clock_.NowNs();
 
-  // Per-group view of this tick.
-  struct View {
-    State* st;
-    bool fresh;          // new or resumed within kFreshNs
-    bool held;           // waits grew since the last tick
-    bool launched;       // launched within the window
-    uint32_t used;       // bp over the window
-    uint32_t limit;      // bp
-    uint32_t used_fast;  // bp over the last kFastWindowNs
-    uint32_t executed;   // bp the device ran it (measured share, else `used`)
-    bool active;
-    bool wanting = false;
-  };
   std::vector<View> views;
   views.reserve(inputs.size());
   std::map<std::string, State> next_states;
@@ -122,7 +111,10 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       st.samples.clear();
       st.fresh_until_ns = now + kFreshNs;
     }
-    const bool held = known && !in.paused && in.counters.waits > st.waits;
+    // Held back: a wait ended since the last tick, or one is under way (a
+    // member stuck in a long wait is counted from its start).
+    const bool held =
+        known && !in.paused && (in.counters.waits > st.waits || in.counters.waiting > 0);
     st.waits = in.counters.waits;
     st.paused = in.paused;
     st.samples.push_back({now, in.counters.launches});
@@ -236,8 +228,13 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     // Its measured share trails by up to kDueWindowNs: that long after.
     if (inputs[i].counters.cpu_wait_bp >= kCpuShortBp) st.cpu_short_until_ns = now + kDueWindowNs;
     const bool cpu_short = now < st.cpu_short_until_ns;
-    const bool squeeze =
-        v.active && !unmeasured && !st.demand_limited && !cpu_short && v.executed + margin < due;
+    // A batch group taking turns (or that took them within the span its
+    // share trails by) runs its grant over several turns, not in every
+    // second: its shortfall says nothing of the device. (The holder and the
+    // latency group are what the device runs meanwhile, and they still count.)
+    const bool turns = now < st.turns_until_ns;
+    const bool squeeze = v.active && !unmeasured && !st.demand_limited && !cpu_short && !turns &&
+                         v.executed + margin < due;
     if (!squeeze) {
       if (episode && (!v.active || cpu_short))
         restore = std::max(restore, st.capacity_at_squeeze_bp);
@@ -363,6 +360,8 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       if (!in.latency && latency_active) o.burst_ns = kBatchBurstWithLatencyNs;
     }
     if (v.st != nullptr) {
+      // The grant it is due (the measured share is compared with it); a
+      // turn's holder may be paced faster (TakeTurns).
       State& st = *v.st;
       st.grant_bp = o.grant_bp;
       st.grants.emplace_back(now, o.grant_bp);
@@ -372,7 +371,88 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     }
     out.push_back(std::move(o));
   }
+
+  // Batch turns beside an active latency group (see the header).
+  std::vector<size_t> batch;  // the batch groups that take turns
+  if (latency_active) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const View& v = views[i];
+      // A group whose launch cost is not known yet takes turns too (paced
+      // at its limit on its turns, it is owed much and measured soon): its
+      // queue is as much in a latency kernel's way.
+      if (v.st != nullptr && !inputs[i].paused && !inputs[i].latency && v.active) {
+        batch.push_back(i);
+      }
+    }
+  }
+  TakeTurns(now, inputs, views, batch, out);
   return out;
+}
+
+void ShareScheduler::TakeTurns(int64_t now, const std::vector<Input>& inputs,
+                               std::vector<View>& views, const std::vector<size_t>& batch,
+                               std::vector<Output>& out) {
+  if (batch.size() < 2) {  // at most one batch context queues work: nothing to hold
+    for (auto& [name, st] : states_) st.owed = 0;
+    turn_.clear();
+    return;
+  }
+  for (size_t i : batch) views[i].st->turns_until_ns = now + kDueWindowNs + kWindowNs;
+  // Accrue: each its grant, the holder less the pool it was paced at.
+  uint32_t pool = 0;
+  for (size_t i : batch) pool += out[i].grant_bp;
+  pool = std::min(pool, kMaxCapacityBp);
+  const double bound = 10.0 * pool;  // what ten ticks of the pool are worth
+  size_t holder = batch.size();
+  for (size_t k = 0; k < batch.size(); ++k) {
+    const size_t i = batch[k];
+    State& st = *views[i].st;
+    st.owed += out[i].grant_bp;
+    if (inputs[i].group == turn_) {
+      st.owed -= turn_pool_bp_;
+      holder = k;
+    }
+    st.owed = std::clamp(st.owed, -bound, bound);
+  }
+  // A new turn when the holder's is over or it left the turns: to the group
+  // owed the most (the first of equals).
+  if (holder == batch.size() || now - turn_since_ns_ >= kBatchTurnNs) {
+    size_t next = 0;
+    for (size_t k = 1; k < batch.size(); ++k) {
+      if (views[batch[k]].st->owed > views[batch[next]].st->owed) next = k;
+    }
+    // What the holder is charged for the coming tick.
+    double charge_bp = pool;
+    if (next != holder) {
+      // The last holder's queue drains first: by its budget's time (what
+      // it was admitted, at the pool's rate). That time is the last
+      // holder's, not the new one's.
+      int64_t drain = 0;
+      if (holder != batch.size()) {
+        drain = std::clamp<int64_t>(inputs[batch[holder]].counters.next_free_ns - now, 0,
+                                    kMaxHandoffNs);
+        const double part = static_cast<double>(drain) / static_cast<double>(kPeriodNs);
+        views[batch[holder]].st->owed -= pool * part;
+        charge_bp = pool * std::max(0.0, 1 - part);
+      }
+      turn_hold_until_ns_ = now + drain;
+      turn_ = inputs[batch[next]].group;
+    }
+    turn_since_ns_ = now;
+    holder = next;
+    turn_pool_bp_ = charge_bp;
+  } else {
+    turn_pool_bp_ = pool;
+  }
+  for (size_t k = 0; k < batch.size(); ++k) {
+    const size_t i = batch[k];
+    if (k == holder) {
+      out[i].grant_bp = std::min(pool, views[i].limit);
+      out[i].hold_until_ns = turn_hold_until_ns_ > now ? turn_hold_until_ns_ : 0;
+    } else {
+      out[i].hold_until_ns = kHoldForever;
+    }
+  }
 }
 
 }  // namespace gpuslice::control

@@ -48,7 +48,24 @@
 // error); once the host has CPU again a K above what the device runs is lowered as usual.
 //
 // Latency priority: while a latency group is active on the GPU, batch groups
-// get a short burst (kBatchBurstWithLatencyNs) so their queues stay shallow.
+// get a short burst (kBatchBurstWithLatencyNs) so their queues stay shallow,
+// and take turns. The device time-slices contexts round-robin, and a context
+// with a kernel queued (a long kernel stays queued for many slices) takes its
+// slice before a latency kernel that arrives behind it: a latency kernel
+// waits one slice per batch context with work queued, however short the
+// batch queues are. So while a latency group is active and two or more batch
+// groups are, only one batch group (the turn's holder) may launch; the others
+// are held (Output::hold_until_ns = kHoldForever). The holder is paced at
+// the batch groups' grants together (the pool; at most its limit), so the
+// device is not left idle, and turns go, every kBatchTurnNs, to the group
+// owed the most (each accrues its own grant per tick and is charged the pool
+// for its turns): over a few turns each batch group gets its grant. A new
+// holder waits (hold_until_ns) until the previous holder's queue has
+// drained: until its budget's time (Counters::next_free_ns: what it was
+// admitted is paid for at the pool's rate, and it runs faster than that
+// while it has the device but for the latency group), at most
+// kMaxHandoffNs; so that one batch context at most has work queued and a
+// latency kernel waits for one slice at most.
 //
 // Time is injected (a Clock); Tick() does no I/O. Not thread-safe: one
 // instance per GPU, on the daemon's control thread.
@@ -63,6 +80,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "gpuslice/group_segment.h"
 
 namespace gpuslice::control {
 
@@ -71,6 +89,10 @@ class ShareScheduler {
   static constexpr std::chrono::milliseconds kPeriod{100};
   // The burst batch groups get while a latency group is active.
   static constexpr int64_t kBatchBurstWithLatencyNs = 2'000'000;
+  // How long a batch group's turn lasts beside a latency group, and the most
+  // a new holder waits for the previous holder's queue to drain.
+  static constexpr int64_t kBatchTurnNs = 200'000'000;
+  static constexpr int64_t kMaxHandoffNs = 100'000'000;
   // What an idle group keeps (it gets its request back once it asks).
   static constexpr uint32_t kIdleGrantBp = 100;
   // Bounds of the learned capacity.
@@ -97,6 +119,12 @@ class ShareScheduler {
     // short of CPU: it cannot launch what it is granted, and the device is
     // not what holds it back.
     int32_t cpu_wait_bp = -1;
+    // Members with a thread waiting in the launch gate now (paced or held):
+    // held back, whether or not a wait has ended since the last tick.
+    uint32_t waiting = 0;
+    // Its budget (CLOCK_MONOTONIC): the work it was admitted is paid for, at
+    // its rate, by then; 0: not known.
+    int64_t next_free_ns = 0;
   };
   struct Input {
     std::string group;             // unique per GPU
@@ -111,6 +139,9 @@ class ShareScheduler {
     std::string group;
     uint32_t grant_bp = 0;  // 0 only for a paused group
     int64_t burst_ns = 0;   // 0: the pacer's default
+    // Launches wait until this CLOCK_MONOTONIC time (kHoldForever: until a
+    // later tick says otherwise); 0: no hold.
+    int64_t hold_until_ns = 0;
     bool paused = false;
     uint32_t used_bp = 0;     // share of the device it got (measured share, else launches)
     bool wants_more = false;  // held back by its grant this tick
@@ -148,12 +179,42 @@ class ShareScheduler {
     bool demand_limited = false;
     uint32_t used_at_mark_bp = 0;
     int64_t cpu_short_until_ns = 0;  // short of CPU (or its share still shows it) until then
+    // Batch turns beside a latency group: what it is owed (grant accrued per
+    // tick, less the pool for each tick of its turns), in basis points x ticks.
+    double owed = 0;
+    int64_t turns_until_ns = 0;  // took turns recently: its own shortfall lowers nothing
   };
+
+  // Per-group view of one tick.
+  struct View {
+    State* st;
+    bool fresh;          // new or resumed within kFreshNs
+    bool held;           // waits grew since the last tick, or a wait is under way
+    bool launched;       // launched within the window
+    uint32_t used;       // bp over the window
+    uint32_t limit;      // bp
+    uint32_t used_fast;  // bp over the last kFastWindowNs
+    uint32_t executed;   // bp the device ran it (measured share, else `used`)
+    bool active;
+    bool wanting = false;
+  };
+
+  // Batch turns beside an active latency group (see the header): `batch`
+  // indexes the batch groups that take turns; sets the holder's grant and
+  // every one's hold in `out`.
+  void TakeTurns(int64_t now, const std::vector<Input>& inputs, std::vector<View>& views,
+                 const std::vector<size_t>& batch, std::vector<Output>& out);
 
   const Clock& clock_;
   std::map<std::string, State> states_;
   uint32_t capacity_bp_ = 9500;
   int64_t last_squeeze_ns_ = -1;  // when the capacity was last lowered
+  // Batch turns: the holder ("" when none), since when, its pool, and until
+  // when the holder waits for the last one's queue to drain.
+  std::string turn_;
+  int64_t turn_since_ns_ = 0;
+  double turn_pool_bp_ = 0;  // what the holder is charged for the coming tick
+  int64_t turn_hold_until_ns_ = 0;
 };
 
 }  // namespace gpuslice::control

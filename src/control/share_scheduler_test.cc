@@ -40,6 +40,7 @@ class FakeGpu {
     bool charge_known = true;     // else the counters say 0 (not estimated yet)
     double launches = 0;          // fractional launches
     uint32_t grant_bp = 0;        // as last written
+    int64_t hold_until_ns = 0;    // as last written
     double served = 0;            // fraction of the device this tick
     double share_noise = 0;       // NVML reads this much off, alternating each second
     int64_t share_lag_ticks = 0;  // NVML reads 0 for this many ticks after it starts
@@ -75,6 +76,11 @@ class FakeGpu {
                               : std::min(g.grant_bp / 10000.0, g.input.limit_percent / 100.0);
       // Without a launch cost the pacer cannot pace: the group runs free.
       offer[i] = g.charge_known ? std::min(g.demand, pace) : std::min(g.demand, 1.0);
+      // Held for part (or all) of the tick: it launches nothing meanwhile.
+      const double held_for = std::clamp(
+          static_cast<double>(g.hold_until_ns - clock_.NowNs()) / static_cast<double>(kTickNs), 0.0,
+          1.0);
+      offer[i] *= 1 - held_for;
       wants[i] = g.demand > offer[i] + 1e-9;
       offer[i] *= g.cpu;
       total += offer[i];
@@ -107,6 +113,14 @@ class FakeGpu {
           10000 * std::max(0.0, ran / static_cast<double>(g.history.size()) + noise));
       const bool held = !g.input.paused && g.charge_known && wants[i];
       if (held) ++g.input.counters.waits;
+      // Its budget: one launch ahead of now at its pace while it launches.
+      g.input.counters.next_free_ns =
+          offer[i] > 0 && g.grant_bp > 0
+              ? clock_.NowNs() + kTickNs +
+                    static_cast<int64_t>(g.charge_ns * 10000 / static_cast<double>(g.grant_bp))
+              : 0;
+      // Held to the end of the tick: its threads are still in the gate.
+      g.input.counters.waiting = g.hold_until_ns > clock_.NowNs() + kTickNs && g.demand > 0 ? 1 : 0;
       g.input.counters.launches = static_cast<uint64_t>(g.launches);
       g.input.counters.charge_ns = g.charge_known ? static_cast<uint64_t>(g.charge_ns) : 0;
       if (++g.ticks <= g.share_lag_ticks) g.input.counters.share_bp = 0;
@@ -125,6 +139,7 @@ class FakeGpu {
     for (const ShareScheduler::Output& o : last_) {
       Group& g = groups_.at(o.group);
       g.grant_bp = o.grant_bp;
+      g.hold_until_ns = o.hold_until_ns;
       EXPECT_LE(o.grant_bp, g.input.limit_percent * 100) << o.group;
     }
   }
@@ -164,6 +179,7 @@ class FakeGpu {
     return last_.front();
   }
   ShareScheduler& scheduler() { return scheduler_; }
+  int64_t now_ns() const { return clock_.NowNs(); }
   void set_capacity(double capacity) { capacity_ = capacity; }
 
  private:
@@ -465,6 +481,129 @@ TEST(ShareSchedulerTest, LatencyGroupShortensBatchBursts) {
   gpu["lat"].demand = 0;  // the latency group goes idle
   gpu.Run(2000 * kMs);
   EXPECT_EQ(gpu.Out("batch").burst_ns, 0);
+}
+
+// Beside an active latency group, saturating batch groups take turns: at
+// every tick one of them may launch (the others are held), paced at their
+// grants together, so the device stays busy; a new holder waits for the last
+// one's queue; over a few turns each gets its share. The latency group is
+// never held. When the latency group goes idle, nobody is held.
+TEST(ShareSchedulerTest, BatchGroupsTakeTurnsBesideALatencyGroup) {
+  FakeGpu gpu(0.95);
+  auto& lat = gpu.Add("lat", 20);
+  lat.input.latency = true;
+  lat.demand = 0.05;
+  gpu.Add("b0", 0).charge_ns = 200'000;
+  gpu.Add("b1", 0).charge_ns = 2'000'000;
+  gpu.Add("b2", 0).charge_ns = 20'000'000;
+  gpu.Run(3000 * kMs);
+  std::map<std::string, double> ran;
+  double busy = 0;
+  int turns = 0;
+  std::string holder;
+  for (int64_t t = 0; t < 6000 * kMs; t += kTickNs) {
+    gpu.Step();
+    EXPECT_EQ(gpu.Out("lat").hold_until_ns, 0);
+    int launching = 0;
+    for (const char* b : {"b0", "b1", "b2"}) {
+      const ShareScheduler::Output& o = gpu.Out(b);
+      if (o.hold_until_ns == kHoldForever) continue;
+      ++launching;
+      // The holder is paced at the pool, not its own share of it.
+      EXPECT_GT(o.grant_bp, 5000u) << b;
+      if (holder != b) {
+        ++turns;
+        // A new holder waits for the last one's queue, within bounds.
+        if (!holder.empty()) {
+          EXPECT_GT(o.hold_until_ns, gpu.now_ns()) << b;
+          EXPECT_LE(o.hold_until_ns, gpu.now_ns() + ShareScheduler::kMaxHandoffNs) << b;
+        }
+        holder = b;
+      }
+      ran[b] += gpu[b].served;
+    }
+    EXPECT_EQ(launching, 1);
+    busy += gpu["lat"].served;
+    for (const char* b : {"b0", "b1", "b2"}) busy += gpu[b].served;
+  }
+  EXPECT_GE(turns, 20);  // 6 s of 200 ms turns
+  const double total = ran["b0"] + ran["b1"] + ran["b2"];
+  for (const char* b : {"b0", "b1", "b2"}) EXPECT_NEAR(100 * ran[b] / total, 33.3, 4) << b;
+  EXPECT_GT(busy / 60, 0.85);  // the device is kept busy
+
+  gpu["lat"].demand = 0;  // the latency group goes idle: no turns
+  gpu.Run(2000 * kMs);
+  for (const char* b : {"b0", "b1", "b2"}) EXPECT_EQ(gpu.Out(b).hold_until_ns, 0) << b;
+}
+
+// A batch group whose launch cost is not known yet (paced at its limit) is
+// as much in a latency kernel's way: it takes turns too, and gets them.
+TEST(ShareSchedulerTest, ABatchGroupWhoseCostIsUnknownTakesTurnsToo) {
+  FakeGpu gpu(0.95);
+  auto& lat = gpu.Add("lat", 20);
+  lat.input.latency = true;
+  lat.demand = 0.05;
+  gpu.Add("known", 0);
+  gpu.Run(2000 * kMs);
+  auto& fresh = gpu.Add("fresh", 0);
+  fresh.charge_known = false;
+  int fresh_turns = 0;
+  for (int64_t t = 0; t < 2000 * kMs; t += kTickNs) {
+    gpu.Step();
+    const bool known_launches = gpu.Out("known").hold_until_ns != kHoldForever;
+    const bool fresh_launches = gpu.Out("fresh").hold_until_ns != kHoldForever;
+    if (gpu["fresh"].ticks > 2) {
+      EXPECT_NE(known_launches, fresh_launches);
+    }
+    if (fresh_launches) ++fresh_turns;
+  }
+  EXPECT_GE(fresh_turns, 3);
+}
+
+// One batch group beside a latency group is never held (its one context is
+// all the latency group can wait for).
+TEST(ShareSchedulerTest, OneBatchGroupBesideALatencyGroupIsNotHeld) {
+  FakeGpu gpu(0.95);
+  auto& lat = gpu.Add("lat", 20);
+  lat.input.latency = true;
+  lat.demand = 0.05;
+  gpu.Add("b0", 0);
+  for (int64_t t = 0; t < 3000 * kMs; t += kTickNs) {
+    gpu.Step();
+    EXPECT_EQ(gpu.Out("b0").hold_until_ns, 0);
+  }
+}
+
+// A member in a long gate wait (its wait has not ended, so the group's waits
+// and launches do not move) is held back, not idle: it keeps its share.
+TEST(ShareSchedulerTest, AMemberWaitingNowIsHeldBackNotIdle) {
+  SimulatedClock clock(1000 * kMs);
+  ShareScheduler scheduler(clock);
+  std::vector<ShareScheduler::Input> in(2);
+  in[0].group = "a";
+  in[0].request_percent = 50;
+  in[1].group = "b";
+  for (auto& g : in) g.counters.charge_ns = 1'000'000;
+  auto run = [&](int64_t ns, bool a_launches, uint32_t a_waiting) {
+    std::vector<ShareScheduler::Output> out;
+    for (int64_t t = 0; t < ns; t += kTickNs) {
+      clock.Advance(kTickNs);
+      if (a_launches) in[0].counters.launches += 20;
+      in[0].counters.waiting = a_waiting;
+      in[1].counters.launches += 80;
+      ++in[1].counters.waits;
+      out = scheduler.Tick(in);
+    }
+    return out;
+  };
+  run(3000 * kMs, true, 0);
+  // `a` stuck in one long wait for 3 s: nothing counted, but it waits.
+  std::vector<ShareScheduler::Output> out = run(3000 * kMs, false, 1);
+  EXPECT_TRUE(out[0].wants_more);
+  EXPECT_GE(out[0].grant_bp, 4000u);
+  // The same without the published wait: idle, its share lent.
+  out = run(3000 * kMs, false, 0);
+  EXPECT_EQ(out[0].grant_bp, ShareScheduler::kIdleGrantBp);
 }
 
 TEST(ShareSchedulerTest, LimitsNeverExceededUnderChangingDemand) {

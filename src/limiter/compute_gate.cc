@@ -30,9 +30,9 @@ bool Capturing(CUstream stream) {
          status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-// Waits while the group is paused and until the budget of `dev` admits a
-// launch estimated at `charge_ns` of device time (0: only until earlier
-// charges are paid). Before each sleep for the budget it calls
+// Waits while the group is paused or `dev` is held, and until the budget of
+// `dev` admits a launch estimated at `charge_ns` of device time (0: only
+// until earlier charges are paid). Before each sleep for the budget it calls
 // `before_nap()`, which may wait itself (the backlog watch) and returns the
 // longest the sleep may last. False if the device is no longer paced (limit
 // and grant lifted meanwhile).
@@ -42,13 +42,27 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
   int64_t waiting_since = 0;
   int64_t now = 0;
   bool paced = true;
+  // A wait is published as it starts (the scheduler sees a member stuck in a
+  // long wait as held back, not idle) and counted as it ends.
+  auto begin_wait = [&] {
+    if (waiting_since != 0) return;
+    waiting_since = now;
+    budget.BeginWait();
+  };
   for (;;) {
     const uint32_t seen = segment.ChangeWord();
     now = MonotonicNs();
     if (segment.Paused()) {
       // Resuming bumps the change word, which ends this wait at once.
-      if (waiting_since == 0) waiting_since = now;
+      begin_wait();
       segment.WaitForChange(seen, kPausedRecheckNs);
+      continue;
+    }
+    // Held by the scheduler (another batch group's turn beside a latency
+    // group): until the hold's time, or until it changes.
+    if (const int64_t hold = segment.ComputeHold(dev); hold > now) {
+      begin_wait();
+      segment.WaitForChange(seen, std::min(hold - now, kPausedRecheckNs));
       continue;
     }
     const uint32_t rate_bp = segment.PacedRateBp(dev);
@@ -70,7 +84,7 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
     }
     const int64_t wait = budget.TryAdmit(now, interval, burst);
     if (wait == 0) break;
-    if (waiting_since == 0) waiting_since = now;
+    begin_wait();
     // Sleep on until half the burst is free, so that one wake-up admits a
     // batch of small launches rather than one (nothing is lost: the budget
     // still runs ahead of now when this thread wakes).
@@ -78,7 +92,10 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
     // The controller may have refined the estimate while this thread slept.
     if (const int64_t fresh = budget.charge_ns(); fresh > 0) charge_ns = fresh;
   }
-  if (waiting_since != 0) budget.CountWait(now - waiting_since);
+  if (waiting_since != 0) {
+    budget.CountWait(now - waiting_since);
+    budget.EndWait();
+  }
   return paced;
 }
 

@@ -31,8 +31,12 @@
 // Work captured into a graph is not charged when captured but when the graph
 // is launched. Nothing is logged per launch.
 //
+// A paused group's launches wait, as do those on a device the scheduler holds
+// (another batch group's turn beside a latency group); every wait is marked
+// in the member's slot while it lasts, so that the scheduler sees it.
+//
 // Thread-safe; waits only the calling thread. Never waits forever: a paused
-// group rechecks, a drain wait ends after kBacklogMaxWaitNs.
+// or held group rechecks, a drain wait ends after kBacklogMaxWaitNs.
 #pragma once
 
 #include <atomic>

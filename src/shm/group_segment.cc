@@ -366,7 +366,7 @@ uint32_t GroupSegment::PacedMask() const {
   const bool paused = Paused();
   uint32_t paced = 0;
   for (int d = 0; d < kGroupMaxDevices; ++d) {
-    if (paused || PacedRateBp(d) < kFullGrantBp) paced |= 1u << d;
+    if (paused || ComputeHold(d) != 0 || PacedRateBp(d) < kFullGrantBp) paced |= 1u << d;
   }
   return paced;
 }
@@ -391,6 +391,17 @@ int64_t GroupSegment::ComputeBurst(int dev) const {
   return Load(layout_->devices[dev].compute.burst_ns);
 }
 
+void GroupSegment::SetComputeHold(int dev, int64_t until_ns) {
+  until_ns = std::max<int64_t>(0, until_ns);
+  if (Atomic(layout_->devices[dev].compute.hold_until_ns).exchange(until_ns) != until_ns) {
+    BumpChange();
+  }
+}
+
+int64_t GroupSegment::ComputeHold(int dev) const {
+  return Load(layout_->devices[dev].compute.hold_until_ns);
+}
+
 void GroupSegment::SetPaused(bool paused) {
   const uint32_t word = paused ? 1 : 0;
   if (Atomic(layout_->paused).exchange(word) != word) BumpChange();
@@ -403,6 +414,7 @@ void GroupSegment::ClearSchedule() {
   for (GroupDevice& d : layout_->devices) {
     changed |= Atomic(d.compute_grant_bp).exchange(0) != 0;
     changed |= Atomic(d.compute.burst_ns).exchange(0) != 0;
+    changed |= Atomic(d.compute.hold_until_ns).exchange(0) != 0;
   }
   if (changed) BumpChange();
 }
@@ -422,7 +434,17 @@ GroupSegment::ComputeCounters GroupSegment::Counters(int dev) const {
           .waits = Load(c.waits),
           .wait_ns = Load(c.wait_ns),
           .charge_ns = Load(c.charge_ns),
-          .share_bp = Load(c.measured_at_ns) != 0 ? static_cast<int32_t>(Load(c.share_bp)) : -1};
+          .share_bp = Load(c.measured_at_ns) != 0 ? static_cast<int32_t>(Load(c.share_bp)) : -1,
+          .waiting = WaitingMembers(dev),
+          .next_free_ns = Load(c.next_free_ns)};
+}
+
+uint32_t GroupSegment::WaitingMembers(int dev) const {
+  uint32_t n = 0;
+  for (const auto& slot : layout_->slot_compute) {
+    if (Load(slot[dev].waiting) != 0) ++n;
+  }
+  return n;
 }
 
 // ---- the ledger's lock ----
@@ -487,6 +509,7 @@ void GroupSegment::ClearSlotLocked(int s) {
     Atomic(c.charge_ns).store(0);
     Atomic(c.probe_ns).store(0);
     Atomic(c.probes).store(0);
+    Atomic(c.waiting).store(0);
   }
   slot.start_time = 0;
   Atomic(slot.joined_ns).store(0);

@@ -121,6 +121,14 @@ class ComputeBudget {
     std::atomic_ref<uint64_t>(c_.launches).fetch_add(1, std::memory_order_relaxed);
     std::atomic_ref<uint64_t>(m_.launches).fetch_add(1, std::memory_order_relaxed);
   }
+  // A thread of the member starts / ends a wait in the launch gate: the
+  // scheduler sees the member held back while it waits, not only once the
+  // wait ends (a wait can last seconds). Every BeginWait is paired with one
+  // EndWait.
+  void BeginWait() {
+    std::atomic_ref<uint32_t>(m_.waiting).fetch_add(1, std::memory_order_relaxed);
+  }
+  void EndWait() { std::atomic_ref<uint32_t>(m_.waiting).fetch_sub(1, std::memory_order_relaxed); }
   void CountWait(int64_t waited_ns) {
     std::atomic_ref<uint64_t>(c_.waits).fetch_add(1, std::memory_order_relaxed);
     std::atomic_ref<uint64_t>(c_.wait_ns)
@@ -210,11 +218,16 @@ class GroupSegment {
   // (0: kPacerBurstNs).
   void SetComputeBurst(int dev, int64_t burst_ns);
   int64_t ComputeBurst(int dev) const;
+  // Holds launches on `dev` until `until_ns` (CLOCK_MONOTONIC; kHoldForever:
+  // until changed; 0 or a past time: no hold). Changing it wakes the waiting
+  // launches.
+  void SetComputeHold(int dev, int64_t until_ns);
+  int64_t ComputeHold(int dev) const;
   // Pauses (launches on every device wait; memory is kept) or resumes the
   // group; resuming wakes the waiting launches at once.
   void SetPaused(bool paused);
   bool Paused() const;
-  // Clears every grant and burst (a member taking control back from the
+  // Clears every grant, burst and hold (a member taking control back from the
   // daemon: self-control paces by the limits alone). `paused` stays.
   void ClearSchedule();
   // The rate launches on `dev` are paced at, in basis points of the device:
@@ -223,11 +236,13 @@ class GroupSegment {
 
   // What the scheduler reads of one device (each field atomically).
   struct ComputeCounters {
-    uint64_t launches;  // admitted so far
-    uint64_t waits;     // launches that waited for budget (held back by the rate)
-    uint64_t wait_ns;   // their total wait
-    int64_t charge_ns;  // estimated device time of one launch; 0: not known yet
-    int32_t share_bp;   // measured share; -1: never measured
+    uint64_t launches;     // admitted so far
+    uint64_t waits;        // launches that waited for budget (held back by the rate)
+    uint64_t wait_ns;      // their total wait
+    int64_t charge_ns;     // estimated device time of one launch; 0: not known yet
+    int32_t share_bp;      // measured share; -1: never measured
+    uint32_t waiting;      // members with a thread waiting in the launch gate now
+    int64_t next_free_ns;  // the budget: when the work admitted so far is paid for
   };
   ComputeCounters Counters(int dev) const;
 
@@ -378,8 +393,10 @@ class GroupSegment {
   void BumpLimits();
   // Recomputes compute_limited, bumps change_word and wakes its waiters.
   void BumpChange();
-  // What compute_limited should hold, from the limits, grants and `paused`.
+  // What compute_limited should hold, from the limits, grants, holds and `paused`.
   uint32_t PacedMask() const;
+  // Members with a thread in a launch-gate wait on `dev` (SlotCompute::waiting).
+  uint32_t WaitingMembers(int dev) const;
 
   std::string group_;
   std::string path_;

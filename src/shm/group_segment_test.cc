@@ -158,6 +158,48 @@ TEST_F(GroupSegmentTest, CountersSayWhatTheSchedulerReads) {
   EXPECT_EQ(got.share_bp, 4100);
 }
 
+// The scheduler's hold: the device is on the paced path while a hold is
+// set, a change wakes the waiting launches, and a member taking control back
+// clears it.
+TEST_F(GroupSegmentTest, AHoldPacesTheDeviceWakesWaitersAndIsClearedWithTheSchedule) {
+  auto seg = OpenGroup();
+  auto other = OpenGroup();  // a member's own handle
+  const int d = *seg->AttachDevice(kUuid);
+  EXPECT_EQ(other->ComputeHold(d), 0);
+  const uint32_t seen = other->ChangeWord();
+  seg->SetComputeHold(d, kHoldForever);
+  EXPECT_EQ(other->ComputeHold(d), kHoldForever);
+  EXPECT_NE(other->ChangeWord(), seen);
+  EXPECT_EQ(other->ComputeLimitedMask(), 1u << d);
+  seg->SetComputeHold(d, -5);  // taken as no hold
+  EXPECT_EQ(other->ComputeHold(d), 0);
+  seg->SetComputeHold(d, 12345);
+  seg->ClearSchedule();
+  EXPECT_EQ(other->ComputeHold(d), 0);
+  EXPECT_EQ(other->ComputeLimitedMask(), 0u);
+}
+
+// A member's wait is seen while it lasts (not only once it ends), and a
+// member that leaves (or dies) mid-wait leaves no wait behind.
+TEST_F(GroupSegmentTest, AWaitUnderWayIsCountedUntilItEndsOrItsMemberGoes) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  const int slot = *seg->Join(getpid(), 1, "me");
+  ComputeBudget budget = seg->Budget(d, slot);
+  EXPECT_EQ(seg->Counters(d).waiting, 0u);
+  budget.BeginWait();
+  budget.BeginWait();                       // two threads of the member
+  EXPECT_EQ(seg->Counters(d).waiting, 1u);  // members, not threads
+  EXPECT_EQ(seg->Counters(d).waits, 0u);    // nothing has ended yet
+  budget.EndWait();
+  EXPECT_EQ(seg->Counters(d).waiting, 1u);
+  budget.EndWait();
+  EXPECT_EQ(seg->Counters(d).waiting, 0u);
+  budget.BeginWait();
+  seg->Leave(slot);
+  EXPECT_EQ(seg->Counters(d).waiting, 0u);
+}
+
 TEST_F(GroupSegmentTest, EachMemberHasItsOwnComputeAndANewOwnerStartsAfresh) {
   auto seg = OpenGroup();
   const int d = *seg->AttachDevice(kUuid);

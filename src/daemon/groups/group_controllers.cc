@@ -250,7 +250,9 @@ void GroupControllers::Schedule() {
                      .wait_ns = c.wait_ns,
                      .charge_ns = static_cast<uint64_t>(std::max<int64_t>(0, c.charge_ns)),
                      .share_bp = c.share_bp,
-                     .cpu_wait_bp = cpu_wait_bp};
+                     .cpu_wait_bp = cpu_wait_bp,
+                     .waiting = c.waiting,
+                     .next_free_ns = c.next_free_ns};
       mine.emplace_back(std::move(uuid), std::move(in));
     }
     // Paused is the group's, on every GPU.
@@ -285,6 +287,9 @@ void GroupControllers::Schedule() {
       const uint32_t grant = std::min(out[i].grant_bp, kFullGrantBp - 1);
       if (segment->ComputeGrant(d) != grant) segment->SetComputeGrant(d, grant);
       if (segment->ComputeBurst(d) != out[i].burst_ns) segment->SetComputeBurst(d, out[i].burst_ns);
+      if (segment->ComputeHold(d) != out[i].hold_until_ns) {
+        segment->SetComputeHold(d, out[i].hold_until_ns);
+      }
       grants[out[i].group].second.push_back({.uuid = uuid,
                                              .grant_bp = out[i].grant_bp,
                                              .burst_ns = out[i].burst_ns,
