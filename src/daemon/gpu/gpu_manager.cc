@@ -494,6 +494,21 @@ Status GpuManager::ReleaseComputeMode(uint32_t gpu, const std::string& holder) {
 }
 
 void GpuManager::ExpireDue() {
+  {
+    // Rule 11: a record left behind by a step that could not be refused.
+    MutexLock persist(persist_mu_);
+    if (record_stale_ && persistence_.save) {
+      nlohmann::json data;
+      {
+        MutexLock lock(mu_);
+        data = RecordsWith(std::nullopt, std::nullopt);
+      }
+      if (persistence_.save(data).ok()) {
+        record_stale_ = false;
+        GS_LOG(kInfo, "gpusliced", "event=lease_record_saved_again");
+      }
+    }
+  }
   const int64_t now = clock_.NowNs();
   struct Due {
     uint32_t gpu;
@@ -615,6 +630,7 @@ Status GpuManager::Commit(const Key& key, std::optional<Stack> after) {
       return Unavailable("the lease record could not be saved, so nothing was changed: " +
                          s.message());
     }
+    record_stale_ = false;  // the whole record was written
   }
   MutexLock lock(mu_);
   if (after) {
@@ -630,6 +646,8 @@ void GpuManager::CommitAnyway(const Key& key, std::optional<Stack> after, const 
     GS_LOG(kError, "gpusliced",
            "event=lease_record_stale gpu=%u setting=%s step=\"%s\" error=\"%s\"", key.first,
            SettingName(static_cast<SettingKind>(key.second)).data(), why, s.message().c_str());
+    MutexLock persist(persist_mu_);
+    record_stale_ = true;  // rule 11: ExpireDue saves it again
     MutexLock lock(mu_);
     if (after) {
       stacks_[key] = std::move(*after);
@@ -746,6 +764,7 @@ RestoreReport GpuManager::Restore(const StatusOr<nlohmann::json>& loaded) {
       if (Status s = persistence_.save(RecordsWith(std::nullopt, std::nullopt)); !s.ok()) {
         GS_LOG(kError, "gpusliced", "event=lease_record_stale step=restore error=\"%s\"",
                s.message().c_str());
+        record_stale_ = true;
       }
     }
   }

@@ -29,6 +29,10 @@
 //     with backoff (1 s, doubling, at most kMaxRetryBackoffNs) until the
 //     device takes it. Each failure is logged (event=revert_failed), counted
 //     (RevertStatus) and reported to the event listener.
+//  11. A step that must not be refused (a rollback, a revert, the end of a
+//     revert) still changes the leases when its save fails; the record is
+//     then stale, and ExpireDue saves it again until a save works (the
+//     state store counts and logs the failures: state_store.h).
 //
 // All or nothing (docs/daemon.md "Settings"):
 // 10. A Set naming several GPUs is one change: when any GPU refuses it (an
@@ -180,7 +184,8 @@ class GpuManager {
   // Blocking.
   RestoreReport Restore(const StatusOr<nlohmann::json>& loaded);
 
-  // Ends every lease whose expiry is at or before the clock's now.
+  // Ends every lease whose expiry is at or before the clock's now, retries
+  // refused reverts (rule 9) and saves a stale record again (rule 11).
   void ExpireDue();
   // Reverts every leased setting to its baseline and waits; afterwards Set
   // is refused with kUnavailable. For daemon shutdown.
@@ -298,6 +303,7 @@ class GpuManager {
   std::function<void(uint32_t)> listener_;
   std::function<void(std::string_view, const nlohmann::json&)> event_listener_;
   uint64_t revert_failures_ GUARDED_BY(mu_) = 0;
+  bool record_stale_ GUARDED_BY(persist_mu_) = false;  // rule 11
   uint64_t reverts_retried_ GUARDED_BY(mu_) = 0;
 };
 
