@@ -24,6 +24,7 @@ enum class StatusCode : int {
   kUnavailable,         // a peer or resource is not there right now (retry may help)
   kUnimplemented,
   kInternal,  // an invariant broke; a bug
+  kAborted,   // not done, or undone, because another part of the same request failed
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -65,6 +66,7 @@ inline Status FailedPrecondition(std::string m) {
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 
 // A T or the Status explaining why there is none. REQUIRES: a StatusOr is
 // never built from an OK Status.

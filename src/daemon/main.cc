@@ -489,20 +489,22 @@ int Run(int argc, char** argv) {
   compute_backstop.Recover();
   if (config.compute_backstop != "off") compute_backstop.Start();
 
-  monitor.SetTickHook([&manager, &usage, &monitor, &collector, &hub, &backstop, &enforcers] {
-    manager.ExpireDue();
-    enforcers.Reconcile();
-    usage.Refresh(*monitor.Current());
-    if (backstop) backstop->Tick(*monitor.Current());
-    SegmentCollector::Sweep sweep = collector.MaybeSweep();
-    for (const std::string& group : sweep.removed) {
-      GS_LOG(kInfo, "gpusliced", "event=group_removed group=%s reason=idle", group.c_str());
-      hub.Publish("group_removed", nlohmann::json{{"group", group}, {"reason", "idle"}}.dump());
-    }
-    for (const std::string& error : sweep.errors) {
-      GS_LOG(kWarn, "gpusliced", "event=group_gc_failed error=\"%s\"", error.c_str());
-    }
-  });
+  monitor.SetTickHook(
+      [&manager, &usage, &monitor, &collector, &hub, &backstop, &enforcers, &registry] {
+        manager.ExpireDue();
+        enforcers.Reconcile();
+        (void)registry.RetryCheckpoint();  // a checkpoint a full disk left behind (logged there)
+        usage.Refresh(*monitor.Current());
+        if (backstop) backstop->Tick(*monitor.Current());
+        SegmentCollector::Sweep sweep = collector.MaybeSweep();
+        for (const std::string& group : sweep.removed) {
+          GS_LOG(kInfo, "gpusliced", "event=group_removed group=%s reason=idle", group.c_str());
+          hub.Publish("group_removed", nlohmann::json{{"group", group}, {"reason", "idle"}}.dump());
+        }
+        for (const std::string& error : sweep.errors) {
+          GS_LOG(kWarn, "gpusliced", "event=group_gc_failed error=\"%s\"", error.c_str());
+        }
+      });
 
   // Every group's controller (DESIGN.md section 3), on a thread of its own:
   // members yield to the daemon's claim and take over when it goes stale.
@@ -536,7 +538,7 @@ int Run(int argc, char** argv) {
   GpuRoutesOptions route_options;
   route_options.default_lease_s = config.default_lease_s;
   route_options.extra_metrics = [&registry, &usage, &monitor, &controllers, &backstop,
-                                 &compute_backstop, &config, &enforcers, &mps, &manager] {
+                                 &compute_backstop, &config, &enforcers, &mps, &manager, &state] {
     std::map<std::string, int> gpu_index;
     for (const GpuInfo& gpu : monitor.Current()->gpus)
       gpu_index[gpu.uuid] = static_cast<int>(gpu.index);
@@ -552,6 +554,7 @@ int Run(int argc, char** argv) {
         std::to_string(mps.GetStatus().save_failures) + "\n";
     if (config.compute_backstop != "off") text += compute_backstop.FormatMetrics(!backstop);
     text += FormatRevertMetrics(manager.Reverts());
+    text += (*state)->FormatMetrics();  // failed saves per record
     return text;
   };
   AddGpuRoutes(router, manager, monitor, route_options);

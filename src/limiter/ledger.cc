@@ -120,7 +120,7 @@ void Ledger::Bind(GroupSegment* segment) { segment_ = segment; }
 GS_HOT int Ledger::Slot() {
   int s = slot_.load(std::memory_order_acquire);
   if (s >= 0) return s;
-  std::lock_guard lock(join_mu_);
+  MutexLock lock(join_mu_);
   s = slot_.load();
   if (s >= 0 || segment_ == nullptr) return s;
   char name[16];
@@ -154,19 +154,19 @@ GS_HOT void Ledger::Release(const Charge& c) {
 GS_HOT void Ledger::Track(Resource kind, uint64_t id, const Charge& c) {
   bool kept;
   {
-    std::lock_guard lock(mu_);
+    SpinLockGuard lock(mu_);
     kept = tracked_.Insert(kind, id, c);
   }
   if (!kept) GS_LOG(kError, "limiter", "out of host memory: a charge stays until exit");
 }
 
 GS_HOT std::optional<Charge> Ledger::Untrack(Resource kind, uint64_t id) {
-  std::lock_guard lock(mu_);
+  SpinLockGuard lock(mu_);
   return tracked_.Erase(kind, id);
 }
 
 size_t Ledger::tracked() const {
-  std::lock_guard lock(mu_);
+  SpinLockGuard lock(mu_);
   return tracked_.size();
 }
 
@@ -174,7 +174,7 @@ void Ledger::ReleaseContext(uintptr_t ctx) {
   if (ctx == 0) return;
   std::vector<Charge> freed;
   {
-    std::lock_guard lock(mu_);
+    SpinLockGuard lock(mu_);
     tracked_.EraseContext(ctx, &freed);
   }
   for (const Charge& c : freed) Release(c);
@@ -191,14 +191,14 @@ void Ledger::Settle(Resource kind, uint64_t id, uint64_t actual) {
 
 bool Ledger::PrimaryNeedsCharge(int device) {
   if (device < 0 || device >= kGroupMaxDevices) return true;
-  std::lock_guard lock(mu_);
+  SpinLockGuard lock(mu_);
   return primary_[device].retains == 0;
 }
 
 bool Ledger::PrimaryRetainDone(int device, uintptr_t ctx, std::optional<Charge> charge) {
   if (device < 0 || device >= kGroupMaxDevices) return false;
   {
-    std::lock_guard lock(mu_);
+    SpinLockGuard lock(mu_);
     PrimaryCount& pc = primary_[device];
     if (pc.retains++ == 0) {
       pc.ctx = ctx;
@@ -212,14 +212,14 @@ bool Ledger::PrimaryRetainDone(int device, uintptr_t ctx, std::optional<Charge> 
 
 std::optional<Charge> Ledger::PrimaryCharge(int device) const {
   if (device < 0 || device >= kGroupMaxDevices) return std::nullopt;
-  std::lock_guard lock(mu_);
+  SpinLockGuard lock(mu_);
   if (primary_[device].retains == 0) return std::nullopt;
   return primary_[device].charge;
 }
 
 bool Ledger::ResizePrimaryCharge(int device, uint64_t bytes) {
   if (device < 0 || device >= kGroupMaxDevices) return false;
-  std::lock_guard lock(mu_);
+  SpinLockGuard lock(mu_);
   if (primary_[device].retains == 0) return false;
   primary_[device].charge.bytes = bytes;
   return true;
@@ -230,7 +230,7 @@ void Ledger::PrimaryRelease(int device, bool reset) {
   Charge give_back;
   uintptr_t ctx = 0;
   {
-    std::lock_guard lock(mu_);
+    SpinLockGuard lock(mu_);
     PrimaryCount& pc = primary_[device];
     if (pc.retains == 0) return;
     pc.retains = reset ? 0 : pc.retains - 1;
@@ -256,7 +256,7 @@ void Ledger::UnlockForFork() {
 }
 
 void Ledger::ResetInChild() {
-  std::lock_guard lock(mu_);
+  SpinLockGuard lock(mu_);
   tracked_.Clear();
   for (PrimaryCount& pc : primary_) pc = PrimaryCount{};
   slot_.store(-1);

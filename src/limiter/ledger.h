@@ -30,6 +30,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "gpuslice/group_segment.h"
 
 namespace gpuslice {
@@ -96,9 +97,10 @@ class TrackedTable {
 // A lock for critical sections of a few dozen instructions: one atomic
 // exchange to take, one store to give (no call into libc, whose pages a
 // driver call may have evicted). Waiters spin briefly, then yield.
-class SpinLock {
+// A capability for clang's -Wthread-safety (common/thread_annotations.h).
+class CAPABILITY("mutex") SpinLock {
  public:
-  void lock() {
+  void lock() ACQUIRE() {
     while (locked_.exchange(true, std::memory_order_acquire)) {
       for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
         if (spins < 64) {
@@ -113,10 +115,23 @@ class SpinLock {
       }
     }
   }
-  void unlock() { locked_.store(false, std::memory_order_release); }
+  void unlock() RELEASE() { locked_.store(false, std::memory_order_release); }
 
  private:
   std::atomic<bool> locked_{false};
+};
+
+// Holds a SpinLock for its scope, as std::lock_guard does (no more), in a
+// form the analysis follows.
+class SCOPED_CAPABILITY SpinLockGuard {
+ public:
+  explicit SpinLockGuard(SpinLock& lock) ACQUIRE(lock) : lock_(lock) { lock_.lock(); }
+  ~SpinLockGuard() RELEASE() { lock_.unlock(); }
+  SpinLockGuard(const SpinLockGuard&) = delete;
+  SpinLockGuard& operator=(const SpinLockGuard&) = delete;
+
+ private:
+  SpinLock& lock_;
 };
 
 class Ledger {
@@ -184,8 +199,8 @@ class Ledger {
 
   // In the parent, around fork(): hold every lock so the child gets them in
   // a consistent state.
-  void LockForFork();
-  void UnlockForFork();
+  void LockForFork() ACQUIRE(join_mu_, mu_);
+  void UnlockForFork() RELEASE(mu_, join_mu_);
   // In the child (after UnlockForFork): a new member with nothing charged
   // and no slot; still bound to the same segment (Bind again to change it).
   void ResetInChild();
@@ -201,11 +216,11 @@ class Ledger {
 
   GroupSegment* segment_ = nullptr;  // set before the first charge, then read-only
   std::atomic<int> slot_{-1};
-  std::mutex join_mu_;  // serialises joining
+  Mutex join_mu_;  // serialises joining
 
-  mutable SpinLock mu_;  // guards the two below
-  TrackedTable tracked_;
-  PrimaryCount primary_[kGroupMaxDevices];
+  mutable SpinLock mu_;
+  TrackedTable tracked_ GUARDED_BY(mu_);
+  PrimaryCount primary_[kGroupMaxDevices] GUARDED_BY(mu_);
 };
 
 }  // namespace gpuslice::limiter

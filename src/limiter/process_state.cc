@@ -191,7 +191,7 @@ void ProcessState::StartRegistration() {
 }
 
 CUresult ProcessState::AttachWithCuda() {
-  std::lock_guard lock(attach_mu_);
+  MutexLock lock(attach_mu_);
   if (forked_.exchange(false)) {
     // The child of a fork: a new member of the group, with nothing allocated.
     ledger_.ResetInChild();
@@ -234,7 +234,7 @@ bool ProcessState::EnsureAttachedForNvml() {
   if (failed_closed()) return false;
   // A process with CUDA initialised attaches through CUDA (its ordinals).
   if (real::CudaHandle() != nullptr && EnsureAttached() == CUDA_SUCCESS) return true;
-  std::lock_guard lock(attach_mu_);
+  MutexLock lock(attach_mu_);
   if (state_.load() != kDetached) return state_.load() == kAttached;
   const real::NvmlTable& nv = real::Nvml();
   if (nv.nvmlDeviceGetCount_v2 == nullptr || nv.nvmlDeviceGetHandleByIndex_v2 == nullptr ||
@@ -256,7 +256,6 @@ bool ProcessState::EnsureAttachedForNvml() {
   return Attach(devices);
 }
 
-// REQUIRES: attach_mu_ held.
 bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& devices) {
   std::vector<DeviceId> ids;
   ids.reserve(devices.size());
@@ -447,7 +446,7 @@ GS_HOT uint64_t ProcessState::Rounded(uint64_t bytes) const {
 // ---- contexts' charges ----
 
 uint64_t ProcessState::ContextEstimate(int device) const {
-  std::lock_guard lock(context_mu_);
+  MutexLock lock(context_mu_);
   auto it = settled_context_.find(device);
   return it != settled_context_.end() ? it->second : context_bytes_;
 }
@@ -466,7 +465,7 @@ std::optional<uint64_t> ProcessState::SettledContext(const Charge& c) {
     return std::nullopt;
   }
   if (settled < c.bytes) segment_->Release(slot, c.device, c.bytes - settled);
-  std::lock_guard lock(context_mu_);
+  MutexLock lock(context_mu_);
   settled_context_[c.device] = settled;
   return settled;
 }

@@ -38,6 +38,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "cuda_abi/cuda_driver_api.h"
 #include "limiter/compute_gate.h"
 #include "limiter/daemon_client.h"
@@ -141,19 +142,21 @@ class ProcessState {
   enum State : int { kDetached = 0, kAttached, kFailedClosed };
   ProcessState();
   CUresult AttachWithCuda();
-  bool Attach(const std::vector<std::pair<int, std::string>>& devices);
+  bool Attach(const std::vector<std::pair<int, std::string>>& devices) REQUIRES(attach_mu_);
   // The daemon's socket when this process registers over one; empty
   // otherwise (a daemon reached over TCP cannot be looked for on disk).
   std::string DaemonSocket() const;
   // The settled size of context charge `c` (see SettleContext), with the
   // difference charged or given back; nullopt if the group has no room.
   std::optional<uint64_t> SettledContext(const Charge& c);
-  static void AtForkPrepare();
-  static void AtForkParent();
-  static void AtForkChild();
+  // pthread_atfork's handlers take every lock in Prepare and give them back
+  // in Parent or Child: a pairing across functions the analysis cannot follow.
+  static void AtForkPrepare() NO_THREAD_SAFETY_ANALYSIS;
+  static void AtForkParent() NO_THREAD_SAFETY_ANALYSIS;
+  static void AtForkChild() NO_THREAD_SAFETY_ANALYSIS;
 
   std::atomic<int> state_{kDetached};
-  std::mutex attach_mu_;  // serialises Attach
+  Mutex attach_mu_;  // serialises Attach
   std::unique_ptr<GroupSegment> segment_;
   std::vector<int> ordinal_to_device_;  // CUDA ordinal -> group device
   uint64_t context_bytes_ = 300ull << 20;
@@ -170,9 +173,9 @@ class ProcessState {
   Ledger ledger_;
   std::unique_ptr<PoolDriver> pool_driver_;  // the real driver's pool attributes
   PoolCharges pools_;
-  std::atomic<bool> pools_watched_{false};             // the refresh thread was started
-  mutable std::mutex context_mu_;                      // guards settled_context_
-  std::unordered_map<int, uint64_t> settled_context_;  // device -> last settled context
+  std::atomic<bool> pools_watched_{false};  // the refresh thread was started
+  mutable Mutex context_mu_;
+  std::unordered_map<int, uint64_t> settled_context_ GUARDED_BY(context_mu_);  // device -> bytes
   // Bumped by ForgetContexts (and attach): per-thread context -> device
   // entries of an older generation are stale.
   std::atomic<uint64_t> contexts_generation_{1};

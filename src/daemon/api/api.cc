@@ -33,6 +33,7 @@ int HttpStatusOf(StatusCode code) {
       return 404;
     case StatusCode::kAlreadyExists:
     case StatusCode::kFailedPrecondition:
+    case StatusCode::kAborted:
       return 409;
     case StatusCode::kPermissionDenied:
       return 403;

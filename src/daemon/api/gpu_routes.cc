@@ -26,7 +26,9 @@ json ErrorJson(const Status& s) {
 }
 
 // Collects per-GPU results: 200 when all succeeded, the first error's status
-// when all failed, 207 when some did.
+// when all failed, 207 when some did. A GPU undone because another refused
+// (kAborted: GpuManager rule 10) is marked "undone" and never chosen as the
+// answer's error while a GPU's own refusal is there.
 ApiResponse Aggregate(const std::vector<uint32_t>& gpus, const std::vector<GpuInfo>& info,
                       std::vector<std::future<Status>>& futures, json body) {
   json results = json::array();
@@ -40,7 +42,11 @@ ApiResponse Aggregate(const std::vector<uint32_t>& gpus, const std::vector<GpuIn
       ++ok;
     } else {
       r["error"] = ErrorJson(s);
-      if (first_error.ok()) first_error = s;
+      const bool undone = s.code() == StatusCode::kAborted;
+      if (undone) r["undone"] = true;
+      if (first_error.ok() || (first_error.code() == StatusCode::kAborted && !undone)) {
+        first_error = s;
+      }
     }
     results.push_back(std::move(r));
   }

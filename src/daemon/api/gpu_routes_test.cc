@@ -45,18 +45,33 @@ TEST_F(GpuRoutesTest, ListsGpusFromTheSnapshot) {
 }
 
 TEST_F(GpuRoutesTest, PutWaitsAndAggregatesPerGpuResults) {
-  backend_.FailSets(1, PermissionDenied("nvmlDeviceSetPowerManagementLimit: No permission"));
   auto r = Call("PUT", "/v1/gpus/all/power-limit", R"({"watts": 300, "lease_s": 60})");
-  EXPECT_EQ(r.status, 207);
+  EXPECT_EQ(r.status, 200);
   json b = Body(r);
   ASSERT_EQ(b["results"].size(), 2u);
   EXPECT_EQ(b["results"][0]["ok"], true);
-  EXPECT_EQ(b["results"][1]["ok"], false);
-  EXPECT_EQ(b["results"][1]["error"]["code"], "PERMISSION_DENIED");
+  EXPECT_EQ(b["results"][1]["ok"], true);
   EXPECT_EQ(b["lease_s"], 60);
   EXPECT_EQ(b["holder"], "uid:0");
   // The snapshot was refreshed: a GET sees the change.
-  EXPECT_EQ(Body(Call("GET", "/v1/gpus/0"))["gpus"][0]["power"]["limit_watts"], 300.0);
+  EXPECT_EQ(Body(Call("GET", "/v1/gpus/1"))["gpus"][0]["power"]["limit_watts"], 300.0);
+}
+
+TEST_F(GpuRoutesTest, OneGpuRefusingUndoesTheOthersAndAnswersItsError) {
+  backend_.FailSets(1, PermissionDenied("nvmlDeviceSetPowerManagementLimit: No permission"));
+  auto r = Call("PUT", "/v1/gpus/all/power-limit", R"({"watts": 300, "lease_s": 60})");
+  EXPECT_EQ(r.status, 403);
+  json b = Body(r);
+  EXPECT_EQ(b["error"]["code"], "PERMISSION_DENIED");
+  ASSERT_EQ(b["results"].size(), 2u);
+  EXPECT_EQ(b["results"][0]["ok"], false);
+  EXPECT_EQ(b["results"][0]["undone"], true);
+  EXPECT_EQ(b["results"][0]["error"]["code"], "ABORTED");
+  EXPECT_EQ(b["results"][1]["ok"], false);
+  EXPECT_FALSE(b["results"][1].contains("undone"));
+  EXPECT_EQ(b["results"][1]["error"]["code"], "PERMISSION_DENIED");
+  EXPECT_EQ(Body(Call("GET", "/v1/gpus/0"))["gpus"][0]["power"]["limit_watts"], 700.0);
+  EXPECT_EQ(Body(Call("GET", "/v1/leases"))["leases"].size(), 0u);
 }
 
 TEST_F(GpuRoutesTest, AllFailedTakesTheErrorsStatus) {

@@ -78,12 +78,31 @@ ComputeBackstopMonitor::~ComputeBackstopMonitor() { Stop(); }
 
 void ComputeBackstopMonitor::Persist(const std::vector<ProcessRef>& processes) {
   if (store_ == nullptr) return;
+  MutexLock lock(persist_mu_);
+  PersistLocked(processes);
+}
+
+void ComputeBackstopMonitor::PersistLocked(const std::vector<ProcessRef>& processes) {
   const Status s = processes.empty()
                        ? store_->Remove(kComputeBackstopRecordName)
                        : store_->Save(kComputeBackstopRecordName, ProcessRefsJson(processes));
-  if (!s.ok()) {
-    GS_LOG(kError, "gpusliced", "event=backstop_record_failed error=\"%s\"", s.message().c_str());
+  if (s.ok()) {
+    unsaved_.reset();
+    return;
   }
+  if (!unsaved_) {  // once per run of failures; Sample retries
+    GS_LOG(kError, "gpusliced", "event=backstop_record_failed error=\"%s\" action=retry",
+           s.message().c_str());
+  }
+  unsaved_ = processes;
+}
+
+void ComputeBackstopMonitor::RetryUnsaved() {
+  if (store_ == nullptr) return;
+  MutexLock lock(persist_mu_);  // so no newer list is saved in between
+  if (!unsaved_) return;
+  const std::vector<ProcessRef> unsaved = *unsaved_;
+  PersistLocked(unsaved);
 }
 
 void ComputeBackstopMonitor::Report(std::vector<Finding>& findings) {
@@ -153,6 +172,7 @@ void ComputeBackstopMonitor::Refresh() {
 
 std::vector<Finding> ComputeBackstopMonitor::Sample() {
   MutexLock sample_lock(sample_mu_);
+  RetryUnsaved();
   {
     MutexLock lock(mu_);
     if (stopped_) return {};

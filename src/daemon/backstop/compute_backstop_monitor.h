@@ -98,7 +98,12 @@ class ComputeBackstopMonitor {
  private:
   void Refresh() REQUIRES(mu_);  // the registry's view, once per sample
   void Report(std::vector<ComputeBackstop::Finding>& findings);
+  // Records the throttled processes (the state store's kComputeBackstopRecordName).
+  // A failed save is logged once and kept in `unsaved_`; every Sample saves
+  // it again until a save works (docs/errors.md "A full disk").
   void Persist(const std::vector<ProcessRef>& processes);
+  void PersistLocked(const std::vector<ProcessRef>& processes) REQUIRES(persist_mu_);
+  void RetryUnsaved();
   void RunSampler();
   void RunDutyCycle();
 
@@ -109,6 +114,9 @@ class ComputeBackstopMonitor {
   StateStore* const store_;
   const EventSink sink_;
   const Clocks clocks_;
+
+  Mutex persist_mu_;  // one save at a time; taken after mu_
+  std::optional<std::vector<ProcessRef>> unsaved_ GUARDED_BY(persist_mu_);
 
   Mutex sample_mu_;                        // one Sample at a time
   std::map<uint32_t, std::string> uuids_;  // GPU index -> UUID, learnt on first read (sample_mu_)

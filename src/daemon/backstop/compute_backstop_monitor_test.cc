@@ -141,6 +141,24 @@ TEST_F(ComputeBackstopMonitorTest, AGroupOverItsLimitIsThrottledAndStopContinues
   EXPECT_EQ(m->Advance(), INT64_MAX);
 }
 
+// A full (here: vanished) state directory when the throttle starts: the
+// record is saved by a later sample once the directory is back, so a crash
+// after that still continues the processes.
+TEST_F(ComputeBackstopMonitorTest, AThrottleRecordThatCannotBeSavedIsSavedByALaterSample) {
+  auto m = Make(ComputeBackstop::Action::kThrottle, signaller_);
+  std::filesystem::rename(dir_, dir_.string() + ".away");
+  auto f = RunUntilFinding(*m, 40);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[1].kind, Kind::kThrottleStarted);
+  std::filesystem::rename(dir_.string() + ".away", dir_);
+  EXPECT_FALSE(store_->Load(kComputeBackstopRecordName).ok()) << "not saved yet";
+  m->Sample();
+  auto record = store_->Load(kComputeBackstopRecordName);
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_THAT(*ProcessRefsFromJson(*record), ElementsAre(ProcessRef{100, 77}, ProcessRef{101, 77}));
+  m->Stop();
+}
+
 // A daemon that dies with processes stopped: the next one continues them.
 TEST_F(ComputeBackstopMonitorTest, ARestartContinuesWhatACrashedRunLeftStopped) {
   auto crashed = Make(ComputeBackstop::Action::kThrottle, signaller_);

@@ -122,6 +122,19 @@ void Enforcers::Reconcile() {
     if (!c.driver_limit) continue;
     const auto held = held_.find(key);
     if (held != held_.end() && held->second == *c.driver_limit) continue;
+    if (held != held_.end() && (held->second.cgroup != c.driver_limit->cgroup ||
+                                held->second.gpu_index != c.driver_limit->gpu_index)) {
+      // Rule 6: the old cgroup's limit could not be cleared above.
+      GS_LOG(kWarn, "gpusliced",
+             "event=driver_limit_move_deferred group=%s gpu=%u from=%s to=%s "
+             "reason=old_limit_not_cleared",
+             key.first.c_str(), c.driver_limit->gpu_index, held->second.cgroup.c_str(),
+             c.driver_limit->cgroup.c_str());
+      c.memory = {Enforcer::kLimiter, "limiter: the driver still holds the limit of cgroup " +
+                                          held->second.cgroup + ", whose clear failed"};
+      c.driver_limit.reset();
+      continue;
+    }
     const DriverMemoryLimit& l = *c.driver_limit;
     const Status s = backend_.SetMemoryLimits(l.gpu_index, l.cgroup, l.soft_bytes, l.hard_bytes);
     if (s.ok()) {
@@ -140,7 +153,7 @@ void Enforcers::Reconcile() {
     c.memory = {Enforcer::kLimiter, "limiter: the driver refused the limit: " + s.message()};
     c.driver_limit.reset();
   }
-  if (changed) Save();
+  if (changed || save_pending_) Save();
   std::lock_guard lock(mu_);
   choices_ = std::move(next);
   driver_failures_ += failures;
@@ -186,10 +199,15 @@ void Enforcers::Save() {
                       {"hard_bytes", h.hard_bytes}});
   }
   if (Status s = store_->Save(kDriverLimitsRecordName, {{"limits", std::move(limits)}}); !s.ok()) {
-    GS_LOG(kError, "gpusliced", "event=driver_limits_save_failed error=\"%s\"",
-           s.message().c_str());
+    if (!save_pending_) {  // once per run of failures; every Reconcile retries (rule 4)
+      GS_LOG(kError, "gpusliced", "event=driver_limits_save_failed error=\"%s\" action=retry",
+             s.message().c_str());
+    }
+    save_pending_ = true;
     std::lock_guard lock(mu_);
     ++save_failures_;
+  } else {
+    save_pending_ = false;
   }
 }
 

@@ -17,7 +17,14 @@
 //     Reconcile tries again.
 //  4. What is set is saved (record "driver_limits") after every change, so a
 //     restarted daemon clears the limits of groups that left meanwhile. A
-//     failed save is counted and logged, never dropped silently.
+//     failed save is counted, logged once (and by the state store), and
+//     retried by every Reconcile until it works.
+//  6. A limit moving to another cgroup (the group's members moved) is two
+//     driver calls: the old cgroup's limit is cleared, then the new one set.
+//     When the clear fails, the new one is not set (the group's memory stays
+//     with the limiter on that GPU, the reason says why) and the old one stays
+//     held, so the next Reconcile clears it again: a limit is never left set
+//     in the driver without this object knowing it.
 //  5. A clean stop clears every limit this object holds (ClearAll): a node
 //     whose daemon is stopped looks like one without gpuslice, as leases are
 //     reverted at stop (DESIGN.md section 5). A limit left set would outlive
@@ -99,9 +106,10 @@ class Enforcers {
   const Sources sources_;
   StateStore* const store_;
 
-  std::mutex reconcile_mu_;   // one Reconcile at a time; taken before mu_
-  std::map<Key, Held> held_;  // GUARDED_BY(reconcile_mu_): what is set in the driver
-  bool stopped_ = false;      // GUARDED_BY(reconcile_mu_): ClearAll has run
+  std::mutex reconcile_mu_;    // one Reconcile at a time; taken before mu_
+  std::map<Key, Held> held_;   // GUARDED_BY(reconcile_mu_): what is set in the driver
+  bool stopped_ = false;       // GUARDED_BY(reconcile_mu_): ClearAll has run
+  bool save_pending_ = false;  // GUARDED_BY(reconcile_mu_): the last Save failed (rule 4)
 
   mutable std::mutex mu_;
   std::map<Key, EnforcerChoice> choices_;  // GUARDED_BY(mu_)

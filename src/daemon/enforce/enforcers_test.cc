@@ -243,5 +243,66 @@ TEST_F(EnforcersTest, AFailedSaveIsCountedAndShown) {
             std::string::npos);
 }
 
+// Rule 4: a save that failed is tried again by the next Reconcile, even when
+// nothing changed, until it works; the record then holds the limit.
+TEST_F(EnforcersTest, AFailedSaveIsRetriedByEveryReconcileUntilItWorks) {
+  auto enforcers = Make();
+  Limit("train", 2 * kGiB);
+  Register(100, "train");
+  std::filesystem::remove_all(state_dir_);  // a vanished (or full) state directory
+  enforcers->Reconcile();
+  ASSERT_EQ(enforcers->save_failures(), 1u);
+  enforcers->Reconcile();  // nothing changed: saved again all the same
+  EXPECT_EQ(enforcers->save_failures(), 2u);
+  std::filesystem::create_directories(state_dir_);
+  enforcers->Reconcile();
+  EXPECT_EQ(enforcers->save_failures(), 2u);
+  auto record = store_->Load(kDriverLimitsRecordName);
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  ASSERT_EQ(record->at("limits").size(), 1u);
+  EXPECT_EQ(record->at("limits")[0]["cgroup"], kCgroupA);
+  enforcers->Reconcile();  // and not again once saved
+  EXPECT_EQ(enforcers->save_failures(), 2u);
+}
+
+// Rule 6: a limit moving to another cgroup whose old limit cannot be cleared
+// is not set on the new cgroup; the old one stays held and is cleared (then
+// the new one set) once the driver takes the clear.
+TEST_F(EnforcersTest, AMoveWhoseClearFailsKeepsTheOldLimitHeldUntilItIsCleared) {
+  constexpr const char* kCgroupB = "/sys/fs/cgroup/tenants/b";
+  proc_.Add(300, "300", 0, 31, "0::/tenants/b\n");
+  auto enforcers = Make();
+  Limit("train", 2 * kGiB);
+  Register(100, "train");
+  enforcers->Reconcile();
+  ASSERT_EQ(backend_.MemoryLimits(0).count(kCgroupA), 1u);
+  // The group's member moves: the old member goes, a new one in cgroup b comes.
+  backend_.FailMemoryLimitClears(0, Internal("nvmlDeviceSetMemoryLimits_v1: Unknown Error"));
+  registry_->OnExited({100});
+  enforcers->Reconcile();
+  Register(300, "train");
+  enforcers->Reconcile();
+  EXPECT_EQ(backend_.MemoryLimits(0).count(kCgroupA), 1u) << "the clear failed";
+  EXPECT_EQ(backend_.MemoryLimits(0).count(kCgroupB), 0u) << "not set while a is still held";
+  auto c = enforcers->ChoiceOf("train", "GPU-fake-0");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->memory.enforcer, Enforcer::kLimiter);
+  EXPECT_NE(c->memory.reason.find("whose clear failed"), std::string::npos) << c->memory.reason;
+  EXPECT_GE(enforcers->driver_failures(), 2u);
+  // The driver takes clears again: a is cleared, then b set.
+  backend_.FailMemoryLimitClears(0, Status::Ok());
+  enforcers->Reconcile();
+  auto limits = backend_.MemoryLimits(0);
+  EXPECT_EQ(limits.count(kCgroupA), 0u);
+  ASSERT_EQ(limits.count(kCgroupB), 1u);
+  EXPECT_EQ(limits[kCgroupB].hard_bytes, 2 * kGiB);
+  EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->memory.enforcer, Enforcer::kDriver);
+  // A restart finds b in the record (and nothing of a): nothing to clear.
+  auto record = store_->Load(kDriverLimitsRecordName);
+  ASSERT_TRUE(record.ok());
+  ASSERT_EQ(record->at("limits").size(), 1u);
+  EXPECT_EQ(record->at("limits")[0]["cgroup"], kCgroupB);
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon

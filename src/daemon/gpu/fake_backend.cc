@@ -171,6 +171,10 @@ Status FakeBackend::SetMemoryLimits(uint32_t index, const std::string& cgroup, u
   }
   if (soft_bytes > hard_bytes) return InvalidArgument("soft limit above hard limit");
   if (soft_bytes == 0 && hard_bytes == kNoMemoryLimit) {
+    if (auto f = memory_limit_clear_failures_.find(index);
+        f != memory_limit_clear_failures_.end()) {
+      return f->second;
+    }
     memory_limits_[index].erase(cgroup);
   } else {
     memory_limits_[index][cgroup] = MemoryLimit{soft_bytes, hard_bytes};
@@ -195,6 +199,15 @@ void FakeBackend::FailMemoryLimits(uint32_t index, Status status) {
     memory_limit_failures_.erase(index);
   } else {
     memory_limit_failures_[index] = std::move(status);
+  }
+}
+
+void FakeBackend::FailMemoryLimitClears(uint32_t index, Status status) {
+  MutexLock lock(mu_);
+  if (status.ok()) {
+    memory_limit_clear_failures_.erase(index);
+  } else {
+    memory_limit_clear_failures_[index] = std::move(status);
   }
 }
 

@@ -45,6 +45,9 @@ class FakeBackend final : public GpuBackend {
   int memory_limit_calls() const;
   // Every SetMemoryLimits on `index` fails with `status` (ok: none fails).
   void FailMemoryLimits(uint32_t index, Status status);
+  // Only the clears (soft 0, hard kNoMemoryLimit) on `index` fail with
+  // `status` (ok: none fails); sets still work.
+  void FailMemoryLimitClears(uint32_t index, Status status);
 
   struct Call {
     uint32_t index;
@@ -81,6 +84,7 @@ class FakeBackend final : public GpuBackend {
   std::vector<Failure> failures_;
   std::map<uint32_t, std::map<std::string, MemoryLimit>> memory_limits_;
   std::map<uint32_t, Status> memory_limit_failures_;
+  std::map<uint32_t, Status> memory_limit_clear_failures_;
   int memory_limit_calls_ = 0;
 };
 

@@ -169,6 +169,20 @@ std::future<R> GpuManager::Run(uint32_t gpu, F f) {
   return future;
 }
 
+struct GpuManager::SetBatch {
+  SetBatch(const std::vector<uint32_t>& g, SettingKind k)
+      : gpus(g), kind(k), promises(g.size()), results(g.size()), undos(g.size()) {
+    remaining = g.size();
+  }
+  const std::vector<uint32_t> gpus;
+  const SettingKind kind;
+  std::vector<std::promise<Status>> promises;  // fulfilled once, by FinishOne or an undo
+  Mutex mu;
+  size_t remaining GUARDED_BY(mu);
+  std::vector<Status> results GUARDED_BY(mu);
+  std::vector<std::optional<Undo>> undos GUARDED_BY(mu);
+};
+
 std::vector<std::future<Status>> GpuManager::Set(const std::vector<uint32_t>& gpus,
                                                  const SettingValue& value,
                                                  const LeaseOptions& lease) {
@@ -185,29 +199,163 @@ std::vector<std::future<Status>> GpuManager::Set(const std::vector<uint32_t>& gp
     MutexLock lock(mu_);
     stopping = stopping_;
   }
+  auto batch = std::make_shared<SetBatch>(gpus, KindOf(value));
   std::vector<std::future<Status>> out;
   out.reserve(gpus.size());
-  for (uint32_t gpu : gpus) {
+  for (auto& p : batch->promises) out.push_back(p.get_future());
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const uint32_t gpu = gpus[i];
     if (stopping) {
-      std::promise<Status> p;
-      p.set_value(Unavailable("the daemon is stopping"));
-      out.push_back(p.get_future());
+      FinishOne(batch, i, Unavailable("the daemon is stopping"), std::nullopt);
       continue;
     }
-    out.push_back(Run<Status>(
-        gpu, [this, gpu, value, lease, expiry] { return SetOnGpu(gpu, value, lease, expiry); }));
+    // Same contract as Run's: an index past the executors is our bug.
+    if (GS_BUG_IF(gpu >= executors_.size(), "GpuManager command for a GPU index out of range")) {
+      FinishOne(batch, i, NotFound("no GPU " + std::to_string(gpu)), std::nullopt);
+      continue;
+    }
+    const bool queued = executors_[gpu]->Submit([this, batch, i, gpu, value, lease, expiry] {
+      std::optional<Undo> undo;
+      Status s = SetOnGpu(gpu, value, lease, expiry, &undo);
+      FinishOne(batch, i, std::move(s), std::move(undo));
+    });
+    if (!queued) FinishOne(batch, i, Unavailable("the daemon is stopping"), std::nullopt);
   }
   return out;
 }
 
+void GpuManager::FinishOne(const std::shared_ptr<SetBatch>& batch, size_t i, Status status,
+                           std::optional<Undo> undo) {
+  std::vector<Status> results;
+  std::vector<std::optional<Undo>> undos;
+  {
+    MutexLock lock(batch->mu);
+    batch->results[i] = std::move(status);
+    batch->undos[i] = std::move(undo);
+    if (--batch->remaining > 0) return;
+    results = batch->results;
+    undos = std::move(batch->undos);
+  }
+  // The last GPU to answer: every other GPU's command has run.
+  size_t failed = results.size();
+  for (size_t j = 0; j < results.size(); ++j) {
+    if (!results[j].ok()) {
+      failed = j;
+      break;
+    }
+  }
+  if (failed == results.size()) {
+    for (auto& p : batch->promises) p.set_value(Status::Ok());
+    return;
+  }
+  const std::string why = "GPU " + std::to_string(batch->gpus[failed]) + " refused it (" +
+                          results[failed].message() + ")";
+  for (size_t j = 0; j < results.size(); ++j) {
+    if (!results[j].ok()) {
+      batch->promises[j].set_value(results[j]);
+      continue;
+    }
+    const uint32_t gpu = batch->gpus[j];
+    const std::string msg = "not applied on GPU " + std::to_string(gpu) + ": " + why;
+    if (!undos[j]) {  // nothing to undo (cannot happen for a success; kept safe)
+      batch->promises[j].set_value(Aborted(msg));
+      continue;
+    }
+    auto task = [this, batch, j, gpu, u = std::move(*undos[j]), why, msg] {
+      Status s = UndoOnGpu(gpu, batch->kind, u, why);
+      batch->promises[j].set_value(
+          Aborted(s.ok() ? msg + "; undone"
+                         : msg + "; the undo failed and is retried (" + s.message() + ")"));
+    };
+    // A stopping daemon reverts every lease anyway (RevertAll).
+    if (!executors_[gpu]->Submit(std::move(task))) {
+      batch->promises[j].set_value(Aborted(msg + "; not undone: the daemon is stopping"));
+    }
+  }
+}
+
+Status GpuManager::UndoOnGpu(uint32_t gpu, SettingKind kind, const Undo& undo,
+                             const std::string& why) {
+  const Key key{gpu, static_cast<int>(kind)};
+  const std::optional<Stack> current = StackOf(key);
+  Stack next;
+  SettingValue shown;  // what the device shows now, as far as the stacks say
+  if (undo.lease_id != 0) {
+    const auto mine = [&](const Lease& l) { return l.id == undo.lease_id; };
+    if (!current || std::none_of(current->leases.begin(), current->leases.end(), mine)) {
+      return Status::Ok();  // ended or replaced meanwhile: nothing of it is left
+    }
+    shown = current->Target();
+    next = *current;
+    std::erase_if(next.leases, mine);
+    // The same holder's lease that this one replaced comes back, where it was.
+    if (undo.before) {
+      const auto& old = undo.before->leases;
+      for (size_t pos = 0; pos < old.size(); ++pos) {
+        if (old[pos].holder != undo.holder) continue;
+        next.leases.insert(
+            next.leases.begin() + static_cast<std::ptrdiff_t>(std::min(pos, next.leases.size())),
+            old[pos]);
+        break;
+      }
+    }
+  } else if (!current) {  // permanent, and nothing leased since
+    shown = undo.value;
+    next = undo.before ? *undo.before : Stack{"", undo.prior, {}, {}};
+    if (next.uuid.empty()) {
+      if (auto info = backend_.Read(gpu); info.ok()) next.uuid = info->uuid;
+    }
+  } else {  // permanent, then leased: those leases now revert to the old baseline
+    shown = current->Target();
+    next = *current;
+    next.baseline = undo.before ? undo.before->baseline : undo.prior;
+    if (undo.before) {
+      std::vector<Lease> leases;
+      for (const Lease& l : undo.before->leases) {
+        const auto same = [&](const Lease& c) { return c.holder == l.holder; };
+        if (std::none_of(current->leases.begin(), current->leases.end(), same)) {
+          leases.push_back(l);
+        }
+      }
+      leases.insert(leases.end(), current->leases.begin(), current->leases.end());
+      next.leases = std::move(leases);
+    }
+  }
+  next.retry.reset();
+  const SettingValue target = next.Target();
+  const bool emptied = next.leases.empty();
+  // An undo is never refused for want of a save: the record catches up at
+  // the next saved change (and a stale record is counted and retried).
+  CommitAnyway(key, next, "undo");
+  Status s;
+  if (target != shown) {
+    s = backend_.Set(gpu, target);
+    if (!s.ok()) NoteApplied(key, s, false);
+    Changed(gpu);
+  }
+  if (s.ok() && emptied) CommitAnyway(key, std::nullopt, "undone");
+  GS_LOG(kWarn, "gpusliced",
+         "event=setting_undone gpu=%u setting=%s holder=%s value=%s restored=%s status=\"%s\" "
+         "reason=\"%s\"",
+         gpu, SettingName(kind).data(), undo.holder.c_str(), SettingValueText(undo.value).c_str(),
+         SettingValueText(target).c_str(), s.ToString().c_str(), why.c_str());
+  return s;
+}
+
 Status GpuManager::SetOnGpu(uint32_t gpu, const SettingValue& value, const LeaseOptions& lease,
-                            Expiry expiry) {
+                            Expiry expiry, std::optional<Undo>* undo) {
   const SettingKind kind = KindOf(value);
   const Key key{gpu, static_cast<int>(kind)};
   GS_ASSIGN_OR_RETURN(GpuInfo info, backend_.Read(gpu));
   GS_RETURN_IF_ERROR(ValidateSetting(info, value));
   const std::optional<Stack> before = StackOf(key);
   if (lease.permanent) {
+    SettingValue prior = value;
+    if (before) {
+      prior = before->Target();
+    } else {
+      GS_ASSIGN_OR_RETURN(prior, backend_.Get(gpu, kind));
+    }
     // Saved as the new baseline of a reverting stack (rule 7): should the
     // daemon die before the device changes, the restore applies it.
     GS_RETURN_IF_ERROR(Commit(key, Stack{info.uuid, value, {}, {}}));
@@ -216,6 +364,7 @@ Status GpuManager::SetOnGpu(uint32_t gpu, const SettingValue& value, const Lease
       return s;
     }
     CommitAnyway(key, std::nullopt, "permanent change applied");
+    *undo = Undo{before, prior, value, 0, lease.holder};
     GS_LOG(kInfo, "gpusliced",
            "event=setting_applied gpu=%u setting=%s value=%s holder=%s permanent=true "
            "dropped_leases=%zu",
@@ -237,6 +386,7 @@ Status GpuManager::SetOnGpu(uint32_t gpu, const SettingValue& value, const Lease
     }
     after = Stack{info.uuid, current, {}, {}};
   }
+  const SettingValue baseline = after.baseline;
   std::erase_if(after.leases, [&](const Lease& l) { return l.holder == lease.holder; });
   after.retry.reset();  // the device is about to show the new value (or `before` comes back)
   uint64_t id;
@@ -251,6 +401,7 @@ Status GpuManager::SetOnGpu(uint32_t gpu, const SettingValue& value, const Lease
     CommitAnyway(key, before, "setting failed");
     return s;
   }
+  *undo = Undo{before, before ? before->Target() : SettingValue(baseline), value, id, lease.holder};
   GS_LOG(kInfo, "gpusliced",
          "event=setting_applied gpu=%u setting=%s value=%s holder=%s lease_ns=%lld", gpu,
          SettingName(kind).data(), SettingValueText(value).c_str(), lease.holder.c_str(),
@@ -343,6 +494,21 @@ Status GpuManager::ReleaseComputeMode(uint32_t gpu, const std::string& holder) {
 }
 
 void GpuManager::ExpireDue() {
+  {
+    // Rule 11: a record left behind by a step that could not be refused.
+    MutexLock persist(persist_mu_);
+    if (record_stale_ && persistence_.save) {
+      nlohmann::json data;
+      {
+        MutexLock lock(mu_);
+        data = RecordsWith(std::nullopt, std::nullopt);
+      }
+      if (persistence_.save(data).ok()) {
+        record_stale_ = false;
+        GS_LOG(kInfo, "gpusliced", "event=lease_record_saved_again");
+      }
+    }
+  }
   const int64_t now = clock_.NowNs();
   struct Due {
     uint32_t gpu;
@@ -464,6 +630,7 @@ Status GpuManager::Commit(const Key& key, std::optional<Stack> after) {
       return Unavailable("the lease record could not be saved, so nothing was changed: " +
                          s.message());
     }
+    record_stale_ = false;  // the whole record was written
   }
   MutexLock lock(mu_);
   if (after) {
@@ -479,6 +646,8 @@ void GpuManager::CommitAnyway(const Key& key, std::optional<Stack> after, const 
     GS_LOG(kError, "gpusliced",
            "event=lease_record_stale gpu=%u setting=%s step=\"%s\" error=\"%s\"", key.first,
            SettingName(static_cast<SettingKind>(key.second)).data(), why, s.message().c_str());
+    MutexLock persist(persist_mu_);
+    record_stale_ = true;  // rule 11: ExpireDue saves it again
     MutexLock lock(mu_);
     if (after) {
       stacks_[key] = std::move(*after);
@@ -595,6 +764,7 @@ RestoreReport GpuManager::Restore(const StatusOr<nlohmann::json>& loaded) {
       if (Status s = persistence_.save(RecordsWith(std::nullopt, std::nullopt)); !s.ok()) {
         GS_LOG(kError, "gpusliced", "event=lease_record_stale step=restore error=\"%s\"",
                s.message().c_str());
+        record_stale_ = true;
       }
     }
   }

@@ -29,6 +29,22 @@
 //     with backoff (1 s, doubling, at most kMaxRetryBackoffNs) until the
 //     device takes it. Each failure is logged (event=revert_failed), counted
 //     (RevertStatus) and reported to the event listener.
+//  11. A step that must not be refused (a rollback, a revert, the end of a
+//     revert) still changes the leases when its save fails; the record is
+//     then stale, and ExpireDue saves it again until a save works (the
+//     state store counts and logs the failures: state_store.h).
+//
+// All or nothing (docs/daemon.md "Settings"):
+// 10. A Set naming several GPUs is one change: when any GPU refuses it (an
+//     NVML error, a record that cannot be saved, a GPU that cannot be read),
+//     every GPU that took it is undone once all have answered: its new lease
+//     is removed as if never granted (a lease of the same holder it replaced
+//     comes back), a permanent change gives the stack and the device their
+//     old values back, and the device is set back where its value changed.
+//     The refusing GPU's future holds its error; an undone GPU's holds
+//     kAborted naming the GPU that refused. An undo the device refuses is
+//     kept and retried as in rule 9 (counted in revert_failures). A lease
+//     that ended or was replaced before its undo ran is left as it is.
 //
 // Thread safety: all public methods are thread-safe. Device commands run on
 // one SerialExecutor per GPU; lease records are guarded by a mutex. The clock
@@ -132,8 +148,9 @@ class GpuManager {
   const Clock& clock() const { return clock_; }
 
   // Queues `value` on each GPU in `gpus`; one future per GPU, in that order,
-  // ready when that GPU's command has run. REQUIRES: every index < DeviceCount().
-  // kUnavailable when the lease record cannot be saved (rule 6).
+  // ready once every GPU's command has run (and, if one failed, the others
+  // were undone: rule 10). REQUIRES: every index < DeviceCount(), no index
+  // twice. kUnavailable when the lease record cannot be saved (rule 6).
   std::vector<std::future<Status>> Set(const std::vector<uint32_t>& gpus, const SettingValue& value,
                                        const LeaseOptions& lease);
   // Ends `holder`'s lease of `kind` on each GPU (rule 4); kNotFound for a GPU
@@ -167,7 +184,8 @@ class GpuManager {
   // Blocking.
   RestoreReport Restore(const StatusOr<nlohmann::json>& loaded);
 
-  // Ends every lease whose expiry is at or before the clock's now.
+  // Ends every lease whose expiry is at or before the clock's now, retries
+  // refused reverts (rule 9) and saves a stale record again (rule 11).
   void ExpireDue();
   // Reverts every leased setting to its baseline and waits; afterwards Set
   // is refused with kUnavailable. For daemon shutdown.
@@ -244,8 +262,27 @@ class GpuManager {
   void NoteApplied(const Key& key, const Status& status, bool retry);
   // A retry of `key`'s effective value, on its executor (rule 9).
   Status RetryOnGpu(const Key& key);
-  Status SetOnGpu(uint32_t gpu, const SettingValue& value, const LeaseOptions& lease,
-                  Expiry expiry);
+  // What undoes one GPU's part of a Set (rule 10).
+  struct Undo {
+    std::optional<Stack> before;  // the stack before the change
+    SettingValue prior;           // the device's value before it
+    SettingValue value;           // the value the change applied
+    uint64_t lease_id;            // the lease it granted; 0: a permanent change
+    std::string holder;
+  };
+  // One Set across several GPUs (rule 10): each GPU's result and undo, and
+  // the futures' promises, fulfilled once the last GPU has answered.
+  struct SetBatch;
+  // Applies one GPU's part of a Set; on success fills `undo`.
+  Status SetOnGpu(uint32_t gpu, const SettingValue& value, const LeaseOptions& lease, Expiry expiry,
+                  std::optional<Undo>* undo);
+  // Records GPU number `i` of `batch` as done with `status`; the last one
+  // queues the undos (if any GPU failed) and fulfils the promises.
+  void FinishOne(const std::shared_ptr<SetBatch>& batch, size_t i, Status status,
+                 std::optional<Undo> undo);
+  // Undoes `undo` on `gpu` (on its executor); the error when the device
+  // refused to go back (kept for retry), OK otherwise.
+  Status UndoOnGpu(uint32_t gpu, SettingKind kind, const Undo& undo, const std::string& why);
   Status ReleaseOnGpu(uint32_t gpu, SettingKind kind, const std::string& holder,
                       std::optional<uint64_t> lease_id);
   // Runs `f` on `gpu`'s executor; the future holds its result (kUnavailable
@@ -266,6 +303,7 @@ class GpuManager {
   std::function<void(uint32_t)> listener_;
   std::function<void(std::string_view, const nlohmann::json&)> event_listener_;
   uint64_t revert_failures_ GUARDED_BY(mu_) = 0;
+  bool record_stale_ GUARDED_BY(persist_mu_) = false;  // rule 11
   uint64_t reverts_retried_ GUARDED_BY(mu_) = 0;
 };
 

@@ -577,5 +577,33 @@ TEST_F(GpuManagerDurabilityTest, ARevertRefusedAtStopStaysInTheRecord) {
   EXPECT_TRUE(Stacks(journal_.Saved()).empty());
 }
 
+// Rule 11: the end of a revert cannot be refused; when the disk is full at
+// that step the record stays behind (it still asks for a revert that is done)
+// and the next ExpireDue saves it again once the disk has room.
+TEST_F(GpuManagerDurabilityTest, ARecordLeftStaleByAFullDiskIsSavedAgainByExpireDue) {
+  auto run = Start();
+  ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 60)).ok());
+  // The release's first save (the emptied stack) works; the disk fills while
+  // the device reverts, so the save that drops the stack fails.
+  backend_.SetHook([this](uint32_t, const SettingValue&) { journal_.Fail(true); });
+  ASSERT_TRUE(run->manager.Release({0}, SettingKind::kPowerLimit, "a")[0].get().ok());
+  backend_.SetHook(nullptr);
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+  EXPECT_TRUE(run->manager.Leases().empty());
+  ASSERT_EQ(Stacks(journal_.Saved()).size(), 1u) << "the record is behind: a revert still owed";
+  // Still full: ExpireDue tries, the record stays as it is.
+  const int saves = journal_.saves();
+  run->manager.ExpireDue();
+  EXPECT_EQ(Stacks(journal_.Saved()).size(), 1u);
+  // Room again: the next ExpireDue writes the record as the manager holds it.
+  journal_.Fail(false);
+  run->manager.ExpireDue();
+  EXPECT_EQ(journal_.saves(), saves + 1);
+  EXPECT_TRUE(Stacks(journal_.Saved()).empty());
+  // And only once.
+  run->manager.ExpireDue();
+  EXPECT_EQ(journal_.saves(), saves + 1);
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/clock.h"
+#include "common/log.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -77,7 +78,7 @@ Status StateStore::Save(std::string_view name, const nlohmann::json& data) {
                               {"record", std::string(name)},
                               {"saved_at_ns", RealtimeNs()},
                               {"data", data}};
-  return WriteAtomically(name, doc.dump() + "\n");
+  return Noted(name, WriteAtomically(name, doc.dump() + "\n"));
 }
 
 Status StateStore::SaveSerialized(std::string_view name, std::string_view data_json) {
@@ -92,7 +93,7 @@ Status StateStore::SaveSerialized(std::string_view name, std::string_view data_j
   text += ",\"data\":";
   text += data_json;
   text += "}\n";
-  return WriteAtomically(name, text);
+  return Noted(name, WriteAtomically(name, text));
 }
 
 Status StateStore::WriteAtomically(std::string_view name, const std::string& text) {
@@ -115,6 +116,63 @@ Status StateStore::WriteAtomically(std::string_view name, const std::string& tex
     return s;
   }
   return SyncDir(dir_);
+}
+
+Status StateStore::Noted(std::string_view name, Status s) {
+  uint64_t streak = 0;
+  {
+    MutexLock lock(health_mu_);
+    auto it = health_.find(name);
+    if (it == health_.end()) it = health_.emplace(std::string(name), Health{}).first;
+    Health& h = it->second;
+    if (s.ok()) {
+      streak = h.streak;
+      h.streak = 0;
+    } else {
+      ++h.failures_total;
+      streak = ++h.streak;
+    }
+  }
+  if (!s.ok() && streak == 1) {
+    GS_LOG(kError, "gpusliced",
+           "event=state_save_failed record=%s error=\"%s\" action=kept_previous_file "
+           "retry=owner_saves_again (logged once until a save works)",
+           std::string(name).c_str(), s.message().c_str());
+  } else if (s.ok() && streak > 0) {
+    GS_LOG(kInfo, "gpusliced", "event=state_saved_again record=%s failed_saves=%llu",
+           std::string(name).c_str(), static_cast<unsigned long long>(streak));
+  }
+  return s;
+}
+
+bool StateStore::Stale(std::string_view name) const {
+  MutexLock lock(health_mu_);
+  auto it = health_.find(name);
+  return it != health_.end() && it->second.streak > 0;
+}
+
+uint64_t StateStore::SaveFailures(std::string_view name) const {
+  MutexLock lock(health_mu_);
+  auto it = health_.find(name);
+  return it == health_.end() ? 0 : it->second.failures_total;
+}
+
+std::string StateStore::FormatMetrics() const {
+  MutexLock lock(health_mu_);
+  std::string failures =
+      "# HELP gpuslice_state_save_failures_total Saves of a durable record that failed (the "
+      "previous file was kept; the record's owner saves again).\n"
+      "# TYPE gpuslice_state_save_failures_total counter\n";
+  std::string stale =
+      "# HELP gpuslice_state_record_stale 1 while the last save of a record failed: the file is "
+      "behind the daemon.\n# TYPE gpuslice_state_record_stale gauge\n";
+  for (const auto& [name, h] : health_) {
+    failures += "gpuslice_state_save_failures_total{record=\"" + name + "\"} " +
+                std::to_string(h.failures_total) + "\n";
+    stale += "gpuslice_state_record_stale{record=\"" + name + "\"} " +
+             std::to_string(h.streak > 0 ? 1 : 0) + "\n";
+  }
+  return failures + stale;
 }
 
 Status StateStore::Quarantine(std::string_view name, const std::string& problem) const {
@@ -160,9 +218,10 @@ StatusOr<nlohmann::json> StateStore::Load(std::string_view name) {
 Status StateStore::Remove(std::string_view name) {
   if (!ValidName(name)) return InvalidArgument("bad state record name '" + std::string(name) + "'");
   const std::string path = PathOf(name);
-  if (unlink(path.c_str()) != 0 && errno != ENOENT)
-    return Unavailable(Errno("cannot remove " + path));
-  return SyncDir(dir_);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Noted(name, Unavailable(Errno("cannot remove " + path)));
+  }
+  return Noted(name, SyncDir(dir_));
 }
 
 }  // namespace gpuslice::daemon

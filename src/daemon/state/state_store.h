@@ -12,11 +12,23 @@
 // older one) and says so, so the next Save starts clean and the evidence is
 // kept for the operator.
 //
+// Failed saves (a full disk, a read-only or vanished directory; docs/errors.md
+// "A full disk"): the previous document stays in place, the error goes back to
+// the record's owner, and the store keeps each record's save health:
+//  1. every failed save is counted (gpuslice_state_save_failures_total);
+//  2. the first failure of a run of failures is logged
+//     (event=state_save_failed), later ones are not; the first save that
+//     works again is (event=state_saved_again failed_saves=N);
+//  3. Stale(name) (gpuslice_state_record_stale) says the last save of the
+//     record failed: the file is behind what its owner holds, and the owner
+//     saves again on its next periodic step (each owner's header says where).
+//
 // Thread-safe: Save and Load may be called from any thread; saves of one
 // record are serialised, so the last Save to return is the one on disk.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -60,6 +72,14 @@ class StateStore {
   // Removes record `name` (no error if absent).
   Status Remove(std::string_view name);
 
+  // Whether the last Save, SaveSerialized or Remove of `name` failed (rule 3).
+  bool Stale(std::string_view name) const;
+  // Failed saves of `name` since the store was opened (rule 1).
+  uint64_t SaveFailures(std::string_view name) const;
+  // Prometheus text: gpuslice_state_save_failures_total{record} (counter) and
+  // gpuslice_state_record_stale{record} (gauge), per record saved so far.
+  std::string FormatMetrics() const;
+
  private:
   explicit StateStore(std::string dir) : dir_(std::move(dir)) {}
   // Writes `text` as the file of record `name`: temporary file, fsync, rename, fsync dir.
@@ -67,8 +87,18 @@ class StateStore {
   // Moves the bad file of `name` aside; returns the error that says so.
   Status Quarantine(std::string_view name, const std::string& problem) const;
 
+  // Notes the outcome of one save of `name` (rules 1-3); returns `s`.
+  Status Noted(std::string_view name, Status s);
+
+  struct Health {
+    uint64_t failures_total = 0;
+    uint64_t streak = 0;  // failed saves since the last one that worked
+  };
+
   std::string dir_;
   Mutex save_mu_;  // one Save at a time: temporary file names never collide
+  mutable Mutex health_mu_;
+  std::map<std::string, Health, std::less<>> health_ GUARDED_BY(health_mu_);
 };
 
 }  // namespace gpuslice::daemon

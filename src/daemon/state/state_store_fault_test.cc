@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/log.h"
 #include "daemon/state/state_store.h"
 
 namespace gpuslice::daemon {
@@ -93,6 +94,56 @@ TEST_F(StateStoreFaultTest, FullDiskWhileCheckpointingKeepsTheLastGoodRecord) {
   // Space again: the next checkpoint goes through.
   ASSERT_TRUE(store_->Save("leases", Record(4, kBig)).ok());
   EXPECT_EQ(store_->Load("leases")->at("n"), 4);
+}
+
+// Rules 1-3 of state_store.h: a full disk is counted on every failed save,
+// logged once per run of failures, and the record reported stale until a save
+// of it works again; other records are not affected.
+TEST_F(StateStoreFaultTest, AFullDiskIsCountedLoggedOnceAndTheRecordStaleUntilASaveWorks) {
+  SetLogLevel(LogLevel::kInfo);
+  ASSERT_TRUE(store_->Save("leases", Record(1, 100)).ok());
+  ASSERT_TRUE(store_->Save("groups", Record(1, 100)).ok());
+  EXPECT_FALSE(store_->Stale("leases"));
+  ::testing::internal::CaptureStderr();
+  {
+    FileSizeLimit full(4096);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(store_->Save("leases", Record(2 + i, kBig)).code(), StatusCode::kUnavailable);
+    }
+    EXPECT_EQ(store_->SaveSerialized("leases", Record(9, kBig).dump()).code(),
+              StatusCode::kUnavailable);
+  }
+  const std::string during = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(store_->Stale("leases"));
+  EXPECT_FALSE(store_->Stale("groups"));
+  EXPECT_EQ(store_->SaveFailures("leases"), 4u);
+  EXPECT_EQ(store_->SaveFailures("groups"), 0u);
+  size_t logged = 0;
+  for (size_t at = during.find("event=state_save_failed"); at != std::string::npos;
+       at = during.find("event=state_save_failed", at + 1)) {
+    ++logged;
+  }
+  EXPECT_EQ(logged, 1u) << during;
+  EXPECT_NE(during.find("record=leases"), std::string::npos) << during;
+  const std::string metrics = store_->FormatMetrics();
+  EXPECT_NE(metrics.find("gpuslice_state_save_failures_total{record=\"leases\"} 4\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("gpuslice_state_record_stale{record=\"leases\"} 1\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("gpuslice_state_record_stale{record=\"groups\"} 0\n"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(store_->Load("leases")->at("n"), 1);  // the previous file, whole
+  // Space again: the owner's next save works, is logged, and clears the gauge.
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(store_->Save("leases", Record(5, 100)).ok());
+  const std::string after = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(after.find("event=state_saved_again record=leases failed_saves=4"), std::string::npos)
+      << after;
+  EXPECT_FALSE(store_->Stale("leases"));
+  EXPECT_EQ(store_->SaveFailures("leases"), 4u);
+  EXPECT_NE(store_->FormatMetrics().find("gpuslice_state_record_stale{record=\"leases\"} 0\n"),
+            std::string::npos);
 }
 
 TEST_F(StateStoreFaultTest, LeftoverTemporaryFileOfAKilledSaveIsIgnoredThenReplaced) {

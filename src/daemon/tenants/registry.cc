@@ -544,9 +544,8 @@ void TenantRegistry::OnExited(const std::vector<pid_t>& pids) {
     GS_LOG(kInfo, "gpusliced", "event=tenant_exited pid=%d group=%s", t.host_pid, t.group.c_str());
     Emit("tenant_exited", {{"host_pid", t.host_pid}, {"group", t.group}, {"reason", "exited"}});
   }
-  if (Status s = Persist(version); !s.ok()) {
-    GS_LOG(kError, "gpusliced", "event=checkpoint_failed error=\"%s\"", s.message().c_str());
-  }
+  // A failed save is logged by Persist and retried by RetryCheckpoint.
+  (void)Persist(version);
 }
 
 std::vector<Tenant> TenantRegistry::Tenants() const {
@@ -838,6 +837,23 @@ uint64_t TenantRegistry::refused_count() const {
   return refused_;
 }
 
+Status TenantRegistry::RetryCheckpoint() {
+  if (store_ == nullptr) return Status::Ok();
+  uint64_t version = 0;
+  {
+    MutexLock state(mu_);
+    version = version_;
+  }
+  {
+    MutexLock lock(persist_mu_);
+    if (failed_version_ <= saved_version_) return Status::Ok();  // none failed since the last
+    failed_version_ = saved_version_;  // let Persist try again rather than repeat the error
+  }
+  Status s = Persist(version);
+  if (s.ok()) GS_LOG(kInfo, "gpusliced", "event=checkpoint_saved_again");
+  return s;
+}
+
 Status TenantRegistry::Persist(uint64_t version) {
   if (store_ == nullptr) return Status::Ok();
   MutexLock lock(persist_mu_);
@@ -879,9 +895,12 @@ Status TenantRegistry::Persist(uint64_t version) {
     if (save_groups) groups_saved_version_ = snapshot;
     saved_version_ = std::max(saved_version_, snapshot);
   } else {
+    // Logged once per run of failures (RetryCheckpoint repeats it every sample).
+    if (failed_version_ <= saved_version_) {
+      GS_LOG(kError, "gpusliced", "event=checkpoint_failed error=\"%s\"", s.message().c_str());
+    }
     failed_version_ = std::max(failed_version_, snapshot);
     last_error_ = s;
-    GS_LOG(kError, "gpusliced", "event=checkpoint_failed error=\"%s\"", s.message().c_str());
   }
   persisted_.notify_all();
   return s;

@@ -191,6 +191,11 @@ class TenantRegistry {
   Status Unregister(pid_t pid);
   // The watcher's report: these processes exited.
   void OnExited(const std::vector<pid_t>& pids);
+  // Saves the checkpoint again when the last save failed (a full disk: an
+  // exit or an unregistration is not undone for want of a save, so the file
+  // is behind): the daemon calls it on every GPU sample until a save works.
+  // OK when nothing is owed; else the save's error.
+  Status RetryCheckpoint();
 
   std::vector<Tenant> Tenants() const;
   // Every tenant with TenantJson(tenant).dump(), kept since its last change.

@@ -248,6 +248,26 @@ TEST_F(RegistryTest, ARegistrationThatCannotBeSavedIsUndone) {
   std::filesystem::remove(state_dir_);
 }
 
+// A full (here: vanished) state directory when a tenant exits: the exit is
+// not undone, the checkpoint is behind, and RetryCheckpoint saves it once the
+// directory is back, so a restart does not find the tenant again.
+TEST_F(RegistryTest, AnExitThatCannotBeSavedIsSavedByTheNextRetry) {
+  ASSERT_TRUE(registry_->Register(Reg(100, 1000, "g")).ok());
+  ASSERT_TRUE(registry_->Register(Reg(101, 1000, "g")).ok());
+  EXPECT_TRUE(registry_->RetryCheckpoint().ok()) << "nothing owed";
+  std::filesystem::rename(state_dir_, state_dir_ + ".away");
+  registry_->OnExited({100});
+  EXPECT_EQ(registry_->Tenants().size(), 1u);
+  EXPECT_FALSE(registry_->RetryCheckpoint().ok()) << "still no directory";
+  std::filesystem::rename(state_dir_ + ".away", state_dir_);
+  EXPECT_TRUE(registry_->RetryCheckpoint().ok());
+  auto saved = store_->Load("tenants");
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  ASSERT_EQ(saved->at("tenants").size(), 1u);
+  EXPECT_EQ(saved->at("tenants")[0]["host_pid"], 101);
+  EXPECT_TRUE(registry_->RetryCheckpoint().ok());
+}
+
 // With the real /proc and the real pidfd watcher: a killed tenant is gone
 // within a second.
 TEST(RegistryLivenessTest, AKilledTenantIsRemovedWithinASecond) {

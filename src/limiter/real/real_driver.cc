@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "common/hot.h"
+#include "common/thread_annotations.h"
 
 namespace gpuslice::limiter::real {
 namespace {
@@ -25,7 +26,7 @@ class Loader {
     // A library's constructor that calls back into an interposed name while
     // it is being loaded on this thread gets the empty table.
     if (loading_here_) return empty_;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (state_.load(std::memory_order_relaxed) != kDone) {
       loading_here_ = true;
       void* h = dlopen(soname_, RTLD_LAZY | RTLD_NOLOAD);
@@ -49,7 +50,7 @@ class Loader {
   FillFn fill_;
   std::atomic<int> state_{0};
   std::atomic<void*> handle_{nullptr};
-  std::mutex mu_;
+  Mutex mu_;  // serialises loading
   Table table_{};
   Table empty_{};
   static inline thread_local bool loading_here_ __attribute__((tls_model("initial-exec"))) = false;
