@@ -15,7 +15,8 @@
 namespace gpuslice::sim::driver {
 namespace {
 
-const char* ErrorName(CUresult e) {
+// By the error's int value: callers may pass any int (AbiCode).
+const char* ErrorName(int e) {
   switch (e) {
 #define GS_CU_ERROR(name) \
   case name:              \
@@ -27,10 +28,21 @@ const char* ErrorName(CUresult e) {
   }
 }
 
+// The int a caller passed as a CUresult. Applications pass any int there (an
+// unknown code must fail cleanly), and reading a value outside CUresult's
+// range through the enum type is undefined (clang's -fsanitize=enum reports
+// it), so its bytes are read as the int they are.
+int AbiCode(const CUresult& error) {
+  static_assert(sizeof(CUresult) == sizeof(int));
+  int code = 0;
+  std::memcpy(&code, &error, sizeof code);
+  return code;
+}
+
 // A readable description: a fixed text for the common errors, else the
 // name's words ("CUDA_ERROR_LAUNCH_FAILED" -> "launch failed"). The strings
 // live as long as the process.
-const char* ErrorString(CUresult e) {
+const char* ErrorString(int e) {
   switch (e) {
     case CUDA_SUCCESS:
       return "no error";
@@ -61,7 +73,7 @@ const char* ErrorString(CUresult e) {
   }
   static std::string* texts[1024] = {};  // by error value; CUresult values are < 1000
   const char* name = ErrorName(e);
-  const int index = static_cast<int>(e);
+  const int index = e;
   if (name == nullptr || index < 0 || index >= 1024) return nullptr;
   static std::mutex mu;
   std::lock_guard lock(mu);
@@ -150,13 +162,13 @@ GS_EXPORT CUresult cuDriverGetVersion(int* version) {
 
 GS_EXPORT CUresult cuGetErrorName(CUresult error, const char** str) {
   if (str == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *str = ErrorName(error);
+  *str = ErrorName(AbiCode(error));
   return *str != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 GS_EXPORT CUresult cuGetErrorString(CUresult error, const char** str) {
   if (str == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *str = ErrorString(error);
+  *str = ErrorString(AbiCode(error));
   return *str != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
