@@ -5,7 +5,6 @@
 // after its last member; without MPS it falls back to `shared` and says why.
 // A tenant that allocates beyond its group's limit without the limiter is
 // reported by the backstop (NVML's count), and killed with --memory-backstop kill.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -137,25 +136,7 @@ class TierBackstopTest : public testing::SimProcessTest {
                                       "GPUSLICE_SIM_STATE=" + state_,
                                       std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig};
       env.insert(env.end(), extra_env.begin(), extra_env.end());
-      options.then = [this, argv, env, reply_env](const testing::TenantReply& r) mutable {
-        if (reply_env) {
-          const json reply = json::parse(r.body, nullptr, false);
-          if (reply.is_object() && reply.contains("env") && reply["env"].is_object()) {
-            for (const auto& [name, value] : reply["env"].items()) {
-              env.push_back(name + "=" + value.get<std::string>());
-            }
-          }
-        }
-        const std::string out = dir_ + "/tenant" + std::to_string(getpid()) + ".out";
-        const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd < 0 || dup2(fd, 1) < 0) _exit(7);
-        std::vector<char*> argv_c, env_c;
-        for (auto& a : argv) argv_c.push_back(a.data());
-        argv_c.push_back(nullptr);
-        for (auto& e : env) env_c.push_back(e.data());
-        env_c.push_back(nullptr);
-        execve(argv_c[0], argv_c.data(), env_c.data());
-      };
+      options.then = testing::ExecAfterReply(argv, env, dir_, reply_env);
     }
     return tenants_.Start(body, options);
   }

@@ -5,7 +5,6 @@
 // given. Each group's namespace caps its clients (even one that asks for
 // more), a limit change through the API reaches the namespace live (for the
 // clients that attach next), and the API names the enforcer of each case.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -87,27 +86,9 @@ class MpsV3ApiTest : public testing::SimProcessTest {
                                     "GPUSLICE_SIM_STATE=" + state_,
                                     std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig};
     env.insert(env.end(), ask.begin(), ask.end());
-    options.then = [this, env](const testing::TenantReply& r) mutable {
-      const json reply = json::parse(r.body, nullptr, false);
-      if (reply.is_object() && reply.contains("env") && reply["env"].is_object()) {
-        for (const auto& [name, value] : reply["env"].items()) {
-          env.push_back(name + "=" + value.get<std::string>());
-        }
-      }
-      const std::string out = dir_ + "/tenant" + std::to_string(getpid()) + ".out";
-      const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      if (fd < 0 || dup2(fd, 1) < 0) _exit(7);
-      std::string probe = BuildDir() + "/bin/gpuslice-mps-probe";
-      // It holds its context (and its group's MPS tenant) until the test ends.
-      std::string wait = "--hold-file";
-      std::string never = dir_ + "/never";
-      std::vector<char*> argv = {probe.data(), wait.data(), never.data(), nullptr};
-      std::vector<char*> env_c;
-      env_c.reserve(env.size() + 1);
-      for (auto& e : env) env_c.push_back(e.data());
-      env_c.push_back(nullptr);
-      execve(argv[0], argv.data(), env_c.data());
-    };
+    // It holds its context (and its group's MPS tenant) until the test ends.
+    options.then = testing::ExecAfterReply(
+        {BuildDir() + "/bin/gpuslice-mps-probe", "--hold-file", dir_ + "/never"}, env, dir_);
     return tenants_.Start(R"({"group": ")" + group + R"(", "devices": [0]})", options);
   }
   // The probe's "ready" line: what the client sees.

@@ -281,4 +281,38 @@ class ForkedTenants {
   std::vector<ForkedTenant> tenants_;  // started and not yet reaped
 };
 
+// A ForkedTenantOptions::then that execs `argv` (argv[0] a path) with `env`
+// and, when `reply_env`, the registration reply's "env" object after it (as a
+// limiter would start its CUDA work; getenv finds the first of a name, so a
+// variable already in `env` wins), its stdout in "<out_dir>/tenant<pid>.out".
+// Exits 7 when that file cannot be made.
+inline std::function<void(const TenantReply&)> ExecAfterReply(std::vector<std::string> argv,
+                                                              std::vector<std::string> env,
+                                                              std::string out_dir,
+                                                              bool reply_env = true) {
+  return [argv = std::move(argv), env = std::move(env), out_dir = std::move(out_dir),
+          reply_env](const TenantReply& r) mutable {
+    if (reply_env) {
+      const nlohmann::json reply = nlohmann::json::parse(r.body, nullptr, false);
+      if (reply.is_object() && reply.contains("env") && reply["env"].is_object()) {
+        for (const auto& [name, value] : reply["env"].items()) {
+          if (value.is_string()) env.push_back(name + "=" + value.get<std::string>());
+        }
+      }
+    }
+    const std::string out = out_dir + "/tenant" + std::to_string(getpid()) + ".out";
+    const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || dup2(fd, 1) < 0) _exit(7);
+    std::vector<char*> argv_c;
+    std::vector<char*> env_c;
+    argv_c.reserve(argv.size() + 1);
+    env_c.reserve(env.size() + 1);
+    for (auto& a : argv) argv_c.push_back(a.data());
+    argv_c.push_back(nullptr);
+    for (auto& e : env) env_c.push_back(e.data());
+    env_c.push_back(nullptr);
+    execve(argv_c[0], argv_c.data(), env_c.data());
+  };
+}
+
 }  // namespace gpuslice::testing
