@@ -260,8 +260,8 @@ TEST_F(LedgerTest, AForkedChildStartsEmptyAndJoinsAsItself) {
   ledger_.Track(Resource::kPointer, 1 << 21, *c);
   ledger_.LockForFork();
   const pid_t pid = fork();
+  ledger_.UnlockForFork();  // in both processes, before anything can return
   ASSERT_GE(pid, 0);
-  ledger_.UnlockForFork();
   if (pid == 0) {
     ledger_.ResetInChild();
     if (segment_->ReopenAfterFork().ok() && ledger_.tracked() == 0 &&
