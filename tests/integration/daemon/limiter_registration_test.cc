@@ -485,5 +485,20 @@ TEST_F(LimiterRegistrationTest, WithTheWaitOffTheEnvironmentJudgesTheFirstAlloca
   EXPECT_EQ(out["granted"], 1) << Read("out0") << "\n" << Read("err0");
 }
 
+// A bound that is not a number of milliseconds is a configuration error: the
+// limiter fails closed with the variable's name, as for its other settings.
+TEST_F(LimiterRegistrationTest, AMalformedWaitIsAConfigurationError) {
+  for (const std::string bad : {"2s", "-1", "60001", ""}) {
+    const int n = next_;
+    const int code = Join(StartMember("badwait", 0, {"GPUSLICE_REGISTER_WAIT_MS=" + bad}));
+    EXPECT_NE(code, 0) << bad << "\n" << Read("err" + std::to_string(n));
+    EXPECT_NE(Read("err" + std::to_string(n))
+                  .find("gpuslice: configuration error: GPUSLICE_REGISTER_WAIT_MS"),
+              std::string::npos)
+        << bad << "\n"
+        << Read("err" + std::to_string(n));
+  }
+}
+
 }  // namespace
 }  // namespace gpuslice
