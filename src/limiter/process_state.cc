@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -187,7 +188,7 @@ GS_HOT CUresult ProcessState::EnsureAttached() {
 void ProcessState::StartRegistration() {
   if (state_.load(std::memory_order_acquire) != kAttached || !registration_) return;
   if (registration_started_.exchange(true)) return;
-  StartRegistrationThread(segment_.get(), *registration_, daemon_);
+  StartRegistrationThread(segment_.get(), *registration_, daemon_, registration_wait_);
 }
 
 CUresult ProcessState::AttachWithCuda() {
@@ -273,6 +274,20 @@ bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& device
         context_bytes_fixed_ = true;
       } else {
         error = bytes.status().WithContext("GPUSLICE_CONTEXT_BYTES");
+      }
+    }
+  }
+  if (error.ok()) {
+    if (const char* v = Env("GPUSLICE_REGISTER_WAIT_MS"); v != nullptr) {
+      char* end = nullptr;
+      errno = 0;
+      const long long ms = strtoll(v, &end, 10);
+      if (*v == '\0' || *end != '\0' || errno != 0 || ms < 0 || ms > kMaxFirstAnswerWait.count()) {
+        error = InvalidArgument("GPUSLICE_REGISTER_WAIT_MS: '" + std::string(v).substr(0, 64) +
+                                "' is not a number of milliseconds from 0 to " +
+                                std::to_string(kMaxFirstAnswerWait.count()));
+      } else {
+        registration_wait_ = std::chrono::milliseconds(ms);
       }
     }
   }

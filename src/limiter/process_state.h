@@ -30,6 +30,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,7 @@
 #include "limiter/daemon_client.h"
 #include "limiter/ledger.h"
 #include "limiter/pool_charges.h"
+#include "limiter/registration_thread.h"
 #include "nvml_abi/nvml.h"
 #include "shm/group_segment.h"
 
@@ -168,6 +170,9 @@ class ProcessState {
   std::optional<RegistrationRequest> registration_;
   DaemonEndpoint daemon_;  // where registration_ goes
   std::atomic<bool> registration_started_{false};
+  // How long the first registration's answer is waited for
+  // (GPUSLICE_REGISTER_WAIT_MS; registration_thread.h).
+  std::chrono::milliseconds registration_wait_ = kDefaultFirstAnswerWait;
   ComputeGate compute_gate_;
 
   Ledger ledger_;

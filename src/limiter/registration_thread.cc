@@ -3,10 +3,14 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <ctime>
+#include <memory>
+#include <mutex>
 #include <utility>
 
 #include "common/clock.h"
@@ -16,10 +20,34 @@
 namespace gpuslice::limiter {
 namespace {
 
+// Set once the registration thread's first step is done (the first attempt
+// answered, given up on, or no socket to try); shared by that thread and the
+// one that started it, so either may outlive the other.
+struct FirstAnswer {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+
+  void Signal() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+  }
+  // True if signalled within `wait`.
+  bool Await(std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, wait, [this] { return done; });
+  }
+};
+
 struct Args {
   GroupSegment* segment;
   RegistrationRequest request;
   DaemonEndpoint endpoint;
+  std::chrono::milliseconds first_deadline;
+  std::shared_ptr<FirstAnswer> first;
 };
 
 DaemonObservation Observe(const GroupSegment& segment, const DaemonEndpoint& endpoint) {
@@ -67,12 +95,24 @@ void* Run(void* arg) {
     auto* clock = new MonotonicClock;
     GroupSegment* segment = args->segment;
     const DaemonEndpoint* endpoint = &args->endpoint;
+    // The first exchange may take as long as the host waits for it.
+    auto* deadline = new std::chrono::milliseconds(args->first_deadline);
     auto* registrar = new Registrar(
-        args->request, [endpoint](const RegistrationRequest& r) { return Register(*endpoint, r); },
+        args->request,
+        [endpoint, deadline](const RegistrationRequest& r) {
+          const std::chrono::milliseconds d = *deadline;
+          *deadline = kRegistrationDeadline;
+          return Register(*endpoint, r, d);
+        },
         [segment, endpoint] { return Observe(*segment, *endpoint); },
         [segment](const std::vector<EffectiveLimit>& l) { Apply(*segment, l); }, *clock);
+    const int64_t first_sleep = registrar->Step();
+    args->first->Signal();
+    args->first.reset();
+    SleepNs(first_sleep);
     for (;;) SleepNs(registrar->Step());
   } catch (...) {
+    if (auto& first = static_cast<Args*>(arg)->first) first->Signal();
     // Out of memory, most likely: the process goes on unregistered.
     GS_LOG(kWarn, "limiter", "registration with gpusliced stopped (out of memory?)");
   }
@@ -82,10 +122,19 @@ void* Run(void* arg) {
 }  // namespace
 
 bool StartRegistrationThread(GroupSegment* segment, RegistrationRequest request,
-                             DaemonEndpoint endpoint) {
+                             DaemonEndpoint endpoint, std::chrono::milliseconds first_answer_wait) {
+  // Nothing to wait for without a socket file: the daemon is not there.
+  struct stat st {};
+  const bool wait = first_answer_wait.count() > 0 &&
+                    (endpoint.tcp() || stat(endpoint.socket_path.c_str(), &st) == 0);
+  const std::string where = endpoint.Describe();
   Args* args = nullptr;
+  std::shared_ptr<FirstAnswer> first;
   try {
-    args = new Args{segment, std::move(request), std::move(endpoint)};
+    first = std::make_shared<FirstAnswer>();
+    args = new Args{
+        segment, std::move(request), std::move(endpoint),
+        wait ? std::max(first_answer_wait, kRegistrationDeadline) : kRegistrationDeadline, first};
   } catch (...) {
     return false;
   }
@@ -102,6 +151,12 @@ bool StartRegistrationThread(GroupSegment* segment, RegistrationRequest request,
     return false;
   }
   pthread_setname_np(thread, "gpuslice-reg");
+  if (wait && !first->Await(first_answer_wait)) {
+    GS_LOG(kWarn, "limiter",
+           "no answer from gpusliced (%s) in %lld ms: starting under the environment's limits "
+           "until it answers",
+           where.c_str(), static_cast<long long>(first_answer_wait.count()));
+  }
   return true;
 }
 
