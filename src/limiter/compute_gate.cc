@@ -76,11 +76,13 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
     // launch of any member ahead of now: anything beyond was charged at an
     // older, lower rate (a scheduler's small grant, cleared when gpusliced
     // stops), and waiting it out would stall the program for as long as that
-    // rate said. (The members' charges are read only on that rare path.)
-    if (charge_ns > 0 && budget.AheadBy(now) > burst + interval) {
-      budget.ClampAhead(
-          now,
-          burst + PacedIntervalBpNs(std::max(charge_ns, segment.MaxMemberCharge(dev)), rate_bp));
+    // rate said. (The members' charges are read only on that rare path.) A
+    // bootstrap probe (charge_ns 0) clamps too, by the members' measured
+    // charges: otherwise a probe after one admitted at a tiny grant waited
+    // out that grant's whole charge.
+    if (budget.AheadBy(now) > burst + interval) {
+      const int64_t known = std::max(charge_ns, segment.MaxMemberCharge(dev));
+      if (known > 0) budget.ClampAhead(now, burst + PacedIntervalBpNs(known, rate_bp));
     }
     const int64_t wait = budget.TryAdmit(now, interval, burst);
     if (wait == 0) break;

@@ -15,6 +15,7 @@
 
 #include "cli/unix_http_client.h"
 #include "tests/integration/support/daemon_ready.h"
+#include "tests/integration/support/mps_cleanup.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -35,8 +36,12 @@ class RunRegistrationTest : public testing::SimProcessTest {
     socket_ = dir_ + "/gpusliced.sock";
   }
   void TearDown() override {
-    SimProcessTest::TearDown();  // the daemon, its MPS control daemons, the commands
-    if (!mps_root_.empty()) std::filesystem::remove_all(mps_root_);
+    SimProcessTest::TearDown();  // the daemon (SIGKILL) and the commands
+    // The MPS control daemons detach: the SIGKILLed daemon cannot stop them.
+    if (!mps_root_.empty()) {
+      testing::StopMpsControlDaemonsUnder(mps_root_);
+      std::filesystem::remove_all(mps_root_);
+    }
   }
 
   // gpusliced with MPS from the simulator (a short MPS root: the control

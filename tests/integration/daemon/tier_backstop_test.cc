@@ -28,6 +28,7 @@
 #include "cli/unix_http_client.h"
 #include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/forked_tenant.h"
+#include "tests/integration/support/mps_cleanup.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -50,8 +51,13 @@ class TierBackstopTest : public testing::SimProcessTest {
   }
   void TearDown() override {
     tenants_.KillAll();
-    SimProcessTest::TearDown();  // the daemon and MPS's control daemons (children of init) go
-    if (!mps_root_.empty()) std::filesystem::remove_all(mps_root_);
+    SimProcessTest::TearDown();  // the daemon (SIGKILL)
+    // MPS's control daemons detach (children of init): the SIGKILLed daemon
+    // cannot stop them.
+    if (!mps_root_.empty()) {
+      testing::StopMpsControlDaemonsUnder(mps_root_);
+      std::filesystem::remove_all(mps_root_);
+    }
   }
 
   // The daemon's stderr is "err<n>".

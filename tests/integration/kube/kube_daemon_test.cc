@@ -172,8 +172,12 @@ TEST_F(KubeDaemonTest, APodDeletedWhileTheDaemonWasDownLosesItsSettingsAtStart) 
   StartDaemon(1);
   EXPECT_TRUE(WaitFor([&] { return Call("GET", "/v1/groups/" + gone_group).first == 404; }, 10s))
       << Call("GET", "/v1/groups/" + gone_group).second.dump() << Read("err1");
-  // It was restored from the checkpoint and dropped by the reconcile.
-  EXPECT_NE(Read("err1").find("pod gone while the daemon was down"), std::string::npos)
+  // It was restored from the checkpoint and dropped by the reconcile. The
+  // daemon logs the drop after the group is gone (PodWatch::Forget), so the
+  // 404 can be seen before the line is written: wait for it.
+  EXPECT_TRUE(WaitFor(
+      [&] { return Read("err1").find("pod gone while the daemon was down") != std::string::npos; },
+      10s))
       << Read("err1");
   EXPECT_EQ(GroupLimits(kept_group)["compute_percent"], 40);
 }

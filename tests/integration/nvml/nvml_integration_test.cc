@@ -694,7 +694,10 @@ TEST_F(NvmlIntegrationTest, HalfDutyCycleAgreesWithTheGroundTruth) {
   const auto* s = Find(m.samples, load.pid());
   ASSERT_NE(s, nullptr);
   const double truth = m.TruthPct(load.pid());
-  EXPECT_GT(truth, 30);  // sanity: roughly the duty cycle asked for
+  // Sanity: the load ran, at most the duty cycle asked for. A loaded machine
+  // deschedules the load helper, so its truth can fall well below 50 % (CI
+  // saw 20 %); what this test guards is NVML agreeing with that truth.
+  EXPECT_GT(truth, 5);
   EXPECT_LT(truth, 55);
   EXPECT_NEAR(s->smUtil, truth, m.tolerance_pct);
   EXPECT_NEAR(GpuUtil(), truth, 25);  // one window, one duty cycle's jitter
