@@ -104,7 +104,7 @@ class GroupTiers {
   // (in `live`) on one of `uuids`. For kShared: the other groups in
   // `mps_groups` (GroupStates) holding MPS on one of `uuids`. Sorted, unique;
   // empty when the placement is allowed. Pure; the caller refuses (409) with
-  // the groups named. Not yet enforced by the registration/group routes.
+  // the groups named (POST /v1/tenants does).
   static std::vector<std::string> TierConflicts(
       const std::string& group, Tier tier, const std::vector<std::string>& uuids,
       const std::vector<Tenant>& live, const std::map<std::string, GroupGrant>& mps_groups);
