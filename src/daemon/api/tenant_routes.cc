@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "common/log.h"
 #include "common/quantity.h"
 #include "daemon/api/gpu_routes.h"
 #include "daemon/tenants/identity.h"
@@ -295,6 +296,29 @@ ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const Gp
   auto hints = ParseHints(body);
   if (!hints.ok()) return ApiResponse::FromStatus(hints.status());
   reg->hints = std::move(*hints);
+  // docs/mps.md "Tiers": while MPS runs on a GPU it is EXCLUSIVE_PROCESS, so
+  // `shared` and other groups' `mps` cannot meet on one GPU; refuse, naming
+  // the groups in the way.
+  if (options.tiers != nullptr) {
+    const std::optional<Group> g = registry.GroupOf(reg->group);
+    const Tier tier = reg->tier.value_or(g ? g->tier : Tier::kShared);
+    const auto conflicts =
+        tier == Tier::kMps
+            ? GroupTiers::TierConflicts(reg->group, tier, reg->devices, registry.Tenants(), {})
+            : GroupTiers::TierConflicts(reg->group, tier, reg->devices, {},
+                                        options.tiers->GroupStates());
+    if (!conflicts.empty()) {
+      std::string names;
+      for (const std::string& c : conflicts) names += (names.empty() ? "" : ",") + c;
+      GS_LOG(kWarn, "gpusliced", "event=tier_conflict group=%s tier=%s conflicting_groups=%s",
+             reg->group.c_str(), std::string(TierName(tier)).c_str(), names.c_str());
+      return ApiResponse::FromStatus(FailedPrecondition(
+          "a " + std::string(TierName(tier)) + " tenant of group " + reg->group +
+          " cannot run on these GPUs: groups " + names +
+          (tier == Tier::kMps ? " run shared tenants there" : " run an MPS server there") +
+          " (MPS makes the GPU EXCLUSIVE_PROCESS)"));
+    }
+  }
   std::string schedule_refused;
   auto tenant = registry.Register(*reg, &schedule_refused);
   if (!tenant.ok()) return ApiResponse::FromStatus(tenant.status());

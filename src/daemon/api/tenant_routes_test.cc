@@ -308,6 +308,27 @@ TEST_F(TenantRoutesMpsTest, AnMpsRegistrationGetsTheTierAndTheClientEnvironment)
   EXPECT_TRUE(Body(Call("GET", "/v1/groups/train", "", Root()))["tier_granted"].is_null());
 }
 
+TEST_F(TenantRoutesMpsTest, SharedAndOtherGroupsMpsAreRefusedOnOneGpu) {
+  ASSERT_EQ(Call("PUT", "/v1/groups/train", R"({"tier": "mps"})", Root()).status, 200);
+  ASSERT_EQ(
+      Call("POST", "/v1/tenants", R"({"group": "train", "devices": [1]})", Unix(100, 1000)).status,
+      201);
+  // A shared tenant on the GPU of train's MPS server: refused, train named.
+  auto r = Call("POST", "/v1/tenants", R"({"group": "web", "devices": [1], "tier": "shared"})",
+                Unix(101, 1000));
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_NE(r.body.find("train"), std::string::npos) << r.body;
+  // On the other GPU it is fine.
+  r = Call("POST", "/v1/tenants", R"({"group": "web", "devices": [0], "tier": "shared"})",
+           Unix(101, 1000));
+  EXPECT_EQ(r.status, 201) << r.body;
+  // An mps group's tenant on the GPU where web's shared tenant runs: refused.
+  ASSERT_EQ(Call("PUT", "/v1/groups/infer", R"({"tier": "mps"})", Root()).status, 200);
+  r = Call("POST", "/v1/tenants", R"({"group": "infer", "devices": [0]})", Unix(102, 1000));
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_NE(r.body.find("web"), std::string::npos) << r.body;
+}
+
 TEST_F(TenantRoutesMpsTest, AFallbackToSharedIsInTheReplyAndTheViews) {
   host_.binary_installed = false;
   mps::MpsManager manager({.root = "/other"}, gpus_, host_, clock_);

@@ -139,6 +139,29 @@ void GroupTiers::ApplyLimits(const std::string& id) {
          updated.status().message().c_str());
 }
 
+std::vector<std::string> GroupTiers::TierConflicts(
+    const std::string& group, Tier tier, const std::vector<std::string>& uuids,
+    const std::vector<Tenant>& live, const std::map<std::string, GroupGrant>& mps_groups) {
+  auto overlaps = [&uuids](const std::vector<std::string>& other) {
+    return std::ranges::any_of(other, [&uuids](const std::string& u) {
+      return std::ranges::find(uuids, u) != uuids.end();
+    });
+  };
+  std::set<std::string> conflicts;
+  if (tier == Tier::kMps) {
+    for (const Tenant& t : live) {
+      if (t.group != group && t.tier == Tier::kShared && overlaps(t.devices)) {
+        conflicts.insert(t.group);
+      }
+    }
+  } else {
+    for (const auto& [id, grant] : mps_groups) {
+      if (id != group && grant.tier == Tier::kMps && overlaps(grant.uuids)) conflicts.insert(id);
+    }
+  }
+  return {conflicts.begin(), conflicts.end()};
+}
+
 void GroupTiers::ReleaseIfUnused(const std::string& group) {
   GroupTurn turn(*this, group);
   if (registry_.MemberCount(group) > 0) return;

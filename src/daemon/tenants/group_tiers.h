@@ -97,6 +97,18 @@ class GroupTiers {
   static Grant Describe(const Tenant& tenant, const Group& group,
                         const std::optional<GroupGrant>& grant);
 
+  // The groups whose placement conflicts with group `group` running in `tier`
+  // on GPUs `uuids` (docs/mps.md "Tiers"): while MPS runs on a GPU it is in
+  // EXCLUSIVE_PROCESS mode, so a `shared` process there cannot create a
+  // context. For `tier` kMps: the other groups with a live `shared` tenant
+  // (in `live`) on one of `uuids`. For kShared: the other groups in
+  // `mps_groups` (GroupStates) holding MPS on one of `uuids`. Sorted, unique;
+  // empty when the placement is allowed. Pure; the caller refuses (409) with
+  // the groups named (POST /v1/tenants does).
+  static std::vector<std::string> TierConflicts(
+      const std::string& group, Tier tier, const std::vector<std::string>& uuids,
+      const std::vector<Tenant>& live, const std::map<std::string, GroupGrant>& mps_groups);
+
   // A member of `group` left: releases its MPS tenant if it has no member left.
   void TenantLeft(const std::string& group);
   // Group `group`'s limits changed: the MPS tenant's settings follow them

@@ -281,5 +281,37 @@ TEST_F(GroupTiersTest, TheGroupsRequestIsItsSmPartitionShare) {
   EXPECT_EQ(Manager().Tenants()[0].settings.sm_partition_percent, 40u);
 }
 
+TEST(TierConflictsTest, MpsRefusedWhereOtherGroupsSharedTenantsRun) {
+  auto tenant = [](std::string group, Tier tier, std::vector<std::string> devices) {
+    Tenant t;
+    t.group = std::move(group);
+    t.tier = tier;
+    t.devices = std::move(devices);
+    return t;
+  };
+  const std::vector<Tenant> live = {
+      tenant("b", Tier::kShared, {"GPU-0"}), tenant("a", Tier::kShared, {"GPU-0", "GPU-1"}),
+      tenant("c", Tier::kShared, {"GPU-1"}), tenant("self", Tier::kShared, {"GPU-0"}),
+      tenant("m", Tier::kMps, {"GPU-0"})};
+  EXPECT_EQ(GroupTiers::TierConflicts("self", Tier::kMps, {"GPU-0"}, live, {}),
+            (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(GroupTiers::TierConflicts("self", Tier::kMps, {"GPU-2"}, live, {}).empty());
+  // Shared next to shared is no conflict.
+  EXPECT_TRUE(GroupTiers::TierConflicts("self", Tier::kShared, {"GPU-0"}, live, {}).empty());
+}
+
+TEST(TierConflictsTest, SharedRefusedWhereOtherGroupsMpsServerRuns) {
+  std::map<std::string, GroupTiers::GroupGrant> mps;
+  mps["m1"] = {.tier = Tier::kMps, .reason = "", .uuids = {"GPU-0"}, .held = true};
+  mps["m2"] = {.tier = Tier::kMps, .reason = "", .uuids = {"GPU-1"}, .held = true};
+  mps["self"] = {.tier = Tier::kMps, .reason = "", .uuids = {"GPU-0"}, .held = true};
+  mps["fell"] = {.tier = Tier::kShared, .reason = "", .uuids = {}, .held = false};
+  EXPECT_EQ(GroupTiers::TierConflicts("self", Tier::kShared, {"GPU-0", "GPU-1"}, {}, mps),
+            (std::vector<std::string>{"m1", "m2"}));
+  EXPECT_EQ(GroupTiers::TierConflicts("x", Tier::kShared, {"GPU-1"}, {}, mps),
+            (std::vector<std::string>{"m2"}));
+  EXPECT_TRUE(GroupTiers::TierConflicts("x", Tier::kShared, {"GPU-3"}, {}, mps).empty());
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon
