@@ -59,14 +59,15 @@ class LimiterRegistrationTest : public testing::SimProcessTest {
   }
 
   // gpuslice-alloc-probe with the limiter preloaded, in `group`, holding one
-  // 64 MiB allocation for `hold_s` seconds; its log goes to "err<n>".
+  // allocation of `chunk` bytes for `hold_s` seconds; its log goes to "err<n>".
   pid_t StartMember(const std::string& group, int hold_s,
-                    const std::vector<std::string>& extra_env = {}) {
+                    const std::vector<std::string>& extra_env = {},
+                    uint64_t chunk = uint64_t{64} << 20) {
     std::vector<std::string> env = {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so",
                                     "GPUSLICE_SHM_DIR=" + shm_dir_, "GPUSLICE_GROUP=" + group,
                                     "GPUSLICE_LOG_LEVEL=debug"};
     env.insert(env.end(), extra_env.begin(), extra_env.end());
-    std::vector<std::string> args = {"alloc", "--chunk", std::to_string(64 << 20), "--max", "1"};
+    std::vector<std::string> args = {"alloc", "--chunk", std::to_string(chunk), "--max", "1"};
     if (hold_s > 0) {
       args.emplace_back("--hold-s");
       args.push_back(std::to_string(hold_s));
@@ -447,12 +448,10 @@ TEST_F(LimiterRegistrationTest, TheFirstAllocationWaitsForASlowDaemonsLimit) {
   {
     SlowDaemon daemon(path, 700ms, 128u << 20);
     ASSERT_TRUE(daemon.bound()) << strerror(errno);
-    const pid_t member = StartProgram(
-        "gpuslice-alloc-probe", next_++,
-        {"alloc", "--chunk", std::to_string(256 << 20), "--max", "1"},
-        {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so", "GPUSLICE_SHM_DIR=" + shm_dir_,
-         "GPUSLICE_GROUP=slow", "GPUSLICE_LOG_LEVEL=debug", "GPUSLICE_MEMORY_LIMIT=1GiB",
-         "GPUSLICE_CONTEXT_BYTES=0", "GPUSLICE_SOCKET=" + path});  // out0, err0
+    const pid_t member = StartMember(
+        "slow", 0,
+        {"GPUSLICE_MEMORY_LIMIT=1GiB", "GPUSLICE_CONTEXT_BYTES=0", "GPUSLICE_SOCKET=" + path},
+        uint64_t{256} << 20);  // out0, err0
     EXPECT_EQ(Join(member), 0) << Read("err0");
   }
   const json out = json::parse(Read("out0"), nullptr, /*allow_exceptions=*/false);
@@ -471,13 +470,10 @@ TEST_F(LimiterRegistrationTest, WithTheWaitOffTheEnvironmentJudgesTheFirstAlloca
   {
     SlowDaemon daemon(path, 700ms, 128u << 20);
     ASSERT_TRUE(daemon.bound()) << strerror(errno);
-    const pid_t member = StartProgram(
-        "gpuslice-alloc-probe", next_++,
-        {"alloc", "--chunk", std::to_string(256 << 20), "--max", "1"},
-        {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so", "GPUSLICE_SHM_DIR=" + shm_dir_,
-         "GPUSLICE_GROUP=nowait", "GPUSLICE_LOG_LEVEL=debug", "GPUSLICE_MEMORY_LIMIT=1GiB",
-         "GPUSLICE_CONTEXT_BYTES=0", "GPUSLICE_SOCKET=" + path,
-         "GPUSLICE_REGISTER_WAIT_MS=0"});  // out0, err0
+    const pid_t member = StartMember("nowait", 0,
+                                     {"GPUSLICE_MEMORY_LIMIT=1GiB", "GPUSLICE_CONTEXT_BYTES=0",
+                                      "GPUSLICE_SOCKET=" + path, "GPUSLICE_REGISTER_WAIT_MS=0"},
+                                     uint64_t{256} << 20);  // out0, err0
     EXPECT_EQ(Join(member), 0) << Read("err0");
   }
   const json out = json::parse(Read("out0"), nullptr, /*allow_exceptions=*/false);
