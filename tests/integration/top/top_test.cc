@@ -102,6 +102,14 @@ class TopTest : public testing::SimProcessTest {
     return Join(Spawn(next_++, args, {"PATH=/usr/bin:/bin", "HOME=" + dir_, "TERM=xterm"}));
   }
 
+  // Ends this test's tmux server and moves on to a fresh socket: `kill-server`
+  // returns before the old server has gone, and a session started on the
+  // same socket at once can reach the dying server and fail.
+  void NewTmuxServer() {
+    ASSERT_EQ(Tmux({"kill-server"}), 0);
+    tmux_socket_ = dir_ + "/tmux" + std::to_string(next_++) + ".sock";
+  }
+
   // Starts `command` (a shell line) in a detached 120x40 session "top"; the
   // pane stays after it ends (so its last screen can be read).
   void StartSession(const std::string& command) {
@@ -346,7 +354,7 @@ TEST_F(TopTest, WithoutADaemonTheSegmentsAndNvmlAreShown) {
   Keys({"q"});
   ASSERT_TRUE(
       WaitScreen([](const std::string& s) { return s.find("TOP-EXITED 0") != std::string::npos; }));
-  ASSERT_EQ(Tmux({"kill-server"}), 0);
+  NewTmuxServer();
 
   // --no-daemon on a dumb terminal: plain tables, the same sources.
   StartSession(TopCommand("TERM=dumb", "--no-daemon --count 2 --interval 0.2"));
