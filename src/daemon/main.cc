@@ -418,7 +418,9 @@ int Run(int argc, char** argv) {
   });
   // Isolation tiers (docs/daemon.md "Tenants and groups"): an mps group holds
   // one MPS tenant, named by the group, while it has members.
-  GroupTiers tiers(registry, mps);
+  GroupTiers tiers(registry, mps, [&hub](std::string_view type, const nlohmann::json& data) {
+    hub.Publish(type, data.dump());
+  });
   tiers.Reconcile();
   tiers.Start();
   tiers_ref.store(&tiers);
@@ -538,7 +540,8 @@ int Run(int argc, char** argv) {
   GpuRoutesOptions route_options;
   route_options.default_lease_s = config.default_lease_s;
   route_options.extra_metrics = [&registry, &usage, &monitor, &controllers, &backstop,
-                                 &compute_backstop, &config, &enforcers, &mps, &manager, &state] {
+                                 &compute_backstop, &config, &enforcers, &mps, &manager, &state,
+                                 &tiers] {
     std::map<std::string, int> gpu_index;
     for (const GpuInfo& gpu : monitor.Current()->gpus)
       gpu_index[gpu.uuid] = static_cast<int>(gpu.index);
@@ -547,6 +550,7 @@ int Run(int argc, char** argv) {
         FormatGroupMetrics(controllers.Snapshot(), gpu_index);
     if (backstop) text += backstop->FormatMetrics();
     text += enforcers.FormatMetrics(gpu_index);
+    text += tiers.FormatMetrics();
     text +=
         "# HELP gpuslice_mps_state_save_failures_total Writes of the MPS state file that "
         "failed.\n# TYPE gpuslice_mps_state_save_failures_total counter\n"

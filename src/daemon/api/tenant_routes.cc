@@ -302,21 +302,8 @@ ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const Gp
   if (options.tiers != nullptr) {
     const std::optional<Group> g = registry.GroupOf(reg->group);
     const Tier tier = reg->tier.value_or(g ? g->tier : Tier::kShared);
-    const auto conflicts =
-        tier == Tier::kMps
-            ? GroupTiers::TierConflicts(reg->group, tier, reg->devices, registry.Tenants(), {})
-            : GroupTiers::TierConflicts(reg->group, tier, reg->devices, {},
-                                        options.tiers->GroupStates());
-    if (!conflicts.empty()) {
-      std::string names;
-      for (const std::string& c : conflicts) names += (names.empty() ? "" : ",") + c;
-      GS_LOG(kWarn, "gpusliced", "event=tier_conflict group=%s tier=%s conflicting_groups=%s",
-             reg->group.c_str(), std::string(TierName(tier)).c_str(), names.c_str());
-      return ApiResponse::FromStatus(FailedPrecondition(
-          "a " + std::string(TierName(tier)) + " tenant of group " + reg->group +
-          " cannot run on these GPUs: groups " + names +
-          (tier == Tier::kMps ? " run shared tenants there" : " run an MPS server there") +
-          " (MPS makes the GPU EXCLUSIVE_PROCESS)"));
+    if (Status s = options.tiers->CheckPlacement(reg->group, tier, reg->devices); !s.ok()) {
+      return ApiResponse::FromStatus(s);
     }
   }
   std::string schedule_refused;

@@ -48,8 +48,8 @@ mps::TenantSettings SettingsFor(const Group& group, const std::vector<std::strin
 
 }  // namespace
 
-GroupTiers::GroupTiers(TenantRegistry& registry, mps::MpsManager& mps)
-    : registry_(registry), mps_(mps) {}
+GroupTiers::GroupTiers(TenantRegistry& registry, mps::MpsManager& mps, EventListener events)
+    : registry_(registry), mps_(mps), events_(std::move(events)) {}
 
 GroupTiers::~GroupTiers() { Stop(); }
 
@@ -160,6 +160,42 @@ std::vector<std::string> GroupTiers::TierConflicts(
     }
   }
   return {conflicts.begin(), conflicts.end()};
+}
+
+Status GroupTiers::CheckPlacement(const std::string& group, Tier tier,
+                                  const std::vector<std::string>& uuids) {
+  const auto conflicts = tier == Tier::kMps
+                             ? TierConflicts(group, tier, uuids, registry_.Tenants(), {})
+                             : TierConflicts(group, tier, uuids, {}, GroupStates());
+  if (conflicts.empty()) return Status::Ok();
+  const std::string names = Join(conflicts);
+  const std::string tier_name(TierName(tier));
+  conflicts_[static_cast<size_t>(tier)].fetch_add(1, std::memory_order_relaxed);
+  GS_LOG(kWarn, "gpusliced", "event=tier_conflict group=%s tier=%s conflicting_groups=%s",
+         group.c_str(), tier_name.c_str(), names.c_str());
+  if (events_) {
+    events_("tier_conflict", {{"group", group},
+                              {"tier", tier_name},
+                              {"gpus", uuids},
+                              {"conflicting_groups", conflicts}});
+  }
+  return FailedPrecondition(
+      "a " + tier_name + " tenant of group " + group + " cannot run on these GPUs: groups " +
+      names + (tier == Tier::kMps ? " run shared tenants there" : " run an MPS server there") +
+      " (MPS makes the GPU EXCLUSIVE_PROCESS)");
+}
+
+std::string GroupTiers::FormatMetrics() const {
+  std::string out =
+      "# HELP gpuslice_tier_conflicts_total Placements refused because shared and MPS tenants "
+      "would meet on one GPU, by the tier asked for.\n"
+      "# TYPE gpuslice_tier_conflicts_total counter\n";
+  for (const Tier tier : {Tier::kShared, Tier::kMps}) {
+    out += "gpuslice_tier_conflicts_total{tier=\"" + std::string(TierName(tier)) + "\"} " +
+           std::to_string(conflicts_[static_cast<size_t>(tier)].load(std::memory_order_relaxed)) +
+           "\n";
+  }
+  return out;
 }
 
 void GroupTiers::ReleaseIfUnused(const std::string& group) {

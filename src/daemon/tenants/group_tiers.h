@@ -35,16 +35,23 @@
 // Stop() before they go.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "common/status.h"
 #include "common/thread_annotations.h"
 #include "daemon/mps/mps_manager.h"
 #include "daemon/tenants/registry.h"
@@ -71,7 +78,11 @@ class GroupTiers {
     bool held = false;               // an MPS tenant of this name is ours to release
   };
 
-  GroupTiers(TenantRegistry& registry, mps::MpsManager& mps);
+  // Receives each refused placement (CheckPlacement) as an event
+  // `tier_conflict` {group, tier, conflicting_groups}.
+  using EventListener = std::function<void(std::string_view type, const nlohmann::json& data)>;
+
+  GroupTiers(TenantRegistry& registry, mps::MpsManager& mps, EventListener events = {});
   ~GroupTiers();
   GroupTiers(const GroupTiers&) = delete;
   GroupTiers& operator=(const GroupTiers&) = delete;
@@ -109,6 +120,15 @@ class GroupTiers {
       const std::string& group, Tier tier, const std::vector<std::string>& uuids,
       const std::vector<Tenant>& live, const std::map<std::string, GroupGrant>& mps_groups);
 
+  // Whether a tenant of `group` may run in `tier` on GPUs `uuids` now (live
+  // tenants and held MPS tenants, TierConflicts). A refusal is
+  // FAILED_PRECONDITION naming the groups in the way; it is logged, counted
+  // (FormatMetrics) and published as an event.
+  Status CheckPlacement(const std::string& group, Tier tier, const std::vector<std::string>& uuids);
+  // Prometheus text: gpuslice_tier_conflicts_total{tier} (placements refused
+  // by CheckPlacement, by the tier asked for).
+  std::string FormatMetrics() const;
+
   // A member of `group` left: releases its MPS tenant if it has no member left.
   void TenantLeft(const std::string& group);
   // Group `group`'s limits changed: the MPS tenant's settings follow them
@@ -131,6 +151,8 @@ class GroupTiers {
 
   TenantRegistry& registry_;
   mps::MpsManager& mps_;
+  EventListener events_;
+  std::array<std::atomic<uint64_t>, 2> conflicts_{};  // refusals, by Tier (shared, mps)
 
   // Holds group `id`'s turn for its scope: acquisitions, limit changes and
   // releases of one group are ordered (rule 4); other groups' never wait for

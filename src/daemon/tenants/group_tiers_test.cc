@@ -29,7 +29,10 @@ class GroupTiersTest : public ::testing::Test {
       manager_ =
           std::make_unique<mps::MpsManager>(mps::MpsOptions{.root = "/mps"}, gpus_, host_, clock_);
       EXPECT_TRUE(manager_->Start().ok());
-      tiers_ = std::make_unique<GroupTiers>(registry_, *manager_);
+      tiers_ = std::make_unique<GroupTiers>(
+          registry_, *manager_, [this](std::string_view type, const nlohmann::json& data) {
+            events_.emplace_back(type, data);
+          });
     }
     return *manager_;
   }
@@ -63,6 +66,7 @@ class GroupTiersTest : public ::testing::Test {
   mps::testing::FakeHost host_{clock_};
   std::unique_ptr<mps::MpsManager> manager_;
   std::unique_ptr<GroupTiers> tiers_;
+  std::vector<std::pair<std::string, nlohmann::json>> events_;  // what tiers_ published
 };
 
 TEST_F(GroupTiersTest, AnMpsGroupGetsOneMpsTenantWithItsLimitsInTheEnvironment) {
@@ -279,6 +283,37 @@ TEST_F(GroupTiersTest, TheGroupsRequestIsItsSmPartitionShare) {
   ASSERT_TRUE(registry_.UpdateGroup("train", change).ok());
   Tiers().ApplyLimits("train");
   EXPECT_EQ(Manager().Tenants()[0].settings.sm_partition_percent, 40u);
+}
+
+// docs/mps.md "Tiers": a refused placement names the groups in the way, and
+// is counted and published, not only logged.
+TEST_F(GroupTiersTest, ARefusedPlacementNamesTheGroupsAndIsCountedAndPublished) {
+  MpsGroup("train", {});
+  EXPECT_EQ(Tiers().GrantFor(Register(100, "train", {Uuid(0)})).tier, Tier::kMps);
+  const Status shared = Tiers().CheckPlacement("web", Tier::kShared, {Uuid(0)});
+  EXPECT_EQ(shared.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(shared.message().find("groups train run an MPS server"), std::string::npos)
+      << shared.message();
+  EXPECT_TRUE(Tiers().CheckPlacement("web", Tier::kShared, {Uuid(1)}).ok());
+  Register(101, "web", {Uuid(1)});
+  MpsGroup("infer", {});
+  const Status mps = Tiers().CheckPlacement("infer", Tier::kMps, {Uuid(0), Uuid(1)});
+  EXPECT_EQ(mps.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(mps.message().find("groups web run shared tenants"), std::string::npos)
+      << mps.message();
+
+  ASSERT_EQ(events_.size(), 2u);
+  EXPECT_EQ(events_[0].first, "tier_conflict");
+  EXPECT_EQ(events_[0].second["group"], "web");
+  EXPECT_EQ(events_[0].second["tier"], "shared");
+  EXPECT_EQ(events_[0].second["conflicting_groups"], nlohmann::json::array({"train"}));
+  EXPECT_EQ(events_[1].second["group"], "infer");
+  EXPECT_EQ(events_[1].second["gpus"], nlohmann::json::array({Uuid(0), Uuid(1)}));
+  const std::string metrics = Tiers().FormatMetrics();
+  EXPECT_NE(metrics.find("gpuslice_tier_conflicts_total{tier=\"shared\"} 1\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("gpuslice_tier_conflicts_total{tier=\"mps\"} 1\n"), std::string::npos)
+      << metrics;
 }
 
 TEST(TierConflictsTest, MpsRefusedWhereOtherGroupsSharedTenantsRun) {
