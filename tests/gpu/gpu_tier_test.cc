@@ -627,10 +627,14 @@ TEST_F(DaemonTierTest, SchedulesTwoGroupsOnTheRealGpu) {
            "alone %.1f TFLOP/s; train (request 70) %.1f%%, notebook (limit 30) %.1f%% of it; "
            "both registered: %s",
            alone, train_share, notebook_share, both_registered ? "yes" : "no");
-  Report(measured, "train >= 60, notebook <= 35, both registered");
+  Report(measured, "train >= 60, notebook <= 35, together >= 85, both registered");
   EXPECT_TRUE(both_registered) << Cli({"tenants"}).second;
   EXPECT_GE(train_share, 60.0) << groups;
   EXPECT_LE(notebook_share, 35.0) << groups;
+  // Work conservation: two unmanaged loops time-sliced get 91 % of the loop
+  // alone together on an H100 (docs/gpu-tier.md); the scheduler may lose a
+  // few points to pacing, not the device's idle time.
+  EXPECT_GE(train_share + notebook_share, 85.0) << groups;
 }
 
 // The compute backstop on the real NVML: a GEMM loop that never went through
