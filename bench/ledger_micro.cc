@@ -8,7 +8,8 @@
 // - BM_UnorderedMapTrackUntrack: the same with a node-based map under a
 //   mutex, as the tracking was before the ledger (for comparison);
 // - BM_LedgerAllocFree: the whole bookkeeping of one allocation and its free
-//   as the hooks do it (Reserve, Track, Untrack, Release), driver excluded.
+//   as the hooks do it (ReserveDevice, TrackReserved, UntrackAndRelease),
+//   driver excluded.
 //
 //   build/release/bin/gpuslice-bench-ledger [--benchmark_repetitions=5 ...]
 #include <benchmark/benchmark.h>
@@ -100,13 +101,29 @@ void BM_LedgerAllocFree(benchmark::State& state) {
   ledger.Bind(t.segment.get());
   uint64_t id = 1 << 21;
   for (auto _ : state) {
+    auto charge = ledger.ReserveDevice(t.device, kMiB);
+    ledger.TrackReserved(Resource::kPointer, id, *charge);
+    benchmark::DoNotOptimize(ledger.UntrackAndRelease(Resource::kPointer, id));
+    id += 1 << 21;
+  }
+}
+BENCHMARK(BM_LedgerAllocFree);
+
+// The same through the general calls (Reserve, Track, Untrack, Release: the
+// slot changed in a critical section of its own each way), for comparison.
+void BM_LedgerAllocFreeGeneral(benchmark::State& state) {
+  TempSegment t;
+  Ledger ledger;
+  ledger.Bind(t.segment.get());
+  uint64_t id = 1 << 21;
+  for (auto _ : state) {
     auto charge = ledger.Reserve(t.device, kMiB);
     ledger.Track(Resource::kPointer, id, *charge);
     if (auto c = ledger.Untrack(Resource::kPointer, id)) ledger.Release(*c);
     id += 1 << 21;
   }
 }
-BENCHMARK(BM_LedgerAllocFree);
+BENCHMARK(BM_LedgerAllocFreeGeneral);
 
 }  // namespace
 }  // namespace gpuslice::limiter

@@ -138,7 +138,10 @@ struct alignas(64) DeviceCompute {
   // queue to drain (DESIGN.md section 4, docs/daemon.md "Scheduling").
   int64_t hold_until_ns;
   uint32_t share_bp;  // measured share of the device, in basis points (1/100 %)
-  uint32_t reserved1;
+  // 1: share_bp is made of whole NVML windows, each given to one process
+  // (NVML's window attribution): right on average, tens of points off in any
+  // second; 0: each process's own part of each window (or not known).
+  uint32_t share_windowed;
   int64_t measured_at_ns;  // CLOCK_MONOTONIC of the last estimate; 0: never
   // Written by gpusliced's scheduler: the burst tolerance (how far ahead of
   // now the group may have admitted work); 0: control::kPacerBurstNs.

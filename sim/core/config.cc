@@ -292,6 +292,17 @@ StatusOr<SimConfig> ParseSimConfig(std::string_view text) {
     if (!it->is_boolean()) return r.Error("soft_limit_eviction", "must be true or false");
     p.soft_limit_eviction = it->get<bool>() ? 1 : 0;
   }
+  r.Skip("process_util");
+  if (auto it = j.find("process_util"); it != j.end()) {
+    const std::string mode = it->is_string() ? it->get<std::string>() : "";
+    if (mode == "split") {
+      p.process_util = kProcessUtilSplit;
+    } else if (mode == "window") {
+      p.process_util = kProcessUtilWindow;
+    } else {
+      return r.Error("process_util", R"(must be "split" or "window")");
+    }
+  }
   if (DriverMajorVersion(p.driver_version) < 0) {
     return r.Error("driver_version", R"(must be a version such as "615.10" or "580.65.06")");
   }

@@ -17,7 +17,9 @@
 //     "pool_block": "32MiB",      // stream-ordered pools grow in these blocks
 //     "functions": {"my_kernel": {"wave_ns": 50000}},
 //     "driver_version": "580.65.06",  // "615.xx" and later have the r615 memory limits
-//     "soft_limit_eviction": false    // model eviction of soft-limit borrowers
+//     "soft_limit_eviction": false,   // model eviction of soft-limit borrowers
+//     "process_util": "split"         // or "window": per-process NVML samples
+//                                     // as an H100 on r580 gives them (docs/sim.md)
 //   }
 // A device may also say "mig": true (NVML reports MIG mode enabled; the r615
 // memory limits are refused on it; no MIG instances are modelled).

@@ -23,6 +23,7 @@ TEST(SimConfig, DefaultsMatchTheDesign) {
   EXPECT_EQ(c.params.pool_block_granules, 16u);  // 32 MiB
   EXPECT_EQ(c.params.sample_ns, 166'666'000);
   EXPECT_EQ(c.params.wave_ns, 10'000);
+  EXPECT_EQ(c.params.process_util, kProcessUtilSplit);
   EXPECT_STRNE(c.devices[0].uuid, c.devices[1].uuid);
 }
 
@@ -33,7 +34,8 @@ TEST(SimConfig, ParsesEveryKnob) {
                 {"uuid": "GPU-00000000-0000-0000-0000-000000000001"}],
     "timeslice_us": 2000, "switch_us": 10, "sample_us": 500000, "max_pending": 16,
     "context_bytes": "100MiB", "granularity": "1MiB", "launch_ns": 5, "wave_ns": 7,
-    "pool_block": "4MiB", "functions": {"gemm": {"wave_ns": 123}}})");
+    "pool_block": "4MiB", "functions": {"gemm": {"wave_ns": 123}},
+    "process_util": "window"})");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->device_count, 2u);
   EXPECT_STREQ(c->devices[0].name, "Tiny GPU");
@@ -48,6 +50,7 @@ TEST(SimConfig, ParsesEveryKnob) {
   EXPECT_EQ(c->params.max_pending, 16u);
   EXPECT_EQ(c->params.context_bytes, 100ull << 20);
   EXPECT_EQ(c->params.pool_block_granules, 4u);  // 4 MiB of 1 MiB granules
+  EXPECT_EQ(c->params.process_util, kProcessUtilWindow);
   ASSERT_EQ(c->params.function_count, 1u);
   EXPECT_STREQ(c->params.functions[0].name, "gemm");
   EXPECT_EQ(c->params.functions[0].wave_ns, 123);
@@ -80,6 +83,8 @@ TEST(SimConfig, ErrorsNameTheProblem) {
       {R"({"pool_block": "3MiB"})", "pool_block must be a positive multiple"},
       {R"({"pool_block": 0})", "pool_block must be a positive multiple"},
       {R"({"functions": {"k": {"wave": 1}}})", "functions.k.wave is not a known key"},
+      {R"({"process_util": "sampled"})", R"(process_util must be "split" or "window")"},
+      {R"({"process_util": 1})", R"(process_util must be "split" or "window")"},
       {R"({"device_count": 9})", "device_count must be between 1 and 8"},
       {R"({"devices": [{"memory": "1GiB"}], "context_bytes": "2GiB"})", "context_bytes"},
   };

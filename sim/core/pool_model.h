@@ -14,6 +14,9 @@
 //   threshold (default 0: everything not in use); cuMemPoolTrimTo(keep) gives
 //   back whole blocks while at least `keep` stays reserved. Neither gives back
 //   memory in use.
+// - A pool with a maximum size (CUmemPoolProps::maxSize, 0: none) never
+//   reserves more: an allocation whose growth would take the reserve past it
+//   does not fit (the caller refuses it; the pool does not grow by less).
 //
 // A plain value; not thread-safe (the driver guards each pool).
 #pragma once
@@ -31,6 +34,11 @@ class PoolModel {
   // Bytes of backing memory the pool must reserve (a multiple of the block)
   // before an allocation of `bytes` fits; 0 when its free reserve holds it.
   uint64_t GrowthFor(uint64_t bytes) const;
+  // False when growing by `growth` would take the reserve past the pool's
+  // maximum size.
+  bool Fits(uint64_t growth) const {
+    return max_size_ == 0 || (growth <= max_size_ && reserved_ <= max_size_ - growth);
+  }
   // Records an allocation of `bytes`, after the caller reserved `growth`
   // (what GrowthFor said) from the device.
   void Allocated(uint64_t bytes, uint64_t growth);
@@ -59,6 +67,8 @@ class PoolModel {
   uint64_t release_threshold() const { return release_threshold_; }
   void set_release_threshold(uint64_t bytes) { release_threshold_ = bytes; }
   uint64_t block() const { return block_; }
+  uint64_t max_size() const { return max_size_; }
+  void set_max_size(uint64_t bytes) { max_size_ = bytes; }
 
  private:
   uint64_t Rounded(uint64_t bytes) const;
@@ -69,6 +79,7 @@ class PoolModel {
   uint64_t granularity_ = 2ull << 20;
   uint64_t block_ = 2ull << 20;
   uint64_t release_threshold_ = 0;
+  uint64_t max_size_ = 0;  // 0: no maximum
   uint64_t reserved_ = 0;
   uint64_t used_ = 0;
   uint64_t reserved_high_ = 0;

@@ -97,5 +97,20 @@ TEST(PoolModel, AGranularBlockReservesExactlyWhatIsAllocated) {
   EXPECT_EQ(pool.reserved(), pool.used());
 }
 
+TEST(PoolModel, APoolWithAMaximumSizeNeverGrowsPastIt) {
+  PoolModel pool(2 * kMiB, 32 * kMiB);
+  pool.set_max_size(48 * kMiB);
+  ASSERT_TRUE(pool.Fits(pool.GrowthFor(kMiB)));  // one 32 MiB block
+  pool.Allocated(kMiB, pool.GrowthFor(kMiB));
+  for (int i = 0; i < 15; ++i) pool.Allocated(2 * kMiB, pool.GrowthFor(2 * kMiB));
+  EXPECT_EQ(pool.reserved(), 32 * kMiB);
+  // The next block would reserve 64 MiB: it does not fit, not even in part.
+  EXPECT_EQ(pool.GrowthFor(2 * kMiB), 32 * kMiB);
+  EXPECT_FALSE(pool.Fits(pool.GrowthFor(2 * kMiB)));
+  EXPECT_FALSE(pool.Fits(UINT64_MAX));
+  pool.set_max_size(0);  // no maximum
+  EXPECT_TRUE(pool.Fits(pool.GrowthFor(2 * kMiB)));
+}
+
 }  // namespace
 }  // namespace gpuslice::sim

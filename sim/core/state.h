@@ -48,6 +48,17 @@ struct FunctionCost {
   int64_t wave_ns;  // duration of one wave at clock factor 1
 };
 
+// What nvmlDeviceGetProcessUtilization returns (SimParams::process_util).
+enum ProcessUtilMode : uint32_t {
+  // One sample per process over every window since lastSeenTimeStamp, each
+  // window split exactly by what each process ran (the default).
+  kProcessUtilSplit = 0,
+  // One sample per closed window, for one process drawn in proportion to what
+  // each ran in it, carrying the window's whole device busy percent: what an
+  // H100 on r580 does with time-sliced processes (docs/sim.md).
+  kProcessUtilWindow = 1,
+};
+
 struct SimParams {
   int64_t timeslice_ns;    // round-robin slice (DESIGN default 1024 us)
   int64_t switch_ns;       // context switch cost; nothing executes during it
@@ -63,6 +74,10 @@ struct SimParams {
   // Stream-ordered pools reserve backing memory in blocks of this many
   // granules (config "pool_block"; 0, in a state file of an older build: 1).
   uint32_t pool_block_granules;
+  // How nvmlDeviceGetProcessUtilization attributes a window (config
+  // "process_util"; docs/sim.md "Per-process utilization").
+  uint32_t process_util;  // ProcessUtilMode
+  uint32_t reserved;
   FunctionCost functions[kMaxFunctions];
 };
 

@@ -234,6 +234,7 @@ CUresult EnqueueKernel(Context& ctx, Stream* stream, const Function& fn, uint64_
       std::lock_guard lock(D().mu);  // graphs are edited under the driver lock
       graph->kernels.push_back(node);
       ++graph->nodes;
+      graph->types.push_back(CU_GRAPH_NODE_TYPE_KERNEL);
       return CUDA_SUCCESS;
     }
   }
@@ -251,32 +252,19 @@ CUresult EnqueueKernel(Context& ctx, Stream* stream, const Function& fn, uint64_
 
 // ---- memory ----------------------------------------------------------------------------------
 
-namespace {
-
-// Host memory standing in for a device range of `bytes` (rounded to the
-// allocation granularity), recorded in the range table; nullptr when it
-// cannot be mapped (nothing recorded).
-void* MapDeviceRange(uint64_t bytes, uint64_t ctx_handle, ContextId cid, uint64_t pool,
-                     bool managed) {
+void* MapDeviceRange(uint64_t bytes, Range r) {
   Driver& d = D();
   const uint64_t rounded = d.gpu->RoundToGranularity(bytes);
   void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return nullptr;
-  Range r;
   r.bytes = bytes;
   r.mapped = rounded;
   r.kind = RangeKind::kDevice;
-  r.ctx = ctx_handle;
-  r.cid = cid;
-  r.pool = pool;
-  r.managed = managed;
   std::unique_lock lock(d.ranges_mu);
   d.ranges[reinterpret_cast<uintptr_t>(p)] = r;
   return p;
 }
-
-}  // namespace
 
 CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUdeviceptr* out,
                         bool managed) {
@@ -286,7 +274,12 @@ CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUde
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   const ContextId cid = ctx->id;
   if (Status s = d.gpu->Allocate(cid, bytes, managed); !s.ok()) return FromStatus(s);
-  void* p = MapDeviceRange(bytes, ctx_handle, cid, pool, managed);
+  Range r;
+  r.ctx = ctx_handle;
+  r.cid = cid;
+  r.pool = pool;
+  r.managed = managed;
+  void* p = MapDeviceRange(bytes, r);
   if (p == nullptr) {
     d.gpu->Free(cid, bytes, managed);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -295,13 +288,14 @@ CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUde
   return CUDA_SUCCESS;
 }
 
-uint64_t AddPool(int device, bool is_default) {
+uint64_t AddPool(int device, bool is_default, uint64_t max_size) {
   const SimParams& params = D().gpu->params();
   const uint64_t granules = std::max<uint32_t>(params.pool_block_granules, 1);
   Pool p;
   p.device = device;
   p.is_default = is_default;
   p.model = PoolModel(params.granularity, granules * params.granularity);
+  p.model.set_max_size(max_size);
   return D().pools.Add(std::move(p));
 }
 
@@ -320,6 +314,7 @@ CUresult AllocateFromPool(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CU
     Pool* pl = d.pools.Get(pool);
     if (pl == nullptr || pl->destroyed) return CUDA_ERROR_INVALID_VALUE;
     const uint64_t growth = pl->model.GrowthFor(bytes);
+    if (!pl->model.Fits(growth)) return CUDA_ERROR_OUT_OF_MEMORY;  // past the pool's maxSize
     if (growth > 0) {
       if (pl->backing_ctx == 0 || d.contexts.Get(pl->backing_ctx) == nullptr) {
         pl->backing_ctx = ctx_handle;  // the first context that grows it holds its reserve
@@ -329,7 +324,11 @@ CUresult AllocateFromPool(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CU
     }
     pl->model.Allocated(bytes, growth);
   }
-  void* p = MapDeviceRange(bytes, ctx_handle, ctx->id, pool, /*managed=*/false);
+  Range r;
+  r.ctx = ctx_handle;
+  r.cid = ctx->id;
+  r.pool = pool;
+  void* p = MapDeviceRange(bytes, r);
   if (p == nullptr) {
     std::lock_guard lock(d.pools_mu);
     if (Pool* pl = d.pools.Get(pool)) pl->model.Freed(bytes);  // the reserve stays, as freed
@@ -358,7 +357,12 @@ CUresult FreeDevice(CUdeviceptr ptr) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     r = it->second;
-    d.ranges.erase(it);
+    // A graph allocation's address stays its node's: only its use ends.
+    if (!r.graph) d.ranges.erase(it);
+  }
+  if (r.graph) {
+    FreeGraphAlloc(static_cast<uintptr_t>(ptr));
+    return CUDA_SUCCESS;
   }
   munmap(HostPtr(ptr), r.mapped);
   if (r.pool == 0) {

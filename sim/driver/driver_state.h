@@ -207,13 +207,35 @@ struct KernelNode {
   uint64_t spin_ns = 0;
 };
 
+// A graph's memory allocation node (cuGraphAddMemAllocNode, or
+// cuMemAllocAsync captured): its address is fixed when the node is made; its
+// physical memory is the device's graph pool's, mapped at the exec's first
+// launch (docs/sim.md "Graph memory", graph_memory.cc).
+struct GraphAlloc {
+  int device = -1;
+  uint64_t bytes = 0;      // rounded to the granularity
+  uint64_t requested = 0;  // as asked for
+  uint32_t node = 0;       // its node's index
+  uintptr_t address = 0;
+  bool freed_in_graph = false;  // a free node of the same graph frees it
+};
+
 struct Graph {
   std::vector<KernelNode> kernels;
-  uint32_t nodes = 0;  // every node, kernels and empty ones
+  uint32_t nodes = 0;                  // every node (== types.size())
+  std::vector<CUgraphNodeType> types;  // by node index
+  std::vector<GraphAlloc> allocs;
 };
 
 struct GraphExec {
   std::vector<KernelNode> kernels;
+  std::vector<GraphAlloc> allocs;
+  uint64_t need = 0;       // the physical memory its allocations map (their sum)
+  int device = -1;         // of its allocations (the first one's)
+  bool auto_free = false;  // CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+  // GUARDED_BY(Driver::pools_mu):
+  bool mapped = false;          // holds `need` of the graph pool
+  std::vector<uintptr_t> live;  // its allocations not freed since its last launch
 };
 
 // A stream-ordered memory pool (a device's default pool, or cuMemPoolCreate's).
@@ -270,6 +292,7 @@ struct Range {
   uint64_t physical = 0;  // kMapped: the physical handle
   unsigned flags = 0;     // kHost: cuMemHostAlloc flags
   bool managed = false;   // kDevice: cuMemAllocManaged (not charged to cgroup limits)
+  bool graph = false;     // kDevice: a graph allocation's address (kept by its node)
 };
 
 // ---- the driver ----------------------------------------------------------------------
@@ -286,6 +309,7 @@ struct Driver {
   unsigned primary_flags[kMaxDevices] = {};  // GUARDED_BY(mu)
   uint64_t default_pool[kMaxDevices] = {};   // GUARDED_BY(mu)
   uint64_t current_pool[kMaxDevices] = {};   // GUARDED_BY(mu)
+  uint64_t graph_pool[kMaxDevices] = {};     // GUARDED_BY(mu): the graphs' memory pool
   std::atomic<uint64_t> next_unique_id{1};
 
   std::map<uintptr_t, uint64_t> reservations;  // GUARDED_BY(mu): cuMemAddressReserve ranges
@@ -341,6 +365,11 @@ H AsHandle(uint64_t v) {
 // The host address behind a device pointer: the simulated device's memory is
 // host memory this driver mapped, and CUdeviceptr is an integer by the driver
 // ABI. The one place such an integer becomes a pointer again.
+// The handle of node `index` of `graph`.
+inline uint64_t GraphNodeHandle(uint64_t graph, uint32_t index) {
+  return (uint64_t{index + 1} << 32) | (graph & 0xffffff00) | static_cast<uint8_t>(Tag::kGraphNode);
+}
+
 inline void* HostPtr(CUdeviceptr p) {
   return reinterpret_cast<void*>(p);  // NOLINT(performance-no-int-to-ptr): see above
 }
@@ -384,6 +413,11 @@ CUresult EnqueueKernel(Context& ctx, Stream* stream, const Function& fn, uint64_
 
 // ---- memory -------------------------------------------------------------------------------
 
+// Host memory standing in for a device range of `bytes` (mapped rounded to
+// the allocation granularity), recorded in the range table as `r` with its
+// size and kind kDevice filled in; nullptr when it cannot be mapped (nothing
+// recorded). Charges nothing.
+void* MapDeviceRange(uint64_t bytes, Range r);
 // Charges `bytes` to ctx, maps a backing and registers it as kind kDevice.
 CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUdeviceptr* out,
                         bool managed = false);
@@ -391,9 +425,9 @@ CUresult AllocateDevice(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUde
 // grows the pool's reserve first when it cannot hold it (charged to the
 // pool's backing context), then maps a backing and registers it as kDevice.
 CUresult AllocateFromPool(uint64_t ctx_handle, uint64_t bytes, uint64_t pool, CUdeviceptr* out);
-// A new pool of `device` (its model from the simulator's parameters); 0 when
-// the table is full.
-uint64_t AddPool(int device, bool is_default);
+// A new pool of `device` (its model from the simulator's parameters; at most
+// `max_size` bytes reserved, 0: no maximum); 0 when the table is full.
+uint64_t AddPool(int device, bool is_default, uint64_t max_size = 0);
 // A synchronize (stream, event, context): every pool gives back what it holds
 // above its release threshold.
 void ReleasePoolsAtSync();
@@ -401,6 +435,25 @@ void ReleasePoolsAtSync();
 void ReleasePoolBacking(Pool& pool, uint64_t bytes);
 // Frees a kDevice range starting at `ptr`; INVALID_VALUE if there is none.
 CUresult FreeDevice(CUdeviceptr ptr);
+
+// ---- graph memory (graph_memory.cc; docs/sim.md "Graph memory") ----
+// Adds an allocation node of `bytes` on `device` to `graph` (the graph
+// lock, Driver::mu, is taken here); its fixed address in *out.
+CUresult AddGraphAlloc(uint64_t graph, int device, uint64_t bytes, CUdeviceptr* out);
+// Adds a free node of `ptr` to `graph`: INVALID_VALUE unless `ptr` is an
+// allocation of that graph not freed there yet.
+CUresult AddGraphFree(uint64_t graph, CUdeviceptr ptr);
+// Before exec `exec` runs (a launch or an upload) in context `ctx_handle`:
+// maps its allocations' physical memory if it is not mapped (the graph
+// pool grows when its free memory is short: CUDA_ERROR_OUT_OF_MEMORY when the
+// device has no room, nothing launched). `launch`: its unfreed allocations
+// become live (a relaunch while some are live is INVALID_VALUE unless
+// instantiated with AUTO_FREE_ON_LAUNCH).
+CUresult MapGraphExec(uint64_t exec, uint64_t ctx_handle, bool launch);
+// A destroyed exec's mapping goes back to the graph pool (not the device).
+void UnmapGraphExec(GraphExec& exec);
+// cuMemFree/cuMemFreeAsync of a graph allocation at `ptr`: no longer live.
+void FreeGraphAlloc(uintptr_t ptr);
 // True when [p, p + n) lies inside one registered range (n == 0: p inside one).
 bool InRegisteredRange(uintptr_t p, uint64_t n);
 // True when p lies inside some registered range.

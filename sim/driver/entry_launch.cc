@@ -220,9 +220,7 @@ int CurrentDeviceOr0() {
 
 // ---- graphs -----------------------------------------------------------------------------------
 
-uint64_t NodeHandle(uint64_t graph, uint32_t index) {
-  return (uint64_t{index + 1} << 32) | (graph & 0xffffff00) | static_cast<uint8_t>(Tag::kGraphNode);
-}
+uint64_t NodeHandle(uint64_t graph, uint32_t index) { return GraphNodeHandle(graph, index); }
 
 CUresult AddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t ndeps,
                        CUfunction func, const unsigned grid[3], const unsigned block[3],
@@ -245,11 +243,12 @@ CUresult AddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps
   k.spin_ns = SpinNs(*fn, params, extra);
   std::lock_guard lock(D().mu);
   g->kernels.push_back(k);
+  g->types.push_back(CU_GRAPH_NODE_TYPE_KERNEL);
   *node = AsHandle<CUgraphNode>(NodeHandle(Raw(graph), g->nodes++));
   return CUDA_SUCCESS;
 }
 
-CUresult Instantiate(CUgraphExec* exec, CUgraph graph) {
+CUresult Instantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags = 0) {
   if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
   if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Graph* g = D().graphs.Get(Raw(graph));
@@ -258,7 +257,14 @@ CUresult Instantiate(CUgraphExec* exec, CUgraph graph) {
   {
     std::lock_guard lock(D().mu);
     e.kernels = g->kernels;
+    // Its memory nodes: no physical memory yet (mapped at its first launch).
+    e.allocs = g->allocs;
   }
+  for (const GraphAlloc& a : e.allocs) {
+    e.need += a.bytes;
+    if (e.device < 0) e.device = a.device;
+  }
+  e.auto_free = (flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) != 0;
   const uint64_t h = D().graph_execs.Add(std::move(e));
   if (h == 0) return CUDA_ERROR_OUT_OF_MEMORY;
   *exec = AsHandle<CUgraphExec>(h);
@@ -275,6 +281,11 @@ CUresult LaunchGraph(CUgraphExec exec, CUstream stream) {
   for (const KernelNode& k : e->kernels) {
     if (D().functions.Get(k.function) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   }
+  // Its memory nodes' physical memory first (graph_memory.cc).
+  if (CUresult rc = MapGraphExec(Raw(exec), st != nullptr ? st->ctx : CurrentHandle(), true);
+      rc != CUDA_SUCCESS) {
+    return rc;
+  }
   for (const KernelNode& k : e->kernels) {
     const Function* fn = D().functions.Get(k.function);
     if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;  // unloaded meanwhile
@@ -284,6 +295,17 @@ CUresult LaunchGraph(CUgraphExec exec, CUstream stream) {
     }
   }
   return CUDA_SUCCESS;
+}
+
+// Maps the exec's graph memory on `stream`'s context (cuGraphUpload).
+CUresult UploadGraph(CUgraphExec exec, CUstream stream) {
+  if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
+  if (D().graph_execs.Get(Raw(exec)) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = nullptr;
+  Stream* st = nullptr;
+  if (CUresult rc = ResolveStream(stream, &ctx, &st); rc != CUDA_SUCCESS) return rc;
+  // An upload maps the graph's memory as its first launch would.
+  return MapGraphExec(Raw(exec), st != nullptr ? st->ctx : CurrentHandle(), false);
 }
 
 // ---- stream capture ----------------------------------------------------------------------------
@@ -588,13 +610,14 @@ GS_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode* node, CUgraph graph, const C
   Graph* g = D().graphs.Get(Raw(graph));
   if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(D().mu);
+  g->types.push_back(CU_GRAPH_NODE_TYPE_EMPTY);
   *node = AsHandle<CUgraphNode>(NodeHandle(Raw(graph), g->nodes++));
   return CUDA_SUCCESS;
 }
 
 GS_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
-                                               unsigned long long) {
-  return Instantiate(exec, graph);
+                                               unsigned long long flags) {
+  return Instantiate(exec, graph, flags);
 }
 
 GS_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node,
@@ -610,7 +633,18 @@ GS_EXPORT CUresult cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphN
 
 GS_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
                                                 CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
-  CUresult rc = Instantiate(exec, graph);
+  CUresult rc = Instantiate(exec, graph, params != nullptr ? params->flags : 0);
+  if (rc == CUDA_SUCCESS && params != nullptr &&
+      (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) != 0) {
+    // Uploaded as part of instantiation: its memory is mapped now, as by
+    // cuGraphUpload on the upload stream; when that fails the exec is not made.
+    rc = UploadGraph(*exec, params->hUploadStream);
+    if (rc != CUDA_SUCCESS) {
+      GraphExec gone;
+      D().graph_execs.Remove(Raw(*exec), &gone);
+      *exec = nullptr;
+    }
+  }
   if (params != nullptr) {
     params->result_out =
         rc == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
@@ -631,19 +665,18 @@ GS_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
 }
 
 GS_EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream stream) {
-  if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
-  if (D().graph_execs.Get(Raw(exec)) == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Context* ctx = nullptr;
-  Stream* st = nullptr;
-  return ResolveStream(stream, &ctx, &st);
+  return UploadGraph(exec, stream);
 }
 GS_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream stream) {
-  return cuGraphUpload(exec, stream);
+  return UploadGraph(exec, stream);
 }
 
 GS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
   if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
-  return D().graph_execs.Remove(Raw(exec)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  GraphExec gone;
+  if (!D().graph_execs.Remove(Raw(exec), &gone)) return CUDA_ERROR_INVALID_VALUE;
+  UnmapGraphExec(gone);  // its memory stays in the graph pool until a trim
+  return CUDA_SUCCESS;
 }
 
 // ---- stream capture -----------------------------------------------------------------------------

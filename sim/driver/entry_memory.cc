@@ -50,6 +50,16 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, uint64_t bytes, CUstream stream, ui
   Stream* st = nullptr;
   if (CUresult rc = ResolveStream(stream, &ctx, &st); rc != CUDA_SUCCESS) return rc;
   const uint64_t ctx_handle = st != nullptr ? st->ctx : CurrentHandle();
+  if (st != nullptr) {
+    if (const uint64_t graph = st->capture_graph.load(std::memory_order_acquire); graph != 0) {
+      // Captured: an allocation node of the capture graph (on the pool's device).
+      int device = ctx->device;
+      if (pool != 0) {
+        if (const Pool* pl = D().pools.Get(pool)) device = pl->device;
+      }
+      return AddGraphAlloc(graph, device, bytes, dptr);
+    }
+  }
   if (pool == 0) {
     std::lock_guard lock(D().mu);
     DefaultPoolLocked(ctx->device);  // sets the current pool on first use
@@ -234,6 +244,11 @@ GS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   Context* ctx = nullptr;
   Stream* st = nullptr;
   if (CUresult rc = ResolveStream(stream, &ctx, &st); rc != CUDA_SUCCESS) return rc;
+  if (st != nullptr) {
+    if (const uint64_t graph = st->capture_graph.load(std::memory_order_acquire); graph != 0) {
+      return AddGraphFree(graph, dptr);  // captured: a free node
+    }
+  }
   return FreeChecked(dptr);
 }
 GS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
@@ -686,7 +701,7 @@ GS_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* pro
   if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED || !ValidDeviceLocation(props->location)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  const uint64_t h = AddPool(props->location.id, /*is_default=*/false);
+  const uint64_t h = AddPool(props->location.id, /*is_default=*/false, props->maxSize);
   if (h == 0) return CUDA_ERROR_OUT_OF_MEMORY;
   *pool = AsHandle<CUmemoryPool>(h);
   return CUDA_SUCCESS;

@@ -47,6 +47,7 @@
 #include "common/process.h"
 #include "nvml_abi/nvml.h"
 #include "sim/core/memory_limits.h"
+#include "sim/core/nvml_faults.h"
 #include "sim/core/sim_gpu.h"
 #include "sim/core/xid_log.h"
 #include "sim/nvml/nvml_fill.h"
@@ -104,6 +105,8 @@ struct Library {
   std::shared_mutex mu;
   int refcount = 0;             // guarded by mu
   std::unique_ptr<SimGpu> gpu;  // guarded by mu; set iff refcount > 0
+  // guarded by mu; set with gpu: the faults to inject (docs/sim.md "NVML faults")
+  std::unique_ptr<NvmlFaultInjector> faults;
   nvmlDevice_st devices[kMaxDevices];
   std::mutex sets_mu;
   std::set<nvmlEventSet_t> sets;  // guarded by sets_mu: the live event sets
@@ -151,12 +154,21 @@ nvmlReturn_t WithSim(F&& f) {
   }
 }
 
-// Runs f(SimState&, DeviceState&, int index) for a valid handle.
+// Runs f(SimState&, DeviceState&, int index) for a valid handle, unless a
+// fault rule (sim/core/nvml_faults.h) fails the call of entry point `fn` on
+// that device first. `fn` defaults to the calling function's name, so an
+// entry point that calls a helper is known by its own name: every helper
+// below that reaches WithDevice takes `fn` the same way and passes it on.
 template <typename F>
-nvmlReturn_t WithDevice(nvmlDevice_t device, F&& f) {
+nvmlReturn_t WithDevice(nvmlDevice_t device, F&& f, const char* fn = __builtin_FUNCTION()) {
   return WithSim([&](SimState& s) -> nvmlReturn_t {
     const int index = DeviceIndex(device, s.device_count);
     if (index < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    if (Lib().faults != nullptr) {  // the library lock is held (WithSim)
+      if (const int error = Lib().faults->Check(fn, index); error != NVML_SUCCESS) {
+        return static_cast<nvmlReturn_t>(error);
+      }
+    }
     return f(s, s.devices[index], index);
   });
 }
@@ -164,13 +176,17 @@ nvmlReturn_t WithDevice(nvmlDevice_t device, F&& f) {
 // WithDevice for setters: valid(DeviceState&) checks the arguments, then the
 // caller's privilege is checked, then set(DeviceState&) applies the change.
 template <typename Valid, typename Set>
-nvmlReturn_t SetOnDevice(nvmlDevice_t device, Valid&& valid, Set&& set) {
-  return WithDevice(device, [&](SimState&, DeviceState& d, int) -> nvmlReturn_t {
-    if (!valid(static_cast<const DeviceState&>(d))) return NVML_ERROR_INVALID_ARGUMENT;
-    if (!CallerIsRoot()) return NVML_ERROR_NO_PERMISSION;
-    set(d);
-    return NVML_SUCCESS;
-  });
+nvmlReturn_t SetOnDevice(nvmlDevice_t device, Valid&& valid, Set&& set,
+                         const char* fn = __builtin_FUNCTION()) {
+  return WithDevice(
+      device,
+      [&](SimState&, DeviceState& d, int) -> nvmlReturn_t {
+        if (!valid(static_cast<const DeviceState&>(d))) return NVML_ERROR_INVALID_ARGUMENT;
+        if (!CallerIsRoot()) return NVML_ERROR_NO_PERMISSION;
+        set(d);
+        return NVML_SUCCESS;
+      },
+      fn);
 }
 
 // Copies a NUL-terminated string into a caller buffer of `length` bytes.
@@ -203,6 +219,7 @@ nvmlReturn_t Init(unsigned int /*flags: no GPU-less or no-attach mode in the sim
       return NVML_ERROR_DRIVER_NOT_LOADED;
     }
     lib.gpu = std::move(gpu).value();
+    lib.faults = std::make_unique<NvmlFaultInjector>(lib.gpu->path());
     lib.refcount = 1;
     return NVML_SUCCESS;
   } catch (...) {
@@ -215,7 +232,10 @@ nvmlReturn_t Shutdown() {
     Library& lib = Lib();
     std::unique_lock lock(lib.mu);
     if (lib.refcount == 0) return NVML_ERROR_UNINITIALIZED;
-    if (--lib.refcount == 0) lib.gpu.reset();
+    if (--lib.refcount == 0) {
+      lib.gpu.reset();
+      lib.faults.reset();
+    }
     return NVML_SUCCESS;
   } catch (...) {
     return NVML_ERROR_UNKNOWN;
@@ -288,28 +308,35 @@ nvmlPciInfo_t PciInfoOf(const DeviceInfo& info) {
 
 // Copies `bytes` bytes of the device's PCI info (the whole struct, or the
 // 52-byte original layout for the plain entry point).
-nvmlReturn_t PciInfo(nvmlDevice_t device, nvmlPciInfo_t* pci, size_t bytes) {
-  return WithDevice(device, [&](SimState&, DeviceState& d, int) {
-    if (pci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    nvmlPciInfo_t full = PciInfoOf(d.info);
-    if (bytes == kPciInfoV1Size) memset(&full.busId[0], 0, kPciInfoV1Size - kPciInfoV1Filled);
-    memcpy(pci, &full, bytes);
-    return NVML_SUCCESS;
-  });
+nvmlReturn_t PciInfo(nvmlDevice_t device, nvmlPciInfo_t* pci, size_t bytes,
+                     const char* fn = __builtin_FUNCTION()) {
+  return WithDevice(
+      device,
+      [&](SimState&, DeviceState& d, int) {
+        if (pci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        nvmlPciInfo_t full = PciInfoOf(d.info);
+        if (bytes == kPciInfoV1Size) memset(&full.busId[0], 0, kPciInfoV1Size - kPciInfoV1Filled);
+        memcpy(pci, &full, bytes);
+        return NVML_SUCCESS;
+      },
+      fn);
 }
 
 enum class ProcessKind { kCompute, kGraphics, kMps };
 
 template <typename Info>
 nvmlReturn_t RunningProcesses(ProcessKind kind, nvmlDevice_t device, unsigned int* count,
-                              Info* infos) {
-  return WithDevice(device, [&](SimState& s, DeviceState&, int index) {
-    // The simulator runs compute work only.
-    std::vector<RunningProcess> procs;
-    if (kind == ProcessKind::kCompute) procs = RunningComputeProcesses(s, index);
-    if (kind == ProcessKind::kMps) procs = MpsClientProcesses(s, index);
-    return FillRunningProcesses(procs, count, infos);
-  });
+                              Info* infos, const char* fn = __builtin_FUNCTION()) {
+  return WithDevice(
+      device,
+      [&](SimState& s, DeviceState&, int index) {
+        // The simulator runs compute work only.
+        std::vector<RunningProcess> procs;
+        if (kind == ProcessKind::kCompute) procs = RunningComputeProcesses(s, index);
+        if (kind == ProcessKind::kMps) procs = MpsClientProcesses(s, index);
+        return FillRunningProcesses(procs, count, infos);
+      },
+      fn);
 }
 
 uint32_t VideoClockOf(uint32_t sm_mhz) { return sm_mhz * 8 / 9; }
@@ -333,25 +360,29 @@ nvmlReturn_t PickClock(nvmlClockType_t type, uint32_t sm, uint32_t mem, unsigned
   }
 }
 
-nvmlReturn_t Clock(nvmlDevice_t device, nvmlClockType_t type, nvmlClockId_t id, unsigned int* out) {
-  return WithDevice(device, [&](SimState&, DeviceState& d, int) {
-    switch (id) {
-      case NVML_CLOCK_ID_CURRENT:
-        return PickClock(type, CurrentSmClockMhz(d), CurrentMemClockMhz(d), out);
-      case NVML_CLOCK_ID_APP_CLOCK_TARGET:
-      case NVML_CLOCK_ID_APP_CLOCK_DEFAULT:
-        return PickClock(type, d.info.default_sm_clock_mhz, d.info.default_mem_clock_mhz, out);
-      case NVML_CLOCK_ID_CUSTOMER_BOOST_MAX:
-        return PickClock(type, d.info.max_sm_clock_mhz, d.info.max_mem_clock_mhz, out);
-      default:
-        return NVML_ERROR_INVALID_ARGUMENT;
-    }
-  });
+nvmlReturn_t Clock(nvmlDevice_t device, nvmlClockType_t type, nvmlClockId_t id, unsigned int* out,
+                   const char* fn = __builtin_FUNCTION()) {
+  return WithDevice(
+      device,
+      [&](SimState&, DeviceState& d, int) {
+        switch (id) {
+          case NVML_CLOCK_ID_CURRENT:
+            return PickClock(type, CurrentSmClockMhz(d), CurrentMemClockMhz(d), out);
+          case NVML_CLOCK_ID_APP_CLOCK_TARGET:
+          case NVML_CLOCK_ID_APP_CLOCK_DEFAULT:
+            return PickClock(type, d.info.default_sm_clock_mhz, d.info.default_mem_clock_mhz, out);
+          case NVML_CLOCK_ID_CUSTOMER_BOOST_MAX:
+            return PickClock(type, d.info.max_sm_clock_mhz, d.info.max_mem_clock_mhz, out);
+          default:
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+      },
+      fn);
 }
 
 // Validates and stores a locked clock range (0, 0 resets).
 nvmlReturn_t LockClocks(nvmlDevice_t device, bool memory, unsigned int min_mhz,
-                        unsigned int max_mhz, bool reset) {
+                        unsigned int max_mhz, bool reset, const char* fn = __builtin_FUNCTION()) {
   return SetOnDevice(
       device,
       [&](const DeviceState& d) {
@@ -364,17 +395,22 @@ nvmlReturn_t LockClocks(nvmlDevice_t device, bool memory, unsigned int min_mhz,
                          __ATOMIC_RELAXED);
         __atomic_store_n(memory ? &d.locked_mem_max_mhz : &d.locked_sm_max_mhz, reset ? 0 : max_mhz,
                          __ATOMIC_RELAXED);
-      });
+      },
+      fn);
 }
 
 // Reads one uint32 of device state into *out.
 template <typename Get>
-nvmlReturn_t GetUint(nvmlDevice_t device, unsigned int* out, Get&& get) {
-  return WithDevice(device, [&](SimState& s, DeviceState& d, int index) {
-    if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    *out = get(s, d, index);
-    return NVML_SUCCESS;
-  });
+nvmlReturn_t GetUint(nvmlDevice_t device, unsigned int* out, Get&& get,
+                     const char* fn = __builtin_FUNCTION()) {
+  return WithDevice(
+      device,
+      [&](SimState& s, DeviceState& d, int index) {
+        if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        *out = get(s, d, index);
+        return NVML_SUCCESS;
+      },
+      fn);
 }
 
 const char* ErrorString(nvmlReturn_t r) {
@@ -509,21 +545,25 @@ nvmlReturn_t EventSetFree(nvmlEventSet_t set) {
   });
 }
 
-nvmlReturn_t RegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set) {
+nvmlReturn_t RegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set,
+                            const char* fn = __builtin_FUNCTION()) {
   std::string state_path;
   {
     std::shared_lock lock(Lib().mu);
     if (Lib().gpu != nullptr) state_path = Lib().gpu->path();
   }
-  return WithDevice(device, [&](SimState&, DeviceState&, int index) {
-    if (!LiveSet(set)) return NVML_ERROR_INVALID_ARGUMENT;
-    if ((types & ~kSupportedEvents) != 0) return NVML_ERROR_NOT_SUPPORTED;
-    std::lock_guard lock(set->mu);
-    // Only what happens from now on is delivered.
-    if (set->types[index] == 0) set->from[index] = XidLogSize(state_path);
-    set->types[index] |= types;
-    return NVML_SUCCESS;
-  });
+  return WithDevice(
+      device,
+      [&](SimState&, DeviceState&, int index) {
+        if (!LiveSet(set)) return NVML_ERROR_INVALID_ARGUMENT;
+        if ((types & ~kSupportedEvents) != 0) return NVML_ERROR_NOT_SUPPORTED;
+        std::lock_guard lock(set->mu);
+        // Only what happens from now on is delivered.
+        if (set->types[index] == 0) set->from[index] = XidLogSize(state_path);
+        set->types[index] |= types;
+        return NVML_SUCCESS;
+      },
+      fn);
 }
 
 // The next XID event of `set`, if one is ready.

@@ -60,8 +60,47 @@ uint64_t ToRealtimeUs(const SimState& s, int64_t monotonic_ns) {
   return ns <= 0 ? 0 : static_cast<uint64_t>(ns) / 1000;
 }
 
+namespace {
+
+// SplitMix64's finalizer: a well-mixed 64-bit value of `x`.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+std::vector<ProcessSample> WindowProcessUtilization(const SimState& s, int device,
+                                                    uint64_t last_seen_us) {
+  std::vector<ProcessSample> out;
+  if (device < 0 || device >= static_cast<int>(s.device_count)) return out;
+  const DeviceState& d = s.devices[device];
+  const uint64_t kept = std::min<uint64_t>(d.windows_closed, kUtilWindows);
+  for (uint64_t k = d.windows_closed - kept; k < d.windows_closed; ++k) {
+    const UtilWindow& w = d.windows[k % kUtilWindows];
+    if (w.end_ns <= w.start_ns) continue;  // cleared by a stats reset
+    const uint64_t end_us = ToRealtimeUs(s, w.end_ns);
+    if (end_us <= last_seen_us) continue;
+    const uint32_t n = std::min<uint32_t>(w.process_count, kWindowProcesses);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; ++i) total += w.processes[i].sm_percent;
+    if (total == 0 || w.gpu_percent == 0) continue;  // idle: no sample
+    uint64_t draw = Mix(Mix(static_cast<uint64_t>(device)) ^ k) % total;
+    uint32_t i = 0;
+    while (draw >= w.processes[i].sm_percent) draw -= w.processes[i++].sm_percent;
+    const uint32_t sm = std::min<uint32_t>(w.gpu_percent, 100);
+    out.push_back({w.processes[i].pid, end_us, sm, (sm + 1) / 2});
+  }
+  return out;
+}
+
 std::vector<ProcessSample> ProcessUtilization(const SimState& s, int device,
                                               uint64_t last_seen_us) {
+  if (s.params.process_util == kProcessUtilWindow) {
+    return WindowProcessUtilization(s, device, last_seen_us);
+  }
   std::vector<ProcessSample> out;
   if (device < 0 || device >= static_cast<int>(s.device_count)) return out;
   const DeviceState& d = s.devices[device];

@@ -62,11 +62,25 @@ struct ProcessSample {
   uint32_t mem_percent;
 };
 
-// Samples of every process that ran in a closed window of device `device`
+// nvmlDeviceGetProcessUtilization on device `device` for the closed windows
 // ending after `last_seen_us` (wall-clock microseconds; 0 = every window
-// kept). A process's sm_percent is its busy time over the total length of
-// those windows, rounded to the nearest percent. Empty if nothing is newer.
+// kept), as s.params.process_util says:
+//  - kProcessUtilSplit: one sample per process that ran in those windows; its
+//    sm_percent is its busy time over their total length, rounded, and its
+//    timestamp the end of the latest of them in which it ran;
+//  - kProcessUtilWindow: WindowProcessUtilization below.
+// Empty if nothing is newer.
 std::vector<ProcessSample> ProcessUtilization(const SimState& s, int device, uint64_t last_seen_us);
+
+// The "window" attribution, measured on an H100 with driver r580: one sample
+// per closed window newer than `last_seen_us` in which anything ran, in window
+// order, for one process drawn with probability proportional to its busy
+// share of that window; sm_percent is the window's whole device busy percent
+// and the timestamp the window's end. The draw is a pure function of the
+// device index and the window's index since the state was created, so every
+// caller (and every rerun) sees the same process for the same window.
+std::vector<ProcessSample> WindowProcessUtilization(const SimState& s, int device,
+                                                    uint64_t last_seen_us);
 
 // A process in a device's running-process list.
 struct RunningProcess {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <memory>
 
 #include "sim/core/config.h"
@@ -119,6 +121,75 @@ TEST_F(NvmlModelTest, OnlyTheRingsWindowsAreKept) {
   ASSERT_EQ(samples.size(), 1u);  // pid 1's windows were overwritten
   EXPECT_EQ(samples[0].pid, 2);
   EXPECT_EQ(samples[0].sm_percent, 100u);
+}
+
+// ---- "process_util": "window" (an H100 on r580, docs/sim.md) ----
+
+TEST_F(NvmlModelTest, WindowModeGivesOneSamplePerBusyWindowWithTheDeviceBusy) {
+  state_->params.process_util = kProcessUtilWindow;
+  Close(0, 100, 100, {{10, 100}});
+  Close(100, 100, 80, {{10, 30}, {11, 50}});
+  Close(200, 100, 0, {});  // idle: no sample
+  Close(300, 100, 60, {{11, 60}});
+
+  auto all = ProcessUtilization(*state_, 0, 0);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].pid, 10);
+  EXPECT_EQ(all[0].sm_percent, 100u);
+  EXPECT_EQ(all[0].timestamp_us, EndUs(100));
+  EXPECT_TRUE(all[1].pid == 10 || all[1].pid == 11) << all[1].pid;
+  EXPECT_EQ(all[1].sm_percent, 80u);  // the whole window's busy, not 30 or 50
+  EXPECT_EQ(all[1].mem_percent, 40u);
+  EXPECT_EQ(all[1].timestamp_us, EndUs(200));
+  EXPECT_EQ(all[2].pid, 11);
+  EXPECT_EQ(all[2].sm_percent, 60u);
+  EXPECT_EQ(all[2].timestamp_us, EndUs(400));
+
+  auto recent = ProcessUtilization(*state_, 0, EndUs(200));
+  ASSERT_EQ(recent.size(), 1u);
+  EXPECT_EQ(recent[0].timestamp_us, EndUs(400));
+  EXPECT_TRUE(ProcessUtilization(*state_, 0, EndUs(400)).empty());
+  EXPECT_TRUE(ProcessUtilization(*state_, 1, 0).empty());  // no such device
+}
+
+TEST_F(NvmlModelTest, WindowModeDrawsInProportionToWhatEachRan) {
+  state_->params.process_util = kProcessUtilWindow;
+  // Many windows shared 70 / 20 / 10: over all of them each process's summed
+  // samples approach its busy share (the draw is not split, but fair).
+  constexpr int kWindows = 2000;
+  std::map<int32_t, double> busy;
+  int samples = 0;
+  for (int i = 0; i < kWindows; ++i) {
+    Close(int64_t{i} * 10, 10, 100, {{1, 70}, {2, 20}, {3, 10}});
+    for (const ProcessSample& p : ProcessUtilization(*state_, 0, EndUs(int64_t{i} * 10))) {
+      busy[p.pid] += p.sm_percent;
+      ++samples;
+    }
+  }
+  ASSERT_EQ(samples, kWindows);  // exactly one sample per window
+  EXPECT_NEAR(busy[1] / kWindows, 70.0, 4.0);
+  EXPECT_NEAR(busy[2] / kWindows, 20.0, 3.0);
+  EXPECT_NEAR(busy[3] / kWindows, 10.0, 2.5);
+}
+
+TEST_F(NvmlModelTest, WindowModeIsDeterministicAndDependsOnTheDevice) {
+  state_->params.process_util = kProcessUtilWindow;
+  state_->device_count = 2;
+  for (int i = 0; i < 40; ++i) Close(int64_t{i} * 10, 10, 100, {{1, 50}, {2, 50}});
+  state_->devices[1] = dev();  // the same windows on a second device
+  std::vector<int32_t> first, again, other;
+  for (const ProcessSample& p : ProcessUtilization(*state_, 0, 0)) first.push_back(p.pid);
+  for (const ProcessSample& p : ProcessUtilization(*state_, 0, 0)) again.push_back(p.pid);
+  for (const ProcessSample& p : ProcessUtilization(*state_, 1, 0)) other.push_back(p.pid);
+  ASSERT_EQ(first.size(), 40u);
+  EXPECT_EQ(first, again);
+  EXPECT_NE(first, other);  // 2^-40 to collide by chance
+  // A later poll sees the same draw for the same window.
+  auto tail = ProcessUtilization(*state_, 0, EndUs(390));
+  ASSERT_EQ(tail.size(), 1u);
+  EXPECT_EQ(tail[0].pid, first.back());
+  EXPECT_EQ(std::count(first.begin(), first.end(), 1) + std::count(first.begin(), first.end(), 2),
+            40);
 }
 
 TEST_F(NvmlModelTest, RunningProcessesAreLiveOnesWithMemoryOnTheDevice) {
@@ -279,6 +350,33 @@ TEST_F(NvmlWindowTest, ProcessesSharingTheDeviceSplitTheWindow) {
   }
   // Ground truth: the two contexts' busy time sums to the device's.
   EXPECT_EQ(state_->contexts[0].busy_ns + state_->contexts[1].busy_ns, dev().busy_ns);
+}
+
+TEST_F(NvmlWindowTest, WindowModeGivesEachTimeSlicedWindowToOneProcess) {
+  state_->params.process_util = kProcessUtilWindow;
+  AddContext(1, 4343);
+  Kernel(0, 0, 1000);
+  Kernel(1, 0, 1000);
+  AdvanceTo(400);
+  auto samples = Samples(EndUs(100));  // three full windows of round-robin
+  ASSERT_EQ(samples.size(), 3u);       // one per window, not one per process
+  for (size_t i = 0; i < samples.size(); ++i) {
+    EXPECT_TRUE(samples[i].pid == 4242 || samples[i].pid == 4343) << samples[i].pid;
+    EXPECT_EQ(samples[i].sm_percent, 100u);  // the device's busy, not the ~50 % each ran
+    EXPECT_EQ(samples[i].timestamp_us, EndUs(200 + 100 * static_cast<int64_t>(i)));
+  }
+}
+
+TEST_F(NvmlWindowTest, WindowModeGivesASingleProcessEveryWindowAtItsDuty) {
+  state_->params.process_util = kProcessUtilWindow;
+  for (int64_t t = 0; t < 1000; t += 100) Kernel(0, t, 30);  // 30 % duty
+  AdvanceTo(1000);
+  auto samples = Samples(0);
+  ASSERT_EQ(samples.size(), 10u);
+  for (const ProcessSample& s : samples) {
+    EXPECT_EQ(s.pid, 4242);
+    EXPECT_EQ(s.sm_percent, 30u);
+  }
 }
 
 // ---- NVML sizing rules (nvml_fill.h) ----

@@ -25,6 +25,7 @@
 #include "cli/exit_codes.h"
 #include "cli/paths.h"
 #include "sim/core/config.h"
+#include "sim/core/nvml_faults.h"
 #include "sim/core/process_identity.h"
 #include "sim/core/sim_gpu.h"
 #include "sim/core/stats.h"
@@ -313,6 +314,60 @@ void AddSimCommands(CLI::App* sim) {
              std::to_string(count) + ")");
       }
       if (Status s = sim::AppendXid(gpu->path(), *device, *xid); !s.ok()) Fail(s.message());
+    });
+  }
+  {
+    struct FaultOptions {
+      SimTarget target;
+      sim::NvmlFaultRule rule;
+      std::string gpu = "*";
+      std::string error;
+      bool clear = false;
+      bool list = false;
+    };
+    auto* o = new FaultOptions;
+    CLI::App* fault = sim->add_subcommand(
+        "nvml-fault",
+        "Make the simulated NVML fail calls (docs/sim.md \"NVML faults\"): adds a rule, or "
+        "--clear removes them all, --list prints them");
+    fault->add_option("--state", o->target.state, "Simulation state file");
+    fault->add_option("--function", o->rule.function,
+                      "The NVML entry point to fail, e.g. nvmlDeviceSetPowerManagementLimit "
+                      "(default *: every call that takes a device)");
+    fault->add_option("--gpu", o->gpu, "Device index (default *: every device)");
+    fault->add_option("--error", o->error,
+                      "The NVML error to return: GPU_IS_LOST, UNKNOWN, ... or its number");
+    fault->add_option("--after", o->rule.after, "Let this many matching calls succeed first");
+    fault->add_option("--times", o->rule.times,
+                      "Fail this many calls, then succeed again (default 0: until cleared)");
+    fault->add_flag("--clear", o->clear, "Remove every rule (the GPU recovers)");
+    fault->add_flag("--list", o->list, "Print the rules");
+    fault->callback([o] {
+      auto gpu = OpenObserver(o->target);
+      const std::string& state = gpu->path();
+      auto rules = sim::ReadNvmlFaults(state);
+      if (!rules.ok()) Fail(rules.status().message());
+      if (o->list) {
+        for (const sim::NvmlFaultRule& r : *rules) printf("%s\n", FormatNvmlFaultRule(r).c_str());
+        return;
+      }
+      if (o->clear) {
+        if (Status s = sim::WriteNvmlFaults(state, {}); !s.ok()) Fail(s.message());
+        return;
+      }
+      if (o->error.empty()) Fail("--error is required (or --clear, --list)");
+      std::string line = o->rule.function + " " + o->gpu + " " + o->error;
+      if (o->rule.after != 0) line += " after=" + std::to_string(o->rule.after);
+      if (o->rule.times != 0) line += " times=" + std::to_string(o->rule.times);
+      auto rule = sim::ParseNvmlFaultRule(line);
+      if (!rule.ok()) Fail(rule.status().message());
+      const auto count = gpu->WithState([](sim::SimState& s) { return s.device_count; });
+      if (rule->gpu >= 0 && static_cast<uint32_t>(rule->gpu) >= count) {
+        Fail("no device " + std::to_string(rule->gpu) + " (the simulation has " +
+             std::to_string(count) + ")");
+      }
+      rules->push_back(*rule);
+      if (Status s = sim::WriteNvmlFaults(state, *rules); !s.ok()) Fail(s.message());
     });
   }
 }

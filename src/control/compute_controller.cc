@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <utility>
+#include <vector>
 
 #include "common/log.h"
 
@@ -12,6 +14,26 @@ namespace {
 // After this long with launches but no sample of any member, say why the
 // charge stays at the bootstrap measurement.
 constexpr int64_t kUnmatchedWarnNs = 5'000'000'000;
+
+// A device whose processes together were this busy (percent) has no room
+// for a group to take more (the time contexts lose switching is not in any
+// process's share).
+constexpr double kFullDevicePercent = 90.0;
+
+// Every process's busy percent on the device over the samples newer than
+// `since_us` (each process: the mean of its samples), summed.
+double DevicePercent(const std::vector<UtilizationSample>& samples, uint64_t since_us) {
+  std::map<uint32_t, std::pair<double, int>> by_pid;
+  for (const UtilizationSample& s : samples) {
+    if (s.timestamp_us <= since_us) continue;
+    auto& [sum, n] = by_pid[s.pid];
+    sum += s.sm_percent;
+    ++n;
+  }
+  double total = 0;
+  for (const auto& [pid, mean] : by_pid) total += mean.first / mean.second;
+  return total;
+}
 
 }  // namespace
 
@@ -72,6 +94,7 @@ void ComputeController::RecordSlots(int dev, Device& d, const std::vector<Member
       // evidence of this tick's.
       SlotState fresh;
       fresh.joined_ns = ref.joined_ns;
+      fresh.estimator.SetOptions(d.estimator.options());
       fresh.last_launches = count;
       it = d.slots.insert_or_assign(ref.slot, std::move(fresh)).first;
     }
@@ -91,9 +114,64 @@ void ComputeController::RecordSlots(int dev, Device& d, const std::vector<Member
   d.unslotted.RecordLaunches(now_real, d.unslotted_launches);
 }
 
+CostEstimator::Options ComputeController::WindowAttributionOptions() {
+  CostEstimator::Options o;
+  // Fifty windows of 200 ms at least: a group with a sixth of the device is
+  // credited about eight of them, instead of one or two (over thirty, the
+  // estimate was still up to 1.9x off).
+  o.horizon_ns = 10'000'000'000;
+  o.max_horizon_ns = 30'000'000'000;
+  // And at least eight windows it won: a group with a sixth of the device
+  // wins a window in six, and one that lost ten in a row (it happens every
+  // few seconds) was charged a fraction of its cost and ran at twice its
+  // limit.
+  o.min_sampled_spans = 8;
+  o.min_span_ns = 1'000'000'000;
+  // Only a change seen over ten windows, and by more than the few windows'
+  // spread, is a workload shift.
+  o.recent_ns = 2'000'000'000;
+  o.shift_factor = 4.0;
+  return o;
+}
+
+void ComputeController::NoteAttribution(Device& d,
+                                        const std::vector<std::pair<size_t, uint32_t>>& windows) {
+  for (const auto& w : windows) {
+    d.windows.push_back(w);
+    while (d.windows.size() > kWindowAttributionWindows) d.windows.pop_front();
+  }
+  std::set<uint32_t> pids;
+  bool one_each = d.windows.size() == kWindowAttributionWindows;
+  for (const auto& [count, pid] : d.windows) {
+    one_each = one_each && count == 1;
+    pids.insert(pid);
+  }
+  const bool window_attribution = one_each && pids.size() >= 2;
+  // Split evidence (a window with several processes' samples) ends it at
+  // once; one process alone on the device leaves it as it was.
+  if (window_attribution == d.window_attribution ||
+      (!window_attribution && one_each && pids.size() < 2)) {
+    return;
+  }
+  d.window_attribution = window_attribution;
+  const CostEstimator::Options options =
+      window_attribution ? WindowAttributionOptions() : CostEstimator::Options{};
+  d.estimator.SetOptions(options);
+  d.unslotted.SetOptions(options);
+  for (auto& [slot, st] : d.slots) st.estimator.SetOptions(options);
+  GS_LOG(kInfo, "control", "event=nvml_attribution group=%s mode=%s", segment_.group().c_str(),
+         window_attribution ? "window" : "split");
+}
+
 void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>& members) {
   const int64_t now_real = clocks_.realtime.NowNs();
   const uint64_t launches = segment_.Launches(dev);
+  // Waits that are not the budget's: a pause, the scheduler's holds (which
+  // come with a shortened burst). Looked at every tick: a hold can begin
+  // and end between two windows.
+  const int64_t hold = segment_.ComputeHold(dev);
+  d.waited_otherwise |= segment_.Paused() || segment_.ComputeBurst(dev) != 0 ||
+                        (hold != 0 && hold > clocks_.monotonic.NowNs());
   if (d.first_tick_ns == 0) {
     d.first_tick_ns = now_real;
     d.last_seen_us = static_cast<uint64_t>(now_real / 1000);
@@ -124,46 +202,86 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
     }
     return;
   }
-  // The samples cover (last_seen, newest]; a member with several samples
-  // contributes their mean.
-  uint64_t newest_us = d.last_seen_us;
-  for (const UtilizationSample& s : *samples) newest_us = std::max(newest_us, s.timestamp_us);
-  if (newest_us <= d.last_seen_us) return;  // no window closed since
-  // Each member's busy percent of the span (the mean of its samples).
-  std::vector<double> member_percent(members.size(), -1);
-  double busy_percent = 0;
-  double unslotted_percent = 0;
+  // The windows the samples close, oldest first (samples less than
+  // kSameWindowUs apart are one window's). Each window's samples are
+  // credited to that window alone: the span from the previous window's close
+  // to its own (under window attribution a tick may read two windows, each
+  // of another process).
+  std::vector<UtilizationSample> fresh;
+  for (const UtilizationSample& s : *samples) {
+    if (s.timestamp_us > d.last_seen_us) fresh.push_back(s);
+  }
+  if (fresh.empty()) return;  // no window closed since
+  std::sort(fresh.begin(), fresh.end(), [](const UtilizationSample& a, const UtilizationSample& b) {
+    return a.timestamp_us < b.timestamp_us;
+  });
+  struct Window {
+    uint64_t first_us = 0;
+    uint64_t end_us = 0;
+    std::vector<UtilizationSample> samples;
+  };
+  std::vector<Window> windows;
+  for (const UtilizationSample& s : fresh) {
+    if (windows.empty() || s.timestamp_us - windows.back().first_us > kSameWindowUs) {
+      windows.push_back({.first_us = s.timestamp_us, .end_us = s.timestamp_us, .samples = {}});
+    }
+    windows.back().end_us = s.timestamp_us;
+    windows.back().samples.push_back(s);
+  }
+  {
+    std::vector<std::pair<size_t, uint32_t>> seen;
+    seen.reserve(windows.size());
+    for (const Window& w : windows) {
+      std::set<uint32_t> pids;
+      for (const UtilizationSample& s : w.samples) pids.insert(s.pid);
+      seen.emplace_back(pids.size(), *pids.begin());
+    }
+    NoteAttribution(d, seen);
+  }
+  const uint64_t newest_us = windows.back().end_us;
   bool matched = false;
-  for (size_t i = 0; i < members.size(); ++i) {
-    double sum = 0;
-    int samples_of_pid = 0;
-    for (const UtilizationSample& s : *samples) {
-      if (static_cast<int32_t>(s.pid) == members[i].pid && s.timestamp_us > d.last_seen_us) {
-        sum += s.sm_percent;
-        ++samples_of_pid;
+  double device_percent = 0;  // the windows' mean
+  for (const Window& w : windows) {
+    // Each member's busy percent of the window (the mean of its samples).
+    std::vector<double> member_percent(members.size(), -1);
+    double busy_percent = 0;
+    double unslotted_percent = 0;
+    bool matched_here = false;
+    for (size_t i = 0; i < members.size(); ++i) {
+      double sum = 0;
+      int samples_of_pid = 0;
+      for (const UtilizationSample& s : w.samples) {
+        if (static_cast<int32_t>(s.pid) == members[i].pid) {
+          sum += s.sm_percent;
+          ++samples_of_pid;
+        }
       }
+      if (samples_of_pid == 0) continue;
+      member_percent[i] = sum / samples_of_pid;
+      busy_percent += member_percent[i];
+      if (members[i].slot < 0 || !d.slots.contains(members[i].slot)) {
+        unslotted_percent += member_percent[i];
+      }
+      matched_here = true;
     }
-    if (samples_of_pid == 0) continue;
-    member_percent[i] = sum / samples_of_pid;
-    busy_percent += member_percent[i];
-    if (members[i].slot < 0 || !d.slots.contains(members[i].slot)) {
-      unslotted_percent += member_percent[i];
+    device_percent += DevicePercent(w.samples, 0) / static_cast<double>(windows.size());
+    const auto start_ns = static_cast<int64_t>(d.last_seen_us) * 1000;
+    const auto end_ns = static_cast<int64_t>(w.end_us) * 1000;
+    d.estimator.AddBusy(start_ns, end_ns, std::min(busy_percent, 100.0) / 100.0, matched_here);
+    d.unslotted.AddBusy(start_ns, end_ns, std::min(unslotted_percent, 100.0) / 100.0, matched_here);
+    // A member without a sample while others had theirs was idle or below
+    // NVML's rounding (matched: the estimator bounds it from above), or,
+    // under window attribution, the window went to another process.
+    for (size_t i = 0; i < members.size(); ++i) {
+      auto it = members[i].slot >= 0 ? d.slots.find(members[i].slot) : d.slots.end();
+      if (it == d.slots.end() || d.unknown.contains(members[i].slot)) continue;
+      it->second.estimator.AddBusy(start_ns, end_ns, std::max(0.0, member_percent[i]) / 100.0,
+                                   matched_here);
     }
-    matched = true;
+    d.last_seen_us = w.end_us;
+    matched = matched || matched_here;
   }
-  const auto start_ns = static_cast<int64_t>(d.last_seen_us) * 1000;
   const auto end_ns = static_cast<int64_t>(newest_us) * 1000;
-  d.estimator.AddBusy(start_ns, end_ns, std::min(busy_percent, 100.0) / 100.0, matched);
-  d.unslotted.AddBusy(start_ns, end_ns, std::min(unslotted_percent, 100.0) / 100.0, matched);
-  // A member without a sample while others had theirs was idle or below
-  // NVML's rounding (matched: the estimator bounds it from above).
-  for (size_t i = 0; i < members.size(); ++i) {
-    auto it = members[i].slot >= 0 ? d.slots.find(members[i].slot) : d.slots.end();
-    if (it == d.slots.end() || d.unknown.contains(members[i].slot)) continue;
-    it->second.estimator.AddBusy(start_ns, end_ns, std::max(0.0, member_percent[i]) / 100.0,
-                                 matched);
-  }
-  d.last_seen_us = newest_us;
   d.matched_once |= matched;
 
   // The measured share closes the loop (share_correction.h): a workload
@@ -171,14 +289,26 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
   // correction already.
   uint64_t shifts = d.estimator.shifts() + d.unslotted.shifts();
   for (const auto& [slot, st] : d.slots) shifts += st.estimator.shifts();
-  if (shifts != d.shifts_seen) {
+  // Under window attribution the correction's third of a second is one or
+  // two whole windows: no measurement; it stays off (factor 1).
+  if (shifts != d.shifts_seen || d.window_attribution) {
     d.shifts_seen = shifts;
     d.correction.Hold(end_ns);
   }
   int64_t longest = d.estimator.CostNs();  // the measurement's granularity
   for (const auto& [slot, st] : d.slots) longest = std::max(longest, st.estimator.CostNs());
+  // Held back by its budget since the previous window: some launch waited
+  // (or waits now), nothing but the budget can have made it wait, and the
+  // device had room for more (on a full device a group under its rate
+  // queues more than runs; lower charges would only deepen its queue, which
+  // the backlog watch then drains, and the group would get less).
+  const GroupSegment::ComputeCounters counters = segment_.Counters(dev);
+  const bool held = (counters.waits != d.waits_seen || counters.waiting > 0) &&
+                    !d.waited_otherwise && device_percent < kFullDevicePercent;
+  d.waits_seen = counters.waits;
+  d.waited_otherwise = false;
   d.correction.Update(end_ns, d.estimator.RecentShare(ShareCorrection::kWindowNs),
-                      static_cast<double>(segment_.PacedRateBp(dev)) / 10000.0, longest);
+                      static_cast<double>(segment_.PacedRateBp(dev)) / 10000.0, longest, held);
   const double factor = d.correction.factor();
 
   const double share = d.estimator.RecentShare(1'000'000'000);
@@ -186,7 +316,8 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
       dev, GroupSegment::Estimate{
                .charge_ns = d.estimator.CostNs(),
                .share_bp = share >= 0 ? static_cast<int32_t>(std::lround(share * 10000)) : -1,
-               .measured_at_ns = clocks_.monotonic.NowNs()});
+               .measured_at_ns = clocks_.monotonic.NowNs(),
+               .windowed = d.window_attribution});
   // Each member's own charge; the members without a known slot share theirs.
   const int64_t unslotted_charge = d.unslotted.CostNs();
   for (const auto& [slot, st] : d.slots) {

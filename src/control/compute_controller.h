@@ -17,7 +17,25 @@
 //    `gpuslice status` and the scheduler (GroupSegment::PublishEstimate).
 // The members' published charges are the estimates multiplied by the
 // group's ShareCorrection: a group NVML measures over its rate is slowed
-// within a window or two whatever its estimates say (share_correction.h).
+// within a window or two whatever its estimates say, and one measured under
+// it while its launches wait for budget is sped up (share_correction.h).
+//
+// NVML's attribution of a window (docs/sim.md "Per-process utilization"):
+// either each process that ran in a window gets a sample with its own part
+// ("split"), or, as on an H100 with driver r580 with time-sliced contexts,
+// each window goes to ONE process with the whole window's busy percent
+// ("window"): right on average, in whole windows. Each sample is credited to
+// its own window (the span since the previous window's close), never to the
+// other windows a tick's samples cover. The controller tells the window
+// attribution from the samples (several processes seen, every window with
+// one sample: kWindowAttributionWindows in a row) and then measures over
+// more windows: the estimators take WindowAttributionOptions() (a 10 s
+// horizon holding 8 windows the group won at least: a group's busy time over
+// a few windows is a few whole windows; workload changes are then followed
+// over that horizon), and the share correction is off (its third of a
+// second is one or two windows, all or nothing). Whatever the options, a
+// window the group had no sample of is no ground for a workload shift
+// (CostEstimator).
 //
 // Members are matched by pid in the utilization source's namespace (NVML:
 // the host's). The limiter passes its slots' pids with their slots, so
@@ -32,6 +50,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -51,6 +70,13 @@ class ComputeController {
   // How often to tick while some device has a compute limit: several times
   // per NVML sampling window (1/6 s at the shortest).
   static constexpr std::chrono::milliseconds kPeriod{50};
+  // Windows in a row, each with one sample, of two processes or more: NVML
+  // attributes each window to one process (see above).
+  static constexpr size_t kWindowAttributionWindows = 8;
+  // Samples less than this apart belong to the same window.
+  static constexpr uint64_t kSameWindowUs = 20'000;
+  // The estimators' options under window attribution.
+  static CostEstimator::Options WindowAttributionOptions();
 
   // The pids of the group's members, in the utilization source's namespace.
   using MemberPids = std::function<std::vector<int32_t>()>;
@@ -103,9 +129,18 @@ class ComputeController {
     bool paced_launch_seen = false;  // launches moved since the first tick
     ShareCorrection correction;      // on the group's measured share
     uint64_t shifts_seen = 0;        // workload changes the estimators detected
+    uint64_t waits_seen = 0;         // the group's waits at the last window
+    bool waited_otherwise = false;   // paused or scheduled since (not the budget)
+    // The newest windows: their sample count and, with one, its pid.
+    std::deque<std::pair<size_t, uint32_t>> windows;
+    bool window_attribution = false;  // NVML gives each window to one process
   };
 
   void TickDevice(int dev, Device& d, const std::vector<Member>& members);
+  // Notes the attribution of the windows just read (`windows`: each one's
+  // count of processes with a sample, and one of their pids) and switches
+  // every estimator's options when it changes.
+  void NoteAttribution(Device& d, const std::vector<std::pair<size_t, uint32_t>>& windows);
   // Records every live slot's launches at `now_real`.
   void RecordSlots(int dev, Device& d, const std::vector<Member>& members, int64_t now_real);
 

@@ -47,8 +47,8 @@ void CostEstimator::AddBusy(int64_t start_ns, int64_t end_ns, double busy_fracti
   // than half a percent of it: counted as that much (an upper bound), so the
   // estimate of very short kernels comes down rather than staying unknown.
   if (sampled && busy_fraction <= 0 && launches >= 1) busy_fraction = kRoundingFloor;
-  spans_.push_back(
-      {start_ns, end_ns, busy_fraction * static_cast<double>(end_ns - start_ns), launches});
+  spans_.push_back({start_ns, end_ns, busy_fraction * static_cast<double>(end_ns - start_ns),
+                    launches, sampled});
   while (!spans_.empty() && spans_.front().end_ns < end_ns - options_.max_horizon_ns) {
     spans_.pop_front();
   }
@@ -63,14 +63,26 @@ double CostEstimator::RatioNewest(int64_t min_ns, double min_launches, size_t* f
   double launches = 0;
   int64_t span = 0;
   size_t oldest = spans_.size();
+  uint32_t sampled = 0;  // spans with a sample and busy time
   for (size_t i = spans_.size(); i-- > 0;) {
     const Span& s = spans_[i];
     if (s.launches <= 0 && s.busy_ns <= 0) continue;
     busy += s.busy_ns;
     launches += s.launches;
     span += s.end_ns - s.start_ns;
+    sampled += s.sampled && s.busy_ns > 0 ? 1 : 0;
     oldest = i;
-    if (span >= min_ns && launches >= min_launches) break;
+    // A span busy with (next to) no launches holds the device time of
+    // launches counted before it (admitted, then queued: a backlog drains
+    // over a second after its launches were counted): it is not cut from
+    // them. (Judged against the ratio so far: a group of few, long launches
+    // has spans of less than one launch that are nothing of the kind.)
+    const bool with_its_launches =
+        s.busy_ns <= 0 || s.launches * busy >= 0.25 * s.busy_ns * launches;
+    if (span >= min_ns && launches >= min_launches && with_its_launches &&
+        sampled >= options_.min_sampled_spans) {
+      break;
+    }
   }
   if (first != nullptr) *first = oldest;
   if (complete != nullptr) *complete = span >= min_ns && launches >= min_launches;
@@ -92,12 +104,21 @@ void CostEstimator::DetectShift() {
   // Only older evidence can disagree with the newest: the spans before it,
   // up to a horizon's worth.
   if (recent <= 0 || !complete || first == 0) return;
+  // A span in which the group launched but had no sample (NVML gave the
+  // window to another process: window attribution) is known only on
+  // average: evidence that holds one is no ground for a shift either way
+  // (a window won after windows lost is no workload 5x longer).
+  const auto unknown = [](const Span& s) { return !s.sampled && s.launches > 0; };
+  for (size_t i = first; i < spans_.size(); ++i) {
+    if (unknown(spans_[i])) return;
+  }
   double busy = 0;
   double launches = 0;
   int64_t span = 0;
   for (size_t i = first; i-- > 0;) {
     const Span& s = spans_[i];
     if (s.launches <= 0 && s.busy_ns <= 0) continue;
+    if (unknown(s)) return;
     busy += s.busy_ns;
     launches += s.launches;
     span += s.end_ns - s.start_ns;

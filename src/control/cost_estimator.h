@@ -28,6 +28,9 @@
 // new workload within a window or two instead of averaging the old one in for a whole horizon. A
 // window that NVML rounds to 0 % while the group launched is taken as at most half a percent busy
 // (an upper bound), so a group whose kernels became much shorter is not starved by its old charge.
+// Evidence holding a span in which the group launched but had no sample (NVML gave that window
+// to another process: window attribution, compute_controller.h) is no ground for a shift: such a
+// span's busy time is right only on average, over many windows.
 //
 // Not thread-safe: owned by the group controller's thread.
 #pragma once
@@ -50,10 +53,18 @@ class CostEstimator {
     int64_t recent_ns = 300'000'000;      // the newest evidence compared with the horizon...
     uint64_t recent_launches = 8;         // ...at least this many launches
     double shift_factor = 1.5;            // a ratio beyond this (either way) is a change
+    // ...and at least this many spans in which the group had a sample and was
+    // busy (NVML's window attribution: the group's busy time comes in whole
+    // windows, and an estimate of a few of them is off by their number).
+    uint32_t min_sampled_spans = 0;
   };
 
   CostEstimator() : CostEstimator(Options{}) {}
   explicit CostEstimator(const Options& options) : options_(options) {}
+
+  // Takes `options` from now on (the evidence kept stays).
+  void SetOptions(const Options& options) { options_ = options; }
+  const Options& options() const { return options_; }
 
   // REQUIRES: t_ns does not decrease between calls; total never decreases.
   void RecordLaunches(int64_t t_ns, uint64_t total);
@@ -86,6 +97,7 @@ class CostEstimator {
     int64_t start_ns, end_ns;
     double busy_ns;
     double launches;
+    bool sampled;  // some member had a sample in it (AddBusy)
   };
   double LaunchesAt(int64_t t_ns) const;
   // Busy ns / launches over the newest spans with evidence, until they cover

@@ -15,6 +15,7 @@
 #include <deque>
 #include <vector>
 
+#include "control/compute_controller.h"
 #include "control/share_correction.h"
 #include "shm/launch_pacer.h"
 #include "shm/progress_watch.h"
@@ -50,6 +51,9 @@ struct PlantOptions {
   // The controller multiplies charges by the measured share's correction
   // (ShareCorrection), as ComputeController does.
   bool closed_loop = true;
+  // The estimates multiplied by this (an estimate that lags too high, as
+  // after a backlog of longer kernels; or too low).
+  double estimate_bias = 1.0;
   CostEstimator::Options estimator;
 };
 
@@ -110,6 +114,7 @@ class Plant {
   // The charge of member 0's launches.
   int64_t charge_ns() const { return o_.per_member ? members_[0].charge_ns : charge_ns_; }
   // The estimator of member 0's charge.
+  double factor() const { return correction_.factor(); }
   const CostEstimator& estimator() const {
     return o_.per_member ? members_[0].estimator : estimator_;
   }
@@ -172,6 +177,7 @@ class Plant {
       }
       if (const int64_t wait = TryAdmit(std::atomic_ref<int64_t>(next_free_), now_, interval);
           wait != 0) {
+        ++waits_;
         if (o_.sleeps) {
           int64_t nap = wait + kPacerBurstNs / 2;
           if (o_.backlog_watch && m.watch.pending() > 0) nap = std::min(nap, kWatchNapNs);
@@ -250,11 +256,12 @@ class Plant {
     }
     if (window_closed && o_.closed_loop) {
       correction_.Update(now_, estimator_.RecentShare(ShareCorrection::kWindowNs), limit_ / 100.0,
-                         std::max(charge_ns_, members_[0].charge_ns));
+                         std::max(charge_ns_, members_[0].charge_ns), waits_ != waits_seen_);
+      waits_seen_ = waits_;
     }
     const double factor = correction_.factor();
     if (int64_t c = estimator_.CostNs(); c > 0) {
-      charge_ns_ = static_cast<int64_t>(static_cast<double>(c) * factor);
+      charge_ns_ = static_cast<int64_t>(static_cast<double>(c) * o_.estimate_bias * factor);
     }
     for (Member& m : members_) {
       m.estimator.RecordLaunches(now_, m.launches);
@@ -264,7 +271,7 @@ class Plant {
         m.closed.pop_front();
       }
       if (int64_t c = m.estimator.CostNs(); c > 0) {
-        m.charge_ns = static_cast<int64_t>(static_cast<double>(c) * factor);
+        m.charge_ns = static_cast<int64_t>(static_cast<double>(c) * o_.estimate_bias * factor);
       }
     }
   }
@@ -285,6 +292,8 @@ class Plant {
   CostEstimator estimator_;
   ShareCorrection correction_;
   uint64_t shifts_seen_ = 0;
+  uint64_t waits_ = 0;  // launches that waited for budget
+  uint64_t waits_seen_ = 0;
 };
 
 struct Case {
@@ -478,6 +487,54 @@ TEST(WorkloadChange, WithoutTheClosedLoopALittleLongerKernelsOvershoot) {
   EXPECT_GT(plant.MaxSecond(7 * kSec, 17 * kSec), 0.55);
 }
 
+// An estimate 30 % too high (the estimator's after a backlog, before the
+// span fix, was up to 10 % high for two seconds; the limiter's measured
+// 53-60 % under a 70 % cap): the group is held back by its budget while
+// NVML measures it under its rate, so the loop lowers its charges. (With a
+// loop that only ever slowed a group down it ran at 54 %.)
+TEST(ShareCorrectionPlant, AGroupChargedTooMuchIsBroughtUpToItsCap) {
+  for (const uint32_t cap : {30u, 70u}) {
+    PlantOptions o;
+    o.kernel_ns = 2 * kMs;
+    o.limit = cap;
+    o.estimate_bias = 1.3;
+    Plant plant(o);
+    plant.RunUntil(14 * kSec);
+    ExpectCapHolds(plant, 3 * kSec, cap);
+  }
+}
+
+// The same group charged 30 % too little is held at its cap from above, as
+// before.
+TEST(ShareCorrectionPlant, AGroupChargedTooLittleIsHeldAtItsCap) {
+  PlantOptions o;
+  o.kernel_ns = 2 * kMs;
+  o.limit = 50;
+  o.estimate_bias = 0.7;
+  Plant plant(o);
+  plant.RunUntil(14 * kSec);
+  ExpectCapHolds(plant, 3 * kSec, 50);
+  EXPECT_GT(plant.factor(), 1.2);
+}
+
+// Kernels 1.43x shorter: within the shift factor, so the estimate comes
+// down over a horizon and meanwhile the group, held back by its budget, runs
+// under its cap (37 % then 45 % under a 50 % cap with a loop that only ever
+// slowed a group down). The two-sided loop brings it up within a second.
+TEST(WorkloadChange, KernelsALittleShorterWithinTheShiftFactor) {
+  PlantOptions o;
+  o.kernel_ns = 2 * kMs;
+  o.limit = 50;
+  Plant plant(o);
+  plant.RunUntil(6 * kSec);
+  plant.set_kernel_ns(1400 * kUs);
+  plant.RunUntil(18 * kSec);
+  EXPECT_EQ(plant.estimator().shifts(), 0u);
+  EXPECT_GE(plant.Share(6 * kSec, 7 * kSec), 0.43) << "the change's first second";
+  ExpectCapHolds(plant, 6 * kSec, 50);
+  EXPECT_GE(plant.Share(7 * kSec, 8 * kSec), 0.48);
+}
+
 TEST(WorkloadChange, KernelsAHundredTimesShorter) {
   PlantOptions o;
   o.kernel_ns = 20 * kMs;
@@ -600,6 +657,37 @@ TEST(CostEstimator, ANewWorkloadReplacesTheHorizonAtOnce) {
   }
   EXPECT_GE(e.shifts(), 1u);
   EXPECT_NEAR(static_cast<double>(e.CostNs()), 10.0 * kMs, 0.5 * kMs);
+}
+
+// A backlog: 50 launches of 20 ms kernels counted as they were admitted,
+// their device time over the next second (windows busy with no launches),
+// then 70 % of 20 ms kernels. Where the horizon's 2 s end among the busy
+// windows, they are not cut from the launches they belong to. (Cut, the
+// estimate rose by half at once: in the plant a group under a 70 % cap then
+// ran at 40-55 % for half a second.)
+TEST(CostEstimator, ABacklogsBusyWindowsStayWithTheirLaunches) {
+  constexpr int64_t kWindow = 166 * kMs;
+  CostEstimator e;
+  int64_t t = 0;
+  uint64_t launches = 0;
+  e.RecordLaunches(t, launches);
+  launches += 50;
+  e.RecordLaunches(t + kMs, launches);
+  e.RecordLaunches(t + kWindow, launches);
+  e.AddBusy(t, t + kWindow, 1.0);
+  t += kWindow;
+  for (int i = 0; i < 5; ++i) {  // the backlog drains
+    e.RecordLaunches(t + kWindow, launches);
+    e.AddBusy(t, t + kWindow, 1.0);
+    t += kWindow;
+  }
+  for (int i = 0; i < 10; ++i) {  // 70 %: 5.81 launches of 20 ms a window
+    launches += i % 6 == 5 ? 5 : 6;
+    e.RecordLaunches(t + kWindow, launches);
+    e.AddBusy(t, t + kWindow, 0.70);
+    t += kWindow;
+    EXPECT_NEAR(static_cast<double>(e.CostNs()), 20.0 * kMs, 1.5 * kMs) << i;
+  }
 }
 
 TEST(CostEstimator, NoiseWithinTheShiftFactorKeepsTheHorizon) {
@@ -786,6 +874,63 @@ TEST(LaunchPacer, AdmitsWithinTheBurstThenSpacesLaunches) {
   // Idle time is not banked beyond the burst.
   EXPECT_EQ(TryAdmit(nf, 10 * kSec, interval, 20 * kMs), 0);
   EXPECT_EQ(next_free, 10 * kSec + interval);
+}
+
+}  // namespace
+}  // namespace gpuslice::control
+
+namespace gpuslice::control {
+namespace {
+
+// NVML's window attribution (compute_controller.h): each 200 ms window goes
+// to one process with the whole window's busy percent. The group launches 20
+// kernels a window and wins one window in five (drawn) at 95 %: 1.9 ms a
+// launch on average. A window won after windows lost is no workload five
+// times longer: no shift is taken, and with the controller's options for
+// window attribution (50 windows' horizon, 8 won at least) the estimate
+// stays within a factor of 1.6 of what a launch was credited on average
+// (with 30 windows, 6 +- 2.2 won, it was 1.9x off).
+struct WindowAttributed {
+  uint64_t shifts = 0;
+  double worst_ratio = 1;  // the estimate over the mean credited, furthest from 1
+};
+WindowAttributed RunWindowAttributed(const CostEstimator::Options& options, int judge_from) {
+  CostEstimator e(options);
+  uint64_t rng = 11;
+  uint64_t total = 0;
+  int won = 0;
+  int windows = 0;
+  int64_t t = 1000 * kMs;
+  e.RecordLaunches(t, 0);
+  WindowAttributed out;
+  for (int k = 1; k <= 150; ++k) {
+    const int64_t start = t;
+    for (int i = 0; i < 4; ++i) {
+      t += 50 * kMs;
+      total += 5;
+      e.RecordLaunches(t, total);
+    }
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    const bool ours = (rng >> 33) % 5 == 0;
+    ++windows;
+    won += ours ? 1 : 0;
+    e.AddBusy(start, t, ours ? 0.95 : 0.0, /*sampled=*/ours);
+    if (k >= judge_from && won > 0) {
+      const double mean_ns = 0.95 * won / windows * 200 * kMs / 20;
+      const double ratio = static_cast<double>(e.CostNs()) / mean_ns;
+      if (std::abs(std::log(ratio)) > std::abs(std::log(out.worst_ratio))) out.worst_ratio = ratio;
+    }
+  }
+  out.shifts = e.shifts();
+  return out;
+}
+
+TEST(CostEstimatorWindowAttribution, AWindowWonIsNoWorkloadShift) {
+  EXPECT_EQ(RunWindowAttributed(CostEstimator::Options{}, 1000).shifts, 0u);
+  const WindowAttributed w = RunWindowAttributed(ComputeController::WindowAttributionOptions(), 40);
+  EXPECT_EQ(w.shifts, 0u);
+  EXPECT_GT(w.worst_ratio, 1 / 1.6);
+  EXPECT_LT(w.worst_ratio, 1.6);
 }
 
 }  // namespace

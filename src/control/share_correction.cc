@@ -16,7 +16,15 @@ double Tolerance(int64_t charge_ns) {
 
 }  // namespace
 
-void ShareCorrection::Update(int64_t now_ns, double share, double rate, int64_t charge_ns) {
+void ShareCorrection::Update(int64_t now_ns, double share, double rate, int64_t charge_ns,
+                             bool held) {
+  // Held back in every window since held_since_ns_.
+  if (!held) {
+    held_since_ns_ = -1;
+  } else if (held_since_ns_ < 0) {
+    held_since_ns_ = last_update_ns_;
+  }
+  last_update_ns_ = now_ns;
   if (rate <= 0 || rate >= 1) {
     factor_ = 1.0;
     rate_ = rate;
@@ -27,11 +35,23 @@ void ShareCorrection::Update(int64_t now_ns, double share, double rate, int64_t 
     Hold(now_ns);
     return;
   }
-  if (share < 0 || charge_ns <= 0 || now_ns < settle_until_ns_) return;
-  if (share > rate + Tolerance(charge_ns)) {
-    factor_ = std::min(kMaxFactor, factor_ * std::sqrt(share / rate));
-  } else if (factor_ > 1.0 && share < rate) {
-    factor_ = std::max(1.0, factor_ * std::sqrt(std::max(share, 0.01) / rate));
+  if (share < 0 || charge_ns <= 0) return;
+  const double tolerance = Tolerance(charge_ns);
+  const double step = std::sqrt(std::max(share, 0.01) / rate);
+  // Held back by its budget throughout the windows measured: what NVML says
+  // is what its charges let it have.
+  const bool held_throughout = held && now_ns - held_since_ns_ >= kWindowNs;
+  const bool settled_down = now_ns >= settle_down_until_ns_;
+  const bool settled = now_ns >= settle_until_ns_ || (settled_down && held_throughout);
+  if (settled && share > rate + tolerance) {
+    factor_ = std::min(kMaxFactor, factor_ * step);  // over: slower
+  } else if (settled && factor_ > 1.0 && share < rate) {
+    factor_ = std::max(1.0, factor_ * step);  // back towards 1 from above
+  } else if (settled_down && held_throughout &&
+             (share < rate - tolerance || (factor_ < 1.0 && share < rate))) {
+    factor_ = std::max(kMinFactor, factor_ * step);  // under while held back: faster
+  } else if (settled_down && factor_ < 1.0 && (share > rate || !held)) {
+    factor_ = std::min(1.0, factor_ * std::max(step, kRelaxStep));  // back towards 1 from below
   }
 }
 

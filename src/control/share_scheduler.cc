@@ -4,6 +4,8 @@
 #include <chrono>
 #include <numeric>
 
+#include "shm/launch_pacer.h"
+
 namespace gpuslice::control {
 namespace {
 
@@ -30,9 +32,12 @@ constexpr int64_t kWantNs = 1'000'000'000;
 constexpr int64_t kFastWindowNs = 200'000'000;
 // Squeeze detection: a measured share this far (plus 1 % of it) below its
 // due counts; a squeezed group whose share does not grow by kGrowBp (or a
-// quarter of the capacity taken meanwhile) within kProbeNs is
+// part of the capacity taken meanwhile, see the probe) within kProbeNs is
 // demand-limited, until it is held back or its share grows by kUnmarkGrowBp.
 constexpr uint32_t kSqueezeMarginBp = 50;
+// The group with the largest due this far (plus half a percent of its due)
+// below what it launched of its due: the capacity creeps down, not up.
+constexpr uint32_t kShortMarginBp = 25;
 constexpr uint32_t kGrowBp = 30;
 constexpr int64_t kProbeNs = 2'000'000'000;
 constexpr uint32_t kUnmarkGrowBp = 200;
@@ -40,6 +45,11 @@ constexpr uint32_t kUnmarkGrowBp = 200;
 constexpr int64_t kSettleNs = 2'000'000'000;
 // How far back the grants a measured share is compared with go.
 constexpr int64_t kDueWindowNs = 1'500'000'000;
+// A charge per launch that moved by more than this factor from one tick to
+// the next (the cost estimator took a workload shift, or came back from one)
+// paced the group on a different cost: what it ran meanwhile is its pacing's,
+// not the device's, for as long as its measured share trails.
+constexpr double kRepriceRatio = 1.2;
 // Capacity steps per tick: down by half the worst shortfall within these
 // bounds, up by kCapacityUpBp.
 constexpr uint32_t kCapacityDownMinBp = 20;
@@ -150,6 +160,8 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     while (recent > 0 && now - st.samples[recent - 1].t_ns <= kWindowNs) --recent;
     const bool launched_recently =
         recent + 1 < st.samples.size() ? in.counters.launches > st.samples[recent].launches : false;
+    // A coarse share (see `coarse` below) trails as any share does.
+    if (in.counters.share_coarse) st.coarse_until_ns = now + kDueWindowNs;
     View v{};
     v.fresh = now < st.fresh_until_ns;
     v.held = held;
@@ -177,10 +189,21 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
   // out of work (demand-limited) and what was taken on its account is given
   // back.
   size_t active = 0;
+  uint32_t active_groups = 1;  // at least 1: a divisor below
+  {
+    uint32_t n = 0;
+    for (const View& v : views) n += v.st != nullptr && v.active ? 1 : 0;
+    active_groups = std::max<uint32_t>(n, 1);
+  }
   bool squeezed = false;
   uint32_t shortfall = 0;
   uint32_t restore = 0;
   bool wanting_any = false;  // some active group is held back by its grant
+  // The settled group with the largest due: it ran a little below what it
+  // launched of its due.
+  uint32_t largest_due = 0;
+  bool all_count = true;  // every active group is settled and its share is the device's evidence
+  bool largest_short = false;
   // What the active groups ran and were due, in all: a device that cannot
   // deliver the grants runs less than they add up to; one that has idle
   // time runs about what they add up to, whatever one group's noise says.
@@ -228,13 +251,47 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     // Its measured share trails by up to kDueWindowNs: that long after.
     if (inputs[i].counters.cpu_wait_bp >= kCpuShortBp) st.cpu_short_until_ns = now + kDueWindowNs;
     const bool cpu_short = now < st.cpu_short_until_ns;
+    // A group whose charge per launch just moved was paced on another cost
+    // (an estimate that doubled for a few ticks halved what it launched): its
+    // shortfall is its pacing's, not the device's, until its share no longer
+    // shows it.
+    const uint64_t charge = inputs[i].counters.charge_ns;
+    if (charge > 0 && st.charge_ns > 0) {
+      const double ratio = static_cast<double>(std::max(charge, st.charge_ns)) /
+                           static_cast<double>(std::min(charge, st.charge_ns));
+      if (ratio > kRepriceRatio) st.repriced_until_ns = now + kDueWindowNs;
+    }
+    st.charge_ns = charge;
+    const bool repriced = now < st.repriced_until_ns;
     // A batch group taking turns (or that took them within the span its
     // share trails by) runs its grant over several turns, not in every
     // second: its shortfall says nothing of the device. (The holder and the
     // latency group are what the device runs meanwhile, and they still count.)
     const bool turns = now < st.turns_until_ns;
-    const bool squeeze = v.active && !unmeasured && !st.demand_limited && !cpu_short && !turns &&
-                         v.executed + margin < due;
+    // A coarse share (NVML's window attribution) is a handful of whole
+    // windows: its shortfall in a second says nothing of the device, and a
+    // group's pacing error (a coarse cost estimate) looks the same. It lowers
+    // nothing; the device's round-robin decides the last points instead.
+    const bool coarse = now < st.coarse_until_ns;
+    const bool counts = v.active && !unmeasured && !st.demand_limited && !cpu_short && !turns &&
+                        !repriced && !coarse;
+    if (v.active && (!counts || now - st.known_since_ns < kSettleNs)) all_count = false;
+    // The settled group with the largest due, and whether it ran a little
+    // less than it launched of its due (see the creep below). One that
+    // launched less than its due (its host is short of CPU, its thread is
+    // busy launching) ran what it launched: no evidence of the device.
+    // Short of CPU does not exclude it here: a group that lacks CPU launches
+    // less than its due, which the comparison with what it launched covers
+    // (and the daemon reads the waits of all its threads, which on a loaded
+    // host pass kCpuShortBp while its launching thread keeps up).
+    const bool evidence =
+        v.active && !unmeasured && !st.demand_limited && !turns && !repriced && !coarse;
+    if (evidence && now - st.known_since_ns >= kSettleNs && due >= largest_due) {
+      largest_due = due;
+      const uint32_t launched_due = std::min(due, v.used);
+      largest_short = v.executed + kShortMarginBp + due / 200 < launched_due;
+    }
+    const bool squeeze = counts && v.executed + margin < due;
     if (!squeeze) {
       if (episode && (!v.active || cpu_short))
         restore = std::max(restore, st.capacity_at_squeeze_bp);
@@ -248,7 +305,15 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     } else if (now - st.squeezed_since_ns >= kProbeNs) {
       const uint32_t dropped =
           st.capacity_at_squeeze_bp - std::min(st.capacity_at_squeeze_bp, capacity_bp_);
-      const bool grew = v.executed >= st.used_at_squeeze_bp + std::max(kGrowBp, dropped / 4);
+      // What lowering K frees goes to every group the device holds back, a
+      // part of it within the probe (the shares trail): a squeezed group
+      // can count on dropped / (8 x the active groups) at least. A quarter
+      // of `dropped` took a group on a device that switches a third of the
+      // time (4 groups, K from 96 towards 63) for one out of work, and K
+      // swung back (ShareSchedulerTest.SharesFollowRequestsOnADevice...).
+      const bool grew =
+          v.executed >=
+          st.used_at_squeeze_bp + std::max<uint32_t>(kGrowBp, dropped / (8 * active_groups));
       if (!grew) {
         // Lowering the capacity did not help it: it has no more work.
         st.demand_limited = true;
@@ -278,8 +343,32 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
   if (active >= 2) {
     if (squeezed) {
       const uint32_t down = std::clamp(shortfall / 2, kCapacityDownMinBp, kCapacityDownMaxBp);
-      capacity_bp_ = std::max(kMinCapacityBp, capacity_bp_ - std::min(capacity_bp_, down));
+      uint32_t next = capacity_bp_ - std::min(capacity_bp_, down);
+      // Every active group's share is evidence of the device (none short of
+      // CPU, repriced, taking turns or out of work) and the grants they were
+      // due were held over the span the shares cover: what they ran together
+      // is what the device can run. Straight there (plus the margin) rather
+      // than a point per tick: on a device that switches a third of the time
+      // that took 3-4 s of the bench's 8.
+      // A device seen to run less than K's floor is no measure of its
+      // capacity (NVML not showing the groups yet, or they ran out of work):
+      // steps and the probe decide then.
+      if (all_count && total_due > total_executed + kSqueezeMarginBp &&
+          total_executed + kSqueezeMarginBp >= kMinCapacityBp) {
+        next = std::min(next, static_cast<uint32_t>(std::min<uint64_t>(
+                                  total_executed + kSqueezeMarginBp, kMaxCapacityBp)));
+      }
+      capacity_bp_ = std::max(kMinCapacityBp, next);
       last_squeeze_ns_ = now;
+    } else if (restore == 0 && largest_short) {
+      // The group with the largest due ran less than it launched of it while
+      // the others ran a little above theirs (the total hides it): the device
+      // is at, or a little above, its capacity, and the round-robin takes
+      // what is missing from the largest grant (its queue grows meanwhile).
+      // Down by the creep's step, not up: K settles about where the largest
+      // group starts to lose, instead of creeping a point or two above it
+      // between squeezes.
+      capacity_bp_ = std::max(kMinCapacityBp, capacity_bp_ - std::min(capacity_bp_, kCapacityUpBp));
     } else if (restore == 0) {
       // Work conservation: capacity not handed out is device time left idle
       // while groups wait. With no squeeze for as long as the measured shares
@@ -429,8 +518,13 @@ void ShareScheduler::TakeTurns(int64_t now, const std::vector<Input>& inputs,
       // holder's, not the new one's.
       int64_t drain = 0;
       if (holder != batch.size()) {
-        drain = std::clamp<int64_t>(inputs[batch[holder]].counters.next_free_ns - now, 0,
-                                    kMaxHandoffNs);
+        // At least the queue its gate let it keep (QueueBoundNs): the
+        // device may have served it more slowly than its budget says.
+        const Counters& last = inputs[batch[holder]].counters;
+        const int64_t queued = QueueBoundNs(
+            PacedIntervalBpNs(static_cast<int64_t>(last.charge_ns), std::max(pool, 1u)),
+            kBatchBurstWithLatencyNs);
+        drain = std::clamp<int64_t>(std::max(last.next_free_ns - now, queued), 0, kMaxHandoffNs);
         const double part = static_cast<double>(drain) / static_cast<double>(kPeriodNs);
         views[batch[holder]].st->owed -= pool * part;
         charge_bp = pool * std::max(0.0, 1 - part);

@@ -34,11 +34,19 @@
 // queue in the driver), so only the measured share tells: while a group
 // that wants more runs less than the least grant it had over the last 1.5 s
 // (the measurement trails by about a second), K drops; otherwise K creeps
-// back up (1 point per second), and while no group was squeezed for 1.5 s
+// back up (1 point per second; down at that pace instead while the group with the largest due
+// runs less than it launched of its due, by a quarter point plus half a percent: at the device's
+// capacity the round-robin takes the missing time from the largest grant while the others run a
+// little above theirs, which hides it from the total; a group that launched less than its due is
+// no evidence), and while no group was squeezed for 1.5 s
 // and some group is held back by its grant (the device is left idle while
-// groups wait), by a sixteenth of what is left below 100 % per tick. Every 2 s of a squeeze the
-// scheduler checks that it helped (the group's share grew); if not, the group is taken to be out of
-// work (a synchronous workload), K is given back, and the group no longer lowers it until it is
+// groups wait), by a sixteenth of what is left below 100 % per tick. A squeeze lowers K by half
+// the worst shortfall per tick (at most a point), or, when every active group's share is
+// evidence of the device (none short of CPU, repriced, taking turns, out of work or starting),
+// straight to what they ran together plus the margin. Every 2 s of a squeeze the
+// scheduler checks that it helped (the group's share grew by at least 0.3 points, or by K's drop /
+// (8 x the active groups): its part of what the drop freed); if not, the group is taken to be out
+// of work (a synchronous workload), K is given back, and the group no longer lowers it until it is
 // held back or its share grows. Requests are scaled by K / 10000, so when every group saturates,
 // shares of the time the device executes follow the requests. A group whose processes wait for a
 // CPU (a host with far more runnable threads than cores) launches less than it is granted whatever
@@ -46,6 +54,18 @@
 // nothing, so that a loaded host does not halve every grant for the seconds K takes to come back.
 // K still rises meanwhile (work conservation: a device left idle while groups wait is the worse
 // error); once the host has CPU again a K above what the device runs is lowered as usual.
+// Likewise a group whose charge per launch moved by more than a fifth from one tick to the next
+// (its cost estimator took a workload shift, or came back from one) was paced on another cost
+// for a while: its shortfall lowers nothing for as long as its measured share trails.
+// And a group whose measured share is coarse: NVML's window attribution (an H100 with driver
+// r580 gives each ~200 ms window to one process, with the whole window's busy) makes its one-
+// second share a handful of whole windows, tens of points off either way, and its cost estimate
+// coarse too. Such a share (Counters::share_coarse, as its controller tells it) lowers nothing
+// (neither a squeeze nor the creep) while it is, and for as long as the share trails after: K is
+// then learned from the groups measured precisely, or stays where it is (up to 100 %), and the
+// device's round-robin decides the last few points between saturating groups (on the H100 that
+// gave train 78-80 % for its request of 70 and 92 % together, where a sinking K left a quarter
+// of the device idle).
 //
 // Latency priority: while a latency group is active on the GPU, batch groups
 // get a short burst (kBatchBurstWithLatencyNs) so their queues stay shallow,
@@ -62,10 +82,12 @@
 // for its turns): over a few turns each batch group gets its grant. A new
 // holder waits (hold_until_ns) until the previous holder's queue has
 // drained: until its budget's time (Counters::next_free_ns: what it was
-// admitted is paid for at the pool's rate, and it runs faster than that
-// while it has the device but for the latency group), at most
-// kMaxHandoffNs; so that one batch context at most has work queued and a
-// latency kernel waits for one slice at most.
+// admitted is paid for at the pool's rate), and at least the queue its gate
+// lets it keep (QueueBoundNs, shm/launch_pacer.h: the device may serve the
+// holder more slowly than the pool's rate, the latency group's kernels and
+// their switches coming first, and the gate bounds the queue's age, not the
+// budget), at most kMaxHandoffNs; so that one batch context at most has work
+// queued and a latency kernel waits for one slice at most.
 //
 // Time is injected (a Clock); Tick() does no I/O. Not thread-safe: one
 // instance per GPU, on the daemon's control thread.
@@ -125,6 +147,11 @@ class ShareScheduler {
     // Its budget (CLOCK_MONOTONIC): the work it was admitted is paid for, at
     // its rate, by then; 0: not known.
     int64_t next_free_ns = 0;
+    // share_bp is coarse: whole NVML windows, each given to one process
+    // (NVML's window attribution, control/compute_controller.h; the
+    // segment's share_windowed), right on average, tens of points off in any
+    // second.
+    bool share_coarse = false;
   };
   struct Input {
     std::string group;             // unique per GPU
@@ -179,10 +206,17 @@ class ShareScheduler {
     bool demand_limited = false;
     uint32_t used_at_mark_bp = 0;
     int64_t cpu_short_until_ns = 0;  // short of CPU (or its share still shows it) until then
+    // Its charge per launch as last seen, and until when its measured share
+    // may still show a pacing on a charge that moved (see kRepriceRatio).
+    uint64_t charge_ns = 0;
+    int64_t repriced_until_ns = 0;
     // Batch turns beside a latency group: what it is owed (grant accrued per
     // tick, less the pool for each tick of its turns), in basis points x ticks.
     double owed = 0;
     int64_t turns_until_ns = 0;  // took turns recently: its own shortfall lowers nothing
+    // Until when its measured share is coarse (Counters::share_coarse, and
+    // the span the share trails by after).
+    int64_t coarse_until_ns = 0;
   };
 
   // Per-group view of one tick.

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "shm/launch_pacer.h"
+
 namespace gpuslice::control {
 namespace {
 
@@ -35,9 +37,15 @@ class FakeGpu {
     // The part of what its pace admits that it gets to launch: below 1 its
     // host is short of CPU (it still waits for its budget when it runs).
     double cpu = 1.0;
-    bool cpu_known = true;        // the daemon can read its threads' CPU waits
-    double charge_ns = 1e6;       // device time per launch
-    bool charge_known = true;     // else the counters say 0 (not estimated yet)
+    bool cpu_known = true;     // the daemon can read its threads' CPU waits
+    int32_t cpu_wait_bp = -1;  // >= 0: what the daemon reads, whatever `cpu` is
+    double charge_ns = 1e6;    // device time per launch
+    bool charge_known = true;  // else the counters say 0 (not estimated yet)
+    // The controller's estimate of a launch's cost over the true one: the
+    // pacer charges each launch charge_ns x this, so the group offers its
+    // pace / this of the device (an estimate that jumps, as a cost
+    // estimator's workload-shift detection can, slows it for a while).
+    double charge_error = 1.0;
     double launches = 0;          // fractional launches
     uint32_t grant_bp = 0;        // as last written
     int64_t hold_until_ns = 0;    // as last written
@@ -46,6 +54,7 @@ class FakeGpu {
     int64_t share_lag_ticks = 0;  // NVML reads 0 for this many ticks after it starts
     int64_t ticks = 0;            // ticks since it was added
     std::vector<double> history;  // served, the last ticks
+    std::vector<double> windows;  // point-sampled NVML windows (see set_point_sampled_nvml)
   };
 
   explicit FakeGpu(double capacity) : capacity_(capacity) {}
@@ -57,6 +66,15 @@ class FakeGpu {
     g.input.limit_percent = limit;
     g.input.weight = weight;
     return groups_.emplace(name, g).first->second;
+  }
+  // bench/scheduler's requests case: four saturating groups "r10" .. "r40"
+  // requesting 10 .. 40 %; returned in that order.
+  std::vector<Group*> AddRequests10To40() {
+    std::vector<Group*> added;
+    for (uint32_t request : {10u, 20u, 30u, 40u}) {
+      added.push_back(&Add("r" + std::to_string(request), request));
+    }
+    return added;
   }
   Group& operator[](const std::string& name) { return groups_.at(name); }
   void Remove(const std::string& name) { groups_.erase(name); }
@@ -75,7 +93,8 @@ class FakeGpu {
                               ? g.input.limit_percent / 100.0
                               : std::min(g.grant_bp / 10000.0, g.input.limit_percent / 100.0);
       // Without a launch cost the pacer cannot pace: the group runs free.
-      offer[i] = g.charge_known ? std::min(g.demand, pace) : std::min(g.demand, 1.0);
+      offer[i] =
+          g.charge_known ? std::min(g.demand, pace / g.charge_error) : std::min(g.demand, 1.0);
       // Held for part (or all) of the tick: it launches nothing meanwhile.
       const double held_for = std::clamp(
           static_cast<double>(g.hold_until_ns - clock_.NowNs()) / static_cast<double>(kTickNs), 0.0,
@@ -111,6 +130,10 @@ class FakeGpu {
       const double noise = (ticks_ / 10) % 2 == 0 ? g.share_noise : -g.share_noise;
       g.input.counters.share_bp = static_cast<int32_t>(
           10000 * std::max(0.0, ran / static_cast<double>(g.history.size()) + noise));
+      if (point_sampled_) {
+        g.input.counters.share_bp = PointSampledShareBp(g, served, i);
+        g.input.counters.share_coarse = true;  // as the controller tells it
+      }
       const bool held = !g.input.paused && g.charge_known && wants[i];
       if (held) ++g.input.counters.waits;
       // Its budget: one launch ahead of now at its pace while it launches.
@@ -122,13 +145,15 @@ class FakeGpu {
       // Held to the end of the tick: its threads are still in the gate.
       g.input.counters.waiting = g.hold_until_ns > clock_.NowNs() + kTickNs && g.demand > 0 ? 1 : 0;
       g.input.counters.launches = static_cast<uint64_t>(g.launches);
-      g.input.counters.charge_ns = g.charge_known ? static_cast<uint64_t>(g.charge_ns) : 0;
+      g.input.counters.charge_ns =
+          g.charge_known ? static_cast<uint64_t>(g.charge_ns * g.charge_error) : 0;
       if (++g.ticks <= g.share_lag_ticks) g.input.counters.share_bp = 0;
       if (!g.charge_known) g.input.counters.share_bp = -1;
       // Its threads wait for a CPU about as long as they cannot launch.
       if (g.cpu_known) {
         g.input.counters.cpu_wait_bp = static_cast<int32_t>(10000 * (1 - g.cpu));
       }
+      if (g.cpu_wait_bp >= 0) g.input.counters.cpu_wait_bp = g.cpu_wait_bp;
     }
     clock_.Advance(kTickNs);
     ++ticks_;
@@ -181,15 +206,68 @@ class FakeGpu {
   ShareScheduler& scheduler() { return scheduler_; }
   int64_t now_ns() const { return clock_.NowNs(); }
   void set_capacity(double capacity) { capacity_ = capacity; }
+  // NVML as measured on an H100 (r580) with contexts time-sliced
+  // (docs/gpu-tier.md): each sampling window's busy time is attributed to
+  // one process, the one running when the window was sampled, not split by
+  // what each ran. Over a second (five 200 ms windows) a group's share is a
+  // handful of whole windows: right on average, tens of points off in any
+  // one second. The draw is seeded: every run sees the same samples. The
+  // group's controller tells that attribution from the samples and says so
+  // with the share (Counters::share_coarse).
+  void set_point_sampled_nvml() { point_sampled_ = true; }
 
  private:
+  static constexpr int64_t kNvmlWindowTicks = 2;  // 200 ms
+  static constexpr size_t kNvmlWindowsPerShare = 5;
+
+  // The group's share over the last second of point-sampled windows: at
+  // each window's close, the window (what the device ran in it) goes to one
+  // group, drawn by what each ran in the tick.
+  int32_t PointSampledShareBp(Group& g, const std::vector<double>& served, size_t index) {
+    if (ticks_ % kNvmlWindowTicks == 0 && index == 0) {
+      double busy = 0;
+      for (double s : served) busy += s;
+      rng_ = rng_ * 6364136223846793005ULL + 1442695040888963407ULL;
+      double draw = static_cast<double>(rng_ >> 11) * 0x1.0p-53 * busy;
+      sampled_owner_ = served.size();
+      for (size_t k = 0; k < served.size(); ++k) {
+        if (draw < served[k]) {
+          sampled_owner_ = k;
+          break;
+        }
+        draw -= served[k];
+      }
+      sampled_busy_ = busy;
+    }
+    if (ticks_ % kNvmlWindowTicks == 0) {
+      g.windows.push_back(sampled_owner_ == index ? sampled_busy_ : 0);
+      if (g.windows.size() > kNvmlWindowsPerShare) g.windows.erase(g.windows.begin());
+    }
+    double sum = 0;
+    for (double w : g.windows) sum += w;
+    return g.windows.empty()
+               ? 0
+               : static_cast<int32_t>(10000 * sum / static_cast<double>(g.windows.size()));
+  }
+
   double capacity_;
+  bool point_sampled_ = false;
+  uint64_t rng_ = 42;
+  size_t sampled_owner_ = 0;
+  double sampled_busy_ = 0;
   int64_t ticks_ = 0;
   SimulatedClock clock_{1000 * kMs};
   ShareScheduler scheduler_{clock_};
   std::map<std::string, Group> groups_;
   std::vector<ShareScheduler::Output> last_;
 };
+
+// What the device ran of the time, all groups together (a ShareOfDevice map).
+double Total(const std::map<std::string, double>& shares) {
+  double total = 0;
+  for (const auto& [name, share] : shares) total += share;
+  return total;
+}
 
 TEST(ShareSchedulerTest, OneActiveGroupGetsItsLimit) {
   FakeGpu gpu(0.95);
@@ -305,8 +383,7 @@ TEST(ShareSchedulerTest, CapacityComesBackQuicklyWhenTheDeviceIsLeftIdle) {
   gpu.set_capacity(0.97);
   gpu.Run(5000 * kMs);
   std::map<std::string, double> device = gpu.ShareOfDevice(3000 * kMs);
-  double busy = 0;
-  for (auto& [name, share] : device) busy += share;
+  const double busy = Total(device);
   EXPECT_GT(busy, 93);  // of the 97 the device can execute (1 point/s: 87)
   EXPECT_GE(device["r50"], 48);
   EXPECT_LE(device["l30"], 30.01);
@@ -322,26 +399,199 @@ TEST(ShareSchedulerTest, NoiseInOneGroupsShareDoesNotLeaveTheDeviceIdle) {
   gpu.Add("rest", 0);
   gpu.Run(6000 * kMs);
   std::map<std::string, double> device = gpu.ShareOfDevice(4000 * kMs);
-  double busy = 0;
-  for (auto& [name, share] : device) busy += share;
+  const double busy = Total(device);
   EXPECT_GT(busy, 95);
   EXPECT_GE(device["r50"], 48);
 }
+
+// On a real GPU a time-sliced group's NVML share over a second is a few
+// whole windows (set_point_sampled_nvml): tens of points off either way. A
+// group read below its due in one second is not a device that cannot
+// deliver: the capacity must stay near what the device runs, the request
+// must hold, and the device must stay busy. (On an H100 the daemon's
+// capacity sank to ~75 % this way, train at 61-69 % of the GPU for its
+// request of 70; with the capacity pinned at 100 % it got 78-80 %.)
+TEST(ShareSchedulerTest, PointSampledNvmlDoesNotSinkTheCapacity) {
+  FakeGpu gpu(0.92);
+  gpu.set_point_sampled_nvml();
+  gpu.Add("train", 70);
+  gpu.Add("notebook", 0, 30);
+  gpu.Run(10'000 * kMs);
+  EXPECT_GE(gpu.scheduler().capacity_bp(), 9000u);
+  std::map<std::string, double> device = gpu.ShareOfDevice(20'000 * kMs);
+  const double busy = device["train"] + device["notebook"];
+  EXPECT_GT(busy, 88) << "train " << device["train"] << ", notebook " << device["notebook"]
+                      << ", capacity " << gpu.scheduler().capacity_bp();
+  EXPECT_GE(device["train"], 0.92 * 70 - 2);
+  EXPECT_LE(device["notebook"], 30);
+}
+
+// Under NVML's window attribution the cost estimates are coarse too: on the
+// simulator train's charge drifted to 1.65x its kernels' length over a few
+// seconds (its estimate holds few whole windows), so it launched and ran
+// well below its grant. Its one-second share is a handful of whole windows,
+// no evidence of the device: that shortfall must not take the capacity down
+// with it (it went to its floor, 42.5/7.5, and the device ran half idle
+// for 10 s after the estimate came back).
+TEST(ShareSchedulerTest, UnderPointSampledNvmlAGroupsPacingErrorDoesNotSinkTheCapacity) {
+  FakeGpu gpu(0.985);
+  gpu.set_point_sampled_nvml();
+  gpu.Add("train", 70);
+  gpu.Add("notebook", 0, 30);
+  gpu.Run(10'000 * kMs);
+  uint32_t least = gpu.scheduler().capacity_bp();
+  // The drift: up by 5 % a tick (no repricing) to 1.65, for 5 s, and back.
+  for (int64_t t = 0; t < 8'000 * kMs; t += kTickNs) {
+    const double error =
+        t < 1'000 * kMs ? 1.0 + 0.65 * static_cast<double>(t) / (1'000 * kMs)
+        : t < 6'000 * kMs
+            ? 1.65
+            : std::max(1.0, 1.65 - 0.65 * static_cast<double>(t - 6'000 * kMs) / (1'000 * kMs));
+    gpu["train"].charge_error = error;
+    gpu.Step();
+    least = std::min(least, gpu.scheduler().capacity_bp());
+  }
+  gpu["train"].charge_error = 1.0;
+  EXPECT_GE(least, 9000u);
+  std::map<std::string, double> device = gpu.ShareOfDevice(10'000 * kMs);
+  const double busy = device["train"] + device["notebook"];
+  EXPECT_GT(busy, 95) << "train " << device["train"] << ", notebook " << device["notebook"];
+}
+
+// In split attribution a group's share is precise: the same shortfall is the
+// device's (or the group's own) for the scheduler as before, and a device
+// that runs less than K is still learned (see
+// SharesFollowRequestsOnADeviceThatSwitchesAThirdOfTheTime).
 
 // Groups starting: NVML shows nothing of them for a while (its samples
 // trail the device). That is no squeeze: the capacity is not lowered, and
 // the device is kept busy from the start.
 TEST(ShareSchedulerTest, GroupsStartingDoNotLowerTheCapacity) {
   FakeGpu gpu(0.97);
-  for (const char* name : {"r10", "r20", "r30", "r40"}) {
-    gpu.Add(name, static_cast<uint32_t>(std::stoi(name + 1))).share_lag_ticks = 15;
-  }
+  for (FakeGpu::Group* g : gpu.AddRequests10To40()) g->share_lag_ticks = 15;
   gpu.Run(2000 * kMs);
   EXPECT_GE(gpu.scheduler().capacity_bp(), 9400u);
   std::map<std::string, double> device = gpu.ShareOfDevice(2000 * kMs);
-  double busy = 0;
-  for (auto& [name, share] : device) busy += share;
+  const double busy = Total(device);
   EXPECT_GT(busy, 95);
+}
+
+// At the device's capacity the round-robin takes what is missing from the
+// group with the largest grant, while the others run a little above theirs
+// (the total hides the shortfall from a squeeze). The capacity settles where
+// that group starts to lose rather than creeping a point or two above it
+// between squeezes: the 40 group keeps its request of what the device
+// executes (bench/scheduler's all-200 us case: K 95-97 on a device that ran
+// 93.5, the 40 group 35.1).
+TEST(ShareSchedulerTest, TheLargestGroupKeepsItsRequestAtTheDevicesCapacity) {
+  FakeGpu gpu(0.93);
+  gpu.AddRequests10To40();
+  gpu.Run(10'000 * kMs);
+  double capacity = 0;
+  double largest = 0;
+  double busy = 0;
+  const int ticks = 100;
+  for (int k = 0; k < ticks; ++k) {
+    gpu.Step();
+    capacity += gpu.scheduler().capacity_bp() / static_cast<double>(ticks);
+    largest += gpu["r40"].served;
+    for (const char* name : {"r10", "r20", "r30", "r40"}) busy += gpu[name].served;
+  }
+  EXPECT_LE(capacity, 9300 + 120);
+  EXPECT_GE(capacity, 9300 - 150);
+  EXPECT_GE(100 * largest / busy, 39.3);
+}
+
+// The largest group cannot launch all of its grant (its one launching thread
+// is busy: 20 us kernels at 40 % are 20,000 launches a second), and the
+// daemon sees no CPU wait. It launches less than it is due, and runs what it
+// launches: that is not the device running less than its grants, and the
+// capacity is not walked down for it (bench/scheduler's reverse order once
+// fell to K 72 so, the device 29 % idle).
+TEST(ShareSchedulerTest, AGroupThatLaunchesLessThanItsGrantDoesNotWalkTheCapacityDown) {
+  FakeGpu gpu(0.95);
+  gpu.AddRequests10To40();
+  gpu["r40"].cpu = 0.95;
+  gpu["r40"].cpu_known = false;
+  gpu.Run(10'000 * kMs);
+  uint32_t least = 10000;
+  for (int64_t t = 0; t < 20'000 * kMs; t += kTickNs) {
+    gpu.Step();
+    least = std::min(least, gpu.scheduler().capacity_bp());
+  }
+  EXPECT_GE(least, 9000u);
+  std::map<std::string, double> device = gpu.ShareOfDevice(3000 * kMs);
+  const double busy = Total(device);
+  EXPECT_GT(busy, 90);
+}
+
+// A device that switches contexts a third of the time (1 ms slices, 500 us
+// switches) executes 63 % of it. Lowering K to that frees the small groups'
+// time for the large ones only in part within a probe (the rest of it goes to
+// the other squeezed groups, and the measured shares trail): the probe must
+// not take that for a group out of work and give K back, or K swings between
+// 77 and 96 and the round-robin, not the requests, splits the device
+// (bench/scheduler's 1 ms x 500 us sweep: 12.9 / 25.8 / 30.6 / 30.7).
+TEST(ShareSchedulerTest, SharesFollowRequestsOnADeviceThatSwitchesAThirdOfTheTime) {
+  FakeGpu gpu(0.63);
+  gpu.AddRequests10To40();
+  // Every group's share is evidence of the device: K goes straight to what
+  // they ran together once the squeeze shows, not a point per tick (the
+  // bench measures 8 s after a 2 s warm-up).
+  gpu.Run(4000 * kMs);
+  EXPECT_LE(gpu.scheduler().capacity_bp(), 6300 + 400);
+  gpu.Run(11'000 * kMs);
+  std::map<std::string, double> share = gpu.ShareOfBusy(10'000 * kMs);
+  EXPECT_NEAR(share["r10"], 10, 1.5);
+  EXPECT_NEAR(share["r20"], 20, 1.5);
+  EXPECT_NEAR(share["r30"], 30, 1.5);
+  EXPECT_NEAR(share["r40"], 40, 1.5);
+  EXPECT_NEAR(gpu.scheduler().capacity_bp(), 6300, 300);
+}
+
+// On a loaded host the daemon reads every group's threads waiting for a CPU
+// 10 % of the time or more (all of its threads, summed), while each group's
+// launching thread keeps up with its grant. Short of CPU lowers no capacity
+// and K rises meanwhile; the largest group, which launches its due and runs
+// less, still shows that K is above the device (bench/scheduler at load 8:
+// K 98-99 on a device that ran 93, the 40 group 35.7).
+TEST(ShareSchedulerTest, TheLargestGroupKeepsItsRequestWhenEveryGroupReadsShortOfCpu) {
+  FakeGpu gpu(0.93);
+  for (FakeGpu::Group* g : gpu.AddRequests10To40()) g->cpu_wait_bp = 1500;
+  gpu.Run(10'000 * kMs);
+  std::map<std::string, double> share = gpu.ShareOfBusy(10'000 * kMs);
+  EXPECT_GE(share["r40"], 38.5);
+  EXPECT_LE(gpu.scheduler().capacity_bp(), 9300 + 200);
+}
+
+// A group's launch cost estimate jumping for a moment (the cost estimator
+// took a workload shift, as at a group's start, then came back): paced on a
+// doubled charge, the group ran half its grant for a few ticks, and its
+// measured share shows it for about a second. That is the group's own
+// pacing, not a device that cannot deliver: the capacity is not lowered, and
+// the device is kept busy (bench/scheduler's all-200 us case lost ~10
+// points of capacity to one such jump and took ~8 s to get them back).
+TEST(ShareSchedulerTest, AGroupRepricedForAMomentDoesNotLowerTheCapacity) {
+  FakeGpu gpu(0.93);
+  gpu.AddRequests10To40();
+  gpu.Run(8000 * kMs);
+  const uint32_t before = gpu.scheduler().capacity_bp();
+  ASSERT_GE(before, 9000u);
+  for (double error : {2.2, 2.2, 1.8, 1.8, 1.15, 1.15, 1.05}) {
+    gpu["r40"].charge_error = error;
+    gpu.Step();
+  }
+  gpu["r40"].charge_error = 1.0;
+  uint32_t least = before;
+  for (int64_t t = 0; t < 3000 * kMs; t += kTickNs) {
+    gpu.Step();
+    least = std::min(least, gpu.scheduler().capacity_bp());
+  }
+  EXPECT_GE(least + 300, before);
+  std::map<std::string, double> device = gpu.ShareOfDevice(3000 * kMs);
+  const double busy = Total(device);
+  EXPECT_GT(busy, 90);  // of the 93 it can execute
+  EXPECT_NEAR(device["r40"], 0.4 * busy, 2);
 }
 
 // The capacity is raised no further than the device was seen to run (plus
@@ -534,6 +784,45 @@ TEST(ShareSchedulerTest, BatchGroupsTakeTurnsBesideALatencyGroup) {
   gpu["lat"].demand = 0;  // the latency group goes idle: no turns
   gpu.Run(2000 * kMs);
   for (const char* b : {"b0", "b1", "b2"}) EXPECT_EQ(gpu.Out(b).hold_until_ns, 0) << b;
+}
+
+// A new turn's holder waits until the last holder's queue has run out: at
+// least as long as the queue the last holder's gate let it keep
+// (QueueBoundNs of its launches at the pool's rate), whatever its budget
+// says; the device may have served it more slowly than its budget admitted
+// (the latency group's kernels and their switches come first). Before, the
+// hold ended at the last holder's budget time, one launch ahead here, and a
+// 2 ms or 20 ms holder's queue ran on beside the next holder's, so a latency
+// kernel waited for two batch contexts' slices.
+TEST(ShareSchedulerTest, ANewHolderWaitsOutTheQueueTheLastHoldersGateAllows) {
+  FakeGpu gpu(0.95);
+  auto& lat = gpu.Add("lat", 20);
+  lat.input.latency = true;
+  lat.demand = 0.05;
+  gpu.Add("b0", 0).charge_ns = 200'000;
+  gpu.Add("b1", 0).charge_ns = 2'000'000;
+  gpu.Add("b2", 0).charge_ns = 20'000'000;
+  gpu.Run(3000 * kMs);
+  std::string holder;
+  int handoffs = 0;
+  for (int64_t t = 0; t < 6000 * kMs; t += kTickNs) {
+    gpu.Step();
+    for (const char* b : {"b0", "b1", "b2"}) {
+      const ShareScheduler::Output& o = gpu.Out(b);
+      if (o.hold_until_ns == kHoldForever || holder == b) continue;
+      if (!holder.empty()) {
+        ++handoffs;
+        // The holder is paced at the pool: the last holder ran at about it.
+        const auto last_charge = static_cast<int64_t>(gpu[holder].charge_ns);
+        const int64_t queued = QueueBoundNs(PacedIntervalBpNs(last_charge, o.grant_bp),
+                                            ShareScheduler::kBatchBurstWithLatencyNs);
+        EXPECT_GE(o.hold_until_ns - gpu.now_ns(), std::min(queued, ShareScheduler::kMaxHandoffNs))
+            << holder << " -> " << b;
+      }
+      holder = b;
+    }
+  }
+  EXPECT_GE(handoffs, 20);
 }
 
 // A batch group whose launch cost is not known yet (paced at its limit) is

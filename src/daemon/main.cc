@@ -491,11 +491,15 @@ int Run(int argc, char** argv) {
   compute_backstop.Recover();
   if (config.compute_backstop != "off") compute_backstop.Start();
 
+  // The kubelet side, once started (later): its allocations' checkpoints are
+  // retried here too. Set before the API serves, read on the monitor thread.
+  std::atomic<kubelet::KubeletSide*> kube_side{nullptr};
   monitor.SetTickHook(
-      [&manager, &usage, &monitor, &collector, &hub, &backstop, &enforcers, &registry] {
+      [&manager, &usage, &monitor, &collector, &hub, &backstop, &enforcers, &registry, &kube_side] {
         manager.ExpireDue();
         enforcers.Reconcile();
         (void)registry.RetryCheckpoint();  // a checkpoint a full disk left behind (logged there)
+        if (kubelet::KubeletSide* side = kube_side.load()) (void)side->RetryCheckpoint();  // same
         usage.Refresh(*monitor.Current());
         if (backstop) backstop->Tick(*monitor.Current());
         SegmentCollector::Sweep sweep = collector.MaybeSweep();
@@ -687,6 +691,7 @@ int Run(int argc, char** argv) {
       return kExitFailure;
     }
     kubelet_side = std::move(*side);
+    kube_side.store(kubelet_side.get());
   }
   GS_LOG(kInfo, "gpusliced", "event=ready socket=%s tcp=%s gpus=%u pid=%d", config.socket.c_str(),
          config.listen_tcp.empty() ? "off" : config.listen_tcp.c_str(), manager.DeviceCount(),

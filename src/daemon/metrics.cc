@@ -90,6 +90,21 @@ std::string FormatMetrics(const Snapshot& snapshot) {
       out += f.name + labels[i] + " " + Number(f.value(snapshot.gpus[i])) + "\n";
     }
   }
+  // How each GPU was read (gpu_monitor.h): a GPU whose reads fail keeps its
+  // last values above, so these say whether to trust them.
+  out +=
+      "# HELP gpuslice_gpu_up 1 if the last sample read the GPU, 0 if its read failed "
+      "(e.g. NVML_ERROR_GPU_IS_LOST; its other values are then its last good ones).\n";
+  out += "# TYPE gpuslice_gpu_up gauge\n";
+  for (size_t i = 0; i < snapshot.gpus.size() && i < snapshot.reads.size(); ++i) {
+    out += "gpuslice_gpu_up" + labels[i] + (snapshot.reads[i].failed ? " 0\n" : " 1\n");
+  }
+  out += "# HELP gpuslice_gpu_read_failures_total Samples whose read of the GPU failed.\n";
+  out += "# TYPE gpuslice_gpu_read_failures_total counter\n";
+  for (size_t i = 0; i < snapshot.gpus.size() && i < snapshot.reads.size(); ++i) {
+    out += "gpuslice_gpu_read_failures_total" + labels[i] + " " +
+           std::to_string(snapshot.reads[i].failures) + "\n";
+  }
   out += "# HELP gpuslice_gpu_info Static GPU identity (value 1).\n";
   out += "# TYPE gpuslice_gpu_info gauge\n";
   for (const GpuInfo& g : snapshot.gpus) {

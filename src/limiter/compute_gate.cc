@@ -89,8 +89,9 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
     begin_wait();
     // Sleep on until half the burst is free, so that one wake-up admits a
     // batch of small launches rather than one (nothing is lost: the budget
-    // still runs ahead of now when this thread wakes).
-    segment.WaitForChange(seen, std::min(wait + burst / 2, before_nap()));
+    // still runs ahead of now when this thread wakes), but never more than
+    // about a slice past the time it is due (PacerNapNs).
+    segment.WaitForChange(seen, std::min(PacerNapNs(wait, burst), before_nap()));
     // The controller may have refined the estimate while this thread slept.
     if (const int64_t fresh = budget.charge_ns(); fresh > 0) charge_ns = fresh;
   }
@@ -151,9 +152,13 @@ void Drain(const GroupSegment& segment, int dev, CUstream stream) {
 // Before a launch on `stream` charged `charge_ns`: the backlog watch
 // (shm/progress_watch.h). If a marker missed its deadline, waits for the
 // stream to drain: every launch queued behind it is as wrongly charged.
+// While the scheduler has set the device's burst (a batch group beside a
+// latency group), also waits while the stream's oldest unfinished marker is
+// older than QueueBoundNs (shm/launch_pacer.h), looking every
+// ProgressWatch::kQueryPeriodNs, at most kBacklogMaxWaitNs.
 // Returns the longest a wait for the budget may sleep before looking again.
-int64_t WatchBacklog(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog& b,
-                     int64_t charge_ns) {
+int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget, CUstream stream,
+                     StreamBacklog& b, int64_t charge_ns) {
   constexpr int64_t kNoCap = INT64_MAX / 4;
   const uint32_t rate_bp = segment.PacedRateBp(dev);
   const real::CudaTable& cu = real::Cuda();
@@ -165,21 +170,33 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, CUstream stream, Stre
   // stream can hold.
   const int64_t unknown_ahead =
       BacklogAllowanceNs(PacedIntervalBpNs(charge_ns, rate_bp), burst, rate_bp);
-  b.Lock();
-  const ProgressWatch::Verdict verdict =
-      b.watch.Check(MonotonicNs(), unknown_ahead, rate_bp, [&](int i) {
-        return b.markers[i] == nullptr || cu.cuEventQuery(b.markers[i]) != CUDA_ERROR_NOT_READY;
-      });
-  const int pending = b.watch.pending();
-  b.Unlock();
-  if (verdict == ProgressWatch::Verdict::kBacklog) {
-    Drain(segment, dev, stream);
+  const int64_t interval = PacedIntervalBpNs(charge_ns, rate_bp);
+  const int64_t queue_bound = QueueBoundNs(interval, burst);
+  const int64_t since = MonotonicNs();
+  for (;;) {
+    const int64_t now = MonotonicNs();
     b.Lock();
-    b.watch.Drained(MonotonicNs());
+    const ProgressWatch::Verdict verdict = b.watch.Check(now, unknown_ahead, rate_bp, [&](int i) {
+      return b.markers[i] == nullptr || cu.cuEventQuery(b.markers[i]) != CUDA_ERROR_NOT_READY;
+    });
+    const int pending = b.watch.pending();
+    const bool deep = b.watch.PendingSince(now - queue_bound);
     b.Unlock();
-    return kNoCap;
+    if (verdict == ProgressWatch::Verdict::kBacklog) {
+      Drain(segment, dev, stream);
+      b.Lock();
+      b.watch.Drained(MonotonicNs());
+      b.Unlock();
+      return kNoCap;
+    }
+    if (!deep || segment.ComputeBurst(dev) <= 0 || now - since >= kBacklogMaxWaitNs) {
+      return pending > 0 ? kWatchNapNs : kNoCap;
+    }
+    // What the budget would bank meanwhile would end the wait in a burst.
+    budget.RaiseBehind(now, burst - interval);
+    const timespec ts{0, ProgressWatch::kQueryPeriodNs};
+    nanosleep(&ts, nullptr);
   }
-  return pending > 0 ? kWatchNapNs : kNoCap;
 }
 
 // After a launch on `stream` charged `charge_ns`: puts a marker behind it
@@ -224,9 +241,9 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
     charge = probe ? 0 : budget.probe_ns();
   }
   const bool watched = !probe && charge > 0;
-  if (watched) WatchBacklog(*segment, dev, stream, *backlog, charge);
+  if (watched) WatchBacklog(*segment, dev, budget, stream, *backlog, charge);
   const auto before_nap = [&] {
-    return watched ? WatchBacklog(*segment, dev, stream, *backlog, charge) : INT64_MAX / 4;
+    return watched ? WatchBacklog(*segment, dev, budget, stream, *backlog, charge) : INT64_MAX / 4;
   };
   if (!Admit(*segment, dev, budget, charge, before_nap)) return call(launch);  // no longer paced
   if (probe) return Probe(*segment, dev, budget, stream, call, launch);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <vector>
 
 #include "common/hot.h"
 #include "common/log.h"
@@ -34,7 +35,7 @@ template <typename Allocate, typename IdOf>
 CUresult Reserved(ProcessState& l, int device, uint64_t bytes, uintptr_t ctx, Resource kind,
                   Allocate&& allocate, IdOf&& id_of) {
   if (device < 0) return allocate();  // no usable context: the driver says why
-  std::optional<Charge> charge = l.ledger().Reserve(device, bytes);
+  std::optional<Charge> charge = l.ledger().ReserveDevice(device, bytes);
   if (!charge) [[unlikely]] {
     // Pools may hold less than they were charged (a synchronize released it).
     charge = l.ReserveAfterPoolRefresh(device, bytes);
@@ -43,18 +44,16 @@ CUresult Reserved(ProcessState& l, int device, uint64_t bytes, uintptr_t ctx, Re
   charge->context = ctx;
   const CUresult rc = allocate();
   if (rc != CUDA_SUCCESS) {
-    l.ledger().Release(*charge);
+    l.ledger().ReleaseReserved(*charge);
     return rc;
   }
-  l.ledger().Track(kind, id_of(), *charge);
+  l.ledger().TrackReserved(kind, id_of(), *charge);
   return CUDA_SUCCESS;
 }
 
 // Gives back what `id` held, after the driver freed it.
 CUresult Freed(ProcessState& l, CUresult rc, Resource kind, uint64_t id) {
-  if (rc == CUDA_SUCCESS) {
-    if (auto c = l.ledger().Untrack(kind, id)) l.ledger().Release(*c);
-  }
+  if (rc == CUDA_SUCCESS) l.ledger().UntrackAndRelease(kind, id);
   return rc;
 }
 
@@ -63,9 +62,7 @@ CUresult Freed(ProcessState& l, CUresult rc, Resource kind, uint64_t id) {
 // settled again.
 CUresult FreedPointer(ProcessState& l, CUresult rc, CUdeviceptr ptr) {
   if (rc == CUDA_SUCCESS) {
-    if (auto c = l.ledger().Untrack(Resource::kPointer, ptr)) [[likely]] {
-      l.ledger().Release(*c);
-    } else {
+    if (!l.ledger().UntrackAndRelease(Resource::kPointer, ptr)) [[unlikely]] {
       l.PoolMemoryFreed(ptr);
     }
   }
@@ -136,6 +133,7 @@ CUresult DestroyContext(CUcontext ctx, auto&& destroy) {
     Freed(l, rc, Resource::kContext, reinterpret_cast<uint64_t>(ctx));
     l.ledger().ReleaseContext(reinterpret_cast<uintptr_t>(ctx));
     l.PoolMemoryFreed();  // pool memory may have gone with it
+    l.graph_memory().RefreshAll();
   }
   return rc;
 }
@@ -166,8 +164,70 @@ CUresult ReleasePrimary(CUdevice dev, bool reset, auto&& release) {
     l.ForgetContexts();
     l.ledger().PrimaryRelease(l.GroupDevice(dev), reset);
     l.PoolMemoryFreed();
+    l.graph_memory().RefreshAll();
   }
   return rc;
+}
+
+// True if `stream` is being captured (the legacy default stream never is).
+bool Capturing(CUstream stream) {
+  if (stream == nullptr || stream == CU_STREAM_LEGACY) return false;
+  const auto query = Cuda().cuStreamIsCapturing;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return query != nullptr && query(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// The driver version from which CUmemPoolProps::maxSize bounds a pool.
+constexpr int kPoolMaxSizeVersion = 12020;
+
+// PoolCharges' block probe (pool_charges.h): a pool of the limiter's own on
+// CUDA device `ordinal` that may reserve at most `span` bytes is asked for one
+// byte on `stream`; what it reserved is its block. Everything is given back
+// before it returns (freed, `stream` synchronized, the pool destroyed).
+// kUnknown where it cannot be done: a driver without maxSize, a stream being
+// captured (the allocation would become a graph node), any other error.
+BlockProbe ProbePoolBlock(CUdevice ordinal, CUstream stream, uint64_t span) {
+  const real::CudaTable& cu = Cuda();
+  if (ordinal < 0 || cu.cuDriverGetVersion == nullptr || cu.cuMemPoolCreate == nullptr ||
+      cu.cuMemAllocFromPoolAsync == nullptr || cu.cuMemFreeAsync == nullptr ||
+      cu.cuMemPoolDestroy == nullptr || cu.cuMemPoolGetAttribute == nullptr ||
+      cu.cuStreamSynchronize == nullptr) {
+    return {};
+  }
+  int version = 0;
+  if (cu.cuDriverGetVersion(&version) != CUDA_SUCCESS || version < kPoolMaxSizeVersion) return {};
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (cu.cuStreamIsCapturing == nullptr ||
+      cu.cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS ||
+      capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    return {};
+  }
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = ordinal;
+  props.maxSize = span;
+  CUmemoryPool pool = nullptr;
+  if (cu.cuMemPoolCreate(&pool, &props) != CUDA_SUCCESS) return {};
+  BlockProbe found;
+  CUdeviceptr ptr = 0;
+  const CUresult rc = cu.cuMemAllocFromPoolAsync(&ptr, 1, pool, stream);
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+    found.kind = BlockProbe::kLarger;
+  } else if (rc == CUDA_SUCCESS) {
+    cuuint64_t reserved = 0;
+    if (cu.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) ==
+            CUDA_SUCCESS &&
+        reserved > 0) {
+      found = BlockProbe{BlockProbe::kBlock, reserved};
+    }
+    cu.cuMemFreeAsync(ptr, stream);
+    cu.cuStreamSynchronize(stream);
+  }
+  cu.cuMemPoolDestroy(pool);
+  return found;
 }
 
 // A stream-ordered allocation from `pool` (nullptr: the current pool of the
@@ -179,6 +239,11 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, CUme
   ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   if (dptr == nullptr || bytes == 0) return allocate();
+  if (Capturing(stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream)) {
+    // An allocation node of the capture graph, not memory: its graph's
+    // memory is charged when an exec of it runs (graph_memory_charges.h).
+    return allocate();
+  }
   int device = -1;
   if (pool == nullptr) {
     const CUdevice ordinal = l.StreamOrdinal(stream);
@@ -200,7 +265,8 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, CUme
           GS_REAL(cuMemFreeAsync, *dptr, sync);
           GS_REAL(cuStreamSynchronize, sync);
         },
-        [&] { return uint64_t{*dptr}; });
+        [&] { return uint64_t{*dptr}; },
+        [&](uint64_t span) { return ProbePoolBlock(l.Ordinal(device), sync, span); });
     if (rc) {
       if (*rc == CUDA_SUCCESS) l.WatchPools();
       return *rc;
@@ -209,6 +275,70 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, CUme
   // Stream-ordered memory outlives its context: tracked with context 0.
   return Reserved(l, device, l.Rounded(bytes), 0, Resource::kPointer, allocate,
                   [&] { return uint64_t{*dptr}; });
+}
+
+// After `graph` was instantiated as *exec (rc the instantiation's result):
+// what its allocation nodes need, read from the driver (their bytes rounded
+// to the granularity, on the first one's device), goes to the graph memory
+// charges. Nodes of child graphs are not walked.
+CUresult Instantiated(CUresult rc, CUgraphExec* exec, CUgraph graph) {
+  if (rc != CUDA_SUCCESS || exec == nullptr || *exec == nullptr) return rc;
+  ProcessState& l = ProcessState::Get();
+  const real::CudaTable& cu = Cuda();
+  if (l.EnsureAttached() != CUDA_SUCCESS || cu.cuGraphGetNodes == nullptr ||
+      cu.cuGraphNodeGetType == nullptr || cu.cuGraphMemAllocNodeGetParams == nullptr) {
+    return rc;
+  }
+  size_t count = 0;
+  if (cu.cuGraphGetNodes(graph, nullptr, &count) != CUDA_SUCCESS || count == 0) return rc;
+  std::vector<CUgraphNode> nodes(count);
+  if (cu.cuGraphGetNodes(graph, nodes.data(), &count) != CUDA_SUCCESS) return rc;
+  uint64_t bytes = 0;
+  int ordinal = -1;
+  for (size_t i = 0; i < std::min(count, nodes.size()); ++i) {
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+    if (cu.cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS ||
+        type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+      continue;
+    }
+    CUDA_MEM_ALLOC_NODE_PARAMS params{};
+    if (cu.cuGraphMemAllocNodeGetParams(nodes[i], &params) != CUDA_SUCCESS) continue;
+    bytes += l.Rounded(params.bytesize);
+    if (ordinal < 0) ordinal = params.poolProps.location.id;
+  }
+  l.graph_memory().Instantiated(reinterpret_cast<uint64_t>(*exec), ordinal, l.GroupDevice(ordinal),
+                                bytes);
+  return rc;
+}
+
+// cuGraphInstantiateWithParams through `instantiate(params)` (the real
+// call). With CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD the driver would map the
+// graph's memory inside the call, before its allocation nodes are known: the
+// flag is taken off, and the exec uploaded after, charged as any upload;
+// an upload refused (no room) destroys the exec and fails the call.
+CUresult InstantiateWithParams(CUgraphExec* exec, CUgraph graph,
+                               CUDA_GRAPH_INSTANTIATE_PARAMS* params, auto&& instantiate) {
+  if (params == nullptr || (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) == 0) {
+    return Instantiated(instantiate(params), exec, graph);
+  }
+  CUDA_GRAPH_INSTANTIATE_PARAMS plain = *params;
+  plain.flags &= ~static_cast<cuuint64_t>(CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD);
+  CUresult rc = Instantiated(instantiate(&plain), exec, graph);
+  params->hErrNode_out = plain.hErrNode_out;
+  params->result_out = plain.result_out;
+  if (rc != CUDA_SUCCESS || exec == nullptr) return rc;
+  ProcessState& l = ProcessState::Get();
+  const CUgraphExec made = *exec;
+  rc = l.graph_memory().Run(reinterpret_cast<uint64_t>(made),
+                            [&] { return GS_REAL(cuGraphUpload, made, params->hUploadStream); });
+  if (rc != CUDA_SUCCESS) {
+    if (GS_REAL(cuGraphExecDestroy, made) == CUDA_SUCCESS) {
+      l.graph_memory().Destroyed(reinterpret_cast<uint64_t>(made));
+    }
+    *exec = nullptr;
+    params->result_out = CUDA_GRAPH_INSTANTIATE_ERROR;
+  }
+  return rc;
 }
 
 // Replaces a real entry point handed out by cuGetProcAddress with its shim.
@@ -411,7 +541,10 @@ CUresult cuArray3DCreate(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR_v1*) noexcept {
   return Legacy("cuArray3DCreate");
 }
 
-GS_HOT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) noexcept {
+// The first function of this file's .text.hot, page-aligned so the hot
+// section (a little over a page) starts on a page and spans two, not three.
+__attribute__((aligned(4096))) GS_HOT CUresult cuMemAlloc_v2(CUdeviceptr* dptr,
+                                                             size_t bytesize) noexcept {
   ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   auto allocate = [&] { return GS_REAL(cuMemAlloc_v2, dptr, bytesize); };
@@ -627,14 +760,79 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
   return GS_PACED(hStream, true, cuLaunchCooperativeKernel_ptsz, f, gridDimX, gridDimY, gridDimZ,
                   blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
 }
+// A graph launch: paced, then its graph memory charged (graph_memory_charges.h).
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) noexcept {
-  return GS_PACED(hStream, false, cuGraphLaunch, hGraphExec, hStream);
+  ProcessState& l = ProcessState::Get();
+  return l.compute_gate().Paced(hStream, false, [&] {
+    return l.graph_memory().Run(reinterpret_cast<uint64_t>(hGraphExec),
+                                [&] { return GS_REAL(cuGraphLaunch, hGraphExec, hStream); });
+  });
 }
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) noexcept {
-  return GS_PACED(hStream, true, cuGraphLaunch_ptsz, hGraphExec, hStream);
+  ProcessState& l = ProcessState::Get();
+  return l.compute_gate().Paced(hStream, true, [&] {
+    return l.graph_memory().Run(reinterpret_cast<uint64_t>(hGraphExec),
+                                [&] { return GS_REAL(cuGraphLaunch_ptsz, hGraphExec, hStream); });
+  });
 }
 
 #undef GS_PACED
+
+// ---- graph memory (graph_memory_charges.h) ----
+
+CUresult cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
+                            char* logBuffer, size_t bufferSize) noexcept {
+  return Instantiated(
+      GS_REAL(cuGraphInstantiate, phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize),
+      phGraphExec, hGraph);
+}
+CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
+                               char* logBuffer, size_t bufferSize) noexcept {
+  return Instantiated(
+      GS_REAL(cuGraphInstantiate_v2, phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize),
+      phGraphExec, hGraph);
+}
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                     unsigned long long flags) noexcept {
+  return Instantiated(GS_REAL(cuGraphInstantiateWithFlags, phGraphExec, hGraph, flags), phGraphExec,
+                      hGraph);
+}
+CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                      CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) noexcept {
+  return InstantiateWithParams(phGraphExec, hGraph, instantiateParams, [&](auto* params) {
+    return GS_REAL(cuGraphInstantiateWithParams, phGraphExec, hGraph, params);
+  });
+}
+CUresult cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec* phGraphExec, CUgraph hGraph,
+    CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) noexcept {
+  return InstantiateWithParams(phGraphExec, hGraph, instantiateParams, [&](auto* params) {
+    return GS_REAL(cuGraphInstantiateWithParams_ptsz, phGraphExec, hGraph, params);
+  });
+}
+// An upload maps the graph's memory as its first launch would.
+CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) noexcept {
+  return ProcessState::Get().graph_memory().Run(reinterpret_cast<uint64_t>(hGraphExec), [&] {
+    return GS_REAL(cuGraphUpload, hGraphExec, hStream);
+  });
+}
+CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) noexcept {
+  return ProcessState::Get().graph_memory().Run(reinterpret_cast<uint64_t>(hGraphExec), [&] {
+    return GS_REAL(cuGraphUpload_ptsz, hGraphExec, hStream);
+  });
+}
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) noexcept {
+  const CUresult rc = GS_REAL(cuGraphExecDestroy, hGraphExec);
+  if (rc == CUDA_SUCCESS) {
+    ProcessState::Get().graph_memory().Destroyed(reinterpret_cast<uint64_t>(hGraphExec));
+  }
+  return rc;
+}
+CUresult cuDeviceGraphMemTrim(CUdevice device) noexcept {
+  const CUresult rc = GS_REAL(cuDeviceGraphMemTrim, device);
+  if (rc == CUDA_SUCCESS) ProcessState::Get().graph_memory().Trimmed(device);
+  return rc;
+}
 
 // ---- streams: a destroyed stream's handle may come back for another device ----
 

@@ -16,13 +16,13 @@ namespace gpuslice::limiter {
 
 TrackedTable::~TrackedTable() { free(entries_); }
 
-GS_HOT size_t TrackedTable::Home(uint8_t kind, uint64_t id) const {
+GS_HOT inline size_t TrackedTable::Home(uint8_t kind, uint64_t id) const {
   // Fibonacci hashing: pointers share their low bits (allocation granules).
   const uint64_t key = id ^ (uint64_t{kind} << 56);
   return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
 }
 
-GS_HOT size_t TrackedTable::Find(uint8_t kind, uint64_t id) const {
+GS_HOT inline size_t TrackedTable::Find(uint8_t kind, uint64_t id) const {
   if (capacity_ == 0) return 0;
   const size_t mask = capacity_ - 1;
   for (size_t i = Home(kind, id);; i = (i + 1) & mask) {
@@ -54,17 +54,20 @@ bool TrackedTable::Grow() {
 
 GS_HOT bool TrackedTable::Insert(Resource kind, uint64_t id, const Charge& c) {
   const auto k = static_cast<uint8_t>(static_cast<uint8_t>(kind) + 1);
-  if (size_t i = Find(k, id); i < capacity_) {
-    entries_[i].bytes = c.bytes;
-    entries_[i].context = c.context;
-    entries_[i].device = c.device;
-    return true;
-  }
   // At most half full: probes stay short. A failed growth uses the room left.
   if ((size_ + 1) * 2 > capacity_ && !Grow() && size_ + 1 >= capacity_) return false;
+  // One probe: the key's entry, or the first empty one (where the key would
+  // be: deletion shifts entries back, so no probe run has holes).
   const size_t mask = capacity_ - 1;
   size_t i = Home(k, id);
-  while (entries_[i].kind != 0) i = (i + 1) & mask;
+  for (; entries_[i].kind != 0; i = (i + 1) & mask) {
+    if (entries_[i].id == id && entries_[i].kind == k) {
+      entries_[i].bytes = c.bytes;
+      entries_[i].context = c.context;
+      entries_[i].device = c.device;
+      return true;
+    }
+  }
   entries_[i] = Entry{id, c.bytes, c.context, c.device, k};
   ++size_;
   return true;
@@ -117,6 +120,14 @@ void TrackedTable::Clear() {
 
 void Ledger::Bind(GroupSegment* segment) { segment_ = segment; }
 
+uint64_t Ledger::Room(int device) const {
+  if (segment_ == nullptr || device < 0) return kUnlimitedBytes;
+  const uint64_t limit = segment_->MemoryLimit(device);
+  if (limit == kUnlimitedBytes) return kUnlimitedBytes;
+  const uint64_t used = segment_->MemoryUsed(device);
+  return limit > used ? limit - used : 0;
+}
+
 GS_HOT int Ledger::Slot() {
   int s = slot_.load(std::memory_order_acquire);
   if (s >= 0) return s;
@@ -134,21 +145,72 @@ GS_HOT int Ledger::Slot() {
   return *joined;
 }
 
-GS_HOT std::optional<Charge> Ledger::Reserve(int device, uint64_t bytes) {
-  const int slot = Slot();
+GS_HOT std::optional<Charge> Ledger::ReserveDevice(int device, uint64_t bytes) {
+  int slot = slot_.load(std::memory_order_acquire);
+  if (slot < 0) [[unlikely]]
+    slot = Slot();
   if (slot < 0 || device < 0) return std::nullopt;
-  if (!segment_->Reserve(slot, device, bytes)) return std::nullopt;
+  if (!segment_->ReserveDevice(device, bytes)) return std::nullopt;
   return Charge{device, bytes};
+}
+
+GS_HOT void Ledger::TrackReserved(Resource kind, uint64_t id, const Charge& c) {
+  const int slot = slot_.load(std::memory_order_acquire);
+  bool kept;
+  {
+    SpinLockGuard lock(mu_);
+    kept = tracked_.Insert(kind, id, c);
+    if (slot >= 0 && c.device >= 0) segment_->AddToOwnSlot(slot, c.device, c.bytes);
+  }
+  if (!kept) GS_LOG(kError, "limiter", "out of host memory: a charge stays until exit");
+}
+
+GS_HOT void Ledger::ReleaseReserved(const Charge& c) {
+  if (c.device >= 0 && c.bytes > 0) segment_->ReleaseDevice(c.device, c.bytes);
+}
+
+GS_HOT uint64_t Ledger::TakeFromSlotLocked(const Charge& c) {
+  const int slot = slot_.load(std::memory_order_acquire);
+  if (slot < 0 || c.device < 0 || c.bytes == 0) return 0;
+  return segment_->TakeFromOwnSlot(slot, c.device, c.bytes);
+}
+
+GS_HOT std::optional<Charge> Ledger::UntrackAndRelease(Resource kind, uint64_t id) {
+  std::optional<Charge> c;
+  uint64_t taken = 0;
+  {
+    SpinLockGuard lock(mu_);
+    c = tracked_.Erase(kind, id);
+    if (!c) return std::nullopt;
+    taken = TakeFromSlotLocked(*c);
+  }
+  if (taken > 0) segment_->ReleaseDevice(c->device, taken);
+  return c;
+}
+
+std::optional<Charge> Ledger::Reserve(int device, uint64_t bytes) {
+  std::optional<Charge> c = ReserveDevice(device, bytes);
+  if (!c) return std::nullopt;
+  SpinLockGuard lock(mu_);
+  segment_->AddToOwnSlot(slot_.load(std::memory_order_acquire), device, bytes);
+  return c;
 }
 
 void Ledger::ForceCharge(const Charge& c) {
   const int slot = Slot();
-  if (slot >= 0 && c.device >= 0 && c.bytes > 0) segment_->Charge(slot, c.device, c.bytes);
+  if (slot < 0 || c.device < 0 || c.bytes == 0) return;
+  segment_->ChargeDevice(c.device, c.bytes);
+  SpinLockGuard lock(mu_);
+  segment_->AddToOwnSlot(slot, c.device, c.bytes);
 }
 
-GS_HOT void Ledger::Release(const Charge& c) {
-  const int slot = slot_.load(std::memory_order_acquire);
-  if (slot >= 0 && c.device >= 0 && c.bytes > 0) segment_->Release(slot, c.device, c.bytes);
+void Ledger::Release(const Charge& c) {
+  uint64_t taken = 0;
+  {
+    SpinLockGuard lock(mu_);
+    taken = TakeFromSlotLocked(c);
+  }
+  if (taken > 0) segment_->ReleaseDevice(c.device, taken);
 }
 
 GS_HOT void Ledger::Track(Resource kind, uint64_t id, const Charge& c) {

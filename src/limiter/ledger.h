@@ -12,10 +12,13 @@
 // Charges go to the process's slot of the bound segment, joined on the first
 // charge (a process that never allocates never takes a slot).
 //
-// Cost (the allocation fast path, bench/ledger_micro): Track and Untrack are
-// one short critical section on an open-addressing table (no allocation per
-// tracked resource; the table grows by doubling); Reserve and Release are one
-// critical section each on the group segment.
+// Cost (the allocation fast path, bench/ledger_micro): an allocation is one
+// compare-and-swap on the group's count (ReserveDevice) and one short
+// critical section that records the pointer in an open-addressing table (no
+// allocation per tracked resource; the table grows by doubling) and charges
+// the process's slot (TrackReserved); a free is one critical section
+// (UntrackAndRelease's erase and slot) and one atomic subtraction from the
+// group's count.
 //
 // Thread-safe. Fork: the child calls ResetInChild() (with the locks taken by
 // LockForFork() in the parent released), after which it holds nothing.
@@ -150,10 +153,35 @@ class Ledger {
   // Charges `bytes` to `device` for this process, all or nothing (nullopt:
   // over the limit, or no slot could be joined). REQUIRES: device >= 0.
   std::optional<Charge> Reserve(int device, uint64_t bytes);
+  // Bytes the group may still charge to `device` (its limit less its usage,
+  // 0 when over it); kUnlimitedBytes where it has no limit or no segment is
+  // bound. A snapshot: other members change it at any time.
+  uint64_t Room(int device) const;
   // Charges whatever the limit says (memory the driver already handed out).
   void ForceCharge(const Charge& c);
   // Gives `c` back.
   void Release(const Charge& c);
+
+  // ---- the allocation fast path (one critical section per driver call) ----
+  //
+  // The process's slot count changes only under this ledger's lock (a plain
+  // load and store: GroupSegment::AddToOwnSlot), so recording a resource and
+  // charging its slot share one critical section. The group's count is
+  // charged first and given back last (the segment's invariant 1).
+
+  // Charges `bytes` to `device` in the group's count only, all or nothing
+  // (nullopt as Reserve). The charge then goes to TrackReserved (the driver
+  // said yes) or ReleaseReserved (it said no), nowhere else.
+  std::optional<Charge> ReserveDevice(int device, uint64_t bytes);
+  // Records that `id` of `kind` holds `c` (from ReserveDevice) and adds it
+  // to the process's slot. A record that cannot be kept leaves `c` charged.
+  void TrackReserved(Resource kind, uint64_t id, const Charge& c);
+  // Gives back a ReserveDevice charge that was never tracked.
+  void ReleaseReserved(const Charge& c);
+  // Forgets `id` and gives its charge back (the slot's share in the same
+  // critical section, then the group's count); the charge, if the ledger saw
+  // `id`.
+  std::optional<Charge> UntrackAndRelease(Resource kind, uint64_t id);
 
   // ---- which resource holds what ----
 
@@ -213,14 +241,17 @@ class Ledger {
   };
   // The process's slot, joined on first use; -1 if that is impossible.
   int Slot();
+  // Takes `c` from the process's slot (REQUIRES mu_), then, after the lock
+  // is given up, the caller takes what this returns from the group's count.
+  uint64_t TakeFromSlotLocked(const Charge& c) REQUIRES(mu_);
 
   GroupSegment* segment_ = nullptr;  // set before the first charge, then read-only
   std::atomic<int> slot_{-1};
-  Mutex join_mu_;  // serialises joining
-
+  // The fast path's fields first, in one cache line with the above.
   mutable SpinLock mu_;
   TrackedTable tracked_ GUARDED_BY(mu_);
   PrimaryCount primary_[kGroupMaxDevices] GUARDED_BY(mu_);
+  Mutex join_mu_;  // serialises joining
 };
 
 }  // namespace gpuslice::limiter

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -11,13 +10,13 @@
 #include <thread>
 #include <vector>
 
+#include "limiter/ledger_fixture.h"
 #include "shm/group_segment.h"
 
 namespace gpuslice::limiter {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
-constexpr char kUuid[] = "GPU-00000000-1111-2222-3333-444444444444";
 
 // ---- TrackedTable ----
 
@@ -109,29 +108,9 @@ TEST(TrackedTableTest, EraseContextTakesOnlyThatContext) {
 
 // ---- Ledger over a real segment ----
 
-class LedgerTest : public ::testing::Test {
+class LedgerTest : public LedgerFixture {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/gpuslice-ledger-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    auto seg = GroupSegment::Open(dir_, "g", true);
-    ASSERT_TRUE(seg.ok()) << seg.status().ToString();
-    segment_ = std::move(seg).value();
-    device_ = *segment_->AttachDevice(kUuid);
-    segment_->SetMemoryLimit(device_, 10 * kMiB);
-    ledger_.Bind(segment_.get());
-  }
-  void TearDown() override {
-    segment_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  uint64_t Used() const { return segment_->MemoryUsed(device_); }
-
-  std::string dir_;
-  std::unique_ptr<GroupSegment> segment_;
-  int device_ = 0;
-  Ledger ledger_;
+  LedgerTest() : LedgerFixture(10 * kMiB) {}
 };
 
 TEST_F(LedgerTest, UnboundChargesNothing) {
@@ -162,6 +141,72 @@ TEST_F(LedgerTest, AFreeGivesBackWhatItsAllocationWasCharged) {
   ledger_.Release(*back);
   EXPECT_EQ(Used(), 0u);
   EXPECT_FALSE(ledger_.Untrack(Resource::kPointer, 0x7000'0000));  // a double free: nothing
+}
+
+// The fast path: the group's count first, the slot when the pointer is
+// recorded; a free takes both back.
+TEST_F(LedgerTest, TheFastPathChargesTheGroupThenTheSlotAndAFreeTakesBoth) {
+  auto c = ledger_.ReserveDevice(device_, 3 * kMiB);
+  ASSERT_TRUE(c);
+  const int slot = ledger_.slot();
+  ASSERT_GE(slot, 0);
+  EXPECT_EQ(Used(), 3 * kMiB);
+  EXPECT_EQ(segment_->SlotMemory(slot, device_), 0u);  // not recorded yet
+  ledger_.TrackReserved(Resource::kPointer, 0x7000'0000, *c);
+  EXPECT_EQ(segment_->SlotMemory(slot, device_), 3 * kMiB);
+  EXPECT_FALSE(ledger_.ReserveDevice(device_, 8 * kMiB));  // would overshoot 10 MiB
+  EXPECT_EQ(Used(), 3 * kMiB);
+
+  auto back = ledger_.UntrackAndRelease(Resource::kPointer, 0x7000'0000);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->bytes, 3 * kMiB);
+  EXPECT_EQ(Used(), 0u);
+  EXPECT_EQ(segment_->SlotMemory(slot, device_), 0u);
+  EXPECT_FALSE(ledger_.UntrackAndRelease(Resource::kPointer, 0x7000'0000));  // a double free
+  EXPECT_EQ(Used(), 0u);
+}
+
+TEST_F(LedgerTest, AReservationTheDriverRefusedGivesBackOnlyTheGroupsCount) {
+  auto kept = ledger_.Reserve(device_, 2 * kMiB);  // the slot holds 2 MiB
+  ASSERT_TRUE(kept);
+  auto c = ledger_.ReserveDevice(device_, 4 * kMiB);
+  ASSERT_TRUE(c);
+  ledger_.ReleaseReserved(*c);
+  EXPECT_EQ(Used(), 2 * kMiB);
+  EXPECT_EQ(segment_->SlotMemory(ledger_.slot(), device_), 2 * kMiB);
+}
+
+// Every path that changes the slot (the fast one, Reserve/Release, forced
+// charges) from many threads at once: the slot ends where the group's count
+// does, so a reaper that gave back a dead member's slot would leave the
+// group exactly charged.
+TEST_F(LedgerTest, ThreadsMixingThePathsKeepTheSlotEqualToTheGroupsCount) {
+  segment_->SetMemoryLimit(device_, kUnlimitedBytes);
+  constexpr int kThreads = 6;
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 1; i <= 2000; ++i) {
+        const uint64_t id = (uint64_t(t) << 40) | (i << 21);
+        if (auto c = ledger_.ReserveDevice(device_, kMiB)) {
+          ledger_.TrackReserved(Resource::kPointer, id, *c);
+        }
+        auto other = ledger_.Reserve(device_, 2 * kMiB);
+        ledger_.ForceCharge(Charge{device_, kMiB, 0});
+        if (i % 2 == 0) {
+          ASSERT_TRUE(ledger_.UntrackAndRelease(Resource::kPointer, id));
+        }
+        if (other) ledger_.Release(*other);
+        ledger_.Release(Charge{device_, kMiB, 0});
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  // Half the pointers are still held: 1 MiB each.
+  EXPECT_EQ(Used(), uint64_t{kThreads} * 1000 * kMiB);
+  EXPECT_EQ(segment_->SlotMemory(ledger_.slot(), device_), Used());
+  EXPECT_EQ(ledger_.tracked(), uint64_t{kThreads} * 1000);
 }
 
 TEST_F(LedgerTest, SettleChargesOrGivesBackTheDifference) {

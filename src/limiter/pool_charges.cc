@@ -38,13 +38,13 @@ PoolCharges::Entry& PoolCharges::FindOrAdd(uint64_t pool, int device) {
 
 void PoolCharges::Add(uint64_t pool, int device) {
   if (pool == 0) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Entry& e = FindOrAdd(pool, device);
   e.device = device;
 }
 
 std::optional<int> PoolCharges::DeviceOf(uint64_t pool) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const Entry& e : entries_) {
     if (e.pool == pool && pool != 0) return e.device;
   }
@@ -52,11 +52,27 @@ std::optional<int> PoolCharges::DeviceOf(uint64_t pool) const {
 }
 
 uint64_t PoolCharges::charged(uint64_t pool) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const Entry& e : entries_) {
     if (e.pool == pool && pool != 0) return e.charged;
   }
   return 0;
+}
+
+uint64_t PoolCharges::device_block(int device) const {
+  MutexLock lock(mu_);
+  return DeviceBlockLocked(device);
+}
+
+uint64_t PoolCharges::DeviceBlockLocked(int device) const {
+  if (device < 0 || static_cast<size_t>(device) >= device_blocks_.size()) return 0;
+  return device_blocks_[device];
+}
+
+void PoolCharges::SetDeviceBlockLocked(int device, uint64_t block) {
+  if (device < 0) return;
+  if (static_cast<size_t>(device) >= device_blocks_.size()) device_blocks_.resize(device + 1, 0);
+  device_blocks_[device] = block;
 }
 
 void PoolCharges::SetCharged(Entry& e, uint64_t bytes) {
@@ -107,7 +123,7 @@ void PoolCharges::RememberLocked(Entry& e, uint64_t ptr, uint64_t bytes) {
 }
 
 void PoolCharges::Freed(uint64_t ptr) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = live_.find(ptr); it != live_.end()) {
     const Allocation a = it->second;
     live_.erase(it);
@@ -133,12 +149,12 @@ bool PoolCharges::RefreshAllLocked(const Entry* busy) {
 }
 
 void PoolCharges::Refresh(uint64_t pool) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (Entry* e = Find(pool)) RefreshLocked(*e);
 }
 
 bool PoolCharges::RefreshAll() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return RefreshAllLocked();
 }
 
@@ -164,7 +180,7 @@ void PoolCharges::Learn(Entry& e, uint64_t shortfall, uint64_t growth) {
 }
 
 void PoolCharges::Destroyed(uint64_t pool, bool outstanding, uint64_t used) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   DestroyedLocked(pool, outstanding, used);
 }
 
@@ -188,9 +204,10 @@ void PoolCharges::DestroyedLocked(uint64_t pool, bool outstanding, uint64_t used
 }
 
 void PoolCharges::ResetInChild() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   entries_.clear();
   live_.clear();
+  device_blocks_.clear();
   charged_pools_.store(0);
 }
 

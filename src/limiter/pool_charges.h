@@ -12,15 +12,29 @@
 //   is reserved in the group segment: the block size is learnt from the
 //   growth the driver showed for the smallest shortfall so far (a pool that
 //   grew by exactly a shortfall smaller than kAssumedBlock grows by the
-//   allocation granularity); until then the shortfall is rounded up to
-//   kAssumedBlock, so a first growth of up to that much never passes the
-//   cap. No room: CUDA_ERROR_OUT_OF_MEMORY, nothing called.
-// - After it, the charge settles on the reserve the driver reports. When the
-//   pool grew by more than the group has room for (only before its block is
-//   known), the allocation is undone (the caller frees it and waits for the
-//   stream), the pool is trimmed back to what it held before, and the call
-//   returns CUDA_ERROR_OUT_OF_MEMORY: the driver's count is over the cap only
-//   for that moment (a pool whose blocks are larger than kAssumedBlock).
+//   allocation granularity). No room: CUDA_ERROR_OUT_OF_MEMORY, nothing
+//   called.
+// - A pool's first growth, before its block is known, on a device where the
+//   group has a memory limit: the block is found first by a probe (the
+//   caller's `probe(span)`: a pool of the limiter's own on the same device
+//   that may reserve at most `span` bytes, CUmemPoolProps::maxSize, grows by
+//   one block for one byte and is given back). `span` is held in the group
+//   segment while the probe runs: min(room, kProbeSpan), then the whole
+//   room if the block was not smaller. A block found is the device's (every
+//   pool of it not yet learnt starts from it). A probe pool refused even the
+//   whole room: the block is larger than the room, and the allocation is
+//   refused with CUDA_ERROR_OUT_OF_MEMORY before the driver is called. So the
+//   first growth of a pool never passes the cap, whatever its block. A probe
+//   that grew by its whole span is not trusted (a driver might clip a growth
+//   to maxSize): as a refusal.
+// - Where the probe cannot tell (a driver without maxSize, before CUDA 12.2;
+//   a capturing stream), the shortfall is rounded up to kAssumedBlock, and
+//   after the call the charge settles on the reserve the driver reports. When
+//   the pool grew by more than the group has room for (only then, and only
+//   for blocks larger than kAssumedBlock), the allocation is undone (the
+//   caller frees it and waits for the stream), the pool is trimmed back to
+//   what it held before, and the call returns CUDA_ERROR_OUT_OF_MEMORY: the
+//   driver's count is over the cap for that moment.
 // - Refresh()/RefreshAll() settle charges on the reserves again (after frees,
 //   trims, synchronizes the limiter does not see; the limiter calls them on
 //   frees of pool memory, cuMemPoolTrimTo, cuMemGetInfo, a refused
@@ -42,16 +56,28 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "cuda_abi/cuda_driver_api.h"
 #include "limiter/ledger.h"
 
 namespace gpuslice::limiter {
+
+// What a probe of a device's pool growth found (PoolCharges::Allocate).
+struct BlockProbe {
+  enum Kind : uint8_t {
+    kUnknown,  // it could not be done: nothing learnt
+    kBlock,    // a pool of the device grew by `block` for its first byte
+    kLarger,   // a pool capped at the span was refused: the block is larger
+  };
+  Kind kind = kUnknown;
+  uint64_t block = 0;
+};
 
 // A pool as the driver reports it.
 struct PoolUsage {
@@ -72,8 +98,11 @@ class PoolDriver {
 
 class PoolCharges {
  public:
-  // What an unlearnt pool's growth is reserved in (see above).
+  // What an unlearnt pool's growth is reserved in where no probe can tell
+  // (see above).
   static constexpr uint64_t kAssumedBlock = uint64_t{32} << 20;
+  // The first span a block probe may reserve (see above).
+  static constexpr uint64_t kProbeSpan = uint64_t{128} << 20;
 
   // Charges go through `ledger`; allocations round up to `granularity` (a
   // power of two). Both references outlive this object.
@@ -85,9 +114,9 @@ class PoolCharges {
   // Records that `pool` holds memory of group device `device` (-1: memory
   // the group does not count, such as a host pool). Pools never added are
   // added by their first Allocate.
-  void Add(uint64_t pool, int device);
+  void Add(uint64_t pool, int device) EXCLUDES(mu_);
   // The group device recorded for `pool`, if it is known.
-  std::optional<int> DeviceOf(uint64_t pool) const;
+  std::optional<int> DeviceOf(uint64_t pool) const EXCLUDES(mu_);
 
   // Allocates `bytes` from `pool` (of group device `device` >= 0) through
   // `allocate` (the real call), keeping the pool's charge at its reserve (see
@@ -95,10 +124,19 @@ class PoolCharges {
   // back. Returns the call's result, or nullopt when the driver cannot report
   // the pool's usage (nothing was called: the caller charges per allocation).
   // `pointer()` gives the allocation's address after a successful call (0:
-  // none to remember).
+  // none to remember). `probe(span)` returns a BlockProbe of the device's
+  // pools capped at `span` bytes (see above); it may synchronize the
+  // caller's stream. Without one, kUnknown.
+  template <typename AllocateFn, typename UndoFn, typename PointerFn, typename ProbeFn>
+  std::optional<CUresult> Allocate(uint64_t pool, int device, uint64_t bytes, AllocateFn&& allocate,
+                                   UndoFn&& undo, PointerFn&& pointer, ProbeFn&& probe)
+      EXCLUDES(mu_);
   template <typename AllocateFn, typename UndoFn, typename PointerFn>
   std::optional<CUresult> Allocate(uint64_t pool, int device, uint64_t bytes, AllocateFn&& allocate,
-                                   UndoFn&& undo, PointerFn&& pointer);
+                                   UndoFn&& undo, PointerFn&& pointer) {
+    return Allocate(pool, device, bytes, allocate, undo, pointer,
+                    [](uint64_t) { return BlockProbe{}; });
+  }
   template <typename AllocateFn, typename UndoFn>
   std::optional<CUresult> Allocate(uint64_t pool, int device, uint64_t bytes, AllocateFn&& allocate,
                                    UndoFn&& undo) {
@@ -108,22 +146,22 @@ class PoolCharges {
   // `ptr` (memory the ledger does not track) was freed: if it was the last
   // outstanding allocation of a destroyed pool, that pool's charge is given
   // back; then every pool's charge is settled (RefreshAll).
-  void Freed(uint64_t ptr);
+  void Freed(uint64_t ptr) EXCLUDES(mu_);
 
   // Settles `pool`'s charge on its reserve now; a pool the driver no longer
   // knows gives its charge back and is forgotten.
-  void Refresh(uint64_t pool);
+  void Refresh(uint64_t pool) EXCLUDES(mu_);
   // The same for every pool. Returns true if any charge went down.
-  bool RefreshAll();
+  bool RefreshAll() EXCLUDES(mu_);
   // `pool` was destroyed; `outstanding`: it still had allocations, `used`
   // bytes of them as the driver reported (its charge stays until they are
   // freed, see above).
-  void Destroyed(uint64_t pool, bool outstanding, uint64_t used = 0);
+  void Destroyed(uint64_t pool, bool outstanding, uint64_t used = 0) EXCLUDES(mu_);
   // Destroys `pool` through `destroy` (the real call), then as Destroyed
   // with what the driver said of it just before.
   template <typename DestroyFn>
-  CUresult Destroy(uint64_t pool, DestroyFn&& destroy) {
-    std::lock_guard lock(mu_);
+  CUresult Destroy(uint64_t pool, DestroyFn&& destroy) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     const std::optional<PoolUsage> u = driver_.Usage(pool);
     const CUresult rc = destroy();
     if (rc == CUDA_SUCCESS) DestroyedLocked(pool, u && u->used > 0, u ? u->used : 0);
@@ -133,12 +171,14 @@ class PoolCharges {
   // True while some pool is charged (cheap: one load).
   bool any_charged() const { return charged_pools_.load(std::memory_order_acquire) > 0; }
   // Bytes charged for `pool` (0 if unknown).
-  uint64_t charged(uint64_t pool) const;
+  uint64_t charged(uint64_t pool) const EXCLUDES(mu_);
+  // The block a probe found for group device `device` (0: none yet).
+  uint64_t device_block(int device) const EXCLUDES(mu_);
 
   // ---- fork ----
-  void LockForFork() { mu_.lock(); }
-  void UnlockForFork() { mu_.unlock(); }
-  void ResetInChild();
+  void LockForFork() ACQUIRE(mu_) { mu_.Lock(); }
+  void UnlockForFork() RELEASE(mu_) { mu_.Unlock(); }
+  void ResetInChild() EXCLUDES(mu_);
 
  private:
   struct Entry {
@@ -156,49 +196,102 @@ class PoolCharges {
     uint64_t bytes;
   };
 
-  // REQUIRES: mu_ held (for all below).
-  void DestroyedLocked(uint64_t pool, bool outstanding, uint64_t used);
-  Entry* Find(uint64_t pool);
-  Entry& FindOrAdd(uint64_t pool, int device);
+  // An `Entry&` or `Entry*` argument is one of entries_ (so mu_ is held).
+  void DestroyedLocked(uint64_t pool, bool outstanding, uint64_t used) REQUIRES(mu_);
+  Entry* Find(uint64_t pool) REQUIRES(mu_);
+  Entry& FindOrAdd(uint64_t pool, int device) REQUIRES(mu_);
   // Settles `e` at `reserved` bytes (charging what grew, even past the
   // limit: the driver holds it; giving back what shrank).
-  void SettleLocked(Entry& e, uint64_t reserved);
+  void SettleLocked(Entry& e, uint64_t reserved) REQUIRES(mu_);
   // Refreshes every entry but `busy`; true if a charge went down.
-  bool RefreshAllLocked(const Entry* busy = nullptr);
-  void RefreshLocked(Entry& e);
+  bool RefreshAllLocked(const Entry* busy = nullptr) REQUIRES(mu_);
+  void RefreshLocked(Entry& e) REQUIRES(mu_);
   // What an allocation of `bytes` needs beyond the free reserve of a pool
-  // with usage `u` (0: it fits).
+  // with usage `u` (0: it fits). Pure: no lock needed.
   uint64_t Shortfall(const PoolUsage& u, uint64_t bytes) const;
   uint64_t RoundUp(uint64_t bytes, uint64_t unit) const;
   // Reserves `bytes` on `device` (a refresh of every pool but `busy`, and
   // one more try, when the group has no room). False: no room.
-  bool ReserveLocked(int device, uint64_t bytes, const Entry* busy);
+  bool ReserveLocked(int device, uint64_t bytes, const Entry* busy) REQUIRES(mu_);
+  // What ProbeLocked found.
+  enum class Probed : uint8_t { kBlock, kUnknown, kNoRoom };
+  // Gives `e` (not learnt) its device's block, probing for it where the
+  // group has a limit there (see above).
+  template <typename ProbeFn>
+  Probed ProbeLocked(Entry& e, ProbeFn& probe) REQUIRES(mu_);
+  // The block probed for `device`, or 0.
+  uint64_t DeviceBlockLocked(int device) const REQUIRES(mu_);
+  void SetDeviceBlockLocked(int device, uint64_t block) REQUIRES(mu_);
   // After an allocation that used `shortfall` and grew the pool by `growth`.
-  void Learn(Entry& e, uint64_t shortfall, uint64_t growth);
+  void Learn(Entry& e, uint64_t shortfall, uint64_t growth) REQUIRES(mu_);
   // Sets e.charged (the caller charged or gave back the difference).
-  void SetCharged(Entry& e, uint64_t bytes);
+  void SetCharged(Entry& e, uint64_t bytes) REQUIRES(mu_);
   // Remembers the allocation at `ptr` (0: none) of `bytes` from `e`.
-  void RememberLocked(Entry& e, uint64_t ptr, uint64_t bytes);
+  void RememberLocked(Entry& e, uint64_t ptr, uint64_t bytes) REQUIRES(mu_);
   // Forgets `e` (its charge given back) and the allocations remembered of it.
-  void ForgetLocked(Entry& e);
+  void ForgetLocked(Entry& e) REQUIRES(mu_);
 
   Ledger& ledger_;
   PoolDriver& driver_;
   const uint64_t granularity_;
-  mutable std::mutex mu_;
-  std::vector<Entry> entries_;                     // GUARDED_BY(mu_): a process has few pools
-  std::unordered_map<uint64_t, Allocation> live_;  // GUARDED_BY(mu_): by pointer
-  std::atomic<int> charged_pools_{0};              // entries with charged > 0
+  // Held across the driver calls of every allocation and refresh (above).
+  mutable Mutex mu_;
+  std::vector<Entry> entries_ GUARDED_BY(mu_);                     // a process has few pools
+  std::unordered_map<uint64_t, Allocation> live_ GUARDED_BY(mu_);  // by pointer
+  std::vector<uint64_t> device_blocks_ GUARDED_BY(mu_);            // by group device; 0: unknown
+  std::atomic<int> charged_pools_{0};  // entries with charged > 0; read without mu_
 };
 
-template <typename AllocateFn, typename UndoFn, typename PointerFn>
+template <typename ProbeFn>
+PoolCharges::Probed PoolCharges::ProbeLocked(Entry& e, ProbeFn& probe) {
+  if (const uint64_t known = DeviceBlockLocked(e.device); known != 0) {
+    e.block = known;
+    e.learnt_from = granularity_;  // as if learnt from the smallest shortfall
+    return Probed::kBlock;
+  }
+  uint64_t span = kProbeSpan;
+  // Two spans at most (kProbeSpan, then the room), and as many tries again
+  // when another member took the room meanwhile.
+  for (int tries = 0; tries < 4; ++tries) {
+    const uint64_t room = ledger_.Room(e.device);
+    if (room == kUnlimitedBytes) return Probed::kUnknown;  // no cap to pass
+    const uint64_t whole = room / granularity_ * granularity_;
+    const uint64_t held = std::min(span, whole);
+    if (held == 0) return Probed::kNoRoom;  // no room for any growth
+    std::optional<Charge> charge = ledger_.Reserve(e.device, held);
+    if (!charge) continue;
+    const BlockProbe found = probe(held);
+    ledger_.Release(*charge);
+    if (found.kind == BlockProbe::kUnknown) return Probed::kUnknown;
+    if (found.kind == BlockProbe::kBlock && found.block > 0 && found.block < held) {
+      SetDeviceBlockLocked(e.device, found.block);
+      e.block = found.block;
+      e.learnt_from = granularity_;
+      return Probed::kBlock;
+    }
+    // Refused (or grown by the whole span): the block is larger than `held`.
+    if (held >= whole) return Probed::kNoRoom;
+    span = whole;
+  }
+  return Probed::kNoRoom;
+}
+
+template <typename AllocateFn, typename UndoFn, typename PointerFn, typename ProbeFn>
 std::optional<CUresult> PoolCharges::Allocate(uint64_t pool, int device, uint64_t bytes,
                                               AllocateFn&& allocate, UndoFn&& undo,
-                                              PointerFn&& pointer) {
-  std::lock_guard lock(mu_);
-  const std::optional<PoolUsage> before = driver_.Usage(pool);
+                                              PointerFn&& pointer, ProbeFn&& probe) {
+  MutexLock lock(mu_);
+  std::optional<PoolUsage> before = driver_.Usage(pool);
   if (!before) return std::nullopt;
   Entry& e = FindOrAdd(pool, device);
+  if (e.block == 0 && e.device >= 0 && Shortfall(*before, bytes) > 0) {
+    // The pool's first growth: its block found first.
+    const Probed probed = ProbeLocked(e, probe);
+    if (probed == Probed::kNoRoom) return CUDA_ERROR_OUT_OF_MEMORY;
+    // The probe may have synchronized (a pool may have released memory).
+    before = driver_.Usage(pool);
+    if (!before) return std::nullopt;
+  }
   SettleLocked(e, before->reserved);
   const uint64_t shortfall = Shortfall(*before, bytes);
   // Until the pool's block is learnt, a growth is assumed to be a whole

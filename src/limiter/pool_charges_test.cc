@@ -1,14 +1,14 @@
 #include "limiter/pool_charges.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "limiter/ledger_fixture.h"
 #include "shm/group_segment.h"
 
 namespace gpuslice::limiter {
@@ -16,7 +16,6 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kGranularity = 2 * kMiB;
-constexpr char kUuid[] = "GPU-00000000-1111-2222-3333-444444444444";
 
 uint64_t RoundUp(uint64_t bytes, uint64_t unit) { return (bytes + unit - 1) / unit * unit; }
 
@@ -50,34 +49,45 @@ class FakeDriver : public PoolDriver {
     return CUDA_SUCCESS;
   }
   void Free(uint64_t pool, uint64_t bytes) { pools[pool].used -= RoundUp(bytes, kGranularity); }
+  // A pool of the device capped at `span` bytes (CUmemPoolProps::maxSize)
+  // asked for one byte: it grows by `probe_block`, or is refused when that
+  // is larger than the span (`clip`: grows by the span instead).
+  BlockProbe Probe(uint64_t span) {
+    spans.push_back(span);
+    if (probe_unknown) return {};
+    if (probe_block > span && !clip) return {BlockProbe::kLarger, 0};
+    const uint64_t grew = std::min(probe_block, span);
+    peak = std::max(peak, Reserved() + grew);
+    return {BlockProbe::kBlock, grew};
+  }
+  // Every pool's reserve plus `outside` (memory the process holds elsewhere).
+  uint64_t Reserved() const {
+    uint64_t total = outside;
+    for (const auto& [h, p] : pools) total += p.reserved;
+    return total;
+  }
   void Synchronize(uint64_t pool) {
     Pool& p = pools[pool];
     p.reserved = RoundUp(p.used, p.block);
   }
   std::map<uint64_t, Pool> pools;
   int usage_calls = 0;
+  uint64_t probe_block = 32 * kMiB;
+  bool probe_unknown = false;
+  bool clip = false;
+  std::vector<uint64_t> spans;  // each probe's span
+  uint64_t outside = 0;
+  uint64_t peak = 0;  // the most Reserved() ever was, probes included
 };
 
-class PoolChargesTest : public ::testing::Test {
+class PoolChargesTest : public LedgerFixture {
  protected:
+  PoolChargesTest() : LedgerFixture(100 * kMiB) {}
   void SetUp() override {
-    char tmpl[] = "/tmp/gpuslice-pool-charges-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    auto seg = GroupSegment::Open(dir_, "g", true);
-    ASSERT_TRUE(seg.ok()) << seg.status().ToString();
-    segment_ = std::move(seg).value();
-    device_ = *segment_->AttachDevice(kUuid);
-    segment_->SetMemoryLimit(device_, 100 * kMiB);
-    ledger_.Bind(segment_.get());
+    ASSERT_NO_FATAL_FAILURE(LedgerFixture::SetUp());
     driver_.pools[1];  // two empty pools
     driver_.pools[2];
   }
-  void TearDown() override {
-    segment_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  uint64_t Used() const { return segment_->MemoryUsed(device_); }
 
   // One allocation of `bytes` from `pool` through the charges, as the hooks
   // do; the driver gives it address `ptr` (0: not remembered).
@@ -97,13 +107,39 @@ class PoolChargesTest : public ::testing::Test {
     return rc.value_or(CUDA_ERROR_UNKNOWN);
   }
 
-  std::string dir_;
-  std::unique_ptr<GroupSegment> segment_;
-  int device_ = 0;
-  Ledger ledger_;
+  // The same with a block probe, as the hooks make it; the group's count
+  // while the probe ran in used_at_probe_.
+  CUresult AllocateProbed(uint64_t pool, uint64_t bytes) {
+    auto rc = charges_.Allocate(
+        pool, device_, bytes,
+        [&] {
+          used_at_call_ = Used();
+          const CUresult r = driver_.Alloc(pool, bytes);
+          driver_.peak = std::max(driver_.peak, driver_.Reserved());
+          return r;
+        },
+        [&] {
+          ++undone_;
+          driver_.Free(pool, bytes);
+        },
+        [] { return uint64_t{0}; },
+        [&](uint64_t span) {
+          used_at_probe_ = Used();
+          return driver_.Probe(span);
+        });
+    EXPECT_TRUE(rc.has_value());
+    return rc.value_or(CUDA_ERROR_UNKNOWN);
+  }
+  // Charges `bytes` outside the pools (a context, say), on both sides.
+  void Outside(uint64_t bytes) {
+    ASSERT_TRUE(ledger_.Reserve(device_, bytes).has_value());
+    driver_.outside += bytes;
+  }
+
   FakeDriver driver_;
   PoolCharges charges_{ledger_, driver_, kGranularity};
   uint64_t used_at_call_ = 0;
+  uint64_t used_at_probe_ = 0;
   int undone_ = 0;
 };
 
@@ -157,6 +193,94 @@ TEST_F(PoolChargesTest, AGrowthPastTheLimitIsUndoneAndTheDriverEndsWithinIt) {
   EXPECT_EQ(Allocate(1, 2 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(undone_, 1);
   EXPECT_EQ(used_at_call_, 1u) << "the driver was called";
+}
+
+// The first growth of a pool whose block (64 MiB) is larger than the
+// assumed one, with 40 MiB of room: the probe finds the block does not fit
+// and the allocation is refused before the driver is called. Without the
+// probe, 32 MiB were reserved ahead, the driver grew by 64 and the group's
+// memory passed the cap until the growth was undone.
+TEST_F(PoolChargesTest, AFirstGrowthLargerThanTheRoomIsRefusedBeforeTheDriverGrows) {
+  segment_->SetMemoryLimit(device_, 100 * kMiB);
+  Outside(60 * kMiB);
+  driver_.pools[1].block = 64 * kMiB;
+  driver_.probe_block = 64 * kMiB;
+  used_at_call_ = 0;
+  EXPECT_EQ(AllocateProbed(1, 2 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(used_at_call_, 0u) << "the driver was called";
+  EXPECT_EQ(undone_, 0);
+  EXPECT_LE(driver_.peak, 100 * kMiB) << "the driver held more than the cap";
+  EXPECT_EQ(driver_.spans, std::vector<uint64_t>{40 * kMiB});  // the whole room at once
+  EXPECT_EQ(used_at_probe_, 100 * kMiB);                       // held while probing
+  EXPECT_EQ(Used(), 60 * kMiB);                                // and given back
+  EXPECT_EQ(charges_.device_block(device_), 0u);               // nothing learnt
+}
+
+// With room for it, the probed block (not the assumed 32 MiB) is reserved
+// ahead of the first growth, and every other pool of the device starts from
+// it without a probe of its own.
+TEST_F(PoolChargesTest, TheProbedBlockIsReservedAheadOfEveryPoolsFirstGrowth) {
+  segment_->SetMemoryLimit(device_, 1024 * kMiB);
+  for (uint64_t pool : {1, 2}) driver_.pools[pool].block = 64 * kMiB;
+  driver_.probe_block = 64 * kMiB;
+  ASSERT_EQ(AllocateProbed(1, 2 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(driver_.spans, std::vector<uint64_t>{PoolCharges::kProbeSpan});
+  EXPECT_EQ(used_at_probe_, PoolCharges::kProbeSpan);
+  EXPECT_EQ(used_at_call_, 64 * kMiB);  // the block, held while the driver grows
+  EXPECT_EQ(Used(), 64 * kMiB);
+  EXPECT_EQ(charges_.device_block(device_), 64 * kMiB);
+  ASSERT_EQ(AllocateProbed(2, 2 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(driver_.spans.size(), 1u) << "probed again";
+  EXPECT_EQ(used_at_call_, 128 * kMiB);
+  EXPECT_EQ(undone_, 0);
+}
+
+// A block as large as the first span is not told from a growth clipped to it:
+// the probe runs again over the whole room.
+TEST_F(PoolChargesTest, ABlockNotSmallerThanTheFirstSpanIsProbedAgainOverTheRoom) {
+  segment_->SetMemoryLimit(device_, 1000 * kMiB);
+  driver_.pools[1].block = 256 * kMiB;
+  driver_.probe_block = 256 * kMiB;
+  ASSERT_EQ(AllocateProbed(1, 2 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(driver_.spans, (std::vector<uint64_t>{PoolCharges::kProbeSpan, 1000 * kMiB}));
+  EXPECT_EQ(used_at_call_, 256 * kMiB);
+  EXPECT_EQ(charges_.device_block(device_), 256 * kMiB);
+  EXPECT_LE(driver_.peak, 1000 * kMiB);
+}
+
+// A driver that grew a capped probe pool by all it was allowed (it may clip
+// its growth to maxSize) tells nothing: treated as a refusal.
+TEST_F(PoolChargesTest, AProbeGrownByItsWholeSpanIsNotTrusted) {
+  segment_->SetMemoryLimit(device_, 100 * kMiB);
+  Outside(60 * kMiB);
+  driver_.pools[1].block = 64 * kMiB;
+  driver_.probe_block = 64 * kMiB;
+  driver_.clip = true;
+  used_at_call_ = 0;
+  EXPECT_EQ(AllocateProbed(1, 2 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(used_at_call_, 0u) << "the driver was called";
+  EXPECT_EQ(charges_.device_block(device_), 0u);
+}
+
+// Where the probe cannot tell (an older driver), the assumed block stands and
+// a larger growth is undone, as before.
+TEST_F(PoolChargesTest, AProbeThatCannotTellLeavesTheAssumedBlock) {
+  segment_->SetMemoryLimit(device_, 60 * kMiB);
+  driver_.pools[1].block = 64 * kMiB;
+  driver_.probe_unknown = true;
+  EXPECT_EQ(AllocateProbed(1, 2 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(driver_.spans.size(), 1u);
+  EXPECT_EQ(undone_, 1);
+  EXPECT_EQ(driver_.pools[1].reserved, 0u);
+  EXPECT_EQ(Used(), 0u);
+}
+
+// A device without a memory limit has no cap to pass: no probe.
+TEST_F(PoolChargesTest, NoProbeWithoutALimit) {
+  segment_->SetMemoryLimit(device_, kUnlimitedBytes);
+  ASSERT_EQ(AllocateProbed(1, 2 * kMiB), CUDA_SUCCESS);
+  EXPECT_TRUE(driver_.spans.empty());
+  EXPECT_EQ(Used(), 32 * kMiB);
 }
 
 // A pool whose growth equals a small shortfall grows by the allocation: it

@@ -99,6 +99,21 @@ std::optional<RegistrationRequest> RegistrationFor(
   return r;
 }
 
+// The real driver's answers about a device's graph memory pool.
+class RealGraphMemDriver final : public GraphMemDriver {
+ public:
+  std::optional<PoolUsage> Usage(int ordinal) override {
+    const auto get = real::Cuda().cuDeviceGetGraphMemAttribute;
+    if (get == nullptr || ordinal < 0) return std::nullopt;
+    cuuint64_t reserved = 0, used = 0;
+    if (get(ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
+        get(ordinal, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS) {
+      return std::nullopt;
+    }
+    return PoolUsage{reserved, used};
+  }
+};
+
 // The real driver's answers about a pool.
 class RealPoolDriver final : public PoolDriver {
  public:
@@ -145,7 +160,9 @@ GS_HOT ProcessState& ProcessState::Get() {
 
 ProcessState::ProcessState()
     : pool_driver_(std::make_unique<RealPoolDriver>()),
-      pools_(ledger_, *pool_driver_, granularity_) {
+      pools_(ledger_, *pool_driver_, granularity_),
+      graph_memory_driver_(std::make_unique<RealGraphMemDriver>()),
+      graph_memory_(ledger_, *graph_memory_driver_) {
   InitLogging(LogLevel::kOff);
   pthread_atfork(&AtForkPrepare, &AtForkParent, &AtForkChild);
 }
@@ -155,12 +172,14 @@ void ProcessState::AtForkPrepare() {
   l.attach_mu_.lock();
   l.ledger_.LockForFork();
   l.pools_.LockForFork();
+  l.graph_memory_.LockForFork();
   l.context_mu_.lock();
 }
 
 void ProcessState::AtForkParent() {
   ProcessState& l = Get();
   l.context_mu_.unlock();
+  l.graph_memory_.UnlockForFork();
   l.pools_.UnlockForFork();
   l.ledger_.UnlockForFork();
   l.attach_mu_.unlock();
@@ -171,12 +190,13 @@ void ProcessState::AtForkChild() {
   l.forked_.store(true, std::memory_order_release);
   l.registration_started_.store(false);  // the parent's thread did not survive the fork
   l.context_mu_.unlock();
+  l.graph_memory_.UnlockForFork();
   l.pools_.UnlockForFork();
   l.ledger_.UnlockForFork();
   l.attach_mu_.unlock();
 }
 
-GS_HOT CUresult ProcessState::EnsureAttached() {
+CUresult ProcessState::EnsureAttachedSlow() {
   const int state = state_.load(std::memory_order_acquire);
   if (state == kFailedClosed) return CUDA_ERROR_NOT_INITIALIZED;
   if (state == kAttached && !forked_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
@@ -197,6 +217,7 @@ CUresult ProcessState::AttachWithCuda() {
     // The child of a fork: a new member of the group, with nothing allocated.
     ledger_.ResetInChild();
     pools_.ResetInChild();
+    graph_memory_.ResetInChild();
     pools_watched_.store(false);  // the parent's refresh thread did not survive the fork
     ForgetContexts();             // the parent's contexts are not the child's
     if (segment_ != nullptr) {
@@ -347,12 +368,16 @@ GS_HOT int ProcessState::GroupDevice(CUdevice ordinal) const {
   return ordinal_to_device_[ordinal];
 }
 
-GS_HOT int ProcessState::CurrentGroupDevice(uintptr_t* ctx) const {
-  const uint64_t generation = contexts_generation_.load(std::memory_order_acquire);
-  if (current_.generation == generation) [[likely]] {
-    if (ctx != nullptr) *ctx = current_.ctx;
-    return current_.device;
+CUdevice ProcessState::Ordinal(int device) const {
+  if (device < 0) return -1;
+  for (size_t ordinal = 0; ordinal < ordinal_to_device_.size(); ++ordinal) {
+    if (ordinal_to_device_[ordinal] == device) return static_cast<CUdevice>(ordinal);
   }
+  return -1;
+}
+
+int ProcessState::CurrentGroupDeviceSlow(uintptr_t* ctx) const {
+  const uint64_t generation = contexts_generation_.load(std::memory_order_acquire);
   const real::CudaTable& cu = real::Cuda();
   CUcontext current = nullptr;
   if (cu.cuCtxGetCurrent == nullptr || cu.cuCtxGetCurrent(&current) != CUDA_SUCCESS) return -1;
@@ -444,18 +469,11 @@ void ProcessState::PoolMemoryFreed(uint64_t ptr) {
 
 std::optional<Charge> ProcessState::ReserveAfterPoolRefresh(int device, uint64_t bytes) {
   if (!pools_.any_charged() || !pools_.RefreshAll()) return std::nullopt;
-  return ledger_.Reserve(device, bytes);
+  return ledger_.ReserveDevice(device, bytes);
 }
 
 int ProcessState::GroupDeviceByUuid(const char* uuid) const {
   return segment_ != nullptr ? segment_->FindDevice(uuid) : -1;
-}
-
-GS_HOT uint64_t ProcessState::Rounded(uint64_t bytes) const {
-  const uint64_t g = granularity_;
-  if (bytes > UINT64_MAX - g) return UINT64_MAX;
-  if ((g & (g - 1)) == 0) return (bytes + g - 1) & ~(g - 1);  // no division on the hot path
-  return (bytes + g - 1) / g * g;
 }
 
 // ---- contexts' charges ----
@@ -476,10 +494,8 @@ std::optional<uint64_t> ProcessState::SettledContext(const Charge& c) {
   if (!driver) return c.bytes;  // the estimate stands
   const uint64_t settled =
       SettledContextBytes(*driver, segment_->SlotMemory(slot, c.device), c.bytes, granularity_);
-  if (settled > c.bytes && !segment_->Reserve(slot, c.device, settled - c.bytes)) {
-    return std::nullopt;
-  }
-  if (settled < c.bytes) segment_->Release(slot, c.device, c.bytes - settled);
+  if (settled > c.bytes && !ledger_.Reserve(c.device, settled - c.bytes)) return std::nullopt;
+  if (settled < c.bytes) ledger_.Release(Charge{c.device, c.bytes - settled, 0});
   MutexLock lock(context_mu_);
   settled_context_[c.device] = settled;
   return settled;
@@ -501,11 +517,10 @@ bool ProcessState::SettlePrimary(int device) {
   if (!settled) return false;
   // A release racing with this retain may have given the charge back already.
   if (ledger_.ResizePrimaryCharge(device, *settled)) return true;
-  const int slot = ledger_.slot();
   if (*settled > c->bytes) {
-    segment_->Release(slot, device, *settled - c->bytes);
+    ledger_.Release(Charge{device, *settled - c->bytes, 0});
   } else if (*settled < c->bytes) {
-    segment_->Charge(slot, device, c->bytes - *settled);  // that release gave back c->bytes
+    ledger_.ForceCharge(Charge{device, c->bytes - *settled, 0});  // that release gave back c->bytes
   }
   return true;
 }

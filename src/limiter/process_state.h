@@ -43,6 +43,7 @@
 #include "cuda_abi/cuda_driver_api.h"
 #include "limiter/compute_gate.h"
 #include "limiter/daemon_client.h"
+#include "limiter/graph_memory_charges.h"
 #include "limiter/ledger.h"
 #include "limiter/pool_charges.h"
 #include "limiter/registration_thread.h"
@@ -51,7 +52,7 @@
 
 namespace gpuslice::limiter {
 
-class ProcessState {
+class alignas(4096) ProcessState {
  public:
   // The process's limiter; created on first use, never destroyed.
   static ProcessState& Get();
@@ -59,7 +60,14 @@ class ProcessState {
   // Attaches if not yet attached. Returns CUDA_SUCCESS once attached,
   // CUDA_ERROR_NOT_INITIALIZED after a configuration error, or the driver's
   // error when it cannot be asked about devices (e.g. before cuInit).
-  CUresult EnsureAttached();
+  CUresult EnsureAttached() {
+    // Inline: the allocation path's first step, one load when attached.
+    if (state_.load(std::memory_order_acquire) == kAttached &&
+        !forked_.load(std::memory_order_relaxed)) [[likely]] {
+      return CUDA_SUCCESS;
+    }
+    return EnsureAttachedSlow();
+  }
   // Attaches from NVML alone (a process that never initialises CUDA, such as
   // nvidia-smi): devices enumerated through NVML. False if that fails.
   bool EnsureAttachedForNvml();
@@ -75,7 +83,14 @@ class ProcessState {
   int GroupDevice(CUdevice ordinal) const;
   // Group device index of the current context's device, or -1; its context
   // in `ctx` when not null.
-  int CurrentGroupDevice(uintptr_t* ctx = nullptr) const;
+  int CurrentGroupDevice(uintptr_t* ctx = nullptr) const {
+    // Inline: the cached answer, no call (the allocation path).
+    if (current_.generation == contexts_generation_.load(std::memory_order_acquire)) [[likely]] {
+      if (ctx != nullptr) *ctx = current_.ctx;
+      return current_.device;
+    }
+    return CurrentGroupDeviceSlow(ctx);
+  }
   // Group device index of the device `stream` belongs to (current context's
   // for the legacy/per-thread default streams), or -1.
   int StreamGroupDevice(CUstream stream) const;
@@ -86,11 +101,18 @@ class ProcessState {
   // a host pool): as recorded when it was created, a device's default pool,
   // else the device of `stream`.
   int PoolGroupDevice(CUmemoryPool pool, CUstream stream);
+  // CUDA ordinal of group device `device`, or -1.
+  CUdevice Ordinal(int device) const;
   // Group device index of the GPU with `uuid`, or -1.
   int GroupDeviceByUuid(const char* uuid) const;
 
   // Rounds an allocation up to the driver's allocation granularity.
-  uint64_t Rounded(uint64_t bytes) const;
+  uint64_t Rounded(uint64_t bytes) const {
+    const uint64_t g = granularity_;
+    if (bytes > UINT64_MAX - g) return UINT64_MAX;
+    if ((g & (g - 1)) == 0) return (bytes + g - 1) & ~(g - 1);  // no division on the hot path
+    return (bytes + g - 1) / g * g;
+  }
   // Bytes a new context on `device` reserves before it exists: what the last
   // context there settled at, else GPUSLICE_CONTEXT_BYTES (300 MiB by default).
   uint64_t ContextEstimate(int device) const;
@@ -109,6 +131,8 @@ class ProcessState {
   Ledger& ledger() { return ledger_; }
   // The charges of its stream-ordered memory pools (pool_charges.h).
   PoolCharges& pools() { return pools_; }
+  // The charges of its CUDA graphs' memory (graph_memory_charges.h).
+  GraphMemCharges& graph_memory() { return graph_memory_; }
   // A pool now holds a charge: its reserve is refreshed every 200 ms from a
   // thread of the limiter's own (started once per process).
   void WatchPools();
@@ -118,7 +142,8 @@ class ProcessState {
   void PoolMemoryFreed(uint64_t ptr = 0);
   // Reserves `bytes` on `device` after refreshing the pools' charges (a
   // synchronize may have released pool memory); nullopt if there is still no
-  // room. For a refused reservation only (cold).
+  // room. A Ledger::ReserveDevice charge (the group's count only). For a
+  // refused reservation only (cold).
   std::optional<Charge> ReserveAfterPoolRefresh(int device, uint64_t bytes);
   // A context was destroyed or a primary context released: lookups of the
   // current context's device ask the driver again.
@@ -144,6 +169,9 @@ class ProcessState {
   enum State : int { kDetached = 0, kAttached, kFailedClosed };
   ProcessState();
   CUresult AttachWithCuda();
+  // EnsureAttached and CurrentGroupDevice when the fast answer does not hold.
+  CUresult EnsureAttachedSlow();
+  int CurrentGroupDeviceSlow(uintptr_t* ctx) const;
   bool Attach(const std::vector<std::pair<int, std::string>>& devices) REQUIRES(attach_mu_);
   // The daemon's socket when this process registers over one; empty
   // otherwise (a daemon reached over TCP cannot be looked for on disk).
@@ -157,14 +185,22 @@ class ProcessState {
   static void AtForkParent() NO_THREAD_SAFETY_ANALYSIS;
   static void AtForkChild() NO_THREAD_SAFETY_ANALYSIS;
 
+  // What the allocation and free paths read, first and together: one page
+  // (the class is page-aligned) that a TLB flush in the driver between two
+  // calls makes the path walk once, not once per scattered field.
   std::atomic<int> state_{kDetached};
+  std::atomic<bool> forked_{false};
+  uint64_t granularity_ = 2ull << 20;
+  // Bumped by ForgetContexts (and attach): per-thread context -> device
+  // entries of an older generation are stale.
+  std::atomic<uint64_t> contexts_generation_{1};
+  Ledger ledger_;
+
   Mutex attach_mu_;  // serialises Attach
   std::unique_ptr<GroupSegment> segment_;
   std::vector<int> ordinal_to_device_;  // CUDA ordinal -> group device
   uint64_t context_bytes_ = 300ull << 20;
   bool context_bytes_fixed_ = false;  // GPUSLICE_CONTEXT_BYTES given: never settled
-  uint64_t granularity_ = 2ull << 20;
-  std::atomic<bool> forked_{false};
   // What to tell gpusliced (set by Attach before state_ becomes kAttached,
   // then read-only); nullopt: registration disabled.
   std::optional<RegistrationRequest> registration_;
@@ -173,17 +209,15 @@ class ProcessState {
   // How long the first registration's answer is waited for
   // (GPUSLICE_REGISTER_WAIT_MS; registration_thread.h).
   std::chrono::milliseconds registration_wait_ = kDefaultFirstAnswerWait;
-  ComputeGate compute_gate_;
 
-  Ledger ledger_;
   std::unique_ptr<PoolDriver> pool_driver_;  // the real driver's pool attributes
   PoolCharges pools_;
+  std::unique_ptr<GraphMemDriver> graph_memory_driver_;  // the real driver's graph pools
+  GraphMemCharges graph_memory_;
   std::atomic<bool> pools_watched_{false};  // the refresh thread was started
   mutable Mutex context_mu_;
   std::unordered_map<int, uint64_t> settled_context_ GUARDED_BY(context_mu_);  // device -> bytes
-  // Bumped by ForgetContexts (and attach): per-thread context -> device
-  // entries of an older generation are stale.
-  std::atomic<uint64_t> contexts_generation_{1};
+  ComputeGate compute_gate_;  // large (its stream cache): last
   // This thread's current context and its group device, valid while
   // `generation` equals contexts_generation_ (0: nothing cached).
   struct CurrentContext {

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "common/clock.h"
@@ -20,25 +21,37 @@
 namespace gpuslice::limiter {
 namespace {
 
+// How the first attempt ended.
+enum class FirstOutcome {
+  kAnswered,    // registered or refused: the daemon answered
+  kFailedFast,  // no daemon behind the socket (refused connection, 5xx): nothing to wait for
+  kTimedOut,    // no answer within the wait
+};
+
 // Set once the registration thread's first step is done (the first attempt
 // answered, given up on, or no socket to try); shared by that thread and the
 // one that started it, so either may outlive the other.
 struct FirstAnswer {
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
+  std::optional<FirstOutcome> outcome;
 
-  void Signal() {
+  void Signal(FirstOutcome o) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      done = true;
+      outcome = o;
     }
     cv.notify_all();
   }
-  // True if signalled within `wait`.
-  bool Await(std::chrono::milliseconds wait) {
+  // The first attempt's outcome, or kTimedOut once `wait` is over. The
+  // attempt's own deadline is that wait, so it may end the wait itself: it
+  // then says kTimedOut too.
+  FirstOutcome Await(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, wait, [this] { return done; });
+    if (!cv.wait_for(lock, wait, [this] { return outcome.has_value(); })) {
+      return FirstOutcome::kTimedOut;
+    }
+    return *outcome;
   }
 };
 
@@ -106,13 +119,19 @@ void* Run(void* arg) {
         },
         [segment, endpoint] { return Observe(*segment, *endpoint); },
         [segment](const std::vector<EffectiveLimit>& l) { Apply(*segment, l); }, *clock);
+    const int64_t started_ns = clock->NowNs();
     const int64_t first_sleep = registrar->Step();
-    args->first->Signal();
+    const bool expired =
+        clock->NowNs() - started_ns >= std::chrono::nanoseconds(args->first_deadline).count();
+    args->first->Signal(registrar->state() != Registrar::State::kUnregistered
+                            ? FirstOutcome::kAnswered
+                        : expired ? FirstOutcome::kTimedOut
+                                  : FirstOutcome::kFailedFast);
     args->first.reset();
     SleepNs(first_sleep);
     for (;;) SleepNs(registrar->Step());
   } catch (...) {
-    if (auto& first = static_cast<Args*>(arg)->first) first->Signal();
+    if (auto& first = static_cast<Args*>(arg)->first) first->Signal(FirstOutcome::kFailedFast);
     // Out of memory, most likely: the process goes on unregistered.
     GS_LOG(kWarn, "limiter", "registration with gpusliced stopped (out of memory?)");
   }
@@ -151,7 +170,7 @@ bool StartRegistrationThread(GroupSegment* segment, RegistrationRequest request,
     return false;
   }
   pthread_setname_np(thread, "gpuslice-reg");
-  if (wait && !first->Await(first_answer_wait)) {
+  if (wait && first->Await(first_answer_wait) == FirstOutcome::kTimedOut) {
     GS_LOG(kWarn, "limiter",
            "no answer from gpusliced (%s) in %lld ms: starting under the environment's limits "
            "until it answers",

@@ -436,7 +436,8 @@ GroupSegment::ComputeCounters GroupSegment::Counters(int dev) const {
           .charge_ns = Load(c.charge_ns),
           .share_bp = Load(c.measured_at_ns) != 0 ? static_cast<int32_t>(Load(c.share_bp)) : -1,
           .waiting = WaitingMembers(dev),
-          .next_free_ns = Load(c.next_free_ns)};
+          .next_free_ns = Load(c.next_free_ns),
+          .share_windowed = Load(c.share_windowed) != 0};
 }
 
 uint32_t GroupSegment::WaitingMembers(int dev) const {
@@ -571,6 +572,12 @@ int GroupSegment::ReapDead() {
 // charged (never less).
 
 GS_HOT bool GroupSegment::Reserve(int slot, int dev, uint64_t bytes) {
+  if (!ReserveDevice(dev, bytes)) return false;
+  Atomic(layout_->slots[slot].memory[dev]).fetch_add(bytes, std::memory_order_acq_rel);
+  return true;
+}
+
+GS_HOT bool GroupSegment::ReserveDevice(int dev, uint64_t bytes) {
   GroupDevice& d = layout_->devices[dev];
   auto used = Atomic(d.memory_used);
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -578,7 +585,6 @@ GS_HOT bool GroupSegment::Reserve(int slot, int dev, uint64_t bytes) {
     const uint64_t limit = Load(d.memory_limit);
     while (bytes <= limit && seen <= limit - bytes) {
       if (used.compare_exchange_weak(seen, seen + bytes, std::memory_order_acq_rel)) {
-        Atomic(layout_->slots[slot].memory[dev]).fetch_add(bytes, std::memory_order_acq_rel);
         RaiseTo(d.memory_peak, seen + bytes);
         return true;
       }
@@ -591,15 +597,38 @@ GS_HOT bool GroupSegment::Reserve(int slot, int dev, uint64_t bytes) {
 }
 
 void GroupSegment::Charge(int slot, int dev, uint64_t bytes) {
+  ChargeDevice(dev, bytes);
+  Atomic(layout_->slots[slot].memory[dev]).fetch_add(bytes, std::memory_order_acq_rel);
+}
+
+void GroupSegment::ChargeDevice(int dev, uint64_t bytes) {
   GroupDevice& d = layout_->devices[dev];
   const uint64_t used = Atomic(d.memory_used).fetch_add(bytes, std::memory_order_acq_rel) + bytes;
-  Atomic(layout_->slots[slot].memory[dev]).fetch_add(bytes, std::memory_order_acq_rel);
   RaiseTo(d.memory_peak, used);
 }
 
 GS_HOT void GroupSegment::Release(int slot, int dev, uint64_t bytes) {
   const uint64_t taken = TakeAtMost(layout_->slots[slot].memory[dev], bytes);
   TakeAtMost(layout_->devices[dev].memory_used, taken);
+}
+
+GS_HOT void GroupSegment::ReleaseDevice(int dev, uint64_t bytes) {
+  TakeAtMost(layout_->devices[dev].memory_used, bytes);
+}
+
+GS_HOT void GroupSegment::AddToOwnSlot(int slot, int dev, uint64_t bytes) {
+  // Only the owner changes a live slot's count, under its own lock: a plain
+  // load and store (atomic, so readers never see a torn value).
+  auto held = Atomic(layout_->slots[slot].memory[dev]);
+  held.store(held.load(std::memory_order_relaxed) + bytes, std::memory_order_release);
+}
+
+GS_HOT uint64_t GroupSegment::TakeFromOwnSlot(int slot, int dev, uint64_t bytes) {
+  auto held = Atomic(layout_->slots[slot].memory[dev]);
+  const uint64_t seen = held.load(std::memory_order_relaxed);
+  const uint64_t taken = std::min(bytes, seen);
+  held.store(seen - taken, std::memory_order_release);
+  return taken;
 }
 
 uint64_t GroupSegment::SlotMemory(int slot, int dev) const {
@@ -659,6 +688,7 @@ void GroupSegment::PublishEstimate(int dev, const Estimate& estimate) {
     Atomic(c.charge_ns).store(estimate.charge_ns, std::memory_order_release);
   }
   if (estimate.share_bp >= 0) Atomic(c.share_bp).store(static_cast<uint32_t>(estimate.share_bp));
+  Atomic(c.share_windowed).store(estimate.windowed ? 1u : 0u);
   Atomic(c.measured_at_ns).store(estimate.measured_at_ns);
 }
 

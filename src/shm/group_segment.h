@@ -4,7 +4,9 @@
 // It is the group's memory ledger: Reserve() charges bytes to a device of the
 // group all-or-nothing against the limit, so concurrent allocations in any
 // number of processes never overshoot; Release() gives them back. Both are
-// lock-free (one compare-and-swap on the device's count, one on the slot's). Each member
+// lock-free (one compare-and-swap on the device's count, one on the slot's;
+// the *Device / *OwnSlot forms split the two for a member whose own lock
+// orders its slot's changes). Each member
 // holds a slot for its whole life; a dead member's slot and memory are
 // reclaimed by ReapDead() (run by the group controller, by a member whose
 // allocation would fail, by a joining member and by `gpuslice status`).
@@ -108,6 +110,11 @@ class ComputeBudget {
   // (launch_pacer.h ClampAhead); true if it did.
   bool ClampAhead(int64_t now_ns, int64_t max_ahead_ns) {
     return gpuslice::ClampAhead(std::atomic_ref<int64_t>(c_.next_free_ns), now_ns, max_ahead_ns);
+  }
+  // Raises the budget to at least `ahead_ns` past `now_ns` (launch_pacer.h
+  // RaiseBehind: a launch waiting for its stream's queue banks nothing).
+  void RaiseBehind(int64_t now_ns, int64_t ahead_ns) {
+    gpuslice::RaiseBehind(std::atomic_ref<int64_t>(c_.next_free_ns), now_ns, ahead_ns);
   }
   // Charges `interval_ns` from `now_ns` whatever the budget holds (a launch
   // measured after the fact).
@@ -236,13 +243,14 @@ class GroupSegment {
 
   // What the scheduler reads of one device (each field atomically).
   struct ComputeCounters {
-    uint64_t launches;     // admitted so far
-    uint64_t waits;        // launches that waited for budget (held back by the rate)
-    uint64_t wait_ns;      // their total wait
-    int64_t charge_ns;     // estimated device time of one launch; 0: not known yet
-    int32_t share_bp;      // measured share; -1: never measured
-    uint32_t waiting;      // members with a thread waiting in the launch gate now
-    int64_t next_free_ns;  // the budget: when the work admitted so far is paid for
+    uint64_t launches;            // admitted so far
+    uint64_t waits;               // launches that waited for budget (held back by the rate)
+    uint64_t wait_ns;             // their total wait
+    int64_t charge_ns;            // estimated device time of one launch; 0: not known yet
+    int32_t share_bp;             // measured share; -1: never measured
+    uint32_t waiting;             // members with a thread waiting in the launch gate now
+    int64_t next_free_ns;         // the budget: when the work admitted so far is paid for
+    bool share_windowed = false;  // share_bp is whole NVML windows (Estimate::windowed)
   };
   ComputeCounters Counters(int dev) const;
 
@@ -272,6 +280,9 @@ class GroupSegment {
     int64_t charge_ns;       // device time of one launch; 0: not known (keep the last)
     int32_t share_bp;        // the group's share of the device, basis points; -1: unknown
     int64_t measured_at_ns;  // CLOCK_MONOTONIC
+    // share_bp is whole NVML windows each given to one process (window
+    // attribution, control/compute_controller.h): coarse.
+    bool windowed = false;
   };
   // Publishes the controller's estimate for `dev` to the launch path and to readers.
   void PublishEstimate(int dev, const Estimate& estimate);
@@ -320,6 +331,27 @@ class GroupSegment {
   // Returns `bytes` (at most what the slot holds on `dev`).
   void Release(int slot, int dev, uint64_t bytes);
   uint64_t SlotMemory(int slot, int dev) const;
+
+  // The two steps of the above, for a member that keeps its own slot's count
+  // in step with its own records under a lock of its own (the limiter's
+  // Ledger): the device's count with one atomic operation, the slot's with a
+  // plain load and store. A charge adds to the device first, a release takes
+  // from the slot first (invariant 1).
+  //
+  // Charges `bytes` to `dev`'s count if the group stays within the limit
+  // (false, nothing changed, otherwise); the slot is not touched.
+  bool ReserveDevice(int dev, uint64_t bytes);
+  // Charges `bytes` to `dev`'s count whatever the limit.
+  void ChargeDevice(int dev, uint64_t bytes);
+  // Takes up to `bytes` from `dev`'s count (never below 0).
+  void ReleaseDevice(int dev, uint64_t bytes);
+  // Adds `bytes` to the slot's count on `dev`. REQUIRES: this process owns
+  // `slot`, and the caller serialises every change of it (no atomic
+  // read-modify-write: only its owner changes a live slot).
+  void AddToOwnSlot(int slot, int dev, uint64_t bytes);
+  // Takes up to `bytes` from the slot's count on `dev`; returns what it took.
+  // REQUIRES: as AddToOwnSlot.
+  uint64_t TakeFromOwnSlot(int slot, int dev, uint64_t bytes);
 
   // ---- the group controller ----
 

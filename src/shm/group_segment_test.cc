@@ -156,6 +156,11 @@ TEST_F(GroupSegmentTest, CountersSayWhatTheSchedulerReads) {
   EXPECT_EQ(got.wait_ns, 900u);
   EXPECT_EQ(got.charge_ns, 250);
   EXPECT_EQ(got.share_bp, 4100);
+  EXPECT_FALSE(got.share_windowed);
+  // A share made of whole NVML windows (window attribution) says so.
+  seg->PublishEstimate(d,
+                       {.charge_ns = 250, .share_bp = 3900, .measured_at_ns = 2, .windowed = true});
+  EXPECT_TRUE(seg->Counters(d).share_windowed);
 }
 
 // The scheduler's hold: the device is on the paced path while a hold is
@@ -311,6 +316,31 @@ TEST_F(GroupSegmentTest, ReserveIsAllOrNothingAgainstTheLimit) {
   EXPECT_EQ(seg->MemoryUsed(d), 0u);
   EXPECT_EQ(seg->layout().devices[d].alloc_failures, 2u);
   EXPECT_EQ(seg->layout().devices[d].memory_peak, 100 * kMiB);
+}
+
+// The two steps apart (the limiter's ledger orders its own slot's changes):
+// the device's count is all-or-nothing against the limit and leaves the slot
+// alone; the slot's count never goes below zero.
+TEST_F(GroupSegmentTest, TheDeviceAndSlotStepsApartKeepTheirContracts) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  seg->LowerMemoryLimit(d, 100 * kMiB);
+  const int s = *seg->Join(getpid(), 1, "test");
+  EXPECT_TRUE(seg->ReserveDevice(d, 60 * kMiB));
+  EXPECT_FALSE(seg->ReserveDevice(d, 41 * kMiB));
+  EXPECT_EQ(seg->MemoryUsed(d), 60 * kMiB);
+  EXPECT_EQ(seg->SlotMemory(s, d), 0u);
+  seg->AddToOwnSlot(s, d, 60 * kMiB);
+  EXPECT_EQ(seg->SlotMemory(s, d), 60 * kMiB);
+  seg->ChargeDevice(d, 50 * kMiB);  // whatever the limit
+  EXPECT_EQ(seg->MemoryUsed(d), 110 * kMiB);
+  EXPECT_EQ(seg->TakeFromOwnSlot(s, d, 20 * kMiB), 20 * kMiB);
+  EXPECT_EQ(seg->TakeFromOwnSlot(s, d, 1000 * kMiB), 40 * kMiB);  // never below zero
+  EXPECT_EQ(seg->SlotMemory(s, d), 0u);
+  seg->ReleaseDevice(d, 1000 * kMiB);
+  EXPECT_EQ(seg->MemoryUsed(d), 0u);
+  EXPECT_EQ(seg->layout().devices[d].alloc_failures, 1u);
+  EXPECT_EQ(seg->layout().devices[d].memory_peak, 110 * kMiB);
 }
 
 TEST_F(GroupSegmentTest, LoweringBelowUsageRefusesNewAllocationsUntilUsageFalls) {

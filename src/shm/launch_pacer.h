@@ -25,6 +25,20 @@ namespace gpuslice {
 // to keep a queue in front of the device for small kernels.
 inline constexpr int64_t kPacerBurstNs = 20'000'000;
 
+// The most a launch waiting for its budget sleeps past the time the budget
+// admits it: about one time slice of the device, so that a group whose
+// launches are rare and wait-sensitive (a latency group synchronising after
+// each) is never late by half a 20 ms burst, while one wake-up of a paced
+// batch group still admits a millisecond of small launches.
+inline constexpr int64_t kMaxNapPastDueNs = 1'000'000;
+
+// How long a launch told to wait `wait_ns` (TryAdmit) sleeps with `burst_ns`:
+// on until half the burst is free, so that one wake-up admits a batch of
+// small launches, but at most kMaxNapPastDueNs past its due time.
+inline int64_t PacerNapNs(int64_t wait_ns, int64_t burst_ns) {
+  return wait_ns + std::min(burst_ns / 2, kMaxNapPastDueNs);
+}
+
 // Wall time one launch consumes: its device time stretched by the group's
 // rate on the device, in basis points (1/100 %). REQUIRES: 1 <= rate_bp.
 inline int64_t PacedIntervalBpNs(int64_t charge_ns, uint32_t rate_bp) {
@@ -70,6 +84,41 @@ inline bool ClampAhead(std::atomic_ref<int64_t> next_free, int64_t now_ns, int64
     }
   }
   return false;
+}
+
+// ---- a stream's queue beside a latency group ----
+
+// Slack of the queue bound below: how late the gate sees a marker complete
+// (it looks every ProgressWatch::kQueryPeriodNs) and a launch's own latency.
+inline constexpr int64_t kQueueSlackNs = 1'000'000;
+
+// While gpusliced's scheduler has set a device's burst (batch groups beside
+// an active latency group: docs/daemon.md "Scheduling"), a stream's queue in
+// the driver is bounded in time, not only by the budget: a launch waits while
+// the oldest unfinished marker on its stream (shm/progress_watch.h) was
+// recorded more than this long ago. The budget alone does not bound it: a
+// group admitted at its rate that the device serves more slowly (the latency
+// group's kernels, and the context switches each of them costs, come first)
+// queues the difference, tens of milliseconds over a turn, and the backlog
+// watch, whose markers are each due relative to their predecessor, never
+// finds one late. A deep queue is what a latency kernel waits behind after
+// a turn passes (two batch contexts with work), and what a new turn's holder
+// must wait out (ShareScheduler::TakeTurns holds it this long at least).
+// `interval_ns`: one launch's paced interval; two launches may queue behind
+// the burst, so that the device never runs dry for want of the next one.
+inline int64_t QueueBoundNs(int64_t interval_ns, int64_t burst_ns) {
+  return burst_ns + 2 * interval_ns + kQueueSlackNs;
+}
+
+// Raises `next_free` to at least `now_ns + ahead_ns`: while a launch waits
+// for its stream's queue (QueueBoundNs), the budget it does not use is not
+// banked, so that the wait does not end in a burst of launches that deepens
+// the queue again. What the budget already holds beyond that is kept.
+inline void RaiseBehind(std::atomic_ref<int64_t> next_free, int64_t now_ns, int64_t ahead_ns) {
+  int64_t seen = next_free.load(std::memory_order_relaxed);
+  while (seen < now_ns + ahead_ns &&
+         !next_free.compare_exchange_weak(seen, now_ns + ahead_ns, std::memory_order_acq_rel)) {
+  }
 }
 
 // ---- the backlog watch's constants (shm/progress_watch.h) ----

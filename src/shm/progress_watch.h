@@ -112,6 +112,9 @@ class ProgressWatch {
 
   // Markers pending.
   int pending() const { return count_; }
+  // True if a marker recorded before `t_ns` is still pending (as last seen:
+  // Check drops the completed ones). The stream's queue is at least that old.
+  bool PendingSince(int64_t t_ns) const { return count_ > 0 && ring_[head_].recorded_at_ns < t_ns; }
   // When the oldest pending marker is due (meaningless when none is).
   int64_t Deadline(int64_t unknown_ahead_ns, uint32_t rate_bp) const {
     const Marker& m = ring_[head_];

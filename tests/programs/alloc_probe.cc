@@ -36,6 +36,9 @@
 //         (cuCtxPushCurrent), 2B on 1 (cuCtxPopCurrent back to 1), then
 //         prints {"granted":4} and holds S seconds (the limiter must charge
 //         each to the device current when it was made)
+//     graph --api node|upload|capture --chunk B --fine P [--hold-s S]  a graph whose
+//         allocation node takes B (see Graph below): launched, destroyed,
+//         trimmed, with a cuMemAlloc of P tried after each step
 //     absent                    calls cuInit found by dlsym(RTLD_DEFAULT)
 //         without loading any driver; prints {"cuInit":rc}
 //
@@ -99,6 +102,20 @@ struct Api {
   CUresult (*cuCtxDestroy_v2)(CUcontext);
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuGetErrorName)(CUresult, const char**);
+  // The graph command's (BindGraph).
+  CUresult (*cuStreamCreate)(CUstream*, unsigned);
+  CUresult (*cuStreamBeginCapture_v2)(CUstream, CUstreamCaptureMode);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuGraphCreate)(CUgraph*, unsigned);
+  CUresult (*cuGraphAddMemAllocNode)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t,
+                                     CUDA_MEM_ALLOC_NODE_PARAMS*);
+  CUresult (*cuGraphAddMemFreeNode)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUdeviceptr);
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*cuGraphInstantiateWithParams)(CUgraphExec*, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS*);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
+  CUresult (*cuDeviceGraphMemTrim)(CUdevice);
 };
 
 Api g_api{};
@@ -166,6 +183,24 @@ void BindAll(const std::string& via) {
   GS_BIND(cuMipmappedArrayDestroy);
   GS_BIND(cuCtxDestroy_v2);
   GS_BIND(cuStreamSynchronize);
+#undef GS_BIND
+}
+
+void BindGraph(const std::string& via) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+#define GS_BIND(name) Bind(&g_api.name, #name, via, lib)
+  GS_BIND(cuStreamCreate);
+  GS_BIND(cuStreamBeginCapture_v2);
+  GS_BIND(cuStreamEndCapture);
+  GS_BIND(cuGraphCreate);
+  GS_BIND(cuGraphAddMemAllocNode);
+  GS_BIND(cuGraphAddMemFreeNode);
+  GS_BIND(cuGraphInstantiateWithFlags);
+  GS_BIND(cuGraphInstantiateWithParams);
+  GS_BIND(cuGraphLaunch);
+  GS_BIND(cuGraphExecDestroy);
+  GS_BIND(cuGraphDestroy);
+  GS_BIND(cuDeviceGraphMemTrim);
 #undef GS_BIND
 }
 
@@ -486,6 +521,93 @@ int Switch(uint64_t chunk, double hold_s) {
   return 0;
 }
 
+// The graph command: a graph whose memory node allocates `chunk` (and frees
+// it in the graph), built with the node API (api "node"; "upload": and
+// uploaded by its instantiation) or by capturing cuMemAllocAsync/
+// cuMemFreeAsync (api "capture"); instantiated, launched
+// twice, destroyed, then the device's graph memory trimmed. After the
+// launches, the destruction and the trim, a cuMemAlloc of `probe` bytes is
+// tried (and freed). Prints one line, then holds `hold_s` seconds:
+// {"launch":E,"relaunch":E,"free_after_launch":F,"alloc_after_launch":E,
+//  "alloc_after_destroy":E,"alloc_after_trim":E,"free_after_trim":F}
+int Graph(const std::string& api, uint64_t chunk, uint64_t probe, double hold_s) {
+  const CUdevice dev = InitDevice();
+  CUstream s = nullptr;
+  Check(g_api.cuStreamCreate(&s, 0), "cuStreamCreate");
+  CUgraph graph = nullptr;
+  if (api == "capture") {
+    Check(g_api.cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    CUdeviceptr p = 0;
+    Check(g_api.cuMemAllocAsync(&p, chunk, s), "cuMemAllocAsync (captured)");
+    Check(g_api.cuMemFreeAsync(p, s), "cuMemFreeAsync (captured)");
+    Check(g_api.cuStreamEndCapture(s, &graph), "cuStreamEndCapture");
+  } else if (api == "node" || api == "upload") {
+    Check(g_api.cuGraphCreate(&graph, 0), "cuGraphCreate");
+    CUDA_MEM_ALLOC_NODE_PARAMS params{};
+    params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    params.poolProps.location = {CU_MEM_LOCATION_TYPE_DEVICE, dev};
+    params.bytesize = chunk;
+    CUgraphNode alloc = nullptr, freed = nullptr;
+    Check(g_api.cuGraphAddMemAllocNode(&alloc, graph, nullptr, 0, &params),
+          "cuGraphAddMemAllocNode");
+    Check(g_api.cuGraphAddMemFreeNode(&freed, graph, &alloc, 1, params.dptr),
+          "cuGraphAddMemFreeNode");
+  } else {
+    Usage("graph --api node|upload|capture");
+  }
+  CUgraphExec exec = nullptr;
+  if (api == "upload") {
+    // Uploaded as part of instantiation (its memory mapped then): a refusal
+    // shows as the launch's error.
+    CUDA_GRAPH_INSTANTIATE_PARAMS params{};
+    params.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    params.hUploadStream = s;
+    const CUresult rc = g_api.cuGraphInstantiateWithParams(&exec, graph, &params);
+    if (rc != CUDA_SUCCESS) {
+      CUdeviceptr p = 0;
+      const CUresult after = g_api.cuMemAlloc_v2(&p, probe);
+      if (after == CUDA_SUCCESS) Check(g_api.cuMemFree_v2(p), "cuMemFree_v2");
+      printf("{\"launch\":\"%s\",\"instantiate\":\"%s\",\"alloc_after_launch\":\"%s\"}\n", Name(rc),
+             Name(rc), Name(after));
+      fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::duration<double>(hold_s));
+      return 0;
+    }
+  } else {
+    Check(g_api.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+  }
+  auto try_alloc = [&] {
+    CUdeviceptr p = 0;
+    const CUresult rc = g_api.cuMemAlloc_v2(&p, probe);
+    if (rc == CUDA_SUCCESS) Check(g_api.cuMemFree_v2(p), "cuMemFree_v2");
+    return rc;
+  };
+  auto free_bytes = [&] {
+    size_t free = 0, total = 0;
+    Check(g_api.cuMemGetInfo_v2(&free, &total), "cuMemGetInfo_v2");
+    return free;
+  };
+  const CUresult launch = g_api.cuGraphLaunch(exec, s);
+  const CUresult relaunch = g_api.cuGraphLaunch(exec, s);
+  Check(g_api.cuStreamSynchronize(s), "cuStreamSynchronize");
+  const size_t free_after_launch = free_bytes();
+  const CUresult after_launch = try_alloc();
+  Check(g_api.cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+  const CUresult after_destroy = try_alloc();
+  Check(g_api.cuDeviceGraphMemTrim(dev), "cuDeviceGraphMemTrim");
+  const CUresult after_trim = try_alloc();
+  printf(
+      "{\"launch\":\"%s\",\"relaunch\":\"%s\",\"free_after_launch\":%zu,"
+      "\"alloc_after_launch\":\"%s\",\"alloc_after_destroy\":\"%s\","
+      "\"alloc_after_trim\":\"%s\",\"free_after_trim\":%zu}\n",
+      Name(launch), Name(relaunch), free_after_launch, Name(after_launch), Name(after_destroy),
+      Name(after_trim), free_bytes());
+  fflush(stdout);
+  Check(g_api.cuGraphDestroy(graph), "cuGraphDestroy");
+  std::this_thread::sleep_for(std::chrono::duration<double>(hold_s));
+  return 0;
+}
+
 int Absent() {
   using Init = CUresult (*)(unsigned);
   auto init = reinterpret_cast<Init>(dlsym(RTLD_DEFAULT, "cuInit"));
@@ -556,5 +678,9 @@ int main(int argc, char** argv) {
   if (command == "alloc") return Alloc(o);
   if (command == "fork") return Fork(o.chunk, o.hold_s);
   if (command == "switch") return Switch(o.chunk, o.hold_s);
+  if (command == "graph") {
+    BindGraph(via);
+    return Graph(o.api, o.chunk, o.fine, o.hold_s);
+  }
   Usage("unknown command '" + command + "'");
 }

@@ -222,8 +222,17 @@ StatusOr<std::string> HolderFor(const Caller& caller, std::string_view label) {
 
 void AddGpuRoutes(ApiRouter& router, GpuManager& manager, GpuMonitor& monitor,
                   const GpuRoutesOptions& options) {
-  router.Add("GET", "/healthz", Access::kRead, Dispatch::kInline, [](const ApiRequest&) {
-    return ApiResponse::Json(200, {{"status", "ok"}});
+  // The process serves: 200 even with a GPU unreachable (a restart would not
+  // bring it back), but "degraded" naming the GPUs whose last read failed.
+  router.Add("GET", "/healthz", Access::kRead, Dispatch::kInline, [&monitor](const ApiRequest&) {
+    auto snapshot = monitor.Current();
+    json unreachable = json::array();
+    for (size_t i = 0; i < snapshot->reads.size(); ++i) {
+      if (snapshot->reads[i].failed) unreachable.push_back(i);
+    }
+    json body = {{"status", unreachable.empty() ? "ok" : "degraded"}};
+    if (!unreachable.empty()) body["unreachable_gpus"] = std::move(unreachable);
+    return ApiResponse::Json(200, body);
   });
   router.Add("GET", "/readyz", Access::kRead, Dispatch::kInline, [&monitor](const ApiRequest&) {
     const bool ready = monitor.Current()->generation > 0;
@@ -242,15 +251,18 @@ void AddGpuRoutes(ApiRouter& router, GpuManager& manager, GpuMonitor& monitor,
     r.body = monitor.Current()->gpus_json;
     return r;
   });
-  router.Add("GET", "/v1/gpus/{ids}", Access::kRead, Dispatch::kInline,
-             [&monitor](const ApiRequest& req) {
-               auto snapshot = monitor.Current();
-               auto gpus = ParseGpuIds(req.params.at("ids"), snapshot->gpus);
-               if (!gpus.ok()) return ApiResponse::FromStatus(gpus.status());
-               json list = json::array();
-               for (uint32_t g : *gpus) list.push_back(GpuJson(snapshot->gpus[g]));
-               return ApiResponse::Json(200, {{"gpus", std::move(list)}});
-             });
+  router.Add(
+      "GET", "/v1/gpus/{ids}", Access::kRead, Dispatch::kInline, [&monitor](const ApiRequest& req) {
+        auto snapshot = monitor.Current();
+        auto gpus = ParseGpuIds(req.params.at("ids"), snapshot->gpus);
+        if (!gpus.ok()) return ApiResponse::FromStatus(gpus.status());
+        json list = json::array();
+        for (uint32_t g : *gpus) {
+          list.push_back(g < snapshot->reads.size() ? GpuJson(snapshot->gpus[g], snapshot->reads[g])
+                                                    : GpuJson(snapshot->gpus[g]));
+        }
+        return ApiResponse::Json(200, {{"gpus", std::move(list)}});
+      });
   router.Add(
       "GET", "/v1/gpus/{ids}/energy", Access::kRead, Dispatch::kBlocking,
       [&manager, &monitor](const ApiRequest& req) { return GetEnergy(req, manager, monitor); });

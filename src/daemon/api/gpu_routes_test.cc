@@ -164,6 +164,40 @@ TEST_F(GpuRoutesTest, EnergyAndHealth) {
   EXPECT_NE(m.body.find("gpuslice_gpu_power_watts{gpu=\"1\""), std::string::npos);
 }
 
+TEST_F(GpuRoutesTest, AnUnreachableGpuIsSaidSoByTheListHealthAndMetricsUntilItIsReadAgain) {
+  backend_.FailReads(1, true);  // NVML_ERROR_GPU_IS_LOST on GPU 1
+  monitor_.Sample();
+  monitor_.Sample();
+  json gpus = Body(Call("GET", "/v1/gpus"))["gpus"];
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0]["reachable"], true);
+  EXPECT_EQ(gpus[0]["read_error"], nullptr);
+  EXPECT_EQ(gpus[0]["read_failures"], 0);
+  EXPECT_EQ(gpus[1]["reachable"], false);
+  EXPECT_NE(gpus[1]["read_error"].get<std::string>(), "");
+  EXPECT_EQ(gpus[1]["read_failures"], 2);
+  EXPECT_EQ(gpus[1]["uuid"], "GPU-fake-1");  // its last values are kept
+  EXPECT_EQ(Body(Call("GET", "/v1/gpus/1"))["gpus"][0]["reachable"], false);
+  auto health = Call("GET", "/healthz");
+  EXPECT_EQ(health.status, 200);  // the daemon serves: restarting it would not help
+  EXPECT_EQ(Body(health), json({{"status", "degraded"}, {"unreachable_gpus", {1}}}));
+  std::string metrics = Call("GET", "/metrics").body;
+  EXPECT_NE(metrics.find("gpuslice_gpu_up{gpu=\"0\",uuid=\"GPU-fake-0\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("gpuslice_gpu_up{gpu=\"1\",uuid=\"GPU-fake-1\"} 0\n"), std::string::npos);
+  EXPECT_NE(metrics.find("gpuslice_gpu_read_failures_total{gpu=\"1\",uuid=\"GPU-fake-1\"} 2\n"),
+            std::string::npos);
+
+  backend_.FailReads(1, false);
+  monitor_.Sample();
+  gpus = Body(Call("GET", "/v1/gpus"))["gpus"];
+  EXPECT_EQ(gpus[1]["reachable"], true);
+  EXPECT_EQ(gpus[1]["read_error"], nullptr);
+  EXPECT_EQ(gpus[1]["read_failures"], 2);  // a counter
+  EXPECT_EQ(Body(Call("GET", "/healthz")), json({{"status", "ok"}}));
+  metrics = Call("GET", "/metrics").body;
+  EXPECT_NE(metrics.find("gpuslice_gpu_up{gpu=\"1\",uuid=\"GPU-fake-1\"} 1\n"), std::string::npos);
+}
+
 TEST(ParseGpuIdsTest, AcceptsIndexesUuidsAndAll) {
   FakeBackend b(3);
   std::vector<GpuInfo> gpus;

@@ -59,19 +59,22 @@ ComputeBackstop::Finding ComputeBackstop::Make(FindingKind kind, const Subject& 
 std::vector<ComputeBackstop::Finding> ComputeBackstop::Check(
     int64_t now_ns, uint32_t gpu, const std::string& uuid, const std::vector<GpuProcess>& processes,
     const std::optional<std::vector<ProcessUtilization>>& samples) {
-  // Each process's share: its samples averaged (NVML may give several).
+  // Each process's share: its samples averaged (NVML may give several), or,
+  // under window attribution, summed over the windows read (see the header).
   struct Acc {
     uint64_t sum = 0;
     uint32_t n = 0;
   };
   std::map<uint32_t, Acc> present;
   for (const GpuProcess& p : processes) present[p.pid];
+  uint32_t windows = 0;
   if (samples) {
     for (const ProcessUtilization& s : *samples) {
       Acc& a = present[s.pid];
       a.sum += s.sm_percent;
       ++a.n;
     }
+    windows = WindowAttributionWindows(*samples);
   }
   // What each subject is made of now.
   struct Now {
@@ -90,7 +93,7 @@ std::vector<ComputeBackstop::Finding> ComputeBackstop::Check(
     n.pid = pid;
     n.processes.push_back(
         {static_cast<pid_t>(pid), registry_.start_time_of ? registry_.start_time_of(pid) : 0});
-    n.share += a.n > 0 ? static_cast<uint32_t>(a.sum / a.n) : 0;
+    if (a.n > 0) n.share += static_cast<uint32_t>(a.sum / (windows > 0 ? windows : a.n));
   }
 
   std::vector<Finding> out;

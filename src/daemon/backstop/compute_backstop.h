@@ -11,7 +11,10 @@
 //      the GPU's processes or samples (once per pid), kUnregisteredGone when
 //      it is in neither any more;
 //  (b) kOverLimit when a registered group's share of the GPU (the sum of its
-//      processes' sm_percent; a process's samples averaged) stays above its
+//      processes' sm_percent; a process's samples averaged, or under NVML's
+//      window attribution, where each window's sample goes to one process with
+//      the whole window's busy percent, summed over the windows read: see
+//      WindowAttributionWindows) stays above its
 //      compute limit there by more than `tolerance_points` for more than
 //      `over_for_ns`; kBackUnder when it has been within it for more than
 //      `over_for_ns` again (while throttled: its share divided by the run
@@ -48,6 +51,7 @@
 #include "common/status.h"
 #include "daemon/backstop/duty_cycle.h"
 #include "daemon/gpu/backend.h"
+#include "daemon/tenants/gpu_usage.h"
 
 namespace gpuslice::daemon {
 

@@ -135,6 +135,45 @@ TEST_F(ComputeBackstopTest, ASampleWithinRestartsTheFiveSeconds) {
   EXPECT_THAT(b.Check(11 * kS, 0, kUuid, {{200, 1}}, std::nullopt), IsEmpty());
 }
 
+// NVML as on an H100 (r580) with time-sliced contexts: each 200 ms window
+// goes to ONE process with the whole window's busy percent (98 here). Group
+// a (limit 30) runs a quarter of the device, 24.5 %: one window in four;
+// group b the rest. Each check reads the last second (five windows): a's
+// one sample of 98 % is a fifth or two of the device, not 98 %. A group
+// that keeps its limit is never reported; one that runs two windows in
+// four (49 %) is.
+TEST_F(ComputeBackstopTest, UnderWindowAttributionAWindowIsNotTheGroupsShare) {
+  ComputeBackstop b = Make(ComputeBackstop::Action::kReport);
+  limit_of_["b"] = 100;
+  auto window_owner = [](int64_t k, int64_t of_four) { return k % 4 < of_four ? 100u : 200u; };
+  auto check = [&](int64_t t, int64_t of_four) {
+    std::vector<ProcessUtilization> samples;
+    for (int64_t k = t / (200 * kMs) - 4; k <= t / (200 * kMs); ++k) {
+      samples.push_back(
+          {window_owner(k, of_four), static_cast<uint64_t>(k * 200 * kMs / 1000), 98});
+    }
+    return b.Check(t, 0, kUuid, {{100, 1 << 20}, {200, 1 << 20}}, samples);
+  };
+  for (int64_t t = 2 * kS; t <= 20 * kS; t += 500 * kMs) {
+    ASSERT_THAT(check(t, 1), IsEmpty()) << t;
+  }
+  int64_t t = 20 * kS + 500 * kMs;
+  std::vector<Finding> found;
+  for (; t <= 30 * kS && found.empty(); t += 500 * kMs) found = check(t, 2);
+  ASSERT_THAT(KindsOf(found), ElementsAre(Kind::kOverLimit));
+  EXPECT_EQ(found[0].group, "a");
+  EXPECT_NEAR(found[0].share_percent, 49, 10);
+}
+
+TEST(WindowAttributionWindows, OnlyWindowsOfOneSampleEachOfSeveralProcesses) {
+  EXPECT_EQ(WindowAttributionWindows({{1, 200'000, 90}, {2, 400'000, 90}, {1, 600'000, 90}}), 3u);
+  // Each process's own part of each window (samples of a window a few us apart).
+  EXPECT_EQ(WindowAttributionWindows({{1, 200'000, 60}, {2, 200'005, 30}, {1, 400'000, 60}}), 0u);
+  // One process alone: its mean is its share either way.
+  EXPECT_EQ(WindowAttributionWindows({{1, 200'000, 90}, {1, 400'000, 90}}), 0u);
+  EXPECT_EQ(WindowAttributionWindows({{1, 200'000, 90}}), 0u);
+}
+
 TEST_F(ComputeBackstopTest, ThrottleHoldsAGroupToItsLimitAndContinuesItWhenItClears) {
   ComputeBackstop b = Make(ComputeBackstop::Action::kThrottle);
   int64_t t = 0;

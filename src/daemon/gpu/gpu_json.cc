@@ -68,4 +68,12 @@ nlohmann::json GpuJson(const GpuInfo& g) {
   };
 }
 
+nlohmann::json GpuJson(const GpuInfo& g, const GpuReadState& read) {
+  nlohmann::json j = GpuJson(g);
+  j["reachable"] = !read.failed;
+  j["read_error"] = read.failed ? nlohmann::json(read.error) : nlohmann::json(nullptr);
+  j["read_failures"] = read.failures;
+  return j;
+}
+
 }  // namespace gpuslice::daemon

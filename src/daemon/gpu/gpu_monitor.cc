@@ -32,26 +32,38 @@ void GpuMonitor::Sample() {
   auto next = std::make_shared<Snapshot>();
   next->generation = prev->generation + 1;
   nlohmann::json list = nlohmann::json::array();
+  failures_at_loss_.resize(backend_.DeviceCount());
   for (uint32_t i = 0; i < backend_.DeviceCount(); ++i) {
     StatusOr<GpuInfo> info = backend_.Read(i);
     GpuInfo g;
+    const GpuReadState before = i < prev->reads.size() ? prev->reads[i] : GpuReadState{};
     GpuReadState read;
+    read.failures = before.failures;
     if (info.ok()) {
       g = std::move(*info);
       g.mps = mps_ ? mps_(g) : "off";
       if (features_) features_(g.features);
       read.read_ns = clock_.NowNs();
+      if (before.failed) {
+        GS_LOG(kInfo, "gpusliced", "event=gpu_reachable_again gpu=%u failed_reads=%llu", i,
+               static_cast<unsigned long long>(read.failures - failures_at_loss_[i]));
+      }
     } else {
-      GS_LOG(kWarn, "gpusliced", "event=sample_failed gpu=%u error=\"%s\"", i,
-             info.status().message().c_str());
+      if (!before.failed) {
+        GS_LOG(kWarn, "gpusliced", "event=gpu_unreachable gpu=%u error=\"%s\"", i,
+               info.status().message().c_str());
+        failures_at_loss_[i] = read.failures;
+      }
       if (i < prev->gpus.size()) g = prev->gpus[i];
-      if (i < prev->reads.size()) read.read_ns = prev->reads[i].read_ns;
+      read.read_ns = before.read_ns;
       read.failed = true;
+      read.error = info.status().message();
+      ++read.failures;
       g.index = i;
     }
-    next->reads.push_back(read);
     if (listener_ && (i >= prev->gpus.size() || !SameStatus(g, prev->gpus[i]))) listener_(g);
-    list.push_back(GpuJson(g));
+    list.push_back(GpuJson(g, read));
+    next->reads.push_back(std::move(read));
     next->gpus.push_back(std::move(g));
   }
   next->gpus_json = nlohmann::json{{"gpus", std::move(list)}}.dump();

@@ -1,7 +1,11 @@
 // GpuMonitor: samples every GPU through the backend on its own thread and
 // publishes an immutable Snapshot that readers (GET /v1/gpus, /metrics, the
 // node segment) use without touching NVML. Reports each GPU whose status
-// changed.
+// changed. A GPU whose read fails (NVML_ERROR_GPU_IS_LOST: fallen off the
+// bus) keeps its last values, marked failed with the error, and the others
+// are read as before; the failure is logged once when it starts
+// (event=gpu_unreachable) and once when a read works again
+// (event=gpu_reachable_again failed_reads=N).
 //
 // Thread safety: Current() and Poke() from any thread; Sample() runs on the
 // monitor thread (or the caller's, in tests). Set the callbacks before Start.
@@ -24,8 +28,10 @@ namespace gpuslice::daemon {
 
 // How fresh one GPU's entry of a Snapshot is.
 struct GpuReadState {
-  int64_t read_ns = 0;  // CLOCK_MONOTONIC of the read its values come from; 0: never read
-  bool failed = false;  // this sample's read failed (the values, if any, are older)
+  int64_t read_ns = 0;    // CLOCK_MONOTONIC of the read its values come from; 0: never read
+  bool failed = false;    // this sample's read failed (the values, if any, are older)
+  std::string error{};    // why, when failed (e.g. "nvmlDeviceGetUUID: GPU is lost")
+  uint64_t failures = 0;  // reads of this GPU that failed since the monitor started
 
   bool operator==(const GpuReadState&) const = default;
 };
@@ -94,6 +100,8 @@ class GpuMonitor {
   bool poked_ GUARDED_BY(mu_) = false;
   bool stop_ GUARDED_BY(mu_) = false;
   Mutex sample_mu_;  // one Sample at a time
+  // By index: GpuReadState::failures when the GPU's current run of failed reads began.
+  std::vector<uint64_t> failures_at_loss_ GUARDED_BY(sample_mu_);
   std::thread thread_;
 };
 

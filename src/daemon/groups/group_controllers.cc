@@ -252,7 +252,8 @@ void GroupControllers::Schedule() {
                      .share_bp = c.share_bp,
                      .cpu_wait_bp = cpu_wait_bp,
                      .waiting = c.waiting,
-                     .next_free_ns = c.next_free_ns};
+                     .next_free_ns = c.next_free_ns,
+                     .share_coarse = c.share_windowed};
       mine.emplace_back(std::move(uuid), std::move(in));
     }
     // Paused is the group's, on every GPU.

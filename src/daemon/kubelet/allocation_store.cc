@@ -120,11 +120,24 @@ void AddPods(std::vector<std::string>& into, const std::vector<std::string>& pod
 
 }  // namespace
 
-Status AllocationStore::SaveLocked() const {
+Status AllocationStore::SaveLocked() {
   if (store_ == nullptr) return Status::Ok();
   json list = json::array();
   for (const auto& [uid, a] : allocations_) list.push_back(AllocationJson(a));
-  return store_->Save(record_, json{{"allocations", list}});
+  Status s = store_->Save(record_, json{{"allocations", list}});
+  if (s.ok() && !unsaved_removals_.empty()) {
+    GS_LOG(kInfo, "kubelet", "event=allocation_removals_saved record=%s count=%zu", record_.c_str(),
+           unsaved_removals_.size());
+    unsaved_removals_.clear();
+  }
+  return s;
+}
+
+Status AllocationStore::RetryCheckpoint() {
+  if (store_ == nullptr) return Status::Ok();
+  MutexLock lock(mu_);
+  if (!store_->Stale(record_)) return Status::Ok();
+  return SaveLocked();
 }
 
 Status AllocationStore::Restore() {
@@ -194,16 +207,24 @@ StatusOr<Allocation> AllocationStore::Prepare(const Allocation& a) {
 Status AllocationStore::Unprepare(const std::string& claim_uid) {
   MutexLock lock(mu_);
   auto it = allocations_.find(claim_uid);
-  if (it == allocations_.end()) return Status::Ok();
+  if (it == allocations_.end()) {
+    // The kubelet's retry of a removal not saved yet: save it now.
+    if (unsaved_removals_.contains(claim_uid)) return SaveLocked();
+    return Status::Ok();
+  }
   // Limits first: a crash after this leaves the record, whose Restore sets
   // the limits again until the kubelet's retry removes it.
   GS_RETURN_IF_ERROR(sink_.ClearLimits(claim_uid));
-  Allocation removed = std::move(it->second);
   allocations_.erase(it);
   if (Status s = SaveLocked(); !s.ok()) {
-    allocations_[claim_uid] = removed;
-    (void)sink_.SetLimits(claim_uid, LimitsOf(removed));
-    return s;
+    // No pod uses the claim: the removal stands, the record is saved later.
+    unsaved_removals_.insert(claim_uid);
+    GS_LOG(kWarn, "kubelet", "event=allocation_removal_unsaved claim=%s error=\"%s\"",
+           claim_uid.c_str(), s.message().c_str());
+    return Unavailable("allocation " + claim_uid +
+                       " removed, but the record could not be saved (saved again at every "
+                       "sample and by a retry): " +
+                       s.message());
   }
   GS_LOG(kInfo, "kubelet", "event=allocation_unprepared claim=%s", claim_uid.c_str());
   return Status::Ok();

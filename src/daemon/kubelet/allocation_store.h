@@ -17,9 +17,18 @@
 //     allocation with its last pod; Unprepare (the kubelet's word that no
 //     pod uses the claim any more) removes it whatever pods it names.
 //  4. Durable: every change is checkpointed (record "kube_allocations" of the
-//     StateStore) before the call returns; Restore reloads the record at
+//     StateStore) before the call returns OK; Restore reloads the record at
 //     start and sets each group's limits again, so a daemon restart loses
-//     nothing and prepares nothing twice.
+//     nothing and prepares nothing twice. A change whose save fails (a full
+//     disk, a vanished state directory; counted and shown stale by the
+//     StateStore, docs/daemon.md "State") is refused and undone, except a
+//     removal (Unprepare): no pod uses the claim any more, so the removal
+//     stands (limits cleared, gone from memory) and the call answers
+//     kUnavailable; the record, behind, is saved again by RetryCheckpoint
+//     (the daemon calls it every sample) and by the kubelet's retry of the
+//     Unprepare, which answers OK once the removal is saved. A crash before
+//     that restores the allocation, which the kubelet (never told OK)
+//     unprepares again.
 //
 // Thread-safe: one mutex; the sink is called with it held (the sink must not
 // call back into the store).
@@ -30,6 +39,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -134,7 +144,9 @@ class AllocationStore {
   // changed).
   StatusOr<Allocation> Prepare(const Allocation& a);
 
-  // Removes claim `claim_uid` and clears its group's limits. OK if absent.
+  // Removes claim `claim_uid` and clears its group's limits. OK if absent
+  // and saved. kUnavailable: removed, but not saved yet (invariant 4; a
+  // later call saves it); a refused ClearLimits: nothing changed.
   Status Unprepare(const std::string& claim_uid);
 
   // Drops `pod_uid` from the claim's pods; removes the allocation when none
@@ -149,14 +161,20 @@ class AllocationStore {
   std::optional<Allocation> Get(const std::string& claim_uid) const;
   std::vector<Allocation> All() const;
 
+  // Saves the record again if its last save failed (invariant 4). OK when
+  // nothing is owed or the save works; the save's error otherwise.
+  Status RetryCheckpoint();
+
  private:
-  Status SaveLocked() const REQUIRES(mu_);
+  Status SaveLocked() REQUIRES(mu_);
 
   StateStore* store_;
   GroupLimitSink& sink_;
   const std::string record_;
   mutable Mutex mu_;
   std::map<std::string, Allocation> allocations_ GUARDED_BY(mu_);  // by claim UID
+  // Claims removed from memory whose removal no save has recorded yet.
+  std::set<std::string> unsaved_removals_ GUARDED_BY(mu_);
 };
 
 }  // namespace gpuslice::daemon::kubelet

@@ -156,6 +156,75 @@ TEST_F(AllocationStoreTest, NoCheckpointNoAllocation) {
   EXPECT_EQ(sink_.groups.count(kClaim), 0u);
 }
 
+// The record as a restarted daemon would find it.
+std::vector<Allocation> OnDisk(StateStore* state) {
+  FakeSink sink;
+  AllocationStore restarted(state, sink);
+  EXPECT_TRUE(restarted.Restore().ok());
+  return restarted.All();
+}
+
+TEST_F(AllocationStoreTest, ARemovalThatCannotBeSavedStandsIsCountedAndIsSavedByTheRetry) {
+  ASSERT_TRUE(store_->Prepare(Claim()).ok());
+  // The state directory vanishes (renamed away): every save fails.
+  const std::string away = dir_ + ".away";
+  std::filesystem::remove_all(away);
+  std::filesystem::rename(dir_, away);
+  Status s = store_->Unprepare(kClaim);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  // No pod uses the claim: the removal stands, limits cleared.
+  EXPECT_TRUE(store_->All().empty());
+  EXPECT_EQ(sink_.groups.count(kClaim), 0u);
+  // Counted and shown stale (gpuslice_state_save_failures_total, _record_stale).
+  EXPECT_TRUE(state_->Stale(kAllocationRecordName));
+  EXPECT_EQ(state_->SaveFailures(kAllocationRecordName), 1u);
+  // Retried while the directory is still gone: fails again, counted again.
+  EXPECT_FALSE(store_->RetryCheckpoint().ok());
+  EXPECT_EQ(state_->SaveFailures(kAllocationRecordName), 2u);
+
+  std::filesystem::rename(away, dir_);
+  // The record is behind: a crash now would bring the claim back (and the
+  // kubelet, never told OK, would unprepare it again).
+  ASSERT_EQ(OnDisk(state_.get()).size(), 1u);
+  ASSERT_TRUE(store_->RetryCheckpoint().ok());
+  EXPECT_FALSE(state_->Stale(kAllocationRecordName));
+  EXPECT_TRUE(OnDisk(state_.get()).empty());
+  // Nothing owed: the retry saves nothing more.
+  const int sets = sink_.set_calls;
+  EXPECT_TRUE(store_->RetryCheckpoint().ok());
+  EXPECT_EQ(sink_.set_calls, sets);
+  EXPECT_EQ(sink_.clear_calls, 1);
+}
+
+TEST_F(AllocationStoreTest, TheKubeletsRetryOfAnUnsavedRemovalSavesItAndAnswersOk) {
+  ASSERT_TRUE(store_->Prepare(Claim()).ok());
+  const std::string away = dir_ + ".away";
+  std::filesystem::remove_all(away);
+  std::filesystem::rename(dir_, away);
+  EXPECT_FALSE(store_->Unprepare(kClaim).ok());
+  EXPECT_FALSE(store_->Unprepare(kClaim).ok());           // still not saved: still not OK
+  EXPECT_TRUE(store_->Unprepare("never-prepared").ok());  // nothing of it to save
+  std::filesystem::rename(away, dir_);
+  EXPECT_TRUE(store_->Unprepare(kClaim).ok());
+  EXPECT_FALSE(state_->Stale(kAllocationRecordName));
+  EXPECT_TRUE(OnDisk(state_.get()).empty());
+  EXPECT_EQ(sink_.clear_calls, 1);  // cleared once, when removed
+}
+
+TEST_F(AllocationStoreTest, APrepareThatCannotBeSavedIsRefusedAndTheRetryClearsTheStaleRecord) {
+  const std::string away = dir_ + ".away";
+  std::filesystem::remove_all(away);
+  std::filesystem::rename(dir_, away);
+  EXPECT_EQ(store_->Prepare(Claim()).status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(store_->All().empty());  // not promised: nothing changed
+  EXPECT_EQ(sink_.groups.count(kClaim), 0u);
+  EXPECT_TRUE(state_->Stale(kAllocationRecordName));
+  std::filesystem::rename(away, dir_);
+  ASSERT_TRUE(store_->RetryCheckpoint().ok());
+  EXPECT_FALSE(state_->Stale(kAllocationRecordName));
+  EXPECT_TRUE(OnDisk(state_.get()).empty());
+}
+
 TEST_F(AllocationStoreTest, ALimitTheRegistryRefusesRecordsNothing) {
   sink_.fail = true;
   EXPECT_FALSE(store_->Prepare(Claim()).ok());

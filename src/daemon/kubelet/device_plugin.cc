@@ -286,8 +286,11 @@ StatusOr<v1beta1::ContainerAllocateResponse> DevicePlugins::AllocateContainer(
 }
 
 Status DevicePlugins::Release(const std::string& id) {
-  GS_RETURN_IF_ERROR(store_.Unprepare(id));
-  if (!id.starts_with(std::string("dp-") + Short(DpResource::kVgpu) + "-")) return Status::Ok();
+  // A removal whose save failed stands (the store saves it later): the rest
+  // of the release goes on, and the error is still answered.
+  Status removed = store_.Unprepare(id);
+  if (!removed.ok() && store_.Get(id).has_value()) return removed;
+  if (!id.starts_with(std::string("dp-") + Short(DpResource::kVgpu) + "-")) return removed;
   if (options_.limits != nullptr) GS_RETURN_IF_ERROR(options_.limits->ClearLimits(id));
   {
     MutexLock lock(mu_);
@@ -298,7 +301,7 @@ Status DevicePlugins::Release(const std::string& id) {
     GS_LOG(kWarn, "kubelet", "event=slice_segments_kept group=%s error=\"%s\"", id.c_str(),
            s.message().c_str());
   }
-  return Status::Ok();
+  return removed;
 }
 
 bool DevicePlugins::HasUnjoinedSlice() const {

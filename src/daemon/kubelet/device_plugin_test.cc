@@ -276,6 +276,38 @@ TEST_F(DevicePluginTest, AContainersAmountsBecomeItsSlicesLimitsInTheDaemon) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/shm/claims/" + group));
 }
 
+// A slice released while its record cannot be saved (the state directory
+// renamed away) is released all the same: limits cleared, segment directory
+// removed; the record is saved by the store's retry once it can be.
+TEST_F(DevicePluginTest, AnUnsavedReleaseStillReleasesAndIsSavedLater) {
+  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, kGpu0, 1)};
+  auto v = kubelet_.Allocate(Socket("vgpu"), {slice});
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const std::string group = v->container_responses(0).envs().at("GPUSLICE_GROUP");
+  kubelet_.SetPods({PodWithDevices("trainer", "team-a", {{"gpuslice.io/vgpu", slice}})});
+  ASSERT_TRUE(plugins_->Reconcile().ok());
+  ASSERT_EQ(limits_.groups().count(group), 1u);
+
+  const std::string state = dir_ + "/state";
+  std::filesystem::rename(state, state + ".away");
+  kubelet_.SetPods({});
+  ASSERT_TRUE(plugins_->Reconcile().ok());  // missing once
+  Status released = plugins_->Reconcile();
+  EXPECT_EQ(released.code(), StatusCode::kUnavailable) << released.ToString();
+  EXPECT_TRUE(store_->All().empty());
+  EXPECT_TRUE(limits_.groups().empty());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/shm/claims/" + group));
+  EXPECT_TRUE(state_->Stale("kube_device_plugin"));
+
+  std::filesystem::rename(state + ".away", state);
+  ASSERT_TRUE(store_->RetryCheckpoint().ok());
+  EXPECT_FALSE(state_->Stale("kube_device_plugin"));
+  NoLimitSink none;
+  AllocationStore restarted(state_.get(), none, "kube_device_plugin");
+  ASSERT_TRUE(restarted.Restore().ok());
+  EXPECT_TRUE(restarted.All().empty());
+}
+
 TEST_F(DevicePluginTest, EveryPluginAsksForPreStartContainer) {
   for (const char* name : {"vgpu", "gpu-memory", "gpu-cores"}) {
     auto o = kubelet_.Options(Socket(name));

@@ -136,4 +136,12 @@ void KubeletSide::Stop() {
   if (device_plugins_) device_plugins_->Stop();
 }
 
+Status KubeletSide::RetryCheckpoint() {
+  Status first = store_ != nullptr ? store_->RetryCheckpoint() : Status::Ok();
+  if (dp_store_ != nullptr) {
+    if (Status s = dp_store_->RetryCheckpoint(); first.ok()) first = s;
+  }
+  return first;
+}
+
 }  // namespace gpuslice::daemon::kubelet

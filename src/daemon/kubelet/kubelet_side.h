@@ -70,6 +70,9 @@ class KubeletSide {
   ~KubeletSide();
   // Stops serving (sockets removed). Allocations stay recorded. Idempotent.
   void Stop();
+  // Saves each allocation record whose last save failed (AllocationStore
+  // invariant 4); the daemon calls it after every GPU sample. Thread-safe.
+  Status RetryCheckpoint();
 
   AllocationStore& store() { return *store_; }
   // The device plugins (null without config.device_plugin): where pods'

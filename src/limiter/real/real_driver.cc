@@ -82,6 +82,11 @@ void FillCuda(CudaTable* t, void* h) {
   Resolve(h, "cuMemPoolGetAttribute", &t->cuMemPoolGetAttribute);
   Resolve(h, "cuDeviceGetMemPool", &t->cuDeviceGetMemPool);
   Resolve(h, "cuDeviceGetDefaultMemPool", &t->cuDeviceGetDefaultMemPool);
+  Resolve(h, "cuDriverGetVersion", &t->cuDriverGetVersion);
+  Resolve(h, "cuDeviceGetGraphMemAttribute", &t->cuDeviceGetGraphMemAttribute);
+  Resolve(h, "cuGraphGetNodes", &t->cuGraphGetNodes);
+  Resolve(h, "cuGraphNodeGetType", &t->cuGraphNodeGetType);
+  Resolve(h, "cuGraphMemAllocNodeGetParams", &t->cuGraphMemAllocNodeGetParams);
   Resolve(h, "cuMipmappedArrayGetMemoryRequirements", &t->cuMipmappedArrayGetMemoryRequirements);
 }
 

@@ -42,6 +42,11 @@ struct CudaTable {
   decltype(&::cuMemPoolGetAttribute) cuMemPoolGetAttribute = nullptr;
   decltype(&::cuDeviceGetMemPool) cuDeviceGetMemPool = nullptr;
   decltype(&::cuDeviceGetDefaultMemPool) cuDeviceGetDefaultMemPool = nullptr;
+  decltype(&::cuDriverGetVersion) cuDriverGetVersion = nullptr;
+  decltype(&::cuDeviceGetGraphMemAttribute) cuDeviceGetGraphMemAttribute = nullptr;
+  decltype(&::cuGraphGetNodes) cuGraphGetNodes = nullptr;
+  decltype(&::cuGraphNodeGetType) cuGraphNodeGetType = nullptr;
+  decltype(&::cuGraphMemAllocNodeGetParams) cuGraphMemAllocNodeGetParams = nullptr;
   decltype(&::cuMipmappedArrayGetMemoryRequirements) cuMipmappedArrayGetMemoryRequirements =
       nullptr;
 };

@@ -3,13 +3,29 @@
 // call (the limiter itself, or the driver calling back into an exported name
 // while the limiter is inside a hook on this thread) goes straight to the
 // real driver.
+#include "common/hot.h"
 #include "limiter/hooks.h"
 #include "limiter/real/real_driver.h"
 #include "limiter/reentrancy.h"
 #include "limiter/symbols.h"
 
+// The entry points on the paths a driver call interrupts (allocation and
+// free) or that run millions of times a second (launches) are marked hot
+// here, the others not: the hot ones then sit together in .text.hot with the
+// rest of those paths (common/hot.h), a few code pages in all.
+extern "C" {
+GS_HOT decltype(::cuMemAlloc_v2) cuMemAlloc_v2;
+GS_HOT decltype(::cuMemFree_v2) cuMemFree_v2;
+GS_HOT decltype(::cuLaunchKernel) cuLaunchKernel;
+GS_HOT decltype(::cuLaunchKernel_ptsz) cuLaunchKernel_ptsz;
+GS_HOT decltype(::cuLaunchKernelEx) cuLaunchKernelEx;
+GS_HOT decltype(::cuLaunchKernelEx_ptsz) cuLaunchKernelEx_ptsz;
+GS_HOT decltype(::cuGraphLaunch) cuGraphLaunch;
+GS_HOT decltype(::cuGraphLaunch_ptsz) cuGraphLaunch_ptsz;
+}
+
 #define GS_CUDA_HOOK(name, params, args)                                                 \
-  extern "C" __attribute__((visibility("default"), hot)) CUresult name params {          \
+  extern "C" __attribute__((visibility("default"))) CUresult name params {               \
     ::gpuslice::limiter::ReentrancyGuard guard;                                          \
     if (guard.reentered())                                                               \
       return ::gpuslice::limiter::real::CallCuda(::gpuslice::limiter::real::Cuda().name, \

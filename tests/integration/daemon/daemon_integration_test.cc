@@ -21,6 +21,7 @@
 
 #include "cli/unix_http_client.h"
 #include "common/clock.h"
+#include "tests/integration/support/daemon_ready.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -64,10 +65,7 @@ class DaemonTest : public testing::SimProcessTest {
   // The response, with its body parsed (null when not JSON).
   std::pair<int, json> Call(const std::string& method, const std::string& target,
                             const std::string& body = "") {
-    auto r = Client().Request(method, target, body);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok()) return {0, nullptr};
-    return {r->status, json::parse(r->body, nullptr, false)};
+    return testing::CallDaemon(socket_, method, target, body);
   }
 
   json SimDevice(int index) { return Stats()["devices"][index]; }

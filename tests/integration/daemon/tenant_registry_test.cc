@@ -56,10 +56,7 @@ class TenantRegistryTest : public testing::SimProcessTest {
 
   std::pair<int, json> Call(const std::string& method, const std::string& target,
                             const std::string& body = "") {
-    auto r = cli::UnixHttpClient(socket_, 10s).Request(method, target, body);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok()) return {0, nullptr};
-    return {r->status, json::parse(r->body, nullptr, false)};
+    return testing::CallDaemon(socket_, method, target, body);
   }
 
   // Host pid -> tenant record, from GET /v1/tenants.

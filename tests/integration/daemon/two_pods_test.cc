@@ -250,10 +250,7 @@ class TwoPodsTest : public testing::SimProcessTest {
 
   std::pair<int, json> Call(const std::string& method, const std::string& target,
                             const std::string& body = "") {
-    auto r = cli::UnixHttpClient(socket_, 10s).Request(method, target, body);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok()) return {0, nullptr};
-    return {r->status, json::parse(r->body, nullptr, false)};
+    return testing::CallDaemon(socket_, method, target, body);
   }
 
   std::string root_, socket_;

@@ -700,7 +700,27 @@ TEST_F(NvmlIntegrationTest, HalfDutyCycleAgreesWithTheGroundTruth) {
   EXPECT_GT(truth, 5);
   EXPECT_LT(truth, 55);
   EXPECT_NEAR(s->smUtil, truth, m.tolerance_pct);
-  EXPECT_NEAR(GpuUtil(), truth, 25);  // one window, one duty cycle's jitter
+
+  // The device's utilization is its latest window's; with one process on the
+  // device, that window's per-process sample says the same. Read both for
+  // the same window (no window closed between the reads): compared with the
+  // span's truth instead, one window of a load helper the machine
+  // descheduled is 25 points off (CI: 54 against 28).
+  unsigned int util = 0;
+  unsigned int window_sm = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    const auto all = Samples(0);
+    const auto* newest = Find(all, load.pid());
+    if (newest == nullptr) return false;
+    const unsigned long long end_us = newest->timeStamp;
+    util = GpuUtil();
+    const auto latest = Samples(end_us - 1);
+    const auto* same = Find(latest, load.pid());
+    if (same == nullptr || same->timeStamp != end_us) return false;  // a window closed
+    window_sm = same->smUtil;
+    return true;
+  })) << "no two reads within one window";
+  EXPECT_NEAR(util, window_sm, 1);
 }
 
 // ---- nvidia-smi ----

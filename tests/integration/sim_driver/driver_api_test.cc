@@ -394,6 +394,174 @@ TEST_F(DriverApiTest, EveryDeviceAllocationFormIsAccountedAndFreed) {
 // The default pool accounts the process's very first cuMemAllocAsync, before
 // anything asked for the pool (CTest runs this case in a fresh process, so the
 // pool has not been queried yet).
+// Graph memory nodes (docs/sim.md "Graph memory"): no physical memory at
+// node creation or instantiation; the graph pool maps an exec's allocations
+// at its first launch (or upload) and keeps them between launches; a
+// destroyed exec's memory stays in the graph pool until cuDeviceGraphMemTrim,
+// which also unmaps idle execs; unfreed allocations keep their memory and
+// block a relaunch until freed.
+TEST_F(DriverApiTest, GraphMemoryIsMappedAtLaunchKeptBetweenLaunchesAndTrimmed) {
+  const size_t before = FreeBytes();
+  auto used = [&] { return before - FreeBytes(); };
+  auto graph_mem = [&](CUgraphMem_attribute a) {
+    cuuint64_t v = 0;
+    EXPECT_EQ(CU(cuDeviceGetGraphMemAttribute)(0, a, &v), CUDA_SUCCESS);
+    return v;
+  };
+  CUgraph graph = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&graph, 0), CUDA_SUCCESS);
+  CUDA_MEM_ALLOC_NODE_PARAMS params{};
+  params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  params.poolProps.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  params.bytesize = 63 * kMiB;
+  CUgraphNode alloc = nullptr;
+  ASSERT_EQ(CU(cuGraphAddMemAllocNode)(&alloc, graph, nullptr, 0, &params), CUDA_SUCCESS);
+  ASSERT_NE(params.dptr, 0u);
+  CUgraphNode freed = nullptr;
+  ASSERT_EQ(CU(cuGraphAddMemFreeNode)(&freed, graph, &alloc, 1, params.dptr), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphAddMemFreeNode)(&freed, graph, &alloc, 1, params.dptr),
+            CUDA_ERROR_INVALID_VALUE);  // twice
+  // The nodes as a program (or the limiter) walks them.
+  size_t count = 0;
+  ASSERT_EQ(CU(cuGraphGetNodes)(graph, nullptr, &count), CUDA_SUCCESS);
+  ASSERT_EQ(count, 2u);
+  CUgraphNode nodes[2] = {};
+  ASSERT_EQ(CU(cuGraphGetNodes)(graph, nodes, &count), CUDA_SUCCESS);
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  ASSERT_EQ(CU(cuGraphNodeGetType)(nodes[0], &type), CUDA_SUCCESS);
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+  ASSERT_EQ(CU(cuGraphNodeGetType)(nodes[1], &type), CUDA_SUCCESS);
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_MEM_FREE);
+  CUDA_MEM_ALLOC_NODE_PARAMS got{};
+  ASSERT_EQ(CU(cuGraphMemAllocNodeGetParams)(nodes[0], &got), CUDA_SUCCESS);
+  EXPECT_EQ(got.bytesize, 63 * kMiB);
+  EXPECT_EQ(got.dptr, params.dptr);
+  EXPECT_EQ(got.poolProps.location.id, 0);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&exec, graph, 0), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 0u);  // nothing before the launch
+  EXPECT_EQ(graph_mem(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), 0u);
+  CUstream s = nullptr;
+  ASSERT_EQ(CU(cuStreamCreate)(&s, 0), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphLaunch)(exec, s), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 64 * kMiB);
+  EXPECT_EQ(graph_mem(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), 64 * kMiB);
+  EXPECT_EQ(graph_mem(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT), 64 * kMiB);
+  ASSERT_EQ(CU(cuGraphLaunch)(exec, s), CUDA_SUCCESS);  // kept: nothing more
+  EXPECT_EQ(used(), 64 * kMiB);
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 64 * kMiB);                          // a synchronize releases nothing of it
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);  // idle: unmapped, released
+  EXPECT_EQ(used(), 0u);
+  EXPECT_EQ(graph_mem(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH), 64 * kMiB);
+  ASSERT_EQ(CU(cuGraphLaunch)(exec, s), CUDA_SUCCESS);  // mapped again
+  EXPECT_EQ(used(), 64 * kMiB);
+  ASSERT_EQ(CU(cuGraphExecDestroy)(exec), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 64 * kMiB);  // destroyed: still the graph pool's
+  EXPECT_EQ(graph_mem(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT), 0u);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 0u);
+  EXPECT_EQ(CU(cuGraphDestroy)(graph), CUDA_SUCCESS);
+
+  // Captured cuMemAllocAsync, not freed in the graph: live after the launch.
+  ASSERT_EQ(CU(cuStreamBeginCapture_v2)(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(CU(cuMemAllocAsync)(&p, 10 * kMiB, s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamEndCapture)(s, &graph), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 0u);
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&exec, graph, 0), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphLaunch)(exec, s), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 10 * kMiB);
+  EXPECT_EQ(CU(cuGraphLaunch)(exec, s), CUDA_ERROR_INVALID_VALUE);  // its allocation is live
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 10 * kMiB);  // in use: kept
+  ASSERT_EQ(CU(cuMemFreeAsync)(p, s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphLaunch)(exec, s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuMemFree_v2)(p), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(used(), 0u);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(exec), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(graph), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+}
+
+// CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD maps the graph's memory at
+// instantiation, as cuGraphUpload would.
+TEST_F(DriverApiTest, AnInstantiationWithUploadMapsTheGraphsMemory) {
+  const size_t before = FreeBytes();
+  CUgraph graph = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&graph, 0), CUDA_SUCCESS);
+  CUDA_MEM_ALLOC_NODE_PARAMS params{};
+  params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  params.poolProps.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  params.bytesize = 32 * kMiB;
+  CUgraphNode alloc = nullptr;
+  ASSERT_EQ(CU(cuGraphAddMemAllocNode)(&alloc, graph, nullptr, 0, &params), CUDA_SUCCESS);
+  CUstream s = nullptr;
+  ASSERT_EQ(CU(cuStreamCreate)(&s, 0), CUDA_SUCCESS);
+  CUDA_GRAPH_INSTANTIATE_PARAMS inst{};
+  inst.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+  inst.hUploadStream = s;
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiateWithParams)(&exec, graph, &inst), CUDA_SUCCESS);
+  EXPECT_EQ(inst.result_out, CUDA_GRAPH_INSTANTIATE_SUCCESS);
+  EXPECT_EQ(before - FreeBytes(), 32 * kMiB);
+  ASSERT_EQ(CU(cuGraphExecDestroy)(exec), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(FreeBytes(), before);
+  EXPECT_EQ(CU(cuGraphDestroy)(graph), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+}
+
+// A launch whose graph memory does not fit on the device fails with
+// out-of-memory and runs nothing.
+TEST_F(DriverApiTest, AGraphWhoseMemoryDoesNotFitFailsItsLaunch) {
+  size_t free = 0, total = 0;
+  ASSERT_EQ(CU(cuMemGetInfo_v2)(&free, &total), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&graph, 0), CUDA_SUCCESS);
+  CUDA_MEM_ALLOC_NODE_PARAMS params{};
+  params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  params.poolProps.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  params.bytesize = free + 2 * kMiB;
+  CUgraphNode alloc = nullptr;
+  ASSERT_EQ(CU(cuGraphAddMemAllocNode)(&alloc, graph, nullptr, 0, &params), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&exec, graph, 0), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphLaunch)(exec, nullptr), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(FreeBytes(), free);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(exec), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(graph), CUDA_SUCCESS);
+}
+
+// CUmemPoolProps::maxSize bounds a pool's reserve: an allocation whose
+// growth would pass it is refused and the pool does not grow at all.
+TEST_F(DriverApiTest, APoolWithAMaximumSizeRefusesGrowthPastIt) {
+  const size_t before = FreeBytes();
+  CUmemoryPool pool = nullptr;
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  props.maxSize = 48 * kMiB;  // one 32 MiB block fits, two do not
+  ASSERT_EQ(CU(cuMemPoolCreate)(&pool, &props), CUDA_SUCCESS);
+  CUstream s = nullptr;
+  ASSERT_EQ(CU(cuStreamCreate)(&s, 0), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(CU(cuMemAllocFromPoolAsync)(&p, 2 * kMiB, pool, s), CUDA_SUCCESS);
+  CUdeviceptr q = 0;
+  EXPECT_EQ(CU(cuMemAllocFromPoolAsync)(&q, 32 * kMiB, pool, s), CUDA_ERROR_OUT_OF_MEMORY);
+  cuuint64_t reserved = 0;
+  EXPECT_EQ(CU(cuMemPoolGetAttribute)(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), 0);
+  EXPECT_EQ(reserved, 32 * kMiB);
+  EXPECT_EQ(before - FreeBytes(), 32 * kMiB);
+  EXPECT_EQ(CU(cuMemAllocFromPoolAsync)(&q, 30 * kMiB, pool, s), CUDA_SUCCESS);  // its free reserve
+  EXPECT_EQ(CU(cuMemFreeAsync)(p, s), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuMemFreeAsync)(q, s), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuMemPoolDestroy)(pool), CUDA_SUCCESS);
+  EXPECT_EQ(FreeBytes(), before);
+  EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+}
+
 TEST_F(DriverApiTest, DefaultPoolCountsAsyncAllocationsMadeBeforeItIsQueried) {
   CUstream s = nullptr;
   ASSERT_EQ(CU(cuStreamCreate)(&s, 0), CUDA_SUCCESS);

@@ -58,6 +58,15 @@ int LineStarting(const std::string& screen, const std::string& prefix) {
   return -1;
 }
 
+// Whether `pid` is a process that has not ended (a zombie has).
+bool Running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
+}
+
 class TopTest : public testing::SimProcessTest {
  protected:
   void SetUp() override {
@@ -67,6 +76,7 @@ class TopTest : public testing::SimProcessTest {
   }
   void TearDown() override {
     if (!tmux_.empty() && std::filesystem::exists(tmux_socket_)) Tmux({"kill-server"});
+    EndServer();
     SimProcessTest::TearDown();
   }
 
@@ -107,13 +117,39 @@ class TopTest : public testing::SimProcessTest {
   // same socket at once can reach the dying server and fail.
   void NewTmuxServer() {
     ASSERT_EQ(Tmux({"kill-server"}), 0);
+    EndServer();
     tmux_socket_ = dir_ + "/tmux" + std::to_string(next_++) + ".sock";
   }
 
   // Starts `command` (a shell line) in a detached 120x40 session "top"; the
-  // pane stays after it ends (so its last screen can be read).
-  void StartSession(const std::string& command) {
-    ASSERT_EQ(Tmux({"new-session", "-d", "-s", "top", "-x", "120", "-y", "40", command}), 0);
+  // pane stays after it ends (so its last screen can be read). Remembers the
+  // server's pid (server_pid_).
+  // The server daemonizes into a session of its own, out of reach of
+  // whatever ends this test's process group (ctest's timeout, an
+  // interrupted scripts/test), and TearDown does not run when this process
+  // is killed: so a watcher in the session waits for `owner` (this process)
+  // to end, however it ends, and then ends the server (within a second).
+  void StartSession(const std::string& command, pid_t owner = getpid()) {
+    const std::string watcher = "(tail --pid=" + std::to_string(owner) + " -f /dev/null; " + tmux_ +
+                                " -S " + tmux_socket_ +
+                                " kill-server) >/dev/null 2>&1 </dev/null & ";
+    ASSERT_EQ(Tmux({"new-session", "-d", "-s", "top", "-x", "120", "-y", "40", watcher + command}),
+              0);
+    const int n = next_++;
+    ASSERT_EQ(Join(Spawn(n, {tmux_, "-S", tmux_socket_, "display-message", "-p", "#{pid}"},
+                         {"PATH=/usr/bin:/bin", "HOME=" + dir_})),
+              0);
+    server_pid_ = std::atoi(Read("out" + std::to_string(n)).c_str());
+    ASSERT_GT(server_pid_, 0) << Read("out" + std::to_string(n));
+  }
+
+  // Ends the tmux server started last, if any: `kill-server` returns before
+  // the server has gone, so this waits for it to go (5 s), then kills it.
+  void EndServer() {
+    if (server_pid_ > 0 && !WaitFor([&] { return !Running(server_pid_); }, 5s)) {
+      kill(server_pid_, SIGKILL);
+    }
+    server_pid_ = 0;
   }
 
   // What the pane shows now.
@@ -172,8 +208,23 @@ class TopTest : public testing::SimProcessTest {
 
   std::string socket_, tmux_socket_, tmux_;
   pid_t daemon_ = 0;
+  pid_t server_pid_ = 0;  // the tmux server's; 0: none started
   int next_ = 0;
 };
+
+// The tmux server goes when the process that started the session does, even
+// when that process is killed and runs no TearDown (a stand-in here).
+TEST_F(TopTest, TheTmuxServerEndsWhenItsOwnerIsKilled) {
+  if (!NeedTmux()) GTEST_SKIP() << "tmux is not installed (scripts/setup installs it)";
+  const pid_t owner = Spawn(next_++, {"/bin/sleep", "600"}, {});
+  ASSERT_NE(owner, kNoProcess);
+  StartSession("sleep 600", owner);
+  const pid_t server = server_pid_;
+  ASSERT_TRUE(Running(server));
+  kill(owner, SIGKILL);
+  Join(owner);
+  EXPECT_TRUE(WaitFor([&] { return !Running(server); }, 15s));
+}
 
 TEST_F(TopTest, ShowsTheGroupsAndReactsToKeysResizeAndTheDaemonGoing) {
   if (!NeedTmux()) GTEST_SKIP() << "tmux is not installed (scripts/setup installs it)";
