@@ -67,7 +67,11 @@ class CostEstimator {
   const Options& options() const { return options_; }
 
   // REQUIRES: t_ns does not decrease between calls; total never decreases.
-  void RecordLaunches(int64_t t_ns, uint64_t total);
+  // `spread_from_ns` (>= 0): the launches added since the last record ran
+  // over (spread_from_ns, t_ns] (seen complete in one lump after a stretch
+  // in which none was): the records in between, which said none had, are
+  // dropped and the spans since then recounted.
+  void RecordLaunches(int64_t t_ns, uint64_t total, int64_t spread_from_ns = -1);
   // REQUIRES: start_ns < end_ns; 0 <= busy_fraction <= 1; spans do not overlap
   // earlier ones. `sampled`: some member of the group had a sample in the
   // span (a 0 is then NVML's rounding, not a missing sample).
