@@ -825,6 +825,41 @@ TEST(ProgressWatch, AMarkerIsDueAfterItsPredecessorCompletedByTwiceItsCharge) {
   EXPECT_EQ(w.pending(), 0);
 }
 
+// The watch counts the launches behind each marker: they are confirmed (run
+// by the GPU) when it completes, and the rest when the stream drains.
+TEST(ProgressWatch, ConfirmsTheLaunchesBehindEachMarkerAsItCompletes) {
+  ProgressWatch w;
+  std::array<bool, ProgressWatch::kMarkers> done{};
+  auto is_done = [&](int i) { return done[static_cast<size_t>(i)]; };
+  // Three launches behind marker 0, two behind marker 1, one unmarked.
+  constexpr int64_t t = 10 * kMs;
+  EXPECT_EQ(w.Launched(t, kMs), 0);  // a marker due: recorded after the third
+  EXPECT_EQ(w.Launched(t, kMs), 0);
+  EXPECT_EQ(w.Launched(t, kMs), 0);
+  w.Marked(t);
+  EXPECT_EQ(w.Launched(t + 500 * kUs, kMs), -1);
+  EXPECT_EQ(w.Launched(t + 3 * kMs, kMs), 1);
+  w.Marked(t + 3 * kMs);
+  EXPECT_EQ(w.Launched(t + 3 * kMs, kMs), -1);
+  EXPECT_EQ(w.outstanding(), 6u);
+  EXPECT_EQ(w.Poll(t + 4 * kMs, is_done), 2);
+  EXPECT_EQ(w.TakeConfirmed(), 0u);
+  done[0] = true;
+  EXPECT_EQ(w.Poll(t + 5 * kMs, is_done), 1);
+  EXPECT_EQ(w.outstanding(), 6u) << "confirmed, not yet taken";
+  EXPECT_EQ(w.TakeConfirmed(), 3u);
+  EXPECT_EQ(w.TakeConfirmed(), 0u);
+  EXPECT_EQ(w.outstanding(), 3u);
+  w.Drained(t + 6 * kMs);
+  EXPECT_EQ(w.TakeConfirmed(), 3u);
+  EXPECT_EQ(w.outstanding(), 0u);
+  // Launches counted for another member are forgotten, not confirmed.
+  EXPECT_GE(w.Launched(t + 10 * kMs, kMs), 0);
+  w.ForgetLaunches();
+  EXPECT_EQ(w.outstanding(), 0u);
+  EXPECT_EQ(w.pending(), 0);
+}
+
 // A marker behind a long queue is judged from its predecessor's completion,
 // not from its recording: a correctly charged stream is never late however
 // deep its queue.
