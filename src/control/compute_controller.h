@@ -159,7 +159,7 @@ class ComputeController {
     uint64_t unslotted_launches = 0;
     bool unslotted_queued = false;
     CompletedLaunches unslotted_completed;
-    CompletedLaunches completed;  // the group's
+    CompletedLaunches completed;     // the group's
     std::map<int, SlotState> slots;  // by slot: every live member's
     std::set<int> unknown;           // live slots of members without a known slot
     uint64_t last_seen_us = 0;       // newest sample timestamp consumed

@@ -160,7 +160,7 @@ class Plant {
     ProgressWatch watch;                                     // the backlog watch's state
     std::array<uint64_t, ProgressWatch::kMarkers> marker{};  // completes when `done` reaches it
     uint64_t done = 0;                                       // kernels completed
-    uint64_t confirmed = 0;  // launches the member saw complete (its markers)
+    uint64_t confirmed = 0;   // launches the member saw complete (its markers)
     int64_t launched_at = 0;  // its last launch
     uint64_t counted = 0;     // what the controller counted (never decreasing)
     CompletedLaunches completed;
@@ -201,8 +201,7 @@ class Plant {
           m.draining = false;
           m.watch.Drained(now_);
         }
-        const auto verdict =
-            m.watch.Check(now_, kPacerBurstNs * limit_ / 100, limit_ * 100, done);
+        const auto verdict = m.watch.Check(now_, kPacerBurstNs * limit_ / 100, limit_ * 100, done);
         m.confirmed += m.watch.TakeConfirmed();
         if (verdict == ProgressWatch::Verdict::kBacklog) {
           m.draining = true;
@@ -285,7 +284,8 @@ class Plant {
     bool queued = false;
     for (Member& m : members_) {
       const bool settled = now_ - m.launched_at >= ComputeController::kQueueSettleNs;
-      m.counted = std::max(m.counted, !o_.count_at_completion || settled ? m.launches : m.confirmed);
+      m.counted =
+          std::max(m.counted, !o_.count_at_completion || settled ? m.launches : m.confirmed);
       counted += m.counted;
       queued = queued || m.counted < m.launches;
     }
