@@ -858,6 +858,12 @@ TEST(ProgressWatch, ConfirmsTheLaunchesBehindEachMarkerAsItCompletes) {
   w.ForgetLaunches();
   EXPECT_EQ(w.outstanding(), 0u);
   EXPECT_EQ(w.pending(), 0);
+  // A marker the driver refused: the launches it would have followed count
+  // at once.
+  EXPECT_GE(w.Launched(t + 12 * kMs, kMs), 0);
+  w.ConfirmUnmarked();
+  EXPECT_EQ(w.TakeConfirmed(), 1u);
+  EXPECT_EQ(w.outstanding(), 0u);
 }
 
 // A marker behind a long queue is judged from its predecessor's completion,

@@ -225,8 +225,8 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
 // After a launch on `stream` charged `charge_ns`: counts it queued (until a
 // marker behind it is seen complete) and puts a marker behind it when one is
 // due (creating the ring index's event in the current context on first
-// use). A marker the driver refuses carries the charge and the launch to the
-// next.
+// use). A marker the driver refuses carries the charge to the next; the
+// launches it would have followed are counted complete at once.
 void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t charge_ns) {
   const real::CudaTable& cu = real::Cuda();
   if (cu.cuEventCreate == nullptr || cu.cuEventRecord == nullptr || cu.cuEventQuery == nullptr) {
@@ -245,7 +245,14 @@ void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t 
     if (ev == nullptr && cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
       ev = nullptr;
     }
-    if (ev != nullptr && cu.cuEventRecord(ev, stream) == CUDA_SUCCESS) b.watch.Marked(now);
+    if (ev != nullptr && cu.cuEventRecord(ev, stream) == CUDA_SUCCESS) {
+      b.watch.Marked(now);
+    } else {
+      // No marker will follow these launches: counted as admitted, rather
+      // than queued for as long as the driver refuses markers.
+      b.watch.ConfirmUnmarked();
+      b.Confirm();
+    }
   }
   b.Unlock();
 }

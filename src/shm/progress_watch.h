@@ -151,6 +151,13 @@ class ProgressWatch {
     outstanding_ = 0;
     confirmed_ = 0;
   }
+  // Confirms the launches made since the last marker (none will follow
+  // them: the driver refused it), whether or not they have run.
+  void ConfirmUnmarked() {
+    confirmed_ += unmarked_launches_;
+    outstanding_ -= unmarked_launches_;
+    unmarked_launches_ = 0;
+  }
   // Launches confirmed (run by the GPU) since the last call; zeroes the count.
   uint64_t TakeConfirmed() {
     const uint64_t n = confirmed_;
