@@ -3,8 +3,9 @@
 // holds the controller role (the limiter's keeper thread) or in gpusliced.
 //
 // For each device of the group with a compute limit, every tick it records
-// launch counts, reads the utilization samples newer than the last ones it
-// saw and feeds both to CostEstimators:
+// launch counts (the launches the GPU has run: each member's count less those
+// it has not yet seen complete, SlotCompute::queued), reads the utilization
+// samples newer than the last ones it saw and feeds both to CostEstimators:
 //  - one per member whose slot it knows (Member::slot >= 0): that member's
 //    own launches (SlotCompute) against its own samples, so members whose
 //    kernels differ a hundredfold are each charged what theirs cost

@@ -17,8 +17,10 @@
 //    (start, end]. Spans arrive late (NVML closes its sampling windows every
 //    1/6 s to 1 s) and in order.
 // The launch count of a span is interpolated from the recorded history. The
-// queue between launch and execution is bounded by the pacer's burst (and the
-// launch gate's backlog watch), so in a steady state it biases nothing.
+// controller records the launches the GPU has run (as each member has seen
+// them complete: SlotCompute::queued), so a backlog's or a drained queue's
+// busy time and its launches fall in the same spans; a lump seen complete at
+// once is spread over the stretch it ran in (RecordLaunches' spread_from_ns).
 //
 // Workload changes (kernels 100x longer, graphs in place of single launches,
 // a member with other kernels joining): the newest evidence (at least
