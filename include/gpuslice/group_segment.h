@@ -45,8 +45,9 @@
 //    `next_free_ns` with compare-and-swap on every launch of a paced device
 //    and wait on `change_word` (futex, with a timeout) while it is ahead of
 //    them; only the group controller writes the estimate fields.
-//  - Each member's own compute (SlotCompute, v5) is lock-free too: the member
-//    counts its launches and takes its bootstrap probes there; the group
+//  - Each member's own compute (SlotCompute, v5; `queued` v6) is lock-free
+//    too: the member counts its launches (and those still queued on the
+//    GPU) and takes its bootstrap probes there; the group
 //    controller writes its charge. A value read from it is bounded before use
 //    (kMaxChargeNs): a member cannot make another wait forever.
 //  - gpusliced's scheduler (DESIGN.md section 4) writes each device's
@@ -71,7 +72,7 @@
 namespace gpuslice {
 
 inline constexpr uint64_t kGroupSegmentMagic = 0x5052475f534c5047;  // "GPLS_GRP"
-inline constexpr uint32_t kGroupSegmentVersion = 5;
+inline constexpr uint32_t kGroupSegmentVersion = 6;
 
 // Where segments live when GPUSLICE_SHM_DIR is unset.
 inline constexpr char kDefaultGroupSegmentDir[] = "/dev/shm/gpuslice";
@@ -178,7 +179,7 @@ struct ProcessSlot {
 // it, a hostile value cannot stop a member for longer.
 inline constexpr int64_t kMaxChargeNs = 10'000'000'000;
 
-// One member's compute on one device (v5).
+// One member's compute on one device (v5; `queued` v6).
 struct SlotCompute {
   uint64_t launches;  // launches the member made on the device (written by the member)
   int64_t charge_ns;  // device time of one of its launches (the group controller); 0: not known
@@ -189,6 +190,14 @@ struct SlotCompute {
   // read by the scheduler, so that a member stuck in a long wait is seen as
   // held back, not idle. Cleared with the slot (a member killed mid-wait).
   uint32_t waiting;
+  // Of `launches`, those the member has not yet seen complete (the launch
+  // path's markers, shm/progress_watch.h): the group controller counts a
+  // launch when the GPU has run it (launches - queued), the time its busy
+  // time arrives, not when it was admitted (v6). Written by the member (added
+  // as a watched launch is made, taken as it is seen complete); 0 for
+  // launches not watched (counted when admitted).
+  uint32_t queued;
+  uint32_t reserved0;
 };
 
 struct GroupSegmentLayout {
@@ -217,7 +226,7 @@ static_assert(sizeof(GroupSegmentHeader) == 32);
 static_assert(sizeof(DeviceCompute) == 128);
 static_assert(sizeof(GroupDevice) == 256);
 static_assert(sizeof(ProcessSlot) == 168);
-static_assert(sizeof(SlotCompute) == 32);
+static_assert(sizeof(SlotCompute) == 40);
 static_assert(sizeof(pthread_mutex_t) <= 64, "the mutex must fit its 64-byte line");
 static_assert(sizeof(GroupSegmentLayout) < kAttachLockOffset);
 

@@ -78,16 +78,29 @@ bool ComputeController::Tick() {
   return true;
 }
 
-void ComputeController::RecordSlots(int dev, Device& d, const std::vector<Member>& members,
-                                    int64_t now_real) {
+uint64_t ComputeController::Shifts(int dev) const {
+  if (dev < 0 || dev >= kGroupMaxDevices || devices_[dev] == nullptr) return 0;
+  const Device& d = *devices_[dev];
+  uint64_t shifts = d.estimator.shifts() + d.unslotted.shifts();
+  for (const auto& [slot, st] : d.slots) shifts += st.estimator.shifts();
+  return shifts;
+}
+
+uint64_t ComputeController::RecordSlots(int dev, Device& d, const std::vector<Member>& members,
+                                        int64_t now_real) {
   std::set<int> slotted;
   for (const Member& m : members) {
     if (m.slot >= 0) slotted.insert(m.slot);
   }
   std::map<int, SlotState> live;
   d.unknown.clear();
+  d.unslotted_queued = false;
+  uint64_t queued_total = 0;
   for (const GroupSegment::MemberRef& ref : segment_.Members()) {
     const uint64_t count = segment_.SlotLaunches(ref.slot, dev);
+    // A launch counts when the GPU has run it (the member saw its marker
+    // complete: SlotCompute::queued), the time its busy time arrives.
+    uint64_t queued = std::min<uint64_t>(segment_.SlotQueued(ref.slot, dev), count);
     auto it = d.slots.find(ref.slot);
     if (it == d.slots.end() || it->second.joined_ns != ref.joined_ns) {
       // A member seen for the first time: its launches so far are no
@@ -96,22 +109,37 @@ void ComputeController::RecordSlots(int dev, Device& d, const std::vector<Member
       fresh.joined_ns = ref.joined_ns;
       fresh.estimator.SetOptions(d.estimator.options());
       fresh.last_launches = count;
+      fresh.last_done = count - queued;
+      fresh.launched_ns = now_real;
       it = d.slots.insert_or_assign(ref.slot, std::move(fresh)).first;
     }
     SlotState& st = it->second;
-    const uint64_t delta = count >= st.last_launches ? count - st.last_launches : count;
+    if (count != st.last_launches) st.launched_ns = now_real;
+    if (now_real - st.launched_ns >= kQueueSettleNs) queued = 0;
+    const uint64_t done = count - queued;
+    uint64_t delta = 0;
+    if (count < st.last_launches) {
+      delta = done;  // the count started again
+      st.last_done = done;
+    } else if (done > st.last_done) {
+      delta = done - st.last_done;
+      st.last_done = done;
+    }
     st.last_launches = count;
     st.launches += delta;
+    queued_total += queued;
     if (slotted.contains(ref.slot)) {
-      st.estimator.RecordLaunches(now_real, st.launches);
+      st.completed.Record(st.estimator, now_real, st.launches, queued > 0);
     } else {
       d.unslotted_launches += delta;
+      d.unslotted_queued = d.unslotted_queued || queued > 0;
       d.unknown.insert(ref.slot);
     }
     live.insert({ref.slot, std::move(st)});
   }
   d.slots = std::move(live);  // the departed members' go
-  d.unslotted.RecordLaunches(now_real, d.unslotted_launches);
+  d.unslotted_completed.Record(d.unslotted, now_real, d.unslotted_launches, d.unslotted_queued);
+  return queued_total;
 }
 
 CostEstimator::Options ComputeController::WindowAttributionOptions() {
@@ -177,8 +205,12 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
     d.last_seen_us = static_cast<uint64_t>(now_real / 1000);
     d.launches_at_first_tick = launches;
   }
-  d.estimator.RecordLaunches(now_real, launches);
-  RecordSlots(dev, d, members, now_real);
+  // The group's launches the GPU has run: those its members have not seen
+  // complete are still queued.
+  const uint64_t queued = RecordSlots(dev, d, members, now_real);
+  d.completed.Record(d.estimator, now_real,
+                     std::max(d.completed.total, launches - std::min(launches, queued)),
+                     queued > 0);
   // Until the first paced launch, the device's busy time is work queued
   // before pacing began (a group that just got a limit or a grant drains
   // its queue first): it is no evidence of what a launch costs.

@@ -3,8 +3,9 @@
 // holds the controller role (the limiter's keeper thread) or in gpusliced.
 //
 // For each device of the group with a compute limit, every tick it records
-// launch counts, reads the utilization samples newer than the last ones it
-// saw and feeds both to CostEstimators:
+// launch counts (the launches the GPU has run: each member's count less those
+// it has not yet seen complete, SlotCompute::queued), reads the utilization
+// samples newer than the last ones it saw and feeds both to CostEstimators:
 //  - one per member whose slot it knows (Member::slot >= 0): that member's
 //    own launches (SlotCompute) against its own samples, so members whose
 //    kernels differ a hundredfold are each charged what theirs cost
@@ -65,6 +66,32 @@
 
 namespace gpuslice::control {
 
+// A count of launches seen complete, fed to an estimator every tick.
+// Launches are seen complete in lumps (a marker covers every launch admitted
+// with it, a batch of half the burst; the end of a drain confirms what no
+// marker covered): the launches of a lump that follows a stretch with
+// launches queued and none seen complete ran over that stretch, one after
+// another, and are spread over it (at most kMaxSpreadNs).
+struct CompletedLaunches {
+  static constexpr int64_t kMaxSpreadNs = 2'500'000'000;
+  uint64_t total = 0;
+  int64_t flat_since_ns = -1;  // the last record at which it moved or nothing was queued
+
+  // Records `seen` (never below what was recorded) at `now_ns`; `queued`:
+  // launches admitted and not yet seen complete are left.
+  void Record(CostEstimator& e, int64_t now_ns, uint64_t seen, bool queued) {
+    const bool moved = seen > total;
+    if (moved) {
+      const bool spread = flat_since_ns >= 0 && now_ns - flat_since_ns <= kMaxSpreadNs;
+      total = seen;
+      e.RecordLaunches(now_ns, total, spread ? flat_since_ns : -1);
+    } else {
+      e.RecordLaunches(now_ns, total);
+    }
+    if (moved || !queued) flat_since_ns = now_ns;
+  }
+};
+
 class ComputeController {
  public:
   // How often to tick while some device has a compute limit: several times
@@ -77,6 +104,11 @@ class ComputeController {
   static constexpr uint64_t kSameWindowUs = 20'000;
   // The estimators' options under window attribution.
   static CostEstimator::Options WindowAttributionOptions();
+  // A member whose launch count has not moved for this long has nothing
+  // queued, whatever its queued count says (launches made last before it
+  // stopped launching, whose markers nobody looked at since): longer than
+  // the longest drain of a backlog (kBacklogMaxWaitNs).
+  static constexpr int64_t kQueueSettleNs = 3'000'000'000;
 
   // The pids of the group's members, in the utilization source's namespace.
   using MemberPids = std::function<std::vector<int32_t>()>;
@@ -108,18 +140,27 @@ class ComputeController {
   // has a compute limit (the caller then ticks every kPeriod).
   bool Tick();
 
+  // Workload changes the estimators of `dev` have detected so far.
+  uint64_t Shifts(int dev) const;
+
  private:
   // One member with a slot, on one device.
   struct SlotState {
     int64_t joined_ns = 0;
-    uint64_t last_launches = 0;  // the slot's count at the last tick
-    uint64_t launches = 0;       // this member's launches seen (monotonic)
+    uint64_t last_launches = 0;  // the slot's admitted count at the last tick
+    uint64_t last_done = 0;      // of those, the ones it had seen complete (the most seen)
+    int64_t launched_ns = 0;     // when its admitted count last moved
+    uint64_t launches = 0;       // this member's launches seen complete (monotonic)
+    CompletedLaunches completed;
     CostEstimator estimator;
   };
   struct Device {
     CostEstimator estimator;  // the whole group
     CostEstimator unslotted;  // members without a known slot, together
     uint64_t unslotted_launches = 0;
+    bool unslotted_queued = false;
+    CompletedLaunches unslotted_completed;
+    CompletedLaunches completed;     // the group's
     std::map<int, SlotState> slots;  // by slot: every live member's
     std::set<int> unknown;           // live slots of members without a known slot
     uint64_t last_seen_us = 0;       // newest sample timestamp consumed
@@ -141,8 +182,9 @@ class ComputeController {
   // count of processes with a sample, and one of their pids) and switches
   // every estimator's options when it changes.
   void NoteAttribution(Device& d, const std::vector<std::pair<size_t, uint32_t>>& windows);
-  // Records every live slot's launches at `now_real`.
-  void RecordSlots(int dev, Device& d, const std::vector<Member>& members, int64_t now_real);
+  // Records every live slot's launches at `now_real` (those it has seen
+  // complete); returns how many of the live slots' launches are still queued.
+  uint64_t RecordSlots(int dev, Device& d, const std::vector<Member>& members, int64_t now_real);
 
   GroupSegment& segment_;
   UtilizationSource& source_;

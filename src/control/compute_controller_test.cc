@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -291,6 +293,73 @@ TEST_F(ComputeControllerTest, AGroupMeasuredOverItsRateIsChargedMoreWithinTwoWin
   run(3.0, 30);
   EXPECT_NEAR(static_cast<double>(segment_->SlotCharge(slot, 0)),
               static_cast<double>(segment_->Compute(0).charge_ns), 0.05 * kMs);
+}
+
+// Issue 13: the scheduler holds a group (another batch group's turn) while
+// its queue still holds work. The queue drains during the hold: busy time
+// with no new launch admitted. Counted when admitted, the drain's launches
+// were counted in the windows before it and the drain's windows looked like
+// launches become costlier: the estimator saw workload shifts every turn and
+// the estimate swung by several times (bench/scheduler). The launch path
+// publishes the launches still queued (SlotCompute::queued, taken off as its
+// markers complete), so the controller counts each launch when the GPU has
+// run it, in the window its busy time falls in.
+TEST_F(ComputeControllerTest, ADrainOfTheQueueAfterAHoldIsNoCostShift) {
+  segment_->SetComputeLimit(0, 99);  // a limit the group never exceeds (no correction)
+  const int slot = *segment_->Join(4242, 1, "m");
+  ComputeController c(*segment_, source_, ComputeController::SlotMembers(*segment_),
+                      {realtime_, monotonic_});
+  constexpr int64_t kKernelNs = 2 * kMs;
+  constexpr int64_t kTickNs = 50 * kMs;
+  uint64_t queue = 0;  // kernels admitted, not yet run (a FIFO served at full speed)
+  int64_t window_busy = 0;
+  int64_t carry = 0;  // device time of the kernel in progress already served
+  std::vector<int64_t> group, member;
+  for (int i = 1; i <= 20 * 20; ++i) {
+    realtime_.Advance(kTickNs);
+    monotonic_.Advance(kTickNs);
+    // Turns of a second: 400 ms launching 35 kernels a tick (70 ms of work
+    // per 50 ms: the queue deepens to 160 ms), then held for 600 ms.
+    const bool held = (i - 1) % 20 >= 8;
+    if (!held) {
+      queue += 35;
+      std::atomic_ref<uint64_t>(segment_->layout().slot_compute[slot][0].launches) += 35;
+      std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 35;
+    }
+    // The device runs the queue for the tick.
+    int64_t budget = kTickNs;
+    while (queue > 0 && budget > 0) {
+      const int64_t run = std::min(budget, kKernelNs - carry);
+      budget -= run;
+      carry += run;
+      window_busy += run;
+      if (carry == kKernelNs) {
+        carry = 0;
+        --queue;
+      }
+    }
+    // What the launch path has seen complete (its markers: every launch run).
+    segment_->layout().slot_compute[slot][0].queued = static_cast<uint32_t>(queue);
+    if (i % 4 == 0) {  // NVML's 200 ms window
+      source_.samples[kUuid].push_back(
+          {4242, static_cast<uint64_t>(realtime_.NowNs() / 1000),
+           static_cast<uint32_t>(std::lround(100.0 * static_cast<double>(window_busy) /
+                                             static_cast<double>(4 * kTickNs)))});
+      window_busy = 0;
+    }
+    c.Tick();
+    if (i > 5 * 20) {  // past the first horizon
+      group.push_back(segment_->Compute(0).charge_ns);
+      member.push_back(segment_->SlotCharge(slot, 0));
+    }
+  }
+  const auto [gmin, gmax] = std::minmax_element(group.begin(), group.end());
+  const auto [mmin, mmax] = std::minmax_element(member.begin(), member.end());
+  EXPECT_GT(*gmin, kKernelNs * 3 / 4) << "the group's estimate";
+  EXPECT_LT(*gmax, kKernelNs * 5 / 4) << "the group's estimate";
+  EXPECT_GT(*mmin, kKernelNs * 3 / 4) << "the member's charge";
+  EXPECT_LT(*mmax, kKernelNs * 5 / 4) << "the member's charge";
+  EXPECT_EQ(c.Shifts(0), 0u);
 }
 
 // The other side of the loop: a group measured under its rate while its

@@ -4,12 +4,25 @@
 
 namespace gpuslice::control {
 
-void CostEstimator::RecordLaunches(int64_t t_ns, uint64_t total) {
+void CostEstimator::RecordLaunches(int64_t t_ns, uint64_t total, int64_t spread_from_ns) {
   if (!history_.empty() && t_ns <= history_.back().t_ns) {
     history_.back().total = std::max(history_.back().total, total);
     return;
   }
+  const bool spread = spread_from_ns >= 0 && !history_.empty() && total > history_.back().total;
+  if (spread) {
+    const uint64_t flat = history_.back().total;
+    while (history_.size() > 1 && history_.back().t_ns > spread_from_ns &&
+           history_[history_.size() - 2].total == flat) {
+      history_.pop_back();
+    }
+  }
   history_.push_back({t_ns, total});
+  if (spread) {
+    for (auto it = spans_.rbegin(); it != spans_.rend() && it->end_ns > spread_from_ns; ++it) {
+      it->launches = LaunchesBetween(it->start_ns, it->end_ns);
+    }
+  }
   while (history_.size() > 2 && history_[1].t_ns < t_ns - options_.history_ns) {
     history_.pop_front();
   }

@@ -17,8 +17,10 @@
 //    (start, end]. Spans arrive late (NVML closes its sampling windows every
 //    1/6 s to 1 s) and in order.
 // The launch count of a span is interpolated from the recorded history. The
-// queue between launch and execution is bounded by the pacer's burst (and the
-// launch gate's backlog watch), so in a steady state it biases nothing.
+// controller records the launches the GPU has run (as each member has seen
+// them complete: SlotCompute::queued), so a backlog's or a drained queue's
+// busy time and its launches fall in the same spans; a lump seen complete at
+// once is spread over the stretch it ran in (RecordLaunches' spread_from_ns).
 //
 // Workload changes (kernels 100x longer, graphs in place of single launches,
 // a member with other kernels joining): the newest evidence (at least
@@ -67,7 +69,11 @@ class CostEstimator {
   const Options& options() const { return options_; }
 
   // REQUIRES: t_ns does not decrease between calls; total never decreases.
-  void RecordLaunches(int64_t t_ns, uint64_t total);
+  // `spread_from_ns` (>= 0): the launches added since the last record ran
+  // over (spread_from_ns, t_ns] (seen complete in one lump after a stretch
+  // in which none was): the records in between, which said none had, are
+  // dropped and the spans since then recounted.
+  void RecordLaunches(int64_t t_ns, uint64_t total, int64_t spread_from_ns = -1);
   // REQUIRES: start_ns < end_ns; 0 <= busy_fraction <= 1; spans do not overlap
   // earlier ones. `sampled`: some member of the group had a sample in the
   // span (a 0 is then NVML's rounding, not a missing sample).

@@ -36,9 +36,13 @@ bool Capturing(CUstream stream) {
 // `before_nap()`, which may wait itself (the backlog watch) and returns the
 // longest the sleep may last. False if the device is no longer paced (limit
 // and grant lifted meanwhile).
-template <typename BeforeNap>
+// While paused or held it calls `follow_queue()`, which looks at the
+// stream's markers (the queue drains meanwhile: its launches are counted as
+// they complete) and returns the longest the wait may sleep before looking
+// again.
+template <typename BeforeNap, typename FollowQueue>
 bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t charge_ns,
-           BeforeNap&& before_nap) {
+           BeforeNap&& before_nap, FollowQueue&& follow_queue) {
   int64_t waiting_since = 0;
   int64_t now = 0;
   bool paced = true;
@@ -55,14 +59,14 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
     if (segment.Paused()) {
       // Resuming bumps the change word, which ends this wait at once.
       begin_wait();
-      segment.WaitForChange(seen, kPausedRecheckNs);
+      segment.WaitForChange(seen, std::min(kPausedRecheckNs, follow_queue()));
       continue;
     }
     // Held by the scheduler (another batch group's turn beside a latency
     // group): until the hold's time, or until it changes.
     if (const int64_t hold = segment.ComputeHold(dev); hold > now) {
       begin_wait();
-      segment.WaitForChange(seen, std::min(hold - now, kPausedRecheckNs));
+      segment.WaitForChange(seen, std::min({hold - now, kPausedRecheckNs, follow_queue()}));
       continue;
     }
     const uint32_t rate_bp = segment.PacedRateBp(dev);
@@ -133,9 +137,25 @@ CUresult Probe(const GroupSegment& segment, int dev, ComputeBudget budget, CUstr
 // milliseconds of the work ahead of it).
 constexpr int64_t kWatchNapNs = 1'000'000;
 
+// Drops the markers of `b` that have completed, counting their launches as
+// complete (StreamBacklog::Confirm). Returns the markers still pending.
+int FollowMarkers(StreamBacklog& b) {
+  const real::CudaTable& cu = real::Cuda();
+  if (cu.cuEventQuery == nullptr) return 0;
+  b.Lock();
+  const int pending = b.watch.Poll(MonotonicNs(), [&](int i) {
+    return b.markers[i] == nullptr || cu.cuEventQuery(b.markers[i]) != CUDA_ERROR_NOT_READY;
+  });
+  b.Confirm();
+  b.Unlock();
+  return pending;
+}
+
 // Waits (polling: the driver has no wait with a timeout) until `stream` has
-// drained, the device is no longer paced, or kBacklogMaxWaitNs pass.
-void Drain(const GroupSegment& segment, int dev, CUstream stream) {
+// drained, the device is no longer paced, or kBacklogMaxWaitNs pass. Its
+// markers are followed meanwhile: the launches of a backlog are counted as
+// they complete, not in one lump when the drain ends.
+void Drain(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog& b) {
   const real::CudaTable& cu = real::Cuda();
   int64_t now = MonotonicNs();
   const int64_t deadline = now + kBacklogMaxWaitNs;
@@ -145,6 +165,7 @@ void Drain(const GroupSegment& segment, int dev, CUstream stream) {
     const timespec ts{0, nap_ns};
     nanosleep(&ts, nullptr);
     nap_ns = std::min<int64_t>(nap_ns * 2, 2'000'000);
+    FollowMarkers(b);
     now = MonotonicNs();
   }
 }
@@ -179,13 +200,15 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
     const ProgressWatch::Verdict verdict = b.watch.Check(now, unknown_ahead, rate_bp, [&](int i) {
       return b.markers[i] == nullptr || cu.cuEventQuery(b.markers[i]) != CUDA_ERROR_NOT_READY;
     });
+    b.Confirm();
     const int pending = b.watch.pending();
     const bool deep = b.watch.PendingSince(now - queue_bound);
     b.Unlock();
     if (verdict == ProgressWatch::Verdict::kBacklog) {
-      Drain(segment, dev, stream);
+      Drain(segment, dev, stream, b);
       b.Lock();
       b.watch.Drained(MonotonicNs());
+      b.Confirm();
       b.Unlock();
       return kNoCap;
     }
@@ -199,20 +222,37 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
   }
 }
 
-// After a launch on `stream` charged `charge_ns`: puts a marker behind it
-// when one is due (creating the ring index's event in the current context on
-// first use). A marker the driver refuses carries the charge to the next.
-void MarkAfter(CUstream stream, StreamBacklog& b, int64_t charge_ns) {
+// After a launch on `stream` charged `charge_ns`: counts it queued (until a
+// marker behind it is seen complete) and puts a marker behind it when one is
+// due (creating the ring index's event in the current context on first
+// use). A marker the driver refuses carries the charge to the next; the
+// launches it would have followed are counted complete at once.
+void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t charge_ns) {
   const real::CudaTable& cu = real::Cuda();
-  if (cu.cuEventCreate == nullptr || cu.cuEventRecord == nullptr) return;
+  if (cu.cuEventCreate == nullptr || cu.cuEventRecord == nullptr || cu.cuEventQuery == nullptr) {
+    return;  // no markers: counted when admitted
+  }
   b.Lock();
+  if (b.member != &budget.member()) {
+    b.watch.ForgetLaunches();  // counted in another slot (a forked child's watch)
+    b.device = &budget.device();
+    b.member = &budget.member();
+  }
+  budget.Queued(1);
   const int64_t now = MonotonicNs();
   if (const int i = b.watch.Launched(now, charge_ns); i >= 0) {
     CUevent& ev = b.markers[i];
     if (ev == nullptr && cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
       ev = nullptr;
     }
-    if (ev != nullptr && cu.cuEventRecord(ev, stream) == CUDA_SUCCESS) b.watch.Marked(now);
+    if (ev != nullptr && cu.cuEventRecord(ev, stream) == CUDA_SUCCESS) {
+      b.watch.Marked(now);
+    } else {
+      // No marker will follow these launches: counted as admitted, rather
+      // than queued for as long as the driver refuses markers.
+      b.watch.ConfirmUnmarked();
+      b.Confirm();
+    }
   }
   b.Unlock();
 }
@@ -245,12 +285,20 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   const auto before_nap = [&] {
     return watched ? WatchBacklog(*segment, dev, budget, stream, *backlog, charge) : INT64_MAX / 4;
   };
-  if (!Admit(*segment, dev, budget, charge, before_nap)) return call(launch);  // no longer paced
+  // While held or paused, the stream's queue drains: its markers are
+  // followed (the controller counts launches as they complete).
+  const auto follow_queue = [&] {
+    return watched && FollowMarkers(*backlog) > 0 ? kWatchNapNs : INT64_MAX / 4;
+  };
+  if (!Admit(*segment, dev, budget, charge, before_nap, follow_queue)) {
+    return call(launch);  // no longer paced
+  }
   if (probe) return Probe(*segment, dev, budget, stream, call, launch);
   const CUresult rc = call(launch);
   if (rc == CUDA_SUCCESS) {
+    // Queued before counted: the controller never counts it complete early.
+    if (watched) MarkAfter(stream, *backlog, budget, charge);
     budget.CountLaunch();
-    if (watched) MarkAfter(stream, *backlog, charge);
   }
   return rc;
 }

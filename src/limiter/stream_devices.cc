@@ -16,6 +16,8 @@ thread_local int default_device __attribute__((tls_model("initial-exec"))) = -1;
 
 // Destroys the marker events of a replaced or destroyed stream (its context
 // may be gone: the driver's error is of no consequence) and resets its watch.
+// Its launches still queued are counted as complete (no marker is left to
+// tell): otherwise the member's queued count would keep them for good.
 void DestroyMarkers(StreamBacklog& b) {
   const real::CudaTable& cu = real::Cuda();
   b.Lock();
@@ -23,7 +25,12 @@ void DestroyMarkers(StreamBacklog& b) {
     if (ev != nullptr && cu.cuEventDestroy_v2 != nullptr) cu.cuEventDestroy_v2(ev);
     ev = nullptr;
   }
+  if (const uint64_t n = b.watch.outstanding(); n > 0 && b.member != nullptr) {
+    ComputeBudget(*b.device, *b.member).Completed(n);
+  }
   b.watch.Reset();
+  b.device = nullptr;
+  b.member = nullptr;
   b.Unlock();
 }
 
@@ -65,6 +72,8 @@ void StreamDevices::SetOrdinals(const std::vector<int>& ordinal_to_device) {
     e.backlog.lock.clear(std::memory_order_relaxed);
     e.backlog.watch.Reset();
     e.backlog.markers.fill(nullptr);
+    e.backlog.device = nullptr;  // the parent's slot: the parent counts its launches
+    e.backlog.member = nullptr;
   }
   ordinal_count_.store(n, std::memory_order_release);
 }

@@ -24,18 +24,30 @@
 #include <vector>
 
 #include "cuda_abi/cuda_driver_api.h"
+#include "shm/group_segment.h"
 #include "shm/progress_watch.h"
 
 namespace gpuslice::limiter {
 
 // A stream's backlog watch: the watch and the marker event of each of its
-// ring indices (created on first use; null: none). The threads launching on
-// one stream take `lock` around every use of both (a spin lock: the holder
+// ring indices (created on first use; null: none), and the budget whose
+// member counts the stream's launches still queued (SlotCompute::queued; set
+// by the launch that first counts one, null before). The threads launching on
+// one stream take `lock` around every use of them (a spin lock: the holder
 // never waits on anything while holding it).
 struct StreamBacklog {
   std::atomic_flag lock;
   ProgressWatch watch;
   std::array<CUevent, ProgressWatch::kMarkers> markers{};
+  DeviceCompute* device = nullptr;
+  SlotCompute* member = nullptr;
+
+  // Takes the launches the watch confirmed (seen complete) off the member's
+  // queued count. REQUIRES: the lock held.
+  void Confirm() {
+    const uint64_t n = watch.TakeConfirmed();
+    if (n > 0 && member != nullptr) ComputeBudget(*device, *member).Completed(n);
+  }
 
   void Lock() {
     while (lock.test_and_set(std::memory_order_acquire)) sched_yield();

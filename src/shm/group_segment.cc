@@ -651,6 +651,20 @@ uint64_t GroupSegment::SlotLaunches(int slot, int dev) const {
   return Load(layout_->slot_compute[slot][dev].launches);
 }
 
+uint32_t GroupSegment::SlotQueued(int slot, int dev) const {
+  return Load(layout_->slot_compute[slot][dev].queued);
+}
+
+void ComputeBudget::Completed(uint64_t n) {
+  // Never below 0, whatever another member wrote there.
+  std::atomic_ref<uint32_t> q(m_.queued);
+  uint32_t seen = q.load(std::memory_order_relaxed);
+  while (seen > 0 &&
+         !q.compare_exchange_weak(seen, static_cast<uint32_t>(seen - std::min<uint64_t>(seen, n)),
+                                  std::memory_order_relaxed)) {
+  }
+}
+
 void GroupSegment::PublishSlotCharge(int slot, int dev, int64_t charge_ns) {
   Atomic(layout_->slot_compute[slot][dev].charge_ns)
       .store(std::clamp<int64_t>(charge_ns, 0, kMaxChargeNs), std::memory_order_release);

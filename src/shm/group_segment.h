@@ -74,6 +74,10 @@ class ComputeBudget {
  public:
   ComputeBudget(DeviceCompute& c, SlotCompute& member) : c_(c), m_(member) {}
 
+  // The fields it works on (a stream's watch keeps them: StreamBacklog).
+  DeviceCompute& device() const { return c_; }
+  SlotCompute& member() const { return m_; }
+
   // The group controller's estimate of one of this member's launches, at
   // most kMaxChargeNs; 0: none yet.
   int64_t charge_ns() const { return Bounded(Load(m_.charge_ns)); }
@@ -128,6 +132,13 @@ class ComputeBudget {
     std::atomic_ref<uint64_t>(c_.launches).fetch_add(1, std::memory_order_relaxed);
     std::atomic_ref<uint64_t>(m_.launches).fetch_add(1, std::memory_order_relaxed);
   }
+  // `n` launches of the member just made are queued on the GPU (watched: the
+  // member will see them complete), or `n` of those were seen complete: the
+  // controller counts a launch when it completes (SlotCompute::queued).
+  void Queued(uint32_t n) {
+    std::atomic_ref<uint32_t>(m_.queued).fetch_add(n, std::memory_order_relaxed);
+  }
+  void Completed(uint64_t n);
   // A thread of the member starts / ends a wait in the launch gate: the
   // scheduler sees the member held back while it waits, not only once the
   // wait ends (a wait can last seconds). Every BeginWait is paired with one
@@ -260,6 +271,8 @@ class GroupSegment {
   uint64_t Launches(int dev) const;
   // Launches the member in `slot` made on `dev` since it joined.
   uint64_t SlotLaunches(int slot, int dev) const;
+  // Of those, the launches not yet seen complete (SlotCompute::queued).
+  uint32_t SlotQueued(int slot, int dev) const;
   // Publishes the charge of one launch of the member in `slot` on `dev`
   // (0: not known; the member measures its own launches meanwhile).
   void PublishSlotCharge(int slot, int dev, int64_t charge_ns);

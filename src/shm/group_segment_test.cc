@@ -276,7 +276,7 @@ TEST_F(GroupSegmentTest, ASegmentOfAnotherLayoutVersionIsRefused) {
   {
     auto seg = GroupSegment::Open(dir_, "g1", false);
     ASSERT_TRUE(seg.ok());
-    (*seg)->layout().header.version = kGroupSegmentVersion - 1;  // v4: no per-member compute
+    (*seg)->layout().header.version = kGroupSegmentVersion - 1;  // v5: no count of queued launches
   }
   EXPECT_EQ(GroupSegment::Open(dir_, "g1", false).status().code(), StatusCode::kFailedPrecondition);
   auto rebuilt = OpenGroup();  // a member re-initialises it

@@ -28,6 +28,18 @@
 // The first marker after a Reset has an unknown queue ahead of it (work
 // launched before the watch began): it gets `unknown_ahead_ns` more.
 //
+// Launches seen complete (issues 13 and 14): the watch also counts the
+// launches behind each marker, so it knows which of them the GPU has run.
+// The group controller learns a launch's cost by dividing busy time by
+// launches over the same spans, and the busy time arrives as the GPU runs
+// them, up to a second after they were admitted (a backlog after a workload
+// change; a queue draining while the scheduler holds the group). So the launch
+// path publishes how many of its launches are still queued (admitted, not yet
+// seen complete: SlotCompute::queued) and the controller counts a launch when
+// it is seen complete. confirmed() counts the launches whose marker completed
+// (Check, Poll) or whose stream drained (Drained) since the last
+// TakeConfirmed(); outstanding() those not yet confirmed.
+//
 // Pure arithmetic on a ring of kMarkers markers: the caller records the
 // events (ring index -> event) and answers whether one has completed. Not
 // thread-safe: the caller serialises the calls for one stream.
@@ -41,7 +53,11 @@ namespace gpuslice {
 
 class ProgressWatch {
  public:
-  static constexpr int kMarkers = 16;
+  // Enough for the ~20 ms of launches (one marker per kMarkPeriodNs) admitted
+  // at an old, short charge before the first long kernel starts under a 70 %
+  // cap: launches past a full ring are confirmed with the next marker or the
+  // drain's end, in one lump.
+  static constexpr int kMarkers = 32;
   // A marker at most this often (per stream): a driver call per period, not
   // per launch.
   static constexpr int64_t kMarkPeriodNs = 1'000'000;
@@ -73,35 +89,52 @@ class ProgressWatch {
       return Verdict::kOk;
     }
     last_query_ns_ = now_ns;
+    Poll(now_ns, done);
+    if (count_ == 0 || now_ns <= Deadline(unknown_ahead_ns, rate_bp)) return Verdict::kOk;
+    return Verdict::kBacklog;
+  }
+
+  // Drops the markers `done(index)` says have completed (oldest first),
+  // confirming their launches, without judging the rest (a thread that
+  // waits for a drain or a hold follows the queue). Returns pending().
+  template <typename Done>
+  int Poll(int64_t now_ns, Done&& done) {
     while (count_ > 0 && done(head_)) {
       last_done_ns_ = now_ns;
       known_ahead_ = true;
+      confirmed_ += ring_[head_].launches;
+      outstanding_ -= ring_[head_].launches;
       head_ = (head_ + 1) % kMarkers;
       --count_;
     }
-    if (count_ == 0 || now_ns <= Deadline(unknown_ahead_ns, rate_bp)) return Verdict::kOk;
-    return Verdict::kBacklog;
+    return count_;
   }
 
   // After a launch at `now_ns` charged `charge_ns` of device time: the ring
   // index at which to record a marker now (then Marked), or -1 for none.
   int Launched(int64_t now_ns, int64_t charge_ns) {
     unmarked_charge_ns_ += charge_ns;
+    ++unmarked_launches_;
+    ++outstanding_;
     if (count_ == kMarkers || now_ns - last_mark_ns_ < kMarkPeriodNs) return -1;
     return (head_ + count_) % kMarkers;
   }
   // A marker was recorded at the index Launched gave, at `now_ns`. (Not
   // calling it, e.g. the driver refused, carries the charge to the next.)
   void Marked(int64_t now_ns) {
-    ring_[(head_ + count_) % kMarkers] = {now_ns, unmarked_charge_ns_};
+    ring_[(head_ + count_) % kMarkers] = {now_ns, unmarked_charge_ns_, unmarked_launches_};
     ++count_;
     unmarked_charge_ns_ = 0;
+    unmarked_launches_ = 0;
     last_mark_ns_ = now_ns;
   }
 
   // The stream drained at `now_ns` (all markers complete).
   void Drained(int64_t now_ns) {
     count_ = 0;
+    confirmed_ += outstanding_;
+    outstanding_ = 0;
+    unmarked_launches_ = 0;
     unmarked_charge_ns_ = 0;
     last_done_ns_ = now_ns;
     known_ahead_ = true;
@@ -109,6 +142,30 @@ class ProgressWatch {
   // Forgets everything (a new stream, another device): the queue ahead of
   // the next marker is unknown.
   void Reset() { *this = ProgressWatch(); }
+
+  // Forgets the launches not yet confirmed, keeping the markers (they were
+  // counted for another member: a forked child's inherited watch).
+  void ForgetLaunches() {
+    for (Marker& m : ring_) m.launches = 0;
+    unmarked_launches_ = 0;
+    outstanding_ = 0;
+    confirmed_ = 0;
+  }
+  // Confirms the launches made since the last marker (none will follow
+  // them: the driver refused it), whether or not they have run.
+  void ConfirmUnmarked() {
+    confirmed_ += unmarked_launches_;
+    outstanding_ -= unmarked_launches_;
+    unmarked_launches_ = 0;
+  }
+  // Launches confirmed (run by the GPU) since the last call; zeroes the count.
+  uint64_t TakeConfirmed() {
+    const uint64_t n = confirmed_;
+    confirmed_ = 0;
+    return n;
+  }
+  // Launches made (Launched) and not yet confirmed, nor taken.
+  uint64_t outstanding() const { return outstanding_ + confirmed_; }
 
   // Markers pending.
   int pending() const { return count_; }
@@ -128,11 +185,15 @@ class ProgressWatch {
   struct Marker {
     int64_t recorded_at_ns = 0;
     int64_t charged_ns = 0;  // the launches between the previous marker and this one
+    uint64_t launches = 0;   // how many they were
   };
   std::array<Marker, kMarkers> ring_{};
   int head_ = 0;
   int count_ = 0;
   int64_t unmarked_charge_ns_ = 0;
+  uint64_t unmarked_launches_ = 0;
+  uint64_t outstanding_ = 0;  // launched, not yet confirmed
+  uint64_t confirmed_ = 0;    // confirmed, not yet taken
   int64_t last_mark_ns_ = 0;
   int64_t last_done_ns_ = 0;  // when the newest completed marker was seen complete
   int64_t last_query_ns_ = 0;
