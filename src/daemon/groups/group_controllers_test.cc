@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 
+#include "shm/launch_pacer.h"
 #include "shm/segment_dirs.h"
 
 namespace gpuslice::daemon {
@@ -213,7 +214,7 @@ TEST_F(GroupControllersTest, SchedulesTheGroupsOfAGpuAndWritesTheirGrants) {
   EXPECT_GE(ga, 5400u);  // its request, of what the device can give
   EXPECT_GT(gb, 1000u);  // the surplus
   EXPECT_LE(ga + gb, 10000u);
-  EXPECT_EQ(a->ComputeBurst(0), 0);
+  EXPECT_EQ(a->ComputeBurst(0), kPacerBurstNs);  // set: the gate bounds its queue
   EXPECT_FALSE(a->Paused());
   for (const auto& g : controllers->Snapshot()) {
     ASSERT_EQ(g.grants.size(), 1u) << g.group;
@@ -323,7 +324,7 @@ TEST_F(GroupControllersTest, BatchGroupsGetAShortBurstWhileALatencyGroupIsActive
   controllers->Tick();
   Run(*controllers, 500 * kMs, {{lat.get(), 0.05}, {batch.get(), 0}});
   EXPECT_EQ(batch->ComputeBurst(0), control::ShareScheduler::kBatchBurstWithLatencyNs);
-  EXPECT_EQ(lat->ComputeBurst(0), 0);
+  EXPECT_EQ(lat->ComputeBurst(0), kPacerBurstNs);
 }
 
 TEST_F(GroupControllersTest, LeavesGroupsAMemberControlsAloneAndClearsGrantsOnStop) {

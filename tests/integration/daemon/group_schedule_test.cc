@@ -194,6 +194,51 @@ TEST_F(GroupScheduleTest, PauseStopsLaunchesAndResumeRestartsThem) {
       << Read("err0");
 }
 
+// A paused group's device time stops within about its queue in the driver,
+// which the launch gate bounds for every group the daemon schedules
+// (shm/launch_pacer.h, BoundsQueueByAge). bench/scheduler's pause case: a
+// group of 2 ms kernels granted ~72 % beside one of 200 us kernels, its
+// launch cost charged ~10 % short, queued work faster than the device ran it
+// and ran on for 300-760 ms after the pause (about 70 % of that as device
+// time); the marker ring never objected (each marker completes soon enough
+// after its predecessor). Measured as device time, not wall time: how much of
+// its work the device still ran once the pause was written.
+TEST_F(GroupScheduleTest, APausedGroupsQueuedWorkIsBounded) {
+  sim_env_ = {"GPUSLICE_SOCKET=" + dir_ + "/d.sock"};  // paced from the first launch
+  const pid_t daemon = StartDaemon();                  // err0
+  Call("PUT", "/v1/groups/p", R"({"schedule": {"all": {"request": 50}}})");
+  const pid_t p = StartWorkload("p", {"--kernel-us", "2000", "--duration-s", "60", "--quiet"});
+  StartWorkload("q", {"--kernel-us", "200", "--duration-s", "60", "--quiet"});
+  ASSERT_TRUE(WaitScheduled("p", daemon)) << Read("err0") << Read("err1");
+  ASSERT_TRUE(WaitScheduled("q", daemon)) << Read("err0") << Read("err2");
+  auto seg = Segment("p");
+  ASSERT_NE(seg, nullptr);
+  // Long enough for a queue to build (bench/scheduler pauses after 4 s).
+  std::this_thread::sleep_for(5s);
+  auto busy_ns = [&] {
+    const json proc = Process(Stats(), p);
+    return proc.empty() ? 0.0 : proc["devices"][0]["busy_ns"].get<double>();
+  };
+  ASSERT_EQ(Call("POST", "/v1/groups/p/pause"), 200);
+  ASSERT_TRUE(WaitFor([&] { return seg->Paused(); }, 2s)) << Read("err0");
+  const double at_pause = busy_ns();
+  double busy = at_pause;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::this_thread::sleep_for(50ms);
+        const double b = busy_ns();
+        return std::exchange(busy, b) == b;
+      },
+      5s))
+      << "still running 5 s after the pause";
+  const double ran_ms = (busy - at_pause) / 1e6;
+  RecordProperty("device_ms_after_pause", std::to_string(ran_ms));
+  // Its queue: what its pacer admits (a 20 ms burst at its ~72 %) and the
+  // bound (QueueBoundNs: 26 ms) of 2 ms kernels, about 35 ms; 100 ms of
+  // kernels is 50 of them.
+  EXPECT_LE(ran_ms, 100) << Read("err0");
+}
+
 // A resumed group is paced from its first launch. A paused group's segment
 // grant is 0 ("no grant": paced by its limit alone, here none); the daemon
 // used to unpause it before writing its new grant, and a launch that came in
