@@ -446,7 +446,11 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       double grant = idle ? std::min(kIdleGrantBp, v.limit) : base[i] + extra[i];
       if (v.st != nullptr && CostUnknown(in)) grant = v.limit;
       o.grant_bp = std::clamp<uint32_t>(static_cast<uint32_t>(grant), 1, v.limit ? v.limit : 1);
-      if (!in.latency && latency_active) o.burst_ns = kBatchBurstWithLatencyNs;
+      // Set for every group it schedules: the launch gate then bounds the
+      // group's queue in the driver (shm/launch_pacer.h, BoundsQueueByAge),
+      // so that a pause stops its device time within about that queue, and
+      // a group that comes back is not stuck behind the others' queues.
+      o.burst_ns = !in.latency && latency_active ? kBatchBurstWithLatencyNs : kPacerBurstNs;
     }
     if (v.st != nullptr) {
       // The grant it is due (the measured share is compared with it); a

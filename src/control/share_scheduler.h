@@ -165,7 +165,10 @@ class ShareScheduler {
   struct Output {
     std::string group;
     uint32_t grant_bp = 0;  // 0 only for a paused group
-    int64_t burst_ns = 0;   // 0: the pacer's default
+    // The pacer's burst (kPacerBurstNs; shorter for batch groups beside a
+    // latency group); set, it also bounds the group's queue in the driver
+    // (shm/launch_pacer.h, BoundsQueueByAge). 0 only for a paused group.
+    int64_t burst_ns = 0;
     // Launches wait until this CLOCK_MONOTONIC time (kHoldForever: until a
     // later tick says otherwise); 0: no hold.
     int64_t hold_until_ns = 0;

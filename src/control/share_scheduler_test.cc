@@ -727,10 +727,10 @@ TEST(ShareSchedulerTest, LatencyGroupShortensBatchBursts) {
   gpu.Add("batch", 0);
   gpu.Run(1000 * kMs);
   EXPECT_EQ(gpu.Out("batch").burst_ns, ShareScheduler::kBatchBurstWithLatencyNs);
-  EXPECT_EQ(gpu.Out("lat").burst_ns, 0);
-  gpu["lat"].demand = 0;  // the latency group goes idle
+  EXPECT_EQ(gpu.Out("lat").burst_ns, kPacerBurstNs);  // set: its queue is bounded too
+  gpu["lat"].demand = 0;                              // the latency group goes idle
   gpu.Run(2000 * kMs);
-  EXPECT_EQ(gpu.Out("batch").burst_ns, 0);
+  EXPECT_EQ(gpu.Out("batch").burst_ns, kPacerBurstNs);
 }
 
 // Beside an active latency group, saturating batch groups take turns: at

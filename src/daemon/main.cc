@@ -333,10 +333,19 @@ int Run(int argc, char** argv) {
   // its limits reaches the driver's limits before the call that made it
   // returns (a registration's reply follows its driver limit).
   std::atomic<Enforcers*> enforcers_ref{nullptr};
+  // Set once the group controllers' loop is up: a pause, resume or schedule
+  // change reaches the segments at once, not at the scheduler's next period.
+  std::atomic<std::function<void()>*> schedule_soon_ref{nullptr};
   TenantRegistry registry(
       {}, clock, pid_watcher, state->get(),
-      [&hub, &tiers_ref, &enforcers_ref](std::string_view type, const nlohmann::json& data) {
+      [&hub, &tiers_ref, &enforcers_ref, &schedule_soon_ref](std::string_view type,
+                                                             const nlohmann::json& data) {
         hub.Publish(type, data.dump());
+        if (std::function<void()>* soon = schedule_soon_ref.load();
+            soon != nullptr && (type == "group_paused" || type == "group_resumed" ||
+                                type == "group_schedule_changed")) {
+          (*soon)();
+        }
         if (Enforcers* e = enforcers_ref.load();
             e != nullptr && (type == "tenant_registered" || type == "tenant_exited" ||
                              type == "group_limits_changed" || type == "group_schedule_changed" ||
@@ -539,6 +548,15 @@ int Run(int argc, char** argv) {
     return controllers.GrantOf(g, u);
   };
   ControlLoop control_loop([&controllers] { return controllers.Tick(); });
+  std::function<void()> schedule_soon = [&controllers, &control_loop] {
+    controllers.ScheduleSoon();
+    control_loop.Wake();
+  };
+  schedule_soon_ref.store(&schedule_soon);
+  struct ScheduleSoonUnref {  // declared after the loop: unset before it goes
+    std::atomic<std::function<void()>*>& ref;
+    ~ScheduleSoonUnref() { ref.store(nullptr); }
+  } schedule_soon_unref{schedule_soon_ref};
 
   ApiRouter router;
   GpuRoutesOptions route_options;

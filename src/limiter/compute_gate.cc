@@ -173,10 +173,12 @@ void Drain(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog&
 // Before a launch on `stream` charged `charge_ns`: the backlog watch
 // (shm/progress_watch.h). If a marker missed its deadline, waits for the
 // stream to drain: every launch queued behind it is as wrongly charged.
-// While the scheduler has set the device's burst (a batch group beside a
-// latency group), also waits while the stream's oldest unfinished marker is
-// older than QueueBoundNs (shm/launch_pacer.h), looking every
-// ProgressWatch::kQueryPeriodNs, at most kBacklogMaxWaitNs.
+// While the scheduler has set the device's burst (gpusliced schedules the
+// group), also waits while the stream's queue is deeper than QueueBoundNs
+// (shm/launch_pacer.h, BoundsQueueByAge: its oldest unfinished marker older
+// than that for a batch group beside a latency group, else recorded that long
+// before the newest completion), looking every ProgressWatch::kQueryPeriodNs,
+// at most kBacklogMaxWaitNs.
 // Returns the longest a wait for the budget may sleep before looking again.
 int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget, CUstream stream,
                      StreamBacklog& b, int64_t charge_ns) {
@@ -202,7 +204,12 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
     });
     b.Confirm();
     const int pending = b.watch.pending();
-    const bool deep = b.watch.PendingSince(now - queue_bound);
+    // A scheduled group's queue is bounded (shm/launch_pacer.h): by age while
+    // taking turns beside a latency group, else by how far behind the device
+    // serves it.
+    const bool by_age = BoundsQueueByAge(segment.ComputeBurst(dev));
+    const bool deep =
+        by_age ? b.watch.PendingSince(now - queue_bound) : b.watch.BehindBy(queue_bound);
     b.Unlock();
     if (verdict == ProgressWatch::Verdict::kBacklog) {
       Drain(segment, dev, stream, b);
@@ -215,8 +222,11 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
     if (!deep || segment.ComputeBurst(dev) <= 0 || now - since >= kBacklogMaxWaitNs) {
       return pending > 0 ? kWatchNapNs : kNoCap;
     }
-    // What the budget would bank meanwhile would end the wait in a burst.
-    budget.RaiseBehind(now, burst - interval);
+    // What the budget would bank meanwhile would end the wait in a burst
+    // (a turn's queue stays shallow). Not so when behind: a group waiting
+    // while the device drains its queue in its own time slice may use the
+    // rest of the slice once drained.
+    if (by_age) budget.RaiseBehind(now, burst - interval);
     const timespec ts{0, ProgressWatch::kQueryPeriodNs};
     nanosleep(&ts, nullptr);
   }

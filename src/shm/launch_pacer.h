@@ -110,6 +110,28 @@ inline int64_t QueueBoundNs(int64_t interval_ns, int64_t burst_ns) {
   return burst_ns + 2 * interval_ns + kQueueSlackNs;
 }
 
+// A device's burst as gpusliced's scheduler writes it: 0 when it does not
+// schedule the group (the pacer's default applies, no queue bound), the
+// pacer's default for a group it schedules, shorter for batch groups taking
+// turns beside a latency group (ShareScheduler::kBatchBurstWithLatencyNs).
+// Every scheduled group's queue is bounded: a paused group's work already in
+// the driver runs on after the pause, and a group coming back from idle waits
+// behind the others' queues, so neither may hold much more than what the
+// pacer admits (docs/daemon.md "Scheduling", paused). How:
+//  - taking turns (a short burst): by age, the stream's oldest unfinished
+//    marker no older than QueueBoundNs (below);
+//  - otherwise: by lag (ProgressWatch::BehindBy), the oldest unfinished
+//    marker recorded no more than QueueBoundNs before the newest completion
+//    was seen. Age would hold back a group that waits for its turn on a
+//    device that time-slices long (a 30 ms slice among four contexts: a
+//    round of ~100 ms, which each context must have queued work for); lag
+//    counts only a queue the device is serving and not catching up with (a
+//    launch cost charged 10 % short under a 72 % grant queued 300 ms in 3 s:
+//    bench/scheduler's pause case).
+inline bool BoundsQueueByAge(int64_t scheduled_burst_ns) {
+  return scheduled_burst_ns > 0 && scheduled_burst_ns < kPacerBurstNs;
+}
+
 // Raises `next_free` to at least `now_ns + ahead_ns`: while a launch waits
 // for its stream's queue (QueueBoundNs), the budget it does not use is not
 // banked, so that the wait does not end in a burst of launches that deepens

@@ -172,6 +172,16 @@ class ProgressWatch {
   // True if a marker recorded before `t_ns` is still pending (as last seen:
   // Check drops the completed ones). The stream's queue is at least that old.
   bool PendingSince(int64_t t_ns) const { return count_ > 0 && ring_[head_].recorded_at_ns < t_ns; }
+  // True if the oldest pending marker was recorded more than `lag_ns` before
+  // the newest completion was seen: the device is serving this stream, and
+  // what it runs now was queued that long before the oldest work still
+  // waiting (a queue that grows because launches are admitted faster than
+  // the device serves them). A stream waiting for its turn (other contexts'
+  // time slices: nothing of it completed since the marker was recorded) is
+  // not behind, however old its queue.
+  bool BehindBy(int64_t lag_ns) const {
+    return count_ > 0 && known_ahead_ && last_done_ns_ - ring_[head_].recorded_at_ns > lag_ns;
+  }
   // When the oldest pending marker is due (meaningless when none is).
   int64_t Deadline(int64_t unknown_ahead_ns, uint32_t rate_bp) const {
     const Marker& m = ring_[head_];

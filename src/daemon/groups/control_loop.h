@@ -1,5 +1,6 @@
 // ControlLoop: a thread that calls `tick` again after the nanoseconds each
-// call returns, until Stop(). The daemon runs GroupControllers::Tick on it.
+// call returns (or at once when woken), until Stop(). The daemon runs
+// GroupControllers::Tick on it.
 #pragma once
 
 #include <condition_variable>
@@ -27,9 +28,19 @@ class ControlLoop {
         const int64_t next_ns = tick_();
         lock.Lock();
         cv_.wait_for(lock, std::chrono::nanoseconds(next_ns),
-                     [this]() REQUIRES(mu_) { return stopping_; });
+                     [this]() REQUIRES(mu_) { return stopping_ || woken_; });
+        woken_ = false;
       }
     });
+  }
+  // Runs the next tick now (or at once after the running one), whatever the
+  // last tick returned. Any thread; harmless before Start and after Stop.
+  void Wake() {
+    {
+      MutexLock lock(mu_);
+      woken_ = true;
+    }
+    cv_.notify_all();
   }
   // Waits for the running tick to end; no tick runs after it. Idempotent.
   void Stop() {
@@ -46,6 +57,7 @@ class ControlLoop {
   Mutex mu_;
   std::condition_variable_any cv_;
   bool stopping_ GUARDED_BY(mu_) = false;
+  bool woken_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

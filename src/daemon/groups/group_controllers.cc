@@ -147,7 +147,8 @@ int64_t GroupControllers::Tick() {
   }
   if (schedule_of_) {
     const int64_t t = clocks_.monotonic.NowNs();
-    if (t >= next_schedule_ns_) {
+    // Asked for (a pause through the API): now, and the next period from now.
+    if (schedule_soon_.exchange(false, std::memory_order_acq_rel) || t >= next_schedule_ns_) {
       Schedule();
       next_schedule_ns_ = t + std::chrono::nanoseconds(control::ShareScheduler::kPeriod).count();
     }
@@ -221,6 +222,8 @@ void GroupControllers::Schedule() {
   };
   std::map<std::string, Gpu> gpus;
   std::map<std::string, std::pair<bool, std::vector<DeviceGrant>>> grants;
+  // Unpaused once their grants are written.
+  std::vector<std::pair<GroupSegment*, std::string>> resumed;
   for (auto& [name, g] : groups_) {
     GroupSegment& segment = *g.segment;
     if (!segment.is_controller()) continue;  // a member still controls it
@@ -263,10 +266,18 @@ void GroupControllers::Schedule() {
       gpu.inputs.push_back(std::move(mine[d].second));
       gpu.devices.emplace_back(&segment, d);
     }
-    if (segment.Paused() != paused) {
-      segment.SetPaused(paused);
-      GS_LOG(kInfo, "gpusliced", "event=%s group=%s", paused ? "group_paused" : "group_resumed",
-             name.c_str());
+    // A pause at once (its launches stop before anything else is done); a
+    // resume once its grants are written (below): a paused group's segment
+    // grant is 0 ("no grant": paced by its limit alone, often none), and a
+    // launch that found it unpaused before its grant was written ran unpaced
+    // and uncounted, as did every launch after it until the grant came: one
+    // filled the driver's queue (1,024 launches, 2 s of 2 ms kernels) that
+    // way, which then ran for seconds.
+    if (paused && !segment.Paused()) {
+      segment.SetPaused(true);
+      GS_LOG(kInfo, "gpusliced", "event=group_paused group=%s", name.c_str());
+    } else if (!paused && segment.Paused()) {
+      resumed.emplace_back(&segment, name);
     }
     grants[name].first = paused;
   }
@@ -283,6 +294,23 @@ void GroupControllers::Schedule() {
     const std::vector<ShareScheduler::Output> out = scheduler->Tick(gpu.inputs);
     for (size_t i = 0; i < out.size(); ++i) {
       auto [segment, d] = gpu.devices[i];
+      // What each tick decided and from what (--log-level trace): how the
+      // bench's misses are traced (bench/scheduler --trace DIR).
+      GS_LOG(
+          kTrace, "gpusliced",
+          "event=schedule_tick t_ms=%lld gpu=%s group=%s capacity_bp=%u grant_bp=%u burst_ns=%lld "
+          "hold=%d used_bp=%u wants_more=%d launches=%llu waits=%llu waiting=%u "
+          "charge_ns=%llu share_bp=%d cpu_wait_bp=%d coarse=%d paused=%d",
+          static_cast<long long>(clocks_.monotonic.NowNs() / 1'000'000), uuid.c_str(),
+          out[i].group.c_str(), scheduler->capacity_bp(), out[i].grant_bp,
+          static_cast<long long>(out[i].burst_ns), out[i].hold_until_ns != 0 ? 1 : 0,
+          out[i].used_bp, out[i].wants_more ? 1 : 0,
+          static_cast<unsigned long long>(gpu.inputs[i].counters.launches),
+          static_cast<unsigned long long>(gpu.inputs[i].counters.waits),
+          gpu.inputs[i].counters.waiting,
+          static_cast<unsigned long long>(gpu.inputs[i].counters.charge_ns),
+          gpu.inputs[i].counters.share_bp, gpu.inputs[i].counters.cpu_wait_bp,
+          gpu.inputs[i].counters.share_coarse ? 1 : 0, out[i].paused ? 1 : 0);
       // Below the whole device even when alone, so that its launches stay on
       // the paced path, which counts them (what the scheduler reads).
       const uint32_t grant = std::min(out[i].grant_bp, kFullGrantBp - 1);
@@ -297,6 +325,10 @@ void GroupControllers::Schedule() {
                                              .used_bp = out[i].used_bp,
                                              .wants_more = out[i].wants_more});
     }
+  }
+  for (auto& [segment, name] : resumed) {
+    segment->SetPaused(false);
+    GS_LOG(kInfo, "gpusliced", "event=group_resumed group=%s", name.c_str());
   }
   MutexLock lock(snapshot_mu_);
   grants_ = std::move(grants);

@@ -28,6 +28,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -105,6 +106,11 @@ class GroupControllers {
   // Ends every claim and gives up every role: members control their groups
   // again at once. Idempotent.
   void Stop();
+  // Schedules at the next Tick instead of at the next period: a group paused,
+  // resumed or rescheduled through the API takes effect as soon as the
+  // control loop runs (ControlLoop::Wake), not up to a period later. Any
+  // thread.
+  void ScheduleSoon() { schedule_soon_.store(true, std::memory_order_release); }
 
   // What the scheduler decided for a group on one GPU, as of its last tick.
   struct DeviceGrant {
@@ -155,6 +161,7 @@ class GroupControllers {
   ScheduleOf schedule_of_;
   std::map<std::string, std::unique_ptr<control::ShareScheduler>> schedulers_;  // by GPU UUID
   int64_t next_schedule_ns_ = 0;
+  std::atomic<bool> schedule_soon_{false};
   CpuWait cpu_wait_{options_.proc_root};
   // The scheduler's last word per group, for Snapshot().
   std::map<std::string, std::pair<bool, std::vector<DeviceGrant>>> grants_ GUARDED_BY(snapshot_mu_);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 
+#include "shm/launch_pacer.h"
 #include "shm/segment_dirs.h"
 
 namespace gpuslice::daemon {
@@ -213,7 +214,7 @@ TEST_F(GroupControllersTest, SchedulesTheGroupsOfAGpuAndWritesTheirGrants) {
   EXPECT_GE(ga, 5400u);  // its request, of what the device can give
   EXPECT_GT(gb, 1000u);  // the surplus
   EXPECT_LE(ga + gb, 10000u);
-  EXPECT_EQ(a->ComputeBurst(0), 0);
+  EXPECT_EQ(a->ComputeBurst(0), kPacerBurstNs);  // set: the gate bounds its queue
   EXPECT_FALSE(a->Paused());
   for (const auto& g : controllers->Snapshot()) {
     ASSERT_EQ(g.grants.size(), 1u) << g.group;
@@ -260,6 +261,59 @@ TEST_F(GroupControllersTest, PausesAGroupAndLendsItsShare) {
   EXPECT_GE(a->ComputeGrant(0), 4500u);  // its request back at once
 }
 
+// A resumed group is unpaused only once its grant is written: a paused
+// group's grant is 0 ("no grant": paced by its limit alone, here none), and
+// a launch that found it unpaused before the grant ran unpaced and uncounted
+// (bench/scheduler's pause case: the driver's queue filled in that window).
+// Seen from inside the tick: "b"'s schedule is asked for after "a"'s.
+TEST_F(GroupControllersTest, AResumedGroupIsPacedAtEveryMomentOfTheTick) {
+  auto a = Member("a");
+  auto b = Member("b");
+  ASSERT_TRUE(a->AttachDevice(kGpu).ok());
+  ASSERT_TRUE(b->AttachDevice(kGpu).ok());
+  schedules_["a"] = {.request_percent = 50};
+  schedules_["b"] = {.request_percent = 20};
+  bool unpaced = false;  // "a" seen unpaused and not paced
+  auto controllers = Controllers();
+  controllers->SetScheduleOf(
+      [&](const std::string& group, const std::string&) -> std::optional<GroupSchedule> {
+        if (!a->Paused() && (a->ComputeLimitedMask() & 1u) == 0) unpaced = true;
+        return schedules_.at(group);
+      });
+  controllers->Tick();
+  Run(*controllers, 1000 * kMs, {{a.get(), 0}, {b.get(), 0}});
+  schedules_["a"].paused = true;
+  Run(*controllers, 500 * kMs, {{b.get(), 0}});
+  ASSERT_TRUE(a->Paused());
+  ASSERT_EQ(a->ComputeGrant(0), 0u);
+
+  unpaced = false;
+  schedules_["a"].paused = false;
+  Run(*controllers, 100 * kMs, {{b.get(), 0}});
+  EXPECT_FALSE(a->Paused());
+  EXPECT_GT(a->ComputeGrant(0), 0u);
+  EXPECT_FALSE(unpaced) << "unpaused before its grant was written";
+}
+
+// A pause (or resume, or a schedule changed) asked for through the API is
+// written at the next tick, not at the scheduler's next period.
+TEST_F(GroupControllersTest, APauseAskedForIsWrittenAtTheNextTick) {
+  auto a = Member("a");
+  ASSERT_TRUE(a->AttachDevice(kGpu).ok());
+  schedules_["a"] = {.request_percent = 50};
+  auto controllers = Scheduling();
+  controllers->Tick();
+  Run(*controllers, 500 * kMs, {{a.get(), 0}});
+  schedules_["a"].paused = true;
+  clock_.Advance(10 * kMs);  // within the period
+  controllers->Tick();
+  EXPECT_FALSE(a->Paused());  // not due yet
+  controllers->ScheduleSoon();
+  controllers->Tick();
+  EXPECT_TRUE(a->Paused());
+  EXPECT_EQ(a->ComputeGrant(0), 0u);
+}
+
 TEST_F(GroupControllersTest, BatchGroupsGetAShortBurstWhileALatencyGroupIsActive) {
   auto lat = Member("lat");
   auto batch = Member("batch");
@@ -270,7 +324,7 @@ TEST_F(GroupControllersTest, BatchGroupsGetAShortBurstWhileALatencyGroupIsActive
   controllers->Tick();
   Run(*controllers, 500 * kMs, {{lat.get(), 0.05}, {batch.get(), 0}});
   EXPECT_EQ(batch->ComputeBurst(0), control::ShareScheduler::kBatchBurstWithLatencyNs);
-  EXPECT_EQ(lat->ComputeBurst(0), 0);
+  EXPECT_EQ(lat->ComputeBurst(0), kPacerBurstNs);
 }
 
 TEST_F(GroupControllersTest, LeavesGroupsAMemberControlsAloneAndClearsGrantsOnStop) {
