@@ -86,6 +86,25 @@ class GroupScheduleTest : public testing::SimProcessTest {
         20s);
   }
 
+  // The device time (ns) the simulator's stats give `pid` on GPU 0 (0 before any).
+  double BusyNs(pid_t pid) {
+    const json proc = Process(Stats(), pid);
+    return proc.empty() ? 0.0 : proc["devices"][0]["busy_ns"].get<double>();
+  }
+
+  // Waits until `pid`'s device time stands still (unchanged over 50 ms), at
+  // most `deadline`; `*busy` is its device time then.
+  bool WaitDeviceTimeStill(pid_t pid, double* busy, std::chrono::milliseconds deadline) {
+    *busy = BusyNs(pid);
+    return WaitFor(
+        [&] {
+          std::this_thread::sleep_for(50ms);
+          const double now = BusyNs(pid);
+          return std::exchange(*busy, now) == now;
+        },
+        deadline);
+  }
+
   // Each pid's share (percent) of the time the device executed over `span`.
   std::vector<double> SharesOfBusy(const std::vector<pid_t>& pids, std::chrono::milliseconds span) {
     auto busy = [&](const json& s) {
@@ -215,22 +234,11 @@ TEST_F(GroupScheduleTest, APausedGroupsQueuedWorkIsBounded) {
   ASSERT_NE(seg, nullptr);
   // Long enough for a queue to build (bench/scheduler pauses after 4 s).
   std::this_thread::sleep_for(5s);
-  auto busy_ns = [&] {
-    const json proc = Process(Stats(), p);
-    return proc.empty() ? 0.0 : proc["devices"][0]["busy_ns"].get<double>();
-  };
   ASSERT_EQ(Call("POST", "/v1/groups/p/pause"), 200);
   ASSERT_TRUE(WaitFor([&] { return seg->Paused(); }, 2s)) << Read("err0");
-  const double at_pause = busy_ns();
-  double busy = at_pause;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        std::this_thread::sleep_for(50ms);
-        const double b = busy_ns();
-        return std::exchange(busy, b) == b;
-      },
-      5s))
-      << "still running 5 s after the pause";
+  const double at_pause = BusyNs(p);
+  double busy = 0;
+  ASSERT_TRUE(WaitDeviceTimeStill(p, &busy, 5s)) << "still running 5 s after the pause";
   const double ran_ms = (busy - at_pause) / 1e6;
   RecordProperty("device_ms_after_pause", std::to_string(ran_ms));
   // Its queue: what its pacer admits (a 20 ms burst at its ~72 %) and the
@@ -266,30 +274,19 @@ TEST_F(GroupScheduleTest, AResumedGroupIsPacedFromItsFirstLaunch) {
       20s))
       << Read("err0") << Read("err1");
 
-  auto busy_ns = [&] {
-    const json proc = Process(Stats(), p);
-    return proc.empty() ? 0.0 : proc["devices"][0]["busy_ns"].get<double>();
-  };
   // The window is a race (a launch must come while the daemon is between the
   // two writes): three rounds.
   for (int round = 0; round < 3; ++round) {
     ASSERT_EQ(Call("POST", "/v1/groups/p/pause"), 200);
     ASSERT_TRUE(WaitFor([&] { return seg->Paused(); }, 2s)) << Read("err0");
     // What it queued before the pause has run: its device time stands still.
-    double busy0 = busy_ns();
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          std::this_thread::sleep_for(50ms);
-          const double b = busy_ns();
-          return std::exchange(busy0, b) == b;
-        },
-        5s))
-        << "still running while paused";
+    double busy0 = 0;
+    ASSERT_TRUE(WaitDeviceTimeStill(p, &busy0, 5s)) << "still running while paused";
     const uint64_t launches0 = seg->Counters(0).launches;
     ASSERT_EQ(Call("POST", "/v1/groups/p/resume"), 200);
     ASSERT_TRUE(WaitFor([&] { return seg->Counters(0).launches > launches0; }, 2s)) << Read("err0");
     std::this_thread::sleep_for(1s);
-    const double busy_ms = (busy_ns() - busy0) / 1e6;
+    const double busy_ms = (BusyNs(p) - busy0) / 1e6;
     const uint64_t counted = seg->Counters(0).launches - launches0;
     RecordProperty("busy_ms_after_resume_" + std::to_string(round), std::to_string(busy_ms));
     RecordProperty("launches_counted_after_resume_" + std::to_string(round),
