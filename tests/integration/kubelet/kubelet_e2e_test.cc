@@ -234,7 +234,17 @@ TEST_F(KubeletE2eTest, AClaimFor4GiBAnd30PercentIsExactlyThatSlice) {
   EXPECT_GE(alloc["granted_bytes"].get<uint64_t>(), 4 * kGiB - (512ull << 20)) << alloc.dump();
   EXPECT_EQ(alloc["error"], "CUDA_ERROR_OUT_OF_MEMORY") << alloc.dump();
 
-  // Unprepare releases it: no group, no spec; twice is fine.
+  // Unprepare releases it: no group, no spec; twice is fine. The kubelet
+  // unprepares once the pod's containers have stopped: here, once the daemon
+  // has seen the two tenants exit (a group that still has members keeps its
+  // record; docs/kubernetes.md).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json g = Get(std::string("/v1/groups/") + kClaimUid, &status);
+        return status == 200 && g.contains("members") && g["members"].empty();
+      },
+      10s))
+      << Get(std::string("/v1/groups/") + kClaimUid, &status).dump();
   for (int i = 0; i < 2; ++i) {
     auto un = kubelet_.Unprepare(endpoint, {Claim()});
     ASSERT_TRUE(un.ok()) << un.status().ToString();
