@@ -86,6 +86,17 @@ class GroupScheduleTest : public testing::SimProcessTest {
         20s);
   }
 
+  // Waits until the group on `seg` is past its bootstrap on GPU 0: a launch
+  // cost estimated, and launches paced and counted.
+  bool WaitPastBootstrap(const GroupSegment& seg) {
+    return WaitFor(
+        [&] {
+          const GroupSegment::ComputeCounters c = seg.Counters(0);
+          return c.charge_ns > 0 && c.launches > 100;
+        },
+        20s);
+  }
+
   // The device time (ns) the simulator's stats give `pid` on GPU 0 (0 before any).
   double BusyNs(pid_t pid) {
     const json proc = Process(Stats(), pid);
@@ -173,16 +184,9 @@ TEST_F(GroupScheduleTest, PauseStopsLaunchesAndResumeRestartsThem) {
   ASSERT_TRUE(WaitScheduled("p", daemon)) << Read("err0") << Read("err1");
   auto seg = Segment("p");
   ASSERT_NE(seg, nullptr);
-  // Past its bootstrap (a launch cost estimated, launches paced and counted):
-  // a bootstrap probe after the resume would first drain what was queued
-  // before the pause.
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        const GroupSegment::ComputeCounters c = seg->Counters(0);
-        return c.charge_ns > 0 && c.launches > 100;
-      },
-      20s))
-      << Read("err0") << Read("err1");
+  // Past its bootstrap: a bootstrap probe after the resume would first
+  // drain what was queued before the pause.
+  ASSERT_TRUE(WaitPastBootstrap(*seg)) << Read("err0") << Read("err1");
 
   ASSERT_EQ(Call("POST", "/v1/groups/p/pause"), 200);
   ASSERT_TRUE(WaitFor([&] { return seg->Paused(); }, 2s)) << Read("err0");
@@ -266,13 +270,7 @@ TEST_F(GroupScheduleTest, AResumedGroupIsPacedFromItsFirstLaunch) {
   ASSERT_TRUE(WaitScheduled("q", daemon)) << Read("err0") << Read("err2");
   auto seg = Segment("p");
   ASSERT_NE(seg, nullptr);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        const GroupSegment::ComputeCounters c = seg->Counters(0);
-        return c.charge_ns > 0 && c.launches > 100;
-      },
-      20s))
-      << Read("err0") << Read("err1");
+  ASSERT_TRUE(WaitPastBootstrap(*seg)) << Read("err0") << Read("err1");
 
   // The window is a race (a launch must come while the daemon is between the
   // two writes): three rounds.
