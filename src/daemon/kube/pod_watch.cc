@@ -18,11 +18,9 @@ Status RegistrySettingsTarget::Drop(const std::string& group) {
   auto g = registry_.UpdateGroup(
       group, {.limits = Limits{}, .tier = std::nullopt, .schedule = ScheduleSettings{}});
   if (!g.ok()) return g.status();
-  Status s = registry_.ForgetGroup(group);
-  if (s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kNotFound) {
-    return Status::Ok();  // members still run: the group stays, without settings
-  }
-  return s;
+  // Members still run (or their exit is not seen yet): the group stays,
+  // without settings, until the last of them goes.
+  return registry_.ForgetWhenEmpty(group);
 }
 
 std::vector<std::string> RegistrySettingsTarget::PodGroups() const {

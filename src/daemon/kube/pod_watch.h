@@ -58,12 +58,13 @@ class GroupSettingsTarget {
   virtual std::vector<std::string> PodGroups() const = 0;
 };
 
-// Over TenantRegistry::UpdateGroup / ForgetGroup.
+// Over TenantRegistry::UpdateGroup / ForgetWhenEmpty.
 class RegistrySettingsTarget final : public GroupSettingsTarget {
  public:
   explicit RegistrySettingsTarget(TenantRegistry& registry) : registry_(registry) {}
   Status Apply(const std::string& group, const PodSettings& settings) override;
-  // Clears limits and schedule; forgets the group unless it has members.
+  // Clears limits and schedule; forgets the group, at once when it has no
+  // member, else when its last member goes.
   Status Drop(const std::string& group) override;
   std::vector<std::string> PodGroups() const override;
 

@@ -272,6 +272,27 @@ TEST_F(RegistryTargetTest, AppliesAndDropsAGroupsSettings) {
   EXPECT_TRUE(target_.Drop("pod-x").ok());  // idempotent
 }
 
+// The pod's deletion reaches the daemon before it has seen its last
+// process exit: the group loses its settings at once and goes with that
+// process (it used to stay, without settings, until an admin deleted it).
+TEST_F(RegistryTargetTest, ADroppedGroupGoesWithItsLastMember) {
+  PodSettings s;
+  s.cores_percent = 30;
+  ASSERT_TRUE(target_.Apply("pod-x", s).ok());
+  proc_.Add(100, "100", 1000, 11, "0::/user.slice/user-1000.slice/session-1.scope\n");
+  Registration r;
+  r.pid = 100;
+  r.uid = 1000;
+  r.group = "pod-x";
+  r.devices = {"GPU-0"};
+  ASSERT_TRUE(registry_.Register(r).ok());
+  ASSERT_TRUE(target_.Drop("pod-x").ok());
+  ASSERT_TRUE(registry_.GroupOf("pod-x").has_value());
+  EXPECT_TRUE(registry_.GroupOf("pod-x")->limits.empty());
+  registry_.OnExited({100});
+  EXPECT_FALSE(registry_.GroupOf("pod-x").has_value());
+}
+
 TEST_F(RegistryTargetTest, PodGroupsAreThoseWithSettings) {
   PodSettings s;
   s.cores_percent = 30;

@@ -79,14 +79,9 @@ Status RegistryLimitSink::ClearLimits(const std::string& group) {
   change.limits = Limits{};
   if (!g->schedule.empty()) change.schedule = ScheduleSettings{};
   if (auto updated = registry_.UpdateGroup(group, change); !updated.ok()) return updated.status();
-  if (registry_.MemberCount(group) == 0) {
-    Status s = registry_.ForgetGroup(group);
-    if (!s.ok() && s.code() != StatusCode::kNotFound &&
-        s.code() != StatusCode::kFailedPrecondition) {
-      return s;
-    }
-  }
-  return Status::Ok();
+  // Members the liveness watcher has not yet seen exit (it looks every
+  // second): the group goes with the last of them.
+  return registry_.ForgetWhenEmpty(group);
 }
 
 namespace {

@@ -94,8 +94,9 @@ class GroupLimitSink {
   virtual Status SetSettings(const std::string& group, const TenantRegistry::GroupChange& change) {
     return SetLimits(group, change.limits.value_or(Limits{}));
   }
-  // Clears group `group`'s limits and schedule (and forgets the group when
-  // it has no member). OK when the group is unknown.
+  // Clears group `group`'s limits and schedule and forgets the group, at
+  // once when it has no member, else when its last member goes. OK when the
+  // group is unknown.
   virtual Status ClearLimits(const std::string& group) = 0;
 };
 

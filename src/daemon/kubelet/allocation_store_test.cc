@@ -288,5 +288,30 @@ TEST(RegistryLimitSink, SetsAndClearsTheGroup) {
   EXPECT_TRUE(sink.ClearLimits(kClaim).ok());
 }
 
+// The kubelet unprepares a claim within the second before the daemon's
+// liveness watcher sees its last tenant exit: the group loses its limits at
+// once and goes when the watcher reports the exit (it used to stay, without
+// limits, until an admin deleted it).
+TEST(RegistryLimitSink, AClaimsGroupGoesWithItsLastTenantAfterUnprepare) {
+  SimulatedClock clock;
+  NoWatcher watcher;
+  TenantRegistry registry({}, clock, watcher, nullptr, nullptr);
+  RegistryLimitSink sink(registry);
+  Limits limits;
+  limits[kGpu0] = GpuLimit{.memory_bytes = 4 * kGiB, .compute_percent = 30};
+  ASSERT_TRUE(sink.SetLimits(kClaim, limits).ok());
+  Registration r;
+  r.pid = getpid();  // alive, as a tenant whose exit is not seen yet
+  r.group = kClaim;
+  r.devices = {kGpu0};
+  ASSERT_TRUE(registry.Register(r).ok());
+  ASSERT_TRUE(sink.ClearLimits(kClaim).ok());
+  auto group = registry.GroupOf(kClaim);
+  ASSERT_TRUE(group);
+  EXPECT_TRUE(group->limits.empty());
+  registry.OnExited({getpid()});
+  EXPECT_FALSE(registry.GroupOf(kClaim)) << "the group outlived its claim";
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon::kubelet

@@ -155,7 +155,8 @@ json GroupJson(const Group& g) {
           {"paused", g.paused},
           {"tier", TierName(g.tier)},
           {"owner", {{"uid", Optional(g.owner_uid)}, {"pod_uid", g.owner_pod_uid}}},
-          {"created_at_ns", g.created_at_ns}};
+          {"created_at_ns", g.created_at_ns},
+          {"forget_when_empty", g.forget_when_empty}};
 }
 
 json TenantJson(const Tenant& t) {
@@ -221,6 +222,9 @@ StatusOr<Group> GroupFromJson(const json& j) {
     g.owner_pod_uid = Str(*owner, "pod_uid");
   }
   g.created_at_ns = j.value("created_at_ns", int64_t{0});
+  if (auto forget = j.find("forget_when_empty"); forget != j.end() && forget->is_boolean()) {
+    g.forget_when_empty = forget->get<bool>();
+  }
   return g;
 }
 
@@ -306,6 +310,7 @@ Status TenantRegistry::Restore() {
   load("groups", "groups", GroupFromJson, groups);
   load("tenants", "tenants", TenantFromJson, saved);
   std::vector<Tenant> dropped;
+  std::vector<std::string> forgotten;
   uint64_t version = 0;
   {
     MutexLock lock(mu_);
@@ -331,6 +336,7 @@ Status TenantRegistry::Restore() {
              t.group.c_str());
       PutTenantLocked(t);
     }
+    forgotten = ForgetEmptyMarkedLocked();
     version = ++version_;
     groups_version_ = version_;
   }
@@ -340,6 +346,7 @@ Status TenantRegistry::Restore() {
     Emit("tenant_exited",
          {{"host_pid", t.host_pid}, {"group", t.group}, {"reason", "gone_at_restart"}});
   }
+  EmitForgotten(forgotten, "last_member_gone");
   return Persist(version);
 }
 
@@ -511,6 +518,7 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
 
 Status TenantRegistry::Unregister(pid_t pid) {
   std::optional<Tenant> gone;
+  std::vector<std::string> forgotten;
   uint64_t version = 0;
   {
     MutexLock lock(mu_);
@@ -519,15 +527,19 @@ Status TenantRegistry::Unregister(pid_t pid) {
     gone = std::move(it->second);
     EraseTenantLocked(pid);
     watcher_.Unwatch(pid);
+    forgotten = ForgetEmptyMarkedLocked();
     version = ++version_;
+    if (!forgotten.empty()) groups_version_ = version_;
   }
   Status s = Persist(version);
   Emit("tenant_exited", {{"host_pid", pid}, {"group", gone->group}, {"reason", "unregistered"}});
+  EmitForgotten(forgotten, "last_member_gone");
   return s;
 }
 
 void TenantRegistry::OnExited(const std::vector<pid_t>& pids) {
   std::vector<Tenant> gone;
+  std::vector<std::string> forgotten;
   uint64_t version = 0;
   {
     MutexLock lock(mu_);
@@ -538,12 +550,15 @@ void TenantRegistry::OnExited(const std::vector<pid_t>& pids) {
       EraseTenantLocked(pid);
     }
     if (gone.empty()) return;
+    forgotten = ForgetEmptyMarkedLocked();
     version = ++version_;
+    if (!forgotten.empty()) groups_version_ = version_;
   }
   for (const Tenant& t : gone) {
     GS_LOG(kInfo, "gpusliced", "event=tenant_exited pid=%d group=%s", t.host_pid, t.group.c_str());
     Emit("tenant_exited", {{"host_pid", t.host_pid}, {"group", t.group}, {"reason", "exited"}});
   }
+  EmitForgotten(forgotten, "last_member_gone");
   // A failed save is logged by Persist and retried by RetryCheckpoint.
   (void)Persist(version);
 }
@@ -658,6 +673,7 @@ StatusOr<Group> TenantRegistry::UpdateGroup(const std::string& id, const GroupCh
     }
     if (change.tier) candidate.tier = *change.tier;
     if (change.limits) candidate.limits = *change.limits;
+    candidate.forget_when_empty = false;  // someone wants the group again
     if (change.schedule) {
       schedule_changed = candidate.schedule != *change.schedule;
       candidate.schedule = *change.schedule;
@@ -820,6 +836,53 @@ Status TenantRegistry::ForgetGroup(const std::string& id) {
   GS_RETURN_IF_ERROR(Persist(version));
   Emit("group_forgotten", {{"group", id}});
   return Status::Ok();
+}
+
+Status TenantRegistry::ForgetWhenEmpty(const std::string& id) {
+  std::vector<std::string> forgotten;
+  size_t members = 0;
+  uint64_t version = 0;
+  {
+    MutexLock lock(mu_);
+    auto it = groups_.find(id);
+    if (it == groups_.end() || it->second.forget_when_empty) return Status::Ok();
+    members = CountMembersLocked(id);
+    if (members == 0) {
+      groups_.erase(it);
+      forgotten.push_back(id);
+    } else {
+      it->second.forget_when_empty = true;
+    }
+    version = ++version_;
+    groups_version_ = version_;
+  }
+  Status s = Persist(version);
+  if (members > 0) {
+    GS_LOG(kInfo, "gpusliced", "event=group_forget_when_empty group=%s members=%zu", id.c_str(),
+           members);
+  }
+  EmitForgotten(forgotten, "no_member");
+  return s;
+}
+
+std::vector<std::string> TenantRegistry::ForgetEmptyMarkedLocked() {
+  std::vector<std::string> out;
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    if (it->second.forget_when_empty && CountMembersLocked(it->first) == 0) {
+      out.push_back(it->first);
+      it = groups_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+void TenantRegistry::EmitForgotten(const std::vector<std::string>& ids, const char* reason) const {
+  for (const std::string& id : ids) {
+    GS_LOG(kInfo, "gpusliced", "event=group_forgotten group=%s reason=%s", id.c_str(), reason);
+    Emit("group_forgotten", {{"group", id}});
+  }
 }
 
 void TenantRegistry::PutTenantLocked(const Tenant& t) {

@@ -13,7 +13,10 @@
 //  2. Group limits are set by an admin (SetGroupLimits, PUT /v1/groups/{id});
 //     a registrant's own limits can only lower its effective limits.
 //  3. A tenant that exits is removed within a second (LivenessWatcher) and
-//     its group is kept; an admin forgets a group with no member.
+//     its group is kept; an admin forgets a group with no member. A group
+//     whose owner let it go while members still ran (ForgetWhenEmpty: a
+//     kubelet's unprepare, a pod's deletion) is forgotten when its last
+//     member goes, and the mark is checkpointed with the group.
 //  4. Scheduling (issue 13; docs/daemon.md "Scheduling"): per GPU a group has
 //     a request, a priority and a weight (ScheduleSettings, keyed like
 //     Limits) and the group a paused flag; its limit is its compute limit.
@@ -106,6 +109,9 @@ struct Group {
   std::optional<uid_t> owner_uid;  // unset: made by an admin, no registrant yet
   std::string owner_pod_uid;
   int64_t created_at_ns = 0;  // the registry's clock
+  // Forgotten when its last member goes (ForgetWhenEmpty); any later
+  // UpdateGroup clears it.
+  bool forget_when_empty = false;
 };
 
 struct Tenant {
@@ -253,6 +259,11 @@ class TenantRegistry {
 
   // Forgets group `id`. kNotFound if absent; kFailedPrecondition if it has members.
   Status ForgetGroup(const std::string& id);
+  // Forgets group `id` now when it has no member, else marks it so that it
+  // is forgotten when its last member exits or unregisters (also when that
+  // is seen at a restart). OK when the group is unknown; kUnavailable when
+  // the change could not be saved (the mark still stands in memory).
+  Status ForgetWhenEmpty(const std::string& id);
 
   uint64_t refused_count() const;
 
@@ -262,6 +273,11 @@ class TenantRegistry {
   Status Refuse(const Registration& reg, Status why);
   void Emit(std::string_view type, const nlohmann::json& data) const;
   size_t CountMembersLocked(const std::string& group) const REQUIRES(mu_);
+  // Erases the groups marked forget_when_empty that have no member left and
+  // returns their ids (the caller bumps groups_version_ when there are any).
+  std::vector<std::string> ForgetEmptyMarkedLocked() REQUIRES(mu_);
+  // Logs (with `reason`) and emits group_forgotten for each of `ids`.
+  void EmitForgotten(const std::vector<std::string>& ids, const char* reason) const;
   // Whether the registry with `candidate` in place of
   // its group (or added) is admissible: the candidate's requests within its
   // limits, and on each GPU in `gpus` (and each GPU a group names) where

@@ -199,6 +199,75 @@ TEST_F(RegistryTest, ExitsRemoveTenantsAndKeepGroups) {
   EXPECT_EQ(registry_->ForgetGroup("g").code(), StatusCode::kNotFound);
 }
 
+// A kubelet's unprepare (or a pod's deletion) lets a group go while its
+// members' exits are not seen yet: the group goes with the last of them,
+// by exit or by unregistration, and a group with no member goes at once.
+TEST_F(RegistryTest, AGroupLetGoWhileMembersRunIsForgottenWithTheLast) {
+  ASSERT_TRUE(registry_->SetGroup("g", {{kAllGpus, {1ull << 30, 40}}}, std::nullopt).ok());
+  ASSERT_TRUE(registry_->Register(Reg(100, 1000, "g")).ok());
+  ASSERT_TRUE(registry_->Register(Reg(101, 1000, "g")).ok());
+  ASSERT_TRUE(registry_->ForgetWhenEmpty("g").ok());
+  ASSERT_TRUE(registry_->GroupOf("g").has_value()) << "members still run";
+  EXPECT_TRUE(registry_->GroupOf("g")->forget_when_empty);
+  registry_->OnExited({100});
+  EXPECT_TRUE(registry_->GroupOf("g").has_value()) << "101 still runs";
+  events_.clear();
+  registry_->OnExited({101});
+  EXPECT_FALSE(registry_->GroupOf("g").has_value());
+  EXPECT_EQ(EventTypes(), (std::vector<std::string>{"tenant_exited", "group_forgotten"}));
+  // Gone from the checkpoint too.
+  registry_ = MakeRegistry();
+  ASSERT_TRUE(registry_->Restore().ok());
+  EXPECT_FALSE(registry_->GroupOf("g").has_value());
+
+  // The last member unregistering is the same.
+  ASSERT_TRUE(registry_->Register(Reg(200, 1000, "h")).ok());
+  ASSERT_TRUE(registry_->ForgetWhenEmpty("h").ok());
+  ASSERT_TRUE(registry_->Unregister(200).ok());
+  EXPECT_FALSE(registry_->GroupOf("h").has_value());
+  // No member: at once; an unknown group: fine.
+  ASSERT_TRUE(registry_->SetGroup("e", {}, std::nullopt).ok());
+  ASSERT_TRUE(registry_->ForgetWhenEmpty("e").ok());
+  EXPECT_FALSE(registry_->GroupOf("e").has_value());
+  EXPECT_TRUE(registry_->ForgetWhenEmpty("e").ok());
+}
+
+// Someone who sets the group again (a new prepare, an admin) wants it: the
+// mark goes.
+TEST_F(RegistryTest, SettingAGroupAgainClearsItsMark) {
+  ASSERT_TRUE(registry_->Register(Reg(100, 1000, "g")).ok());
+  ASSERT_TRUE(registry_->ForgetWhenEmpty("g").ok());
+  ASSERT_TRUE(registry_->SetGroup("g", {{kAllGpus, {1ull << 30, 40}}}, std::nullopt).ok());
+  EXPECT_FALSE(registry_->GroupOf("g")->forget_when_empty);
+  registry_->OnExited({100});
+  EXPECT_TRUE(registry_->GroupOf("g").has_value());
+}
+
+// The mark is checkpointed with the group: a daemon restarted before the
+// last member exits still forgets the group then, and one that finds the
+// members gone at its restart forgets it there.
+TEST_F(RegistryTest, TheMarkSurvivesARestart) {
+  ASSERT_TRUE(registry_->Register(Reg(100, 1000, "g")).ok());
+  ASSERT_TRUE(registry_->Register(Reg(200, 1000, "h")).ok());
+  ASSERT_TRUE(registry_->ForgetWhenEmpty("g").ok());
+  ASSERT_TRUE(registry_->ForgetWhenEmpty("h").ok());
+  registry_.reset();  // killed
+  proc_.Remove(200);  // h's member exited while the daemon was down
+  watcher_.watched.clear();
+  events_.clear();
+  registry_ = MakeRegistry();
+  ASSERT_TRUE(registry_->Restore().ok());
+  EXPECT_FALSE(registry_->GroupOf("h").has_value());
+  ASSERT_TRUE(registry_->GroupOf("g").has_value());
+  EXPECT_TRUE(registry_->GroupOf("g")->forget_when_empty);
+  EXPECT_EQ(EventTypes(), (std::vector<std::string>{"tenant_exited", "group_forgotten"}));
+  registry_->OnExited({100});
+  EXPECT_FALSE(registry_->GroupOf("g").has_value());
+  registry_ = MakeRegistry();
+  ASSERT_TRUE(registry_->Restore().ok());
+  EXPECT_TRUE(registry_->Groups().empty());
+}
+
 TEST_F(RegistryTest, RestoreReadoptsLiveTenantsAndDropsDeadOnes) {
   ASSERT_TRUE(registry_->SetGroup("g", {{kAllGpus, {1ull << 30, 40}}}, std::nullopt).ok());
   ASSERT_TRUE(registry_->Register(Reg(100, 1000, "g")).ok());
