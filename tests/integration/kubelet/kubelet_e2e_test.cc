@@ -53,7 +53,9 @@ class KubeletE2eTest : public testing::SimProcessTest {
     std::filesystem::remove_all(kubelet_dir_);
   }
 
-  void StartDaemon(const std::vector<std::string>& mode = {"--dra"}) {
+  // `claims_dir`: the DRA plugin reads claims from dir_/claims (else from
+  // the API server, which `mode` then names).
+  void StartDaemon(const std::vector<std::string>& mode = {"--dra"}, bool claims_dir = true) {
     std::vector<std::string> args = {"--socket",
                                      socket_,
                                      "--poll-interval-ms",
@@ -68,12 +70,11 @@ class KubeletE2eTest : public testing::SimProcessTest {
                                      kubelet_dir_,
                                      "--cdi-dir",
                                      dir_ + "/cdi",
-                                     "--dra-claims-dir",
-                                     dir_ + "/claims",
                                      "--limiter-library",
                                      BuildDir() + "/lib/libgpuslice.so",
                                      "--gpu-memory-unit-mib",
                                      "256"};
+    if (claims_dir) args.insert(args.end(), {"--dra-claims-dir", dir_ + "/claims"});
     args.insert(args.end(), mode.begin(), mode.end());
     daemon_ = StartProgram("gpusliced", next_++, args,
                            {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
@@ -104,23 +105,24 @@ class KubeletE2eTest : public testing::SimProcessTest {
   // The ResourceClaim as the API server would return it once allocated.
   void WriteClaim(const std::string& device) {
     std::filesystem::create_directories(dir_ + "/claims/team-a");
-    const json claim = {
-        {"apiVersion", "resource.k8s.io/v1"},
-        {"kind", "ResourceClaim"},
-        {"metadata", {{"name", "slice"}, {"namespace", "team-a"}, {"uid", kClaimUid}}},
-        {"status",
-         {{"allocation",
-           {{"devices",
-             {{"results",
-               json::array({{{"request", "gpu"},
-                             {"driver", "gpuslice.io"},
-                             {"pool", "node-1"},
-                             {"device", device},
-                             {"consumedCapacity", {{"memory", "4Gi"}, {"cores", "30"}}}}})}}}}},
-          {"reservedFor", json::array({{{"resource", "pods"},
-                                        {"name", "trainer"},
-                                        {"uid", "0a0b0c0d-1111-2222-3333-444455556666"}}})}}}};
-    std::ofstream(dir_ + "/claims/team-a/slice.json") << claim.dump();
+    std::ofstream(dir_ + "/claims/team-a/slice.json") << ClaimObject(device).dump();
+  }
+  static json ClaimObject(const std::string& device) {
+    return {{"apiVersion", "resource.k8s.io/v1"},
+            {"kind", "ResourceClaim"},
+            {"metadata", {{"name", "slice"}, {"namespace", "team-a"}, {"uid", kClaimUid}}},
+            {"status",
+             {{"allocation",
+               {{"devices",
+                 {{"results",
+                   json::array({{{"request", "gpu"},
+                                 {"driver", "gpuslice.io"},
+                                 {"pool", "node-1"},
+                                 {"device", device},
+                                 {"consumedCapacity", {{"memory", "4Gi"}, {"cores", "30"}}}}})}}}}},
+              {"reservedFor", json::array({{{"resource", "pods"},
+                                            {"name", "trainer"},
+                                            {"uid", "0a0b0c0d-1111-2222-3333-444455556666"}}})}}}};
   }
 
   static daemon::kubelet::dra_api::Claim Claim() {
@@ -163,6 +165,14 @@ class KubeletE2eTest : public testing::SimProcessTest {
   }
   std::string RunTenantWith(const std::map<std::string, std::string>& vars,
                             const std::vector<std::string>& args) {
+    const pid_t pid = StartTenant(vars, args);
+    const int n = next_ - 1;
+    EXPECT_EQ(Join(pid), 0) << Read("err" + std::to_string(n));
+    return Read("out" + std::to_string(n));
+  }
+  // gpuslice-alloc-probe started with `vars`, not waited for.
+  pid_t StartTenant(const std::map<std::string, std::string>& vars,
+                    const std::vector<std::string>& args) {
     std::vector<std::string> env;
     for (const auto& [name, value] : vars) {
       std::string entry = name;
@@ -170,10 +180,7 @@ class KubeletE2eTest : public testing::SimProcessTest {
       entry += value;
       env.push_back(std::move(entry));
     }
-    const pid_t pid = StartProgram("gpuslice-alloc-probe", next_, args, env);
-    const int n = next_++;
-    EXPECT_EQ(Join(pid), 0) << Read("err" + std::to_string(n));
-    return Read("out" + std::to_string(n));
+    return StartProgram("gpuslice-alloc-probe", next_++, args, env);
   }
 
   // Whether group `group` holds exactly `memory` bytes and `cores` % on `uuid`.
@@ -234,25 +241,81 @@ TEST_F(KubeletE2eTest, AClaimFor4GiBAnd30PercentIsExactlyThatSlice) {
   EXPECT_GE(alloc["granted_bytes"].get<uint64_t>(), 4 * kGiB - (512ull << 20)) << alloc.dump();
   EXPECT_EQ(alloc["error"], "CUDA_ERROR_OUT_OF_MEMORY") << alloc.dump();
 
+  // A kubelet restart: its plugin watcher finds the registration socket
+  // again and registers the plugin, and the kubelet prepares the claim
+  // again (its pods are admitted again): the same allocation, nothing twice.
+  {
+    FakeKubelet restarted;
+    const auto sockets = FakeKubelet::FindPluginSockets(kubelet_dir_ + "/plugins_registry");
+    ASSERT_EQ(sockets.size(), 1u);
+    auto registered = restarted.RegisterPlugin(sockets[0]);
+    ASSERT_TRUE(registered.ok()) << registered.status().ToString();
+    EXPECT_EQ(registered->endpoint(), endpoint);
+    auto again = restarted.Prepare(endpoint, {Claim()});
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again->claims().at(kClaimUid).error(), "");
+    EXPECT_EQ(again->claims().at(kClaimUid).devices(0).cdi_device_ids(0),
+              std::string("gpuslice.io/claim=") + kClaimUid);
+    EXPECT_TRUE(HasLimits(kClaimUid, uuid, 4 * kGiB, 30)) << Get("/v1/groups").dump();
+    std::ifstream record(dir_ + "/state/kube_allocations.json");
+    std::stringstream text;
+    text << record.rdbuf();
+    const json saved = json::parse(text.str(), nullptr, false);
+    ASSERT_TRUE(saved.is_object()) << text.str();
+    EXPECT_EQ(saved["data"]["allocations"].size(), 1u) << saved.dump();
+  }
+
   // Unprepare releases it: no group, no spec; twice is fine. The kubelet
-  // unprepares once the pod's containers have stopped: here, once the daemon
-  // has seen the two tenants exit (a group that still has members keeps its
-  // record; docs/kubernetes.md).
+  // unprepares once the pod's containers have stopped, but the daemon sees
+  // a tenant's exit up to a second later: here a tenant still runs when the
+  // kubelet unprepares. The group loses its limits at once and goes with
+  // that tenant.
+  const pid_t holder =
+      StartTenant(CdiEnv(spec), {"alloc", "--api", "alloc", "--chunk", std::to_string(256 << 20),
+                                 "--max", "1", "--hold-s", "600"});
   ASSERT_TRUE(WaitFor(
       [&] {
         const json g = Get(std::string("/v1/groups/") + kClaimUid, &status);
-        return status == 200 && g.contains("members") && g["members"].empty();
+        if (status != 200 || !g.contains("members")) return false;
+        for (const json& m : g["members"]) {
+          if (m == holder) return true;
+        }
+        return false;
       },
       10s))
       << Get(std::string("/v1/groups/") + kClaimUid, &status).dump();
+  // Its slice, as the daemon holds it: 4 GiB and 30 % on that GPU.
+  json holder_limit;
+  for (const json& t : Get("/v1/tenants").value("tenants", json::array())) {
+    if (t.value("host_pid", 0) != holder) continue;
+    for (const json& g : t["gpus"]) {
+      if (g.value("uuid", "") == uuid) holder_limit = g;
+    }
+  }
+  ASSERT_TRUE(holder_limit.is_object()) << Get("/v1/tenants").dump();
+  EXPECT_EQ(holder_limit.value("/limit/memory_bytes"_json_pointer, uint64_t{0}), 4 * kGiB)
+      << holder_limit.dump();
+  EXPECT_EQ(holder_limit.value("/limit/compute_percent"_json_pointer, 0), 30)
+      << holder_limit.dump();
   for (int i = 0; i < 2; ++i) {
     auto un = kubelet_.Unprepare(endpoint, {Claim()});
     ASSERT_TRUE(un.ok()) << un.status().ToString();
     EXPECT_EQ(un->claims().at(kClaimUid).error(), "");
   }
-  Get(std::string("/v1/groups/") + kClaimUid, &status);
-  EXPECT_EQ(status, 404);
   EXPECT_FALSE(std::filesystem::exists(SpecPath()));
+  const json held = Get(std::string("/v1/groups/") + kClaimUid, &status);
+  ASSERT_EQ(status, 200) << "the group went while its tenant runs";
+  EXPECT_TRUE(held["limits"].empty()) << held.dump();
+  kill(holder, SIGKILL);
+  Join(holder);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        Get(std::string("/v1/groups/") + kClaimUid, &status);
+        return status == 404;
+      },
+      10s))
+      << "the group outlived its claim: "
+      << Get(std::string("/v1/groups/") + kClaimUid, &status).dump();
 }
 
 TEST_F(KubeletE2eTest, ADaemonRestartKeepsTheAllocationAndPreparesNothingTwice) {
@@ -483,6 +546,80 @@ TEST_F(KubeletE2eTest, AnnotationsGiveADevicePluginContainerTheSameSliceAsDra) {
                  [](json& p) { p["metadata"]["annotations"]["gpuslice.io/memory"] = "2Gi"; });
   EXPECT_TRUE(WaitFor([&] { return HasLimits(group, uuid, 2 * kGiB, 30); }, 10s))
       << Get("/v1/groups/" + group).dump();
+}
+
+// An API server outage (every request refused, open watches cut): what the
+// daemon applied stays, a claim the kubelet asks for meanwhile is refused
+// with nothing left behind (the kubelet retries), and once the server is
+// back a change made during the outage applies, the claim is prepared once,
+// and the kubelet's retries prepare nothing twice.
+TEST_F(KubeletE2eTest, AnApiServerOutageLosesNothingAndPreparesNothingTwice) {
+  const std::string api_dir = dir_ + "/api";
+  std::filesystem::create_directories(api_dir);
+  auto started = testing::FakeKubeApi::Start(api_dir);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  testing::FakeKubeApi& api = **started;
+  api.AcceptToken("node-token");
+  std::ofstream(api_dir + "/token") << "node-token\n";
+  api.Create("/api/v1/nodes", {{"metadata", {{"name", "node-1"}}}});
+  const std::string pods = "/api/v1/namespaces/team-a/pods";
+  const json pod = api.Create(
+      pods, {{"metadata", {{"name", "web"}, {"annotations", {{"gpuslice.io/cores", "30"}}}}},
+             {"spec", {{"nodeName", "node-1"}}}});
+  const std::string pod_group = "pod-" + pod["metadata"]["uid"].get<std::string>();
+  api.Create("/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims", ClaimObject("gpu-0"));
+  StartDaemon(
+      {"--dra", "--kube-node", "node-1", "--kube-api", api.url(), "--kube-ca", api.ca_file(),
+       "--kube-token-file", api_dir + "/token", "--kube-resource-slices", "off"},
+      /*claims_dir=*/false);
+  const std::string uuid = GpuUuid(0);
+  ASSERT_FALSE(uuid.empty());
+  const std::string endpoint = RegisterPlugin();
+  ASSERT_FALSE(endpoint.empty());
+  auto pod_cores = [&] {
+    const json g = Get("/v1/groups/" + pod_group);
+    return g.is_object() ? g.value("/limits/all/compute_percent"_json_pointer, 0) : 0;
+  };
+  ASSERT_TRUE(WaitFor([&] { return pod_cores() == 30; }, 10s)) << Read("err0");
+
+  // The outage: watches cut, every request refused.
+  api.FailNextRequests(1 << 30, 503);
+  api.DropConnections();
+  auto refused_pod_requests = [&] {
+    size_t n = 0;
+    for (const auto& r : api.Requests()) n += r.path.ends_with("/pods") && r.code == 503 ? 1 : 0;
+    return n;
+  };
+  ASSERT_TRUE(WaitFor([&] { return refused_pod_requests() >= 1; }, 10s))
+      << "the pod watch never came back to the server";
+  auto failed = kubelet_.Prepare(endpoint, {Claim()});
+  ASSERT_TRUE(failed.ok()) << failed.status().ToString();
+  EXPECT_NE(failed->claims().at(kClaimUid).error(), "") << "prepared without its claim";
+  int status = 0;
+  Get(std::string("/v1/groups/") + kClaimUid, &status);
+  EXPECT_EQ(status, 404) << "a refused prepare left its group";
+  EXPECT_FALSE(std::filesystem::exists(SpecPath()));
+  api.Modify(pods + "/web",
+             [](json& p) { p["metadata"]["annotations"]["gpuslice.io/cores"] = "50"; });
+  ASSERT_TRUE(WaitFor([&] { return refused_pod_requests() >= 2; }, 10s));
+  EXPECT_EQ(pod_cores(), 30) << "the outage lost what was applied";
+
+  // The server is back.
+  api.FailNextRequests(0, 503);
+  EXPECT_TRUE(WaitFor([&] { return pod_cores() == 50; }, 90s))
+      << "the change made during the outage never applied: " << pod_cores();
+  for (int i = 0; i < 3; ++i) {  // the kubelet's retry, then retries of that
+    auto prepared = kubelet_.Prepare(endpoint, {Claim()});
+    ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+    EXPECT_EQ(prepared->claims().at(kClaimUid).error(), "");
+  }
+  EXPECT_TRUE(HasLimits(kClaimUid, uuid, 4 * kGiB, 30)) << Get("/v1/groups").dump();
+  std::ifstream record(dir_ + "/state/kube_allocations.json");
+  std::stringstream text;
+  text << record.rdbuf();
+  const json saved = json::parse(text.str(), nullptr, false);
+  ASSERT_TRUE(saved.is_object()) << text.str();
+  EXPECT_EQ(saved["data"]["allocations"].size(), 1u) << saved.dump();
 }
 
 // XID errors on the simulated GPU (`gpuslice sim xid`): an application's
