@@ -508,7 +508,10 @@ int Run(int argc, char** argv) {
         manager.ExpireDue();
         enforcers.Reconcile();
         (void)registry.RetryCheckpoint();  // a checkpoint a full disk left behind (logged there)
-        if (kubelet::KubeletSide* side = kube_side.load()) (void)side->RetryCheckpoint();  // same
+        if (kubelet::KubeletSide* side = kube_side.load()) {
+          (void)side->RetryCheckpoint();  // same
+          side->SweepClaimDirs();         // segment directories their release left
+        }
         usage.Refresh(*monitor.Current());
         if (backstop) backstop->Tick(*monitor.Current());
         SegmentCollector::Sweep sweep = collector.MaybeSweep();

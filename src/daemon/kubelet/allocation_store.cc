@@ -264,6 +264,13 @@ Status AllocationStore::SetOwner(const std::string& claim_uid, const std::string
   return Status::Ok();
 }
 
+bool AllocationStore::IfUnrecorded(const std::string& claim_uid, const std::function<void()>& fn) {
+  MutexLock lock(mu_);
+  if (allocations_.contains(claim_uid)) return false;
+  fn();
+  return true;
+}
+
 std::optional<Allocation> AllocationStore::Get(const std::string& claim_uid) const {
   MutexLock lock(mu_);
   auto it = allocations_.find(claim_uid);

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -161,6 +162,9 @@ class AllocationStore {
 
   std::optional<Allocation> Get(const std::string& claim_uid) const;
   std::vector<Allocation> All() const;
+  // Runs `fn` under the store's lock when `claim_uid` is not recorded, so
+  // that no Prepare of it interleaves; returns whether it ran.
+  bool IfUnrecorded(const std::string& claim_uid, const std::function<void()>& fn);
 
   // Saves the record again if its last save failed (invariant 4). OK when
   // nothing is owed or the save works; the save's error otherwise.

@@ -245,11 +245,17 @@ StatusOr<v1beta1::ContainerAllocateResponse> DevicePlugins::AllocateContainer(
       d.cores_percent = static_cast<uint32_t>(std::min<uint64_t>(n, 100));
     a.devices.push_back(std::move(d));
   }
-  // A slice's group has a segment directory of its own (shm/segment_dirs.h).
-  if (r == DpResource::kVgpu) {
-    GS_RETURN_IF_ERROR(MakeClaimSegmentDir(options_.inject.shm_dir, a.claim_uid));
-  }
+  const bool known = store_.Get(a.claim_uid).has_value();
   GS_ASSIGN_OR_RETURN(Allocation recorded, store_.Prepare(a));
+  // A slice's group has a segment directory of its own (shm/segment_dirs.h),
+  // made once the allocation is recorded (KubeletSide::SweepClaimDirs
+  // removes those of unrecorded groups).
+  if (r == DpResource::kVgpu) {
+    if (Status s = MakeClaimSegmentDir(options_.inject.shm_dir, a.claim_uid); !s.ok()) {
+      if (!known) (void)store_.Unprepare(a.claim_uid);
+      return s;
+    }
+  }
 
   const json spec = CdiSpecFor(recorded, options_.inject, index);
   v1beta1::ContainerAllocateResponse out;

@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <set>
 
 #include "common/log.h"
 #include "daemon/kubelet/device_plugin.h"
+#include "shm/segment_dirs.h"
 
 namespace gpuslice::daemon::kubelet {
 
@@ -58,6 +60,8 @@ std::string NodeName(const std::string& kube_node) {
 StatusOr<std::unique_ptr<KubeletSide>> KubeletSide::Start(const KubeletConfig& config,
                                                           Context context) {
   std::unique_ptr<KubeletSide> side(new KubeletSide());
+  side->shm_dir_ = context.shm_dir;
+  side->registry_ = &context.registry;
   side->sink_ = std::make_unique<RegistryLimitSink>(context.registry);
   side->store_ = std::make_unique<AllocationStore>(context.state, *side->sink_);
   if (Status s = side->store_->Restore(); !s.ok()) {
@@ -134,6 +138,32 @@ KubeletSide::~KubeletSide() { Stop(); }
 void KubeletSide::Stop() {
   if (dra_) dra_->Stop();
   if (device_plugins_) device_plugins_->Stop();
+}
+
+void KubeletSide::SweepClaimDirs() {
+  if (shm_dir_.empty()) return;
+  const std::string claims = shm_dir_ + "/" + kClaimDirsName;
+  std::vector<std::string> groups;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(claims, ec)) {
+    if (entry.is_directory(ec) && !entry.is_symlink(ec)) {
+      groups.push_back(entry.path().filename().string());
+    }
+  }
+  for (const std::string& group : groups) {
+    // A group still known has members (or is set again): not yet.
+    if (registry_->GroupOf(group).has_value()) continue;
+    // Device-plugin allocations are named dp-…, claims by their UID.
+    AllocationStore* owner =
+        group.starts_with("dp-") && dp_store_ != nullptr ? dp_store_.get() : store_.get();
+    Status removed;
+    if (!owner->IfUnrecorded(group, [&] { removed = RemoveClaimSegmentDir(shm_dir_, group); })) {
+      continue;
+    }
+    if (removed.ok()) {
+      GS_LOG(kInfo, "kubelet", "event=claim_segment_dir_removed group=%s", group.c_str());
+    }  // else a segment still in use: the next sweep tries again
+  }
 }
 
 Status KubeletSide::RetryCheckpoint() {

@@ -73,6 +73,13 @@ class KubeletSide {
   // Saves each allocation record whose last save failed (AllocationStore
   // invariant 4); the daemon calls it after every GPU sample. Thread-safe.
   Status RetryCheckpoint();
+  // Removes the segment directory (<shm-dir>/claims/<group>/) of every group
+  // no allocation records any more, once the registry has forgotten the
+  // group and no process holds its segments: an
+  // unprepare or a slice's release while a tenant still held one leaves it
+  // (event=slice_segments_kept), and so does a daemon stopped meanwhile.
+  // The daemon calls it after every GPU sample. Thread-safe.
+  void SweepClaimDirs();
 
   AllocationStore& store() { return *store_; }
   // The device plugins (null without config.device_plugin): where pods'
@@ -82,6 +89,8 @@ class KubeletSide {
  private:
   KubeletSide() = default;
 
+  std::string shm_dir_;
+  const TenantRegistry* registry_ = nullptr;
   std::unique_ptr<RegistryLimitSink> sink_;
   std::unique_ptr<AllocationStore> store_;
   std::unique_ptr<ClaimReader> owned_reader_;

@@ -316,6 +316,9 @@ TEST_F(KubeletE2eTest, AClaimFor4GiBAnd30PercentIsExactlyThatSlice) {
       10s))
       << "the group outlived its claim: "
       << Get(std::string("/v1/groups/") + kClaimUid, &status).dump();
+  // And its segment directory, which the tenant's segment kept at unprepare.
+  EXPECT_TRUE(
+      WaitFor([&] { return !std::filesystem::exists(shm_dir_ + "/claims/" + kClaimUid); }, 10s));
 }
 
 TEST_F(KubeletE2eTest, ADaemonRestartKeepsTheAllocationAndPreparesNothingTwice) {
@@ -426,6 +429,51 @@ TEST_F(KubeletE2eTest, TheDevicePluginsGiveAContainerItsSlice) {
   ASSERT_TRUE(saved.is_object()) << text.str();
   EXPECT_EQ(saved["data"]["allocations"].size(), 3u) << saved.dump();
   EXPECT_TRUE(WaitFor(limited, 10s)) << Get("/v1/groups/" + group).dump();
+
+  // The pod goes (PodResources no longer shows its ids) while the daemon
+  // has not yet seen its last process exit: after two checks (10 s apart)
+  // the slice is released (the device plugins' unprepare): its settings at
+  // once, its group once that process is gone, its segment directory and
+  // its record.
+  const pid_t holder =
+      StartTenant(env, {"alloc", "--api", "alloc", "--chunk", std::to_string(256 << 20), "--max",
+                        "1", "--hold-s", "600"});
+  int status = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json g = Get("/v1/groups/" + group, &status);
+        return status == 200 && g.contains("members") && g["members"].size() == 1 &&
+               g["members"][0] == holder;
+      },
+      10s))
+      << Get("/v1/groups/" + group).dump();
+  kubelet_.SetPods({});
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const json g = Get("/v1/groups/" + group, &status);
+        return status == 200 && g.contains("limits") && g["limits"].empty();
+      },
+      45s))
+      << Get("/v1/groups/" + group).dump();
+  kill(holder, SIGKILL);
+  Join(holder);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        Get("/v1/groups/" + group, &status);
+        return status == 404;
+      },
+      10s))
+      << "the slice's group outlived it: " << Get("/v1/groups/" + group).dump();
+  // Its segment directory, which the tenant's segment kept at the release,
+  // goes once the group has.
+  EXPECT_TRUE(
+      WaitFor([&] { return !std::filesystem::exists(shm_dir_ + "/claims/" + group); }, 10s));
+  std::ifstream released(dir_ + "/state/kube_device_plugin.json");
+  std::stringstream after;
+  after << released.rdbuf();
+  const json left = json::parse(after.str(), nullptr, false);
+  ASSERT_TRUE(left.is_object()) << after.str();
+  EXPECT_TRUE(left["data"]["allocations"].empty()) << left.dump();
 }
 
 // A container asking for gpu-memory or gpu-cores without a gpuslice.io/vgpu
