@@ -269,6 +269,18 @@ void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t 
 
 }  // namespace
 
+void ComputeGate::PublishLocked() {
+  const real::CudaTable* cuda = real::CudaIfLoaded();
+  GroupSegment* segment = segment_.load(std::memory_order_acquire);
+  if (cuda == nullptr || (segment == nullptr && !disarmed_)) {
+    LaunchFastPath::SetThroughHooks();
+  } else if (segment == nullptr) {
+    LaunchFastPath::SetUnpaced(cuda);
+  } else {
+    LaunchFastPath::Set(segment->ComputeLimitedWord(), cuda);
+  }
+}
+
 CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline call, void* launch) {
   GroupSegment* segment = segment_.load(std::memory_order_acquire);
   stream = Effective(stream, per_thread);

@@ -174,10 +174,12 @@ void ProcessState::AtForkPrepare() {
   l.pools_.LockForFork();
   l.graph_memory_.LockForFork();
   l.context_mu_.lock();
+  l.compute_gate_.LockForFork();
 }
 
 void ProcessState::AtForkParent() {
   ProcessState& l = Get();
+  l.compute_gate_.UnlockForFork();
   l.context_mu_.unlock();
   l.graph_memory_.UnlockForFork();
   l.pools_.UnlockForFork();
@@ -189,6 +191,7 @@ void ProcessState::AtForkChild() {
   ProcessState& l = Get();
   l.forked_.store(true, std::memory_order_release);
   l.registration_started_.store(false);  // the parent's thread did not survive the fork
+  l.compute_gate_.UnlockForFork();
   l.context_mu_.unlock();
   l.graph_memory_.UnlockForFork();
   l.pools_.UnlockForFork();

@@ -43,6 +43,10 @@ class Loader {
   }
 
   void* handle() const { return handle_.load(std::memory_order_acquire); }
+  // The table once loaded from a library that was found, else nullptr.
+  const Table* IfLoaded() const {
+    return state_.load(std::memory_order_acquire) == kDone && table_.loaded ? &table_ : nullptr;
+  }
 
  private:
   static constexpr int kDone = 1;
@@ -114,6 +118,7 @@ Loader<NvmlTable>& NvmlLoader() {
 
 GS_HOT const CudaTable& Cuda() { return CudaLoader().Get(); }
 const NvmlTable& Nvml() { return NvmlLoader().Get(); }
+const CudaTable* CudaIfLoaded() { return CudaLoader().IfLoaded(); }
 void* CudaHandle() { return CudaLoader().handle(); }
 void* NvmlHandle() { return NvmlLoader().handle(); }
 

@@ -68,6 +68,10 @@ struct NvmlTable {
 const CudaTable& Cuda();
 const NvmlTable& Nvml();
 
+// The CUDA table if a call to Cuda() has loaded it (libcuda.so.1 found and
+// its entry points resolved), else nullptr; never loads anything.
+const CudaTable* CudaIfLoaded();
+
 // The loaded libraries' handles (nullptr if not loaded), for dlsym and
 // cuGetProcAddress passthrough.
 void* CudaHandle();
