@@ -47,6 +47,7 @@
 #include "cuda_abi/cuda_driver_api.h"
 #include "limiter/launch_fast_path.h"
 #include "limiter/ledger.h"
+#include "limiter/stream_captures.h"
 #include "limiter/stream_devices.h"
 #include "shm/group_segment.h"
 
@@ -63,12 +64,15 @@ class ComputeGate {
   // Starts pacing for `segment` (alive for the process's life), whose device
   // for CUDA ordinal i is ordinal_to_device[i] (-1: none); `ledger` (bound
   // to it, alive as long) holds the process's slot, where its launches are
-  // counted and its own charge is read.
+  // counted and its own charge is read; `captures` (alive as long) tells
+  // which streams are being captured.
   // Publishes the segment's word to the launch fast path
   // (launch_fast_path.h) once the driver is loaded.
-  void Arm(GroupSegment* segment, const std::vector<int>& ordinal_to_device, Ledger* ledger) {
+  void Arm(GroupSegment* segment, const std::vector<int>& ordinal_to_device, Ledger* ledger,
+           const StreamCaptures* captures) {
     streams_.SetOrdinals(ordinal_to_device);
     ledger_.store(ledger, std::memory_order_release);
+    captures_.store(captures, std::memory_order_release);
     MutexLock lock(publish_mu_);
     disarmed_ = false;
     segment_.store(segment, std::memory_order_release);
@@ -127,6 +131,7 @@ class ComputeGate {
   bool disarmed_ GUARDED_BY(publish_mu_) = false;
   std::atomic<GroupSegment*> segment_{nullptr};
   std::atomic<Ledger*> ledger_{nullptr};
+  std::atomic<const StreamCaptures*> captures_{nullptr};
   StreamDevices streams_;
 };
 

@@ -223,6 +223,7 @@ CUresult ProcessState::AttachWithCuda() {
     graph_memory_.ResetInChild();
     pools_watched_.store(false);  // the parent's refresh thread did not survive the fork
     ForgetContexts();             // the parent's contexts are not the child's
+    captures_.Reset();            // nor its captures
     if (segment_ != nullptr) {
       if (segment_->ReopenAfterFork().ok()) {
         // The parent's keeper did not survive the fork.
@@ -355,7 +356,7 @@ bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& device
   }
   StartKeeperThread(segment_.get(), daemon_socket);
   ledger_.Bind(segment_.get());
-  compute_gate_.Arm(segment_.get(), map, &ledger_);
+  compute_gate_.Arm(segment_.get(), map, &ledger_, &captures_);
   ordinal_to_device_ = std::move(map);
   ForgetContexts();  // the ordinals' group devices may have changed
   GS_LOG(kInfo, "limiter", "attached to group '%s' (%zu devices)", segment_->group().c_str(),

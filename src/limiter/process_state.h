@@ -42,6 +42,7 @@
 #include "common/thread_annotations.h"
 #include "cuda_abi/cuda_driver_api.h"
 #include "limiter/compute_gate.h"
+#include "limiter/stream_captures.h"
 #include "limiter/daemon_client.h"
 #include "limiter/graph_memory_charges.h"
 #include "limiter/ledger.h"
@@ -165,6 +166,9 @@ class alignas(4096) ProcessState {
   // The process's compute gate (armed once attached).
   ComputeGate& compute_gate() { return compute_gate_; }
 
+  // The process's open stream captures (stream_captures.h).
+  StreamCaptures& captures() { return captures_; }
+
  private:
   enum State : int { kDetached = 0, kAttached, kFailedClosed };
   ProcessState();
@@ -217,6 +221,7 @@ class alignas(4096) ProcessState {
   std::atomic<bool> pools_watched_{false};  // the refresh thread was started
   mutable Mutex context_mu_;
   std::unordered_map<int, uint64_t> settled_context_ GUARDED_BY(context_mu_);  // device -> bytes
+  StreamCaptures captures_;
   ComputeGate compute_gate_;  // large (its stream cache): last
   // This thread's current context and its group device, valid while
   // `generation` equals contexts_generation_ (0: nothing cached).

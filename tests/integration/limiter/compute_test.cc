@@ -255,6 +255,21 @@ TEST_F(ComputeTest, ACapHoldsWhenAMemberWithMuchLongerKernelsJoins) {
                        << ::testing::PrintToString(windows);
 }
 
+// Kernels captured into a graph run when the graph does: only the graph's
+// launches are admitted (paced, counted, charged), never the captured
+// kernels one by one, although the group is paced while they are captured
+// (the capture hooks count the open captures; stream_captures.h).
+TEST_F(ComputeTest, CapturedKernelsAreNotAdmittedOneByOne) {
+  const pid_t p = Start(0,
+                        {"--kernel-us", "100", "--launch", "graph", "--graph-kernels", "100",
+                         "--kernels", "5", "--quiet"},
+                        Limited("captured", "50"));
+  ASSERT_EQ(Join(p), 0) << Read("err0");
+  auto seg = Segment("captured");
+  ASSERT_NE(seg, nullptr);
+  EXPECT_EQ(seg->Launches(0), 5u);
+}
+
 // gpusliced's scheduler writes grants and pauses into the segment
 // (include/gpuslice/group_segment.h); the launch path follows them. Here the
 // test writes them, as the daemon would.
