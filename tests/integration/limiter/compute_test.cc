@@ -278,6 +278,12 @@ TEST_F(ComputeTest, AGrantPacesAnUnlimitedGroup) {
   WaitRunning({p});
   auto seg = Segment("granted");
   ASSERT_NE(seg, nullptr);
+  // The member's keeper clears every grant when it takes the group (its
+  // first step): the grant is written once it has (a heartbeat after now).
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t now_ns = ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+  ASSERT_TRUE(WaitFor([&] { return seg->LastAliveNs() > now_ns; }, std::chrono::seconds(10)));
   seg->SetComputeGrant(0, 3000);
   // Work queued before pacing began drains first (about 2 s of the
   // simulator's queue), then the bootstrap.
