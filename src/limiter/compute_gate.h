@@ -104,7 +104,8 @@ class ComputeGate {
     GroupSegment* s = segment_.load(std::memory_order_acquire);
     if (s == nullptr || s->ComputeLimitedMask() == 0) [[likely]] {
       // Armed before the driver was loaded: the fast path opens once it is.
-      if (s != nullptr && !LaunchFastPath::Published()) [[unlikely]] PublishFastPath();
+      if (s != nullptr && !LaunchFastPath::Published()) [[unlikely]]
+        PublishFastPath();
       return launch();
     }
     return PacedSlow(stream, per_thread, &Invoke<Launch>, &launch);

@@ -231,7 +231,7 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, CUme
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   if (dptr == nullptr || bytes == 0) return allocate();
   if (l.captures().Capturing(stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream,
-                            Cuda().cuStreamIsCapturing)) {
+                             Cuda().cuStreamIsCapturing)) {
     // An allocation node of the capture graph, not memory: its graph's
     // memory is charged when an exec of it runs (graph_memory_charges.h).
     return allocate();

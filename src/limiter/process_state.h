@@ -42,12 +42,12 @@
 #include "common/thread_annotations.h"
 #include "cuda_abi/cuda_driver_api.h"
 #include "limiter/compute_gate.h"
-#include "limiter/stream_captures.h"
 #include "limiter/daemon_client.h"
 #include "limiter/graph_memory_charges.h"
 #include "limiter/ledger.h"
 #include "limiter/pool_charges.h"
 #include "limiter/registration_thread.h"
+#include "limiter/stream_captures.h"
 #include "nvml_abi/nvml.h"
 #include "shm/group_segment.h"
 

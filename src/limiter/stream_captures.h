@@ -48,7 +48,8 @@ class StreamCaptures {
   // `is_capturing` (the driver's cuStreamIsCapturing; null: never), which
   // is called only while a capture is open.
   bool Capturing(CUstream stream, IsCapturingFn is_capturing) const {
-    if (open_.load(std::memory_order_acquire) == 0) [[likely]] return false;
+    if (open_.load(std::memory_order_acquire) == 0) [[likely]]
+      return false;
     return Ask(stream, is_capturing);
   }
 
@@ -81,13 +82,11 @@ class StreamCaptures {
   static bool Ask(CUstream stream, IsCapturingFn is_capturing) {
     if (stream == nullptr || stream == CU_STREAM_LEGACY || is_capturing == nullptr) return false;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    return is_capturing(stream, &status) == CUDA_SUCCESS &&
-           status != CU_STREAM_CAPTURE_STATUS_NONE;
+    return is_capturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
   }
   void Closed() {
     int64_t open = open_.load(std::memory_order_acquire);
-    while (open > 0 &&
-           !open_.compare_exchange_weak(open, open - 1, std::memory_order_acq_rel)) {
+    while (open > 0 && !open_.compare_exchange_weak(open, open - 1, std::memory_order_acq_rel)) {
     }
   }
 

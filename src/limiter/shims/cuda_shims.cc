@@ -41,32 +41,32 @@ constexpr bool IsKernelLaunch(std::string_view name) {
 }  // namespace gpuslice::limiter
 
 // A hook's call through the reentrancy guard.
-#define GS_GUARDED_CALL(name, args)                                                      \
-  ::gpuslice::limiter::ReentrancyGuard guard;                                            \
-  if (guard.reentered())                                                                 \
-    return ::gpuslice::limiter::real::CallCuda(::gpuslice::limiter::real::Cuda().name,   \
-                                               [&](auto fn) { return fn args; });        \
+#define GS_GUARDED_CALL(name, args)                                                    \
+  ::gpuslice::limiter::ReentrancyGuard guard;                                          \
+  if (guard.reentered())                                                               \
+    return ::gpuslice::limiter::real::CallCuda(::gpuslice::limiter::real::Cuda().name, \
+                                               [&](auto fn) { return fn args; });      \
   return ::gpuslice::limiter::hooks::name args;
 
 // Every shim gets an out-of-line guarded call, which only the kernel launches
 // use: their shim is then the fast path's test and a tail call either way,
 // with no frame of its own.
-#define GS_CUDA_HOOK(name, params, args)                                                 \
-  namespace gpuslice::limiter::guarded {                                                 \
-  [[maybe_unused]] __attribute__((noinline)) static CUresult name params {               \
-    GS_GUARDED_CALL(name, args)                                                          \
-  }                                                                                      \
-  }                                                                                      \
-  extern "C" __attribute__((visibility("default"))) CUresult name params {               \
-    if constexpr (::gpuslice::limiter::IsKernelLaunch(#name)) {                          \
-      if (const auto direct = ::gpuslice::limiter::LaunchFastPath::Direct(               \
-              &::gpuslice::limiter::real::CudaTable::name)) [[likely]] {                 \
-        return direct args;                                                              \
-      }                                                                                  \
-      return ::gpuslice::limiter::guarded::name args;                                    \
-    } else {                                                                             \
-      GS_GUARDED_CALL(name, args)                                                        \
-    }                                                                                    \
+#define GS_CUDA_HOOK(name, params, args)                                   \
+  namespace gpuslice::limiter::guarded {                                   \
+  [[maybe_unused]] __attribute__((noinline)) static CUresult name params { \
+    GS_GUARDED_CALL(name, args)                                            \
+  }                                                                        \
+  }                                                                        \
+  extern "C" __attribute__((visibility("default"))) CUresult name params { \
+    if constexpr (::gpuslice::limiter::IsKernelLaunch(#name)) {            \
+      if (const auto direct = ::gpuslice::limiter::LaunchFastPath::Direct( \
+              &::gpuslice::limiter::real::CudaTable::name)) [[likely]] {   \
+        return direct args;                                                \
+      }                                                                    \
+      return ::gpuslice::limiter::guarded::name args;                      \
+    } else {                                                               \
+      GS_GUARDED_CALL(name, args)                                          \
+    }                                                                      \
   }
 #include "limiter/shims/cuda_hooks.inc"
 #undef GS_CUDA_HOOK
