@@ -23,7 +23,11 @@ CUresult FakeIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
   return CUDA_SUCCESS;
 }
 
-CUstream Stream(uintptr_t n) { return reinterpret_cast<CUstream>(n * 16); }
+// Distinct stream handles (never dereferenced).
+CUstream Stream(int n) {
+  static char handles[8];
+  return reinterpret_cast<CUstream>(&handles[n]);
+}
 
 class StreamCapturesTest : public ::testing::Test {
  protected:
