@@ -22,14 +22,6 @@ CUstream Effective(CUstream stream, bool per_thread) {
   return stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream;
 }
 
-bool Capturing(CUstream stream) {
-  const real::CudaTable& cu = real::Cuda();
-  if (cu.cuStreamIsCapturing == nullptr) return false;
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return cu.cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
-         status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 // Waits while the group is paused or `dev` is held, and until the budget of
 // `dev` admits a launch estimated at `charge_ns` of device time (0: only
 // until earlier charges are paid). Before each sleep for the budget it calls
@@ -269,11 +261,26 @@ void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t 
 
 }  // namespace
 
+void ComputeGate::PublishLocked() {
+  const real::CudaTable* cuda = real::CudaIfLoaded();
+  GroupSegment* segment = segment_.load(std::memory_order_acquire);
+  if (cuda == nullptr || (segment == nullptr && !disarmed_)) {
+    LaunchFastPath::SetThroughHooks();
+  } else if (segment == nullptr) {
+    LaunchFastPath::SetUnpaced(cuda);
+  } else {
+    LaunchFastPath::Set(segment->ComputeLimitedWord(), cuda);
+  }
+}
+
 CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline call, void* launch) {
   GroupSegment* segment = segment_.load(std::memory_order_acquire);
   stream = Effective(stream, per_thread);
   // Captured work runs (and is charged) when its graph is launched.
-  if (Capturing(stream)) return call(launch);
+  const StreamCaptures* captures = captures_.load(std::memory_order_acquire);
+  if (captures != nullptr && captures->Capturing(stream, real::Cuda().cuStreamIsCapturing)) {
+    return call(launch);
+  }
   StreamBacklog* backlog = nullptr;
   const int dev = streams_.Resolve(stream, &backlog);
   if (dev < 0 || (segment->ComputeLimitedMask() & (1u << dev)) == 0) return call(launch);

@@ -43,8 +43,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "cuda_abi/cuda_driver_api.h"
+#include "limiter/launch_fast_path.h"
 #include "limiter/ledger.h"
+#include "limiter/stream_captures.h"
 #include "limiter/stream_devices.h"
 #include "shm/group_segment.h"
 
@@ -61,14 +64,30 @@ class ComputeGate {
   // Starts pacing for `segment` (alive for the process's life), whose device
   // for CUDA ordinal i is ordinal_to_device[i] (-1: none); `ledger` (bound
   // to it, alive as long) holds the process's slot, where its launches are
-  // counted and its own charge is read.
-  void Arm(GroupSegment* segment, const std::vector<int>& ordinal_to_device, Ledger* ledger) {
+  // counted and its own charge is read; `captures` (alive as long) tells
+  // which streams are being captured.
+  // Publishes the segment's word to the launch fast path
+  // (launch_fast_path.h) once the driver is loaded.
+  void Arm(GroupSegment* segment, const std::vector<int>& ordinal_to_device, Ledger* ledger,
+           const StreamCaptures* captures) {
     streams_.SetOrdinals(ordinal_to_device);
     ledger_.store(ledger, std::memory_order_release);
+    captures_.store(captures, std::memory_order_release);
+    MutexLock lock(publish_mu_);
+    disarmed_ = false;
     segment_.store(segment, std::memory_order_release);
+    PublishLocked();
   }
   // Stops pacing (a forked child that could not rejoin its group).
-  void Disarm() { segment_.store(nullptr, std::memory_order_release); }
+  void Disarm() {
+    MutexLock lock(publish_mu_);
+    disarmed_ = true;
+    segment_.store(nullptr, std::memory_order_release);
+    PublishLocked();
+  }
+  // Around fork (the child's first launch may publish).
+  void LockForFork() ACQUIRE(publish_mu_) { publish_mu_.Lock(); }
+  void UnlockForFork() RELEASE(publish_mu_) { publish_mu_.Unlock(); }
 
   // True if launches on some device of the group are paced (a limit, a
   // grant, or the group is paused).
@@ -82,7 +101,11 @@ class ComputeGate {
   // of the stream's device admits it.
   template <typename Launch>
   CUresult Paced(CUstream stream, bool per_thread, Launch&& launch) {
-    if (!Active()) [[likely]] {
+    GroupSegment* s = segment_.load(std::memory_order_acquire);
+    if (s == nullptr || s->ComputeLimitedMask() == 0) [[likely]] {
+      // Armed before the driver was loaded: the fast path opens once it is.
+      if (s != nullptr && !LaunchFastPath::Published()) [[unlikely]]
+        PublishFastPath();
       return launch();
     }
     return PacedSlow(stream, per_thread, &Invoke<Launch>, &launch);
@@ -98,9 +121,18 @@ class ComputeGate {
     return (*static_cast<std::remove_reference_t<Launch>*>(launch))();
   }
   CUresult PacedSlow(CUstream stream, bool per_thread, Trampoline call, void* launch);
+  void PublishFastPath() {
+    MutexLock lock(publish_mu_);
+    PublishLocked();
+  }
+  // Sets the launch fast path from segment_ and disarmed_.
+  void PublishLocked() REQUIRES(publish_mu_);
 
+  Mutex publish_mu_;  // serialises Arm, Disarm and the publishing of the fast path
+  bool disarmed_ GUARDED_BY(publish_mu_) = false;
   std::atomic<GroupSegment*> segment_{nullptr};
   std::atomic<Ledger*> ledger_{nullptr};
+  std::atomic<const StreamCaptures*> captures_{nullptr};
   StreamDevices streams_;
 };
 

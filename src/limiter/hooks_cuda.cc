@@ -169,15 +169,6 @@ CUresult ReleasePrimary(CUdevice dev, bool reset, auto&& release) {
   return rc;
 }
 
-// True if `stream` is being captured (the legacy default stream never is).
-bool Capturing(CUstream stream) {
-  if (stream == nullptr || stream == CU_STREAM_LEGACY) return false;
-  const auto query = Cuda().cuStreamIsCapturing;
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return query != nullptr && query(stream, &status) == CUDA_SUCCESS &&
-         status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 // The driver version from which CUmemPoolProps::maxSize bounds a pool.
 constexpr int kPoolMaxSizeVersion = 12020;
 
@@ -239,7 +230,8 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, CUme
   ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   if (dptr == nullptr || bytes == 0) return allocate();
-  if (Capturing(stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream)) {
+  if (l.captures().Capturing(stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream,
+                             Cuda().cuStreamIsCapturing)) {
     // An allocation node of the capture graph, not memory: its graph's
     // memory is charged when an exec of it runs (graph_memory_charges.h).
     return allocate();
@@ -843,6 +835,64 @@ CUresult cuStreamDestroy(CUstream hStream) noexcept {
 CUresult cuStreamDestroy_v2(CUstream hStream) noexcept {
   ProcessState::Get().compute_gate().ForgetStream(hStream);
   return GS_REAL(cuStreamDestroy_v2, hStream);
+}
+
+// ---- stream capture: the open captures counted (stream_captures.h) ----
+
+namespace {
+
+// The stream handle the driver means: stream 0 of a _ptsz entry point is the
+// calling thread's default stream.
+CUstream Effective(CUstream stream, bool per_thread) {
+  return stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream;
+}
+
+CUresult EndCapture(CUstream stream, bool per_thread, auto&& end) {
+  return ProcessState::Get().captures().End(Effective(stream, per_thread),
+                                            Cuda().cuStreamIsCapturing, end);
+}
+
+}  // namespace
+
+#define GS_BEGIN_CAPTURE(name, ...) \
+  ProcessState::Get().captures().Begin([&] { return GS_REAL(name, __VA_ARGS__); })
+
+CUresult cuStreamBeginCapture(CUstream hStream) noexcept {
+  return GS_BEGIN_CAPTURE(cuStreamBeginCapture, hStream);
+}
+CUresult cuStreamBeginCapture_ptsz(CUstream hStream) noexcept {
+  return GS_BEGIN_CAPTURE(cuStreamBeginCapture_ptsz, hStream);
+}
+CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) noexcept {
+  return GS_BEGIN_CAPTURE(cuStreamBeginCapture_v2, hStream, mode);
+}
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) noexcept {
+  return GS_BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, hStream, mode);
+}
+CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                     const CUgraphNode* dependencies,
+                                     const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                                     CUstreamCaptureMode mode) noexcept {
+  return GS_BEGIN_CAPTURE(cuStreamBeginCaptureToGraph, hStream, hGraph, dependencies,
+                          dependencyData, numDependencies, mode);
+}
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                          const CUgraphNode* dependencies,
+                                          const CUgraphEdgeData* dependencyData,
+                                          size_t numDependencies,
+                                          CUstreamCaptureMode mode) noexcept {
+  return GS_BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, hStream, hGraph, dependencies,
+                          dependencyData, numDependencies, mode);
+}
+
+#undef GS_BEGIN_CAPTURE
+
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) noexcept {
+  return EndCapture(hStream, false, [&] { return GS_REAL(cuStreamEndCapture, hStream, phGraph); });
+}
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) noexcept {
+  return EndCapture(hStream, true,
+                    [&] { return GS_REAL(cuStreamEndCapture_ptsz, hStream, phGraph); });
 }
 
 }  // namespace gpuslice::limiter::hooks

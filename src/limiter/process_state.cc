@@ -174,10 +174,12 @@ void ProcessState::AtForkPrepare() {
   l.pools_.LockForFork();
   l.graph_memory_.LockForFork();
   l.context_mu_.lock();
+  l.compute_gate_.LockForFork();
 }
 
 void ProcessState::AtForkParent() {
   ProcessState& l = Get();
+  l.compute_gate_.UnlockForFork();
   l.context_mu_.unlock();
   l.graph_memory_.UnlockForFork();
   l.pools_.UnlockForFork();
@@ -189,6 +191,7 @@ void ProcessState::AtForkChild() {
   ProcessState& l = Get();
   l.forked_.store(true, std::memory_order_release);
   l.registration_started_.store(false);  // the parent's thread did not survive the fork
+  l.compute_gate_.UnlockForFork();
   l.context_mu_.unlock();
   l.graph_memory_.UnlockForFork();
   l.pools_.UnlockForFork();
@@ -220,6 +223,7 @@ CUresult ProcessState::AttachWithCuda() {
     graph_memory_.ResetInChild();
     pools_watched_.store(false);  // the parent's refresh thread did not survive the fork
     ForgetContexts();             // the parent's contexts are not the child's
+    captures_.Reset();            // nor its captures
     if (segment_ != nullptr) {
       if (segment_->ReopenAfterFork().ok()) {
         // The parent's keeper did not survive the fork.
@@ -352,7 +356,7 @@ bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& device
   }
   StartKeeperThread(segment_.get(), daemon_socket);
   ledger_.Bind(segment_.get());
-  compute_gate_.Arm(segment_.get(), map, &ledger_);
+  compute_gate_.Arm(segment_.get(), map, &ledger_, &captures_);
   ordinal_to_device_ = std::move(map);
   ForgetContexts();  // the ordinals' group devices may have changed
   GS_LOG(kInfo, "limiter", "attached to group '%s' (%zu devices)", segment_->group().c_str(),

@@ -47,6 +47,7 @@
 #include "limiter/ledger.h"
 #include "limiter/pool_charges.h"
 #include "limiter/registration_thread.h"
+#include "limiter/stream_captures.h"
 #include "nvml_abi/nvml.h"
 #include "shm/group_segment.h"
 
@@ -165,6 +166,9 @@ class alignas(4096) ProcessState {
   // The process's compute gate (armed once attached).
   ComputeGate& compute_gate() { return compute_gate_; }
 
+  // The process's open stream captures (stream_captures.h).
+  StreamCaptures& captures() { return captures_; }
+
  private:
   enum State : int { kDetached = 0, kAttached, kFailedClosed };
   ProcessState();
@@ -217,6 +221,7 @@ class alignas(4096) ProcessState {
   std::atomic<bool> pools_watched_{false};  // the refresh thread was started
   mutable Mutex context_mu_;
   std::unordered_map<int, uint64_t> settled_context_ GUARDED_BY(context_mu_);  // device -> bytes
+  StreamCaptures captures_;
   ComputeGate compute_gate_;  // large (its stream cache): last
   // This thread's current context and its group device, valid while
   // `generation` equals contexts_generation_ (0: nothing cached).

@@ -215,6 +215,9 @@ class GroupSegment {
   uint32_t ComputeLimitedMask() const {
     return std::atomic_ref<uint32_t>(layout_->compute_limited).load(std::memory_order_acquire);
   }
+  // The word ComputeLimitedMask() reads, for a reader that keeps its address
+  // (the limiter's launch fast path); alive as long as the mapping.
+  uint32_t* ComputeLimitedWord() { return &layout_->compute_limited; }
   // The compute budget of `dev` for the launch path of the member in `slot`
   // (a slot this process joined). REQUIRES: 0 <= slot < kGroupMaxSlots.
   ComputeBudget Budget(int dev, int slot) {

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <mutex>
 
-#include "common/hot.h"
 #include "common/thread_annotations.h"
 
 namespace gpuslice::limiter::real {
@@ -43,6 +42,12 @@ class Loader {
   }
 
   void* handle() const { return handle_.load(std::memory_order_acquire); }
+  // True once the library was looked for (found or not).
+  bool done() const { return state_.load(std::memory_order_acquire) == kDone; }
+  // The table once loaded from a library that was found, else nullptr.
+  const Table* IfLoaded() const {
+    return state_.load(std::memory_order_acquire) == kDone && table_.loaded ? &table_ : nullptr;
+  }
 
  private:
   static constexpr int kDone = 1;
@@ -112,8 +117,14 @@ Loader<NvmlTable>& NvmlLoader() {
 
 }  // namespace
 
-GS_HOT const CudaTable& Cuda() { return CudaLoader().Get(); }
+const CudaTable& detail::CudaSlow() {
+  const CudaTable& table = CudaLoader().Get();
+  // Not while the library loads on this thread (Get answered the empty table).
+  if (CudaLoader().done()) detail::loaded_cuda.store(&table, std::memory_order_release);
+  return table;
+}
 const NvmlTable& Nvml() { return NvmlLoader().Get(); }
+const CudaTable* CudaIfLoaded() { return CudaLoader().IfLoaded(); }
 void* CudaHandle() { return CudaLoader().handle(); }
 void* NvmlHandle() { return NvmlLoader().handle(); }
 

@@ -13,6 +13,8 @@
 // Thread-safe. The tables are filled once and never freed.
 #pragma once
 
+#include <atomic>
+
 #include "cuda_abi/cuda_driver_api.h"
 #include "nvml_abi/nvml.h"
 
@@ -64,9 +66,26 @@ struct NvmlTable {
 };
 // NOLINTEND(bugprone-macro-parentheses)
 
+namespace detail {
+// The CUDA table once a call of Cuda() found it loaded (never reset), so
+// that every later call is one load inline (the allocation, free and launch
+// paths make one or two each).
+inline constinit std::atomic<const CudaTable*> loaded_cuda{nullptr};
+const CudaTable& CudaSlow();
+}  // namespace detail
+
 // The tables, loaded on first call.
-const CudaTable& Cuda();
+inline const CudaTable& Cuda() {
+  if (const CudaTable* t = detail::loaded_cuda.load(std::memory_order_acquire)) [[likely]] {
+    return *t;
+  }
+  return detail::CudaSlow();
+}
 const NvmlTable& Nvml();
+
+// The CUDA table if a call to Cuda() has loaded it (libcuda.so.1 found and
+// its entry points resolved), else nullptr; never loads anything.
+const CudaTable* CudaIfLoaded();
 
 // The loaded libraries' handles (nullptr if not loaded), for dlsym and
 // cuGetProcAddress passthrough.

@@ -5,6 +5,7 @@
 // real driver.
 #include "common/hot.h"
 #include "limiter/hooks.h"
+#include "limiter/launch_fast_path.h"
 #include "limiter/real/real_driver.h"
 #include "limiter/reentrancy.h"
 #include "limiter/symbols.h"
@@ -24,16 +25,52 @@ GS_HOT decltype(::cuGraphLaunch) cuGraphLaunch;
 GS_HOT decltype(::cuGraphLaunch_ptsz) cuGraphLaunch_ptsz;
 }
 
-#define GS_CUDA_HOOK(name, params, args)                                                 \
-  extern "C" __attribute__((visibility("default"))) CUresult name params {               \
-    ::gpuslice::limiter::ReentrancyGuard guard;                                          \
-    if (guard.reentered())                                                               \
-      return ::gpuslice::limiter::real::CallCuda(::gpuslice::limiter::real::Cuda().name, \
-                                                 [&](auto fn) { return fn args; });      \
-    return ::gpuslice::limiter::hooks::name args;                                        \
+namespace gpuslice::limiter {
+namespace {
+
+// The entry points that only launch kernels: while nothing is paced they go
+// straight to the driver (launch_fast_path.h). Graph launches always take
+// their hook, which charges graph memory.
+constexpr bool IsKernelLaunch(std::string_view name) {
+  return name == "cuLaunchKernel" || name == "cuLaunchKernel_ptsz" || name == "cuLaunchKernelEx" ||
+         name == "cuLaunchKernelEx_ptsz" || name == "cuLaunchCooperativeKernel" ||
+         name == "cuLaunchCooperativeKernel_ptsz";
+}
+
+}  // namespace
+}  // namespace gpuslice::limiter
+
+// A hook's call through the reentrancy guard.
+#define GS_GUARDED_CALL(name, args)                                                    \
+  ::gpuslice::limiter::ReentrancyGuard guard;                                          \
+  if (guard.reentered())                                                               \
+    return ::gpuslice::limiter::real::CallCuda(::gpuslice::limiter::real::Cuda().name, \
+                                               [&](auto fn) { return fn args; });      \
+  return ::gpuslice::limiter::hooks::name args;
+
+// Every shim gets an out-of-line guarded call, which only the kernel launches
+// use: their shim is then the fast path's test and a tail call either way,
+// with no frame of its own.
+#define GS_CUDA_HOOK(name, params, args)                                   \
+  namespace gpuslice::limiter::guarded {                                   \
+  [[maybe_unused]] __attribute__((noinline)) static CUresult name params { \
+    GS_GUARDED_CALL(name, args)                                            \
+  }                                                                        \
+  }                                                                        \
+  extern "C" __attribute__((visibility("default"))) CUresult name params { \
+    if constexpr (::gpuslice::limiter::IsKernelLaunch(#name)) {            \
+      if (const auto direct = ::gpuslice::limiter::LaunchFastPath::Direct( \
+              &::gpuslice::limiter::real::CudaTable::name)) [[likely]] {   \
+        return direct args;                                                \
+      }                                                                    \
+      return ::gpuslice::limiter::guarded::name args;                      \
+    } else {                                                               \
+      GS_GUARDED_CALL(name, args)                                          \
+    }                                                                      \
   }
 #include "limiter/shims/cuda_hooks.inc"
 #undef GS_CUDA_HOOK
+#undef GS_GUARDED_CALL
 
 namespace gpuslice::limiter {
 

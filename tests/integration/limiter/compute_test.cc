@@ -255,6 +255,21 @@ TEST_F(ComputeTest, ACapHoldsWhenAMemberWithMuchLongerKernelsJoins) {
                        << ::testing::PrintToString(windows);
 }
 
+// Kernels captured into a graph run when the graph does: only the graph's
+// launches are admitted (paced, counted, charged), never the captured
+// kernels one by one, although the group is paced while they are captured
+// (the capture hooks count the open captures; stream_captures.h).
+TEST_F(ComputeTest, CapturedKernelsAreNotAdmittedOneByOne) {
+  const pid_t p = Start(0,
+                        {"--kernel-us", "100", "--launch", "graph", "--graph-kernels", "100",
+                         "--kernels", "5", "--quiet"},
+                        Limited("captured", "50"));
+  ASSERT_EQ(Join(p), 0) << Read("err0");
+  auto seg = Segment("captured");
+  ASSERT_NE(seg, nullptr);
+  EXPECT_EQ(seg->Launches(0), 5u);
+}
+
 // gpusliced's scheduler writes grants and pauses into the segment
 // (include/gpuslice/group_segment.h); the launch path follows them. Here the
 // test writes them, as the daemon would.
@@ -263,6 +278,12 @@ TEST_F(ComputeTest, AGrantPacesAnUnlimitedGroup) {
   WaitRunning({p});
   auto seg = Segment("granted");
   ASSERT_NE(seg, nullptr);
+  // The member's keeper clears every grant when it takes the group (its
+  // first step): the grant is written once it has (a heartbeat after now).
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t now_ns = ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+  ASSERT_TRUE(WaitFor([&] { return seg->LastAliveNs() > now_ns; }, std::chrono::seconds(10)));
   seg->SetComputeGrant(0, 3000);
   // Work queued before pacing began drains first (about 2 s of the
   // simulator's queue), then the bootstrap.
