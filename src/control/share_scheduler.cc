@@ -39,9 +39,6 @@ constexpr uint32_t kSqueezeMarginBp = 50;
 // below what it launched of its due: the capacity creeps down, not up.
 constexpr uint32_t kShortMarginBp = 25;
 constexpr uint32_t kGrowBp = 30;
-// ... or, held back by its grant, its share grew by this part of its grant
-// (bp of the grant): share / grant up by 0.05.
-constexpr uint32_t kReliefBp = 500;
 constexpr int64_t kProbeNs = 2'000'000'000;
 constexpr uint32_t kUnmarkGrowBp = 200;
 // How long after a group appears its measured share starts to count.
@@ -304,7 +301,6 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
     if (!episode) {
       st.squeezed_since_ns = now;
       st.used_at_squeeze_bp = v.executed;
-      st.grant_at_squeeze_bp = st.grant_bp;
       st.capacity_at_squeeze_bp = capacity_bp_;
     } else if (now - st.squeezed_since_ns >= kProbeNs) {
       const uint32_t dropped =
@@ -318,25 +314,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       const bool grew =
           v.executed >=
           st.used_at_squeeze_bp + std::max<uint32_t>(kGrowBp, dropped / (8 * active_groups));
-      // Or, held back by its grant (it has work), it runs a larger part of
-      // its grant than then, by kReliefBp of it. Other groups' pacing can
-      // charge short (a 20 ms kernel learned at 12-20 ms): they run beyond
-      // their grants, the device's round-robin takes it from this one, and
-      // what the device ran (where a squeeze takes K at once) is above what
-      // the grants must add up to. Lowering K further lowers this group's
-      // grant with everyone's, and its share grows only once the others'
-      // have come down: within the probe it runs a larger part of a smaller
-      // grant, not more. Taken for out of work, K was given back every 2 s
-      // (bench/scheduler's 20 real groups: K 77 <-> 98, the request-5 groups
-      // at 7.3 of 9.5). One out of work runs what it has, a larger part of a
-      // smaller grant too, but is not held back; one paced on a charge too
-      // high runs the same part of its grant whatever K is.
-      const bool relieved =
-          v.held && st.grant_at_squeeze_bp > 0 && st.grant_bp > 0 &&
-          uint64_t{v.executed} * st.grant_at_squeeze_bp >=
-              uint64_t{st.used_at_squeeze_bp} * st.grant_bp +
-                  uint64_t{kReliefBp} * st.grant_bp * st.grant_at_squeeze_bp / 10000;
-      if (!grew && !relieved) {
+      if (!grew) {
         // Lowering the capacity did not help it: it has no more work.
         st.demand_limited = true;
         st.used_at_mark_bp = v.executed;
@@ -346,7 +324,6 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(const std::vector<Input
       }
       st.squeezed_since_ns = now;  // it helped: go on, and check again
       st.used_at_squeeze_bp = v.executed;
-      st.grant_at_squeeze_bp = st.grant_bp;
       st.capacity_at_squeeze_bp = capacity_bp_;
     }
     v.wanting = true;

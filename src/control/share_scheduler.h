@@ -205,7 +205,6 @@ class ShareScheduler {
     // Squeeze tracking (see Capacity above).
     int64_t squeezed_since_ns = -1;
     uint32_t used_at_squeeze_bp = 0;
-    uint32_t grant_at_squeeze_bp = 0;  // its grant then (the probe compares share / grant)
     uint32_t capacity_at_squeeze_bp = 0;
     bool demand_limited = false;
     uint32_t used_at_mark_bp = 0;
