@@ -26,16 +26,18 @@
 namespace gpuslice::sim {
 
 inline constexpr uint64_t kStateMagic = 0x4d49535f534c5047;  // "GPLS_SIM"
-// 2: MPS fields; 3: host pids (ProcessRecord); 4: r615 per-cgroup memory limits
-inline constexpr uint32_t kStateVersion = 4;
+// 2: MPS fields; 3: host pids (ProcessRecord); 4: r615 per-cgroup memory limits;
+// 5: a window's per-process samples for every context (kWindowProcesses)
+inline constexpr uint32_t kStateVersion = 5;
 
 inline constexpr int kMaxDevices = 8;
 inline constexpr int kMaxContexts = 128;
 inline constexpr int kMaxProcesses = 512;
 inline constexpr int kQueueCapacity = 1024;  // upper bound for config max_pending
 inline constexpr int kEventsPerContext = 1024;
-inline constexpr int kUtilWindows = 64;             // closed NVML sampling windows kept
-inline constexpr int kWindowProcesses = 16;         // per-process samples kept per window
+inline constexpr int kUtilWindows = 64;  // closed NVML sampling windows kept
+// Per-process samples kept per window: one for every context's process.
+inline constexpr int kWindowProcesses = kMaxContexts;
 inline constexpr int kMaxFunctions = 64;            // per-function wave_ns overrides
 inline constexpr int kMaxMpsClientsPerDevice = 48;  // Volta+ MPS limit
 inline constexpr int kMaxMemoryLimits = 32;         // r615 cgroup memory limits per device
