@@ -309,8 +309,7 @@ TEST_P(SoftLimitEvictionTest, WithinGuaranteeEvictsABorrowerOnly) {
 }
 
 std::string EvictionCaseName(const ::testing::TestParamInfo<EvictionCase>& param_info) {
-  static const char* const kOther[] = {"AboveItsSoftLimit", "WithoutALimit",
-                                       "WithinItsSoftLimit"};
+  static const char* const kOther[] = {"AboveItsSoftLimit", "WithoutALimit", "WithinItsSoftLimit"};
   return std::string(param_info.param.eviction ? "On" : "Off") +
          kOther[static_cast<int>(param_info.param.other)];
 }

@@ -122,10 +122,10 @@ TEST(DaemonCommandsTest, GpuListSaysWhereTheDriversMemoryLimitsApply) {
   };
   FakeNode node;
   node.answers["GET /v1/gpus"] =
-      Ok({{"gpus", json::array({gpu(0, "615.10", true, true, false),
-                                gpu(1, "615.10", true, true, true),
-                                gpu(2, "615.10", true, false, false),
-                                gpu(3, "580.65.06", false, true, false)})}});
+      Ok({{"gpus",
+           json::array({gpu(0, "615.10", true, true, false), gpu(1, "615.10", true, true, true),
+                        gpu(2, "615.10", true, false, false),
+                        gpu(3, "580.65.06", false, true, false)})}});
   const std::string out = RunCli(node, "gpu list");
   std::map<int, std::string> lines;  // the features table's line of each GPU
   std::istringstream in(out.substr(out.find("MEMORY LIMITS")));
