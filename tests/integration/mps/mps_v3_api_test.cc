@@ -102,6 +102,16 @@ class MpsV3ApiTest : public testing::SimProcessTest {
         30s);
     return found;
   }
+  // `gpuslice gpu list` against this daemon.
+  std::string GpuList() {
+    const std::string cmd = BuildDir() + "/bin/gpuslice gpu list --socket '" + socket_ + "' 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[512];
+    while (p != nullptr && fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    if (p != nullptr) pclose(p);
+    return out;
+  }
   json ComputeEnforcer(const std::string& group) {
     return Call("GET", "/v1/groups/" + group).second["gpus"][0]["enforcer"]["compute"];
   }
@@ -114,6 +124,16 @@ class MpsV3ApiTest : public testing::SimProcessTest {
 TEST_F(MpsV3ApiTest, GroupsOnTheMpsTierAreCappedByTheirNamespacesAndFollowALiveLimitChange) {
   const auto [gcode, gpus] = Call("GET", "/v1/gpus");
   ASSERT_EQ(gcode, 200) << gpus.dump();
+  // What the node offers, as GET /v1/gpus and `gpuslice gpu list` say: an
+  // r615 driver whose control binary speaks MPS v3.
+  const json features = gpus["gpus"][0]["features"];
+  EXPECT_EQ(features["driver_version"], "615.10") << features.dump();
+  EXPECT_EQ(features["memory_limits"], true) << features.dump();
+  EXPECT_EQ(features["mps"]["available"], true) << features.dump();
+  EXPECT_EQ(features["mps"]["protocol"], 3) << features.dump();
+  const std::string list = GpuList();
+  EXPECT_NE(list.find("615.10"), std::string::npos) << list;
+  EXPECT_NE(list.find(" v3"), std::string::npos) << list;
   const uint32_t sms = 132;  // the simulator's default H100
   // Two groups on the mps tier, one on shared; all three by the API alone.
   EXPECT_EQ(
