@@ -412,6 +412,52 @@ TEST_P(EnforcerTest, TwoGroupsSeeTheirSlicesAndALimitChangeReachesTheirEnforcer)
   EndLastProbe();
 }
 
+// Detection is per GPU: on an r615 node whose GPU 0 is in MIG mode, GET
+// /v1/gpus says so for GPU 0 only, and a group on both GPUs has its memory
+// held by the driver on GPU 1 and by the limiter on GPU 0 (the driver's
+// limits do not apply to MIG), each saying why, in the API, `gpuslice
+// status`, the metrics and `gpuslice gpu list`.
+TEST_P(EnforcerTest, AMigGpuLeavesMemoryToTheLimiterWhileTheOtherGpuHasTheDriver) {
+  if (!GetParam().r615) GTEST_SKIP() << "the driver's limits need r615";
+  config_ = std::string(R"({"driver_version":")") + GetParam().driver_version +
+            R"(","devices":[{"mig":true},{}]})";
+  StartDaemon();
+  auto [gcode, gpus] = Call("GET", "/v1/gpus");
+  ASSERT_EQ(gcode, 200);
+  EXPECT_EQ(gpus["gpus"][0]["features"]["mig"], true) << gpus.dump();
+  EXPECT_EQ(gpus["gpus"][1]["features"]["mig"], false) << gpus.dump();
+  const std::string list = Cli({"gpu", "list", "--socket", socket_});
+  EXPECT_NE(list.find("limiter (MIG)"), std::string::npos) << list;
+
+  ASSERT_EQ(Call("PUT", "/v1/groups/train", R"({"limits": {"all": {"memory": "512MiB"}}})").first,
+            200);
+  testing::ForkedTenantOptions options;
+  options.cgroup = cgroup_;
+  testing::ForkedTenant t = tenants_.Start(R"({"group": "train", "devices": [0, 1]})", options);
+  ASSERT_EQ(t.status, 201) << t.body.dump() << t.step_error;
+  const json group = Call("GET", "/v1/groups/train").second;
+  json on[2];
+  for (const json& g : group["gpus"]) on[g.value("index", 0) == 1 ? 1 : 0] = g["enforcer"];
+  std::cerr << "MIG GPU 0: " << on[0].dump() << "\nGPU 1: " << on[1].dump() << "\n";
+  EXPECT_EQ(on[0]["memory"]["enforcer"], "limiter") << group.dump();
+  EXPECT_NE(on[0]["memory"].value("reason", "").find("MIG"), std::string::npos) << on[0].dump();
+  EXPECT_EQ(on[1]["memory"]["enforcer"], "driver") << group.dump();
+  EXPECT_EQ(on[1]["memory"]["hard_bytes"], kLimit) << on[1].dump();
+  const std::string status = Cli({"status", "--socket", socket_, "--shm-dir", shm_dir_});
+  EXPECT_NE(status.find("enforcer GPU 0: memory limiter"), std::string::npos) << status;
+  EXPECT_NE(status.find("enforcer GPU 1: memory driver"), std::string::npos) << status;
+  const std::string metrics = Metrics();
+  EXPECT_NE(metrics.find(R"(gpuslice_group_enforcer{group="train",gpu="0",dimension="memory",)"
+                         R"(enforcer="limiter"} 1)"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(R"(gpuslice_group_enforcer{group="train",gpu="1",dimension="memory",)"
+                         R"(enforcer="driver"} 1)"),
+            std::string::npos)
+      << metrics;
+  tenants_.Release(t);
+}
+
 INSTANTIATE_TEST_SUITE_P(Nodes, EnforcerTest,
                          ::testing::Values(Node{"old", "580.65.06", false},
                                            Node{"r615", "615.10", true}),
