@@ -37,6 +37,14 @@ std::string_view EnforcerName(Enforcer enforcer);  // "none", "limiter", "driver
 struct DimensionChoice {
   Enforcer enforcer = Enforcer::kNone;
   std::string reason;
+  // The reason in a word, the same for every group and GPU it holds for (the
+  // metrics' `reason` label): memory "no_limit", "driver_hard_limit",
+  // "driver_without_memory_limits", "mig", "no_cgroup_v2", "no_member",
+  // "member_without_cgroup_v2", "members_in_different_cgroups",
+  // "root_cgroup", "cgroup_shared_by_groups", "driver_refused",
+  // "old_limit_not_cleared"; compute "no_limit", "limiter_time_caps",
+  // "mps_v3_namespace", "mps_thread_percentage".
+  std::string code;
 
   bool operator==(const DimensionChoice&) const = default;
 };
@@ -75,10 +83,13 @@ struct ChoiceInput {
 EnforcerChoice ChooseEnforcers(const ChoiceInput& input);
 
 // The cgroup (a path in the cgroup v2 hierarchy, "/a/b") that holds exactly
-// the group's members as memory rule 2 says, or nullopt with `*why`.
-std::optional<std::string> GroupCgroup(const std::vector<CgroupInfo>& members, std::string* why);
+// the group's members as memory rule 2 says, or nullopt with `*why` (and its
+// code in `*code`, when given).
+std::optional<std::string> GroupCgroup(const std::vector<CgroupInfo>& members, std::string* why,
+                                       std::string* code = nullptr);
 
-// {"memory": {"enforcer", "reason", "cgroup" (driver only)}, "compute": {...}}.
+// {"memory": {"enforcer", "reason", "reason_code", "cgroup" (driver only)},
+//  "compute": {...}}.
 nlohmann::json EnforcerChoiceJson(const EnforcerChoice& choice);
 
 }  // namespace gpuslice::daemon

@@ -143,7 +143,7 @@ TEST_F(EnforcersTest, ADriverRefusalFallsBackToTheLimiterAndIsCounted) {
   const std::string metrics = enforcers->FormatMetrics({{"GPU-fake-0", 0}});
   EXPECT_NE(metrics.find("gpuslice_driver_limit_failures_total 1\n"), std::string::npos);
   EXPECT_NE(metrics.find("gpuslice_group_enforcer{group=\"train\",gpu=\"0\",dimension=\"memory\","
-                         "enforcer=\"limiter\"} 1\n"),
+                         "enforcer=\"limiter\",reason=\"driver_refused\"} 1\n"),
             std::string::npos)
       << metrics;
   // The driver accepts it later: the next Reconcile sets it.
@@ -165,6 +165,7 @@ TEST_F(EnforcersTest, GroupsSharingACgroupOrInTheRootOneAreLeftToTheLimiter) {
   EXPECT_TRUE(backend_.MemoryLimits(0).empty());
   EXPECT_NE(enforcers->ChoiceOf("a", "GPU-fake-0")->memory.reason.find("several groups"),
             std::string::npos);
+  EXPECT_EQ(enforcers->ChoiceOf("a", "GPU-fake-0")->memory.code, "cgroup_shared_by_groups");
   EXPECT_NE(enforcers->ChoiceOf("root", "GPU-fake-0")->memory.reason.find("root cgroup"),
             std::string::npos);
 }
@@ -288,6 +289,7 @@ TEST_F(EnforcersTest, AMoveWhoseClearFailsKeepsTheOldLimitHeldUntilItIsCleared) 
   ASSERT_TRUE(c);
   EXPECT_EQ(c->memory.enforcer, Enforcer::kLimiter);
   EXPECT_NE(c->memory.reason.find("whose clear failed"), std::string::npos) << c->memory.reason;
+  EXPECT_EQ(c->memory.code, "old_limit_not_cleared");
   EXPECT_GE(enforcers->driver_failures(), 2u);
   // The driver takes clears again: a is cleared, then b set.
   backend_.FailMemoryLimitClears(0, Status::Ok());

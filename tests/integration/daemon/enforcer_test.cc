@@ -257,7 +257,8 @@ TEST_P(EnforcerTest, TheGroupsMemoryIsHeldByTheStrongestEnforcerTheNodeHas) {
   const std::string metric =
       std::string(
           R"(gpuslice_group_enforcer{group="train",gpu="0",dimension="memory",enforcer=")") +
-      (r615 ? "driver" : "limiter") + "\"} 1\n";
+      (r615 ? R"(driver",reason="driver_hard_limit"} 1)"
+            : R"(limiter",reason="driver_without_memory_limits"} 1)");
   EXPECT_NE(Metrics().find(metric), std::string::npos) << Metrics();
   const std::string status = Cli({"status", "--socket", socket_, "--shm-dir", shm_dir_});
   EXPECT_NE(status.find(std::string("enforcer GPU 0: memory ") + (r615 ? "driver" : "limiter")),
@@ -275,6 +276,8 @@ TEST_P(EnforcerTest, TheGroupsMemoryIsHeldByTheStrongestEnforcerTheNodeHas) {
         },
         10s))
         << Read("err0");
+    const std::string smi = Smi(cgroup_);
+    EXPECT_NE(smi.find("Hard Limit                        : None"), std::string::npos) << smi;
   }
   // With the limiter: held to the limit on both nodes.
   const json held =
@@ -448,11 +451,11 @@ TEST_P(EnforcerTest, AMigGpuLeavesMemoryToTheLimiterWhileTheOtherGpuHasTheDriver
   EXPECT_NE(status.find("enforcer GPU 1: memory driver"), std::string::npos) << status;
   const std::string metrics = Metrics();
   EXPECT_NE(metrics.find(R"(gpuslice_group_enforcer{group="train",gpu="0",dimension="memory",)"
-                         R"(enforcer="limiter"} 1)"),
+                         R"(enforcer="limiter",reason="mig"} 1)"),
             std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find(R"(gpuslice_group_enforcer{group="train",gpu="1",dimension="memory",)"
-                         R"(enforcer="driver"} 1)"),
+                         R"(enforcer="driver",reason="driver_hard_limit"} 1)"),
             std::string::npos)
       << metrics;
   tenants_.Release(t);
