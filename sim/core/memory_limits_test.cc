@@ -241,7 +241,8 @@ struct EvictionCase {
 class SoftLimitEvictionTest : public ::testing::TestWithParam<EvictionCase> {};
 
 TEST_P(SoftLimitEvictionTest, WithinGuaranteeEvictsABorrowerOnly) {
-  const auto [eviction, other] = GetParam();
+  const bool eviction = GetParam().eviction;
+  const Borrower other = GetParam().other;  // a plain variable: the lambdas below capture it
   // Evicted: the other process's calls fail afterwards; else it still works.
   const bool evicts = eviction && other != Borrower::kWithinItsSoftLimit;
   const std::string base = testing::TempDir() + "/ml_evict." + std::to_string(getpid()) + "." +
