@@ -377,8 +377,8 @@ TEST_P(EnforcerTest, TwoGroupsSeeTheirSlicesAndALimitChangeReachesTheirEnforcer)
       EXPECT_GT(i.value("granted_bytes", uint64_t{0}), 0u) << i.dump();
     } else {
       // An older node without the limiter: nothing holds them.
-      EXPECT_EQ(t.value("granted_bytes", uint64_t{0}), 24 * 64 * kMiB) << t.dump();
-      EXPECT_EQ(i.value("granted_bytes", uint64_t{0}), 24 * 64 * kMiB) << i.dump();
+      EXPECT_EQ(t.value("granted_bytes", uint64_t{0}), uint64_t{24} * 64 * kMiB) << t.dump();
+      EXPECT_EQ(i.value("granted_bytes", uint64_t{0}), uint64_t{24} * 64 * kMiB) << i.dump();
     }
     if (r615) {
       EXPECT_NE(Smi(cgroup_).find("768 MiB"), std::string::npos) << Smi(cgroup_);

@@ -258,7 +258,11 @@ TEST_F(MpsIntegrationTest, OnAnR615NodeTheWrittenConfigurationAloneCapsEachNames
     std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
                                     "GPUSLICE_SIM_STATE=" + state, "GPUSLICE_SIM_CONFIG=" + config};
     for (const auto& [k, v] : r.env) {
-      if (k != "CUDA_VISIBLE_DEVICES") env.push_back(k + "=" + v);
+      if (k == "CUDA_VISIBLE_DEVICES") continue;
+      std::string entry = k;
+      entry += '=';
+      entry += v;
+      env.push_back(std::move(entry));
     }
     env.insert(env.end(), extra.begin(), extra.end());
     return Spawn(n, {BuildDir() + "/bin/gpuslice-mps-probe", "--alloc", std::to_string(768 * kMiB)},
