@@ -114,7 +114,13 @@ EnforcerChoice ChooseEnforcers(const ChoiceInput& in) {
       c.memory = {Enforcer::kLimiter, "limiter: " + missing, code};
     }
   }
-  if (in.mps_granted) {
+  if (in.mps_granted && f.mps_protocol >= 3 && in.mps_partition_sms > 0) {
+    c.compute = {Enforcer::kMps,
+                 "MPS v3: the group's static SM partition of " +
+                     std::to_string(in.mps_partition_sms) +
+                     " SMs (its clients' ceiling) in its namespace",
+                 "mps_v3_sm_partition"};
+  } else if (in.mps_granted) {
     c.compute =
         f.mps_protocol >= 3
             ? DimensionChoice{Enforcer::kMps, "MPS v3: the group's namespace thread percentage",

@@ -110,6 +110,11 @@ TEST(EnforcerChoiceTest, NoLimitNoEnforcerAndMpsHoldsComputeForMpsGroups) {
   EXPECT_EQ(c.compute.enforcer, Enforcer::kMps);
   EXPECT_NE(c.compute.reason.find("v3"), std::string::npos);
   EXPECT_EQ(c.compute.code, "mps_v3_namespace");
+  // With a static SM partition (v3 only), the partition holds it.
+  in.mps_partition_sms = 32;
+  c = ChooseEnforcers(in);
+  EXPECT_EQ(c.compute.code, "mps_v3_sm_partition");
+  EXPECT_NE(c.compute.reason.find("partition of 32 SMs"), std::string::npos) << c.compute.reason;
   in.features.mps_protocol = 2;
   EXPECT_EQ(ChooseEnforcers(in).compute.reason.find("v3"), std::string::npos);
   EXPECT_EQ(ChooseEnforcers(in).compute.code, "mps_thread_percentage");

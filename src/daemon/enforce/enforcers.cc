@@ -65,6 +65,9 @@ void Enforcers::Reconcile() {
         in.memory_request_bytes = ScheduleEntryOn(g.schedule, gpu.uuid).memory_request_bytes;
         in.compute_limit_percent = limit.compute_percent;
         in.mps_granted = sources_.mps_granted && sources_.mps_granted(g.id, gpu.uuid);
+        if (in.mps_granted && sources_.mps_partition_sms) {
+          in.mps_partition_sms = sources_.mps_partition_sms(g.id, gpu.uuid);
+        }
         if (m != members.end()) {
           for (const Tenant& t : m->second) {
             if (UsesGpu(t, gpu.uuid)) in.member_cgroups.push_back(t.cgroup);

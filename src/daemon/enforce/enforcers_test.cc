@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "daemon/gpu/fake_backend.h"
 #include "daemon/tenants/fake_proc.h"
@@ -50,7 +51,12 @@ class EnforcersTest : public ::testing::Test {
         Enforcers::Sources{
             .gpus = [this] { return Gpus(); },
             .mps_granted = [this](const std::string& g,
-                                  const std::string&) { return mps_groups_.contains(g); }},
+                                  const std::string&) { return mps_groups_.contains(g); },
+            .mps_partition_sms =
+                [this](const std::string& g, const std::string&) {
+                  auto it = partitions_.find(g);
+                  return it == partitions_.end() ? 0u : it->second;
+                }},
         store_.get());
   }
   void Register(pid_t pid, const std::string& group) {
@@ -80,6 +86,7 @@ class EnforcersTest : public ::testing::Test {
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<TenantRegistry> registry_;
   std::set<std::string> mps_groups_;
+  std::map<std::string, uint32_t> partitions_;  // SMs of a group's MPS v3 partition
 };
 
 TEST_F(EnforcersTest, TheDriverHoldsAGroupsMemoryFromItsFirstMemberUntilItsLast) {
@@ -177,6 +184,11 @@ TEST_F(EnforcersTest, MpsGroupsComputeIsMps) {
   mps_groups_.insert("train");
   enforcers->Reconcile();
   EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->compute.enforcer, Enforcer::kMps);
+  // An MPS v3 partition, once there, is named at the next Reconcile.
+  backend_.Mutate(0, [](GpuInfo& g) { g.features.mps_protocol = 3; });
+  partitions_["train"] = 32;
+  enforcers->Reconcile();
+  EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->compute.code, "mps_v3_sm_partition");
 }
 
 TEST_F(EnforcersTest, ARestartedDaemonClearsTheLimitsOfGroupsThatLeftMeanwhile) {

@@ -245,6 +245,17 @@ TEST_F(MpsV3ApiTest, AnMpsGroupsRequestIsAStaticSmPartitionItsClientsRunOn) {
   EXPECT_EQ(r1.value("sms", 0u), 32u) << "exactly its partition's SMs: " << r1.dump();
   const json status = Call("GET", "/v1/mps").second;
   EXPECT_EQ(status["gpus"][0]["sm_partitions"], json({{"p", 32}})) << status.dump();
+  // The API names the partition as the group's compute enforcer.
+  auto partition_named = [&](const std::string& sms) {
+    return WaitFor(
+        [&] {
+          const json c = ComputeEnforcer("p");
+          return c.value("reason_code", "") == "mps_v3_sm_partition" &&
+                 c.value("reason", "").find("partition of " + sms + " SMs") != std::string::npos;
+        },
+        10s);
+  };
+  EXPECT_TRUE(partition_named("32")) << ComputeEnforcer("p").dump();
 
   // A new request: the partition is made again at 50 % (66 SMs: 8 chunks, 64)
   // for the clients that attach from then on.
@@ -257,6 +268,7 @@ TEST_F(MpsV3ApiTest, AnMpsGroupsRequestIsAStaticSmPartitionItsClientsRunOn) {
   ASSERT_EQ(p2.status, 201) << p2.body.dump();
   const json r2 = Ready(p2);
   EXPECT_EQ(r2.value("sms", 0u), 64u) << r2.dump();
+  EXPECT_TRUE(partition_named("64")) << ComputeEnforcer("p").dump();
   std::cerr << "partition clients: request 25 % " << r1.dump() << ", request 50 % " << r2.dump()
             << "; GET /v1/mps sm_partitions "
             << Call("GET", "/v1/mps").second["gpus"][0]["sm_partitions"].dump() << "\n";
