@@ -170,24 +170,31 @@ bool WithinSoftGuarantee(const SimState& s, int device, std::string_view cgroup,
 int PickEvictionVictim(const SimState& s, int device, int requester) {
   int victim = -1;
   uint64_t best_excess = 0, best_bytes = 0;
-  for (const MemoryLimitRecord& m : s.devices[device].memory_limits) {
-    if (m.cgroup[0] == '\0') continue;
-    const uint64_t used = CgroupUsedBytes(s, device, m.cgroup);
-    if (used <= m.soft_bytes) continue;  // not borrowing
-    const uint64_t excess = used - m.soft_bytes;
-    for (int i = 0; i < kMaxContexts; ++i) {
-      const ContextRecord& c = s.contexts[i];
-      if (c.status != kContextActive || c.device != device || c.process_slot < 0 ||
-          c.process_slot == requester || (c.flags & kContextMpsTerminated) != 0 ||
-          !CgroupAtOrBelow(s.processes[c.process_slot].cgroup, m.cgroup)) {
-        continue;
-      }
-      const uint64_t bytes = c.reservation_bytes + c.allocated_bytes - c.managed_bytes;
-      if (victim < 0 || excess > best_excess || (excess == best_excess && bytes > best_bytes)) {
-        victim = i;
-        best_excess = excess;
-        best_bytes = bytes;
-      }
+  for (int i = 0; i < kMaxContexts; ++i) {
+    const ContextRecord& c = s.contexts[i];
+    if (c.status != kContextActive || c.device != device || c.process_slot < 0 ||
+        c.process_slot == requester || (c.flags & kContextMpsTerminated) != 0) {
+      continue;
+    }
+    const uint64_t bytes = c.reservation_bytes + c.allocated_bytes - c.managed_bytes;
+    // How far its cgroup borrows: the most any applicable limit's use is above
+    // its soft limit; under no limit at all, all of its memory (dmem.min is 0
+    // where none is set).
+    const std::string_view cgroup = s.processes[c.process_slot].cgroup;
+    bool limited = false;
+    uint64_t excess = 0;
+    for (const MemoryLimitRecord& m : s.devices[device].memory_limits) {
+      if (m.cgroup[0] == '\0' || !CgroupAtOrBelow(cgroup, m.cgroup)) continue;
+      limited = true;
+      const uint64_t used = CgroupUsedBytes(s, device, m.cgroup);
+      if (used > m.soft_bytes) excess = std::max(excess, used - m.soft_bytes);
+    }
+    if (!limited) excess = bytes;
+    if (excess == 0 || bytes == 0) continue;  // within its guarantee, or nothing to take
+    if (victim < 0 || excess > best_excess || (excess == best_excess && bytes > best_bytes)) {
+      victim = i;
+      best_excess = excess;
+      best_bytes = bytes;
     }
   }
   return victim;

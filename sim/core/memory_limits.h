@@ -80,7 +80,8 @@ Status CheckCgroupCharge(const SimState& s, int device, std::string_view cgroup,
 bool WithinSoftGuarantee(const SimState& s, int device, std::string_view cgroup, uint64_t bytes);
 // The context to evict next on `device` for process slot `requester`: of the
 // borrowers' active contexts (other processes only), one of the cgroup most
-// above its soft limit, the largest first; -1 if none.
+// above its soft limit, the largest first; -1 if none. A process under no
+// limit at all borrows all it holds (dmem.min is 0 where none is set).
 int PickEvictionVictim(const SimState& s, int device, int requester);
 
 // Drops the limits of cgroups whose directory no longer exists (removing the

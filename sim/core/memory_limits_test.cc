@@ -228,12 +228,25 @@ TEST_F(CgroupEnforcementTest, TightestOfNestedLimitsWinsAndContextsAreCharged) {
 
 // Soft-limit eviction (opt-in): a process within its soft limit evicts a
 // borrower's context when the device is full; without the option it fails.
-class SoftLimitEvictionTest : public ::testing::TestWithParam<bool> {};
+// A borrower is a process whose cgroup uses more than its soft limit
+// (dmem.min): one with a soft limit below its use, or one with no limit at
+// all (dmem.min is 0 where none is set, so all of its use is borrowed). A
+// process whose cgroup is within its own soft limit is never evicted.
+enum class Borrower { kAboveItsSoftLimit, kWithoutALimit, kWithinItsSoftLimit };
+struct EvictionCase {
+  bool eviction;
+  Borrower other;
+};
 
-TEST_P(SoftLimitEvictionTest, WithinGuaranteeEvictsABorrower) {
-  const bool eviction = GetParam();
-  const std::string base =
-      testing::TempDir() + "/ml_evict." + std::to_string(getpid()) + (eviction ? ".on" : ".off");
+class SoftLimitEvictionTest : public ::testing::TestWithParam<EvictionCase> {};
+
+TEST_P(SoftLimitEvictionTest, WithinGuaranteeEvictsABorrowerOnly) {
+  const bool eviction = GetParam().eviction;
+  const Borrower other = GetParam().other;  // a plain variable: the lambdas below capture it
+  // Evicted: the other process's calls fail afterwards; else it still works.
+  const bool evicts = eviction && other != Borrower::kWithinItsSoftLimit;
+  const std::string base = testing::TempDir() + "/ml_evict." + std::to_string(getpid()) + "." +
+                           std::to_string(eviction) + std::to_string(static_cast<int>(other));
   mkdir(base.c_str(), 0700);
   const std::string state = base + "/state";
   const std::string config =
@@ -252,7 +265,7 @@ TEST_P(SoftLimitEvictionTest, WithinGuaranteeEvictsABorrower) {
   ASSERT_EQ(pipe(done), 0);
   pid_t child = fork();
   ASSERT_GE(child, 0);
-  if (child == 0) {  // the borrower: 6 GiB in /b, soft limit 512 MiB
+  if (child == 0) {  // the other process: 6 GiB in /b
     place("/b");
     auto gpu = SimGpu::Open({state, config});
     char byte = 0;
@@ -260,7 +273,6 @@ TEST_P(SoftLimitEvictionTest, WithinGuaranteeEvictsABorrower) {
     auto ctx = (*gpu)->CreateContext(0);
     if (!ctx.ok() || !(*gpu)->Allocate(*ctx, 6144 * kMiB).ok()) _exit(11);
     if (write(ready[1], "r", 1) != 1 || read(go[0], &byte, 1) != 1) _exit(12);
-    // Evicted (with the option): its calls now fail; else it still works.
     const Status s = (*gpu)->Allocate(*ctx, 2 * kMiB);
     const int code = IsMpsClientTerminated(s) ? 1 : (s.ok() ? 0 : 13);
     if (write(done[1], "d", 1) != 1) _exit(14);
@@ -272,20 +284,24 @@ TEST_P(SoftLimitEvictionTest, WithinGuaranteeEvictsABorrower) {
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   (*gpu)->WithState([&](SimState& s) {
     ASSERT_TRUE(SetMemoryLimit(s.devices[0], "/fake/cg/a", 4096 * kMiB, 8192 * kMiB).ok());
-    ASSERT_TRUE(SetMemoryLimit(s.devices[0], "/fake/cg/b", 512 * kMiB, 8192 * kMiB).ok());
+    if (other == Borrower::kAboveItsSoftLimit) {
+      ASSERT_TRUE(SetMemoryLimit(s.devices[0], "/fake/cg/b", 512 * kMiB, 8192 * kMiB).ok());
+    } else if (other == Borrower::kWithinItsSoftLimit) {
+      ASSERT_TRUE(SetMemoryLimit(s.devices[0], "/fake/cg/b", 7168 * kMiB, 8192 * kMiB).ok());
+    }
   });
   ASSERT_EQ(read(ready[0], &byte, 1), 1);
   auto ctx = (*gpu)->CreateContext(0);
   ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
   // 8192 - 2 x 100 (contexts) - 6144 leaves 1848 MiB; A is within its 4 GiB.
   const Status s = (*gpu)->Allocate(*ctx, 3072 * kMiB);
-  EXPECT_EQ(s.ok(), eviction) << s.ToString();
+  EXPECT_EQ(s.ok(), evicts) << s.ToString();
   ASSERT_EQ(write(go[1], "g", 1), 1);
   ASSERT_EQ(read(done[0], &byte, 1), 1);
   int status = 0;
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), eviction ? 1 : 0);
+  EXPECT_EQ(WEXITSTATUS(status), evicts ? 1 : 0);
   gpu->reset();
   unsetenv("GPUSLICE_SIM_CGROUP_FILE");
   unsetenv("GPUSLICE_SIM_CGROUP_ROOT");
@@ -293,7 +309,19 @@ TEST_P(SoftLimitEvictionTest, WithinGuaranteeEvictsABorrower) {
   system(("rm -rf '" + base + "'").c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(OnOff, SoftLimitEvictionTest, ::testing::Bool());
+std::string EvictionCaseName(const ::testing::TestParamInfo<EvictionCase>& param_info) {
+  static const char* const kOther[] = {"AboveItsSoftLimit", "WithoutALimit", "WithinItsSoftLimit"};
+  return std::string(param_info.param.eviction ? "On" : "Off") +
+         kOther[static_cast<int>(param_info.param.other)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SoftLimitEvictionTest,
+                         ::testing::Values(EvictionCase{false, Borrower::kAboveItsSoftLimit},
+                                           EvictionCase{true, Borrower::kAboveItsSoftLimit},
+                                           EvictionCase{false, Borrower::kWithoutALimit},
+                                           EvictionCase{true, Borrower::kWithoutALimit},
+                                           EvictionCase{true, Borrower::kWithinItsSoftLimit}),
+                         EvictionCaseName);
 
 }  // namespace
 }  // namespace gpuslice::sim

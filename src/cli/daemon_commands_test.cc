@@ -99,6 +99,49 @@ TEST(DaemonCommandsTest, GpuListPrintsTheDaemonsJson) {
   EXPECT_EQ(json::parse(out)["gpus"][0]["uuid"], "GPU-a") << out;
 }
 
+// `gpu list` names what holds memory on each GPU's node: the driver only
+// where it has the per-cgroup limits API, cgroup v2 and no MIG.
+TEST(DaemonCommandsTest, GpuListSaysWhereTheDriversMemoryLimitsApply) {
+  auto gpu = [](int index, const std::string& driver, bool api, bool cgroup_v2, bool mig) {
+    return json{{"index", index},
+                {"uuid", "GPU-" + std::to_string(index)},
+                {"name", "NVIDIA H100 80GB HBM3"},
+                {"memory", {{"used_bytes", 0}, {"total_bytes", 85899345920}}},
+                {"utilization", {{"gpu_percent", 0}}},
+                {"power", {{"draw_watts", 70.0}, {"limit_watts", 700.0}}},
+                {"clocks", {{"locked_gpu", nullptr}}},
+                {"persistence", false},
+                {"compute_mode", "DEFAULT"},
+                {"mps", "off"},
+                {"features",
+                 {{"driver_version", driver},
+                  {"memory_limits", api},
+                  {"cgroup_v2", cgroup_v2},
+                  {"mig", mig},
+                  {"mps", {{"available", true}, {"protocol", api ? 3 : 2}, {"reason", ""}}}}}};
+  };
+  FakeNode node;
+  node.answers["GET /v1/gpus"] =
+      Ok({{"gpus",
+           json::array({gpu(0, "615.10", true, true, false), gpu(1, "615.10", true, true, true),
+                        gpu(2, "615.10", true, false, false),
+                        gpu(3, "580.65.06", false, true, false)})}});
+  const std::string out = RunCli(node, "gpu list");
+  std::map<int, std::string> lines;  // the features table's line of each GPU
+  std::istringstream in(out.substr(out.find("MEMORY LIMITS")));
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && isdigit(static_cast<unsigned char>(line[0]))) lines[line[0] - '0'] = line;
+  }
+  ASSERT_EQ(lines.size(), 4u) << out;
+  EXPECT_NE(lines[0].find(" driver "), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(" v3"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("limiter (MIG)"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("limiter (no cgroup v2)"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3].find("limiter (pre-r615)"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[3].find("580.65.06"), std::string::npos) << lines[3];
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(lines[i].find(" driver "), std::string::npos) << lines[i];
+}
+
 TEST(DaemonCommandsTest, StatusShowsTheRegistryGroupsFromTheClient) {
   FakeNode node;
   node.answers["GET /v1/tenants"] = Ok({{"tenants", json::array()}});

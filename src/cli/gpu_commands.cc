@@ -120,7 +120,7 @@ void PrintGpuTable(const json& j) {
            g["compute_mode"].get<std::string>().c_str(), g["mps"].get<std::string>().c_str());
   }
   // What each GPU's node offers for partitioning it (DESIGN.md section 5a).
-  printf("\n%-4s %-12s %-10s %-5s %-14s %s\n", "GPU", "DRIVER", "CGROUP V2", "MIG", "MEMORY LIMITS",
+  printf("\n%-4s %-12s %-10s %-5s %-22s %s\n", "GPU", "DRIVER", "CGROUP V2", "MIG", "MEMORY LIMITS",
          "MPS");
   for (const auto& g : j["gpus"]) {
     const json f = g.value("features", json::object());
@@ -132,10 +132,23 @@ void PrintGpuTable(const json& j) {
       mps_text += " (" + mps.value("reason", std::string()) + ")";
     }
     const std::string driver = f.value("driver_version", std::string());
-    printf("%-4d %-12s %-10s %-5s %-14s %s\n", g["index"].get<int>(),
-           driver.empty() ? "?" : driver.c_str(), f.value("cgroup_v2", false) ? "yes" : "no",
-           f.value("mig", false) ? "on" : "off",
-           f.value("memory_limits", false) ? "driver" : "limiter", mps_text.c_str());
+    // The driver's per-cgroup limits need the API (r615), cgroup v2 and a
+    // non-MIG GPU (DESIGN.md section 5a); else the limiter holds memory.
+    const bool cgroup_v2 = f.value("cgroup_v2", false);
+    const bool mig = f.value("mig", false);
+    std::string memory = "limiter";
+    if (!f.value("memory_limits", false)) {
+      memory += " (pre-r615)";
+    } else if (mig) {
+      memory += " (MIG)";
+    } else if (!cgroup_v2) {
+      memory += " (no cgroup v2)";
+    } else {
+      memory = "driver";
+    }
+    printf("%-4d %-12s %-10s %-5s %-22s %s\n", g["index"].get<int>(),
+           driver.empty() ? "?" : driver.c_str(), cgroup_v2 ? "yes" : "no", mig ? "on" : "off",
+           memory.c_str(), mps_text.c_str());
   }
 }
 

@@ -443,6 +443,16 @@ int Run(int argc, char** argv) {
                                return grant && grant->tier == Tier::kMps &&
                                       std::find(grant->uuids.begin(), grant->uuids.end(), uuid) !=
                                           grant->uuids.end();
+                             },
+                         // An mps group's MPS tenant is named by the group.
+                         .mps_partition_sms =
+                             [&mps](const std::string& group, const std::string& uuid) {
+                               for (const mps::GpuMpsStatus& g : mps.GetStatus().gpus) {
+                                 if (g.uuid != uuid) continue;
+                                 auto it = g.sm_partitions.find(group);
+                                 return it == g.sm_partitions.end() ? 0u : it->second;
+                               }
+                               return 0u;
                              }},
       state->get());
   enforcers_ref.store(&enforcers);

@@ -74,7 +74,7 @@ std::string FormatMetrics(const Snapshot& snapshot) {
        [](const GpuInfo& g) { return g.critical_xid == 0 ? 1.0 : 0.0; }},
       {"gpuslice_gpu_compute_mode", "gauge",
        "NVML compute mode (0 default, 2 prohibited, 3 exclusive process).",
-       [](const GpuInfo& g) { return static_cast<double>(g.compute_mode); }},
+       [](const GpuInfo& g) { return static_cast<double>(static_cast<uint32_t>(g.compute_mode)); }},
   };
   std::string out;
   out.reserve(256 + snapshot.gpus.size() * kFamilies.size() * 96);

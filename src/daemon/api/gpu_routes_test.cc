@@ -111,7 +111,7 @@ TEST_F(GpuRoutesTest, NoWaitAnswers202) {
   // The commands run on their own; energy reads queue behind them.
   ASSERT_TRUE(manager_.Energy(0).get().ok());
   ASSERT_TRUE(manager_.Energy(1).get().ok());
-  EXPECT_EQ(backend_.Read(1)->compute_mode, 3u);
+  EXPECT_EQ(backend_.Read(1)->compute_mode, ComputeMode::kExclusiveProcess);
 }
 
 TEST_F(GpuRoutesTest, MalformedRequestsAre4xxAndChangeNothing) {

@@ -12,7 +12,8 @@
 //  3. Otherwise the limiter (kLimiter), saying what was missing.
 // Compute:
 //  1. An `mps` group granted MPS: MPS (kMps; its active thread percentage,
-//     by namespace with MPS v3).
+//     by namespace with MPS v3; with MPS v3 and a static SM partition, the
+//     partition, which is its clients' ceiling).
 //  2. A compute limit otherwise: the limiter's time caps (kLimiter).
 //  3. No limit: kNone.
 //
@@ -37,6 +38,14 @@ std::string_view EnforcerName(Enforcer enforcer);  // "none", "limiter", "driver
 struct DimensionChoice {
   Enforcer enforcer = Enforcer::kNone;
   std::string reason;
+  // The reason in a word, the same for every group and GPU it holds for (the
+  // metrics' `reason` label): memory "no_limit", "driver_hard_limit",
+  // "driver_without_memory_limits", "mig", "no_cgroup_v2", "no_member",
+  // "member_without_cgroup_v2", "members_in_different_cgroups",
+  // "root_cgroup", "cgroup_shared_by_groups", "driver_refused",
+  // "old_limit_not_cleared"; compute "no_limit", "limiter_time_caps",
+  // "mps_v3_namespace", "mps_v3_sm_partition", "mps_thread_percentage".
+  std::string code;
 
   bool operator==(const DimensionChoice&) const = default;
 };
@@ -69,16 +78,20 @@ struct ChoiceInput {
   std::optional<uint64_t> memory_request_bytes;
   std::optional<uint32_t> compute_limit_percent;
   bool mps_granted = false;                // the group runs on MPS on this GPU
+  uint32_t mps_partition_sms = 0;          // its static SM partition there (MPS v3); 0: none
   std::vector<CgroupInfo> member_cgroups;  // their unified_path is what counts
 };
 
 EnforcerChoice ChooseEnforcers(const ChoiceInput& input);
 
 // The cgroup (a path in the cgroup v2 hierarchy, "/a/b") that holds exactly
-// the group's members as memory rule 2 says, or nullopt with `*why`.
-std::optional<std::string> GroupCgroup(const std::vector<CgroupInfo>& members, std::string* why);
+// the group's members as memory rule 2 says, or nullopt with `*why` (and its
+// code in `*code`, when given).
+std::optional<std::string> GroupCgroup(const std::vector<CgroupInfo>& members, std::string* why,
+                                       std::string* code = nullptr);
 
-// {"memory": {"enforcer", "reason", "cgroup" (driver only)}, "compute": {...}}.
+// {"memory": {"enforcer", "reason", "reason_code", "cgroup" (driver only)},
+//  "compute": {...}}.
 nlohmann::json EnforcerChoiceJson(const EnforcerChoice& choice);
 
 }  // namespace gpuslice::daemon

@@ -46,6 +46,11 @@ TEST(EnforcerChoiceTest, AnR615NodeHoldsMemoryByTheDriverOnTheGroupsCgroup) {
   EXPECT_EQ(j["memory"]["enforcer"], "driver");
   EXPECT_EQ(j["memory"]["cgroup"], "/sys/fs/cgroup/tenants/a");
   EXPECT_EQ(j["compute"]["enforcer"], "limiter");
+  // A word for each why, for the metrics' label (and in the API).
+  EXPECT_EQ(c.memory.code, "driver_hard_limit");
+  EXPECT_EQ(c.compute.code, "limiter_time_caps");
+  EXPECT_EQ(j["memory"]["reason_code"], "driver_hard_limit");
+  EXPECT_EQ(j["compute"]["reason_code"], "limiter_time_caps");
 }
 
 TEST(EnforcerChoiceTest, ASoftLimitNeverExceedsTheHardOne) {
@@ -60,21 +65,24 @@ TEST(EnforcerChoiceTest, WhatTheNodeLacksFallsBackToTheLimiterSayingWhat) {
   struct Case {
     std::function<void(ChoiceInput&)> change;
     std::string says;
+    std::string code;
   };
   const std::vector<Case> cases = {
       {[](ChoiceInput& in) {
          in.features.memory_limits_api = false;
          in.features.driver_version = "580.65.06";
        },
-       "driver 580.65.06 has no per-cgroup memory limits"},
-      {[](ChoiceInput& in) { in.features.mig = true; }, "MIG"},
-      {[](ChoiceInput& in) { in.features.cgroup_v2 = false; }, "no cgroup v2"},
-      {[](ChoiceInput& in) { in.member_cgroups.clear(); }, "no member"},
-      {[](ChoiceInput& in) { in.member_cgroups = {In("/")}; }, "root cgroup"},
+       "driver 580.65.06 has no per-cgroup memory limits", "driver_without_memory_limits"},
+      {[](ChoiceInput& in) { in.features.mig = true; }, "MIG", "mig"},
+      {[](ChoiceInput& in) { in.features.cgroup_v2 = false; }, "no cgroup v2", "no_cgroup_v2"},
+      {[](ChoiceInput& in) { in.member_cgroups.clear(); }, "no member", "no_member"},
+      {[](ChoiceInput& in) { in.member_cgroups = {In("/")}; }, "root cgroup", "root_cgroup"},
+      {[](ChoiceInput& in) { in.member_cgroups = {In("")}; }, "no cgroup v2 path",
+       "member_without_cgroup_v2"},
       {[](ChoiceInput& in) {
          in.member_cgroups = {In("/a"), In("/b")};
        },
-       "different cgroups"},
+       "different cgroups", "members_in_different_cgroups"},
   };
   for (const Case& c : cases) {
     ChoiceInput in = Input(R615());
@@ -83,6 +91,7 @@ TEST(EnforcerChoiceTest, WhatTheNodeLacksFallsBackToTheLimiterSayingWhat) {
     EXPECT_EQ(choice.memory.enforcer, Enforcer::kLimiter) << c.says;
     EXPECT_FALSE(choice.driver_limit) << c.says;
     EXPECT_NE(choice.memory.reason.find(c.says), std::string::npos) << choice.memory.reason;
+    EXPECT_EQ(choice.memory.code, c.code) << c.says;
   }
 }
 
@@ -93,13 +102,22 @@ TEST(EnforcerChoiceTest, NoLimitNoEnforcerAndMpsHoldsComputeForMpsGroups) {
   EnforcerChoice c = ChooseEnforcers(in);
   EXPECT_EQ(c.memory.enforcer, Enforcer::kNone);
   EXPECT_EQ(c.compute.enforcer, Enforcer::kNone);
+  EXPECT_EQ(c.memory.code, "no_limit");
+  EXPECT_EQ(c.compute.code, "no_limit");
   in.mps_granted = true;
   in.features.mps_protocol = 3;
   c = ChooseEnforcers(in);
   EXPECT_EQ(c.compute.enforcer, Enforcer::kMps);
   EXPECT_NE(c.compute.reason.find("v3"), std::string::npos);
+  EXPECT_EQ(c.compute.code, "mps_v3_namespace");
+  // With a static SM partition (v3 only), the partition holds it.
+  in.mps_partition_sms = 32;
+  c = ChooseEnforcers(in);
+  EXPECT_EQ(c.compute.code, "mps_v3_sm_partition");
+  EXPECT_NE(c.compute.reason.find("partition of 32 SMs"), std::string::npos) << c.compute.reason;
   in.features.mps_protocol = 2;
   EXPECT_EQ(ChooseEnforcers(in).compute.reason.find("v3"), std::string::npos);
+  EXPECT_EQ(ChooseEnforcers(in).compute.code, "mps_thread_percentage");
 }
 
 TEST(EnforcerChoiceTest, TheGroupsCgroupIsItsPodsOrTheOneItsMembersShare) {

@@ -65,6 +65,9 @@ void Enforcers::Reconcile() {
         in.memory_request_bytes = ScheduleEntryOn(g.schedule, gpu.uuid).memory_request_bytes;
         in.compute_limit_percent = limit.compute_percent;
         in.mps_granted = sources_.mps_granted && sources_.mps_granted(g.id, gpu.uuid);
+        if (in.mps_granted && sources_.mps_partition_sms) {
+          in.mps_partition_sms = sources_.mps_partition_sms(g.id, gpu.uuid);
+        }
         if (m != members.end()) {
           for (const Tenant& t : m->second) {
             if (UsesGpu(t, gpu.uuid)) in.member_cgroups.push_back(t.cgroup);
@@ -85,7 +88,8 @@ void Enforcers::Reconcile() {
     for (const Key& key : keys) {
       EnforcerChoice& c = next[key];
       c.memory = {Enforcer::kLimiter,
-                  "limiter: cgroup " + where.second + " holds members of several groups"};
+                  "limiter: cgroup " + where.second + " holds members of several groups",
+                  "cgroup_shared_by_groups"};
       c.driver_limit.reset();
     }
   }
@@ -130,8 +134,10 @@ void Enforcers::Reconcile() {
              "reason=old_limit_not_cleared",
              key.first.c_str(), c.driver_limit->gpu_index, held->second.cgroup.c_str(),
              c.driver_limit->cgroup.c_str());
-      c.memory = {Enforcer::kLimiter, "limiter: the driver still holds the limit of cgroup " +
-                                          held->second.cgroup + ", whose clear failed"};
+      c.memory = {Enforcer::kLimiter,
+                  "limiter: the driver still holds the limit of cgroup " + held->second.cgroup +
+                      ", whose clear failed",
+                  "old_limit_not_cleared"};
       c.driver_limit.reset();
       continue;
     }
@@ -150,7 +156,8 @@ void Enforcers::Reconcile() {
     ++failures;
     GS_LOG(kWarn, "gpusliced", "event=driver_limit_failed group=%s gpu=%u cgroup=%s error=\"%s\"",
            key.first.c_str(), l.gpu_index, l.cgroup.c_str(), s.message().c_str());
-    c.memory = {Enforcer::kLimiter, "limiter: the driver refused the limit: " + s.message()};
+    c.memory = {Enforcer::kLimiter, "limiter: the driver refused the limit: " + s.message(),
+                "driver_refused"};
     c.driver_limit.reset();
   }
   if (changed || save_pending_) Save();
@@ -237,8 +244,8 @@ uint64_t Enforcers::save_failures() const {
 std::string Enforcers::FormatMetrics(const std::map<std::string, int>& gpu_index) const {
   std::lock_guard lock(mu_);
   std::string out =
-      "# HELP gpuslice_group_enforcer The enforcer of a group's limit on a GPU, per dimension "
-      "(1 for the one in use).\n# TYPE gpuslice_group_enforcer gauge\n";
+      "# HELP gpuslice_group_enforcer The enforcer of a group's limit on a GPU, per dimension, "
+      "and why (1 for the one in use).\n# TYPE gpuslice_group_enforcer gauge\n";
   for (const auto& [key, c] : choices_) {
     auto idx = gpu_index.find(key.second);
     const std::string gpu = idx == gpu_index.end() ? key.second : std::to_string(idx->second);
@@ -246,7 +253,8 @@ std::string Enforcers::FormatMetrics(const std::map<std::string, int>& gpu_index
          {std::pair{"memory", &c.memory}, std::pair{"compute", &c.compute}}) {
       out += "gpuslice_group_enforcer{group=\"" + key.first + "\",gpu=\"" + gpu +
              "\",dimension=\"" + dimension + "\",enforcer=\"" +
-             std::string(EnforcerName(choice->enforcer)) + "\"} 1\n";
+             std::string(EnforcerName(choice->enforcer)) + "\",reason=\"" + choice->code +
+             "\"} 1\n";
     }
   }
   out +=

@@ -71,6 +71,8 @@ class Enforcers {
     std::function<std::shared_ptr<const Snapshot>()> gpus;
     // Whether group `group` runs on MPS on GPU `uuid`; null: never.
     std::function<bool(const std::string& group, const std::string& uuid)> mps_granted;
+    // The SMs of its static SM partition there (MPS v3), 0 for none; null: none.
+    std::function<uint32_t(const std::string& group, const std::string& uuid)> mps_partition_sms;
   };
   using Key = std::pair<std::string, std::string>;  // group id, GPU UUID
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "daemon/gpu/fake_backend.h"
 #include "daemon/tenants/fake_proc.h"
@@ -50,7 +51,12 @@ class EnforcersTest : public ::testing::Test {
         Enforcers::Sources{
             .gpus = [this] { return Gpus(); },
             .mps_granted = [this](const std::string& g,
-                                  const std::string&) { return mps_groups_.contains(g); }},
+                                  const std::string&) { return mps_groups_.contains(g); },
+            .mps_partition_sms =
+                [this](const std::string& g, const std::string&) {
+                  auto it = partitions_.find(g);
+                  return it == partitions_.end() ? 0u : it->second;
+                }},
         store_.get());
   }
   void Register(pid_t pid, const std::string& group) {
@@ -80,6 +86,7 @@ class EnforcersTest : public ::testing::Test {
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<TenantRegistry> registry_;
   std::set<std::string> mps_groups_;
+  std::map<std::string, uint32_t> partitions_;  // SMs of a group's MPS v3 partition
 };
 
 TEST_F(EnforcersTest, TheDriverHoldsAGroupsMemoryFromItsFirstMemberUntilItsLast) {
@@ -143,7 +150,7 @@ TEST_F(EnforcersTest, ADriverRefusalFallsBackToTheLimiterAndIsCounted) {
   const std::string metrics = enforcers->FormatMetrics({{"GPU-fake-0", 0}});
   EXPECT_NE(metrics.find("gpuslice_driver_limit_failures_total 1\n"), std::string::npos);
   EXPECT_NE(metrics.find("gpuslice_group_enforcer{group=\"train\",gpu=\"0\",dimension=\"memory\","
-                         "enforcer=\"limiter\"} 1\n"),
+                         "enforcer=\"limiter\",reason=\"driver_refused\"} 1\n"),
             std::string::npos)
       << metrics;
   // The driver accepts it later: the next Reconcile sets it.
@@ -165,6 +172,7 @@ TEST_F(EnforcersTest, GroupsSharingACgroupOrInTheRootOneAreLeftToTheLimiter) {
   EXPECT_TRUE(backend_.MemoryLimits(0).empty());
   EXPECT_NE(enforcers->ChoiceOf("a", "GPU-fake-0")->memory.reason.find("several groups"),
             std::string::npos);
+  EXPECT_EQ(enforcers->ChoiceOf("a", "GPU-fake-0")->memory.code, "cgroup_shared_by_groups");
   EXPECT_NE(enforcers->ChoiceOf("root", "GPU-fake-0")->memory.reason.find("root cgroup"),
             std::string::npos);
 }
@@ -176,6 +184,11 @@ TEST_F(EnforcersTest, MpsGroupsComputeIsMps) {
   mps_groups_.insert("train");
   enforcers->Reconcile();
   EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->compute.enforcer, Enforcer::kMps);
+  // An MPS v3 partition, once there, is named at the next Reconcile.
+  backend_.Mutate(0, [](GpuInfo& g) { g.features.mps_protocol = 3; });
+  partitions_["train"] = 32;
+  enforcers->Reconcile();
+  EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->compute.code, "mps_v3_sm_partition");
 }
 
 TEST_F(EnforcersTest, ARestartedDaemonClearsTheLimitsOfGroupsThatLeftMeanwhile) {
@@ -288,6 +301,7 @@ TEST_F(EnforcersTest, AMoveWhoseClearFailsKeepsTheOldLimitHeldUntilItIsCleared) 
   ASSERT_TRUE(c);
   EXPECT_EQ(c->memory.enforcer, Enforcer::kLimiter);
   EXPECT_NE(c->memory.reason.find("whose clear failed"), std::string::npos) << c->memory.reason;
+  EXPECT_EQ(c->memory.code, "old_limit_not_cleared");
   EXPECT_GE(enforcers->driver_failures(), 2u);
   // The driver takes clears again: a is cleared, then b set.
   backend_.FailMemoryLimitClears(0, Status::Ok());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/gpu/compute_mode.h"
 #include "daemon/gpu/setting.h"
 
 namespace gpuslice::daemon {
@@ -58,8 +59,9 @@ struct GpuInfo {
   std::optional<ClockRange> locked_gpu_clocks;     // what the daemon locked (NVML has no getter)
   std::optional<ClockRange> locked_memory_clocks;  // likewise
   bool persistence = false;
-  uint32_t compute_mode = 0;  // NVML value (0 default, 2 prohibited, 3 exclusive process)
-  std::string mps = "off";    // filled by the MPS provider, when there is one
+  // As NVML reports it (a value NVML does not define is kept and named UNKNOWN).
+  ComputeMode compute_mode = ComputeMode::kDefault;
+  std::string mps = "off";  // filled by the MPS provider, when there is one
   GpuFeatures features;
   // XID errors NVML reported since the daemon started (xid_watch.h): how
   // many, the last, and the last critical one (0: none; the GPU is then

@@ -56,7 +56,7 @@ StatusOr<SettingValue> FakeBackend::Get(uint32_t index, SettingKind kind) {
     case SettingKind::kPersistence:
       return SettingValue(Persistence{g.persistence});
     case SettingKind::kComputeMode:
-      return SettingValue(ComputeModeSetting{static_cast<ComputeMode>(g.compute_mode)});
+      return SettingValue(ComputeModeSetting{g.compute_mode});
   }
   return Internal("unhandled setting kind");
 }
@@ -90,7 +90,7 @@ Status FakeBackend::Set(uint32_t index, const SettingValue& value) {
         } else if constexpr (std::is_same_v<T, Persistence>) {
           g.persistence = v.enabled;
         } else {
-          g.compute_mode = static_cast<uint32_t>(v.mode);
+          g.compute_mode = v.mode;
         }
       },
       value);

@@ -11,10 +11,6 @@ nlohmann::json Locked(const std::optional<ClockRange>& r) {
   return {{"min_mhz", r->min_mhz}, {"max_mhz", r->max_mhz}};
 }
 
-std::string ModeName(uint32_t mode) {
-  return std::string(ComputeModeName(static_cast<ComputeMode>(mode)));
-}
-
 }  // namespace
 
 nlohmann::json GpuFeaturesJson(const GpuFeatures& f) {
@@ -57,7 +53,7 @@ nlohmann::json GpuJson(const GpuInfo& g) {
         {"locked_memory", Locked(g.locked_memory_clocks)}}},
       {"temperature_c", g.temperature_c},
       {"persistence", g.persistence},
-      {"compute_mode", ModeName(g.compute_mode)},
+      {"compute_mode", ComputeModeName(g.compute_mode)},
       {"mps", g.mps},
       {"features", GpuFeaturesJson(g.features)},
       {"xid",

@@ -227,7 +227,7 @@ TEST_F(GpuManagerDurabilityTest, RevertAllLeavesAnEmptyRecord) {
   EXPECT_EQ(Stacks(journal_.Saved()).size(), 2u);
   run->manager.RevertAll();
   EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
-  EXPECT_EQ(backend_.Read(1)->compute_mode, 0u);
+  EXPECT_EQ(backend_.Read(1)->compute_mode, ComputeMode::kDefault);
   ASSERT_TRUE(journal_.Saved().has_value());
   EXPECT_TRUE(Stacks(journal_.Saved()).empty());
 }
@@ -248,7 +248,7 @@ TEST_F(GpuManagerDurabilityTest, RestoreKeepsRunningLeasesOnTheWallTimeLeft) {
   EXPECT_EQ(report.kept, 2);
   EXPECT_EQ(report.reverted, 0);
   EXPECT_EQ(PowerMw(backend_, 0), 300'000u);  // set again
-  EXPECT_EQ(backend_.Read(1)->compute_mode, 3u);
+  EXPECT_EQ(backend_.Read(1)->compute_mode, ComputeMode::kExclusiveProcess);
   auto leases = run->manager.Leases();
   ASSERT_EQ(leases.size(), 2u);
   EXPECT_EQ(leases[0].holder, "a");

@@ -149,11 +149,11 @@ TEST_F(GpuManagerTest, RevertAllRestoresEveryBaselineAndRefusesNewSets) {
   ASSERT_TRUE(SetPower(manager_, 0, 400, Lease("b", 100)).ok());
   ASSERT_TRUE(manager_.Set({1}, GpuClocks{ClockRange{1000, 1200}}, Lease("a", 100))[0].get().ok());
   ASSERT_TRUE(manager_.SetComputeMode(1, ComputeMode::kExclusiveProcess, "mps").ok());
-  EXPECT_EQ(backend_.Read(1)->compute_mode, 3u);
+  EXPECT_EQ(backend_.Read(1)->compute_mode, ComputeMode::kExclusiveProcess);
   manager_.RevertAll();
   EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
   EXPECT_EQ(backend_.Read(1)->locked_gpu_clocks, std::nullopt);
-  EXPECT_EQ(backend_.Read(1)->compute_mode, 0u);
+  EXPECT_EQ(backend_.Read(1)->compute_mode, ComputeMode::kDefault);
   EXPECT_TRUE(manager_.Leases().empty());
   EXPECT_EQ(SetPower(manager_, 0, 300, Lease("a", 1)).code(), StatusCode::kUnavailable);
 }
@@ -169,13 +169,13 @@ TEST_F(GpuManagerTest, StopRunsWhatIsQueuedThenRefuses) {
 
 TEST_F(GpuManagerTest, ComputeModeEntryPointForMps) {
   ASSERT_TRUE(manager_.SetComputeMode(0, ComputeMode::kExclusiveProcess, "mps").ok());
-  EXPECT_EQ(backend_.Read(0)->compute_mode, 3u);
+  EXPECT_EQ(backend_.Read(0)->compute_mode, ComputeMode::kExclusiveProcess);
   clock_.Advance(1000000 * kSecond);  // no expiry
   manager_.ExpireDue();
   ASSERT_TRUE(manager_.Energy(0).get().ok());
-  EXPECT_EQ(backend_.Read(0)->compute_mode, 3u);
+  EXPECT_EQ(backend_.Read(0)->compute_mode, ComputeMode::kExclusiveProcess);
   ASSERT_TRUE(manager_.ReleaseComputeMode(0, "mps").ok());
-  EXPECT_EQ(backend_.Read(0)->compute_mode, 0u);
+  EXPECT_EQ(backend_.Read(0)->compute_mode, ComputeMode::kDefault);
 }
 
 TEST_F(GpuManagerTest, ChangeListenerHearsEveryChange) {

@@ -31,7 +31,7 @@ std::vector<NodeGpu> NodeGpusOf(const Snapshot& snapshot) {
     n.power_limit_mw = g.power_limit_mw;
     n.temperature_c = g.temperature_c;
     n.sm_clock_mhz = g.sm_clock_mhz;
-    n.compute_mode = g.compute_mode;
+    n.compute_mode = static_cast<uint32_t>(g.compute_mode);  // the segment holds NVML's value
     n.mps = MpsOf(g.mps);
     n.sampled_ns = read.read_ns;
     n.read_failed = read.failed;

@@ -53,7 +53,7 @@ TEST_F(NodeGpusTest, EverySamplePublishesEachGpusStatus) {
     g.utilization_memory_percent = 12;
     g.power_draw_mw = 412'000;
     g.temperature_c = 61;
-    g.compute_mode = 3;
+    g.compute_mode = ComputeMode::kExclusiveProcess;
   });
   monitor_.SetMpsProvider([](const GpuInfo& g) { return g.index == 1 ? "on" : "off"; });
   monitor_.Sample();
@@ -79,12 +79,13 @@ TEST_F(NodeGpusTest, EverySamplePublishesEachGpusStatus) {
     EXPECT_EQ(n.power_limit_mw, g.power_limit_mw);
     EXPECT_EQ(n.temperature_c, g.temperature_c);
     EXPECT_EQ(n.sm_clock_mhz, g.sm_clock_mhz);
-    EXPECT_EQ(n.compute_mode, g.compute_mode);
+    EXPECT_EQ(n.compute_mode, static_cast<uint32_t>(g.compute_mode));
     EXPECT_EQ(n.sampled_ns, 50 * kSecond);
   }
   EXPECT_EQ(s.gpus[0].uuid, "GPU-fake-0");
   EXPECT_EQ(s.gpus[1].memory_used_bytes, 5ull << 30);
   EXPECT_EQ(s.gpus[1].temperature_c, 61u);
+  EXPECT_EQ(s.gpus[1].compute_mode, 3u);  // NVML's value of EXCLUSIVE_PROCESS
   EXPECT_EQ(s.gpus[0].mps, NodeMps::kOff);
   EXPECT_EQ(s.gpus[1].mps, NodeMps::kOn);
   const uint64_t updates = s.updates;

@@ -302,7 +302,7 @@ StatusOr<GpuInfo> NvmlBackend::Read(uint32_t index) {
     g.persistence = p == NVML_FEATURE_ENABLED;
   }
   if (nvmlComputeMode_t m{}; a.nvmlDeviceGetComputeMode(d, &m) == NVML_SUCCESS) {
-    g.compute_mode = static_cast<uint32_t>(m);
+    g.compute_mode = static_cast<ComputeMode>(m);
   }
   g.features.driver_version = driver_version_;
   if (unsigned int current = 0, pending = 0;

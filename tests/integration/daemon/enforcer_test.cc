@@ -99,11 +99,11 @@ class EnforcerTest : public testing::SimProcessTest, public ::testing::WithParam
     return {"GPUSLICE_SIM_CONFIG=" + config_, "GPUSLICE_SIM_CGROUP_ROOT=" + root_};
   }
   void StartDaemon() {
-    daemon_ = StartProgram(
-        "gpusliced", 0,
-        {"--socket", socket_, "--poll-interval-ms", "100", "--log-level", "debug", "--state-dir",
-         dir_ + "/state", "--cgroup-root", root_, "--mps-control", dir_ + "/no-mps-control"},
-        SimEnv());
+    daemon_ = StartProgram("gpusliced", 0,
+                           {"--socket", socket_, "--poll-interval-ms", "100", "--log-level",
+                            "debug", "--state-dir", dir_ + "/state", "--cgroup-root", root_,
+                            "--mps-control", dir_ + "/no-mps-control", "--shm-dir", shm_dir_},
+                           SimEnv());
     ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err0");
   }
   std::pair<int, json> Call(const std::string& method, const std::string& target,
@@ -130,14 +130,19 @@ class EnforcerTest : public testing::SimProcessTest, public ::testing::WithParam
   // and then runs gpuslice-alloc-probe (64 MiB chunks, at most 1 GiB) with
   // `extra_env`; its first output line, once printed.
   json RunProbe(const std::vector<std::string>& extra_env) {
+    return RunProbeIn("train", cgroup_, 16, extra_env);
+  }
+  // The same for a tenant of `group` in `cgroup`, at most `chunks` chunks.
+  json RunProbeIn(const std::string& group, const std::string& cgroup, int chunks,
+                  const std::vector<std::string>& extra_env) {
     testing::ForkedTenantOptions options;
-    options.cgroup = cgroup_;
+    options.cgroup = cgroup;
     std::vector<std::string> argv = {BuildDir() + "/bin/gpuslice-alloc-probe",
                                      "alloc",
                                      "--chunk",
                                      std::to_string(64 * kMiB),
                                      "--max",
-                                     "16",
+                                     std::to_string(chunks),
                                      "--hold-s",
                                      "60"};
     std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
@@ -156,7 +161,8 @@ class EnforcerTest : public testing::SimProcessTest, public ::testing::WithParam
       env_c.push_back(nullptr);
       execve(argv_c[0], argv_c.data(), env_c.data());
     };
-    testing::ForkedTenant t = tenants_.Start(R"({"group": "train", "devices": [0]})", options);
+    testing::ForkedTenant t =
+        tenants_.Start(R"({"group": ")" + group + R"(", "devices": [0]})", options);
     EXPECT_EQ(t.status, 201) << t.body.dump() << t.step_error;
     last_ = t;
     const std::string name = "probe" + std::to_string(probes_) + ".out";
@@ -164,6 +170,36 @@ class EnforcerTest : public testing::SimProcessTest, public ::testing::WithParam
         << Read(name) << Read(name + ".err") << Read("err0");
     const std::string text = Read(name);
     return json::parse(text.substr(0, text.find('\n')), nullptr, false);
+  }
+  // The last probe's process ends (its memory in the cgroup is freed).
+  void EndLastProbe() {
+    const pid_t pid = last_.pid;
+    if (pid > 0 && pid != testing::ForkedTenant::kNoProcess) kill(pid, SIGKILL);
+    tenants_.Join(last_);
+  }
+  // What `nvidia-smi memory-limits` says of `cgroup` on GPU 0.
+  std::string Smi(const std::string& cgroup) {
+    std::string cmd;
+    for (const std::string& e : SimEnv()) cmd += "'" + e + "' ";
+    cmd = "env LD_LIBRARY_PATH='" + BuildDir() + "/sim/lib' GPUSLICE_SIM_STATE='" + state_ + "' " +
+          cmd + "'" + BuildDir() + "/sim/bin/nvidia-smi' memory-limits -i 0 -c '" + cgroup +
+          "' 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[512];
+    while (p != nullptr && fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    if (p != nullptr) pclose(p);
+    return out;
+  }
+  // The most memory process `pid` ever held on GPU 0, as the simulated driver
+  // counted it (context and allocations).
+  uint64_t PeakBytes(pid_t pid) {
+    const json p = Process(Stats(), pid);
+    if (!p.contains("devices")) return ~uint64_t{0};
+    for (const json& d : p["devices"]) {
+      if (d.value("index", -1) == 0) return d.value("peak_memory_bytes", ~uint64_t{0});
+    }
+    return 0;
   }
 
   std::string root_, base_, cgroup_, config_, socket_;
@@ -221,7 +257,8 @@ TEST_P(EnforcerTest, TheGroupsMemoryIsHeldByTheStrongestEnforcerTheNodeHas) {
   const std::string metric =
       std::string(
           R"(gpuslice_group_enforcer{group="train",gpu="0",dimension="memory",enforcer=")") +
-      (r615 ? "driver" : "limiter") + "\"} 1\n";
+      (r615 ? R"(driver",reason="driver_hard_limit"} 1)"
+            : R"(limiter",reason="driver_without_memory_limits"} 1)");
   EXPECT_NE(Metrics().find(metric), std::string::npos) << Metrics();
   const std::string status = Cli({"status", "--socket", socket_, "--shm-dir", shm_dir_});
   EXPECT_NE(status.find(std::string("enforcer GPU 0: memory ") + (r615 ? "driver" : "limiter")),
@@ -239,6 +276,8 @@ TEST_P(EnforcerTest, TheGroupsMemoryIsHeldByTheStrongestEnforcerTheNodeHas) {
         },
         10s))
         << Read("err0");
+    const std::string smi = Smi(cgroup_);
+    EXPECT_NE(smi.find("Hard Limit                        : None"), std::string::npos) << smi;
   }
   // With the limiter: held to the limit on both nodes.
   const json held =
@@ -261,19 +300,7 @@ TEST_P(EnforcerTest, ACleanStopClearsTheDriverLimitsOfGroupsStillThere) {
   const json bare = RunProbe({});
   ASSERT_LE(bare.value("granted_bytes", uint64_t{0}), kLimit) << bare.dump();
   // What the driver holds, as nvidia-smi shows it.
-  auto smi = [&] {
-    std::string cmd;
-    for (const std::string& e : SimEnv()) cmd += "'" + e + "' ";
-    cmd = "env LD_LIBRARY_PATH='" + BuildDir() + "/sim/lib' GPUSLICE_SIM_STATE='" + state_ + "' " +
-          cmd + "'" + BuildDir() + "/sim/bin/nvidia-smi' memory-limits -i 0 -c '" + cgroup_ +
-          "' 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[512];
-    while (p != nullptr && fgets(buf, sizeof buf, p) != nullptr) out += buf;
-    if (p != nullptr) pclose(p);
-    return out;
-  };
+  auto smi = [&] { return Smi(cgroup_); };
   const std::string before = smi();
   EXPECT_NE(before.find("512 MiB"), std::string::npos) << before;
   ASSERT_GT(daemon_, 0);
@@ -284,6 +311,154 @@ TEST_P(EnforcerTest, ACleanStopClearsTheDriverLimitsOfGroupsStillThere) {
   const std::string after = smi();
   EXPECT_EQ(after.find("512 MiB"), std::string::npos) << after;
   EXPECT_NE(after.find("Hard Limit                        : None"), std::string::npos) << after;
+}
+
+// Two groups with the same limits on both nodes (issue 16's tests): each
+// tenant sees its own slice and never holds more than its limit, with the
+// limiter and, on r615, without it (the driver refuses); a live limit change
+// reaches whichever enforcer holds the limit. The simulator's per-process
+// peak is the ground truth for "never more than the limit".
+TEST_P(EnforcerTest, TwoGroupsSeeTheirSlicesAndALimitChangeReachesTheirEnforcer) {
+  const bool r615 = GetParam().r615;
+  const std::string infer = base_ + "/infer";
+  ASSERT_EQ(mkdir(infer.c_str(), 0755), 0) << strerror(errno);
+  struct Cleanup {
+    std::string dir;
+    testing::ForkedTenants* tenants;
+    ~Cleanup() {
+      tenants->KillAll();
+      rmdir(dir.c_str());
+    }
+  } cleanup{infer, &tenants_};
+  StartDaemon();
+  const uint64_t train_limit = 768 * kMiB, infer_limit = 512 * kMiB;
+  ASSERT_EQ(Call("PUT", "/v1/groups/train", R"({"limits": {"all": {"memory": "768MiB"}}})").first,
+            200);
+  ASSERT_EQ(Call("PUT", "/v1/groups/infer", R"({"limits": {"all": {"memory": "512MiB"}}})").first,
+            200);
+  const std::vector<std::string> limiter = {"LD_PRELOAD=" + BuildDir() + "/lib/libgpuslice.so",
+                                            "GPUSLICE_SHM_DIR=" + shm_dir_,
+                                            "GPUSLICE_SOCKET=" + socket_};
+  // No limit of its own: it registers and gets its group's from the daemon.
+  auto with_limiter = [&](const std::string& group) {
+    std::vector<std::string> env = limiter;
+    env.push_back("GPUSLICE_GROUP=" + group);
+    return env;
+  };
+  // Each probe asks for up to 1.5 GiB (24 x 64 MiB): more than either limit.
+  for (const bool preload : {false, true}) {
+    const json t = RunProbeIn("train", cgroup_, 24,
+                              preload ? with_limiter("train") : std::vector<std::string>{});
+    const pid_t tp = last_.pid;
+    const testing::ForkedTenant train_tenant = last_;
+    const json i = RunProbeIn("infer", infer, 24,
+                              preload ? with_limiter("infer") : std::vector<std::string>{});
+    const pid_t ip = last_.pid;
+    const json groups[] = {Call("GET", "/v1/groups/train").second,
+                           Call("GET", "/v1/groups/infer").second};
+    std::cerr << GetParam().name << (preload ? " with" : " without") << " the limiter: train "
+              << t.dump() << " peak " << (PeakBytes(tp) >> 20) << " MiB, infer " << i.dump()
+              << " peak " << (PeakBytes(ip) >> 20) << " MiB; enforcers train "
+              << groups[0]["gpus"][0]["enforcer"]["memory"].dump() << ", infer "
+              << groups[1]["gpus"][0]["enforcer"]["memory"].dump() << "\n";
+    for (const json& g : groups) {
+      EXPECT_EQ(g["gpus"][0]["enforcer"]["memory"]["enforcer"], r615 ? "driver" : "limiter")
+          << g.dump();
+    }
+    if (preload || r615) {
+      // Held: each sees its own slice as its memory total and stays in it.
+      EXPECT_EQ(t.value("total", uint64_t{0}), train_limit) << t.dump();
+      EXPECT_EQ(i.value("total", uint64_t{0}), infer_limit) << i.dump();
+      EXPECT_NE(t.value("error", ""), "") << "refused at the limit: " << t.dump();
+      EXPECT_NE(i.value("error", ""), "") << "refused at the limit: " << i.dump();
+      EXPECT_LE(PeakBytes(tp), train_limit);
+      EXPECT_LE(PeakBytes(ip), infer_limit);
+      EXPECT_GT(t.value("granted_bytes", uint64_t{0}), 0u) << t.dump();
+      EXPECT_GT(i.value("granted_bytes", uint64_t{0}), 0u) << i.dump();
+    } else {
+      // An older node without the limiter: nothing holds them.
+      EXPECT_EQ(t.value("granted_bytes", uint64_t{0}), uint64_t{24} * 64 * kMiB) << t.dump();
+      EXPECT_EQ(i.value("granted_bytes", uint64_t{0}), uint64_t{24} * 64 * kMiB) << i.dump();
+    }
+    if (r615) {
+      EXPECT_NE(Smi(cgroup_).find("768 MiB"), std::string::npos) << Smi(cgroup_);
+      EXPECT_NE(Smi(infer).find("512 MiB"), std::string::npos) << Smi(infer);
+    }
+    EndLastProbe();  // infer's
+    last_ = train_tenant;
+    EndLastProbe();
+  }
+
+  // A live limit change: train 768 -> 640 MiB goes to the driver on r615
+  // (which the next process, limiter or not, meets) and to the limiter on the
+  // older node.
+  ASSERT_EQ(Call("PUT", "/v1/groups/train", R"({"limits": {"all": {"memory": "640MiB"}}})").first,
+            200);
+  const uint64_t lowered = 640 * kMiB;
+  const json after =
+      RunProbeIn("train", cgroup_, 24, r615 ? std::vector<std::string>{} : with_limiter("train"));
+  const pid_t ap = last_.pid;
+  const json enforcer = Call("GET", "/v1/groups/train").second["gpus"][0]["enforcer"]["memory"];
+  std::cerr << GetParam().name << " after the change to 640 MiB (" << (r615 ? "without" : "with")
+            << " the limiter): " << after.dump() << " peak " << (PeakBytes(ap) >> 20)
+            << " MiB; enforcer " << enforcer.dump() << "\n";
+  EXPECT_EQ(after.value("total", uint64_t{0}), lowered) << after.dump();
+  EXPECT_LE(PeakBytes(ap), lowered);
+  EXPECT_GT(after.value("granted_bytes", uint64_t{0}), 0u) << after.dump();
+  if (r615) {
+    EXPECT_EQ(enforcer["enforcer"], "driver") << enforcer.dump();
+    EXPECT_EQ(enforcer["hard_bytes"], lowered) << enforcer.dump();
+    EXPECT_NE(Smi(cgroup_).find("640 MiB"), std::string::npos) << Smi(cgroup_);
+  } else {
+    EXPECT_EQ(enforcer["enforcer"], "limiter") << enforcer.dump();
+  }
+  EndLastProbe();
+}
+
+// Detection is per GPU: on an r615 node whose GPU 0 is in MIG mode, GET
+// /v1/gpus says so for GPU 0 only, and a group on both GPUs has its memory
+// held by the driver on GPU 1 and by the limiter on GPU 0 (the driver's
+// limits do not apply to MIG), each saying why, in the API, `gpuslice
+// status`, the metrics and `gpuslice gpu list`.
+TEST_P(EnforcerTest, AMigGpuLeavesMemoryToTheLimiterWhileTheOtherGpuHasTheDriver) {
+  if (!GetParam().r615) GTEST_SKIP() << "the driver's limits need r615";
+  config_ = std::string(R"({"driver_version":")") + GetParam().driver_version +
+            R"(","devices":[{"mig":true},{}]})";
+  StartDaemon();
+  auto [gcode, gpus] = Call("GET", "/v1/gpus");
+  ASSERT_EQ(gcode, 200);
+  EXPECT_EQ(gpus["gpus"][0]["features"]["mig"], true) << gpus.dump();
+  EXPECT_EQ(gpus["gpus"][1]["features"]["mig"], false) << gpus.dump();
+  const std::string list = Cli({"gpu", "list", "--socket", socket_});
+  EXPECT_NE(list.find("limiter (MIG)"), std::string::npos) << list;
+
+  ASSERT_EQ(Call("PUT", "/v1/groups/train", R"({"limits": {"all": {"memory": "512MiB"}}})").first,
+            200);
+  testing::ForkedTenantOptions options;
+  options.cgroup = cgroup_;
+  testing::ForkedTenant t = tenants_.Start(R"({"group": "train", "devices": [0, 1]})", options);
+  ASSERT_EQ(t.status, 201) << t.body.dump() << t.step_error;
+  const json group = Call("GET", "/v1/groups/train").second;
+  json on[2];
+  for (const json& g : group["gpus"]) on[g.value("index", 0) == 1 ? 1 : 0] = g["enforcer"];
+  std::cerr << "MIG GPU 0: " << on[0].dump() << "\nGPU 1: " << on[1].dump() << "\n";
+  EXPECT_EQ(on[0]["memory"]["enforcer"], "limiter") << group.dump();
+  EXPECT_NE(on[0]["memory"].value("reason", "").find("MIG"), std::string::npos) << on[0].dump();
+  EXPECT_EQ(on[1]["memory"]["enforcer"], "driver") << group.dump();
+  EXPECT_EQ(on[1]["memory"]["hard_bytes"], kLimit) << on[1].dump();
+  const std::string status = Cli({"status", "--socket", socket_, "--shm-dir", shm_dir_});
+  EXPECT_NE(status.find("enforcer GPU 0: memory limiter"), std::string::npos) << status;
+  EXPECT_NE(status.find("enforcer GPU 1: memory driver"), std::string::npos) << status;
+  const std::string metrics = Metrics();
+  EXPECT_NE(metrics.find(R"(gpuslice_group_enforcer{group="train",gpu="0",dimension="memory",)"
+                         R"(enforcer="limiter",reason="mig"} 1)"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(R"(gpuslice_group_enforcer{group="train",gpu="1",dimension="memory",)"
+                         R"(enforcer="driver",reason="driver_hard_limit"} 1)"),
+            std::string::npos)
+      << metrics;
+  tenants_.Release(t);
 }
 
 INSTANTIATE_TEST_SUITE_P(Nodes, EnforcerTest,

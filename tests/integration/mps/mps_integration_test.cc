@@ -213,6 +213,92 @@ TEST_F(MpsIntegrationTest, OnAnR615NodeEachTenantsNamespaceCapsItsClients) {
   ASSERT_TRUE(m->Release("b").ok());
 }
 
+// MPS v3 on an r615 node: the configuration file the manager writes is all
+// that a restarted control daemon knows (a restart after a crash runs no
+// namespace command), so it alone must load in the simulated control daemon
+// and cap each tenant's clients: thread percentage and pinned memory, even
+// for a client that asks for more.
+TEST_F(MpsIntegrationTest, OnAnR615NodeTheWrittenConfigurationAloneCapsEachNamespace) {
+  const std::string config = R"({"driver_version":"615.10"})";
+  const std::string state = state_ + ".r615cfg";
+  setenv("GPUSLICE_SIM_STATE", state.c_str(), 1);
+  setenv("GPUSLICE_SIM_CONFIG", config.c_str(), 1);
+  struct Unset {
+    ~Unset() { unsetenv("GPUSLICE_SIM_CONFIG"); }
+  } unset;
+  auto gpu = sim::SimGpu::Open({state, config, /*observer=*/true});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  gpus_.uuids[0] = (*gpu)->device(0).uuid;
+  const uint32_t sms = (*gpu)->device(0).sm_count;
+  constexpr uint64_t kMiB = 1ull << 20;
+
+  auto m = NewManager();
+  ASSERT_EQ(m->GetStatus().protocol, 3);
+  auto a =
+      m->Acquire({"a", "0", {.active_thread_percentage = 30, .pinned_memory_limit = 512 * kMiB}});
+  auto b =
+      m->Acquire({"b", "0", {.active_thread_percentage = 60, .pinned_memory_limit = 1024 * kMiB}});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->tier, Tier::kMps) << a->reason;
+  ASSERT_EQ(b->tier, Tier::kMps) << b->reason;
+  // The control daemon dies; the health check starts it again from the file.
+  const pid_t old_pid = ControlPid(*m);
+  ASSERT_GT(old_pid, 0);
+  ASSERT_EQ(kill(old_pid, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return !host_.ProcessAlive(old_pid); }, seconds(20)));
+  m->CheckHealth();
+  ASSERT_EQ(m->GetStatus().gpus[0].restarts, 1) << m->GetStatus().gpus[0].last_error;
+  const std::string file = options_.root + "/" + gpus_.uuids[0] + "/mps.toml";
+  const std::string written = *host_.ReadFile(file);
+  std::cerr << file << ":\n" << written;
+  EXPECT_NE(written.find("[servers.gpuslice.namespaces.\"a\"]"), std::string::npos) << written;
+  EXPECT_NE(written.find("[servers.gpuslice.namespaces.\"b\"]"), std::string::npos) << written;
+
+  auto start = [&](int n, const AcquireResult& r, const std::vector<std::string>& extra) {
+    std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
+                                    "GPUSLICE_SIM_STATE=" + state, "GPUSLICE_SIM_CONFIG=" + config};
+    for (const auto& [k, v] : r.env) {
+      if (k == "CUDA_VISIBLE_DEVICES") continue;
+      std::string entry = k;
+      entry += '=';
+      entry += v;
+      env.push_back(std::move(entry));
+    }
+    env.insert(env.end(), extra.begin(), extra.end());
+    return Spawn(n, {BuildDir() + "/bin/gpuslice-mps-probe", "--alloc", std::to_string(768 * kMiB)},
+                 env);
+  };
+  // a asks for 90 % and 2G; its namespace gives 30 % and 512M.
+  const pid_t pa = start(
+      1, *a, {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2G"});
+  const pid_t pb = start(2, *b, {});
+  auto ready = [&](int n) {
+    nlohmann::json found;
+    WaitFor(
+        [&] {
+          const std::string out = Read("out" + std::to_string(n));
+          if (out.find("\"ready\"") == std::string::npos) return false;
+          found = nlohmann::json::parse(out.substr(0, out.find('\n')), nullptr, false);
+          return true;
+        },
+        seconds(30));
+    return found;
+  };
+  const nlohmann::json ra = ready(1);
+  const nlohmann::json rb = ready(2);
+  std::cerr << "clients of the restarted daemon: a " << ra.dump() << ", b " << rb.dump() << "\n";
+  EXPECT_EQ(ra.value("mps", 0), 1) << ra.dump() << Read("err1");
+  EXPECT_EQ(ra.value("sms", 0u), sms * 30 / 100) << ra.dump();
+  EXPECT_EQ(ra.value("alloc", ""), "CUDA_ERROR_OUT_OF_MEMORY") << "a's namespace's 512M";
+  EXPECT_EQ(rb.value("mps", 0), 1) << rb.dump() << Read("err2");
+  EXPECT_EQ(rb.value("sms", 0u), sms * 60 / 100) << rb.dump();
+  EXPECT_EQ(rb.value("alloc", ""), "CUDA_SUCCESS") << "b's namespace's 1G";
+  Join(pa);
+  Join(pb);
+  ASSERT_TRUE(m->Release("a").ok());
+  ASSERT_TRUE(m->Release("b").ok());
+}
+
 // Fault: the MPS control daemon hangs (SIGSTOP: alive, but its control socket
 // never answers). The health check's control command times out (bounded by
 // the command timeout, not forever), the hung daemon is killed and a new one

@@ -5,6 +5,7 @@
 // given. Each group's namespace caps its clients (even one that asks for
 // more), a limit change through the API reaches the namespace live (for the
 // clients that attach next), and the API names the enforcer of each case.
+// The same groups on an older node (MPS v2) for comparison.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -48,7 +49,7 @@ class MpsV3ApiTest : public testing::SimProcessTest {
         "100",         "--log-level",   "debug",
         "--state-dir", dir_ + "/state", "--mps-root",
         mps_root_,     "--mps-control", BuildDir() + "/sim/bin/nvidia-cuda-mps-control"};
-    StartProgram("gpusliced", 0, args, {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
+    StartProgram("gpusliced", 0, args, {"GPUSLICE_SIM_CONFIG=" + sim_config_});
     ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err0");
   }
   void TearDown() override {
@@ -81,7 +82,7 @@ class MpsV3ApiTest : public testing::SimProcessTest {
     testing::ForkedTenantOptions options;
     std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
                                     "GPUSLICE_SIM_STATE=" + state_,
-                                    std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig};
+                                    "GPUSLICE_SIM_CONFIG=" + sim_config_};
     env.insert(env.end(), ask.begin(), ask.end());
     // It holds its context (and its group's MPS tenant) until the test ends.
     options.then = testing::ExecAfterReply(
@@ -102,18 +103,46 @@ class MpsV3ApiTest : public testing::SimProcessTest {
         30s);
     return found;
   }
+  // `gpuslice gpu list` against this daemon.
+  std::string GpuList() {
+    const std::string cmd = BuildDir() + "/bin/gpuslice gpu list --socket '" + socket_ + "' 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[512];
+    while (p != nullptr && fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    if (p != nullptr) pclose(p);
+    return out;
+  }
   json ComputeEnforcer(const std::string& group) {
     return Call("GET", "/v1/groups/" + group).second["gpus"][0]["enforcer"]["compute"];
   }
 
+  std::string sim_config_ = kSimConfig;  // the node; set before SetUp
   std::string socket_;
   std::string mps_root_;
   testing::ForkedTenants tenants_;
 };
 
+// The same daemon on an older node (the simulator's default driver, before
+// r615): its control binary speaks MPS v2 only.
+class MpsOlderNodeApiTest : public MpsV3ApiTest {
+ protected:
+  MpsOlderNodeApiTest() { sim_config_ = "{}"; }
+};
+
 TEST_F(MpsV3ApiTest, GroupsOnTheMpsTierAreCappedByTheirNamespacesAndFollowALiveLimitChange) {
   const auto [gcode, gpus] = Call("GET", "/v1/gpus");
   ASSERT_EQ(gcode, 200) << gpus.dump();
+  // What the node offers, as GET /v1/gpus and `gpuslice gpu list` say: an
+  // r615 driver whose control binary speaks MPS v3.
+  const json features = gpus["gpus"][0]["features"];
+  EXPECT_EQ(features["driver_version"], "615.10") << features.dump();
+  EXPECT_EQ(features["memory_limits"], true) << features.dump();
+  EXPECT_EQ(features["mps"]["available"], true) << features.dump();
+  EXPECT_EQ(features["mps"]["protocol"], 3) << features.dump();
+  const std::string list = GpuList();
+  EXPECT_NE(list.find("615.10"), std::string::npos) << list;
+  EXPECT_NE(list.find(" v3"), std::string::npos) << list;
   const uint32_t sms = 132;  // the simulator's default H100
   // Two groups on the mps tier, one on shared; all three by the API alone.
   EXPECT_EQ(
@@ -216,6 +245,17 @@ TEST_F(MpsV3ApiTest, AnMpsGroupsRequestIsAStaticSmPartitionItsClientsRunOn) {
   EXPECT_EQ(r1.value("sms", 0u), 32u) << "exactly its partition's SMs: " << r1.dump();
   const json status = Call("GET", "/v1/mps").second;
   EXPECT_EQ(status["gpus"][0]["sm_partitions"], json({{"p", 32}})) << status.dump();
+  // The API names the partition as the group's compute enforcer.
+  auto partition_named = [&](const std::string& sms) {
+    return WaitFor(
+        [&] {
+          const json c = ComputeEnforcer("p");
+          return c.value("reason_code", "") == "mps_v3_sm_partition" &&
+                 c.value("reason", "").find("partition of " + sms + " SMs") != std::string::npos;
+        },
+        10s);
+  };
+  EXPECT_TRUE(partition_named("32")) << ComputeEnforcer("p").dump();
 
   // A new request: the partition is made again at 50 % (66 SMs: 8 chunks, 64)
   // for the clients that attach from then on.
@@ -228,9 +268,80 @@ TEST_F(MpsV3ApiTest, AnMpsGroupsRequestIsAStaticSmPartitionItsClientsRunOn) {
   ASSERT_EQ(p2.status, 201) << p2.body.dump();
   const json r2 = Ready(p2);
   EXPECT_EQ(r2.value("sms", 0u), 64u) << r2.dump();
+  EXPECT_TRUE(partition_named("64")) << ComputeEnforcer("p").dump();
   std::cerr << "partition clients: request 25 % " << r1.dump() << ", request 50 % " << r2.dump()
             << "; GET /v1/mps sm_partitions "
             << Call("GET", "/v1/mps").second["gpus"][0]["sm_partitions"].dump() << "\n";
+}
+
+// The same groups and limits as on r615 above, on an older node: compute in
+// the mps tier is MPS's v2 active thread percentage, handed to each client in
+// its environment (no namespaces): a client that keeps it gets its group's
+// share, a limit change reaches the clients that start next, and the API says
+// which enforcer holds it. Unlike a v3 namespace, the percentage is the
+// client's own: one that asks for more gets more (why v3 is preferred).
+TEST_F(MpsOlderNodeApiTest, MpsGroupsAreCappedByTheirClientsThreadPercentage) {
+  const json features = Call("GET", "/v1/gpus").second["gpus"][0]["features"];
+  EXPECT_EQ(features["driver_version"], "580.65.06") << features.dump();
+  EXPECT_EQ(features["memory_limits"], false) << features.dump();
+  EXPECT_EQ(features["mps"]["protocol"], 2) << features.dump();
+  EXPECT_NE(GpuList().find(" v2"), std::string::npos) << GpuList();
+  const uint32_t sms = 132;
+  ASSERT_EQ(
+      Call("PUT", "/v1/groups/a", R"({"tier": "mps", "limits": {"all": {"compute_percent": 30}}})")
+          .first,
+      200);
+  ASSERT_EQ(Call("PUT", "/v1/groups/b",
+                 R"({"tier": "mps", "limits": {"all": {"compute_percent": 60, "memory": "1GiB"}}})")
+                .first,
+            200);
+  testing::ForkedTenant a1 = Client("a");
+  testing::ForkedTenant b1 = Client("b");
+  ASSERT_EQ(a1.status, 201) << a1.body.dump();
+  ASSERT_EQ(b1.status, 201) << b1.body.dump();
+  EXPECT_EQ(a1.body["tier"], "mps") << a1.body.dump();
+  EXPECT_EQ(a1.body["env"].value("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", ""), "30") << a1.body.dump();
+  EXPECT_EQ(b1.body["env"].value("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", ""), "0=1G") << b1.body.dump();
+  EXPECT_EQ(Call("GET", "/v1/mps").second.value("protocol", 0), 2);
+  const json ra = Ready(a1);
+  const json rb = Ready(b1);
+  EXPECT_EQ(ra.value("mps", 0), 1) << ra.dump();
+  EXPECT_EQ(ra.value("sms", 0u), sms * 30 / 100) << ra.dump();
+  EXPECT_EQ(rb.value("sms", 0u), sms * 60 / 100) << rb.dump();
+
+  ASSERT_EQ(Call("PUT", "/v1/groups/a", R"({"limits": {"all": {"compute_percent": 20}}})").first,
+            200);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Read("err0").find("event=tier_limits_applied group=a active_thread_percentage=20") !=
+               std::string::npos;
+      },
+      20s))
+      << Read("err0");
+  testing::ForkedTenant a2 = Client("a");
+  ASSERT_EQ(a2.status, 201) << a2.body.dump();
+  const json ra2 = Ready(a2);
+  EXPECT_EQ(ra2.value("sms", 0u), sms * 20 / 100) << ra2.dump();
+  testing::ForkedTenant a3 = Client("a", {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90"});
+  ASSERT_EQ(a3.status, 201) << a3.body.dump();
+  const json ra3 = Ready(a3);
+  EXPECT_EQ(ra3.value("sms", 0u), sms * 90 / 100) << "v2: the client's own word " << ra3.dump();
+
+  EXPECT_TRUE(WaitFor([&] { return ComputeEnforcer("a")["enforcer"] == "mps"; }, 10s))
+      << Call("GET", "/v1/groups/a").second.dump();
+  EXPECT_NE(ComputeEnforcer("a").value("reason", "").find("client's active thread percentage"),
+            std::string::npos)
+      << ComputeEnforcer("a").dump();
+  const json memory = Call("GET", "/v1/groups/b").second["gpus"][0]["enforcer"]["memory"];
+  EXPECT_EQ(memory.value("enforcer", ""), "limiter") << memory.dump();
+  EXPECT_NE(memory.value("reason", "").find("580.65.06"), std::string::npos) << memory.dump();
+  for (const char* g : {"a", "b"}) {
+    const json group = Call("GET", std::string("/v1/groups/") + g).second;
+    std::cerr << "older node, group " << g << ": enforcer " << group["gpus"][0]["enforcer"].dump()
+              << "\n";
+  }
+  std::cerr << "older node clients: a " << ra.dump() << ", b " << rb.dump()
+            << ", a after the change " << ra2.dump() << ", a asking 90 % " << ra3.dump() << "\n";
 }
 
 }  // namespace

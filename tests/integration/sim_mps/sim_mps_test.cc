@@ -392,4 +392,49 @@ TEST_F(SimMpsTest, V3NamespacesCapTheirClients) {
   EXPECT_EQ(Join(Spawn(q, {SimBin("nvidia-cuda-mps-control"), "-q"}, Env({r615}))), 0);
 }
 
+// The configuration file's schema is strict (MPS v3 Configuration File: any
+// other key is a configuration error): a daemon given a file with an unknown
+// key, at the top, in a server or in a namespace, does not start, says which
+// key and leaves no pid file; the same file without it starts (by -p 3).
+TEST_F(SimMpsTest, AV3ConfigurationWithAnUnknownKeyDoesNotStart) {
+  const std::string r615 = R"(GPUSLICE_SIM_CONFIG={"driver_version":"615.10"})";
+  const std::string good =
+      "schema_version = \"1.0\"\n"
+      "[servers.train]\nactive_thread_percentage = \"50\"\n"
+      "[servers.train.namespaces.small]\n"
+      "active_thread_percentage = \"25\"\npinned_memory_limit = \"1G\"\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"colour = \"red\"\n" + good, "unknown key 'colour'"},
+      {good.substr(0, good.find("[servers.train.namespaces")) + "max_clients = \"4\"\n" +
+           good.substr(good.find("[servers.train.namespaces")),
+       "servers.train: unknown key 'max_clients'"},
+      {good + "uid = 4\n", "servers.train.namespaces.small: unknown key 'uid'"},
+  };
+  for (const auto& [text, want] : cases) {
+    const std::string config = dir_ + "/bad.toml";
+    std::ofstream(config) << text;
+    const int n = next_++;
+    const pid_t d =
+        Spawn(n, {SimBin("nvidia-cuda-mps-control"), "-d", "-p", "3", "-a", config}, Env({r615}));
+    EXPECT_NE(Join(d), 0) << text;
+    EXPECT_NE(Read("err" + std::to_string(n)).find(want), std::string::npos)
+        << text << "\n-> " << Read("err" + std::to_string(n));
+    EXPECT_EQ(DaemonPid(), 0) << "no daemon for\n" << text;
+  }
+  const std::string config = dir_ + "/good.toml";
+  std::ofstream(config) << good;
+  const int n = next_++;
+  const pid_t d =
+      Spawn(n, {SimBin("nvidia-cuda-mps-control"), "-d", "-p", "3", "-a", config}, Env({r615}));
+  ASSERT_EQ(Join(d), 0) << Read("err" + std::to_string(n));
+  EXPECT_GT(DaemonPid(), 0);
+  const pid_t probe = Probe(1, {}, {r615, "CUDA_MPS_PIPE_DIRECTORY=" + pipe_ + "/train/small"});
+  const json one = Stage(1, "ready");
+  EXPECT_EQ(one.value("mps", 0), 1) << one.dump();
+  EXPECT_EQ(one.value("sms", 0), 33) << "the namespace's 25 % of 132 SMs: " << one.dump();
+  EXPECT_EQ(Join(probe), 0);
+  const int q = next_++;
+  EXPECT_EQ(Join(Spawn(q, {SimBin("nvidia-cuda-mps-control"), "-q"}, Env({r615}))), 0);
+}
+
 }  // namespace gpuslice::testing
