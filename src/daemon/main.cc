@@ -702,7 +702,23 @@ int Run(int argc, char** argv) {
             .shm_dir = shm_dir,
             .claim_reader = claim_reader.get(),
             .health = [&monitor] { return kubelet::GpuHealth(*monitor.Current(), time(nullptr)); },
-            .pool = kubelet::NodeName(config.kube_node)});
+            .pool = kubelet::NodeName(config.kube_node),
+            // A device-plugin slice whose pod asks for tier mps gets the
+            // group's MPS tenant, the grant a registration of the group
+            // gets (docs/kubernetes.md "MPS"); only where MPS runs (the
+            // slice's Allocate then names a CDI device).
+            .mps_acquire = !mps.GetStatus().available
+                               ? decltype(kubelet::DevicePluginOptions::mps_acquire){}
+                               : [&tiers](const std::string& group,
+                                          const std::vector<std::string>& uuids) {
+                                   Tenant t;
+                                   t.group = group;
+                                   t.devices = uuids;
+                                   const GroupTiers::Grant g = tiers.GrantFor(t);
+                                   return kubelet::DevicePluginOptions::MpsGrant{
+                                       .mps = g.tier == Tier::kMps, .reason = g.reason, .env = g.env};
+                                 },
+            .mps_release = [&tiers](const std::string& group) { tiers.ReleaseIfUnused(group); }});
     if (!side.ok()) {
       GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"",
              side.status().message().c_str());

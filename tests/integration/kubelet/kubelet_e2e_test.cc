@@ -22,6 +22,7 @@
 #include "daemon/kubelet/fake_kubelet.h"
 #include "shm/group_segment.h"
 #include "tests/integration/support/daemon_ready.h"
+#include "tests/integration/support/mps_cleanup.h"
 #include "tests/integration/support/sim_process_test.h"
 #include "tests/support/fake_kube_api.h"
 
@@ -51,11 +52,41 @@ class KubeletE2eTest : public testing::SimProcessTest {
   void TearDown() override {
     SimProcessTest::TearDown();
     std::filesystem::remove_all(kubelet_dir_);
+    // The MPS control daemons detach: stopping the daemon leaves them.
+    if (!mps_root_.empty()) {
+      testing::StopMpsControlDaemonsUnder(mps_root_);
+      std::filesystem::remove_all(mps_root_);
+    }
+  }
+
+  // The daemon's flags for MPS from the simulator (a short root: the
+  // control socket's path must fit a socket address).
+  std::vector<std::string> MpsArgs() {
+    char root[] = "/tmp/gs-mps.XXXXXX";
+    if (mkdtemp(root) == nullptr) return {};
+    mps_root_ = root;
+    return {"--mps-root", mps_root_, "--mps-control",
+            BuildDir() + "/sim/bin/nvidia-cuda-mps-control"};
+  }
+
+  // `vars` as NAME=VALUE entries.
+  static std::vector<std::string> EnvEntries(const std::map<std::string, std::string>& vars) {
+    std::vector<std::string> out;
+    out.reserve(vars.size());
+    for (const auto& [name, value] : vars) {
+      std::string entry = name;
+      entry += "=";
+      entry += value;
+      out.push_back(std::move(entry));
+    }
+    return out;
   }
 
   // `claims_dir`: the DRA plugin reads claims from dir_/claims (else from
   // the API server, which `mode` then names).
-  void StartDaemon(const std::vector<std::string>& mode = {"--dra"}, bool claims_dir = true) {
+  // `sim_config`: the node's simulated GPUs.
+  void StartDaemon(const std::vector<std::string>& mode = {"--dra"}, bool claims_dir = true,
+                   const std::string& sim_config = kSimConfig) {
     std::vector<std::string> args = {"--socket",
                                      socket_,
                                      "--poll-interval-ms",
@@ -76,8 +107,7 @@ class KubeletE2eTest : public testing::SimProcessTest {
                                      "256"};
     if (claims_dir) args.insert(args.end(), {"--dra-claims-dir", dir_ + "/claims"});
     args.insert(args.end(), mode.begin(), mode.end());
-    daemon_ = StartProgram("gpusliced", next_++, args,
-                           {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
+    daemon_ = StartProgram("gpusliced", next_++, args, {"GPUSLICE_SIM_CONFIG=" + sim_config});
     ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err" + std::to_string(next_ - 1));
   }
   void StopDaemon() {
@@ -197,6 +227,7 @@ class KubeletE2eTest : public testing::SimProcessTest {
 
   std::string kubelet_dir_;
   std::string socket_;
+  std::string mps_root_;
   pid_t daemon_ = 0;
   int next_ = 0;
   FakeKubelet kubelet_;
@@ -594,6 +625,179 @@ TEST_F(KubeletE2eTest, AnnotationsGiveADevicePluginContainerTheSameSliceAsDra) {
                  [](json& p) { p["metadata"]["annotations"]["gpuslice.io/memory"] = "2Gi"; });
   EXPECT_TRUE(WaitFor([&] { return HasLimits(group, uuid, 2 * kGiB, 30); }, 10s))
       << Get("/v1/groups/" + group).dump();
+}
+
+// A pod asking for MPS (gpuslice.io/tier: mps, deploy/examples/mps-pod.yaml)
+// through the device plugin: the slice's Allocate answer names its MPS CDI
+// device, PreStartContainer writes the group's MPS client into that device's
+// spec, and a process started with exactly what the kubelet and the runtime
+// give the container (the Allocate answer's environment, then the CDI
+// device's edits; its mounts are at their host paths) is a client of the
+// group's MPS server, granted the mps tier, and held by the MPS pinned memory
+// limit even without the limiter.
+TEST_F(KubeletE2eTest, AnMpsPodsContainerIsAClientOfItsGroupsMpsServer) {
+  using daemon::kubelet::DpDeviceId;
+  using daemon::kubelet::DpResource;
+  const std::string api_dir = dir_ + "/api";
+  std::filesystem::create_directories(api_dir);
+  auto api = testing::FakeKubeApi::Start(api_dir);
+  ASSERT_TRUE(api.ok()) << api.status().ToString();
+  (*api)->AcceptToken("node-token");
+  std::ofstream(api_dir + "/token") << "node-token\n";
+  (*api)->Create("/api/v1/nodes", {{"metadata", {{"name", "node-1"}}}});
+  (*api)->Create("/api/v1/namespaces/team-a/pods",
+                 {{"metadata",
+                   {{"name", "mps-trainer"},
+                    {"annotations",
+                     {{"gpuslice.io/tier", "mps"},
+                      {"gpuslice.io/memory", "1Gi"},
+                      {"gpuslice.io/cores", "40"}}}}},
+                  {"spec",
+                   {{"nodeName", "node-1"},
+                    {"containers",
+                     json::array({{{"name", "main"},
+                                   {"resources", {{"limits", {{"gpuslice.io/vgpu", "1"}}}}}}})}}}});
+  ASSERT_TRUE(kubelet_.StartDevicePluginManager(kubelet_dir_ + "/device-plugins").ok());
+  ASSERT_TRUE(kubelet_.StartPodResources(kubelet_dir_ + "/pod-resources/kubelet.sock").ok());
+  std::vector<std::string> args = {"--device-plugin",
+                                   "--kube-node",
+                                   "node-1",
+                                   "--kube-api",
+                                   (*api)->url(),
+                                   "--kube-ca",
+                                   (*api)->ca_file(),
+                                   "--kube-token-file",
+                                   api_dir + "/token",
+                                   "--kube-resource-slices",
+                                   "off"};
+  const std::vector<std::string> mps = MpsArgs();
+  ASSERT_FALSE(mps.empty());
+  args.insert(args.end(), mps.begin(), mps.end());
+  // One GPU: the simulated driver shows a process every GPU of the node
+  // (it has no CUDA_VISIBLE_DEVICES), where a container sees only its own.
+  const std::string one_gpu = R"({"device_count":1})";
+  StartDaemon(args, /*claims_dir=*/true, one_gpu);
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
+  const std::string uuid = GpuUuid(0);
+  ASSERT_FALSE(uuid.empty());
+
+  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, uuid, 0)};
+  const std::string socket = kubelet_dir_ + "/device-plugins/gpuslice-vgpu.sock";
+  auto v = kubelet_.Allocate(socket, {slice});
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const auto& answer = v->container_responses(0);
+  std::map<std::string, std::string> env(answer.envs().begin(), answer.envs().end());
+  const std::string group = env.at("GPUSLICE_GROUP");
+  ASSERT_EQ(answer.cdi_devices_size(), 1) << answer.DebugString();
+  EXPECT_EQ(answer.cdi_devices(0).name(), daemon::kubelet::CdiMpsDeviceId(group));
+  kubelet_.SetPods(
+      {daemon::kubelet::PodWithDevices("mps-trainer", "team-a", {{"gpuslice.io/vgpu", slice}})});
+  // The pod watch has seen the pod before the kubelet starts its container
+  // (as it has in a cluster: the pod is on the node from its binding on).
+  ASSERT_TRUE(WaitFor([&] { return HasLimits(group, uuid, kGiB, 40); }, 10s))
+      << Get("/v1/groups/" + group).dump() << Read("err0");
+  EXPECT_EQ(Get("/v1/groups/" + group).value("tier", ""), "mps");
+  ASSERT_TRUE(kubelet_.PreStart(socket, slice).ok()) << Read("err0");
+
+  // What the runtime reads when it creates the container: the CDI device's
+  // spec, now the group's MPS client.
+  std::ifstream in(daemon::kubelet::CdiMpsSpecPath(dir_ + "/cdi", group));
+  const json spec = json::parse(in, nullptr, false);
+  ASSERT_TRUE(spec.is_object()) << Read("err0");
+  EXPECT_EQ(spec["kind"], "gpuslice.io/mps") << spec.dump();
+  ASSERT_EQ(spec["devices"].size(), 1u) << spec.dump();
+  EXPECT_EQ(spec["devices"][0]["name"], group) << spec.dump();
+  const std::map<std::string, std::string> client = CdiEnv(spec);
+  ASSERT_TRUE(client.contains("CUDA_MPS_PIPE_DIRECTORY")) << spec.dump() << Read("err0");
+  EXPECT_EQ(client.at("CUDA_MPS_PIPE_DIRECTORY").rfind(mps_root_ + "/", 0), 0u) << spec.dump();
+  // The simulator's control binary speaks MPS v2: the group's limits are the
+  // client's environment (on v3 its namespace holds them).
+  EXPECT_EQ(client.count("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+                ? client.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+                : "",
+            "40")
+      << spec.dump();
+  EXPECT_EQ(client.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+                ? client.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+                : "",
+            "0=1G")
+      << spec.dump();
+  bool pipe_mounted = false;
+  for (const json& m : spec["devices"][0]["containerEdits"].value("mounts", json::array())) {
+    EXPECT_EQ(m["hostPath"], m["containerPath"]) << m.dump();
+    EXPECT_TRUE(std::filesystem::is_directory(m.value("hostPath", ""))) << m.dump();
+    pipe_mounted = pipe_mounted || m["hostPath"] == client.at("CUDA_MPS_PIPE_DIRECTORY");
+  }
+  EXPECT_TRUE(pipe_mounted) << spec.dump();
+  for (const auto& [name, value] : client) env[name] = value;
+
+  auto start = [&](const std::map<std::string, std::string>& vars) {
+    const int n = next_++;
+    const pid_t pid = StartProgram("gpuslice-alloc-probe", n,
+                                   {"alloc", "--api", "alloc", "--chunk", std::to_string(64 << 20),
+                                    "--max", "32", "--hold-s", "60"},
+                                   [&] {
+                                     // The node's simulated driver, as the
+                                     // MPS server sees it.
+                                     auto e = EnvEntries(vars);
+                                     e.push_back("GPUSLICE_SIM_CONFIG=" + one_gpu);
+                                     return e;
+                                   }());
+    EXPECT_TRUE(WaitFor(
+        [&] { return Read("out" + std::to_string(n)).find("\"granted\"") != std::string::npos; },
+        20s))
+        << Read("err" + std::to_string(n)) << "\ndaemon:\n"
+        << Read("err0");
+    const std::string out = Read("out" + std::to_string(n));
+    return std::pair(pid, json::parse(out.substr(0, out.find('\n')), nullptr, false));
+  };
+  const std::string control_log = mps_root_ + "/" + uuid + "/log/control.log";
+
+  // The container's process, with exactly that environment: an MPS client of
+  // the group's server, registered as a tenant on the mps tier.
+  const auto [tenant, result] = start(env);
+  ASSERT_TRUE(result.is_object());
+  EXPECT_GT(result.value("granted_bytes", uint64_t{0}), 0u) << result.dump();
+  EXPECT_LE(result.value("granted_bytes", uint64_t{0}), kGiB) << result.dump();
+  auto log = [&] {
+    std::ifstream f(control_log);
+    std::stringstream text;
+    text << f.rdbuf();
+    return text.str();
+  };
+  EXPECT_TRUE(WaitFor(
+      [&] { return log().find("NEW CLIENT " + std::to_string(tenant)) != std::string::npos; }, 5s))
+      << log();
+  json seen;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        seen = Get("/v1/tenants");
+        for (const json& t : seen.value("tenants", json::array())) {
+          if (t.value("host_pid", 0) == tenant) return t.value("tier_granted", "") == "mps";
+        }
+        return false;
+      },
+      10s))
+      << seen.dump();
+
+  // The MPS tier's own cap: without the limiter, the group's pinned memory
+  // limit alone holds the process to its 1 GiB.
+  std::map<std::string, std::string> bare = env;
+  bare.erase("LD_PRELOAD");
+  const auto [unlimited, bare_result] = start(bare);
+  ASSERT_TRUE(bare_result.is_object());
+  EXPECT_GT(bare_result.value("granted_bytes", uint64_t{0}), 0u) << bare_result.dump();
+  EXPECT_LE(bare_result.value("granted_bytes", uint64_t{0}), kGiB) << bare_result.dump();
+
+  // And the MPS server knows the container's process as its client.
+  auto [code, terminated] =
+      testing::CallDaemon(socket_, "POST", "/v1/mps/terminate",
+                          R"({"gpu": "0", "client_pid": )" + std::to_string(tenant) + "}");
+  EXPECT_EQ(code, 200) << terminated.dump() << "\n" << Read("err0");
+  kill(unlimited, SIGKILL);
+  kill(tenant, SIGKILL);
+  Join(unlimited);
+  Join(tenant);
 }
 
 // An API server outage (every request refused, open watches cut): what the
