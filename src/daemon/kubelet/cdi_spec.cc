@@ -141,6 +141,16 @@ std::string CdiMpsSpecPath(const std::string& dir, const std::string& group) {
   return dir + "/" + kDriverName + "-mps-" + group + ".json";
 }
 
+std::vector<std::string> MpsDirs(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> dirs;
+  for (const char* name : {"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"}) {
+    if (auto it = env.find(name); it != env.end() && !it->second.empty()) {
+      dirs.push_back(it->second);
+    }
+  }
+  return dirs;
+}
+
 json CdiMpsSpecFor(const std::string& group, const std::map<std::string, std::string>& env,
                    const std::vector<std::string>& dirs) {
   json vars = json::array();

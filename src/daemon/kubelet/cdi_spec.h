@@ -20,6 +20,7 @@
 // runtime never reads half a spec.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -73,6 +74,19 @@ Status RemoveCdiFile(const std::string& path);
 // of each directory in `dirs` (its pipe and log directories); otherwise only
 // GPUSLICE_MPS=off (a CDI device needs an edit).
 inline constexpr char kCdiMpsKind[] = "gpuslice.io/mps";
+// What acquiring a group's MPS tenant gave (the daemon: GroupTiers, the grant
+// a registration of the group gets).
+struct MpsGrant {
+  bool mps = false;
+  std::string reason;                      // why not, when !mps
+  std::map<std::string, std::string> env;  // the client environment, when mps
+};
+using MpsAcquire =
+    std::function<MpsGrant(const std::string& group, const std::vector<std::string>& uuids)>;
+using MpsRelease = std::function<void(const std::string& group)>;
+// The directories of a client environment to mount (its pipe and log
+// directories), in that order.
+std::vector<std::string> MpsDirs(const std::map<std::string, std::string>& env);
 std::string CdiMpsDeviceId(const std::string& group);
 std::string CdiMpsSpecPath(const std::string& dir, const std::string& group);
 nlohmann::json CdiMpsSpecFor(const std::string& group,

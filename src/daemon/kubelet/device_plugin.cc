@@ -482,12 +482,7 @@ Status DevicePlugins::WriteMpsSpec(const std::string& group, Tier tier,
            group.c_str(), grant.reason.c_str());
     return WriteCdiFile(path, CdiMpsSpecFor(group, {}, {}));
   }
-  std::vector<std::string> dirs;
-  for (const char* name : {"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"}) {
-    if (auto it = grant.env.find(name); it != grant.env.end() && !it->second.empty()) {
-      dirs.push_back(it->second);
-    }
-  }
+  const std::vector<std::string> dirs = MpsDirs(grant.env);
   GS_RETURN_IF_ERROR(WriteCdiFile(path, CdiMpsSpecFor(group, grant.env, dirs)));
   GS_LOG(kInfo, "kubelet", "event=device_plugin_mps group=%s pipe=%s", group.c_str(),
          dirs.empty() ? "" : dirs.front().c_str());

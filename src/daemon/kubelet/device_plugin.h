@@ -139,14 +139,9 @@ struct DevicePluginOptions {
   // (the TenantRegistry in the daemon); null: the environment only.
   GroupLimitSink* limits = nullptr;
   // MPS for slices whose pod asks for it (see above); unset: no CDI device.
-  struct MpsGrant {
-    bool mps = false;
-    std::string reason;                      // why not, when !mps
-    std::map<std::string, std::string> env;  // the client environment, when mps
-  };
-  std::function<MpsGrant(const std::string& group, const std::vector<std::string>& uuids)>
-      mps_acquire;
-  std::function<void(const std::string& group)> mps_release;
+  using MpsGrant = kubelet::MpsGrant;
+  MpsAcquire mps_acquire;
+  MpsRelease mps_release;
 };
 
 class DevicePlugins {

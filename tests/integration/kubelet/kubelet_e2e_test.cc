@@ -37,6 +37,9 @@ using testing::WaitFor;
 using namespace std::chrono_literals;
 
 constexpr char kSimConfig[] = R"({"device_count":2})";
+// One GPU, for MPS: the simulated driver shows a process every GPU of the
+// node (it has no CUDA_VISIBLE_DEVICES), where a container sees only its own.
+constexpr char kOneGpu[] = R"({"device_count":1})";
 constexpr char kClaimUid[] = "c1a1e2d3-4b5c-4d6e-8f70-8192a3b4c5d6";
 constexpr uint64_t kGiB = 1ull << 30;
 
@@ -67,6 +70,55 @@ class KubeletE2eTest : public testing::SimProcessTest {
     mps_root_ = root;
     return {"--mps-root", mps_root_, "--mps-control",
             BuildDir() + "/sim/bin/nvidia-cuda-mps-control"};
+  }
+
+  // `gpuslice-alloc-probe alloc` (up to `max_chunks` of 64 MiB, held a
+  // minute) with exactly `vars` plus the node's simulated driver
+  // (`sim_config`, as the MPS server sees it); its pid and its first line
+  // of output (the JSON result), once there.
+  std::pair<pid_t, json> StartMpsProbe(const std::map<std::string, std::string>& vars,
+                                       int max_chunks, const std::string& sim_config) {
+    const int n = next_++;
+    std::vector<std::string> env = EnvEntries(vars);
+    env.push_back("GPUSLICE_SIM_CONFIG=" + sim_config);
+    const pid_t pid = StartProgram("gpuslice-alloc-probe", n,
+                                   {"alloc", "--api", "alloc", "--chunk", std::to_string(64 << 20),
+                                    "--max", std::to_string(max_chunks), "--hold-s", "60"},
+                                   env);
+    EXPECT_TRUE(WaitFor(
+        [&] { return Read("out" + std::to_string(n)).find("\"granted\"") != std::string::npos; },
+        20s))
+        << Read("err" + std::to_string(n)) << "\ndaemon:\n"
+        << Read("err0");
+    const std::string out = Read("out" + std::to_string(n));
+    return {pid, json::parse(out.substr(0, out.find('\n')), nullptr, false)};
+  }
+  // The simulated MPS control daemon's log of GPU `uuid`.
+  std::string MpsControlLog(const std::string& uuid) {
+    std::ifstream f(mps_root_ + "/" + uuid + "/log/control.log");
+    std::stringstream text;
+    text << f.rdbuf();
+    return text.str();
+  }
+  // Whether `pid` connected to GPU `uuid`'s MPS server as its client.
+  bool IsMpsClient(const std::string& uuid, pid_t pid) {
+    return WaitFor(
+        [&] {
+          return MpsControlLog(uuid).find("NEW CLIENT " + std::to_string(pid)) != std::string::npos;
+        },
+        5s);
+  }
+  // Whether the daemon holds `pid` as a tenant on the mps tier.
+  bool GrantedMps(pid_t pid) {
+    return WaitFor(
+        [&] {
+          const json seen = Get("/v1/tenants");
+          for (const json& t : seen.value("tenants", json::array())) {
+            if (t.value("host_pid", 0) == pid) return t.value("tier_granted", "") == "mps";
+          }
+          return false;
+        },
+        10s);
   }
 
   // `vars` as NAME=VALUE entries.
@@ -673,10 +725,7 @@ TEST_F(KubeletE2eTest, AnMpsPodsContainerIsAClientOfItsGroupsMpsServer) {
   const std::vector<std::string> mps = MpsArgs();
   ASSERT_FALSE(mps.empty());
   args.insert(args.end(), mps.begin(), mps.end());
-  // One GPU: the simulated driver shows a process every GPU of the node
-  // (it has no CUDA_VISIBLE_DEVICES), where a container sees only its own.
-  const std::string one_gpu = R"({"device_count":1})";
-  StartDaemon(args, /*claims_dir=*/true, one_gpu);
+  StartDaemon(args, /*claims_dir=*/true, kOneGpu);
   ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
   const std::string uuid = GpuUuid(0);
   ASSERT_FALSE(uuid.empty());
@@ -731,60 +780,20 @@ TEST_F(KubeletE2eTest, AnMpsPodsContainerIsAClientOfItsGroupsMpsServer) {
   EXPECT_TRUE(pipe_mounted) << spec.dump();
   for (const auto& [name, value] : client) env[name] = value;
 
-  auto start = [&](const std::map<std::string, std::string>& vars) {
-    const int n = next_++;
-    const pid_t pid = StartProgram("gpuslice-alloc-probe", n,
-                                   {"alloc", "--api", "alloc", "--chunk", std::to_string(64 << 20),
-                                    "--max", "32", "--hold-s", "60"},
-                                   [&] {
-                                     // The node's simulated driver, as the
-                                     // MPS server sees it.
-                                     auto e = EnvEntries(vars);
-                                     e.push_back("GPUSLICE_SIM_CONFIG=" + one_gpu);
-                                     return e;
-                                   }());
-    EXPECT_TRUE(WaitFor(
-        [&] { return Read("out" + std::to_string(n)).find("\"granted\"") != std::string::npos; },
-        20s))
-        << Read("err" + std::to_string(n)) << "\ndaemon:\n"
-        << Read("err0");
-    const std::string out = Read("out" + std::to_string(n));
-    return std::pair(pid, json::parse(out.substr(0, out.find('\n')), nullptr, false));
-  };
-  const std::string control_log = mps_root_ + "/" + uuid + "/log/control.log";
-
   // The container's process, with exactly that environment: an MPS client of
   // the group's server, registered as a tenant on the mps tier.
-  const auto [tenant, result] = start(env);
+  const auto [tenant, result] = StartMpsProbe(env, 32, kOneGpu);
   ASSERT_TRUE(result.is_object());
   EXPECT_GT(result.value("granted_bytes", uint64_t{0}), 0u) << result.dump();
   EXPECT_LE(result.value("granted_bytes", uint64_t{0}), kGiB) << result.dump();
-  auto log = [&] {
-    std::ifstream f(control_log);
-    std::stringstream text;
-    text << f.rdbuf();
-    return text.str();
-  };
-  EXPECT_TRUE(WaitFor(
-      [&] { return log().find("NEW CLIENT " + std::to_string(tenant)) != std::string::npos; }, 5s))
-      << log();
-  json seen;
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        seen = Get("/v1/tenants");
-        for (const json& t : seen.value("tenants", json::array())) {
-          if (t.value("host_pid", 0) == tenant) return t.value("tier_granted", "") == "mps";
-        }
-        return false;
-      },
-      10s))
-      << seen.dump();
+  EXPECT_TRUE(IsMpsClient(uuid, tenant)) << MpsControlLog(uuid);
+  EXPECT_TRUE(GrantedMps(tenant)) << Get("/v1/tenants").dump();
 
   // The MPS tier's own cap: without the limiter, the group's pinned memory
   // limit alone holds the process to its 1 GiB.
   std::map<std::string, std::string> bare = env;
   bare.erase("LD_PRELOAD");
-  const auto [unlimited, bare_result] = start(bare);
+  const auto [unlimited, bare_result] = StartMpsProbe(bare, 32, kOneGpu);
   ASSERT_TRUE(bare_result.is_object());
   EXPECT_GT(bare_result.value("granted_bytes", uint64_t{0}), 0u) << bare_result.dump();
   EXPECT_LE(bare_result.value("granted_bytes", uint64_t{0}), kGiB) << bare_result.dump();
@@ -798,6 +807,99 @@ TEST_F(KubeletE2eTest, AnMpsPodsContainerIsAClientOfItsGroupsMpsServer) {
   kill(tenant, SIGKILL);
   Join(unlimited);
   Join(tenant);
+}
+
+// A DRA claim asking for MPS through its opaque configuration (a
+// gpuslice.io SliceConfig with tier mps, deploy/examples/dra-mps-claim-pod.yaml):
+// at prepare its group is on the mps tier and the claim's CDI spec carries
+// the group's MPS client; a process started with the spec's environment is a
+// client of the group's MPS server, granted the mps tier, held by the pinned
+// memory limit even without the limiter. A config gpuslice does not know is
+// refused at prepare, saying why.
+TEST_F(KubeletE2eTest, AClaimAskingForMpsIsAClientOfItsGroupsMpsServer) {
+  std::vector<std::string> args = {"--dra"};
+  const std::vector<std::string> mps = MpsArgs();
+  ASSERT_FALSE(mps.empty());
+  args.insert(args.end(), mps.begin(), mps.end());
+  StartDaemon(args, /*claims_dir=*/true, kOneGpu);
+  const std::string uuid = GpuUuid(0);
+  ASSERT_FALSE(uuid.empty());
+  auto with_config = [](const json& parameters) {
+    json claim = ClaimObject("gpu-0");
+    claim["status"]["allocation"]["devices"]["config"] =
+        json::array({{{"source", "FromClaim"},
+                      {"requests", json::array({"gpu"})},
+                      {"opaque", {{"driver", "gpuslice.io"}, {"parameters", parameters}}}}});
+    return claim;
+  };
+  std::filesystem::create_directories(dir_ + "/claims/team-a");
+  std::ofstream(dir_ + "/claims/team-a/slice.json")
+      << with_config(
+             {{"apiVersion", "gpuslice.io/v1alpha1"}, {"kind", "SliceConfig"}, {"tier", "mps"}})
+             .dump();
+  const std::string endpoint = RegisterPlugin();
+  ASSERT_FALSE(endpoint.empty());
+  auto prepared = kubelet_.Prepare(endpoint, {Claim()});
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  ASSERT_EQ(prepared->claims().at(kClaimUid).error(), "") << Read("err0");
+  const json group = Get(std::string("/v1/groups/") + kClaimUid);
+  EXPECT_EQ(group.value("tier", ""), "mps") << group.dump();
+
+  const json spec = Spec();
+  ASSERT_FALSE(spec.is_discarded());
+  const std::map<std::string, std::string> env = CdiEnv(spec);
+  ASSERT_TRUE(env.contains("CUDA_MPS_PIPE_DIRECTORY")) << spec.dump() << Read("err0");
+  EXPECT_EQ(env.at("CUDA_MPS_PIPE_DIRECTORY").rfind(mps_root_ + "/", 0), 0u) << spec.dump();
+  EXPECT_EQ(env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+                ? env.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+                : "",
+            "0=4G")
+      << spec.dump();
+  bool pipe_mounted = false;
+  for (const json& m : spec["devices"][0]["containerEdits"]["mounts"]) {
+    pipe_mounted = pipe_mounted || (m["hostPath"] == env.at("CUDA_MPS_PIPE_DIRECTORY") &&
+                                    m["containerPath"] == m["hostPath"]);
+  }
+  EXPECT_TRUE(pipe_mounted) << spec.dump();
+
+  const auto [tenant, result] = StartMpsProbe(env, 96, kOneGpu);
+  ASSERT_TRUE(result.is_object());
+  EXPECT_GT(result.value("granted_bytes", uint64_t{0}), 0u) << result.dump();
+  EXPECT_LE(result.value("granted_bytes", uint64_t{0}), 4 * kGiB) << result.dump();
+  EXPECT_TRUE(IsMpsClient(uuid, tenant)) << MpsControlLog(uuid);
+  EXPECT_TRUE(GrantedMps(tenant)) << Get("/v1/tenants").dump();
+  // Without the limiter, the MPS pinned memory limit alone: 4 of the 6 GiB asked.
+  std::map<std::string, std::string> bare = env;
+  bare.erase("LD_PRELOAD");
+  const auto [unlimited, bare_result] = StartMpsProbe(bare, 96, kOneGpu);
+  ASSERT_TRUE(bare_result.is_object());
+  EXPECT_GT(bare_result.value("granted_bytes", uint64_t{0}), 0u) << bare_result.dump();
+  EXPECT_LE(bare_result.value("granted_bytes", uint64_t{0}), 4 * kGiB) << bare_result.dump();
+  auto [code, terminated] =
+      testing::CallDaemon(socket_, "POST", "/v1/mps/terminate",
+                          R"({"gpu": "0", "client_pid": )" + std::to_string(tenant) + "}");
+  EXPECT_EQ(code, 200) << terminated.dump() << "\n" << Read("err0");
+  kill(unlimited, SIGKILL);
+  kill(tenant, SIGKILL);
+  Join(unlimited);
+  Join(tenant);
+
+  // A config of another kind: refused at prepare, the reason in the result.
+  json bad = with_config({{"apiVersion", "gpuslice.io/v1alpha1"}, {"kind", "GpuConfig"}});
+  bad["metadata"]["name"] = "bad";
+  bad["metadata"]["uid"] = "0bad0bad-1111-2222-3333-444455556666";
+  std::ofstream(dir_ + "/claims/team-a/bad.json") << bad.dump();
+  daemon::kubelet::dra_api::Claim c;
+  c.set_namespace_("team-a");
+  c.set_name("bad");
+  c.set_uid("0bad0bad-1111-2222-3333-444455556666");
+  auto refused = kubelet_.Prepare(endpoint, {c});
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  const std::string error = refused->claims().at(c.uid()).error();
+  EXPECT_NE(error.find("is not gpuslice.io/v1alpha1 SliceConfig"), std::string::npos) << error;
+  int status = 0;
+  Get("/v1/groups/" + c.uid(), &status);
+  EXPECT_EQ(status, 404);
 }
 
 // An API server outage (every request refused, open watches cut): what the
