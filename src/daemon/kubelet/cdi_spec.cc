@@ -154,7 +154,12 @@ std::vector<std::string> MpsDirs(const std::map<std::string, std::string>& env) 
 json CdiMpsSpecFor(const std::string& group, const std::map<std::string, std::string>& env,
                    const std::vector<std::string>& dirs) {
   json vars = json::array();
-  for (const auto& [name, value] : env) vars.push_back(name + "=" + value);
+  for (const auto& [name, value] : env) {
+    std::string entry = name;
+    entry += "=";
+    entry += value;
+    vars.push_back(std::move(entry));
+  }
   if (vars.empty()) vars.push_back("GPUSLICE_MPS=off");
   json edits{{"env", vars}};
   if (!dirs.empty()) {

@@ -92,8 +92,11 @@ StatusOr<bool> SliceConfigAsksForMps(const json& parameters, const std::string& 
   }
   for (const auto& [key, value] : parameters.items()) {
     if (key != "apiVersion" && key != "kind" && key != "tier") {
-      return InvalidArgument(what + ": unknown field \"" + key +
-                             "\" (a SliceConfig has apiVersion, kind, tier)");
+      std::string message = what;
+      message += ": unknown field \"";
+      message += key;
+      message += R"(" (a SliceConfig has apiVersion, kind, tier))";
+      return InvalidArgument(message);
     }
   }
   if (Str(parameters, "apiVersion") != kSliceConfigApiVersion ||
@@ -105,7 +108,7 @@ StatusOr<bool> SliceConfigAsksForMps(const json& parameters, const std::string& 
   const json tier = parameters.value("tier", json("shared"));
   if (tier == "mps") return true;
   if (tier == "shared") return false;
-  return InvalidArgument(what + ": tier " + tier.dump() + " is neither \"shared\" nor \"mps\"");
+  return InvalidArgument(what + ": tier " + tier.dump() + R"( is neither "shared" nor "mps")");
 }
 
 StatusOr<ClaimInfo> ClaimInfoFromResourceClaim(const json& claim, const ClaimRef& ref,

@@ -280,12 +280,12 @@ Status DraPlugin::WriteSpec(const Allocation& a, const std::map<std::string, uin
   for (const auto& [uuid, limit] : LimitsOf(a)) uuids.push_back(uuid);
   const MpsGrant grant = options_.mps_acquire(a.claim_uid, uuids);
   if (grant.mps) {
+    // The client's edits, as the device plugin's MPS device has them.
     json& edits = spec["devices"][0]["containerEdits"];
-    for (const auto& [name, value] : grant.env) edits["env"].push_back(name + "=" + value);
-    const json client = CdiMpsSpecFor(a.claim_uid, {}, MpsDirs(grant.env));
-    for (const json& m : client["devices"][0]["containerEdits"].value("mounts", json::array())) {
-      edits["mounts"].push_back(m);
-    }
+    const json client =
+        CdiMpsSpecFor(a.claim_uid, grant.env, MpsDirs(grant.env))["devices"][0]["containerEdits"];
+    for (const json& e : client["env"]) edits["env"].push_back(e);
+    for (const json& m : client.value("mounts", json::array())) edits["mounts"].push_back(m);
     GS_LOG(kInfo, "kubelet", "event=claim_mps claim=%s gpus=%zu", a.claim_uid.c_str(),
            uuids.size());
   } else {
