@@ -121,6 +121,49 @@ class KubeletE2eTest : public testing::SimProcessTest {
         10s);
   }
 
+  // A one-GPU node with MPS (the simulator's), the device plugins and the pod
+  // watch; the API server holds pod team-a/mps-trainer, on the node, asking
+  // for tier mps, 1 GiB and 40 % with one gpuslice.io/vgpu.
+  void StartMpsPodNode(std::unique_ptr<testing::FakeKubeApi>& api) {
+    const std::string api_dir = dir_ + "/api";
+    std::filesystem::create_directories(api_dir);
+    auto started = testing::FakeKubeApi::Start(api_dir);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    api = std::move(*started);
+    api->AcceptToken("node-token");
+    std::ofstream(api_dir + "/token") << "node-token\n";
+    api->Create("/api/v1/nodes", {{"metadata", {{"name", "node-1"}}}});
+    api->Create("/api/v1/namespaces/team-a/pods",
+                {{"metadata",
+                  {{"name", "mps-trainer"},
+                   {"annotations",
+                    {{"gpuslice.io/tier", "mps"},
+                     {"gpuslice.io/memory", "1Gi"},
+                     {"gpuslice.io/cores", "40"}}}}},
+                 {"spec",
+                  {{"nodeName", "node-1"},
+                   {"containers",
+                    json::array({{{"name", "main"},
+                                  {"resources", {{"limits", {{"gpuslice.io/vgpu", "1"}}}}}}})}}}});
+    ASSERT_TRUE(kubelet_.StartDevicePluginManager(kubelet_dir_ + "/device-plugins").ok());
+    ASSERT_TRUE(kubelet_.StartPodResources(kubelet_dir_ + "/pod-resources/kubelet.sock").ok());
+    std::vector<std::string> args = {"--device-plugin",
+                                     "--kube-node",
+                                     "node-1",
+                                     "--kube-api",
+                                     api->url(),
+                                     "--kube-ca",
+                                     api->ca_file(),
+                                     "--kube-token-file",
+                                     api_dir + "/token",
+                                     "--kube-resource-slices",
+                                     "off"};
+    const std::vector<std::string> mps = MpsArgs();
+    ASSERT_FALSE(mps.empty());
+    args.insert(args.end(), mps.begin(), mps.end());
+    StartDaemon(args, /*claims_dir=*/true, kOneGpu);
+  }
+
   // `vars` as NAME=VALUE entries.
   static std::vector<std::string> EnvEntries(const std::map<std::string, std::string>& vars) {
     std::vector<std::string> out;
@@ -625,6 +668,8 @@ TEST_F(KubeletE2eTest, AnnotationsGiveADevicePluginContainerTheSameSliceAsDra) {
   std::map<std::string, std::string> env(v->container_responses(0).envs().begin(),
                                          v->container_responses(0).envs().end());
   const std::string group = env.at("GPUSLICE_GROUP");
+  // A node without MPS: the answer names no MPS CDI device.
+  EXPECT_EQ(v->container_responses(0).cdi_devices_size(), 0);
   kubelet_.SetPods(
       {daemon::kubelet::PodWithDevices("trainer", "team-a", {{"gpuslice.io/vgpu", slice}})});
   ASSERT_TRUE(kubelet_.PreStart(socket, slice).ok());
@@ -690,42 +735,8 @@ TEST_F(KubeletE2eTest, AnnotationsGiveADevicePluginContainerTheSameSliceAsDra) {
 TEST_F(KubeletE2eTest, AnMpsPodsContainerIsAClientOfItsGroupsMpsServer) {
   using daemon::kubelet::DpDeviceId;
   using daemon::kubelet::DpResource;
-  const std::string api_dir = dir_ + "/api";
-  std::filesystem::create_directories(api_dir);
-  auto api = testing::FakeKubeApi::Start(api_dir);
-  ASSERT_TRUE(api.ok()) << api.status().ToString();
-  (*api)->AcceptToken("node-token");
-  std::ofstream(api_dir + "/token") << "node-token\n";
-  (*api)->Create("/api/v1/nodes", {{"metadata", {{"name", "node-1"}}}});
-  (*api)->Create("/api/v1/namespaces/team-a/pods",
-                 {{"metadata",
-                   {{"name", "mps-trainer"},
-                    {"annotations",
-                     {{"gpuslice.io/tier", "mps"},
-                      {"gpuslice.io/memory", "1Gi"},
-                      {"gpuslice.io/cores", "40"}}}}},
-                  {"spec",
-                   {{"nodeName", "node-1"},
-                    {"containers",
-                     json::array({{{"name", "main"},
-                                   {"resources", {{"limits", {{"gpuslice.io/vgpu", "1"}}}}}}})}}}});
-  ASSERT_TRUE(kubelet_.StartDevicePluginManager(kubelet_dir_ + "/device-plugins").ok());
-  ASSERT_TRUE(kubelet_.StartPodResources(kubelet_dir_ + "/pod-resources/kubelet.sock").ok());
-  std::vector<std::string> args = {"--device-plugin",
-                                   "--kube-node",
-                                   "node-1",
-                                   "--kube-api",
-                                   (*api)->url(),
-                                   "--kube-ca",
-                                   (*api)->ca_file(),
-                                   "--kube-token-file",
-                                   api_dir + "/token",
-                                   "--kube-resource-slices",
-                                   "off"};
-  const std::vector<std::string> mps = MpsArgs();
-  ASSERT_FALSE(mps.empty());
-  args.insert(args.end(), mps.begin(), mps.end());
-  StartDaemon(args, /*claims_dir=*/true, kOneGpu);
+  std::unique_ptr<testing::FakeKubeApi> api;
+  ASSERT_NO_FATAL_FAILURE(StartMpsPodNode(api));
   ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
   const std::string uuid = GpuUuid(0);
   ASSERT_FALSE(uuid.empty());
@@ -807,6 +818,71 @@ TEST_F(KubeletE2eTest, AnMpsPodsContainerIsAClientOfItsGroupsMpsServer) {
   kill(tenant, SIGKILL);
   Join(unlimited);
   Join(tenant);
+}
+
+// An mps pod where MPS cannot be had for its group (a shared tenant of
+// another group already runs on the GPU: MPS would put the GPU in
+// EXCLUSIVE_PROCESS mode under it, docs/mps.md "Tiers"): the container's
+// MPS device stays empty, the daemon says why, and its process is no MPS
+// client.
+TEST_F(KubeletE2eTest, AnMpsPodWhoseGroupCannotHaveMpsGetsNoClientAndSaysWhy) {
+  using daemon::kubelet::DpDeviceId;
+  using daemon::kubelet::DpResource;
+  std::unique_ptr<testing::FakeKubeApi> api;
+  ASSERT_NO_FATAL_FAILURE(StartMpsPodNode(api));
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
+  const std::string uuid = GpuUuid(0);
+  ASSERT_FALSE(uuid.empty());
+  // A shared tenant of group "batch", registered, on the GPU.
+  const auto [batch, batch_result] =
+      StartMpsProbe({{"LD_PRELOAD", BuildDir() + "/lib/libgpuslice.so"},
+                     {"GPUSLICE_SOCKET", socket_},
+                     {"GPUSLICE_SHM_DIR", shm_dir_},
+                     {"GPUSLICE_GROUP", "batch"}},
+                    2, kOneGpu);
+  ASSERT_TRUE(batch_result.is_object());
+  const pid_t batch_pid = batch;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& t : Get("/v1/tenants").value("tenants", json::array())) {
+          if (t.value("host_pid", 0) == batch_pid) return true;
+        }
+        return false;
+      },
+      10s));
+
+  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, uuid, 0)};
+  const std::string socket = kubelet_dir_ + "/device-plugins/gpuslice-vgpu.sock";
+  auto v = kubelet_.Allocate(socket, {slice});
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  std::map<std::string, std::string> env(v->container_responses(0).envs().begin(),
+                                         v->container_responses(0).envs().end());
+  const std::string group = env.at("GPUSLICE_GROUP");
+  ASSERT_EQ(v->container_responses(0).cdi_devices_size(), 1);
+  kubelet_.SetPods(
+      {daemon::kubelet::PodWithDevices("mps-trainer", "team-a", {{"gpuslice.io/vgpu", slice}})});
+  ASSERT_TRUE(WaitFor([&] { return HasLimits(group, uuid, kGiB, 40); }, 10s))
+      << Get("/v1/groups/" + group).dump() << Read("err0");
+  ASSERT_TRUE(kubelet_.PreStart(socket, slice).ok()) << Read("err0");
+  std::ifstream in(daemon::kubelet::CdiMpsSpecPath(dir_ + "/cdi", group));
+  const json spec = json::parse(in, nullptr, false);
+  EXPECT_EQ(CdiEnv(spec), (std::map<std::string, std::string>{{"GPUSLICE_MPS", "off"}}))
+      << spec.dump();
+  const std::string log = Read("err0");
+  const size_t said = log.find("event=device_plugin_mps_fallback group=" + group);
+  ASSERT_NE(said, std::string::npos) << log;
+  EXPECT_NE(log.find("batch", said), std::string::npos) << log.substr(said);
+
+  // Its process, started with what the container gets: no MPS client.
+  for (const auto& [name, value] : CdiEnv(spec)) env[name] = value;
+  const auto [tenant, result] = StartMpsProbe(env, 2, kOneGpu);
+  ASSERT_TRUE(result.is_object());
+  EXPECT_EQ(MpsControlLog(uuid).find("NEW CLIENT " + std::to_string(tenant)), std::string::npos)
+      << MpsControlLog(uuid);
+  kill(tenant, SIGKILL);
+  kill(batch, SIGKILL);
+  Join(tenant);
+  Join(batch);
 }
 
 // A DRA claim asking for MPS through its opaque configuration (a
