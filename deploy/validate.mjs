@@ -88,6 +88,9 @@ function checkType(value, type, ctx, where, errors) {
 }
 
 function checkObject(value, file, where, errors) {
+  // Arbitrary JSON, stored as given (a DRA opaque config's parameters):
+  // checkSliceConfigs checks gpuslice's own.
+  if (path.basename(file, ".d.ts") === "RawExtension") return;
   const iface = parseDts(file);
   if (!iface || !value || typeof value !== "object" || Array.isArray(value)) return;
   for (const [k, v] of Object.entries(value)) {
@@ -97,6 +100,37 @@ function checkObject(value, file, where, errors) {
     }
     checkType(v, iface.fields.get(k), iface, `${where}.${k}`, errors);
   }
+}
+
+// The parameters of every opaque DRA config for driver gpuslice.io: a
+// SliceConfig, refused as gpusliced refuses it at prepare
+// (src/daemon/kubelet/claim_reader.h SliceConfigAsksForMps).
+function checkSliceConfigs(value, where, errors) {
+  if (!value || typeof value !== "object") return;
+  if (Array.isArray(value)) {
+    value.forEach((v, i) => checkSliceConfigs(v, `${where}[${i}]`, errors));
+    return;
+  }
+  if (value.driver === "gpuslice.io" && "parameters" in value) {
+    const p = value.parameters;
+    const at = `${where}.parameters`;
+    if (!p || typeof p !== "object" || Array.isArray(p)) {
+      errors.push(`${at}: a SliceConfig must be an object`);
+    } else {
+      for (const k of Object.keys(p)) {
+        if (!["apiVersion", "kind", "tier"].includes(k)) {
+          errors.push(`${at}.${k}: unknown field (SliceConfig has apiVersion, kind, tier)`);
+        }
+      }
+      if (p.apiVersion !== "gpuslice.io/v1alpha1" || p.kind !== "SliceConfig") {
+        errors.push(`${at}: ${p.apiVersion} ${p.kind} is not gpuslice.io/v1alpha1 SliceConfig`);
+      }
+      if ("tier" in p && !["shared", "mps"].includes(p.tier)) {
+        errors.push(`${at}.tier: ${JSON.stringify(p.tier)} is neither "shared" nor "mps"`);
+      }
+    }
+  }
+  for (const [k, v] of Object.entries(value)) checkSliceConfigs(v, `${where}.${k}`, errors);
 }
 
 // --- Documents. ---
@@ -116,6 +150,7 @@ async function validateDoc(doc) {
     errors.push(String(e.message || e).split("\n").slice(0, 6).join("; "));
   }
   checkObject(doc, dts, kind, errors);
+  checkSliceConfigs(doc, kind, errors);
   return errors;
 }
 

@@ -688,6 +688,23 @@ int Run(int argc, char** argv) {
   // The kubelet side (docs/kubernetes.md "Kubelet side"), only when asked:
   // allocations restored, the DRA plugin and device plugins served.
   std::unique_ptr<kubelet::KubeletSide> kubelet_side;
+  // A device-plugin slice whose pod asks for tier mps, or a claim whose
+  // SliceConfig does, gets the group's MPS tenant: the placement a
+  // registration would be checked for, then the grant it gets
+  // (docs/kubernetes.md "MPS"). Only where MPS runs.
+  kubelet::MpsAcquire mps_acquire;
+  if (mps.GetStatus().available) {
+    mps_acquire = [&tiers](const std::string& group, const std::vector<std::string>& uuids) {
+      if (Status s = tiers.CheckPlacement(group, Tier::kMps, uuids); !s.ok()) {
+        return kubelet::MpsGrant{.mps = false, .reason = s.message(), .env = {}};
+      }
+      Tenant t;
+      t.group = group;
+      t.devices = uuids;
+      const GroupTiers::Grant g = tiers.GrantFor(t);
+      return kubelet::MpsGrant{.mps = g.tier == Tier::kMps, .reason = g.reason, .env = g.env};
+    };
+  }
   if (kubelet_config.enabled()) {
     auto side = kubelet::KubeletSide::Start(
         kubelet_config,
@@ -712,7 +729,9 @@ int Run(int argc, char** argv) {
             .shm_dir = shm_dir,
             .claim_reader = claim_reader.get(),
             .health = [&monitor] { return kubelet::GpuHealth(*monitor.Current(), time(nullptr)); },
-            .pool = kubelet::NodeName(config.kube_node)});
+            .pool = kubelet::NodeName(config.kube_node),
+            .mps_acquire = mps_acquire,
+            .mps_release = [&tiers](const std::string& group) { tiers.ReleaseIfUnused(group); }});
     if (!side.ok()) {
       GS_LOG(kError, "gpusliced", "event=start_failed error=\"%s\"",
              side.status().message().c_str());

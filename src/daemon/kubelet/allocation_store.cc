@@ -18,9 +18,13 @@ json AllocationJson(const Allocation& a) {
     if (d.cores_percent) j["cores_percent"] = *d.cores_percent;
     devices.push_back(std::move(j));
   }
-  return json{{"claim_uid", a.claim_uid}, {"namespace", a.claim_namespace},
-              {"name", a.claim_name},     {"pod_uids", a.pod_uids},
-              {"devices", devices},       {"source", a.source}};
+  return json{{"claim_uid", a.claim_uid},
+              {"namespace", a.claim_namespace},
+              {"name", a.claim_name},
+              {"pod_uids", a.pod_uids},
+              {"devices", devices},
+              {"source", a.source},
+              {"tier", a.mps ? "mps" : "shared"}};
 }
 
 StatusOr<Allocation> AllocationFromJson(const json& j) {
@@ -31,6 +35,7 @@ StatusOr<Allocation> AllocationFromJson(const json& j) {
     a.claim_name = j.value("name", "");
     a.pod_uids = j.value("pod_uids", std::vector<std::string>{});
     a.source = j.value("source", "");
+    a.mps = j.value("tier", "shared") == "mps";
     for (const json& d : j.at("devices")) {
       DeviceShare s;
       s.uuid = d.at("uuid").get<std::string>();
@@ -135,6 +140,14 @@ Status AllocationStore::RetryCheckpoint() {
   return SaveLocked();
 }
 
+Status AllocationStore::SetGroup(const Allocation& a) {
+  if (!a.mps) return sink_.SetLimits(a.claim_uid, LimitsOf(a));
+  TenantRegistry::GroupChange change;
+  change.limits = LimitsOf(a);
+  change.tier = Tier::kMps;
+  return sink_.SetSettings(a.claim_uid, change);
+}
+
 Status AllocationStore::Restore() {
   if (store_ == nullptr) return Status::Ok();
   auto record = store_->Load(record_);
@@ -152,7 +165,7 @@ Status AllocationStore::Restore() {
     }
     // The registry may have lost the group (its own record set aside): the
     // allocation is the truth, its limits are set again.
-    if (Status s = sink_.SetLimits(a->claim_uid, LimitsOf(*a)); !s.ok()) {
+    if (Status s = SetGroup(*a); !s.ok()) {
       GS_LOG(kError, "kubelet", "event=allocation_restore_failed claim=%s error=\"%s\"",
              a->claim_uid.c_str(), s.message().c_str());
       if (first_error.ok()) first_error = s;
@@ -184,7 +197,7 @@ StatusOr<Allocation> AllocationStore::Prepare(const Allocation& a) {
   Allocation recorded = a;
   recorded.pod_uids.clear();
   AddPods(recorded.pod_uids, a.pod_uids);
-  GS_RETURN_IF_ERROR(sink_.SetLimits(recorded.claim_uid, LimitsOf(recorded)));
+  GS_RETURN_IF_ERROR(SetGroup(recorded));
   allocations_[recorded.claim_uid] = recorded;
   if (Status s = SaveLocked(); !s.ok()) {
     allocations_.erase(recorded.claim_uid);

@@ -72,6 +72,9 @@ struct Allocation {
   std::vector<std::string> pod_uids;  // sorted, unique
   std::vector<DeviceShare> devices;
   std::string source;  // "dra" or "device-plugin"
+  // A DRA claim whose opaque config asks for tier mps (claim_reader.h
+  // SliceConfig): its group is set to the mps tier with its limits.
+  bool mps = false;
 
   bool operator==(const Allocation&) const = default;
 };
@@ -172,6 +175,8 @@ class AllocationStore {
 
  private:
   Status SaveLocked() REQUIRES(mu_);
+  // Sets `a`'s group in the sink: its limits, and the mps tier if it asks.
+  Status SetGroup(const Allocation& a);
 
   StateStore* store_;
   GroupLimitSink& sink_;

@@ -31,7 +31,12 @@ class FakeSink : public GroupLimitSink {
     groups.erase(group);
     return Status::Ok();
   }
+  Status SetSettings(const std::string& group, const TenantRegistry::GroupChange& change) override {
+    if (change.tier) tiers[group] = *change.tier;
+    return GroupLimitSink::SetSettings(group, change);
+  }
   std::map<std::string, Limits> groups;
+  std::map<std::string, Tier> tiers;  // set through SetSettings
   int set_calls = 0;
   int clear_calls = 0;
   bool fail = false;
@@ -142,6 +147,28 @@ TEST_F(AllocationStoreTest, ARestartKeepsAllocationsAndSetsTheirLimitsAgain) {
   ASSERT_TRUE(again.Restore().ok());
   EXPECT_TRUE(again.All().empty());
   EXPECT_TRUE(third.groups.empty());
+}
+
+// A claim asking for MPS (ClaimInfo::mps): its group is set on the mps tier
+// with its limits, and again so after a restart.
+TEST_F(AllocationStoreTest, AnMpsClaimsGroupIsOnTheMpsTierAcrossARestart) {
+  Allocation a = Claim();
+  a.mps = true;
+  ASSERT_TRUE(store_->Prepare(a).ok());
+  EXPECT_EQ(sink_.tiers[kClaim], Tier::kMps);
+  EXPECT_EQ(LimitOn(sink_.groups[kClaim], kGpu0).memory_bytes, 4 * kGiB);
+  FakeSink fresh;
+  AllocationStore restarted(state_.get(), fresh);
+  ASSERT_TRUE(restarted.Restore().ok());
+  ASSERT_EQ(restarted.All().size(), 1u);
+  EXPECT_EQ(restarted.All()[0], a);
+  EXPECT_EQ(fresh.tiers[kClaim], Tier::kMps);
+  // A plain claim stays without a tier of its own.
+  ASSERT_TRUE(store_->Unprepare(kClaim).ok());
+  FakeSink plain;
+  AllocationStore other(state_.get(), plain);
+  ASSERT_TRUE(other.Prepare(Claim()).ok());
+  EXPECT_TRUE(plain.tiers.empty());
 }
 
 TEST_F(AllocationStoreTest, NoCheckpointNoAllocation) {

@@ -99,11 +99,14 @@ json CdiSpecFor(const Allocation& a, const CdiOptions& options,
 Status WriteCdiSpec(const Allocation& a, const CdiOptions& options,
                     const std::map<std::string, uint32_t>& gpu_index) {
   GS_RETURN_IF_ERROR(MakeClaimSegmentDir(options.shm_dir, a.claim_uid));
+  return WriteCdiFile(CdiSpecPath(options.dir, a.claim_uid), CdiSpecFor(a, options, gpu_index));
+}
+
+Status WriteCdiFile(const std::string& path, const json& spec) {
   std::error_code ec;
-  std::filesystem::create_directories(options.dir, ec);
-  const std::string path = CdiSpecPath(options.dir, a.claim_uid);
+  std::filesystem::create_directories(DirOf(path), ec);
   const std::string tmp = path + ".tmp";
-  const std::string text = CdiSpecFor(a, options, gpu_index).dump(2) + "\n";
+  const std::string text = spec.dump(2) + "\n";
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Unavailable("cannot write " + tmp + ": " + strerror(errno));
   size_t done = 0;
@@ -130,8 +133,50 @@ Status WriteCdiSpec(const Allocation& a, const CdiOptions& options,
   return Status::Ok();
 }
 
+std::string CdiMpsDeviceId(const std::string& group) {
+  return std::string(kCdiMpsKind) + "=" + group;
+}
+
+std::string CdiMpsSpecPath(const std::string& dir, const std::string& group) {
+  return dir + "/" + kDriverName + "-mps-" + group + ".json";
+}
+
+std::vector<std::string> MpsDirs(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> dirs;
+  for (const char* name : {"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"}) {
+    if (auto it = env.find(name); it != env.end() && !it->second.empty()) {
+      dirs.push_back(it->second);
+    }
+  }
+  return dirs;
+}
+
+json CdiMpsSpecFor(const std::string& group, const std::map<std::string, std::string>& env,
+                   const std::vector<std::string>& dirs) {
+  json vars = json::array();
+  for (const auto& [name, value] : env) {
+    std::string entry = name;
+    entry += "=";
+    entry += value;
+    vars.push_back(std::move(entry));
+  }
+  if (vars.empty()) vars.push_back("GPUSLICE_MPS=off");
+  json edits{{"env", vars}};
+  if (!dirs.empty()) {
+    json mounts = json::array();
+    for (const std::string& d : dirs) mounts.push_back(BindMount(d, /*read_only=*/false));
+    edits["mounts"] = mounts;
+  }
+  return json{{"cdiVersion", kCdiVersion},
+              {"kind", kCdiMpsKind},
+              {"devices", json::array({json{{"name", group}, {"containerEdits", edits}}})}};
+}
+
 Status RemoveCdiSpec(const std::string& dir, const std::string& claim_uid) {
-  const std::string path = CdiSpecPath(dir, claim_uid);
+  return RemoveCdiFile(CdiSpecPath(dir, claim_uid));
+}
+
+Status RemoveCdiFile(const std::string& path) {
   if (unlink(path.c_str()) != 0 && errno != ENOENT) {
     return Unavailable("cannot remove " + path + ": " + strerror(errno));
   }

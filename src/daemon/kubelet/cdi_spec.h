@@ -20,6 +20,7 @@
 // runtime never reads half a spec.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -60,6 +61,40 @@ Status WriteCdiSpec(const Allocation& a, const CdiOptions& options,
                     const std::map<std::string, uint32_t>& gpu_index);
 // Removes claim `claim_uid`'s spec; OK if there is none.
 Status RemoveCdiSpec(const std::string& dir, const std::string& claim_uid);
+// Removes the spec file `path`; OK if there is none.
+Status RemoveCdiFile(const std::string& path);
+
+// A device plugin slice's MPS client (docs/kubernetes.md "MPS"): one spec
+// file per slice group, `dir`/gpuslice.io-mps-<group>.json, holding one
+// device of kind kCdiMpsKind named by the group, which the slice's Allocate
+// answer names (ContainerAllocateResponse.cdi_devices) and which the runtime
+// reads when it creates the container, after PreStartContainer has written
+// what the pod's tier gives: for `mps`, the client environment of the
+// group's MPS tenant (`env`) and a read-write bind mount, at the same path,
+// of each directory in `dirs` (its pipe and log directories); otherwise only
+// GPUSLICE_MPS=off (a CDI device needs an edit).
+inline constexpr char kCdiMpsKind[] = "gpuslice.io/mps";
+// What acquiring a group's MPS tenant gave (the daemon: GroupTiers, the grant
+// a registration of the group gets).
+struct MpsGrant {
+  bool mps = false;
+  std::string reason;                      // why not, when !mps
+  std::map<std::string, std::string> env;  // the client environment, when mps
+};
+using MpsAcquire =
+    std::function<MpsGrant(const std::string& group, const std::vector<std::string>& uuids)>;
+using MpsRelease = std::function<void(const std::string& group)>;
+// The directories of a client environment to mount (its pipe and log
+// directories), in that order.
+std::vector<std::string> MpsDirs(const std::map<std::string, std::string>& env);
+std::string CdiMpsDeviceId(const std::string& group);
+std::string CdiMpsSpecPath(const std::string& dir, const std::string& group);
+nlohmann::json CdiMpsSpecFor(const std::string& group,
+                             const std::map<std::string, std::string>& env,
+                             const std::vector<std::string>& dirs);
+// Writes `spec` to `path` atomically (temporary file, fsync, rename),
+// creating its directory. kUnavailable naming the file on failure.
+Status WriteCdiFile(const std::string& path, const nlohmann::json& spec);
 
 // The containerEdits.env of a spec's device, as NAME -> value.
 std::map<std::string, std::string> CdiEnv(const nlohmann::json& spec);

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace gpuslice::daemon::kubelet {
@@ -84,6 +85,32 @@ StatusOr<long double> QuantityOf(const json& value) {
 
 }  // namespace
 
+StatusOr<bool> SliceConfigAsksForMps(const json& parameters, const std::string& where) {
+  const std::string what = where + ": opaque config of " + kDriverName;
+  if (!parameters.is_object()) {
+    return InvalidArgument(what + ": parameters must be an object, not " + parameters.dump());
+  }
+  for (const auto& [key, value] : parameters.items()) {
+    if (key != "apiVersion" && key != "kind" && key != "tier") {
+      std::string message = what;
+      message += ": unknown field \"";
+      message += key;
+      message += R"(" (a SliceConfig has apiVersion, kind, tier))";
+      return InvalidArgument(message);
+    }
+  }
+  if (Str(parameters, "apiVersion") != kSliceConfigApiVersion ||
+      Str(parameters, "kind") != kSliceConfigKind) {
+    return InvalidArgument(what + ": " + parameters.value("apiVersion", json("")).dump() + " " +
+                           parameters.value("kind", json("")).dump() + " is not " +
+                           kSliceConfigApiVersion + " " + kSliceConfigKind);
+  }
+  const json tier = parameters.value("tier", json("shared"));
+  if (tier == "mps") return true;
+  if (tier == "shared") return false;
+  return InvalidArgument(what + ": tier " + tier.dump() + R"( is neither "shared" nor "mps")");
+}
+
 StatusOr<ClaimInfo> ClaimInfoFromResourceClaim(const json& claim, const ClaimRef& ref,
                                                std::string_view driver) {
   const std::string where = "claim " + ref.claim_namespace + "/" + ref.name;
@@ -119,6 +146,27 @@ StatusOr<ClaimInfo> ClaimInfoFromResourceClaim(const json& claim, const ClaimRef
       d.cores_percent = static_cast<uint32_t>(std::llround(*q));
     }
     info.devices.push_back(std::move(d));
+  }
+  // Opaque configurations of this driver (the scheduler copied the class's
+  // then the claim's into the allocation; a later one wins).
+  std::set<std::string> requests;
+  for (const ClaimDevice& d : info.devices) requests.insert(d.request);
+  const json configs = allocation.value("devices", json::object()).value("config", json::array());
+  for (const json& c : configs.is_array() ? configs : json::array()) {
+    const json opaque = c.value("opaque", json());
+    if (!opaque.is_object() || Str(opaque, "driver") != driver) continue;
+    const json applies = c.value("requests", json::array());
+    bool ours = !applies.is_array() || applies.empty();
+    for (const json& r : applies.is_array() ? applies : json::array()) {
+      // "request" or "request/subrequest".
+      std::string name = r.is_string() ? r.get<std::string>() : "";
+      if (requests.contains(name) || requests.contains(name.substr(0, name.find('/')))) {
+        ours = true;
+      }
+      for (const std::string& q : requests) ours = ours || q.starts_with(name + "/");
+    }
+    if (!ours) continue;
+    GS_ASSIGN_OR_RETURN(info.mps, SliceConfigAsksForMps(opaque.value("parameters", json()), where));
   }
   for (const json& consumer : status.value("reservedFor", json::array())) {
     if (Str(consumer, "resource") == "pods" && !Str(consumer, "uid").empty()) {

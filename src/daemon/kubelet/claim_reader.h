@@ -50,7 +50,19 @@ struct ClaimDevice {
 struct ClaimInfo {
   std::vector<std::string> pod_uids;  // status.reservedFor entries of resource "pods"
   std::vector<ClaimDevice> devices;   // this driver's results only
+  // The claim asks for the MPS tier: the last opaque configuration of this
+  // driver (status.allocation.devices.config, the class's then the claim's,
+  // as the scheduler copied them) that applies to one of its requests, a
+  // SliceConfig:
+  //   {"apiVersion": "gpuslice.io/v1alpha1", "kind": "SliceConfig",
+  //    "tier": "mps" | "shared"}
+  // Any other apiVersion, kind, field or tier is refused (kInvalidArgument
+  // naming it; the kubelet shows it in the pod's events).
+  bool mps = false;
 };
+
+inline constexpr char kSliceConfigApiVersion[] = "gpuslice.io/v1alpha1";
+inline constexpr char kSliceConfigKind[] = "SliceConfig";
 
 class ClaimReader {
  public:
@@ -69,6 +81,10 @@ StatusOr<long double> ParseKubeQuantity(std::string_view text);
 // for driver `driver`. Checks the object's UID against `ref.uid`.
 StatusOr<ClaimInfo> ClaimInfoFromResourceClaim(const nlohmann::json& claim, const ClaimRef& ref,
                                                std::string_view driver = kDriverName);
+
+// A SliceConfig's parameters (ClaimInfo::mps): whether they ask for the MPS
+// tier; kInvalidArgument (prefixed by `where`) for anything else.
+StatusOr<bool> SliceConfigAsksForMps(const nlohmann::json& parameters, const std::string& where);
 
 // ResourceClaim objects read from `dir`/<namespace>/<name>.json.
 // ResourceClaims read from the API server:

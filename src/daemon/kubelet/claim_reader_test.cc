@@ -54,6 +54,72 @@ TEST(ClaimInfoFromResourceClaim, ReadsThisDriversConsumedCapacity) {
   EXPECT_EQ(info->pod_uids, std::vector<std::string>{"pod-uid-1"});
 }
 
+// The MPS tier through the claim's opaque configuration (DRA's
+// status.allocation.devices.config, as NVIDIA's DRA driver carries its
+// sharing strategy): a SliceConfig of this driver for one of its requests;
+// anything else of this driver refused with the reason.
+TEST(ClaimInfoFromResourceClaim, ASliceConfigAsksForMpsAndNothingElseIsAccepted) {
+  const ClaimRef ref{"team-a", "slice", "u-1"};
+  auto with = [](const json& config) {
+    json c = Claim("u-1");
+    c["status"]["allocation"]["devices"]["config"] = config;
+    return c;
+  };
+  const json mps = {
+      {"apiVersion", "gpuslice.io/v1alpha1"}, {"kind", "SliceConfig"}, {"tier", "mps"}};
+  auto plain = ClaimInfoFromResourceClaim(Claim("u-1"), ref);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->mps);
+  auto asks = ClaimInfoFromResourceClaim(
+      with(json::array({{{"source", "FromClaim"},
+                         {"requests", json::array({"gpu"})},
+                         {"opaque", {{"driver", "gpuslice.io"}, {"parameters", mps}}}}})),
+      ref);
+  ASSERT_TRUE(asks.ok()) << asks.status().ToString();
+  EXPECT_TRUE(asks->mps);
+  // No requests named: every request; the claim's (later) config wins.
+  json shared = mps;
+  shared["tier"] = "shared";
+  auto later = ClaimInfoFromResourceClaim(
+      with(json::array(
+          {{{"source", "FromClass"}, {"opaque", {{"driver", "gpuslice.io"}, {"parameters", mps}}}},
+           {{"source", "FromClaim"},
+            {"opaque", {{"driver", "gpuslice.io"}, {"parameters", shared}}}}})),
+      ref);
+  ASSERT_TRUE(later.ok());
+  EXPECT_FALSE(later->mps);
+  // Another request's, or another driver's (whatever it holds): not ours.
+  auto other = ClaimInfoFromResourceClaim(
+      with(json::array({{{"requests", json::array({"nic"})},
+                         {"opaque", {{"driver", "gpuslice.io"}, {"parameters", mps}}}},
+                        {{"opaque", {{"driver", "other.example.com"}, {"parameters", 7}}}}})),
+      ref);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_FALSE(other->mps);
+  // Refused, with the reason.
+  for (const auto& [parameters, reason] : std::vector<std::pair<json, std::string>>{
+           {json{{"apiVersion", "gpuslice.io/v1alpha1"},
+                 {"kind", "SliceConfig"},
+                 {"tier", "mps"},
+                 {"sharing", "timeSlicing"}},
+            "unknown field \"sharing\""},
+           {json{{"apiVersion", "gpuslice.io/v1alpha1"}, {"kind", "GpuConfig"}, {"tier", "mps"}},
+            "is not gpuslice.io/v1alpha1 SliceConfig"},
+           {json{{"apiVersion", "gpuslice.io/v2"}, {"kind", "SliceConfig"}}, "is not"},
+           {json{{"apiVersion", "gpuslice.io/v1alpha1"}, {"kind", "SliceConfig"}, {"tier", "mig"}},
+            "tier \"mig\" is neither"},
+           {json("mps"), "parameters must be an object"}}) {
+    auto bad = ClaimInfoFromResourceClaim(
+        with(json::array({{{"opaque", {{"driver", "gpuslice.io"}, {"parameters", parameters}}}}})),
+        ref);
+    ASSERT_FALSE(bad.ok()) << parameters.dump();
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find(reason), std::string::npos) << bad.status().message();
+    EXPECT_NE(bad.status().message().find("claim team-a/slice"), std::string::npos)
+        << bad.status().message();
+  }
+}
+
 TEST(ClaimInfoFromResourceClaim, RefusesAReplacedOrUnallocatedClaim) {
   auto replaced = ClaimInfoFromResourceClaim(Claim("u-2"), ClaimRef{"team-a", "slice", "u-1"});
   EXPECT_EQ(replaced.status().code(), StatusCode::kFailedPrecondition);

@@ -284,6 +284,18 @@ StatusOr<v1beta1::ContainerAllocateResponse> DevicePlugins::AllocateContainer(
       d->set_container_path(n.value("path", ""));
       d->set_permissions("rw");
     }
+    if (options_.mps_acquire) {
+      // The MPS client: empty until PrepareContainer knows the pod's tier
+      // (a spec PrepareContainer wrote stays: the kubelet may allocate again).
+      const std::string path = CdiMpsSpecPath(options_.inject.dir, recorded.claim_uid);
+      if (access(path.c_str(), F_OK) != 0) {
+        if (Status s = WriteCdiFile(path, CdiMpsSpecFor(recorded.claim_uid, {}, {})); !s.ok()) {
+          if (!known) (void)store_.Unprepare(a.claim_uid);
+          return s;
+        }
+      }
+      out.add_cdi_devices()->set_name(CdiMpsDeviceId(recorded.claim_uid));
+    }
   }
   (*out.mutable_annotations())["gpuslice.io/allocation"] = recorded.claim_uid;
   GS_LOG(kInfo, "kubelet", "event=device_plugin_allocated resource=%s allocation=%s devices=%zu",
@@ -302,6 +314,13 @@ Status DevicePlugins::Release(const std::string& id) {
     MutexLock lock(mu_);
     applied_.erase(id);
     containers_.erase(id);
+  }
+  if (options_.mps_acquire) {
+    if (Status s = RemoveCdiFile(CdiMpsSpecPath(options_.inject.dir, id)); !s.ok()) {
+      GS_LOG(kWarn, "kubelet", "event=mps_spec_kept group=%s error=\"%s\"", id.c_str(),
+             s.message().c_str());
+    }
+    if (options_.mps_release) options_.mps_release(id);
   }
   if (Status s = RemoveClaimSegmentDir(options_.inject.shm_dir, id); !s.ok()) {
     GS_LOG(kWarn, "kubelet", "event=slice_segments_kept group=%s error=\"%s\"", id.c_str(),
@@ -430,13 +449,53 @@ Status DevicePlugins::PrepareContainer(DpResource r, const std::vector<std::stri
   MutexLock check(check_mu_);
   // One bounded look (the kubelet retries a failed start with backoff).
   Status checked = CheckLocked(/*release=*/false, options_.pre_start_timeout);
-  MutexLock lock(mu_);
+  std::string slice;
+  Tier tier = Tier::kShared;
+  std::set<std::string> gpus;
+  {
+    MutexLock lock(mu_);
+    GS_RETURN_IF_ERROR(PreparedSliceLocked(r, id, checked, slice));
+    if (auto it = applied_.find(slice); it != applied_.end()) {
+      tier = it->second.tier.value_or(Tier::kShared);
+    }
+    gpus = containers_.at(slice).gpus;
+  }
+  // The slice's own PreStartContainer gives its container the MPS client
+  // the pod's tier asks for (not under mu_: an MPS start takes seconds).
+  if (r != DpResource::kVgpu || !options_.mps_acquire) return Status::Ok();
+  return WriteMpsSpec(slice, tier, gpus);
+}
+
+Status DevicePlugins::WriteMpsSpec(const std::string& group, Tier tier,
+                                   const std::set<std::string>& gpus) {
+  const std::string path = CdiMpsSpecPath(options_.inject.dir, group);
+  if (tier != Tier::kMps) {
+    // Shared (or an annotation taken away): no MPS client, nothing held.
+    GS_RETURN_IF_ERROR(WriteCdiFile(path, CdiMpsSpecFor(group, {}, {})));
+    if (options_.mps_release) options_.mps_release(group);
+    return Status::Ok();
+  }
+  const DevicePluginOptions::MpsGrant grant =
+      options_.mps_acquire(group, std::vector<std::string>(gpus.begin(), gpus.end()));
+  if (!grant.mps) {
+    GS_LOG(kWarn, "kubelet", "event=device_plugin_mps_fallback group=%s reason=\"%s\"",
+           group.c_str(), grant.reason.c_str());
+    return WriteCdiFile(path, CdiMpsSpecFor(group, {}, {}));
+  }
+  const std::vector<std::string> dirs = MpsDirs(grant.env);
+  GS_RETURN_IF_ERROR(WriteCdiFile(path, CdiMpsSpecFor(group, grant.env, dirs)));
+  GS_LOG(kInfo, "kubelet", "event=device_plugin_mps group=%s pipe=%s", group.c_str(),
+         dirs.empty() ? "" : dirs.front().c_str());
+  return Status::Ok();
+}
+
+Status DevicePlugins::PreparedSliceLocked(DpResource r, const std::string& id,
+                                          const Status& checked, std::string& slice) {
   if (auto it = sliceless_.find(id); it != sliceless_.end()) {
     return FailedPrecondition(ResourceName(r) + " in pod " + it->second +
                               " needs gpuslice.io/vgpu in the same container: the amounts are of "
                               "a slice, and the slice is what runs the limiter");
   }
-  std::string slice;
   for (const auto& [group, c] : containers_) {
     if (group == id ||
         std::find(c.amount_ids.begin(), c.amount_ids.end(), id) != c.amount_ids.end()) {

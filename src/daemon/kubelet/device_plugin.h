@@ -56,6 +56,23 @@
 // no pod holds on two consecutive checks is released (a slice's settings and
 // directory with it).
 //
+// MPS (docs/kubernetes.md "MPS"): with `mps_acquire` set, each slice's
+// Allocate answer also names a CDI device, kCdiMpsKind=<group>
+// (cdi_spec.h), whose spec the runtime reads when it creates the container:
+// after PreStartContainer. Allocate cannot know the pod (the kubelet gives
+// only device ids, and PodResources shows a container only once its
+// Allocate has succeeded), so Allocate writes that spec empty
+// (GPUSLICE_MPS=off) and PrepareContainer, once the pod's settings are the
+// group's, acquires the group's MPS tenant when its tier is `mps`
+// (`mps_acquire`: the grant a registration of the group gets, through
+// GroupTiers) and rewrites the spec with the tenant's client environment
+// (CUDA_MPS_PIPE_DIRECTORY, thread percentage, pinned memory limit, SM
+// partition on v3) and a mount of its pipe and log directories. Where MPS
+// cannot be had the spec stays empty (the group runs shared; the reason is
+// logged by GroupTiers, event=tier_fallback, and shown by /v1/tenants once a
+// process registers). A release removes the spec and lets the tenant go
+// (`mps_release`).
+//
 // Kubelet restarts: a watcher polls (every `poll_interval`) kubelet.sock and
 // the plugin sockets; when kubelet.sock is recreated (a new inode) or a
 // plugin socket vanished (the kubelet removes them when it starts), the
@@ -121,6 +138,10 @@ struct DevicePluginOptions {
   // Where each slice's limits go once its container's amounts are known
   // (the TenantRegistry in the daemon); null: the environment only.
   GroupLimitSink* limits = nullptr;
+  // MPS for slices whose pod asks for it (see above); unset: no CDI device.
+  using MpsGrant = kubelet::MpsGrant;
+  MpsAcquire mps_acquire;
+  MpsRelease mps_release;
 };
 
 class DevicePlugins {
@@ -183,7 +204,15 @@ class DevicePlugins {
   Status CheckLocked(bool release, std::chrono::milliseconds timeout) REQUIRES(check_mu_)
       EXCLUDES(mu_);
   Status ApplyLocked() REQUIRES(check_mu_) EXCLUDES(mu_);
-  Status Release(const std::string& id) EXCLUDES(mu_);  // an allocation no pod holds any more
+  Status Release(const std::string& id) EXCLUDES(mu_);
+  // PrepareContainer's checks: `slice` is the slice group of allocation `id`
+  // (of `r`) once the last check (`checked`) saw its container and its
+  // settings are set.
+  Status PreparedSliceLocked(DpResource r, const std::string& id, const Status& checked,
+                             std::string& slice) REQUIRES(mu_);
+  // Writes slice `group`'s MPS spec for `tier` on `gpus` (see above).
+  Status WriteMpsSpec(const std::string& group, Tier tier, const std::set<std::string>& gpus)
+      EXCLUDES(mu_);  // an allocation no pod holds any more
   bool HasUnjoinedSlice() const EXCLUDES(mu_);
   Status Serve();
   void StopServing();

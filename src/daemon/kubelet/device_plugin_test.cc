@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "daemon/kubelet/cdi_spec.h"
 #include "daemon/kubelet/fake_kubelet.h"
 
 namespace gpuslice::daemon::kubelet {
@@ -125,7 +127,7 @@ class DevicePluginTest : public ::testing::Test {
     store_ = std::make_unique<AllocationStore>(state_.get(), sink_, "kube_device_plugin");
     ASSERT_TRUE(kubelet_.StartDevicePluginManager(dir_ + "/dp").ok());
     ASSERT_TRUE(kubelet_.StartPodResources(dir_ + "/pr/kubelet.sock").ok());
-    DevicePluginOptions options;
+    DevicePluginOptions& options = options_;
     options.dir = dir_ + "/dp";
     options.pod_resources_socket = dir_ + "/pr/kubelet.sock";
     options.vgpu_per_gpu = 4;
@@ -148,8 +150,17 @@ class DevicePluginTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   std::string Socket(const char* name) const { return dir_ + "/dp/gpuslice-" + name + ".sock"; }
+  // The plugins again, with `options_` as the test changed them.
+  void Restart() {
+    plugins_.reset();
+    plugins_ = std::make_unique<DevicePlugins>(options_, *store_, [] {
+      return std::vector<GpuOffer>{{0, kGpu0, 8ull << 30, true}, {1, kGpu1, 8ull << 30, true}};
+    });
+    ASSERT_TRUE(plugins_->Start().ok());
+  }
 
   std::string dir_;
+  DevicePluginOptions options_;
   std::unique_ptr<StateStore> state_;
   NoLimitSink sink_;
   RecordingSink limits_;
@@ -396,6 +407,104 @@ TEST_F(DevicePluginTest, PodAnnotationsReachItsContainersSlicesLive) {
   // Another pod's annotations change nothing here.
   plugins_->SetPodSettings("team-a/other", Annotated(1ull << 30, 10));
   EXPECT_EQ(limits_.change(group)->limits->at(kGpu1), (GpuLimit{4ull << 30, std::nullopt}));
+}
+
+// docs/kubernetes.md "MPS": a slice's Allocate names its MPS CDI device
+// (empty: Allocate cannot know the pod); PreStartContainer fills it for a pod
+// asking for tier mps, with what acquiring the group's MPS tenant gives, and
+// leaves it empty for a shared pod or where MPS cannot be had; a release
+// removes it and lets the tenant go.
+TEST_F(DevicePluginTest, AnMpsPodsSliceGetsItsGroupsMpsClientBeforeItStarts) {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::vector<std::string>>> acquired;
+  std::vector<std::string> released;
+  bool grant = true;
+  options_.inject.dir = dir_ + "/cdi";
+  options_.mps_acquire = [&](const std::string& group, const std::vector<std::string>& uuids) {
+    std::lock_guard lock(mu);
+    acquired.emplace_back(group, uuids);
+    DevicePluginOptions::MpsGrant g;
+    if (!grant) {
+      g.reason = "no MPS here";
+      return g;
+    }
+    g.mps = true;
+    g.env = {{"CUDA_MPS_PIPE_DIRECTORY", dir_ + "/mps/pipe"},
+             {"CUDA_MPS_LOG_DIRECTORY", dir_ + "/mps/log"},
+             {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "30"}};
+    return g;
+  };
+  options_.mps_release = [&](const std::string& group) {
+    std::lock_guard lock(mu);
+    released.push_back(group);
+  };
+  Restart();
+  auto spec_of = [&](const std::string& group) {
+    std::ifstream in(CdiMpsSpecPath(dir_ + "/cdi", group));
+    return nlohmann::json::parse(in, nullptr, false);
+  };
+
+  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, kGpu1, 0)};
+  auto v = kubelet_.Allocate(Socket("vgpu"), {slice});
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const std::string group = v->container_responses(0).envs().at("GPUSLICE_GROUP");
+  ASSERT_EQ(v->container_responses(0).cdi_devices_size(), 1);
+  EXPECT_EQ(v->container_responses(0).cdi_devices(0).name(), "gpuslice.io/mps=" + group);
+  EXPECT_EQ(CdiEnv(spec_of(group)), (std::map<std::string, std::string>{{"GPUSLICE_MPS", "off"}}));
+  // An amount's answer names none (only the slice's does).
+  auto m = kubelet_.Allocate(Socket("gpu-memory"), {{DpDeviceId(DpResource::kMemory, kGpu1, 0)}});
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->container_responses(0).cdi_devices_size(), 0);
+
+  plugins_->SetPodSettings("team-a/server", Annotated({}, 30, {}, Tier::kMps));
+  kubelet_.SetPods({PodWithDevices("server", "team-a", {{"gpuslice.io/vgpu", slice}})});
+  ASSERT_TRUE(kubelet_.PreStart(Socket("vgpu"), slice).ok());
+  nlohmann::json spec = spec_of(group);
+  EXPECT_EQ(spec["kind"], "gpuslice.io/mps");
+  EXPECT_EQ(CdiEnv(spec).at("CUDA_MPS_PIPE_DIRECTORY"), dir_ + "/mps/pipe");
+  EXPECT_EQ(CdiEnv(spec).at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "30");
+  const nlohmann::json mounts = spec["devices"][0]["containerEdits"]["mounts"];
+  ASSERT_EQ(mounts.size(), 2u) << spec.dump();
+  EXPECT_EQ(mounts[0]["hostPath"], dir_ + "/mps/pipe");
+  EXPECT_EQ(mounts[0]["containerPath"], dir_ + "/mps/pipe");
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(acquired.size(), 1u);
+    EXPECT_EQ(acquired[0].first, group);
+    EXPECT_EQ(acquired[0].second, std::vector<std::string>{kGpu1});
+  }
+
+  // The container started again where MPS cannot be had: no MPS client.
+  {
+    std::lock_guard lock(mu);
+    grant = false;
+  }
+  ASSERT_TRUE(kubelet_.PreStart(Socket("vgpu"), slice).ok());
+  EXPECT_EQ(CdiEnv(spec_of(group)), (std::map<std::string, std::string>{{"GPUSLICE_MPS", "off"}}));
+
+  // A shared pod's slice: nothing acquired, its spec empty.
+  const std::vector<std::string> plain = {DpDeviceId(DpResource::kVgpu, kGpu0, 0)};
+  auto p = kubelet_.Allocate(Socket("vgpu"), {plain});
+  ASSERT_TRUE(p.ok());
+  const std::string plain_group = p->container_responses(0).envs().at("GPUSLICE_GROUP");
+  kubelet_.SetPods({PodWithDevices("server", "team-a", {{"gpuslice.io/vgpu", slice}}),
+                    PodWithDevices("plain", "team-a", {{"gpuslice.io/vgpu", plain}})});
+  ASSERT_TRUE(kubelet_.PreStart(Socket("vgpu"), plain).ok());
+  EXPECT_EQ(CdiEnv(spec_of(plain_group)),
+            (std::map<std::string, std::string>{{"GPUSLICE_MPS", "off"}}));
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(acquired.size(), 2u);
+  }
+
+  // The pod gone (two checks): its spec removed, its tenant let go.
+  kubelet_.SetPods({PodWithDevices("plain", "team-a", {{"gpuslice.io/vgpu", plain}})});
+  ASSERT_TRUE(plugins_->Reconcile().ok());
+  ASSERT_TRUE(plugins_->Reconcile().ok());
+  EXPECT_FALSE(std::filesystem::exists(CdiMpsSpecPath(dir_ + "/cdi", group)));
+  EXPECT_TRUE(std::filesystem::exists(CdiMpsSpecPath(dir_ + "/cdi", plain_group)));
+  std::lock_guard lock(mu);
+  EXPECT_NE(std::find(released.begin(), released.end(), group), released.end());
 }
 
 TEST_F(DevicePluginTest, PodResourcesNamesThePodAndReleasesWhatNoPodHolds) {

@@ -16,6 +16,8 @@
 
 namespace gpuslice::daemon::kubelet {
 
+using nlohmann::json;
+
 namespace {
 
 namespace dra_v1 = k8s::io::kubelet::pkg::apis::dra::v1;
@@ -229,7 +231,7 @@ StatusOr<std::vector<PreparedDevice>> DraPlugin::Prepare(const ClaimRef& claim) 
   if (auto recorded = store_.Get(claim.uid)) {
     // A retry, a kubelet restart, a daemon restart: the record answers. The
     // spec is written again in case it was lost (/var/run is a tmpfs).
-    GS_RETURN_IF_ERROR(WriteCdiSpec(*recorded, options_.cdi, GpuIndex()));
+    GS_RETURN_IF_ERROR(WriteSpec(*recorded, GpuIndex()));
     return DevicesOf(*recorded);
   }
   GS_ASSIGN_OR_RETURN(ClaimInfo info, reader_.Read(claim));
@@ -244,6 +246,7 @@ StatusOr<std::vector<PreparedDevice>> DraPlugin::Prepare(const ClaimRef& claim) 
   a.claim_name = claim.name;
   a.pod_uids = info.pod_uids;
   a.source = "dra";
+  a.mps = info.mps;
   for (const ClaimDevice& d : info.devices) {
     GS_ASSIGN_OR_RETURN(std::string uuid, ResolveDevice(d.device, gpus));
     a.devices.push_back(DeviceShare{.uuid = uuid,
@@ -256,7 +259,7 @@ StatusOr<std::vector<PreparedDevice>> DraPlugin::Prepare(const ClaimRef& claim) 
   GS_ASSIGN_OR_RETURN(Allocation recorded, store_.Prepare(a));
   std::map<std::string, uint32_t> index;
   for (const NodeGpu& g : gpus) index[g.uuid] = g.index;
-  if (Status s = WriteCdiSpec(recorded, options_.cdi, index); !s.ok()) {
+  if (Status s = WriteSpec(recorded, index); !s.ok()) {
     if (Status u = store_.Unprepare(recorded.claim_uid); !u.ok()) {
       GS_LOG(kError, "kubelet", "event=prepare_rollback_failed claim=%s error=\"%s\"",
              recorded.claim_uid.c_str(), u.message().c_str());
@@ -269,9 +272,36 @@ StatusOr<std::vector<PreparedDevice>> DraPlugin::Prepare(const ClaimRef& claim) 
   return DevicesOf(recorded);
 }
 
+Status DraPlugin::WriteSpec(const Allocation& a, const std::map<std::string, uint32_t>& index) {
+  if (!a.mps || !options_.mps_acquire) return WriteCdiSpec(a, options_.cdi, index);
+  GS_RETURN_IF_ERROR(MakeClaimSegmentDir(options_.cdi.shm_dir, a.claim_uid));
+  json spec = CdiSpecFor(a, options_.cdi, index);
+  std::vector<std::string> uuids;
+  for (const auto& [uuid, limit] : LimitsOf(a)) uuids.push_back(uuid);
+  const MpsGrant grant = options_.mps_acquire(a.claim_uid, uuids);
+  if (grant.mps) {
+    // The client's edits, as the device plugin's MPS device has them.
+    json& edits = spec["devices"][0]["containerEdits"];
+    const json client =
+        CdiMpsSpecFor(a.claim_uid, grant.env, MpsDirs(grant.env))["devices"][0]["containerEdits"];
+    for (const json& e : client["env"]) edits["env"].push_back(e);
+    for (const json& m : client.value("mounts", json::array())) edits["mounts"].push_back(m);
+    GS_LOG(kInfo, "kubelet", "event=claim_mps claim=%s gpus=%zu", a.claim_uid.c_str(),
+           uuids.size());
+  } else {
+    GS_LOG(kWarn, "kubelet", "event=claim_mps_fallback claim=%s reason=\"%s\"", a.claim_uid.c_str(),
+           grant.reason.c_str());
+  }
+  return WriteCdiFile(CdiSpecPath(options_.cdi.dir, a.claim_uid), spec);
+}
+
 Status DraPlugin::Unprepare(const ClaimRef& claim) {
   MutexLock lock(prepare_mu_);
+  const std::optional<Allocation> was = store_.Get(claim.uid);
   GS_RETURN_IF_ERROR(store_.Unprepare(claim.uid));
+  if (was && was->mps && options_.mps_release && !store_.Get(claim.uid)) {
+    options_.mps_release(claim.uid);
+  }
   if (Status s = RemoveClaimSegmentDir(options_.cdi.shm_dir, claim.uid); !s.ok()) {
     // A process of the claim still attached: the collector removes its
     // segment once abandoned; the empty directory is harmless.
@@ -291,7 +321,7 @@ Status DraPlugin::Start() {
   const std::map<std::string, uint32_t> index = GpuIndex();
   for (const Allocation& a : store_.All()) {
     if (a.source != "dra") continue;
-    if (Status s = WriteCdiSpec(a, options_.cdi, index); !s.ok()) {
+    if (Status s = WriteSpec(a, index); !s.ok()) {
       GS_LOG(kError, "kubelet", "event=cdi_restore_failed claim=%s error=\"%s\"",
              a.claim_uid.c_str(), s.message().c_str());
     }

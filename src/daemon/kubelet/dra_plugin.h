@@ -70,6 +70,13 @@ struct DraPluginOptions {
   std::function<std::vector<DeviceHealthReport>()> health;
   std::chrono::milliseconds health_poll{1000};
   std::string pool;
+  // A claim asking for the MPS tier (ClaimInfo::mps): at prepare its group's
+  // MPS tenant is acquired and the claim's CDI spec carries its client
+  // environment and a mount of its pipe and log directories; where MPS
+  // cannot be had the spec has neither (the group runs shared, the reason
+  // logged). Unprepare lets the tenant go. Unset: no MPS client injected.
+  MpsAcquire mps_acquire;
+  MpsRelease mps_release;
 };
 
 // What the plugin answers for one device of a prepared claim.
@@ -113,6 +120,8 @@ class DraPlugin {
   const DraPluginOptions& options() const { return options_; }
 
  private:
+  // Writes `a`'s CDI spec, with its MPS client when it asks for one.
+  Status WriteSpec(const Allocation& a, const std::map<std::string, uint32_t>& index);
   class Services;
   std::map<std::string, uint32_t> GpuIndex() const;
 

@@ -88,6 +88,8 @@ StatusOr<std::unique_ptr<KubeletSide>> KubeletSide::Start(const KubeletConfig& c
     options.registration_socket =
         config.kubelet_dir + "/plugins_registry/" + kDriverName + "-reg.sock";
     options.cdi = cdi;
+    options.mps_acquire = context.mps_acquire;
+    options.mps_release = context.mps_release;
     options.health = context.health;
     options.pool = context.pool;
     side->dra_ = std::make_unique<DraPlugin>(options, *reader, *side->store_, context.node_gpus);
@@ -110,6 +112,8 @@ StatusOr<std::unique_ptr<KubeletSide>> KubeletSide::Start(const KubeletConfig& c
     options.memory_unit_mib = config.memory_unit_mib;
     options.inject = cdi;
     options.limits = side->sink_.get();  // slices' limits: the daemon's word
+    options.mps_acquire = context.mps_acquire;
+    options.mps_release = context.mps_release;
     side->device_plugins_ = std::make_unique<DevicePlugins>(
         options, *side->dp_store_,
         [node_gpus = context.node_gpus, memory = context.memory, health = context.health] {

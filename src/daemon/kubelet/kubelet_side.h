@@ -15,6 +15,7 @@
 #include "daemon/gpu/gpu_monitor.h"
 #include "daemon/kubelet/allocation_store.h"
 #include "daemon/kubelet/claim_reader.h"
+#include "daemon/kubelet/device_plugin.h"
 #include "daemon/kubelet/dra_plugin.h"
 
 namespace gpuslice::daemon::kubelet {
@@ -62,6 +63,11 @@ class KubeletSide {
     // and the ResourceSlices' pool (the node's name) its reports name.
     std::function<std::vector<DeviceHealthReport>()> health;
     std::string pool;
+    // MPS for device-plugin slices of pods asking for it
+    // (DevicePluginOptions::mps_acquire/mps_release); unset where the node
+    // runs no MPS.
+    decltype(DevicePluginOptions::mps_acquire) mps_acquire;
+    decltype(DevicePluginOptions::mps_release) mps_release;
   };
 
   // Restores the allocations and starts what `config` asks for.

@@ -22,6 +22,7 @@
 #include "daemon/kubelet/fake_kubelet.h"
 #include "shm/group_segment.h"
 #include "tests/integration/support/daemon_ready.h"
+#include "tests/integration/support/mps_cleanup.h"
 #include "tests/integration/support/sim_process_test.h"
 #include "tests/support/fake_kube_api.h"
 
@@ -36,6 +37,9 @@ using testing::WaitFor;
 using namespace std::chrono_literals;
 
 constexpr char kSimConfig[] = R"({"device_count":2})";
+// One GPU, for MPS: the simulated driver shows a process every GPU of the
+// node (it has no CUDA_VISIBLE_DEVICES), where a container sees only its own.
+constexpr char kOneGpu[] = R"({"device_count":1})";
 constexpr char kClaimUid[] = "c1a1e2d3-4b5c-4d6e-8f70-8192a3b4c5d6";
 constexpr uint64_t kGiB = 1ull << 30;
 
@@ -51,11 +55,133 @@ class KubeletE2eTest : public testing::SimProcessTest {
   void TearDown() override {
     SimProcessTest::TearDown();
     std::filesystem::remove_all(kubelet_dir_);
+    // The MPS control daemons detach: stopping the daemon leaves them.
+    if (!mps_root_.empty()) {
+      testing::StopMpsControlDaemonsUnder(mps_root_);
+      std::filesystem::remove_all(mps_root_);
+    }
+  }
+
+  // The daemon's flags for MPS from the simulator (a short root: the
+  // control socket's path must fit a socket address).
+  std::vector<std::string> MpsArgs() {
+    char root[] = "/tmp/gs-mps.XXXXXX";
+    if (mkdtemp(root) == nullptr) return {};
+    mps_root_ = root;
+    return {"--mps-root", mps_root_, "--mps-control",
+            BuildDir() + "/sim/bin/nvidia-cuda-mps-control"};
+  }
+
+  // `gpuslice-alloc-probe alloc` (up to `max_chunks` of 64 MiB, held a
+  // minute) with exactly `vars` plus the node's simulated driver
+  // (`sim_config`, as the MPS server sees it); its pid and its first line
+  // of output (the JSON result), once there.
+  std::pair<pid_t, json> StartMpsProbe(const std::map<std::string, std::string>& vars,
+                                       int max_chunks, const std::string& sim_config) {
+    const int n = next_++;
+    std::vector<std::string> env = EnvEntries(vars);
+    env.push_back("GPUSLICE_SIM_CONFIG=" + sim_config);
+    const pid_t pid = StartProgram("gpuslice-alloc-probe", n,
+                                   {"alloc", "--api", "alloc", "--chunk", std::to_string(64 << 20),
+                                    "--max", std::to_string(max_chunks), "--hold-s", "60"},
+                                   env);
+    EXPECT_TRUE(WaitFor(
+        [&] { return Read("out" + std::to_string(n)).find("\"granted\"") != std::string::npos; },
+        20s))
+        << Read("err" + std::to_string(n)) << "\ndaemon:\n"
+        << Read("err0");
+    const std::string out = Read("out" + std::to_string(n));
+    return {pid, json::parse(out.substr(0, out.find('\n')), nullptr, false)};
+  }
+  // The simulated MPS control daemon's log of GPU `uuid`.
+  std::string MpsControlLog(const std::string& uuid) {
+    std::ifstream f(mps_root_ + "/" + uuid + "/log/control.log");
+    std::stringstream text;
+    text << f.rdbuf();
+    return text.str();
+  }
+  // Whether `pid` connected to GPU `uuid`'s MPS server as its client.
+  bool IsMpsClient(const std::string& uuid, pid_t pid) {
+    return WaitFor(
+        [&] {
+          return MpsControlLog(uuid).find("NEW CLIENT " + std::to_string(pid)) != std::string::npos;
+        },
+        5s);
+  }
+  // Whether the daemon holds `pid` as a tenant on the mps tier.
+  bool GrantedMps(pid_t pid) {
+    return WaitFor(
+        [&] {
+          const json seen = Get("/v1/tenants");
+          for (const json& t : seen.value("tenants", json::array())) {
+            if (t.value("host_pid", 0) == pid) return t.value("tier_granted", "") == "mps";
+          }
+          return false;
+        },
+        10s);
+  }
+
+  // A one-GPU node with MPS (the simulator's), the device plugins and the pod
+  // watch; the API server holds pod team-a/mps-trainer, on the node, asking
+  // for tier mps, 1 GiB and 40 % with one gpuslice.io/vgpu.
+  void StartMpsPodNode(std::unique_ptr<testing::FakeKubeApi>& api) {
+    const std::string api_dir = dir_ + "/api";
+    std::filesystem::create_directories(api_dir);
+    auto started = testing::FakeKubeApi::Start(api_dir);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    api = std::move(*started);
+    api->AcceptToken("node-token");
+    std::ofstream(api_dir + "/token") << "node-token\n";
+    api->Create("/api/v1/nodes", {{"metadata", {{"name", "node-1"}}}});
+    api->Create("/api/v1/namespaces/team-a/pods",
+                {{"metadata",
+                  {{"name", "mps-trainer"},
+                   {"annotations",
+                    {{"gpuslice.io/tier", "mps"},
+                     {"gpuslice.io/memory", "1Gi"},
+                     {"gpuslice.io/cores", "40"}}}}},
+                 {"spec",
+                  {{"nodeName", "node-1"},
+                   {"containers",
+                    json::array({{{"name", "main"},
+                                  {"resources", {{"limits", {{"gpuslice.io/vgpu", "1"}}}}}}})}}}});
+    ASSERT_TRUE(kubelet_.StartDevicePluginManager(kubelet_dir_ + "/device-plugins").ok());
+    ASSERT_TRUE(kubelet_.StartPodResources(kubelet_dir_ + "/pod-resources/kubelet.sock").ok());
+    std::vector<std::string> args = {"--device-plugin",
+                                     "--kube-node",
+                                     "node-1",
+                                     "--kube-api",
+                                     api->url(),
+                                     "--kube-ca",
+                                     api->ca_file(),
+                                     "--kube-token-file",
+                                     api_dir + "/token",
+                                     "--kube-resource-slices",
+                                     "off"};
+    const std::vector<std::string> mps = MpsArgs();
+    ASSERT_FALSE(mps.empty());
+    args.insert(args.end(), mps.begin(), mps.end());
+    StartDaemon(args, /*claims_dir=*/true, kOneGpu);
+  }
+
+  // `vars` as NAME=VALUE entries.
+  static std::vector<std::string> EnvEntries(const std::map<std::string, std::string>& vars) {
+    std::vector<std::string> out;
+    out.reserve(vars.size());
+    for (const auto& [name, value] : vars) {
+      std::string entry = name;
+      entry += "=";
+      entry += value;
+      out.push_back(std::move(entry));
+    }
+    return out;
   }
 
   // `claims_dir`: the DRA plugin reads claims from dir_/claims (else from
   // the API server, which `mode` then names).
-  void StartDaemon(const std::vector<std::string>& mode = {"--dra"}, bool claims_dir = true) {
+  // `sim_config`: the node's simulated GPUs.
+  void StartDaemon(const std::vector<std::string>& mode = {"--dra"}, bool claims_dir = true,
+                   const std::string& sim_config = kSimConfig) {
     std::vector<std::string> args = {"--socket",
                                      socket_,
                                      "--poll-interval-ms",
@@ -76,8 +202,7 @@ class KubeletE2eTest : public testing::SimProcessTest {
                                      "256"};
     if (claims_dir) args.insert(args.end(), {"--dra-claims-dir", dir_ + "/claims"});
     args.insert(args.end(), mode.begin(), mode.end());
-    daemon_ = StartProgram("gpusliced", next_++, args,
-                           {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
+    daemon_ = StartProgram("gpusliced", next_++, args, {"GPUSLICE_SIM_CONFIG=" + sim_config});
     ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err" + std::to_string(next_ - 1));
   }
   void StopDaemon() {
@@ -197,6 +322,7 @@ class KubeletE2eTest : public testing::SimProcessTest {
 
   std::string kubelet_dir_;
   std::string socket_;
+  std::string mps_root_;
   pid_t daemon_ = 0;
   int next_ = 0;
   FakeKubelet kubelet_;
@@ -542,6 +668,8 @@ TEST_F(KubeletE2eTest, AnnotationsGiveADevicePluginContainerTheSameSliceAsDra) {
   std::map<std::string, std::string> env(v->container_responses(0).envs().begin(),
                                          v->container_responses(0).envs().end());
   const std::string group = env.at("GPUSLICE_GROUP");
+  // A node without MPS: the answer names no MPS CDI device.
+  EXPECT_EQ(v->container_responses(0).cdi_devices_size(), 0);
   kubelet_.SetPods(
       {daemon::kubelet::PodWithDevices("trainer", "team-a", {{"gpuslice.io/vgpu", slice}})});
   ASSERT_TRUE(kubelet_.PreStart(socket, slice).ok());
@@ -594,6 +722,260 @@ TEST_F(KubeletE2eTest, AnnotationsGiveADevicePluginContainerTheSameSliceAsDra) {
                  [](json& p) { p["metadata"]["annotations"]["gpuslice.io/memory"] = "2Gi"; });
   EXPECT_TRUE(WaitFor([&] { return HasLimits(group, uuid, 2 * kGiB, 30); }, 10s))
       << Get("/v1/groups/" + group).dump();
+}
+
+// A pod asking for MPS (gpuslice.io/tier: mps, deploy/examples/mps-pod.yaml)
+// through the device plugin: the slice's Allocate answer names its MPS CDI
+// device, PreStartContainer writes the group's MPS client into that device's
+// spec, and a process started with exactly what the kubelet and the runtime
+// give the container (the Allocate answer's environment, then the CDI
+// device's edits; its mounts are at their host paths) is a client of the
+// group's MPS server, granted the mps tier, and held by the MPS pinned memory
+// limit even without the limiter.
+TEST_F(KubeletE2eTest, AnMpsPodsContainerIsAClientOfItsGroupsMpsServer) {
+  using daemon::kubelet::DpDeviceId;
+  using daemon::kubelet::DpResource;
+  std::unique_ptr<testing::FakeKubeApi> api;
+  ASSERT_NO_FATAL_FAILURE(StartMpsPodNode(api));
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
+  const std::string uuid = GpuUuid(0);
+  ASSERT_FALSE(uuid.empty());
+
+  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, uuid, 0)};
+  const std::string socket = kubelet_dir_ + "/device-plugins/gpuslice-vgpu.sock";
+  auto v = kubelet_.Allocate(socket, {slice});
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const auto& answer = v->container_responses(0);
+  std::map<std::string, std::string> env(answer.envs().begin(), answer.envs().end());
+  const std::string group = env.at("GPUSLICE_GROUP");
+  ASSERT_EQ(answer.cdi_devices_size(), 1) << answer.DebugString();
+  EXPECT_EQ(answer.cdi_devices(0).name(), daemon::kubelet::CdiMpsDeviceId(group));
+  kubelet_.SetPods(
+      {daemon::kubelet::PodWithDevices("mps-trainer", "team-a", {{"gpuslice.io/vgpu", slice}})});
+  // The pod watch has seen the pod before the kubelet starts its container
+  // (as it has in a cluster: the pod is on the node from its binding on).
+  ASSERT_TRUE(WaitFor([&] { return HasLimits(group, uuid, kGiB, 40); }, 10s))
+      << Get("/v1/groups/" + group).dump() << Read("err0");
+  EXPECT_EQ(Get("/v1/groups/" + group).value("tier", ""), "mps");
+  ASSERT_TRUE(kubelet_.PreStart(socket, slice).ok()) << Read("err0");
+
+  // What the runtime reads when it creates the container: the CDI device's
+  // spec, now the group's MPS client.
+  std::ifstream in(daemon::kubelet::CdiMpsSpecPath(dir_ + "/cdi", group));
+  const json spec = json::parse(in, nullptr, false);
+  ASSERT_TRUE(spec.is_object()) << Read("err0");
+  EXPECT_EQ(spec["kind"], "gpuslice.io/mps") << spec.dump();
+  ASSERT_EQ(spec["devices"].size(), 1u) << spec.dump();
+  EXPECT_EQ(spec["devices"][0]["name"], group) << spec.dump();
+  const std::map<std::string, std::string> client = CdiEnv(spec);
+  ASSERT_TRUE(client.contains("CUDA_MPS_PIPE_DIRECTORY")) << spec.dump() << Read("err0");
+  EXPECT_EQ(client.at("CUDA_MPS_PIPE_DIRECTORY").rfind(mps_root_ + "/", 0), 0u) << spec.dump();
+  // The simulator's control binary speaks MPS v2: the group's limits are the
+  // client's environment (on v3 its namespace holds them).
+  EXPECT_EQ(client.count("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+                ? client.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+                : "",
+            "40")
+      << spec.dump();
+  EXPECT_EQ(client.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+                ? client.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+                : "",
+            "0=1G")
+      << spec.dump();
+  bool pipe_mounted = false;
+  for (const json& m : spec["devices"][0]["containerEdits"].value("mounts", json::array())) {
+    EXPECT_EQ(m["hostPath"], m["containerPath"]) << m.dump();
+    EXPECT_TRUE(std::filesystem::is_directory(m.value("hostPath", ""))) << m.dump();
+    pipe_mounted = pipe_mounted || m["hostPath"] == client.at("CUDA_MPS_PIPE_DIRECTORY");
+  }
+  EXPECT_TRUE(pipe_mounted) << spec.dump();
+  for (const auto& [name, value] : client) env[name] = value;
+
+  // The container's process, with exactly that environment: an MPS client of
+  // the group's server, registered as a tenant on the mps tier.
+  const auto [tenant, result] = StartMpsProbe(env, 32, kOneGpu);
+  ASSERT_TRUE(result.is_object());
+  EXPECT_GT(result.value("granted_bytes", uint64_t{0}), 0u) << result.dump();
+  EXPECT_LE(result.value("granted_bytes", uint64_t{0}), kGiB) << result.dump();
+  EXPECT_TRUE(IsMpsClient(uuid, tenant)) << MpsControlLog(uuid);
+  EXPECT_TRUE(GrantedMps(tenant)) << Get("/v1/tenants").dump();
+
+  // The MPS tier's own cap: without the limiter, the group's pinned memory
+  // limit alone holds the process to its 1 GiB.
+  std::map<std::string, std::string> bare = env;
+  bare.erase("LD_PRELOAD");
+  const auto [unlimited, bare_result] = StartMpsProbe(bare, 32, kOneGpu);
+  ASSERT_TRUE(bare_result.is_object());
+  EXPECT_GT(bare_result.value("granted_bytes", uint64_t{0}), 0u) << bare_result.dump();
+  EXPECT_LE(bare_result.value("granted_bytes", uint64_t{0}), kGiB) << bare_result.dump();
+
+  // And the MPS server knows the container's process as its client.
+  auto [code, terminated] =
+      testing::CallDaemon(socket_, "POST", "/v1/mps/terminate",
+                          R"({"gpu": "0", "client_pid": )" + std::to_string(tenant) + "}");
+  EXPECT_EQ(code, 200) << terminated.dump() << "\n" << Read("err0");
+  kill(unlimited, SIGKILL);
+  kill(tenant, SIGKILL);
+  Join(unlimited);
+  Join(tenant);
+}
+
+// An mps pod where MPS cannot be had for its group (a shared tenant of
+// another group already runs on the GPU: MPS would put the GPU in
+// EXCLUSIVE_PROCESS mode under it, docs/mps.md "Tiers"): the container's
+// MPS device stays empty, the daemon says why, and its process is no MPS
+// client.
+TEST_F(KubeletE2eTest, AnMpsPodWhoseGroupCannotHaveMpsGetsNoClientAndSaysWhy) {
+  using daemon::kubelet::DpDeviceId;
+  using daemon::kubelet::DpResource;
+  std::unique_ptr<testing::FakeKubeApi> api;
+  ASSERT_NO_FATAL_FAILURE(StartMpsPodNode(api));
+  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
+  const std::string uuid = GpuUuid(0);
+  ASSERT_FALSE(uuid.empty());
+  // A shared tenant of group "batch", registered, on the GPU.
+  const auto [batch, batch_result] =
+      StartMpsProbe({{"LD_PRELOAD", BuildDir() + "/lib/libgpuslice.so"},
+                     {"GPUSLICE_SOCKET", socket_},
+                     {"GPUSLICE_SHM_DIR", shm_dir_},
+                     {"GPUSLICE_GROUP", "batch"}},
+                    2, kOneGpu);
+  ASSERT_TRUE(batch_result.is_object());
+  const pid_t batch_pid = batch;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& t : Get("/v1/tenants").value("tenants", json::array())) {
+          if (t.value("host_pid", 0) == batch_pid) return true;
+        }
+        return false;
+      },
+      10s));
+
+  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, uuid, 0)};
+  const std::string socket = kubelet_dir_ + "/device-plugins/gpuslice-vgpu.sock";
+  auto v = kubelet_.Allocate(socket, {slice});
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  std::map<std::string, std::string> env(v->container_responses(0).envs().begin(),
+                                         v->container_responses(0).envs().end());
+  const std::string group = env.at("GPUSLICE_GROUP");
+  ASSERT_EQ(v->container_responses(0).cdi_devices_size(), 1);
+  kubelet_.SetPods(
+      {daemon::kubelet::PodWithDevices("mps-trainer", "team-a", {{"gpuslice.io/vgpu", slice}})});
+  ASSERT_TRUE(WaitFor([&] { return HasLimits(group, uuid, kGiB, 40); }, 10s))
+      << Get("/v1/groups/" + group).dump() << Read("err0");
+  ASSERT_TRUE(kubelet_.PreStart(socket, slice).ok()) << Read("err0");
+  std::ifstream in(daemon::kubelet::CdiMpsSpecPath(dir_ + "/cdi", group));
+  const json spec = json::parse(in, nullptr, false);
+  EXPECT_EQ(CdiEnv(spec), (std::map<std::string, std::string>{{"GPUSLICE_MPS", "off"}}))
+      << spec.dump();
+  const std::string log = Read("err0");
+  const size_t said = log.find("event=device_plugin_mps_fallback group=" + group);
+  ASSERT_NE(said, std::string::npos) << log;
+  EXPECT_NE(log.find("batch", said), std::string::npos) << log.substr(said);
+
+  // Its process, started with what the container gets: no MPS client.
+  for (const auto& [name, value] : CdiEnv(spec)) env[name] = value;
+  const auto [tenant, result] = StartMpsProbe(env, 2, kOneGpu);
+  ASSERT_TRUE(result.is_object());
+  EXPECT_EQ(MpsControlLog(uuid).find("NEW CLIENT " + std::to_string(tenant)), std::string::npos)
+      << MpsControlLog(uuid);
+  kill(tenant, SIGKILL);
+  kill(batch, SIGKILL);
+  Join(tenant);
+  Join(batch);
+}
+
+// A DRA claim asking for MPS through its opaque configuration (a
+// gpuslice.io SliceConfig with tier mps, deploy/examples/dra-mps-claim-pod.yaml):
+// at prepare its group is on the mps tier and the claim's CDI spec carries
+// the group's MPS client; a process started with the spec's environment is a
+// client of the group's MPS server, granted the mps tier, held by the pinned
+// memory limit even without the limiter. A config gpuslice does not know is
+// refused at prepare, saying why.
+TEST_F(KubeletE2eTest, AClaimAskingForMpsIsAClientOfItsGroupsMpsServer) {
+  std::vector<std::string> args = {"--dra"};
+  const std::vector<std::string> mps = MpsArgs();
+  ASSERT_FALSE(mps.empty());
+  args.insert(args.end(), mps.begin(), mps.end());
+  StartDaemon(args, /*claims_dir=*/true, kOneGpu);
+  const std::string uuid = GpuUuid(0);
+  ASSERT_FALSE(uuid.empty());
+  auto with_config = [](const json& parameters) {
+    json claim = ClaimObject("gpu-0");
+    claim["status"]["allocation"]["devices"]["config"] =
+        json::array({{{"source", "FromClaim"},
+                      {"requests", json::array({"gpu"})},
+                      {"opaque", {{"driver", "gpuslice.io"}, {"parameters", parameters}}}}});
+    return claim;
+  };
+  std::filesystem::create_directories(dir_ + "/claims/team-a");
+  std::ofstream(dir_ + "/claims/team-a/slice.json")
+      << with_config(
+             {{"apiVersion", "gpuslice.io/v1alpha1"}, {"kind", "SliceConfig"}, {"tier", "mps"}})
+             .dump();
+  const std::string endpoint = RegisterPlugin();
+  ASSERT_FALSE(endpoint.empty());
+  auto prepared = kubelet_.Prepare(endpoint, {Claim()});
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  ASSERT_EQ(prepared->claims().at(kClaimUid).error(), "") << Read("err0");
+  const json group = Get(std::string("/v1/groups/") + kClaimUid);
+  EXPECT_EQ(group.value("tier", ""), "mps") << group.dump();
+
+  const json spec = Spec();
+  ASSERT_FALSE(spec.is_discarded());
+  const std::map<std::string, std::string> env = CdiEnv(spec);
+  ASSERT_TRUE(env.contains("CUDA_MPS_PIPE_DIRECTORY")) << spec.dump() << Read("err0");
+  EXPECT_EQ(env.at("CUDA_MPS_PIPE_DIRECTORY").rfind(mps_root_ + "/", 0), 0u) << spec.dump();
+  EXPECT_EQ(env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+                ? env.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+                : "",
+            "0=4G")
+      << spec.dump();
+  bool pipe_mounted = false;
+  for (const json& m : spec["devices"][0]["containerEdits"]["mounts"]) {
+    pipe_mounted = pipe_mounted || (m["hostPath"] == env.at("CUDA_MPS_PIPE_DIRECTORY") &&
+                                    m["containerPath"] == m["hostPath"]);
+  }
+  EXPECT_TRUE(pipe_mounted) << spec.dump();
+
+  const auto [tenant, result] = StartMpsProbe(env, 96, kOneGpu);
+  ASSERT_TRUE(result.is_object());
+  EXPECT_GT(result.value("granted_bytes", uint64_t{0}), 0u) << result.dump();
+  EXPECT_LE(result.value("granted_bytes", uint64_t{0}), 4 * kGiB) << result.dump();
+  EXPECT_TRUE(IsMpsClient(uuid, tenant)) << MpsControlLog(uuid);
+  EXPECT_TRUE(GrantedMps(tenant)) << Get("/v1/tenants").dump();
+  // Without the limiter, the MPS pinned memory limit alone: 4 of the 6 GiB asked.
+  std::map<std::string, std::string> bare = env;
+  bare.erase("LD_PRELOAD");
+  const auto [unlimited, bare_result] = StartMpsProbe(bare, 96, kOneGpu);
+  ASSERT_TRUE(bare_result.is_object());
+  EXPECT_GT(bare_result.value("granted_bytes", uint64_t{0}), 0u) << bare_result.dump();
+  EXPECT_LE(bare_result.value("granted_bytes", uint64_t{0}), 4 * kGiB) << bare_result.dump();
+  auto [code, terminated] =
+      testing::CallDaemon(socket_, "POST", "/v1/mps/terminate",
+                          R"({"gpu": "0", "client_pid": )" + std::to_string(tenant) + "}");
+  EXPECT_EQ(code, 200) << terminated.dump() << "\n" << Read("err0");
+  kill(unlimited, SIGKILL);
+  kill(tenant, SIGKILL);
+  Join(unlimited);
+  Join(tenant);
+
+  // A config of another kind: refused at prepare, the reason in the result.
+  json bad = with_config({{"apiVersion", "gpuslice.io/v1alpha1"}, {"kind", "GpuConfig"}});
+  bad["metadata"]["name"] = "bad";
+  bad["metadata"]["uid"] = "0bad0bad-1111-2222-3333-444455556666";
+  std::ofstream(dir_ + "/claims/team-a/bad.json") << bad.dump();
+  daemon::kubelet::dra_api::Claim c;
+  c.set_namespace_("team-a");
+  c.set_name("bad");
+  c.set_uid("0bad0bad-1111-2222-3333-444455556666");
+  auto refused = kubelet_.Prepare(endpoint, {c});
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  const std::string error = refused->claims().at(c.uid()).error();
+  EXPECT_NE(error.find("is not gpuslice.io/v1alpha1 SliceConfig"), std::string::npos) << error;
+  int status = 0;
+  Get("/v1/groups/" + c.uid(), &status);
+  EXPECT_EQ(status, 404);
 }
 
 // An API server outage (every request refused, open watches cut): what the
