@@ -217,7 +217,7 @@ class Plant {
           }
           m.draining = false;
           m.watch.Drained(now_);
-          m.floor.Measured(now_, m.watch.TakeDrainedCost());
+          m.floor.Measured(now_, m.watch.TakeDrainedCost(), charge, limit_ * 100);
           recharge();
         }
         const auto verdict = m.watch.Check(now_, kPacerBurstNs * limit_ / 100, limit_ * 100, done);
@@ -1056,9 +1056,13 @@ TEST(ProgressWatch, ADrainMeasuresWhatTheLaunchesBehindTheLateMarkerCost) {
 TEST(ChargeFloor, ChargesAtLeastTheDrainsMeasurementForAHold) {
   ChargeFloor f;
   EXPECT_EQ(f.Apply(kSec, 200 * kUs), 200 * kUs);  // no drain yet
-  f.Measured(kSec, 0);                             // a drain that measured nothing
+  f.Measured(kSec, 0, 200 * kUs, 3000);            // a drain that measured nothing
   EXPECT_EQ(f.Apply(kSec, 200 * kUs), 200 * kUs);
-  f.Measured(kSec, 20 * kMs);
+  // Within the watch's allowance at 30 % (200 us x 1/0.3 x 5/4 = 833 us):
+  // others' time slices, no floor.
+  f.Measured(kSec, 800 * kUs, 200 * kUs, 3000);
+  EXPECT_EQ(f.Apply(kSec + kMs, 200 * kUs), 200 * kUs);
+  f.Measured(kSec, 20 * kMs, 200 * kUs, 3000);
   EXPECT_EQ(f.Apply(kSec + kMs, 200 * kUs), 20 * kMs);
   EXPECT_EQ(f.Apply(kSec + kMs, 30 * kMs), 30 * kMs);  // the controller's, where more
   EXPECT_EQ(f.Apply(kSec + ChargeFloor::kHoldNs, 200 * kUs), 200 * kUs);  // the hold is over

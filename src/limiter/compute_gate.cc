@@ -222,7 +222,7 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
       b.Lock();
       const int64_t drained = MonotonicNs();
       b.watch.Drained(drained);
-      floor.Measured(drained, b.watch.TakeDrainedCost());
+      floor.Measured(drained, b.watch.TakeDrainedCost(), charge_ns, rate_bp);
       b.Confirm();
       b.Unlock();
       return kNoCap;
