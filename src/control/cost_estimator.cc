@@ -65,7 +65,23 @@ void CostEstimator::AddBusy(int64_t start_ns, int64_t end_ns, double busy_fracti
   while (!spans_.empty() && spans_.front().end_ns < end_ns - options_.max_horizon_ns) {
     spans_.pop_front();
   }
+  const uint64_t shifts = shifts_;
   DetectShift();
+  if (shifts_ != shifts) {
+    shift_seen_ns_ = end_ns;
+  } else if (shift_seen_ns_ > 0) {
+    ConfirmShift();
+  }
+}
+
+void CostEstimator::ConfirmShift() {
+  size_t first = 0;
+  bool complete = false;
+  RatioNewest(options_.recent_ns, static_cast<double>(options_.recent_launches), &first, &complete);
+  if (!complete || first >= spans_.size()) return;
+  if (spans_[first].start_ns < shift_seen_ns_) return;  // not yet on its own
+  spans_.erase(spans_.begin(), spans_.begin() + static_cast<std::ptrdiff_t>(first));
+  shift_seen_ns_ = 0;
 }
 
 double CostEstimator::RatioNewest(int64_t min_ns, double min_launches, size_t* first,

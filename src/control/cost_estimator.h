@@ -30,6 +30,13 @@
 // new workload within a window or two instead of averaging the old one in for a whole horizon. A
 // window that NVML rounds to 0 % while the group launched is taken as at most half a percent busy
 // (an upper bound), so a group whose kernels became much shorter is not starved by its old charge.
+// The evidence kept across a shift (the newest, that showed it) holds the span
+// of the change itself, both workloads' launches (the old queue's short
+// launches seen complete beside the first long ones): its ratio is off (kernels
+// 100x longer: the new cost was estimated 10-25 % short for a whole horizon,
+// and under a 70 % cap the group ran at 75-77 %). Once the spans since the
+// shift was detected hold the newest evidence on their own, the spans from
+// before go (once per shift).
 // Evidence holding a span in which the group launched but had no sample (NVML gave that window
 // to another process: window attribution, compute_controller.h) is no ground for a shift: such a
 // span's busy time is right only on average, over many windows.
@@ -113,11 +120,17 @@ class CostEstimator {
   double RatioNewest(int64_t min_ns, double min_launches, size_t* first, bool* complete) const;
   // Drops the spans before the newest evidence when it disagrees with the horizon.
   void DetectShift();
+  // After a shift, once the spans since its detection hold the newest
+  // evidence, drops the spans kept from before it (see above).
+  void ConfirmShift();
 
   Options options_;
   std::deque<Point> history_;
   std::deque<Span> spans_;
   uint64_t shifts_ = 0;
+  // End of the newest span when the last shift was detected; spans ending
+  // up to it are the evidence kept across the shift (0: none pending).
+  int64_t shift_seen_ns_ = 0;
 };
 
 }  // namespace gpuslice::control

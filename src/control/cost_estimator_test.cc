@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "control/compute_controller.h"
@@ -38,7 +39,11 @@ struct PlantOptions {
   double competitor = 0;  // share of device time other tenants take
   int64_t nvml_window_ns = 166'666'667;
   int64_t nvml_lag_ns = 0;  // extra delay before a closed window is visible
-  int64_t probe_ns = 0;     // bootstrap charge (0: 1.5 x kernel)
+  // The controller does not tick in [stall_from_ns, stall_from_ns +
+  // stall_ns) (its thread descheduled on a loaded host).
+  int64_t stall_from_ns = 0;
+  int64_t stall_ns = 0;
+  int64_t probe_ns = 0;  // bootstrap charge (0: 1.5 x kernel)
   int64_t step_ns = 10 * kUs;
   bool backlog_watch = true;  // the launch gate's (shm/progress_watch.h)
   // A member waiting for its budget sleeps as the launch gate does (until
@@ -59,6 +64,9 @@ struct PlantOptions {
   // was admitted (before issues 13 and 14). Without the backlog watch (no
   // markers) launches are counted when admitted either way.
   bool count_at_completion = true;
+  // After a drain the launch gate charges at least what the drain measured
+  // per launch (ChargeFloor); false: the gate before issue 14's fix.
+  bool drain_floor = true;
   CostEstimator::Options estimator;
 };
 
@@ -158,6 +166,7 @@ class Plant {
     bool running = true;
     std::deque<int64_t> queue;
     ProgressWatch watch;                                     // the backlog watch's state
+    ChargeFloor floor;                                       // what its last drain measured
     std::array<uint64_t, ProgressWatch::kMarkers> marker{};  // completes when `done` reaches it
     uint64_t done = 0;                                       // kernels completed
     uint64_t confirmed = 0;   // launches the member saw complete (its markers)
@@ -177,10 +186,18 @@ class Plant {
   void Launch(Member& m) {
     // Before an estimate, the bootstrap probe: an upper bound of the
     // member's own kernel (the group's first member's, when charged as one).
+    // After a drain, at least what it measured (ChargeFloor), unless the
+    // plant models the gate before issue 14's fix.
     const int64_t own = o_.per_member ? m.charge_ns : charge_ns_;
     const int64_t bootstrap = o_.per_member ? m.kernel_ns : members_[0].kernel_ns;
-    const int64_t charge = own > 0 ? own : o_.probe_ns > 0 ? o_.probe_ns : bootstrap * 3 / 2;
-    const int64_t interval = PacedIntervalNs(charge, limit_);
+    int64_t charge = 0;
+    int64_t interval = 0;
+    const auto recharge = [&] {
+      charge = own > 0 ? own : o_.probe_ns > 0 ? o_.probe_ns : bootstrap * 3 / 2;
+      if (own > 0 && o_.drain_floor) charge = m.floor.Apply(now_, charge);
+      interval = PacedIntervalNs(charge, limit_);
+    };
+    recharge();
     if (now_ < m.wake_at) return;
     const auto done = [&](int i) { return m.done >= m.marker[i]; };
     if (held_ && m.running) {
@@ -200,11 +217,14 @@ class Plant {
           }
           m.draining = false;
           m.watch.Drained(now_);
+          m.floor.Measured(now_, m.watch.TakeDrainedCost(), charge, limit_ * 100);
+          recharge();
         }
         const auto verdict = m.watch.Check(now_, kPacerBurstNs * limit_ / 100, limit_ * 100, done);
         m.confirmed += m.watch.TakeConfirmed();
         if (verdict == ProgressWatch::Verdict::kBacklog) {
           m.draining = true;
+          m.watch.DrainBegan(now_);
           continue;
         }
       }
@@ -272,7 +292,8 @@ class Plant {
       window_start_ = now_;
       window_busy_ = 0;
     }
-    if (now_ % (50 * kMs) == 0) Tick();
+    const bool stalled = now_ >= o_.stall_from_ns && now_ < o_.stall_from_ns + o_.stall_ns;
+    if (now_ % (50 * kMs) == 0 && !stalled) Tick();
   }
 
   // The controller: records launches, takes the NVML windows that are visible.
@@ -506,21 +527,72 @@ TEST(WorkloadChange, KernelsAHundredTimesLongerUnderAHighCap) {
   ExpectCapHolds(plant, 6 * kSec, 70);
 }
 
-// Counted when admitted (before issues 13 and 14), the backlog's launches
-// were counted in the window they were admitted in while their device time
-// arrived over the next second: the estimate overshot the new cost for about
-// a horizon and the 10 s mean missed the cap (67.6 %; 70.0 % counted as the
-// launch path sees them complete).
-TEST(WorkloadChange, CountedWhenAdmittedLongerKernelsUndershootAHighCap) {
+// A late controller (issue 14's outlier under CPU load): its thread is
+// descheduled, or NVML's windows arrive late, for a few hundred milliseconds
+// right after the change. The backlog watch's first drain ends before the new
+// cost is known, and the gate went on admitting a whole burst at the old
+// charge (at 70 %: 70 launches, 1.4 s of 20 ms kernels) before the next
+// marker was due: the overuse ran past the first second (81.5 % at cap 70 in
+// bench/share_accuracy). A drain measures what its launches cost, and that is
+// their floor until the controller has learned it.
+struct LateController {
+  uint32_t cap;
+  int64_t stall_ns;
+  int64_t nvml_lag_ns;
+};
+
+class WorkloadChangeLate : public ::testing::TestWithParam<LateController> {};
+
+TEST_P(WorkloadChangeLate, KernelsAHundredTimesLongerWithALateController) {
+  const LateController c = GetParam();
   PlantOptions o;
   o.kernel_ns = 200 * kUs;
-  o.limit = 70;
-  o.count_at_completion = false;
+  o.limit = c.cap;
+  o.stall_from_ns = 6 * kSec;
+  o.stall_ns = c.stall_ns;
+  o.nvml_lag_ns = c.nvml_lag_ns;
   Plant plant(o);
   plant.RunUntil(6 * kSec);
   plant.set_kernel_ns(20 * kMs);
   plant.RunUntil(18 * kSec);
-  EXPECT_LT(plant.Share(7 * kSec, 17 * kSec), 0.68);
+  ExpectCapHolds(plant, 6 * kSec, c.cap);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Stalls, WorkloadChangeLate,
+    ::testing::Values(LateController{30, 400 * kMs, 0}, LateController{70, 400 * kMs, 0},
+                      LateController{30, 700 * kMs, 0}, LateController{70, 700 * kMs, 0},
+                      LateController{30, 0, 300 * kMs}, LateController{70, 0, 300 * kMs}),
+    [](const ::testing::TestParamInfo<LateController>& param_info) {
+      const LateController& c = param_info.param;
+      return "Cap" + std::to_string(c.cap) + "Stall" + std::to_string(c.stall_ns / kMs) +
+             "msNvmlLag" + std::to_string(c.nvml_lag_ns / kMs) + "ms";
+    });
+
+// Counted when admitted (before issues 13 and 14), the backlog's launches
+// were counted in the window they were admitted in while their device time
+// arrived over the next second: the estimate overshot the new cost for about
+// a horizon and the 10 s mean missed the cap (67.6 %; 70.0 % counted as the
+// launch path sees them complete). Since the estimator drops the evidence kept
+// across a shift once the new workload's suffices (issue 14), the miss is
+// smaller (68.5 %), still well under what counting at completion gets; both
+// with the gate of before issue 14 (no drain floor).
+TEST(WorkloadChange, CountedWhenAdmittedLongerKernelsUndershootAHighCap) {
+  const auto mean = [](bool count_at_completion) {
+    PlantOptions o;
+    o.kernel_ns = 200 * kUs;
+    o.limit = 70;
+    o.count_at_completion = count_at_completion;
+    o.drain_floor = false;
+    Plant plant(o);
+    plant.RunUntil(6 * kSec);
+    plant.set_kernel_ns(20 * kMs);
+    plant.RunUntil(18 * kSec);
+    return plant.Share(7 * kSec, 17 * kSec);
+  };
+  const double at_completion = mean(true);
+  EXPECT_LT(mean(false), at_completion - 0.01);
+  EXPECT_NEAR(at_completion, 0.70, 0.01);
 }
 
 // Kernels 1.45x longer: within the estimator's shift factor, so the horizon
@@ -942,6 +1014,58 @@ TEST(ProgressWatch, KernelsMuchLongerThanChargedAreCaughtSoonAfterTheyStart) {
   }
   ASSERT_GT(caught, 0);
   EXPECT_LE(caught - long_start, 5 * kMs);
+}
+
+// The drain that follows (issue 14) measures what the long kernels cost: from
+// the late marker's completion (the launches before it hold the old
+// workload's) to the end of the drain, over the launches left.
+TEST(ProgressWatch, ADrainMeasuresWhatTheLaunchesBehindTheLateMarkerCost) {
+  ProgressWatch w;
+  std::array<int64_t, ProgressWatch::kMarkers> completes_at{};
+  int64_t device_free = 0;
+  int64_t charged_free = 0;
+  int64_t kernel = 200 * kUs;
+  int64_t now = 0;
+  const auto is_done = [&](int i) { return completes_at[static_cast<size_t>(i)] <= now; };
+  for (; now < kSec; now += 100 * kUs) {
+    if (now == 100 * kMs) kernel = 20 * kMs;
+    if (w.Check(now, 30 * kMs, 7000, is_done) == ProgressWatch::Verdict::kBacklog) break;
+    if (charged_free - now < 14 * kMs) {
+      charged_free = std::max(charged_free, now) + 200 * kUs;
+      device_free = std::max(device_free, now) + kernel;
+      if (const int i = w.Launched(now, 200 * kUs); i >= 0) {
+        completes_at[static_cast<size_t>(i)] = device_free;
+        w.Marked(now);
+      }
+    }
+  }
+  ASSERT_LT(now, kSec);
+  w.DrainBegan(now);
+  EXPECT_EQ(w.TakeDrainedCost(), 0);  // nothing measured until it ends
+  while (now < device_free) {
+    now += 200 * kUs;
+    w.Poll(now, is_done);
+  }
+  w.Drained(now);
+  EXPECT_NEAR(static_cast<double>(w.TakeDrainedCost()), 20.0 * kMs, 0.5 * kMs);
+  EXPECT_EQ(w.TakeDrainedCost(), 0);  // taken once
+  w.Drained(now + kMs);               // a drain nobody began measures nothing
+  EXPECT_EQ(w.TakeDrainedCost(), 0);
+}
+
+TEST(ChargeFloor, ChargesAtLeastTheDrainsMeasurementForAHold) {
+  ChargeFloor f;
+  EXPECT_EQ(f.Apply(kSec, 200 * kUs), 200 * kUs);  // no drain yet
+  f.Measured(kSec, 0, 200 * kUs, 3000);            // a drain that measured nothing
+  EXPECT_EQ(f.Apply(kSec, 200 * kUs), 200 * kUs);
+  // Within the watch's allowance at 30 % (200 us x 1/0.3 x 5/4 = 833 us):
+  // others' time slices, no floor.
+  f.Measured(kSec, 800 * kUs, 200 * kUs, 3000);
+  EXPECT_EQ(f.Apply(kSec + kMs, 200 * kUs), 200 * kUs);
+  f.Measured(kSec, 20 * kMs, 200 * kUs, 3000);
+  EXPECT_EQ(f.Apply(kSec + kMs, 200 * kUs), 20 * kMs);
+  EXPECT_EQ(f.Apply(kSec + kMs, 30 * kMs), 30 * kMs);  // the controller's, where more
+  EXPECT_EQ(f.Apply(kSec + ChargeFloor::kHoldNs, 200 * kUs), 200 * kUs);  // the hold is over
 }
 
 TEST(CostEstimator, NoEstimateWithoutEnoughEvidence) {

@@ -27,14 +27,15 @@ CUstream Effective(CUstream stream, bool per_thread) {
 // until earlier charges are paid). Before each sleep for the budget it calls
 // `before_nap()`, which may wait itself (the backlog watch) and returns the
 // longest the sleep may last. False if the device is no longer paced (limit
-// and grant lifted meanwhile).
+// and grant lifted meanwhile). A charge refreshed from the budget meanwhile
+// gets `floor` (a drain's measurement: ChargeFloor).
 // While paused or held it calls `follow_queue()`, which looks at the
 // stream's markers (the queue drains meanwhile: its launches are counted as
 // they complete) and returns the longest the wait may sleep before looking
 // again.
 template <typename BeforeNap, typename FollowQueue>
 bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t charge_ns,
-           BeforeNap&& before_nap, FollowQueue&& follow_queue) {
+           const ChargeFloor& floor, BeforeNap&& before_nap, FollowQueue&& follow_queue) {
   int64_t waiting_since = 0;
   int64_t now = 0;
   bool paced = true;
@@ -89,7 +90,9 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
     // about a slice past the time it is due (PacerNapNs).
     segment.WaitForChange(seen, std::min(PacerNapNs(wait, burst), before_nap()));
     // The controller may have refined the estimate while this thread slept.
-    if (const int64_t fresh = budget.charge_ns(); fresh > 0) charge_ns = fresh;
+    if (const int64_t fresh = budget.charge_ns(); fresh > 0) {
+      charge_ns = floor.Apply(MonotonicNs(), fresh);
+    }
   }
   if (waiting_since != 0) {
     budget.CountWait(now - waiting_since);
@@ -164,7 +167,9 @@ void Drain(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog&
 
 // Before a launch on `stream` charged `charge_ns`: the backlog watch
 // (shm/progress_watch.h). If a marker missed its deadline, waits for the
-// stream to drain: every launch queued behind it is as wrongly charged.
+// stream to drain: every launch queued behind it is as wrongly charged; what
+// the drain measured per launch is then the member's charge floor on the
+// device (`floor`).
 // While the scheduler has set the device's burst (gpusliced schedules the
 // group), also waits while the stream's queue is deeper than QueueBoundNs
 // (shm/launch_pacer.h, BoundsQueueByAge: its oldest unfinished marker older
@@ -173,7 +178,7 @@ void Drain(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog&
 // at most kBacklogMaxWaitNs.
 // Returns the longest a wait for the budget may sleep before looking again.
 int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget, CUstream stream,
-                     StreamBacklog& b, int64_t charge_ns) {
+                     StreamBacklog& b, int64_t charge_ns, ChargeFloor& floor) {
   constexpr int64_t kNoCap = INT64_MAX / 4;
   const uint32_t rate_bp = segment.PacedRateBp(dev);
   const real::CudaTable& cu = real::Cuda();
@@ -195,6 +200,7 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
       return b.markers[i] == nullptr || cu.cuEventQuery(b.markers[i]) != CUDA_ERROR_NOT_READY;
     });
     b.Confirm();
+    if (verdict == ProgressWatch::Verdict::kBacklog) b.watch.DrainBegan(now);
     const int pending = b.watch.pending();
     // A scheduled group's queue is bounded (shm/launch_pacer.h): by age while
     // taking turns beside a latency group, else by how far behind the device
@@ -206,7 +212,9 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
     if (verdict == ProgressWatch::Verdict::kBacklog) {
       Drain(segment, dev, stream, b);
       b.Lock();
-      b.watch.Drained(MonotonicNs());
+      const int64_t drained = MonotonicNs();
+      b.watch.Drained(drained);
+      floor.Measured(drained, b.watch.TakeDrainedCost(), charge_ns, rate_bp);
       b.Confirm();
       b.Unlock();
       return kNoCap;
@@ -290,24 +298,34 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   ComputeBudget budget = segment->Budget(dev, slot);
 
   // Until the controller has an estimate of this member's launches, its
-  // first launches are measured.
-  int64_t charge = budget.charge_ns();
+  // first launches are measured. After a drain, at least what it measured.
+  ChargeFloor& floor = floors_[dev];
+  const auto own_charge = [&] {
+    const int64_t c = budget.charge_ns();
+    return c > 0 ? floor.Apply(MonotonicNs(), c) : 0;
+  };
+  int64_t charge = own_charge();
   bool probe = false;
   if (charge == 0) {
     probe = budget.TakeProbe(kBootstrapProbes);
     charge = probe ? 0 : budget.probe_ns();
   }
   const bool watched = !probe && charge > 0;
-  if (watched) WatchBacklog(*segment, dev, budget, stream, *backlog, charge);
+  if (watched) {
+    WatchBacklog(*segment, dev, budget, stream, *backlog, charge, floor);
+    // A drain just now measured the launches' cost.
+    if (const int64_t fresh = own_charge(); fresh > 0) charge = fresh;
+  }
   const auto before_nap = [&] {
-    return watched ? WatchBacklog(*segment, dev, budget, stream, *backlog, charge) : INT64_MAX / 4;
+    return watched ? WatchBacklog(*segment, dev, budget, stream, *backlog, charge, floor)
+                   : INT64_MAX / 4;
   };
   // While held or paused, the stream's queue drains: its markers are
   // followed (the controller counts launches as they complete).
   const auto follow_queue = [&] {
     return watched && FollowMarkers(*backlog) > 0 ? kWatchNapNs : INT64_MAX / 4;
   };
-  if (!Admit(*segment, dev, budget, charge, before_nap, follow_queue)) {
+  if (!Admit(*segment, dev, budget, charge, floor, before_nap, follow_queue)) {
     return call(launch);  // no longer paced
   }
   if (probe) return Probe(*segment, dev, budget, stream, call, launch);

@@ -14,6 +14,9 @@
 //     and this keeps the driver's queue from filling with seconds of work
 //     meanwhile (bounded wait, kBacklogMaxWaitNs); after the launch it puts
 //     a marker on the stream when one is due;
+//     (after a drain, until the controller has relearned the cost, each
+//     launch is charged at least what the drain measured per launch:
+//     ChargeFloor, shm/progress_watch.h);
 //  3. waits until the group's budget on its device admits it
 //     (ComputeBudget: the budget advances by the launch's estimated device
 //     time stretched by the limit), sleeping on the segment's futex, never
@@ -39,6 +42,7 @@
 // or held group rechecks, a drain wait ends after kBacklogMaxWaitNs.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <type_traits>
 #include <vector>
@@ -50,6 +54,7 @@
 #include "limiter/stream_captures.h"
 #include "limiter/stream_devices.h"
 #include "shm/group_segment.h"
+#include "shm/progress_watch.h"
 
 namespace gpuslice::limiter {
 
@@ -134,6 +139,8 @@ class ComputeGate {
   std::atomic<Ledger*> ledger_{nullptr};
   std::atomic<const StreamCaptures*> captures_{nullptr};
   StreamDevices streams_;
+  // This member's charge floor on each device after a drain.
+  std::array<ChargeFloor, kGroupMaxDevices> floors_{};
 };
 
 }  // namespace gpuslice::limiter

@@ -204,6 +204,24 @@ TEST_F(ComputeTest, ACapHoldsWhenKernelsBecomeAHundredTimesLongerUnderAHighCap) 
   EXPECT_GE(after, 35);
 }
 
+// The same change under 30 %: the backlog watch's first drain after it ends
+// before the controller has learned the new cost from NVML (two or three
+// windows), and the gate went on at the old charge: the budget, idle during
+// the drain, admitted a whole burst (30-35 launches, 0.7 s of 20 ms kernels)
+// before the next marker was due, and the first second after the change ran
+// at 82-92 % (bench/share_accuracy, main before issue 14's fix). Charged what
+// the drain measured (ChargeFloor), it runs at 36-42 %. A loaded machine
+// slows the tenant down (shares lower, never higher).
+TEST_F(ComputeTest, NoSecondBacklogWhenKernelsBecomeAHundredTimesLonger) {
+  const pid_t p =
+      Start(0, {"--kernel-us", "200", "--duration-s", "8", "--phase", "3:20000", "--quiet"},
+            Limited("longer30", "30"));
+  WaitRunning({p});
+  std::this_thread::sleep_for(milliseconds(3000));  // the change
+  const double first = Share({p}, milliseconds(1000));
+  EXPECT_LE(first, 65) << "the first second after the change";
+}
+
 // Kernels 1.43x shorter (2 ms -> 1.4 ms) under a 50 % cap: within the
 // estimator's shift factor, so its estimate comes down over its 2 s horizon,
 // and meanwhile the group, held back by its budget at the old charge, runs
