@@ -108,6 +108,62 @@ class KubeletE2eTest : public testing::SimProcessTest {
         },
         5s);
   }
+  // The client environment of `spec` (a CDI spec of one device), checked to
+  // be an MPS client's: the pipe directory under the node's MPS root,
+  // mounted at the same path (as is every MPS directory it mounts), and
+  // `pinned` as its pinned memory limit.
+  std::map<std::string, std::string> ExpectMpsClientSpec(const json& spec,
+                                                         const std::string& pinned) {
+    std::map<std::string, std::string> env = CdiEnv(spec);
+    if (!env.contains("CUDA_MPS_PIPE_DIRECTORY")) {
+      ADD_FAILURE() << "no MPS client in " << spec.dump() << "\n" << Read("err0");
+      return env;
+    }
+    EXPECT_EQ(env.at("CUDA_MPS_PIPE_DIRECTORY").rfind(mps_root_ + "/", 0), 0u) << spec.dump();
+    EXPECT_EQ(env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+                  ? env.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+                  : "",
+              pinned)
+        << spec.dump();
+    bool pipe_mounted = false;
+    for (const json& m : spec["devices"][0]["containerEdits"].value("mounts", json::array())) {
+      const std::string host = m.value("hostPath", "");
+      if (host.rfind(mps_root_ + "/", 0) != 0) continue;  // the limiter's, not MPS's
+      EXPECT_EQ(m["containerPath"], host) << m.dump();
+      EXPECT_TRUE(std::filesystem::is_directory(host)) << m.dump();
+      pipe_mounted = pipe_mounted || host == env.at("CUDA_MPS_PIPE_DIRECTORY");
+    }
+    EXPECT_TRUE(pipe_mounted) << spec.dump();
+    return env;
+  }
+  // A process started with exactly `env` (what the container gets), asking
+  // for `max_chunks` of 64 MiB, is a client of GPU `uuid`'s MPS server on the
+  // mps tier and gets at most `limit` bytes; so does one without the limiter
+  // (the MPS pinned memory limit alone holds it); and gpusliced ends the
+  // first as that server's client.
+  void ExpectAnMpsClientHeldTo(const std::map<std::string, std::string>& env,
+                               const std::string& uuid, int max_chunks, uint64_t limit) {
+    const auto [tenant, result] = StartMpsProbe(env, max_chunks, kOneGpu);
+    EXPECT_TRUE(result.is_object());
+    EXPECT_GT(result.value("granted_bytes", uint64_t{0}), 0u) << result.dump();
+    EXPECT_LE(result.value("granted_bytes", uint64_t{0}), limit) << result.dump();
+    EXPECT_TRUE(IsMpsClient(uuid, tenant)) << MpsControlLog(uuid);
+    EXPECT_TRUE(GrantedMps(tenant)) << Get("/v1/tenants").dump();
+    std::map<std::string, std::string> bare = env;
+    bare.erase("LD_PRELOAD");
+    const auto [unlimited, bare_result] = StartMpsProbe(bare, max_chunks, kOneGpu);
+    EXPECT_TRUE(bare_result.is_object());
+    EXPECT_GT(bare_result.value("granted_bytes", uint64_t{0}), 0u) << bare_result.dump();
+    EXPECT_LE(bare_result.value("granted_bytes", uint64_t{0}), limit) << bare_result.dump();
+    auto [code, terminated] =
+        testing::CallDaemon(socket_, "POST", "/v1/mps/terminate",
+                            R"({"gpu": "0", "client_pid": )" + std::to_string(tenant) + "}");
+    EXPECT_EQ(code, 200) << terminated.dump() << "\n" << Read("err0");
+    kill(unlimited, SIGKILL);
+    kill(tenant, SIGKILL);
+    Join(unlimited);
+    Join(tenant);
+  }
   // Whether the daemon holds `pid` as a tenant on the mps tier.
   bool GrantedMps(pid_t pid) {
     return WaitFor(
@@ -767,57 +823,20 @@ TEST_F(KubeletE2eTest, AnMpsPodsContainerIsAClientOfItsGroupsMpsServer) {
   EXPECT_EQ(spec["kind"], "gpuslice.io/mps") << spec.dump();
   ASSERT_EQ(spec["devices"].size(), 1u) << spec.dump();
   EXPECT_EQ(spec["devices"][0]["name"], group) << spec.dump();
-  const std::map<std::string, std::string> client = CdiEnv(spec);
-  ASSERT_TRUE(client.contains("CUDA_MPS_PIPE_DIRECTORY")) << spec.dump() << Read("err0");
-  EXPECT_EQ(client.at("CUDA_MPS_PIPE_DIRECTORY").rfind(mps_root_ + "/", 0), 0u) << spec.dump();
   // The simulator's control binary speaks MPS v2: the group's limits are the
   // client's environment (on v3 its namespace holds them).
+  const std::map<std::string, std::string> client = ExpectMpsClientSpec(spec, "0=1G");
   EXPECT_EQ(client.count("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
                 ? client.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
                 : "",
             "40")
       << spec.dump();
-  EXPECT_EQ(client.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
-                ? client.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
-                : "",
-            "0=1G")
-      << spec.dump();
-  bool pipe_mounted = false;
-  for (const json& m : spec["devices"][0]["containerEdits"].value("mounts", json::array())) {
-    EXPECT_EQ(m["hostPath"], m["containerPath"]) << m.dump();
-    EXPECT_TRUE(std::filesystem::is_directory(m.value("hostPath", ""))) << m.dump();
-    pipe_mounted = pipe_mounted || m["hostPath"] == client.at("CUDA_MPS_PIPE_DIRECTORY");
-  }
-  EXPECT_TRUE(pipe_mounted) << spec.dump();
   for (const auto& [name, value] : client) env[name] = value;
 
   // The container's process, with exactly that environment: an MPS client of
-  // the group's server, registered as a tenant on the mps tier.
-  const auto [tenant, result] = StartMpsProbe(env, 32, kOneGpu);
-  ASSERT_TRUE(result.is_object());
-  EXPECT_GT(result.value("granted_bytes", uint64_t{0}), 0u) << result.dump();
-  EXPECT_LE(result.value("granted_bytes", uint64_t{0}), kGiB) << result.dump();
-  EXPECT_TRUE(IsMpsClient(uuid, tenant)) << MpsControlLog(uuid);
-  EXPECT_TRUE(GrantedMps(tenant)) << Get("/v1/tenants").dump();
-
-  // The MPS tier's own cap: without the limiter, the group's pinned memory
-  // limit alone holds the process to its 1 GiB.
-  std::map<std::string, std::string> bare = env;
-  bare.erase("LD_PRELOAD");
-  const auto [unlimited, bare_result] = StartMpsProbe(bare, 32, kOneGpu);
-  ASSERT_TRUE(bare_result.is_object());
-  EXPECT_GT(bare_result.value("granted_bytes", uint64_t{0}), 0u) << bare_result.dump();
-  EXPECT_LE(bare_result.value("granted_bytes", uint64_t{0}), kGiB) << bare_result.dump();
-
-  // And the MPS server knows the container's process as its client.
-  auto [code, terminated] =
-      testing::CallDaemon(socket_, "POST", "/v1/mps/terminate",
-                          R"({"gpu": "0", "client_pid": )" + std::to_string(tenant) + "}");
-  EXPECT_EQ(code, 200) << terminated.dump() << "\n" << Read("err0");
-  kill(unlimited, SIGKILL);
-  kill(tenant, SIGKILL);
-  Join(unlimited);
-  Join(tenant);
+  // the group's server, registered as a tenant on the mps tier, and held to
+  // the group's 1 GiB by the MPS tier alone too.
+  ExpectAnMpsClientHeldTo(env, uuid, 32, kGiB);
 }
 
 // An mps pod where MPS cannot be had for its group (a shared tenant of
@@ -923,42 +942,9 @@ TEST_F(KubeletE2eTest, AClaimAskingForMpsIsAClientOfItsGroupsMpsServer) {
 
   const json spec = Spec();
   ASSERT_FALSE(spec.is_discarded());
-  const std::map<std::string, std::string> env = CdiEnv(spec);
-  ASSERT_TRUE(env.contains("CUDA_MPS_PIPE_DIRECTORY")) << spec.dump() << Read("err0");
-  EXPECT_EQ(env.at("CUDA_MPS_PIPE_DIRECTORY").rfind(mps_root_ + "/", 0), 0u) << spec.dump();
-  EXPECT_EQ(env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
-                ? env.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
-                : "",
-            "0=4G")
-      << spec.dump();
-  bool pipe_mounted = false;
-  for (const json& m : spec["devices"][0]["containerEdits"]["mounts"]) {
-    pipe_mounted = pipe_mounted || (m["hostPath"] == env.at("CUDA_MPS_PIPE_DIRECTORY") &&
-                                    m["containerPath"] == m["hostPath"]);
-  }
-  EXPECT_TRUE(pipe_mounted) << spec.dump();
-
-  const auto [tenant, result] = StartMpsProbe(env, 96, kOneGpu);
-  ASSERT_TRUE(result.is_object());
-  EXPECT_GT(result.value("granted_bytes", uint64_t{0}), 0u) << result.dump();
-  EXPECT_LE(result.value("granted_bytes", uint64_t{0}), 4 * kGiB) << result.dump();
-  EXPECT_TRUE(IsMpsClient(uuid, tenant)) << MpsControlLog(uuid);
-  EXPECT_TRUE(GrantedMps(tenant)) << Get("/v1/tenants").dump();
-  // Without the limiter, the MPS pinned memory limit alone: 4 of the 6 GiB asked.
-  std::map<std::string, std::string> bare = env;
-  bare.erase("LD_PRELOAD");
-  const auto [unlimited, bare_result] = StartMpsProbe(bare, 96, kOneGpu);
-  ASSERT_TRUE(bare_result.is_object());
-  EXPECT_GT(bare_result.value("granted_bytes", uint64_t{0}), 0u) << bare_result.dump();
-  EXPECT_LE(bare_result.value("granted_bytes", uint64_t{0}), 4 * kGiB) << bare_result.dump();
-  auto [code, terminated] =
-      testing::CallDaemon(socket_, "POST", "/v1/mps/terminate",
-                          R"({"gpu": "0", "client_pid": )" + std::to_string(tenant) + "}");
-  EXPECT_EQ(code, 200) << terminated.dump() << "\n" << Read("err0");
-  kill(unlimited, SIGKILL);
-  kill(tenant, SIGKILL);
-  Join(unlimited);
-  Join(tenant);
+  // A process with the spec's environment: its group's MPS client, held to
+  // 4 of the 6 GiB it asks for, by the pinned memory limit alone too.
+  ExpectAnMpsClientHeldTo(ExpectMpsClientSpec(spec, "0=4G"), uuid, 96, 4 * kGiB);
 
   // A config of another kind: refused at prepare, the reason in the result.
   json bad = with_config({{"apiVersion", "gpuslice.io/v1alpha1"}, {"kind", "GpuConfig"}});
