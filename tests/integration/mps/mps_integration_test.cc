@@ -73,6 +73,40 @@ class MpsIntegrationTest : public gpuslice::testing::SimProcessTest {
     auto status = m.GetStatus();
     return status.gpus.empty() ? 0 : status.gpus[0].control_pid;
   }
+  // Starts `gpuslice-mps-probe` (with `probe_args`) as process `n` of the
+  // simulation `state`/`config`, with tenant `r`'s client environment (but
+  // its CUDA_VISIBLE_DEVICES) and `extra`.
+  pid_t StartClient(int n, const std::string& state, const std::string& config,
+                    const AcquireResult& r, const std::vector<std::string>& extra,
+                    const std::vector<std::string>& probe_args = {}) {
+    std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
+                                    "GPUSLICE_SIM_STATE=" + state, "GPUSLICE_SIM_CONFIG=" + config};
+    for (const auto& [k, v] : r.env) {
+      if (k == "CUDA_VISIBLE_DEVICES") continue;
+      std::string entry = k;
+      entry += '=';
+      entry += v;
+      env.push_back(std::move(entry));
+    }
+    env.insert(env.end(), extra.begin(), extra.end());
+    std::vector<std::string> argv = {BuildDir() + "/bin/gpuslice-mps-probe"};
+    argv.insert(argv.end(), probe_args.begin(), probe_args.end());
+    return Spawn(n, argv, env);
+  }
+  // Process `n`'s "ready" line (the probe's JSON), once printed (null if not
+  // within 30 s).
+  nlohmann::json ReadyLine(int n) {
+    nlohmann::json found;
+    WaitFor(
+        [&] {
+          const std::string out = Read("out" + std::to_string(n));
+          if (out.find("\"ready\"") == std::string::npos) return false;
+          found = nlohmann::json::parse(out.substr(0, out.find('\n')), nullptr, false);
+          return true;
+        },
+        seconds(30));
+    return found;
+  }
 
   MpsOptions options_;
   testing::FakeGpus gpus_{1};
@@ -174,35 +208,10 @@ TEST_F(MpsIntegrationTest, OnAnR615NodeEachTenantsNamespaceCapsItsClients) {
   EXPECT_FALSE(a->env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
 
   // A process of each tenant; one asks for more than its namespace allows.
-  auto start = [&](int n, const AcquireResult& r, const std::vector<std::string>& extra) {
-    std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
-                                    "GPUSLICE_SIM_STATE=" + state, "GPUSLICE_SIM_CONFIG=" + config};
-    for (const auto& [k, v] : r.env) {
-      if (k == "CUDA_VISIBLE_DEVICES") continue;
-      std::string entry = k;
-      entry += '=';
-      entry += v;
-      env.push_back(std::move(entry));
-    }
-    env.insert(env.end(), extra.begin(), extra.end());
-    return Spawn(n, {BuildDir() + "/bin/gpuslice-mps-probe"}, env);
-  };
-  const pid_t pa = start(1, *a, {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90"});
-  const pid_t pb = start(2, *b, {});
-  auto ready = [&](int n) {
-    nlohmann::json found;
-    WaitFor(
-        [&] {
-          const std::string out = Read("out" + std::to_string(n));
-          if (out.find("\"ready\"") == std::string::npos) return false;
-          found = nlohmann::json::parse(out.substr(0, out.find('\n')), nullptr, false);
-          return true;
-        },
-        seconds(30));
-    return found;
-  };
-  const nlohmann::json ra = ready(1);
-  const nlohmann::json rb = ready(2);
+  const pid_t pa = StartClient(1, state, config, *a, {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90"});
+  const pid_t pb = StartClient(2, state, config, *b, {});
+  const nlohmann::json ra = ReadyLine(1);
+  const nlohmann::json rb = ReadyLine(2);
   std::cerr << "v3 clients: a " << ra.dump() << ", b " << rb.dump() << "\n";
   EXPECT_EQ(ra.value("mps", 0), 1) << ra.dump() << Read("err1");
   EXPECT_EQ(ra.value("sms", 0u), sms * 30 / 100) << "a's namespace caps its 90 %";
@@ -254,38 +263,14 @@ TEST_F(MpsIntegrationTest, OnAnR615NodeTheWrittenConfigurationAloneCapsEachNames
   EXPECT_NE(written.find("[servers.gpuslice.namespaces.\"a\"]"), std::string::npos) << written;
   EXPECT_NE(written.find("[servers.gpuslice.namespaces.\"b\"]"), std::string::npos) << written;
 
-  auto start = [&](int n, const AcquireResult& r, const std::vector<std::string>& extra) {
-    std::vector<std::string> env = {"LD_LIBRARY_PATH=" + BuildDir() + "/sim/lib",
-                                    "GPUSLICE_SIM_STATE=" + state, "GPUSLICE_SIM_CONFIG=" + config};
-    for (const auto& [k, v] : r.env) {
-      if (k == "CUDA_VISIBLE_DEVICES") continue;
-      std::string entry = k;
-      entry += '=';
-      entry += v;
-      env.push_back(std::move(entry));
-    }
-    env.insert(env.end(), extra.begin(), extra.end());
-    return Spawn(n, {BuildDir() + "/bin/gpuslice-mps-probe", "--alloc", std::to_string(768 * kMiB)},
-                 env);
-  };
   // a asks for 90 % and 2G; its namespace gives 30 % and 512M.
-  const pid_t pa = start(
-      1, *a, {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2G"});
-  const pid_t pb = start(2, *b, {});
-  auto ready = [&](int n) {
-    nlohmann::json found;
-    WaitFor(
-        [&] {
-          const std::string out = Read("out" + std::to_string(n));
-          if (out.find("\"ready\"") == std::string::npos) return false;
-          found = nlohmann::json::parse(out.substr(0, out.find('\n')), nullptr, false);
-          return true;
-        },
-        seconds(30));
-    return found;
-  };
-  const nlohmann::json ra = ready(1);
-  const nlohmann::json rb = ready(2);
+  const std::vector<std::string> alloc = {"--alloc", std::to_string(768 * kMiB)};
+  const pid_t pa = StartClient(
+      1, state, config, *a,
+      {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2G"}, alloc);
+  const pid_t pb = StartClient(2, state, config, *b, {}, alloc);
+  const nlohmann::json ra = ReadyLine(1);
+  const nlohmann::json rb = ReadyLine(2);
   std::cerr << "clients of the restarted daemon: a " << ra.dump() << ", b " << rb.dump() << "\n";
   EXPECT_EQ(ra.value("mps", 0), 1) << ra.dump() << Read("err1");
   EXPECT_EQ(ra.value("sms", 0u), sms * 30 / 100) << ra.dump();
