@@ -309,11 +309,16 @@ TEST_P(SoftLimitEvictionTest, WithinGuaranteeEvictsABorrowerOnly) {
   system(("rm -rf '" + base + "'").c_str());
 }
 
-std::string EvictionCaseName(const ::testing::TestParamInfo<EvictionCase>& param_info) {
+std::string Name(const EvictionCase& c) {
   static const char* const kOther[] = {"AboveItsSoftLimit", "WithoutALimit", "WithinItsSoftLimit"};
-  return std::string(param_info.param.eviction ? "On" : "Off") +
-         kOther[static_cast<int>(param_info.param.other)];
+  return std::string(c.eviction ? "On" : "Off") + kOther[static_cast<int>(c.other)];
 }
+std::string EvictionCaseName(const ::testing::TestParamInfo<EvictionCase>& param_info) {
+  return Name(param_info.param);
+}
+// Names the case in test listings (GoogleTest prints an unknown type's
+// bytes, padding included, which change from run to run).
+void PrintTo(const EvictionCase& c, std::ostream* os) { *os << Name(c); }
 
 INSTANTIATE_TEST_SUITE_P(Cases, SoftLimitEvictionTest,
                          ::testing::Values(EvictionCase{false, Borrower::kAboveItsSoftLimit},

@@ -67,6 +67,9 @@ struct Node {
   const char* driver_version;
   bool r615;
 };
+// Names the node in test listings (GoogleTest prints an unknown type's bytes,
+// pointers included, which change from run to run).
+void PrintTo(const Node& node, std::ostream* os) { *os << node.name; }
 
 class EnforcerTest : public testing::SimProcessTest, public ::testing::WithParamInterface<Node> {
  protected:
@@ -118,12 +121,7 @@ class EnforcerTest : public testing::SimProcessTest, public ::testing::WithParam
     std::string cmd = BuildDir() + "/bin/gpuslice";
     for (const std::string& a : args) cmd += " '" + a + "'";
     cmd += " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[512];
-    while (p != nullptr && fgets(buf, sizeof buf, p) != nullptr) out += buf;
-    if (p != nullptr) pclose(p);
-    return out;
+    return testing::CommandOutput(cmd);
   }
 
   // A tenant of group "train" in the group's cgroup that registers itself
@@ -184,12 +182,7 @@ class EnforcerTest : public testing::SimProcessTest, public ::testing::WithParam
     cmd = "env LD_LIBRARY_PATH='" + BuildDir() + "/sim/lib' GPUSLICE_SIM_STATE='" + state_ + "' " +
           cmd + "'" + BuildDir() + "/sim/bin/nvidia-smi' memory-limits -i 0 -c '" + cgroup +
           "' 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[512];
-    while (p != nullptr && fgets(buf, sizeof buf, p) != nullptr) out += buf;
-    if (p != nullptr) pclose(p);
-    return out;
+    return testing::CommandOutput(cmd);
   }
   // The most memory process `pid` ever held on GPU 0, as the simulated driver
   // counted it (context and allocations).

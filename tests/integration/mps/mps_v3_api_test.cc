@@ -106,12 +106,7 @@ class MpsV3ApiTest : public testing::SimProcessTest {
   // `gpuslice gpu list` against this daemon.
   std::string GpuList() {
     const std::string cmd = BuildDir() + "/bin/gpuslice gpu list --socket '" + socket_ + "' 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[512];
-    while (p != nullptr && fgets(buf, sizeof buf, p) != nullptr) out += buf;
-    if (p != nullptr) pclose(p);
-    return out;
+    return testing::CommandOutput(cmd);
   }
   json ComputeEnforcer(const std::string& group) {
     return Call("GET", "/v1/groups/" + group).second["gpus"][0]["enforcer"]["compute"];

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -48,6 +49,18 @@ inline bool WaitFor(const std::function<bool()>& condition, std::chrono::millise
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return condition();
+}
+
+// What shell command `cmd` writes on its standard output (redirect its
+// standard error into it where wanted: `2>&1`); empty if it cannot start.
+inline std::string CommandOutput(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return "";
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  pclose(p);
+  return out;
 }
 
 class SimProcessTest : public ::testing::Test {
