@@ -78,9 +78,9 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
     // charges: otherwise a probe after one admitted at a tiny grant waited
     // out that grant's whole charge. A member's measurement (a launch's wall
     // time beside other contexts) stops counting once its charge is known
-    // (MaxMemberCharge), so that a budget run ahead on a measurement charged
-    // at a small grant is pulled back once the charge is known (issue 13's
-    // stall).
+    // (MaxMemberCharge), and a long wait naps at most kMaxPacerNapNs, so
+    // that a budget run ahead on a measurement charged at a small grant is
+    // pulled back soon after the charge is refined (issue 13's stall).
     if (budget.AheadBy(now) > burst + interval) {
       const int64_t known = std::max(charge_ns, segment.MaxMemberCharge(dev));
       if (known > 0) budget.ClampAhead(now, burst + PacedIntervalBpNs(known, rate_bp));

@@ -413,5 +413,52 @@ TEST_F(ComputeTest, ABudgetRunAheadOnAnInflatedProbeIsPulledBackOnceTheChargeIsK
       << Read("err0");
 }
 
+// The same stall when the inflated charge is the member's own: a launch
+// charged 400 ms (the measurement, used until the controller publishes a
+// charge; staged here by publishing it) at a 4 % grant runs the budget 10 s
+// ahead, and the next launch waits with that charge in hand. The controller
+// then publishes the real one (2 ms); the waiting launch naps at most
+// kMaxPacerNapNs, re-reads it and pulls the budget back. Before the fix it
+// slept out the 10 s unless the segment's change word moved.
+TEST_F(ComputeTest, ALaunchWaitingOnAnInflatedChargeFollowsItsRefinement) {
+  const pid_t p = Tenant(0, Limited("refined", "30"), 8);
+  WaitRunning({p});
+  auto seg = GroupSegment::Open(shm_dir_, "refined", /*create=*/false);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  int slot = -1;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const GroupSegment::MemberRef& m : (*seg)->Members()) {
+          if (m.pid == p && (*seg)->SlotCharge(m.slot, 0) > 0) slot = m.slot;
+        }
+        return slot >= 0;
+      },
+      std::chrono::seconds(10)))
+      << Read("err0");
+  const int64_t real_charge = (*seg)->SlotCharge(slot, 0);
+  (*seg)->SetComputeGrant(0, 400);
+  auto ahead_ns = [&] {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+    return std::atomic_ref<int64_t>((*seg)->Compute(0).next_free_ns).load() - now;
+  };
+  // Until a launch has been admitted at the inflated charge (the controller
+  // overwrites it every tick meanwhile).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        (*seg)->PublishSlotCharge(slot, 0, 400'000'000);
+        return ahead_ns() > 5'000'000'000;
+      },
+      std::chrono::seconds(10)))
+      << ahead_ns() << "\n"
+      << Read("err0");
+  const uint64_t before = (*seg)->Launches(0);
+  EXPECT_TRUE(WaitFor([&] { return (*seg)->Launches(0) >= before + 5; }, std::chrono::seconds(4)))
+      << "launches " << (*seg)->Launches(0) - before << ", budget ahead by " << ahead_ns()
+      << " ns, charge " << (*seg)->SlotCharge(slot, 0) << " (was " << real_charge << ")\n"
+      << Read("err0");
+}
+
 }  // namespace
 }  // namespace gpuslice
