@@ -680,7 +680,8 @@ int64_t GroupSegment::MaxMemberCharge(int dev) const {
     // once a charge is known, a launch charged the measurement was charged
     // too much, and the pull-back must not keep it (issue 13's stall).
     const int64_t charge = std::clamp<int64_t>(Load(c.charge_ns), 0, kMaxChargeNs);
-    most = std::max(most, charge > 0 ? charge : std::clamp<int64_t>(Load(c.probe_ns), 0, kMaxChargeNs));
+    most = std::max(most,
+                    charge > 0 ? charge : std::clamp<int64_t>(Load(c.probe_ns), 0, kMaxChargeNs));
   }
   return most;
 }

@@ -270,7 +270,7 @@ TEST_F(GroupSegmentTest, MaxMemberChargeIsTheLargestOfTheLiveMembers) {
   EXPECT_EQ(seg->MaxMemberCharge(d), 9000);  // measured, no charge yet
   seg->PublishSlotCharge(a, d, 2000);
   EXPECT_EQ(seg->MaxMemberCharge(d), 2000);  // refined
-  auto other = OpenGroup();  // a second member
+  auto other = OpenGroup();                  // a second member
   const int b = *other->Join(getpid(), 2, "b");
   other->Budget(d, b).RecordProbe(5000);
   EXPECT_EQ(seg->MaxMemberCharge(d), 5000);  // b's measurement, larger than a's charge
