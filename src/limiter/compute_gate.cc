@@ -76,7 +76,11 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
     // rate said. (The members' charges are read only on that rare path.) A
     // bootstrap probe (charge_ns 0) clamps too, by the members' measured
     // charges: otherwise a probe after one admitted at a tiny grant waited
-    // out that grant's whole charge.
+    // out that grant's whole charge. A member's measurement (a launch's wall
+    // time beside other contexts) stops counting once its charge is known
+    // (MaxMemberCharge), and a long wait naps at most kMaxPacerNapNs, so
+    // that a budget run ahead on a measurement charged at a small grant is
+    // pulled back soon after the charge is refined (issue 13's stall).
     if (budget.AheadBy(now) > burst + interval) {
       const int64_t known = std::max(charge_ns, segment.MaxMemberCharge(dev));
       if (known > 0) budget.ClampAhead(now, burst + PacedIntervalBpNs(known, rate_bp));

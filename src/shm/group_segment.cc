@@ -675,8 +675,13 @@ int64_t GroupSegment::MaxMemberCharge(int dev) const {
   for (int s = 0; s < kGroupMaxSlots; ++s) {
     if (Load(layout_->slots[s].owner_pid) == 0) continue;
     const SlotCompute& c = layout_->slot_compute[s][dev];
-    most = std::max({most, std::clamp<int64_t>(Load(c.charge_ns), 0, kMaxChargeNs),
-                     std::clamp<int64_t>(Load(c.probe_ns), 0, kMaxChargeNs)});
+    // The bootstrap measurement is a launch's wall time, an upper bound that
+    // the charge refines (a 20 ms kernel beside 20 contexts measured 0.4 s):
+    // once a charge is known, a launch charged the measurement was charged
+    // too much, and the pull-back must not keep it (issue 13's stall).
+    const int64_t charge = std::clamp<int64_t>(Load(c.charge_ns), 0, kMaxChargeNs);
+    most = std::max(most,
+                    charge > 0 ? charge : std::clamp<int64_t>(Load(c.probe_ns), 0, kMaxChargeNs));
   }
   return most;
 }

@@ -279,8 +279,10 @@ class GroupSegment {
   // Publishes the charge of one launch of the member in `slot` on `dev`
   // (0: not known; the member measures its own launches meanwhile).
   void PublishSlotCharge(int slot, int dev, int64_t charge_ns);
-  // The largest charge (or bootstrap measurement) of any member on `dev`:
-  // the most one admitted launch can have advanced the budget by, at a rate.
+  // The largest charge of any member on `dev`, or its bootstrap measurement
+  // while it has no charge: the most one admitted launch can have advanced
+  // the budget by, at a rate, once what was charged a measurement is
+  // refined (a member's measurement no longer counts once its charge does).
   int64_t MaxMemberCharge(int dev) const;
   // The charge the launch path of `slot` uses on `dev` (bounded as read).
   int64_t SlotCharge(int slot, int dev) const;

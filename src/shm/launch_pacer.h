@@ -32,11 +32,20 @@ inline constexpr int64_t kPacerBurstNs = 20'000'000;
 // batch group still admits a millisecond of small launches.
 inline constexpr int64_t kMaxNapPastDueNs = 1'000'000;
 
+// The longest one sleep of a launch waiting for its budget: a long wait
+// (a budget run ahead on a charge since refined down, e.g. a bootstrap
+// measurement charged at a small grant) is looked at again this often, so
+// that the gate re-reads the charge and pulls the budget back (compute_gate.cc
+// Admit) rather than sleeping out what the old charge said. Only waits this
+// long wake more often; no launch is admitted earlier for it.
+inline constexpr int64_t kMaxPacerNapNs = 100'000'000;
+
 // How long a launch told to wait `wait_ns` (TryAdmit) sleeps with `burst_ns`:
 // on until half the burst is free, so that one wake-up admits a batch of
-// small launches, but at most kMaxNapPastDueNs past its due time.
+// small launches, but at most kMaxNapPastDueNs past its due time, and at most
+// kMaxPacerNapNs in all.
 inline int64_t PacerNapNs(int64_t wait_ns, int64_t burst_ns) {
-  return wait_ns + std::min(burst_ns / 2, kMaxNapPastDueNs);
+  return std::min(wait_ns + std::min(burst_ns / 2, kMaxNapPastDueNs), kMaxPacerNapNs);
 }
 
 // Wall time one launch consumes: its device time stretched by the group's

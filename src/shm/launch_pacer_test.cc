@@ -241,6 +241,16 @@ TEST(PacerNap, ShortBurstsSleepHalfTheBurstPastTheirDueTime) {
   EXPECT_EQ(PacerNapNs(0, 0), 0);
 }
 
+// A long wait (a budget run 10 s ahead on a bootstrap measurement charged at
+// a 4 % grant: issue 13's stall) is slept in naps of kMaxPacerNapNs, so that
+// the gate looks at the charge again while the controller refines it.
+TEST(PacerNap, ALongWaitIsLookedAtAgainWithinATenthOfASecond) {
+  EXPECT_EQ(PacerNapNs(10'000 * kMs, kPacerBurstNs), kMaxPacerNapNs);
+  EXPECT_EQ(PacerNapNs(kMaxPacerNapNs, 0), kMaxPacerNapNs);
+  EXPECT_EQ(PacerNapNs(kMaxPacerNapNs - kMaxNapPastDueNs, kPacerBurstNs), kMaxPacerNapNs);
+  EXPECT_LE(kMaxPacerNapNs, 100 * kMs);
+}
+
 }  // namespace
 }  // namespace gpuslice
 

@@ -373,5 +373,92 @@ TEST_F(ComputeTest, ALaunchAdmittedAtAnOldTinyGrantDoesNotHoldTheProgramOnceItIs
   EXPECT_TRUE(exited) << "still waiting for the old grant's charge\n" << Read("err0");
 }
 
+// Issue 13's 5 s stall (bench/scheduler --suite scale, docs/daemon.md): a
+// member's bootstrap probe measured its kernel's wall time beside many
+// contexts (here staged: 400 ms for a 2 ms kernel) and was charged at a 4 %
+// grant, which ran the budget 10 s ahead. Once the member's charge is known
+// the gate pulls the budget back to its refined charge and launches go on;
+// before the fix the pull-back was bounded by the stale measurement and the
+// program waited out the 10 s.
+TEST_F(ComputeTest, ABudgetRunAheadOnAnInflatedProbeIsPulledBackOnceTheChargeIsKnown) {
+  const pid_t p = Tenant(0, Limited("probed", "30"), 8);
+  WaitRunning({p});
+  auto seg = GroupSegment::Open(shm_dir_, "probed", /*create=*/false);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  int slot = -1;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const GroupSegment::MemberRef& m : (*seg)->Members()) {
+          if (m.pid == p && (*seg)->SlotCharge(m.slot, 0) > 0) slot = m.slot;
+        }
+        return slot >= 0;
+      },
+      std::chrono::seconds(10)))
+      << Read("err0");
+  // As gpusliced's scheduler would once the cost is known: a small grant...
+  constexpr uint32_t kGrantBp = 400;
+  (*seg)->SetComputeGrant(0, kGrantBp);
+  // ...and the probe's measurement charged at it (Probe's ChargeAfter).
+  constexpr int64_t kMeasured = 400'000'000;
+  std::atomic_ref<int64_t>((*seg)->layout().slot_compute[slot][0].probe_ns).store(kMeasured);
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  (*seg)->Budget(0, slot).ChargeAfter(now, PacedIntervalBpNs(kMeasured, kGrantBp));
+  // The member goes on launching: 2 ms at 4 % is one launch every 50 ms.
+  const uint64_t before = (*seg)->Launches(0);
+  EXPECT_TRUE(WaitFor([&] { return (*seg)->Launches(0) >= before + 5; }, std::chrono::seconds(4)))
+      << "launches " << (*seg)->Launches(0) - before << ", budget ahead by "
+      << std::atomic_ref<int64_t>((*seg)->Compute(0).next_free_ns).load() - now << " ns\n"
+      << Read("err0");
+}
+
+// The same stall when the inflated charge is the member's own: a launch
+// charged 400 ms (the measurement, used until the controller publishes a
+// charge; staged here by publishing it) at a 4 % grant runs the budget 10 s
+// ahead, and the next launch waits with that charge in hand. The controller
+// then publishes the real one (2 ms); the waiting launch naps at most
+// kMaxPacerNapNs, re-reads it and pulls the budget back. Before the fix it
+// slept out the 10 s unless the segment's change word moved.
+TEST_F(ComputeTest, ALaunchWaitingOnAnInflatedChargeFollowsItsRefinement) {
+  const pid_t p = Tenant(0, Limited("refined", "30"), 8);
+  WaitRunning({p});
+  auto seg = GroupSegment::Open(shm_dir_, "refined", /*create=*/false);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  int slot = -1;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const GroupSegment::MemberRef& m : (*seg)->Members()) {
+          if (m.pid == p && (*seg)->SlotCharge(m.slot, 0) > 0) slot = m.slot;
+        }
+        return slot >= 0;
+      },
+      std::chrono::seconds(10)))
+      << Read("err0");
+  const int64_t real_charge = (*seg)->SlotCharge(slot, 0);
+  (*seg)->SetComputeGrant(0, 400);
+  auto ahead_ns = [&] {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+    return std::atomic_ref<int64_t>((*seg)->Compute(0).next_free_ns).load() - now;
+  };
+  // Until a launch has been admitted at the inflated charge (the controller
+  // overwrites it every tick meanwhile).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        (*seg)->PublishSlotCharge(slot, 0, 400'000'000);
+        return ahead_ns() > 5'000'000'000;
+      },
+      std::chrono::seconds(10)))
+      << ahead_ns() << "\n"
+      << Read("err0");
+  const uint64_t before = (*seg)->Launches(0);
+  EXPECT_TRUE(WaitFor([&] { return (*seg)->Launches(0) >= before + 5; }, std::chrono::seconds(4)))
+      << "launches " << (*seg)->Launches(0) - before << ", budget ahead by " << ahead_ns()
+      << " ns, charge " << (*seg)->SlotCharge(slot, 0) << " (was " << real_charge << ")\n"
+      << Read("err0");
+}
+
 }  // namespace
 }  // namespace gpuslice
