@@ -217,7 +217,7 @@ class Plant {
           }
           m.draining = false;
           m.watch.Drained(now_);
-          m.floor.Measured(now_, m.watch.TakeDrainedCost(), charge, limit_ * 100);
+          m.floor.Measured(now_, m.watch.TakeDrainedCost(), charge, limit_ * 100, false);
           recharge();
         }
         const auto verdict = m.watch.Check(now_, kPacerBurstNs * limit_ / 100, limit_ * 100, done);
@@ -1056,16 +1056,26 @@ TEST(ProgressWatch, ADrainMeasuresWhatTheLaunchesBehindTheLateMarkerCost) {
 TEST(ChargeFloor, ChargesAtLeastTheDrainsMeasurementForAHold) {
   ChargeFloor f;
   EXPECT_EQ(f.Apply(kSec, 200 * kUs), 200 * kUs);  // no drain yet
-  f.Measured(kSec, 0, 200 * kUs, 3000);            // a drain that measured nothing
+  f.Measured(kSec, 0, 200 * kUs, 3000, false);     // a drain that measured nothing
   EXPECT_EQ(f.Apply(kSec, 200 * kUs), 200 * kUs);
   // Within the watch's allowance at 30 % (200 us x 1/0.3 x 5/4 = 833 us):
   // others' time slices, no floor.
-  f.Measured(kSec, 800 * kUs, 200 * kUs, 3000);
+  f.Measured(kSec, 800 * kUs, 200 * kUs, 3000, false);
   EXPECT_EQ(f.Apply(kSec + kMs, 200 * kUs), 200 * kUs);
-  f.Measured(kSec, 20 * kMs, 200 * kUs, 3000);
+  f.Measured(kSec, 20 * kMs, 200 * kUs, 3000, false);
   EXPECT_EQ(f.Apply(kSec + kMs, 200 * kUs), 20 * kMs);
   EXPECT_EQ(f.Apply(kSec + kMs, 30 * kMs), 30 * kMs);  // the controller's, where more
   EXPECT_EQ(f.Apply(kSec + ChargeFloor::kHoldNs, 200 * kUs), 200 * kUs);  // the hold is over
+}
+
+TEST(ChargeFloor, NoFloorWhereGpuslicedSchedulesTheDevice) {
+  // Beside the other groups gpusliced schedules, a drain's wall time is
+  // stretched by their contexts, far past the rate's allowance: no floor.
+  ChargeFloor f;
+  f.Measured(kSec, 20 * kMs, 200 * kUs, 950, /*scheduled=*/true);
+  EXPECT_EQ(f.Apply(kSec + kMs, 200 * kUs), 200 * kUs);
+  f.Measured(kSec, 20 * kMs, 200 * kUs, 950, /*scheduled=*/false);  // alone under its cap
+  EXPECT_EQ(f.Apply(kSec + kMs, 200 * kUs), 20 * kMs);
 }
 
 TEST(CostEstimator, NoEstimateWithoutEnoughEvidence) {

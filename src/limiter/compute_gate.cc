@@ -218,7 +218,8 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
       b.Lock();
       const int64_t drained = MonotonicNs();
       b.watch.Drained(drained);
-      floor.Measured(drained, b.watch.TakeDrainedCost(), charge_ns, rate_bp);
+      floor.Measured(drained, b.watch.TakeDrainedCost(), charge_ns, rate_bp,
+                     /*scheduled=*/segment.ComputeBurst(dev) > 0);
       b.Confirm();
       b.Unlock();
       return kNoCap;
