@@ -364,6 +364,32 @@ class KubeletE2eTest : public testing::SimProcessTest {
     return StartProgram("gpuslice-alloc-probe", next_++, args, env);
   }
 
+  // One vGPU slice of GPU `uuid` allocated by the device plugin, as the
+  // kubelet does before it creates a container: the slice's device ids, the
+  // plugin's socket, the container's answer, its environment and its group.
+  struct AllocatedSlice {
+    std::vector<std::string> ids;
+    std::string socket;
+    ::v1beta1::ContainerAllocateResponse answer;
+    std::map<std::string, std::string> env;
+    std::string group;
+  };
+  AllocatedSlice AllocateSlice(const std::string& uuid) {
+    using daemon::kubelet::DpDeviceId;
+    using daemon::kubelet::DpResource;
+    AllocatedSlice a;
+    a.ids = {DpDeviceId(DpResource::kVgpu, uuid, 0)};
+    a.socket = kubelet_dir_ + "/device-plugins/gpuslice-vgpu.sock";
+    auto v = kubelet_.Allocate(a.socket, {a.ids});
+    EXPECT_TRUE(v.ok() && v->container_responses_size() == 1)
+        << (v.ok() ? v->DebugString() : v.status().ToString());
+    if (!v.ok() || v->container_responses_size() != 1) return a;
+    a.answer = v->container_responses(0);
+    a.env.insert(a.answer.envs().begin(), a.answer.envs().end());
+    a.group = a.env["GPUSLICE_GROUP"];
+    return a;
+  }
+
   // Whether group `group` holds exactly `memory` bytes and `cores` % on `uuid`.
   bool HasLimits(const std::string& group, const std::string& uuid, uint64_t memory, int cores) {
     int status = 0;
@@ -689,8 +715,6 @@ TEST_F(KubeletE2eTest, AnAmountWithoutASliceIsRefusedBeforeItsContainerStarts) {
 // the fake API server) runs in a 4 GiB, 30 % slice, whatever its environment
 // says; a change of the annotation applies live.
 TEST_F(KubeletE2eTest, AnnotationsGiveADevicePluginContainerTheSameSliceAsDra) {
-  using daemon::kubelet::DpDeviceId;
-  using daemon::kubelet::DpResource;
   const std::string api_dir = dir_ + "/api";
   std::filesystem::create_directories(api_dir);
   auto api = testing::FakeKubeApi::Start(api_dir);
@@ -717,15 +741,14 @@ TEST_F(KubeletE2eTest, AnnotationsGiveADevicePluginContainerTheSameSliceAsDra) {
   const std::string uuid = GpuUuid(0);
   ASSERT_FALSE(uuid.empty());
 
-  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, uuid, 0)};
-  const std::string socket = kubelet_dir_ + "/device-plugins/gpuslice-vgpu.sock";
-  auto v = kubelet_.Allocate(socket, {slice});
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
-  std::map<std::string, std::string> env(v->container_responses(0).envs().begin(),
-                                         v->container_responses(0).envs().end());
-  const std::string group = env.at("GPUSLICE_GROUP");
+  const AllocatedSlice allocated = AllocateSlice(uuid);
+  ASSERT_FALSE(allocated.group.empty());
+  const std::vector<std::string>& slice = allocated.ids;
+  const std::string& socket = allocated.socket;
+  std::map<std::string, std::string> env = allocated.env;
+  const std::string& group = allocated.group;
   // A node without MPS: the answer names no MPS CDI device.
-  EXPECT_EQ(v->container_responses(0).cdi_devices_size(), 0);
+  EXPECT_EQ(allocated.answer.cdi_devices_size(), 0);
   kubelet_.SetPods(
       {daemon::kubelet::PodWithDevices("trainer", "team-a", {{"gpuslice.io/vgpu", slice}})});
   ASSERT_TRUE(kubelet_.PreStart(socket, slice).ok());
@@ -789,21 +812,19 @@ TEST_F(KubeletE2eTest, AnnotationsGiveADevicePluginContainerTheSameSliceAsDra) {
 // group's MPS server, granted the mps tier, and held by the MPS pinned memory
 // limit even without the limiter.
 TEST_F(KubeletE2eTest, AnMpsPodsContainerIsAClientOfItsGroupsMpsServer) {
-  using daemon::kubelet::DpDeviceId;
-  using daemon::kubelet::DpResource;
   std::unique_ptr<testing::FakeKubeApi> api;
   ASSERT_NO_FATAL_FAILURE(StartMpsPodNode(api));
   ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
   const std::string uuid = GpuUuid(0);
   ASSERT_FALSE(uuid.empty());
 
-  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, uuid, 0)};
-  const std::string socket = kubelet_dir_ + "/device-plugins/gpuslice-vgpu.sock";
-  auto v = kubelet_.Allocate(socket, {slice});
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
-  const auto& answer = v->container_responses(0);
-  std::map<std::string, std::string> env(answer.envs().begin(), answer.envs().end());
-  const std::string group = env.at("GPUSLICE_GROUP");
+  const AllocatedSlice allocated = AllocateSlice(uuid);
+  ASSERT_FALSE(allocated.group.empty());
+  const std::vector<std::string>& slice = allocated.ids;
+  const std::string& socket = allocated.socket;
+  const auto& answer = allocated.answer;
+  std::map<std::string, std::string> env = allocated.env;
+  const std::string& group = allocated.group;
   ASSERT_EQ(answer.cdi_devices_size(), 1) << answer.DebugString();
   EXPECT_EQ(answer.cdi_devices(0).name(), daemon::kubelet::CdiMpsDeviceId(group));
   kubelet_.SetPods(
@@ -845,8 +866,6 @@ TEST_F(KubeletE2eTest, AnMpsPodsContainerIsAClientOfItsGroupsMpsServer) {
 // MPS device stays empty, the daemon says why, and its process is no MPS
 // client.
 TEST_F(KubeletE2eTest, AnMpsPodWhoseGroupCannotHaveMpsGetsNoClientAndSaysWhy) {
-  using daemon::kubelet::DpDeviceId;
-  using daemon::kubelet::DpResource;
   std::unique_ptr<testing::FakeKubeApi> api;
   ASSERT_NO_FATAL_FAILURE(StartMpsPodNode(api));
   ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
@@ -870,14 +889,13 @@ TEST_F(KubeletE2eTest, AnMpsPodWhoseGroupCannotHaveMpsGetsNoClientAndSaysWhy) {
       },
       10s));
 
-  const std::vector<std::string> slice = {DpDeviceId(DpResource::kVgpu, uuid, 0)};
-  const std::string socket = kubelet_dir_ + "/device-plugins/gpuslice-vgpu.sock";
-  auto v = kubelet_.Allocate(socket, {slice});
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
-  std::map<std::string, std::string> env(v->container_responses(0).envs().begin(),
-                                         v->container_responses(0).envs().end());
-  const std::string group = env.at("GPUSLICE_GROUP");
-  ASSERT_EQ(v->container_responses(0).cdi_devices_size(), 1);
+  const AllocatedSlice allocated = AllocateSlice(uuid);
+  ASSERT_FALSE(allocated.group.empty());
+  const std::vector<std::string>& slice = allocated.ids;
+  const std::string& socket = allocated.socket;
+  std::map<std::string, std::string> env = allocated.env;
+  const std::string& group = allocated.group;
+  ASSERT_EQ(allocated.answer.cdi_devices_size(), 1);
   kubelet_.SetPods(
       {daemon::kubelet::PodWithDevices("mps-trainer", "team-a", {{"gpuslice.io/vgpu", slice}})});
   ASSERT_TRUE(WaitFor([&] { return HasLimits(group, uuid, kGiB, 40); }, 10s))

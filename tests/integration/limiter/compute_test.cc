@@ -13,11 +13,11 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <ctime>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "shm/group_segment.h"
 #include "tests/integration/support/sim_process_test.h"
 
@@ -81,6 +81,20 @@ class ComputeTest : public testing::SimProcessTest {
   std::unique_ptr<GroupSegment> Segment(const std::string& group) {
     auto seg = GroupSegment::Open(shm_dir_, group, /*create=*/false);
     return seg.ok() ? std::move(seg).value() : nullptr;
+  }
+  // The slot of member `pid` in `seg` once the controller has published its
+  // charge on device 0 (-1 if not within 10 s).
+  int ChargedSlot(const GroupSegment& seg, pid_t pid) {
+    int slot = -1;
+    WaitFor(
+        [&] {
+          for (const GroupSegment::MemberRef& m : seg.Members()) {
+            if (m.pid == pid && seg.SlotCharge(m.slot, 0) > 0) slot = m.slot;
+          }
+          return slot >= 0;
+        },
+        std::chrono::seconds(10));
+    return slot;
   }
 };
 
@@ -298,9 +312,7 @@ TEST_F(ComputeTest, AGrantPacesAnUnlimitedGroup) {
   ASSERT_NE(seg, nullptr);
   // The member's keeper clears every grant when it takes the group (its
   // first step): the grant is written once it has (a heartbeat after now).
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const int64_t now_ns = ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+  const int64_t now_ns = MonotonicNs();
   ASSERT_TRUE(WaitFor([&] { return seg->LastAliveNs() > now_ns; }, std::chrono::seconds(10)));
   seg->SetComputeGrant(0, 3000);
   // Work queued before pacing began drains first (about 2 s of the
@@ -353,10 +365,7 @@ TEST_F(ComputeTest, ALaunchAdmittedAtAnOldTinyGrantDoesNotHoldTheProgramOnceItIs
   // admitted under it...
   (*seg)->SetComputeGrant(0, 1);
   auto ahead_ns = [&] {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-    return std::atomic_ref<int64_t>((*seg)->Compute(0).next_free_ns).load() - now;
+    return std::atomic_ref<int64_t>((*seg)->Compute(0).next_free_ns).load() - MonotonicNs();
   };
   ASSERT_TRUE(WaitFor([&] { return ahead_ns() > 10'000'000'000; }, std::chrono::seconds(10)))
       << ahead_ns() << "\n"
@@ -385,25 +394,15 @@ TEST_F(ComputeTest, ABudgetRunAheadOnAnInflatedProbeIsPulledBackOnceTheChargeIsK
   WaitRunning({p});
   auto seg = GroupSegment::Open(shm_dir_, "probed", /*create=*/false);
   ASSERT_TRUE(seg.ok()) << seg.status().ToString();
-  int slot = -1;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        for (const GroupSegment::MemberRef& m : (*seg)->Members()) {
-          if (m.pid == p && (*seg)->SlotCharge(m.slot, 0) > 0) slot = m.slot;
-        }
-        return slot >= 0;
-      },
-      std::chrono::seconds(10)))
-      << Read("err0");
+  const int slot = ChargedSlot(**seg, p);
+  ASSERT_GE(slot, 0) << Read("err0");
   // As gpusliced's scheduler would once the cost is known: a small grant...
   constexpr uint32_t kGrantBp = 400;
   (*seg)->SetComputeGrant(0, kGrantBp);
   // ...and the probe's measurement charged at it (Probe's ChargeAfter).
   constexpr int64_t kMeasured = 400'000'000;
   std::atomic_ref<int64_t>((*seg)->layout().slot_compute[slot][0].probe_ns).store(kMeasured);
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  const int64_t now = MonotonicNs();
   (*seg)->Budget(0, slot).ChargeAfter(now, PacedIntervalBpNs(kMeasured, kGrantBp));
   // The member goes on launching: 2 ms at 4 % is one launch every 50 ms.
   const uint64_t before = (*seg)->Launches(0);
@@ -425,23 +424,12 @@ TEST_F(ComputeTest, ALaunchWaitingOnAnInflatedChargeFollowsItsRefinement) {
   WaitRunning({p});
   auto seg = GroupSegment::Open(shm_dir_, "refined", /*create=*/false);
   ASSERT_TRUE(seg.ok()) << seg.status().ToString();
-  int slot = -1;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        for (const GroupSegment::MemberRef& m : (*seg)->Members()) {
-          if (m.pid == p && (*seg)->SlotCharge(m.slot, 0) > 0) slot = m.slot;
-        }
-        return slot >= 0;
-      },
-      std::chrono::seconds(10)))
-      << Read("err0");
+  const int slot = ChargedSlot(**seg, p);
+  ASSERT_GE(slot, 0) << Read("err0");
   const int64_t real_charge = (*seg)->SlotCharge(slot, 0);
   (*seg)->SetComputeGrant(0, 400);
   auto ahead_ns = [&] {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-    return std::atomic_ref<int64_t>((*seg)->Compute(0).next_free_ns).load() - now;
+    return std::atomic_ref<int64_t>((*seg)->Compute(0).next_free_ns).load() - MonotonicNs();
   };
   // Until a launch has been admitted at the inflated charge (the controller
   // overwrites it every tick meanwhile).

@@ -54,8 +54,21 @@ class MpsIntegrationTest : public gpuslice::testing::SimProcessTest {
     auto pid = host_.ReadFile(PidFile());
     if (pid.ok()) kill(std::stoi(*pid), SIGKILL);
     unsetenv("GPUSLICE_SIM_STATE");
+    unsetenv("GPUSLICE_SIM_CONFIG");  // a test's own node (UseNode)
     std::filesystem::remove_all(options_.root);
     SimProcessTest::TearDown();
+  }
+
+  // Makes the simulation `state` of node `config` the one the control daemon
+  // inherits, and its GPU 0 the manager's; GPU 0's SM count (0 on failure).
+  uint32_t UseNode(const std::string& state, const std::string& config) {
+    setenv("GPUSLICE_SIM_STATE", state.c_str(), 1);
+    setenv("GPUSLICE_SIM_CONFIG", config.c_str(), 1);
+    auto gpu = sim::SimGpu::Open({state, config, /*observer=*/true});
+    EXPECT_TRUE(gpu.ok()) << gpu.status().ToString();
+    if (!gpu.ok()) return 0;
+    gpus_.uuids[0] = (*gpu)->device(0).uuid;
+    return (*gpu)->device(0).sm_count;
   }
 
   std::unique_ptr<MpsManager> NewManager() {
@@ -187,15 +200,8 @@ TEST_F(MpsIntegrationTest, NewManagerOnTheSameRootKeepsTenantsAndDaemon) {
 TEST_F(MpsIntegrationTest, OnAnR615NodeEachTenantsNamespaceCapsItsClients) {
   const std::string config = R"({"driver_version":"615.10"})";
   const std::string state = state_ + ".r615";
-  setenv("GPUSLICE_SIM_STATE", state.c_str(), 1);
-  setenv("GPUSLICE_SIM_CONFIG", config.c_str(), 1);
-  struct Unset {
-    ~Unset() { unsetenv("GPUSLICE_SIM_CONFIG"); }
-  } unset;
-  auto gpu = sim::SimGpu::Open({state, config, /*observer=*/true});
-  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
-  gpus_.uuids[0] = (*gpu)->device(0).uuid;
-  const uint32_t sms = (*gpu)->device(0).sm_count;
+  const uint32_t sms = UseNode(state, config);
+  ASSERT_GT(sms, 0u);
 
   auto m = NewManager();
   EXPECT_EQ(m->GetStatus().protocol, 3);
@@ -230,15 +236,8 @@ TEST_F(MpsIntegrationTest, OnAnR615NodeEachTenantsNamespaceCapsItsClients) {
 TEST_F(MpsIntegrationTest, OnAnR615NodeTheWrittenConfigurationAloneCapsEachNamespace) {
   const std::string config = R"({"driver_version":"615.10"})";
   const std::string state = state_ + ".r615cfg";
-  setenv("GPUSLICE_SIM_STATE", state.c_str(), 1);
-  setenv("GPUSLICE_SIM_CONFIG", config.c_str(), 1);
-  struct Unset {
-    ~Unset() { unsetenv("GPUSLICE_SIM_CONFIG"); }
-  } unset;
-  auto gpu = sim::SimGpu::Open({state, config, /*observer=*/true});
-  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
-  gpus_.uuids[0] = (*gpu)->device(0).uuid;
-  const uint32_t sms = (*gpu)->device(0).sm_count;
+  const uint32_t sms = UseNode(state, config);
+  ASSERT_GT(sms, 0u);
   constexpr uint64_t kMiB = 1ull << 20;
 
   auto m = NewManager();

@@ -103,6 +103,29 @@ class MpsV3ApiTest : public testing::SimProcessTest {
         30s);
     return found;
   }
+  // Sets `group`'s compute limit to `percent` through the API and waits (20 s)
+  // for gpusliced to apply it to the group's MPS tenant; the daemon's tier
+  // events are the failure's message.
+  void SetComputeLimitOfMpsGroup(const std::string& group, int percent) {
+    ASSERT_EQ(Call("PUT", "/v1/groups/" + group,
+                   R"({"limits": {"all": {"compute_percent": )" + std::to_string(percent) + "}}}")
+                  .first,
+              200);
+    const std::string applied = "event=tier_limits_applied group=" + group +
+                                " active_thread_percentage=" + std::to_string(percent);
+    ASSERT_TRUE(WaitFor([&] { return Read("err0").find(applied) != std::string::npos; }, 20s))
+        << [&] {
+             std::string lines;  // the daemon's tier events
+             std::istringstream in(Read("err0"));
+             for (std::string line; std::getline(in, line);) {
+               if (line.find("tier") != std::string::npos ||
+                   line.find("group_") != std::string::npos) {
+                 lines += line + "\n";
+               }
+             }
+             return lines;
+           }();
+  }
   // `gpuslice gpu list` against this daemon.
   std::string GpuList() {
     const std::string cmd = BuildDir() + "/bin/gpuslice gpu list --socket '" + socket_ + "' 2>&1";
@@ -171,23 +194,7 @@ TEST_F(MpsV3ApiTest, GroupsOnTheMpsTierAreCappedByTheirNamespacesAndFollowALiveL
 
   // A limit change through the API reaches a's namespace: a client that
   // attaches next, asking for 90 % again, gets 20 %.
-  EXPECT_EQ(Call("PUT", "/v1/groups/a", R"({"limits": {"all": {"compute_percent": 20}}})").first,
-            200);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return Read("err0").find("event=tier_limits_applied group=a active_thread_percentage=20") !=
-               std::string::npos;
-      },
-      20s))
-      << [&] {
-           std::string lines;  // the daemon's tier events
-           std::istringstream in(Read("err0"));
-           for (std::string line; std::getline(in, line);) {
-             if (line.find("tier") != std::string::npos || line.find("group_") != std::string::npos)
-               lines += line + "\n";
-           }
-           return lines;
-         }();
+  ASSERT_NO_FATAL_FAILURE(SetComputeLimitOfMpsGroup("a", 20));
   testing::ForkedTenant a2 = Client("a", {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90"});
   ASSERT_EQ(a2.status, 201) << a2.body.dump();
   const json ra2 = Ready(a2);
@@ -304,15 +311,7 @@ TEST_F(MpsOlderNodeApiTest, MpsGroupsAreCappedByTheirClientsThreadPercentage) {
   EXPECT_EQ(ra.value("sms", 0u), sms * 30 / 100) << ra.dump();
   EXPECT_EQ(rb.value("sms", 0u), sms * 60 / 100) << rb.dump();
 
-  ASSERT_EQ(Call("PUT", "/v1/groups/a", R"({"limits": {"all": {"compute_percent": 20}}})").first,
-            200);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return Read("err0").find("event=tier_limits_applied group=a active_thread_percentage=20") !=
-               std::string::npos;
-      },
-      20s))
-      << Read("err0");
+  ASSERT_NO_FATAL_FAILURE(SetComputeLimitOfMpsGroup("a", 20));
   testing::ForkedTenant a2 = Client("a");
   ASSERT_EQ(a2.status, 201) << a2.body.dump();
   const json ra2 = Ready(a2);
