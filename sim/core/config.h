@@ -11,15 +11,15 @@
 //                   "power_limit_w": 700, "power_min_w": 200, "power_max_w": 700,
 //                   "idle_power_w": 70, "busy_power_w": 690} ],
 //     "device_count": 1,          // copies of the default device when "devices" is absent
-//     "timeslice_us": 1024, "switch_us": 50, "sample_us": 166666,
+//     "timeslice_us": 2090, "switch_us": 152, "sample_us": 200000,
 //     "launch_ns": 3000, "wave_ns": 10000, "max_pending": 1024,
 //     "context_bytes": "300MiB", "granularity": "2MiB",
 //     "pool_block": "32MiB",      // stream-ordered pools grow in these blocks
 //     "functions": {"my_kernel": {"wave_ns": 50000}},
 //     "driver_version": "580.65.06",  // "615.xx" and later have the r615 memory limits
 //     "soft_limit_eviction": false,   // model eviction of soft-limit borrowers
-//     "process_util": "split"         // or "window": per-process NVML samples
-//                                     // as an H100 on r580 gives them (docs/sim.md)
+//     "process_util": "window"        // per-process NVML samples as an H100 on r580
+//                                     // gives them; "split": an idealisation (docs/sim.md)
 //   }
 // A device may also say "mig": true (NVML reports MIG mode enabled; the r615
 // memory limits are refused on it; no MIG instances are modelled).
@@ -55,7 +55,8 @@ struct SimConfig {
   DeviceInfo devices[kMaxDevices];
 };
 
-// One default "NVIDIA H100 80GB HBM3" and DESIGN.md section 7's defaults.
+// One default "NVIDIA H100 80GB HBM3" and DESIGN.md section 7's defaults: the
+// H100 as measured (docs/sim.md "Defaults").
 SimConfig DefaultSimConfig();
 
 // Parses JSON text. Errors name the key and the problem.

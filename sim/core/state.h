@@ -53,11 +53,11 @@ struct FunctionCost {
 // What nvmlDeviceGetProcessUtilization returns (SimParams::process_util).
 enum ProcessUtilMode : uint32_t {
   // One sample per process over every window since lastSeenTimeStamp, each
-  // window split exactly by what each process ran (the default).
+  // window split exactly by what each process ran (an idealisation).
   kProcessUtilSplit = 0,
   // One sample per closed window, for one process drawn in proportion to what
   // each ran in it, carrying the window's whole device busy percent: what an
-  // H100 on r580 does with time-sliced processes (docs/sim.md).
+  // H100 on r580 does with time-sliced processes (docs/sim.md; the default).
   kProcessUtilWindow = 1,
 };
 

@@ -238,6 +238,9 @@ class NvmlWindowTest : public ::testing::Test {
     SimConfig config = DefaultSimConfig();
     config.params.sample_ns = kSample;
     config.params.switch_ns = 0;
+    // The "split" attribution's own semantics unless a test says "window"
+    // (the default, what an H100 does: each test of it sets it).
+    config.params.process_util = kProcessUtilSplit;
     InitializeState(state_.get(), config, 0, /*now_ns=*/0);
     AddContext(0, 4242);
   }
