@@ -854,6 +854,36 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
   });
 }
 
+GS_NVML_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type,
+                                              unsigned long long lastSeenTimeStamp,
+                                              nvmlValueType_t* sampleValType,
+                                              unsigned int* sampleCount, nvmlSample_t* samples) {
+  return ns::WithDevice(device, [&](SimState& s, DeviceState&, int index) {
+    if (sampleValType == nullptr || sampleCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (type != NVML_GPU_UTILIZATION_SAMPLES) return NVML_ERROR_NOT_SUPPORTED;
+    const std::vector<ns::DeviceSample> found =
+        ns::GpuUtilizationSamples(s, index, lastSeenTimeStamp);
+    *sampleValType = NVML_VALUE_TYPE_UNSIGNED_INT;
+    if (found.empty()) {
+      *sampleCount = 0;
+      return NVML_ERROR_NOT_FOUND;
+    }
+    if (samples == nullptr) {
+      *sampleCount = static_cast<unsigned int>(found.size());
+      return NVML_SUCCESS;
+    }
+    // As many as the buffer holds, the oldest first.
+    const auto n = std::min<size_t>(found.size(), *sampleCount);
+    for (size_t i = 0; i < n; ++i) {
+      samples[i].timeStamp = found[i].timestamp_us;
+      samples[i].sampleValue.ullVal = 0;
+      samples[i].sampleValue.uiVal = found[i].percent;
+    }
+    *sampleCount = static_cast<unsigned int>(n);
+    return NVML_SUCCESS;
+  });
+}
+
 // ---- running processes ----
 
 GS_NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,

@@ -96,6 +96,22 @@ std::vector<ProcessSample> WindowProcessUtilization(const SimState& s, int devic
   return out;
 }
 
+std::vector<DeviceSample> GpuUtilizationSamples(const SimState& s, int device,
+                                                uint64_t last_seen_us) {
+  std::vector<DeviceSample> out;
+  if (device < 0 || device >= static_cast<int>(s.device_count)) return out;
+  const DeviceState& d = s.devices[device];
+  const uint64_t kept = std::min<uint64_t>(d.windows_closed, kUtilWindows);
+  for (uint64_t k = d.windows_closed - kept; k < d.windows_closed; ++k) {
+    const UtilWindow& w = d.windows[k % kUtilWindows];
+    if (w.end_ns <= w.start_ns) continue;  // cleared by a stats reset
+    const uint64_t end_us = ToRealtimeUs(s, w.end_ns);
+    if (end_us <= last_seen_us) continue;
+    out.push_back({end_us, std::min<uint32_t>(w.gpu_percent, 100)});
+  }
+  return out;
+}
+
 std::vector<ProcessSample> ProcessUtilization(const SimState& s, int device,
                                               uint64_t last_seen_us) {
   if (s.params.process_util == kProcessUtilWindow) {

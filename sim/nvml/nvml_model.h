@@ -82,6 +82,19 @@ std::vector<ProcessSample> ProcessUtilization(const SimState& s, int device, uin
 std::vector<ProcessSample> WindowProcessUtilization(const SimState& s, int device,
                                                     uint64_t last_seen_us);
 
+// One sample as nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES) returns it:
+// the device's busy percent over one closed NVML window (the device figure,
+// right whatever the processes) and the window's end.
+struct DeviceSample {
+  uint64_t timestamp_us;
+  uint32_t percent;
+};
+
+// The closed windows of `device` ending after `last_seen_us`, oldest first,
+// idle ones included (0 %). Empty if nothing is newer.
+std::vector<DeviceSample> GpuUtilizationSamples(const SimState& s, int device,
+                                                uint64_t last_seen_us);
+
 // A process in a device's running-process list.
 struct RunningProcess {
   int32_t pid;

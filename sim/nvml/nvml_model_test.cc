@@ -192,6 +192,28 @@ TEST_F(NvmlModelTest, WindowModeIsDeterministicAndDependsOnTheDevice) {
             40);
 }
 
+// nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES): the device's own busy
+// per window, idle windows included, whatever the per-process attribution.
+TEST_F(NvmlModelTest, GpuUtilizationSamplesAreEachWindowsDeviceBusy) {
+  state_->params.process_util = kProcessUtilWindow;
+  {
+    Close(0, 100, 90, {{10, 40}, {11, 50}});
+    Close(100, 100, 0, {});
+    Close(200, 100, 55, {{11, 55}});
+    const std::vector<DeviceSample> all = GpuUtilizationSamples(*state_, 0, 0);
+    ASSERT_EQ(all.size(), 3u);
+    EXPECT_EQ(all[0].percent, 90u);
+    EXPECT_EQ(all[0].timestamp_us, EndUs(100));
+    EXPECT_EQ(all[1].percent, 0u);
+    EXPECT_EQ(all[2].percent, 55u);
+    const std::vector<DeviceSample> newer = GpuUtilizationSamples(*state_, 0, EndUs(100));
+    ASSERT_EQ(newer.size(), 2u);
+    EXPECT_EQ(newer[0].timestamp_us, EndUs(200));
+    EXPECT_TRUE(GpuUtilizationSamples(*state_, 0, EndUs(300)).empty());
+    EXPECT_TRUE(GpuUtilizationSamples(*state_, 1, 0).empty());  // no such device
+  }
+}
+
 TEST_F(NvmlModelTest, RunningProcessesAreLiveOnesWithMemoryOnTheDevice) {
   auto& p = state_->processes;
   p[0] = ProcessRecord{};

@@ -247,6 +247,39 @@ typedef struct nvmlProcessUtilizationSample_st {
   unsigned int decUtil;
 } nvmlProcessUtilizationSample_t;
 
+/* nvmlDeviceGetSamples: what is sampled, and the type of the values. */
+typedef enum nvmlSamplingType_enum {
+  NVML_TOTAL_POWER_SAMPLES = 0,
+  NVML_GPU_UTILIZATION_SAMPLES = 1,
+  NVML_MEMORY_UTILIZATION_SAMPLES = 2,
+  NVML_ENC_UTILIZATION_SAMPLES = 3,
+  NVML_DEC_UTILIZATION_SAMPLES = 4,
+  NVML_PROCESSOR_CLK_SAMPLES = 5,
+  NVML_MEMORY_CLK_SAMPLES = 6
+} nvmlSamplingType_t;
+
+typedef enum nvmlValueType_enum {
+  NVML_VALUE_TYPE_DOUBLE = 0,
+  NVML_VALUE_TYPE_UNSIGNED_INT = 1,
+  NVML_VALUE_TYPE_UNSIGNED_LONG = 2,
+  NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3,
+  NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4
+} nvmlValueType_t;
+
+typedef union nvmlValue_st {
+  double dVal;
+  unsigned int uiVal;
+  unsigned long ulVal;
+  unsigned long long ullVal;
+  signed long long sllVal;
+} nvmlValue_t;
+
+/* 16 bytes: a CPU timestamp in microseconds and the sample's value. */
+typedef struct nvmlSample_st {
+  unsigned long long timeStamp;
+  nvmlValue_t sampleValue;
+} nvmlSample_t;
+
 /* 68 bytes. */
 typedef struct nvmlPciInfo_st {
   /* "domain:bus:device.function", 4-digit domain */
@@ -314,6 +347,12 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                              nvmlProcessUtilizationSample_t* utilization,
                                              unsigned int* processSamplesCount,
                                              unsigned long long lastSeenTimeStamp);
+/* Samples newer than lastSeenTimeStamp; with samples NULL, *sampleCount gets
+ * how many there are; otherwise as many as *sampleCount holds are returned. */
+nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type,
+                                  unsigned long long lastSeenTimeStamp,
+                                  nvmlValueType_t* sampleValType, unsigned int* sampleCount,
+                                  nvmlSample_t* samples);
 
 /* Running processes. On entry *infoCount is the capacity of `infos`; on
  * return the number of entries (or, with NVML_ERROR_INSUFFICIENT_SIZE, the

@@ -93,6 +93,15 @@ struct ProcessUtilization {
   bool operator==(const ProcessUtilization&) const = default;
 };
 
+// One NVML window of a GPU (nvmlDeviceGetSamples, GPU utilization): the
+// percent of it in which a kernel ran, and its end (CLOCK_REALTIME us).
+struct BusySample {
+  uint64_t timestamp_us = 0;
+  uint32_t percent = 0;
+
+  bool operator==(const BusySample&) const = default;
+};
+
 struct EnergyReading {
   uint64_t energy_mj = 0;
   uint32_t power_mw = 0;
@@ -130,6 +139,12 @@ class GpuBackend {
   // microseconds); empty when no sampling window closed since.
   virtual StatusOr<std::vector<ProcessUtilization>> ProcessUtilizationSince(uint32_t index,
                                                                             uint64_t since_us) = 0;
+  // The device's busy samples (its own figure, whatever the processes)
+  // newer than `since_us`, oldest first; empty when none closed since;
+  // kUnimplemented from a backend or driver without them.
+  virtual StatusOr<std::vector<BusySample>> BusySince(uint32_t /*index*/, uint64_t /*since_us*/) {
+    return Unimplemented("this GPU backend reads no device utilization samples");
+  }
   // The driver's per-cgroup memory limits (r615; DESIGN.md section 5a) on GPU
   // `index` for the cgroup at sysfs path `cgroup` ("/sys/fs/cgroup/a/b"):
   // allocations of its processes beyond `hard_bytes` fail; `soft_bytes` is

@@ -26,6 +26,7 @@ FakeBackend::FakeBackend(uint32_t count) {
   }
   processes_.resize(count);
   utilization_.resize(count);
+  busy_.resize(count);
 }
 
 uint32_t FakeBackend::DeviceCount() const {
@@ -118,6 +119,21 @@ StatusOr<std::vector<ProcessUtilization>> FakeBackend::ProcessUtilizationSince(u
     if (s.timestamp_us > since_us) out.push_back(s);
   }
   return out;
+}
+
+StatusOr<std::vector<BusySample>> FakeBackend::BusySince(uint32_t index, uint64_t since_us) {
+  MutexLock lock(mu_);
+  if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  std::vector<BusySample> out;
+  for (const BusySample& s : busy_[index]) {
+    if (s.timestamp_us > since_us) out.push_back(s);
+  }
+  return out;
+}
+
+void FakeBackend::AddBusy(uint32_t index, const std::vector<BusySample>& samples) {
+  MutexLock lock(mu_);
+  if (index < gpus_.size()) busy_[index].insert(busy_[index].end(), samples.begin(), samples.end());
 }
 
 void FakeBackend::SetProcesses(uint32_t index, std::vector<GpuProcess> processes) {

@@ -28,6 +28,7 @@ class FakeBackend final : public GpuBackend {
   StatusOr<std::vector<GpuProcess>> Processes(uint32_t index) override;
   StatusOr<std::vector<ProcessUtilization>> ProcessUtilizationSince(uint32_t index,
                                                                     uint64_t since_us) override;
+  StatusOr<std::vector<BusySample>> BusySince(uint32_t index, uint64_t since_us) override;
   // Kept per GPU and cgroup (a clear removes the entry); fails with
   // kUnimplemented unless the GPU's features say memory_limits_api, or with
   // what FailMemoryLimits injected.
@@ -63,6 +64,9 @@ class FakeBackend final : public GpuBackend {
   // Adds NVML utilization samples of GPU `index` (returned by
   // ProcessUtilizationSince when newer than its argument).
   void AddUtilization(uint32_t index, const std::vector<ProcessUtilization>& samples);
+  // Adds device busy samples of GPU `index` (returned by BusySince when newer
+  // than its argument).
+  void AddBusy(uint32_t index, const std::vector<BusySample>& samples);
   // While `fail`, Read(index) fails (kUnavailable), as for a GPU that fell off the bus.
   void FailReads(uint32_t index, bool fail);
   // Direct access to a GPU's record (tests change sampled values).
@@ -73,6 +77,7 @@ class FakeBackend final : public GpuBackend {
   std::vector<GpuInfo> gpus_;
   std::vector<std::vector<GpuProcess>> processes_;
   std::vector<std::vector<ProcessUtilization>> utilization_;
+  std::vector<std::vector<BusySample>> busy_;
   std::vector<Call> calls_;
   std::vector<uint32_t> failing_reads_;
   std::function<void(uint32_t, const SettingValue&)> hook_;

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -53,7 +54,9 @@ namespace gpuslice::daemon {
   X(nvmlEventSetFree, (nvmlEventSet_t))                                           \
   X(nvmlDeviceGetSupportedEventTypes, (nvmlDevice_t, unsigned long long*))        \
   X(nvmlDeviceRegisterEvents, (nvmlDevice_t, unsigned long long, nvmlEventSet_t)) \
-  X(nvmlEventSetWait_v2, (nvmlEventSet_t, nvmlEventData_t*, unsigned int))
+  X(nvmlEventSetWait_v2, (nvmlEventSet_t, nvmlEventData_t*, unsigned int))        \
+  X(nvmlDeviceGetSamples, (nvmlDevice_t, nvmlSamplingType_t, unsigned long long,  \
+                           nvmlValueType_t*, unsigned int*, nvmlSample_t*))
 
 // NOLINTBEGIN(bugprone-macro-parentheses): `name` is a declarator and a symbol name.
 struct NvmlBackend::Api {
@@ -382,6 +385,38 @@ StatusOr<std::vector<ProcessUtilization>> NvmlBackend::ProcessUtilizationSince(u
   }
   return Unavailable("nvmlDeviceGetProcessUtilization on GPU " + std::to_string(index) +
                      ": the sample list kept growing");
+}
+
+StatusOr<std::vector<BusySample>> NvmlBackend::BusySince(uint32_t index, uint64_t since_us) {
+  if (index >= devices_.size()) return NotFound("no GPU " + std::to_string(index));
+  if (api_->nvmlDeviceGetSamples == nullptr) {
+    return Unimplemented("this driver's NVML has no nvmlDeviceGetSamples");
+  }
+  nvmlValueType_t type{};
+  unsigned int n = 0;
+  nvmlReturn_t rc = api_->nvmlDeviceGetSamples(devices_[index], NVML_GPU_UTILIZATION_SAMPLES,
+                                               since_us, &type, &n, nullptr);
+  if (rc == NVML_ERROR_NOT_FOUND) return std::vector<BusySample>{};  // nothing newer
+  GS_RETURN_IF_ERROR(Check(rc, "nvmlDeviceGetSamples", index));
+  std::vector<nvmlSample_t> samples(n + 8);
+  n = static_cast<unsigned int>(samples.size());
+  rc = api_->nvmlDeviceGetSamples(devices_[index], NVML_GPU_UTILIZATION_SAMPLES, since_us, &type,
+                                  &n, samples.data());
+  if (rc == NVML_ERROR_NOT_FOUND) return std::vector<BusySample>{};
+  GS_RETURN_IF_ERROR(Check(rc, "nvmlDeviceGetSamples", index));
+  std::vector<BusySample> out;
+  out.reserve(n);
+  for (unsigned int i = 0; i < n && i < samples.size(); ++i) {
+    const nvmlValue_t& v = samples[i].sampleValue;
+    const uint64_t percent = type == NVML_VALUE_TYPE_UNSIGNED_INT ? v.uiVal
+                             : type == NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                                 ? v.ullVal
+                                 : static_cast<uint64_t>(v.dVal);
+    out.push_back({samples[i].timeStamp, static_cast<uint32_t>(std::min<uint64_t>(percent, 100))});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const BusySample& a, const BusySample& b) { return a.timestamp_us < b.timestamp_us; });
+  return out;
 }
 
 StatusOr<SettingValue> NvmlBackend::Get(uint32_t index, SettingKind kind) {

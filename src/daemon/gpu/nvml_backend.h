@@ -41,6 +41,8 @@ class NvmlBackend final : public GpuBackend {
   StatusOr<std::vector<GpuProcess>> Processes(uint32_t index) override;
   StatusOr<std::vector<ProcessUtilization>> ProcessUtilizationSince(uint32_t index,
                                                                     uint64_t since_us) override;
+  // nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES).
+  StatusOr<std::vector<BusySample>> BusySince(uint32_t index, uint64_t since_us) override;
   Status SetMemoryLimits(uint32_t index, const std::string& cgroup, uint64_t soft_bytes,
                          uint64_t hard_bytes) override;
 
