@@ -51,11 +51,16 @@
 //    controller writes its charge. A value read from it is bounded before use
 //    (kMaxChargeNs): a member cannot make another wait forever.
 //  - gpusliced's scheduler (DESIGN.md section 4) writes each device's
-//    `compute_grant_bp`, `burst_ns` and `hold_until_ns` and the group's
-//    `paused` word; every change bumps `change_word`. A member that takes
-//    the controller role back from a daemon clears the grants, bursts and
-//    holds (self-control paces by the limits alone); `paused` stays until
-//    someone resumes the group.
+//    `compute_grant_bp`, `burst_ns`, `queue_ns` and turn plans and the
+//    group's `paused` word; every change bumps `change_word`. The turn plans
+//    are written under a sequence lock (`turn_seq` odd while they change;
+//    readers retry). A member that takes the controller role back from a
+//    daemon clears the grants, bursts, queue bounds and turns (self-control
+//    paces by the limits alone); `paused` stays until someone resumes the
+//    group.
+//  - Each member's launch gate adds to its slot's `busy_ns` and
+//    `busy_launches` (v7) what its timing markers measured: the device time
+//    of launches whose stream had work throughout (shm/progress_watch.h).
 //
 // Invariants:
 //  1. devices[d].memory_used >= sum over slots s of slots[s].memory[d], equal
@@ -72,7 +77,7 @@
 namespace gpuslice {
 
 inline constexpr uint64_t kGroupSegmentMagic = 0x5052475f534c5047;  // "GPLS_GRP"
-inline constexpr uint32_t kGroupSegmentVersion = 6;
+inline constexpr uint32_t kGroupSegmentVersion = 7;
 
 // Where segments live when GPUSLICE_SHM_DIR is unset.
 inline constexpr char kDefaultGroupSegmentDir[] = "/dev/shm/gpuslice";
@@ -85,10 +90,6 @@ inline constexpr int kUuidBytes = 48;
 // A daemon heartbeat older than this no longer keeps members from
 // controlling their group (DESIGN.md section 3).
 inline constexpr int64_t kDaemonStaleNs = 2'000'000'000;
-
-// DeviceCompute::hold_until_ns of a device held until the scheduler says
-// otherwise.
-inline constexpr int64_t kHoldForever = INT64_MAX;
 
 // A compute grant in basis points (1/100 %) that covers the whole device.
 inline constexpr uint32_t kFullGrantBp = 10000;
@@ -112,6 +113,19 @@ struct GroupSegmentHeader {
   uint32_t reserved;
 };
 
+// One batch group's turns on a device (DESIGN.md section 4): while gpusliced
+// has batch groups take turns, the group may have work queued on the device
+// only within [epoch_ns + k x period_ns + begin_ns, ... + length_ns) for every
+// cycle k (CLOCK_MONOTONIC), and only work that completes by the turn's end.
+// period_ns 0: no turns (the group is paced by its rate); length_ns >=
+// period_ns: every moment is its turn.
+struct TurnPlan {
+  int64_t epoch_ns;
+  int64_t period_ns;
+  int64_t begin_ns;   // 0 <= begin_ns < period_ns
+  int64_t length_ns;  // 0 < length_ns
+};
+
 // The compute budget of one device of the group (DESIGN.md sections 2, 3):
 // a pacer in the manner of the generic cell rate algorithm. Each admitted
 // launch pushes `next_free_ns` forward by its charge stretched by the
@@ -119,35 +133,39 @@ struct GroupSegmentHeader {
 // rate being the lower of compute_limit and compute_grant_bp); a launch is
 // admitted while next_free_ns <= now + the burst tolerance, otherwise its
 // thread waits until that holds. Device time is estimated per launch by the
-// group controller from NVML's per-process samples (busy time / launches),
-// for each member on its own (SlotCompute): members whose kernels differ
-// are each charged what theirs cost.
+// group controller, for each member on its own (SlotCompute): members whose
+// kernels differ are each charged what theirs cost. Under gpusliced a batch
+// group may instead take turns (TurnPlan): the rate is then its turns'.
 struct alignas(64) DeviceCompute {
   // Written by every admitted launch of every member (a cache line of its own).
   int64_t next_free_ns;  // CLOCK_MONOTONIC time the budget is next free
   uint64_t launches;     // launches admitted on this device
-  uint64_t waits;        // launches that had to wait for budget
+  uint64_t waits;        // launches that had to wait for budget (or for their turn)
   uint64_t wait_ns;      // total time those launches waited
   uint32_t reserved0[2];
   uint8_t pad0[24];
   // Written by the group controller.
   int64_t charge_ns;  // the group's mean device time of one launch (readers); 0: not known yet
-  // Written by gpusliced's scheduler: launches on this device wait until this
-  // CLOCK_MONOTONIC time (kHoldForever: until it changes); 0: no hold. While a
-  // latency group is active on the GPU, batch groups take turns: all but the
-  // one whose turn it is are held, and the next one waits for the last one's
-  // queue to drain (DESIGN.md section 4, docs/daemon.md "Scheduling").
-  int64_t hold_until_ns;
-  uint32_t share_bp;  // measured share of the device, in basis points (1/100 %)
-  // 1: share_bp is made of whole NVML windows, each given to one process
-  // (NVML's window attribution): right on average, tens of points off in any
-  // second; 0: each process's own part of each window (or not known).
-  uint32_t share_windowed;
+  // Written by gpusliced's scheduler: the most work (device time) one stream
+  // of the group may have queued; a stream that reaches it drains before
+  // more is admitted (batch groups beside a latency group: the device
+  // switches to the latency group when the batch context runs dry). 0: no
+  // such bound.
+  int64_t queue_ns;
+  uint32_t share_bp;  // what the group ran of the device, in basis points (1/100 %)
+  uint32_t reserved1;
   int64_t measured_at_ns;  // CLOCK_MONOTONIC of the last estimate; 0: never
   // Written by gpusliced's scheduler: the burst tolerance (how far ahead of
   // now the group may have admitted work); 0: control::kPacerBurstNs.
   int64_t burst_ns;
   uint8_t pad1[24];
+  // Written by gpusliced's scheduler under the sequence lock `turn_seq`:
+  // turns[0] is in effect until turns[1].epoch_ns, turns[1] from then on
+  // (a new plan starts at a cycle boundary of the old one).
+  uint32_t turn_seq;
+  uint32_t reserved2;
+  TurnPlan turns[2];
+  uint8_t pad2[56];
 };
 
 // One physical GPU, identified by UUID (CUDA ordinals differ between members
@@ -179,7 +197,7 @@ struct ProcessSlot {
 // it, a hostile value cannot stop a member for longer.
 inline constexpr int64_t kMaxChargeNs = 10'000'000'000;
 
-// One member's compute on one device (v5; `queued` v6).
+// One member's compute on one device (v5; `queued` v6; `busy_ns`, `busy_launches` v7).
 struct SlotCompute {
   uint64_t launches;  // launches the member made on the device (written by the member)
   int64_t charge_ns;  // device time of one of its launches (the group controller); 0: not known
@@ -198,6 +216,13 @@ struct SlotCompute {
   // launches not watched (counted when admitted).
   uint32_t queued;
   uint32_t reserved0;
+  // What the member's timing markers measured (v7, shm/progress_watch.h):
+  // the device time of launches whose stream had work throughout (its
+  // launch gate adds to both as their markers complete), and how many
+  // launches that was. Monotonic; the group controller's evidence of the
+  // member's cost per launch.
+  uint64_t busy_ns;
+  uint64_t busy_launches;
 };
 
 struct GroupSegmentLayout {
@@ -223,10 +248,10 @@ struct GroupSegmentLayout {
 
 static_assert(std::is_trivially_copyable_v<GroupSegmentLayout>);
 static_assert(sizeof(GroupSegmentHeader) == 32);
-static_assert(sizeof(DeviceCompute) == 128);
-static_assert(sizeof(GroupDevice) == 256);
+static_assert(sizeof(DeviceCompute) == 256);
+static_assert(sizeof(GroupDevice) == 384);
 static_assert(sizeof(ProcessSlot) == 168);
-static_assert(sizeof(SlotCompute) == 40);
+static_assert(sizeof(SlotCompute) == 56);
 static_assert(sizeof(pthread_mutex_t) <= 64, "the mutex must fit its 64-byte line");
 static_assert(sizeof(GroupSegmentLayout) < kAttachLockOffset);
 

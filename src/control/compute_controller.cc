@@ -194,12 +194,11 @@ void ComputeController::NoteAttribution(Device& d,
 void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>& members) {
   const int64_t now_real = clocks_.realtime.NowNs();
   const uint64_t launches = segment_.Launches(dev);
-  // Waits that are not the budget's: a pause, the scheduler's holds (which
-  // come with a shortened burst). Looked at every tick: a hold can begin
-  // and end between two windows.
-  const int64_t hold = segment_.ComputeHold(dev);
+  // Waits that are not the budget's: a pause, the scheduler's (a burst or
+  // turns it set). Looked at every tick: a pause can begin and end between
+  // two windows.
   d.waited_otherwise |= segment_.Paused() || segment_.ComputeBurst(dev) != 0 ||
-                        (hold != 0 && hold > clocks_.monotonic.NowNs());
+                        segment_.TurnAt(dev, clocks_.monotonic.NowNs()).period_ns > 0;
   if (d.first_tick_ns == 0) {
     d.first_tick_ns = now_real;
     d.last_seen_us = static_cast<uint64_t>(now_real / 1000);
@@ -348,8 +347,7 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
       dev, GroupSegment::Estimate{
                .charge_ns = d.estimator.CostNs(),
                .share_bp = share >= 0 ? static_cast<int32_t>(std::lround(share * 10000)) : -1,
-               .measured_at_ns = clocks_.monotonic.NowNs(),
-               .windowed = d.window_attribution});
+               .measured_at_ns = clocks_.monotonic.NowNs()});
   // Each member's own charge; the members without a known slot share theirs.
   const int64_t unslotted_charge = d.unslotted.CostNs();
   for (const auto& [slot, st] : d.slots) {

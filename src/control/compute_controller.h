@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "control/compute_control.h"
 #include "control/cost_estimator.h"
 #include "control/share_correction.h"
 #include "control/utilization_source.h"
@@ -92,11 +93,8 @@ struct CompletedLaunches {
   }
 };
 
-class ComputeController {
+class ComputeController final : public ComputeControl {
  public:
-  // How often to tick while some device has a compute limit: several times
-  // per NVML sampling window (1/6 s at the shortest).
-  static constexpr std::chrono::milliseconds kPeriod{50};
   // Windows in a row, each with one sample, of two processes or more: NVML
   // attributes each window to one process (see above).
   static constexpr size_t kWindowAttributionWindows = 8;
@@ -136,9 +134,10 @@ class ComputeController {
   // (the limiter's keeper: NVML sees those pids outside containers).
   static Members SlotMembers(const GroupSegment& segment);
 
-  // One step for every compute-limited device. Returns true if some device
-  // has a compute limit (the caller then ticks every kPeriod).
-  bool Tick();
+  // One step for every compute-limited device (kPeriod: several times per
+  // NVML sampling window, 1/6 s at the shortest). Returns true if some
+  // device has a compute limit.
+  bool Tick() override;
 
   // Workload changes the estimators of `dev` have detected so far.
   uint64_t Shifts(int dev) const;

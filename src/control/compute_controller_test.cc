@@ -87,7 +87,6 @@ TEST_F(ComputeControllerTest, LearnsTheDeviceTimeOfALaunchFromItsMembersSamples)
   EXPECT_NEAR(budget.charge_ns, 4 * kMs, 0.4 * kMs);
   EXPECT_NEAR(budget.share_bp, 4000, 200);
   EXPECT_EQ(budget.measured_at_ns, monotonic_.NowNs());
-  EXPECT_FALSE(segment_->Counters(0).share_windowed);
 }
 
 TEST_F(ComputeControllerTest, OtherProcessesSamplesDoNotCount) {
@@ -191,8 +190,6 @@ TEST_F(ComputeControllerTest, UnderWindowAttributionEachSampleCountsForItsOwnWin
     EXPECT_GT(charge, credited_ns / 1.6);
     EXPECT_LT(charge, credited_ns * 1.6);
   }
-  // And the scheduler is told the share is whole windows.
-  EXPECT_TRUE(segment_->Counters(0).share_windowed);
 }
 
 // Two members whose kernels differ 250x: 20 us kernels (2000 a second, 4 %

@@ -6,7 +6,7 @@
 
 namespace gpuslice::control {
 
-GroupKeeper::GroupKeeper(GroupSegment& segment, ComputeController& compute, const Clock& monotonic)
+GroupKeeper::GroupKeeper(GroupSegment& segment, ComputeControl& compute, const Clock& monotonic)
     : segment_(segment), compute_(compute), clock_(monotonic) {}
 
 int64_t GroupKeeper::Step() {
@@ -21,7 +21,7 @@ int64_t GroupKeeper::Step() {
     next_reap_ns_ = now + period_ns;
   }
   const int64_t tick_ns =
-      compute_.Tick() ? std::chrono::nanoseconds(ComputeController::kPeriod).count() : period_ns;
+      compute_.Tick() ? std::chrono::nanoseconds(ComputeControl::kPeriod).count() : period_ns;
   return std::max<int64_t>(0, std::min(tick_ns, next_reap_ns_ - clock_.NowNs()));
 }
 

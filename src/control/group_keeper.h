@@ -1,7 +1,7 @@
 // GroupKeeper: the periodic work of whoever controls a group (DESIGN.md
 // section 3): every kPeriod it reclaims the memory of members that died and
 // beats the group's heartbeat; while a device has a compute limit it runs the
-// group's ComputeController every ComputeController::kPeriod.
+// group's ComputeControl every ComputeControl::kPeriod.
 //
 // Time is injected: Step() does what is due at the clock's now and says when
 // the next step is due, so tests drive a SimulatedClock step by step and the
@@ -16,7 +16,7 @@
 #include <functional>
 
 #include "common/clock.h"
-#include "control/compute_controller.h"
+#include "control/compute_control.h"
 #include "shm/group_segment.h"
 
 namespace gpuslice::control {
@@ -27,7 +27,7 @@ class GroupKeeper {
 
   // REQUIRES: `segment`, `compute` and `monotonic` outlive the keeper;
   // `monotonic` is on CLOCK_MONOTONIC's time base (the segment's).
-  GroupKeeper(GroupSegment& segment, ComputeController& compute, const Clock& monotonic);
+  GroupKeeper(GroupSegment& segment, ComputeControl& compute, const Clock& monotonic);
 
   // Does what is due now; returns the nanoseconds until the next step is due.
   int64_t Step();
@@ -67,7 +67,7 @@ class GroupKeeper {
  private:
   enum class Role { kNone, kDaemon, kThisProcess };
   GroupSegment& segment_;
-  ComputeController& compute_;
+  ComputeControl& compute_;
   const Clock& clock_;
   int64_t next_reap_ns_ = 0;
   std::function<bool()> daemon_expected_;

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include "control/compute_controller.h"
+
 namespace gpuslice::control {
 namespace {
 

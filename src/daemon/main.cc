@@ -35,7 +35,7 @@
 #include "daemon/gpu/gpu_monitor.h"
 #include "daemon/gpu/node_gpus.h"
 #include "daemon/gpu/nvml_backend.h"
-#include "daemon/groups/backend_utilization.h"
+#include "daemon/groups/backend_busy.h"
 #include "daemon/groups/control_loop.h"
 #include "daemon/groups/group_controllers.h"
 #include "daemon/groups/group_metrics.h"
@@ -537,16 +537,12 @@ int Run(int argc, char** argv) {
   // Every group's controller (DESIGN.md section 3), on a thread of its own:
   // members yield to the daemon's claim and take over when it goes stale.
   RealtimeClock realtime;
-  BackendUtilization utilization(**backend, realtime);
-  // NVML's samples are matched to the registry's host pids; the registry's
-  // limits (the group's, lowered by its tenants' own) are the daemon's word.
+  // The GPUs' own busy figure (NVML's device utilization samples); the
+  // registry's limits (the group's, lowered by its tenants' own) are the
+  // daemon's word.
+  BackendBusy device_busy(**backend);
   GroupControllers controllers(
-      GroupControllers::Options{.shm_dir = shm_dir, .self = getpid()}, utilization,
-      [&registry](const std::string& group) -> std::optional<std::vector<int32_t>> {
-        auto control = registry.ControlOf(group);
-        if (!control || control->host_pids.empty()) return std::nullopt;
-        return control->host_pids;
-      },
+      GroupControllers::Options{.shm_dir = shm_dir, .self = getpid()}, device_busy,
       [&registry](const std::string& group,
                   const std::string& uuid) -> std::optional<GroupControllers::DeviceLimit> {
         auto control = registry.ControlOf(group);

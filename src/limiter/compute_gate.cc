@@ -22,14 +22,14 @@ CUstream Effective(CUstream stream, bool per_thread) {
   return stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream;
 }
 
-// Waits while the group is paused or `dev` is held, and until the budget of
-// `dev` admits a launch estimated at `charge_ns` of device time (0: only
-// until earlier charges are paid). Before each sleep for the budget it calls
+// Waits while the group is paused, and until the budget of `dev` admits a
+// launch estimated at `charge_ns` of device time (0: only until earlier
+// charges are paid). Before each sleep for the budget it calls
 // `before_nap()`, which may wait itself (the backlog watch) and returns the
 // longest the sleep may last. False if the device is no longer paced (limit
 // and grant lifted meanwhile). A charge refreshed from the budget meanwhile
 // gets `floor` (a drain's measurement: ChargeFloor).
-// While paused or held it calls `follow_queue()`, which looks at the
+// While paused it calls `follow_queue()`, which looks at the
 // stream's markers (the queue drains meanwhile: its launches are counted as
 // they complete) and returns the longest the wait may sleep before looking
 // again.
@@ -55,12 +55,10 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
       segment.WaitForChange(seen, std::min(kPausedRecheckNs, follow_queue()));
       continue;
     }
-    // Held by the scheduler (another batch group's turn beside a latency
-    // group): until the hold's time, or until it changes.
-    if (const int64_t hold = segment.ComputeHold(dev); hold > now) {
-      begin_wait();
-      segment.WaitForChange(seen, std::min({hold - now, kPausedRecheckNs, follow_queue()}));
-      continue;
+    // Gpusliced gave the device turns meanwhile: the caller admits by them.
+    if (segment.TurnAt(dev, now).period_ns > 0) {
+      paced = false;
+      break;
     }
     const uint32_t rate_bp = segment.PacedRateBp(dev);
     if (rate_bp >= kFullGrantBp) {
@@ -136,18 +134,54 @@ CUresult Probe(const GroupSegment& segment, int dev, ComputeBudget budget, CUstr
 // milliseconds of the work ahead of it).
 constexpr int64_t kWatchNapNs = 1'000'000;
 
+// What the watch asks of the driver about `b`'s markers: whether one has
+// completed, and how long after one another two did (the GPU's clock).
+struct MarkerEvents {
+  const real::CudaTable& cu;
+  StreamBacklog& b;
+  bool operator()(int i) const {
+    return b.markers[i] == nullptr || cu.cuEventQuery(b.markers[i]) != CUDA_ERROR_NOT_READY;
+  }
+  int64_t operator()(int from, int to) const {
+    float ms = 0;
+    if (cu.cuEventElapsedTime == nullptr || b.markers[from] == nullptr ||
+        b.markers[to] == nullptr ||
+        cu.cuEventElapsedTime(&ms, b.markers[from], b.markers[to]) != CUDA_SUCCESS) {
+      return -1;
+    }
+    return static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+  }
+};
+
 // Drops the markers of `b` that have completed, counting their launches as
-// complete (StreamBacklog::Confirm). Returns the markers still pending.
-int FollowMarkers(StreamBacklog& b) {
+// complete and what they measured (StreamBacklog::Confirm). Returns the
+// markers still pending. REQUIRES: the lock held.
+int FollowMarkersLocked(StreamBacklog& b) {
   const real::CudaTable& cu = real::Cuda();
   if (cu.cuEventQuery == nullptr) return 0;
-  b.Lock();
-  const int pending = b.watch.Poll(MonotonicNs(), [&](int i) {
-    return b.markers[i] == nullptr || cu.cuEventQuery(b.markers[i]) != CUDA_ERROR_NOT_READY;
-  });
+  const MarkerEvents events{cu, b};
+  const int pending = b.watch.Poll(MonotonicNs(), events, events);
   b.Confirm();
+  return pending;
+}
+
+int FollowMarkers(StreamBacklog& b) {
+  b.Lock();
+  const int pending = FollowMarkersLocked(b);
   b.Unlock();
   return pending;
+}
+
+// Records a marker behind the launches of `b` that have none yet (before a
+// wait: they are then seen complete, and the stream seen idle, while the
+// thread waits). REQUIRES: the lock held.
+void FlushMarkerLocked(CUstream stream, StreamBacklog& b) {
+  const real::CudaTable& cu = real::Cuda();
+  const int i = b.watch.FlushIndex();
+  if (i < 0 || cu.cuEventRecord == nullptr) return;
+  CUevent& ev = b.markers[i];
+  if (ev == nullptr && cu.cuEventCreate(&ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ev = nullptr;
+  if (ev != nullptr && cu.cuEventRecord(ev, stream) == CUDA_SUCCESS) b.watch.Marked(MonotonicNs());
 }
 
 // Waits (polling: the driver has no wait with a timeout) until `stream` has
@@ -180,9 +214,11 @@ void Drain(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog&
 // than that for a batch group beside a latency group, else recorded that long
 // before the newest completion), looking every ProgressWatch::kQueryPeriodNs,
 // at most kBacklogMaxWaitNs.
+// Under turns (`turns`) the turn bounds the queue instead: only the backlog
+// verdict applies.
 // Returns the longest a wait for the budget may sleep before looking again.
 int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget, CUstream stream,
-                     StreamBacklog& b, int64_t charge_ns, ChargeFloor& floor) {
+                     StreamBacklog& b, int64_t charge_ns, ChargeFloor& floor, bool turns = false) {
   constexpr int64_t kNoCap = INT64_MAX / 4;
   const uint32_t rate_bp = segment.PacedRateBp(dev);
   const real::CudaTable& cu = real::Cuda();
@@ -200,9 +236,8 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
   for (;;) {
     const int64_t now = MonotonicNs();
     b.Lock();
-    const ProgressWatch::Verdict verdict = b.watch.Check(now, unknown_ahead, rate_bp, [&](int i) {
-      return b.markers[i] == nullptr || cu.cuEventQuery(b.markers[i]) != CUDA_ERROR_NOT_READY;
-    });
+    const MarkerEvents events{cu, b};
+    const ProgressWatch::Verdict verdict = b.watch.Check(now, unknown_ahead, rate_bp, events, events);
     b.Confirm();
     if (verdict == ProgressWatch::Verdict::kBacklog) b.watch.DrainBegan(now);
     const int pending = b.watch.pending();
@@ -224,7 +259,7 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
       b.Unlock();
       return kNoCap;
     }
-    if (!deep || segment.ComputeBurst(dev) <= 0 || now - since >= kBacklogMaxWaitNs) {
+    if (turns || !deep || segment.ComputeBurst(dev) <= 0 || now - since >= kBacklogMaxWaitNs) {
       return pending > 0 ? kWatchNapNs : kNoCap;
     }
     // What the budget would bank meanwhile would end the wait in a burst
@@ -237,12 +272,27 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
   }
 }
 
+// Before a launch on `stream`: whether the stream's newest marker is still
+// pending (so that the interval the launch opens measures: the stream had
+// work throughout, shm/progress_watch.h). Asks the driver only for the first
+// launch since a marker. REQUIRES: the lock held.
+bool NewestPendingLocked(const StreamBacklog& b) {
+  const real::CudaTable& cu = real::Cuda();
+  if (!b.watch.FirstSinceMark()) return false;
+  const int newest = b.watch.newest();
+  return newest >= 0 && b.markers[newest] != nullptr &&
+         cu.cuEventQuery(b.markers[newest]) == CUDA_ERROR_NOT_READY;
+}
+
 // After a launch on `stream` charged `charge_ns`: counts it queued (until a
 // marker behind it is seen complete) and puts a marker behind it when one is
-// due (creating the ring index's event in the current context on first
-// use). A marker the driver refuses carries the charge to the next; the
-// launches it would have followed are counted complete at once.
-void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t charge_ns) {
+// due, at most every `mark_period_ns` (creating the ring index's event in
+// the current context on first use). `newest_pending`: NewestPendingLocked
+// as the launch was queued. A marker the driver refuses carries the charge
+// to the next; the launches it would have followed are counted complete at
+// once.
+void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t charge_ns,
+               bool newest_pending, int64_t mark_period_ns = ProgressWatch::kMarkPeriodNs) {
   const real::CudaTable& cu = real::Cuda();
   if (cu.cuEventCreate == nullptr || cu.cuEventRecord == nullptr || cu.cuEventQuery == nullptr) {
     return;  // no markers: counted when admitted
@@ -255,11 +305,9 @@ void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t 
   }
   budget.Queued(1);
   const int64_t now = MonotonicNs();
-  if (const int i = b.watch.Launched(now, charge_ns); i >= 0) {
+  if (const int i = b.watch.Launched(now, charge_ns, newest_pending, mark_period_ns); i >= 0) {
     CUevent& ev = b.markers[i];
-    if (ev == nullptr && cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-      ev = nullptr;
-    }
+    if (ev == nullptr && cu.cuEventCreate(&ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ev = nullptr;
     if (ev != nullptr && cu.cuEventRecord(ev, stream) == CUDA_SUCCESS) {
       b.watch.Marked(now);
     } else {
@@ -270,6 +318,130 @@ void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t 
     }
   }
   b.Unlock();
+}
+
+// ---- turns (a batch group under gpusliced, DESIGN.md section 4) ----
+
+// While the scheduler bounds a stream's queue (SetQueueBound: batch groups
+// beside a latency group), a stream that drains to let the device switch
+// looks at it this often.
+constexpr int64_t kRefillPollNs = 50'000;
+
+// Waits until the group's turn on `dev` admits a launch charged `charge_ns`
+// on `stream` (shm/launch_pacer.h TurnAt: within its turn, completing by its
+// end) and, where the scheduler bounds the stream's queue, until a stream
+// that reached the bound has drained (the device then switches to a latency
+// group's context that has work). Marks the wait in the member's slot, as
+// every gate wait is. Returns false, admitting nothing, if the device no
+// longer has turns (the rate paces it again); `cycle` gets the turn's cycle
+// and `started` whether the turn had begun (not in its lead).
+bool AdmitInTurn(const GroupSegment& segment, int dev, ComputeBudget budget, CUstream stream,
+                 StreamBacklog& b, int64_t charge_ns, int64_t* cycle, bool* started) {
+  int64_t waiting_since = 0;
+  auto end_wait = [&](int64_t now) {
+    if (waiting_since == 0) return;
+    budget.CountWait(now - waiting_since);
+    budget.EndWait();
+  };
+  for (;;) {
+    const uint32_t seen = segment.ChangeWord();
+    const int64_t now = MonotonicNs();
+    int64_t nap = 0;
+    if (segment.Paused()) {
+      nap = kPausedRecheckNs;
+    } else {
+      const auto [current, next] = segment.Turns(dev);
+      const bool switched = next.epoch_ns != 0 && now >= next.epoch_ns;
+      const TurnPlan& plan = switched ? next : current;
+      if (plan.period_ns <= 0) {
+        end_wait(now);
+        return false;
+      }
+      b.Lock();
+      FollowMarkersLocked(b);
+      const uint64_t queued = b.watch.queued();
+      const int64_t ahead = static_cast<int64_t>(queued) * charge_ns;
+      const int64_t bound = segment.QueueBound(dev);
+      if (bound <= 0 || queued == 0) b.refill = false;
+      if (bound > 0 && queued > 0 && ahead + charge_ns > bound) b.refill = true;
+      if (b.refill) {
+        FlushMarkerLocked(stream, b);
+        nap = kRefillPollNs;
+      } else {
+        const TurnVerdict v = TurnAt(plan, now, ahead, charge_ns);
+        if (v.wait_ns == 0) {
+          *cycle = v.cycle;
+          *started = v.started;
+          b.Unlock();
+          end_wait(now);
+          return true;
+        }
+        FlushMarkerLocked(stream, b);
+        nap = v.wait_ns;
+        // A plan that starts meanwhile may open a turn sooner.
+        if (!switched && next.epoch_ns != 0) {
+          nap = std::min(nap, std::max<int64_t>(1, next.epoch_ns - kTurnLeadNs - now));
+        }
+        if (b.watch.pending() > 0) nap = std::min(nap, kWatchNapNs);
+      }
+      b.Unlock();
+    }
+    if (waiting_since == 0) {
+      waiting_since = now;
+      budget.BeginWait();
+    }
+    if (nap <= kRefillPollNs) {
+      const timespec ts{0, nap};
+      nanosleep(&ts, nullptr);
+    } else {
+      segment.WaitForChange(seen, std::min(nap, kPausedRecheckNs));
+    }
+  }
+}
+
+// Before a launch in the group's turn: where the group holds the device
+// alone (its turn has begun and the stream already launched in it; no
+// latency group beside it), a launch on an idle stream is bracketed by a
+// start marker, so that its device time is measured even when the program
+// waits for each launch (shm/progress_watch.h OpenBracket).
+void BracketIfIdle(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog& b,
+                   int64_t cycle, bool started) {
+  const real::CudaTable& cu = real::Cuda();
+  b.Lock();
+  const bool alone = started && cycle == b.turn_cycle && segment.QueueBound(dev) <= 0;
+  b.turn_cycle = cycle;
+  if (alone && cu.cuEventRecord != nullptr) {
+    FollowMarkersLocked(b);
+    if (const int i = b.watch.BracketIndex(); i >= 0) {
+      CUevent& ev = b.markers[i];
+      if (ev == nullptr && cu.cuEventCreate(&ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ev = nullptr;
+      if (ev != nullptr && cu.cuEventRecord(ev, stream) == CUDA_SUCCESS) {
+        b.watch.BracketMarked(MonotonicNs());
+      }
+    }
+  }
+  b.Unlock();
+}
+
+// Makes a watched launch (charged `charge_ns`) and marks it: queued before
+// counted, so that the controller never counts it complete early. Where the
+// scheduler bounds the stream's queue (`queue_bound_ns` > 0) markers come
+// more often, so that the short runs between the stream's drains still hold
+// measured intervals.
+CUresult LaunchWatched(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t charge_ns,
+                       CUresult (*call)(void*), void* launch, int64_t queue_bound_ns) {
+  b.Lock();
+  const bool newest_pending = NewestPendingLocked(b);
+  b.Unlock();
+  const CUresult rc = call(launch);
+  if (rc == CUDA_SUCCESS) {
+    const int64_t period = queue_bound_ns > 0
+                               ? std::min(ProgressWatch::kMarkPeriodNs, queue_bound_ns / 4)
+                               : ProgressWatch::kMarkPeriodNs;
+    MarkAfter(stream, b, budget, charge_ns, newest_pending, period);
+    budget.CountLaunch();
+  }
+  return rc;
 }
 
 }  // namespace
@@ -316,6 +488,20 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
     charge = probe ? 0 : budget.probe_ns();
   }
   const bool watched = !probe && charge > 0;
+  // A batch group under gpusliced takes turns: its turn is its rate.
+  if (segment->TurnAt(dev, MonotonicNs()).period_ns > 0) {
+    int64_t cycle = 0;
+    bool started = false;
+    const int64_t fit = probe ? budget.probe_ns() : charge;
+    if (watched) WatchBacklog(*segment, dev, budget, stream, *backlog, charge, floor, true);
+    if (AdmitInTurn(*segment, dev, budget, stream, *backlog, fit, &cycle, &started)) {
+      if (probe) return Probe(*segment, dev, budget, stream, call, launch);
+      BracketIfIdle(*segment, dev, stream, *backlog, cycle, started);
+      return LaunchWatched(stream, *backlog, budget, charge, call, launch,
+                           segment->QueueBound(dev));
+    }
+    // No turns any more: the rate paces it, below.
+  }
   if (watched) {
     WatchBacklog(*segment, dev, budget, stream, *backlog, charge, floor);
     // A drain just now measured the launches' cost.
@@ -325,22 +511,25 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
     return watched ? WatchBacklog(*segment, dev, budget, stream, *backlog, charge, floor)
                    : INT64_MAX / 4;
   };
-  // While held or paused, the stream's queue drains: its markers are
-  // followed (the controller counts launches as they complete).
+  // While paused, the stream's queue drains: its markers are followed (the
+  // controller counts launches as they complete).
   const auto follow_queue = [&] {
     return watched && FollowMarkers(*backlog) > 0 ? kWatchNapNs : INT64_MAX / 4;
   };
   if (!Admit(*segment, dev, budget, charge, floor, before_nap, follow_queue)) {
-    return call(launch);  // no longer paced
+    // No longer paced, or turns since: a launch under turns waits for them.
+    if (segment->TurnAt(dev, MonotonicNs()).period_ns > 0) {
+      return PacedSlow(stream, per_thread, call, launch);
+    }
+    return call(launch);
   }
   if (probe) return Probe(*segment, dev, budget, stream, call, launch);
-  const CUresult rc = call(launch);
-  if (rc == CUDA_SUCCESS) {
-    // Queued before counted: the controller never counts it complete early.
-    if (watched) MarkAfter(stream, *backlog, budget, charge);
-    budget.CountLaunch();
+  if (!watched) {
+    const CUresult rc = call(launch);
+    if (rc == CUDA_SUCCESS) budget.CountLaunch();
+    return rc;
   }
-  return rc;
+  return LaunchWatched(stream, *backlog, budget, charge, call, launch, /*queue_bound_ns=*/0);
 }
 
 }  // namespace gpuslice::limiter

@@ -20,6 +20,7 @@
 
 #include <array>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -30,7 +31,7 @@
 namespace gpuslice::limiter {
 
 // A stream's backlog watch: the watch and the marker event of each of its
-// ring indices (created on first use; null: none), and the budget whose
+// ring indices (created on first use, timed; null: none), and the budget whose
 // member counts the stream's launches still queued (SlotCompute::queued; set
 // by the launch that first counts one, null before). The threads launching on
 // one stream take `lock` around every use of them (a spin lock: the holder
@@ -41,12 +42,21 @@ struct StreamBacklog {
   std::array<CUevent, ProgressWatch::kMarkers> markers{};
   DeviceCompute* device = nullptr;
   SlotCompute* member = nullptr;
+  // Under turns (compute_gate.cc): the stream reached the scheduler's queue
+  // bound and drains before more is admitted; the cycle of its last launch.
+  bool refill = false;
+  int64_t turn_cycle = INT64_MIN;
 
   // Takes the launches the watch confirmed (seen complete) off the member's
-  // queued count. REQUIRES: the lock held.
+  // queued count, and adds what its markers measured to the member's
+  // (SlotCompute::busy_ns). REQUIRES: the lock held.
   void Confirm() {
     const uint64_t n = watch.TakeConfirmed();
-    if (n > 0 && member != nullptr) ComputeBudget(*device, *member).Completed(n);
+    const ProgressWatch::Busy busy = watch.TakeBusy();
+    if (member == nullptr) return;
+    ComputeBudget budget(*device, *member);
+    if (n > 0) budget.Completed(n);
+    budget.AddBusy(busy.ns, busy.launches);
   }
 
   void Lock() {

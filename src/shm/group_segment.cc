@@ -34,6 +34,54 @@ T Load(const T& field) {
   return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_acquire);
 }
 
+// The turn plans of a device, under its sequence lock (`turn_seq` odd while
+// a writer is inside). Readers retry; one that finds a writer inside for
+// kTurnReadTries reads no turns (a writer that died there must not stop the
+// launch path).
+constexpr int kTurnReadTries = 1000;
+
+void StorePlan(TurnPlan& to, const TurnPlan& from) {
+  Atomic(to.epoch_ns).store(from.epoch_ns, std::memory_order_relaxed);
+  Atomic(to.period_ns).store(from.period_ns, std::memory_order_relaxed);
+  Atomic(to.begin_ns).store(from.begin_ns, std::memory_order_relaxed);
+  Atomic(to.length_ns).store(from.length_ns, std::memory_order_relaxed);
+}
+
+TurnPlan LoadPlan(const TurnPlan& from) {
+  auto load = [](const int64_t& f) {
+    return std::atomic_ref<int64_t>(const_cast<int64_t&>(f)).load(std::memory_order_relaxed);
+  };
+  return {load(from.epoch_ns), load(from.period_ns), load(from.begin_ns), load(from.length_ns)};
+}
+
+void WriteTurns(DeviceCompute& c, const TurnPlan& current, const TurnPlan& next) {
+  auto seq = Atomic(c.turn_seq);
+  // Odd while inside (taken over from a writer that died inside, if any).
+  const uint32_t inside = (seq.load(std::memory_order_relaxed) + 1) | 1u;
+  seq.store(inside, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  StorePlan(c.turns[0], current);
+  StorePlan(c.turns[1], next);
+  seq.store(inside + 1, std::memory_order_release);
+}
+
+std::pair<TurnPlan, TurnPlan> ReadTurns(const DeviceCompute& c) {
+  const std::atomic_ref<uint32_t> seq(const_cast<uint32_t&>(c.turn_seq));
+  for (int i = 0; i < kTurnReadTries; ++i) {
+    const uint32_t before = seq.load(std::memory_order_acquire);
+    if ((before & 1u) != 0) continue;
+    std::pair<TurnPlan, TurnPlan> plans{LoadPlan(c.turns[0]), LoadPlan(c.turns[1])};
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (seq.load(std::memory_order_relaxed) == before) return plans;
+  }
+  return {};
+}
+
+bool HasTurnPlan(const DeviceCompute& c) {
+  const auto [current, next] = ReadTurns(c);
+  return current.period_ns > 0 || next.period_ns > 0;
+}
+
 // Raises `field` to `value` if that is higher.
 void RaiseTo(uint64_t& field, uint64_t value) {
   auto f = Atomic(field);
@@ -366,7 +414,9 @@ uint32_t GroupSegment::PacedMask() const {
   const bool paused = Paused();
   uint32_t paced = 0;
   for (int d = 0; d < kGroupMaxDevices; ++d) {
-    if (paused || ComputeHold(d) != 0 || PacedRateBp(d) < kFullGrantBp) paced |= 1u << d;
+    if (paused || PacedRateBp(d) < kFullGrantBp || HasTurnPlan(layout_->devices[d].compute)) {
+      paced |= 1u << d;
+    }
   }
   return paced;
 }
@@ -391,15 +441,27 @@ int64_t GroupSegment::ComputeBurst(int dev) const {
   return Load(layout_->devices[dev].compute.burst_ns);
 }
 
-void GroupSegment::SetComputeHold(int dev, int64_t until_ns) {
-  until_ns = std::max<int64_t>(0, until_ns);
-  if (Atomic(layout_->devices[dev].compute.hold_until_ns).exchange(until_ns) != until_ns) {
-    BumpChange();
-  }
+void GroupSegment::SetQueueBound(int dev, int64_t queue_ns) {
+  queue_ns = std::max<int64_t>(0, queue_ns);
+  if (Atomic(layout_->devices[dev].compute.queue_ns).exchange(queue_ns) != queue_ns) BumpChange();
 }
 
-int64_t GroupSegment::ComputeHold(int dev) const {
-  return Load(layout_->devices[dev].compute.hold_until_ns);
+int64_t GroupSegment::QueueBound(int dev) const {
+  return Load(layout_->devices[dev].compute.queue_ns);
+}
+
+void GroupSegment::SetTurns(int dev, const TurnPlan& current, const TurnPlan& next) {
+  WriteTurns(layout_->devices[dev].compute, current, next);
+  BumpChange();
+}
+
+TurnPlan GroupSegment::TurnAt(int dev, int64_t now_ns) const {
+  const auto [current, next] = ReadTurns(layout_->devices[dev].compute);
+  return next.epoch_ns != 0 && now_ns >= next.epoch_ns ? next : current;
+}
+
+std::pair<TurnPlan, TurnPlan> GroupSegment::Turns(int dev) const {
+  return ReadTurns(layout_->devices[dev].compute);
 }
 
 void GroupSegment::SetPaused(bool paused) {
@@ -414,7 +476,11 @@ void GroupSegment::ClearSchedule() {
   for (GroupDevice& d : layout_->devices) {
     changed |= Atomic(d.compute_grant_bp).exchange(0) != 0;
     changed |= Atomic(d.compute.burst_ns).exchange(0) != 0;
-    changed |= Atomic(d.compute.hold_until_ns).exchange(0) != 0;
+    changed |= Atomic(d.compute.queue_ns).exchange(0) != 0;
+    if (HasTurnPlan(d.compute)) {
+      WriteTurns(d.compute, TurnPlan{}, TurnPlan{});
+      changed = true;
+    }
   }
   if (changed) BumpChange();
 }
@@ -436,8 +502,7 @@ GroupSegment::ComputeCounters GroupSegment::Counters(int dev) const {
           .charge_ns = Load(c.charge_ns),
           .share_bp = Load(c.measured_at_ns) != 0 ? static_cast<int32_t>(Load(c.share_bp)) : -1,
           .waiting = WaitingMembers(dev),
-          .next_free_ns = Load(c.next_free_ns),
-          .share_windowed = Load(c.share_windowed) != 0};
+          .next_free_ns = Load(c.next_free_ns)};
 }
 
 uint32_t GroupSegment::WaitingMembers(int dev) const {
@@ -511,6 +576,8 @@ void GroupSegment::ClearSlotLocked(int s) {
     Atomic(c.probe_ns).store(0);
     Atomic(c.probes).store(0);
     Atomic(c.waiting).store(0);
+    Atomic(c.busy_ns).store(0);
+    Atomic(c.busy_launches).store(0);
   }
   slot.start_time = 0;
   Atomic(slot.joined_ns).store(0);
@@ -655,6 +722,11 @@ uint32_t GroupSegment::SlotQueued(int slot, int dev) const {
   return Load(layout_->slot_compute[slot][dev].queued);
 }
 
+GroupSegment::SlotBusy GroupSegment::SlotBusyOf(int slot, int dev) const {
+  const SlotCompute& c = layout_->slot_compute[slot][dev];
+  return {.busy_ns = Load(c.busy_ns), .launches = Load(c.busy_launches)};
+}
+
 void ComputeBudget::Completed(uint64_t n) {
   // Never below 0, whatever another member wrote there.
   std::atomic_ref<uint32_t> q(m_.queued);
@@ -707,7 +779,6 @@ void GroupSegment::PublishEstimate(int dev, const Estimate& estimate) {
     Atomic(c.charge_ns).store(estimate.charge_ns, std::memory_order_release);
   }
   if (estimate.share_bp >= 0) Atomic(c.share_bp).store(static_cast<uint32_t>(estimate.share_bp));
-  Atomic(c.share_windowed).store(estimate.windowed ? 1u : 0u);
   Atomic(c.measured_at_ns).store(estimate.measured_at_ns);
 }
 

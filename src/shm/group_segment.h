@@ -139,6 +139,14 @@ class ComputeBudget {
     std::atomic_ref<uint32_t>(m_.queued).fetch_add(n, std::memory_order_relaxed);
   }
   void Completed(uint64_t n);
+  // The member's timing markers measured `busy_ns` of device time for
+  // `launches` launches (SlotCompute::busy_ns).
+  void AddBusy(int64_t busy_ns, uint64_t launches) {
+    if (launches == 0 || busy_ns <= 0) return;
+    std::atomic_ref<uint64_t>(m_.busy_ns)
+        .fetch_add(static_cast<uint64_t>(busy_ns), std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(m_.busy_launches).fetch_add(launches, std::memory_order_relaxed);
+  }
   // A thread of the member starts / ends a wait in the launch gate: the
   // scheduler sees the member held back while it waits, not only once the
   // wait ends (a wait can last seconds). Every BeginWait is paired with one
@@ -239,17 +247,27 @@ class GroupSegment {
   // (0: kPacerBurstNs).
   void SetComputeBurst(int dev, int64_t burst_ns);
   int64_t ComputeBurst(int dev) const;
-  // Holds launches on `dev` until `until_ns` (CLOCK_MONOTONIC; kHoldForever:
-  // until changed; 0 or a past time: no hold). Changing it wakes the waiting
-  // launches.
-  void SetComputeHold(int dev, int64_t until_ns);
-  int64_t ComputeHold(int dev) const;
+  // Sets the most work one stream of the group may have queued on `dev`
+  // (DeviceCompute::queue_ns; 0: no such bound).
+  void SetQueueBound(int dev, int64_t queue_ns);
+  int64_t QueueBound(int dev) const;
+  // Sets the group's turns on `dev`: `current` until `next.epoch_ns`, `next`
+  // from then on (next.epoch_ns 0: `current` only). A plan with period 0: no
+  // turns. Wakes the waiting launches.
+  void SetTurns(int dev, const TurnPlan& current, const TurnPlan& next);
+  // The plan in effect on `dev` at `now_ns` (period 0: no turns). Never waits
+  // long: a plan being written for too long (a writer that died inside) reads
+  // as no turns.
+  TurnPlan TurnAt(int dev, int64_t now_ns) const;
+  // Both plans as written (TurnAt's sources).
+  std::pair<TurnPlan, TurnPlan> Turns(int dev) const;
   // Pauses (launches on every device wait; memory is kept) or resumes the
   // group; resuming wakes the waiting launches at once.
   void SetPaused(bool paused);
   bool Paused() const;
-  // Clears every grant, burst and hold (a member taking control back from the
-  // daemon: self-control paces by the limits alone). `paused` stays.
+  // Clears every grant, burst, queue bound and turn plan (a member taking
+  // control back from the daemon: self-control paces by the limits alone).
+  // `paused` stays.
   void ClearSchedule();
   // The rate launches on `dev` are paced at, in basis points of the device:
   // the lower of the compute limit and the grant; kFullGrantBp: not paced.
@@ -264,7 +282,6 @@ class GroupSegment {
     int32_t share_bp;             // measured share; -1: never measured
     uint32_t waiting;             // members with a thread waiting in the launch gate now
     int64_t next_free_ns;         // the budget: when the work admitted so far is paid for
-    bool share_windowed = false;  // share_bp is whole NVML windows (Estimate::windowed)
   };
   ComputeCounters Counters(int dev) const;
 
@@ -276,6 +293,13 @@ class GroupSegment {
   uint64_t SlotLaunches(int slot, int dev) const;
   // Of those, the launches not yet seen complete (SlotCompute::queued).
   uint32_t SlotQueued(int slot, int dev) const;
+  // What the member's timing markers measured on `dev` so far
+  // (SlotCompute::busy_ns, busy_launches).
+  struct SlotBusy {
+    uint64_t busy_ns = 0;
+    uint64_t launches = 0;
+  };
+  SlotBusy SlotBusyOf(int slot, int dev) const;
   // Publishes the charge of one launch of the member in `slot` on `dev`
   // (0: not known; the member measures its own launches meanwhile).
   void PublishSlotCharge(int slot, int dev, int64_t charge_ns);
@@ -298,9 +322,6 @@ class GroupSegment {
     int64_t charge_ns;       // device time of one launch; 0: not known (keep the last)
     int32_t share_bp;        // the group's share of the device, basis points; -1: unknown
     int64_t measured_at_ns;  // CLOCK_MONOTONIC
-    // share_bp is whole NVML windows each given to one process (window
-    // attribution, control/compute_controller.h): coarse.
-    bool windowed = false;
   };
   // Publishes the controller's estimate for `dev` to the launch path and to readers.
   void PublishEstimate(int dev, const Estimate& estimate);
@@ -443,7 +464,7 @@ class GroupSegment {
   void BumpLimits();
   // Recomputes compute_limited, bumps change_word and wakes its waiters.
   void BumpChange();
-  // What compute_limited should hold, from the limits, grants, holds and `paused`.
+  // What compute_limited should hold, from the limits, grants, turns and `paused`.
   uint32_t PacedMask() const;
   // Members with a thread in a launch-gate wait on `dev` (SlotCompute::waiting).
   uint32_t WaitingMembers(int dev) const;

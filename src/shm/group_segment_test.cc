@@ -157,32 +157,66 @@ TEST_F(GroupSegmentTest, CountersSayWhatTheSchedulerReads) {
   EXPECT_EQ(got.wait_ns, 900u);
   EXPECT_EQ(got.charge_ns, 250);
   EXPECT_EQ(got.share_bp, 4100);
-  EXPECT_FALSE(got.share_windowed);
-  // A share made of whole NVML windows (window attribution) says so.
-  seg->PublishEstimate(d,
-                       {.charge_ns = 250, .share_bp = 3900, .measured_at_ns = 2, .windowed = true});
-  EXPECT_TRUE(seg->Counters(d).share_windowed);
+  // A share alone keeps the charge (0: no word on it).
+  seg->PublishEstimate(d, {.charge_ns = 0, .share_bp = 3900, .measured_at_ns = 2});
+  EXPECT_EQ(seg->Counters(d).charge_ns, 250);
+  EXPECT_EQ(seg->Counters(d).share_bp, 3900);
 }
 
-// The scheduler's hold: the device is on the paced path while a hold is
-// set, a change wakes the waiting launches, and a member taking control back
-// clears it.
-TEST_F(GroupSegmentTest, AHoldPacesTheDeviceWakesWaitersAndIsClearedWithTheSchedule) {
+// The scheduler's turns: the device is on the paced path while a plan is
+// set, a change wakes the waiting launches, the next plan takes effect at
+// its epoch, and a member taking control back clears them.
+TEST_F(GroupSegmentTest, TurnsPaceTheDeviceTakeEffectAtTheirEpochAndAreClearedWithTheSchedule) {
   auto seg = OpenGroup();
   auto other = OpenGroup();  // a member's own handle
   const int d = *seg->AttachDevice(kUuid);
-  EXPECT_EQ(other->ComputeHold(d), 0);
+  EXPECT_EQ(other->TurnAt(d, 0).period_ns, 0);
   const uint32_t seen = other->ChangeWord();
-  seg->SetComputeHold(d, kHoldForever);
-  EXPECT_EQ(other->ComputeHold(d), kHoldForever);
+  const TurnPlan now{.epoch_ns = 1000, .period_ns = 100, .begin_ns = 0, .length_ns = 40};
+  const TurnPlan later{.epoch_ns = 5000, .period_ns = 200, .begin_ns = 50, .length_ns = 60};
+  seg->SetTurns(d, now, later);
   EXPECT_NE(other->ChangeWord(), seen);
   EXPECT_EQ(other->ComputeLimitedMask(), 1u << d);
-  seg->SetComputeHold(d, -5);  // taken as no hold
-  EXPECT_EQ(other->ComputeHold(d), 0);
-  seg->SetComputeHold(d, 12345);
+  EXPECT_EQ(other->TurnAt(d, 4999).period_ns, 100);
+  EXPECT_EQ(other->TurnAt(d, 5000).period_ns, 200);
+  EXPECT_EQ(other->TurnAt(d, 5000).begin_ns, 50);
+  const auto [current, next] = other->Turns(d);
+  EXPECT_EQ(current.length_ns, 40);
+  EXPECT_EQ(next.epoch_ns, 5000);
+  seg->SetQueueBound(d, 1'000'000);
+  EXPECT_EQ(other->QueueBound(d), 1'000'000);
   seg->ClearSchedule();
-  EXPECT_EQ(other->ComputeHold(d), 0);
+  EXPECT_EQ(other->TurnAt(d, 6000).period_ns, 0);
+  EXPECT_EQ(other->QueueBound(d), 0);
   EXPECT_EQ(other->ComputeLimitedMask(), 0u);
+}
+
+// A writer that died inside the turns' sequence lock leaves them odd: readers
+// do not wait for it (they read no turns) and the next writer takes over.
+TEST_F(GroupSegmentTest, ATurnWriterThatDiedInsideStopsNoReader) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  seg->SetTurns(d, {.epoch_ns = 1, .period_ns = 100, .begin_ns = 0, .length_ns = 50}, {});
+  std::atomic_ref<uint32_t>(seg->Compute(d).turn_seq).fetch_add(1);  // inside, forever
+  EXPECT_EQ(seg->TurnAt(d, 10).period_ns, 0);
+  seg->SetTurns(d, {.epoch_ns = 1, .period_ns = 300, .begin_ns = 0, .length_ns = 50}, {});
+  EXPECT_EQ(seg->TurnAt(d, 10).period_ns, 300);
+}
+
+// What a member's launch gate measured adds up in its slot, and a new owner
+// of the slot starts from nothing.
+TEST_F(GroupSegmentTest, ASlotsMeasuredBusyTimeAddsUpAndGoesWithTheSlot) {
+  auto seg = OpenGroup();
+  const int d = *seg->AttachDevice(kUuid);
+  const int slot = *seg->Join(getpid(), 1, "me");
+  ComputeBudget budget = seg->Budget(d, slot);
+  budget.AddBusy(3000, 3);
+  budget.AddBusy(500, 1);
+  budget.AddBusy(-5, 1);  // nothing measured
+  EXPECT_EQ(seg->SlotBusyOf(slot, d).busy_ns, 3500u);
+  EXPECT_EQ(seg->SlotBusyOf(slot, d).launches, 4u);
+  seg->Leave(slot);
+  EXPECT_EQ(seg->SlotBusyOf(slot, d).busy_ns, 0u);
 }
 
 // A member's wait is seen while it lasts (not only once it ends), and a

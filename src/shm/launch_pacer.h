@@ -18,6 +18,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "gpuslice/group_segment.h"
+
 namespace gpuslice {
 
 // How far ahead of now a group may have admitted work (wall time): short
@@ -150,6 +152,51 @@ inline void RaiseBehind(std::atomic_ref<int64_t> next_free, int64_t now_ns, int6
   while (seen < now_ns + ahead_ns &&
          !next_free.compare_exchange_weak(seen, now_ns + ahead_ns, std::memory_order_acq_rel)) {
   }
+}
+
+// ---- turns (gpusliced's batch groups, DESIGN.md section 4) ----
+
+// How long before its turn a group may queue its first launches. The last
+// holder's queue ends with its turn, and the device switches to a context
+// with work as soon as that one runs dry: work queued a little early waits
+// for it rather than the device idling while the next holder's thread wakes.
+inline constexpr int64_t kTurnLeadNs = 500'000;
+
+// Where a launch stands under a turn plan (TurnPlan: period 0, no turns).
+struct TurnVerdict {
+  int64_t wait_ns = 0;  // 0: admit; else how long until the next turn opens
+  int64_t cycle = 0;    // the cycle of the turn it is in, or waits for
+  bool started = true;  // the turn has begun (not in its lead)
+};
+
+// Whether a launch at `now_ns` charged `charge_ns`, on a stream with
+// `ahead_ns` of work still queued before it, may go under `plan`: within
+// its turn's window [start - lead, end), and only if it completes by the
+// turn's end (now + ahead + charge <= end); a launch longer than the whole
+// turn goes in the turn's first half when nothing is queued before it (its
+// charge grew since the turn was planned: the scheduler gives long launches
+// whole-launch turns). A plan whose turn is the whole cycle
+// admits every launch. REQUIRES: lead_ns >= 0.
+inline TurnVerdict TurnAt(const TurnPlan& plan, int64_t now_ns, int64_t ahead_ns,
+                          int64_t charge_ns, int64_t lead_ns = kTurnLeadNs) {
+  if (plan.period_ns <= 0 || plan.length_ns >= plan.period_ns) return {};
+  const int64_t period = plan.period_ns;
+  const int64_t length = std::max<int64_t>(1, plan.length_ns);
+  // The cycle whose window [start - lead, start - lead + period) holds now.
+  const int64_t since = now_ns + lead_ns - (plan.epoch_ns + plan.begin_ns);
+  const int64_t cycle = since >= 0 ? since / period : -((-since + period - 1) / period);
+  const int64_t start = plan.epoch_ns + plan.begin_ns + cycle * period;
+  const int64_t end = start + length;
+  TurnVerdict v{.wait_ns = 0, .cycle = cycle, .started = now_ns >= start};
+  if (length > 0 && now_ns < end &&
+      (now_ns + std::max<int64_t>(0, ahead_ns) + charge_ns <= end ||
+       (ahead_ns <= 0 && charge_ns >= length && now_ns < start + length / 2))) {
+    return v;
+  }
+  v.wait_ns = std::max<int64_t>(1, start + period - lead_ns - now_ns);
+  v.cycle = cycle + 1;
+  v.started = false;
+  return v;
 }
 
 // ---- the backlog watch's constants (shm/progress_watch.h) ----

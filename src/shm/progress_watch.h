@@ -47,8 +47,24 @@
 // (below) charges the member's launches at least that much until the
 // controller has learned their cost.
 //
+// What the markers measure (DESIGN.md section 8, "Evidence"): each marker is
+// a timed event, and the time between two consecutive markers' completions
+// (cuEventElapsedTime, the GPU's own clock) is the device time of the
+// launches between them, plus any time the stream's context was switched out
+// meanwhile, when the stream had work throughout: the interval's first launch
+// was queued while the previous marker was still pending (`newest_pending` in
+// Launched), or the interval was opened by a start marker on an idle stream
+// while the group held the device alone (OpenBracket; the launch after it
+// gets its marker at once). Other intervals (the stream ran dry in them, or
+// their start is unknown) measure nothing. TakeBusy() hands over what the
+// measured intervals held: where the group's context runs alone (its turn,
+// DESIGN.md section 4) that is exactly its device time per launch.
+// Consecutive markers are never more than kMarkers - 1 apart in the ring, so
+// that the last completed marker keeps its timestamp for the next.
+//
 // Pure arithmetic on a ring of kMarkers markers: the caller records the
-// events (ring index -> event) and answers whether one has completed. Not
+// events (ring index -> event), answers whether one has completed and, for
+// the measurement, how long after one another two completed. Not
 // thread-safe: the caller serialises the calls for one stream.
 #pragma once
 
@@ -60,6 +76,11 @@
 namespace gpuslice {
 
 class ProgressWatch {
+  // The elapsed time Check and Poll use when the caller gives none.
+  struct NoElapsed {
+    int64_t operator()(int, int) const { return -1; }
+  };
+
  public:
   // Enough for the ~20 ms of launches (one marker per kMarkPeriodNs) admitted
   // at an old, short charge before the first long kernel starts under a 70 %
@@ -90,24 +111,38 @@ class ProgressWatch {
   // completed (oldest first), then judges the oldest still pending.
   // `unknown_ahead_ns`: the allowance of a first marker (see above);
   // `rate_bp`: the group's rate on the device (1..10000).
-  template <typename Done>
-  Verdict Check(int64_t now_ns, int64_t unknown_ahead_ns, uint32_t rate_bp, Done&& done) {
+  // `elapsed(a, b)`: the ns from marker a's completion to marker b's (-1:
+  // not known); see Poll.
+  template <typename Done, typename Elapsed = NoElapsed>
+  Verdict Check(int64_t now_ns, int64_t unknown_ahead_ns, uint32_t rate_bp, Done&& done,
+                Elapsed&& elapsed = {}) {
     if (count_ == 0) return Verdict::kOk;
     if (now_ns < Deadline(unknown_ahead_ns, rate_bp) && now_ns - last_query_ns_ < kQueryPeriodNs) {
       return Verdict::kOk;
     }
     last_query_ns_ = now_ns;
-    Poll(now_ns, done);
+    Poll(now_ns, done, elapsed);
     if (count_ == 0 || now_ns <= Deadline(unknown_ahead_ns, rate_bp)) return Verdict::kOk;
     return Verdict::kBacklog;
   }
 
   // Drops the markers `done(index)` says have completed (oldest first),
   // confirming their launches, without judging the rest (a thread that
-  // waits for a drain or a hold follows the queue). Returns pending().
-  template <typename Done>
-  int Poll(int64_t now_ns, Done&& done) {
+  // waits for a drain or a hold follows the queue). A completed marker whose
+  // interval measures (see above) adds `elapsed(previous index, its index)`
+  // (ns, the previous marker's completion to its own; negative: not known)
+  // and its launches to the measurement. Returns pending().
+  template <typename Done, typename Elapsed = NoElapsed>
+  int Poll(int64_t now_ns, Done&& done, Elapsed&& elapsed = {}) {
     while (count_ > 0 && done(head_)) {
+      const Marker& m = ring_[head_];
+      if (m.measured && previous_done_) {
+        if (const int64_t e = elapsed((head_ + kMarkers - 1) % kMarkers, head_); e > 0) {
+          busy_ns_ += e;
+          busy_launches_ += m.launches;
+        }
+      }
+      previous_done_ = true;
       last_done_ns_ = now_ns;
       known_ahead_ = true;
       confirmed_ += ring_[head_].launches;
@@ -122,23 +157,60 @@ class ProgressWatch {
     return count_;
   }
 
+  // True if the next launch is the first since the last marker: the caller
+  // then tells Launched whether that marker (newest()) is still pending.
+  bool FirstSinceMark() const { return unmarked_launches_ == 0; }
+  // The ring index of the newest marker recorded, or -1 if none is pending.
+  int newest() const { return count_ > 0 ? (head_ + count_ - 1) % kMarkers : -1; }
+
   // After a launch at `now_ns` charged `charge_ns` of device time: the ring
   // index at which to record a marker now (then Marked), or -1 for none.
-  int Launched(int64_t now_ns, int64_t charge_ns) {
+  // `newest_pending` (looked at only for the first launch since the last
+  // marker): the newest marker had not completed when this launch was
+  // queued, so the stream had work from then on. `mark_period_ns`: a marker
+  // at most this often (a bracket's launch gets one at once).
+  int Launched(int64_t now_ns, int64_t charge_ns, bool newest_pending = false,
+               int64_t mark_period_ns = kMarkPeriodNs) {
+    if (unmarked_launches_ == 0 && !bracket_open_) open_measured_ = newest_pending && count_ > 0;
     unmarked_charge_ns_ += charge_ns;
     ++unmarked_launches_;
     ++outstanding_;
-    if (count_ == kMarkers || now_ns - last_mark_ns_ < kMarkPeriodNs) return -1;
+    if (count_ >= kMarkers - 1) return -1;
+    if (!bracket_open_ && now_ns - last_mark_ns_ < mark_period_ns) return -1;
     return (head_ + count_) % kMarkers;
   }
   // A marker was recorded at the index Launched gave, at `now_ns`. (Not
   // calling it, e.g. the driver refused, carries the charge to the next.)
   void Marked(int64_t now_ns) {
-    ring_[(head_ + count_) % kMarkers] = {now_ns, unmarked_charge_ns_, unmarked_launches_};
+    ring_[(head_ + count_) % kMarkers] = {now_ns, unmarked_charge_ns_, unmarked_launches_,
+                                          open_measured_};
     ++count_;
     unmarked_charge_ns_ = 0;
     unmarked_launches_ = 0;
     last_mark_ns_ = now_ns;
+    open_measured_ = false;
+    bracket_open_ = false;
+  }
+
+  // The ring index at which to record a marker behind the launches that have
+  // none yet (before a wait: they are then seen complete while the thread
+  // waits), or -1 (none, or the ring is full); then Marked.
+  int FlushIndex() const {
+    return unmarked_launches_ > 0 && count_ < kMarkers - 1 ? (head_ + count_) % kMarkers : -1;
+  }
+
+  // Before a launch on an idle stream (nothing pending, nothing unmarked)
+  // while the group holds the device alone: the ring index at which to
+  // record a start marker now (then BracketMarked), or -1 for none. The
+  // interval it opens measures; the next launch gets its marker at once.
+  int BracketIndex() const {
+    return count_ == 0 && unmarked_launches_ == 0 ? (head_ + count_) % kMarkers : -1;
+  }
+  void BracketMarked(int64_t now_ns) {
+    ring_[(head_ + count_) % kMarkers] = {now_ns, 0, 0, false};
+    ++count_;
+    open_measured_ = true;
+    bracket_open_ = true;
   }
 
   // A drain begins at `now_ns` (Check said kBacklog): the launches not yet
@@ -168,6 +240,9 @@ class ProgressWatch {
     unmarked_charge_ns_ = 0;
     last_done_ns_ = now_ns;
     known_ahead_ = true;
+    previous_done_ = false;  // the markers it dropped measured nothing
+    open_measured_ = false;
+    bracket_open_ = false;
   }
   // Forgets everything (a new stream, another device): the queue ahead of
   // the next marker is unknown.
@@ -180,6 +255,8 @@ class ProgressWatch {
     unmarked_launches_ = 0;
     outstanding_ = 0;
     confirmed_ = 0;
+    busy_ns_ = 0;
+    busy_launches_ = 0;
   }
   // Confirms the launches made since the last marker (none will follow
   // them: the driver refused it), whether or not they have run.
@@ -195,6 +272,18 @@ class ProgressWatch {
     drained_cost_ns_ = 0;
     return c;
   }
+  // What the measured intervals held since the last call (device ns and
+  // their launches); zeroes it.
+  struct Busy {
+    int64_t ns = 0;
+    uint64_t launches = 0;
+  };
+  Busy TakeBusy() {
+    const Busy b{busy_ns_, busy_launches_};
+    busy_ns_ = 0;
+    busy_launches_ = 0;
+    return b;
+  }
   // Launches confirmed (run by the GPU) since the last call; zeroes the count.
   uint64_t TakeConfirmed() {
     const uint64_t n = confirmed_;
@@ -203,6 +292,8 @@ class ProgressWatch {
   }
   // Launches made (Launched) and not yet confirmed, nor taken.
   uint64_t outstanding() const { return outstanding_ + confirmed_; }
+  // Launches made and not yet seen complete (whether taken or not).
+  uint64_t queued() const { return outstanding_; }
 
   // Markers pending.
   int pending() const { return count_; }
@@ -233,6 +324,7 @@ class ProgressWatch {
     int64_t recorded_at_ns = 0;
     int64_t charged_ns = 0;  // the launches between the previous marker and this one
     uint64_t launches = 0;   // how many they were
+    bool measured = false;   // the stream had work from the previous marker's completion on
   };
   std::array<Marker, kMarkers> ring_{};
   int head_ = 0;
@@ -250,6 +342,15 @@ class ProgressWatch {
   int64_t drain_mark_ns_ = -1;        // when its first marker was seen complete (-1: not yet)
   uint64_t drain_mark_launches_ = 0;  // the launches left then
   int64_t drained_cost_ns_ = 0;       // the last drain's wall time per launch, not yet taken
+  // The measurement (see above): whether the marker before the head
+  // completed through Poll (its timestamp is the head's interval's start),
+  // whether the interval being collected measures, and whether a start
+  // marker opened it.
+  bool previous_done_ = false;
+  bool open_measured_ = false;
+  bool bracket_open_ = false;
+  int64_t busy_ns_ = 0;
+  uint64_t busy_launches_ = 0;
 };
 
 // ChargeFloor: a member's launch charge on one device after a drain (issue

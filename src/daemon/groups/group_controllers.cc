@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "common/log.h"
-#include "daemon/groups/member_slots.h"
 #include "shm/segment_dirs.h"
 
 namespace gpuslice::daemon {
@@ -21,11 +20,10 @@ ino_t InodeOf(const std::string& path) {
 
 }  // namespace
 
-GroupControllers::GroupControllers(Options options, control::UtilizationSource& source,
-                                   HostPids host_pids, LimitsOf limits_of, Clocks clocks)
+GroupControllers::GroupControllers(Options options, control::DeviceBusySource& busy,
+                                   LimitsOf limits_of, Clocks clocks)
     : options_(std::move(options)),
-      source_(source),
-      host_pids_(std::move(host_pids)),
+      busy_(busy),
       limits_of_(std::move(limits_of)),
       clocks_(clocks) {}
 
@@ -48,14 +46,6 @@ void GroupControllers::ApplyLimits(const std::string& name, GroupSegment& segmen
 }
 
 GroupControllers::~GroupControllers() { Stop(); }
-
-std::vector<int32_t> GroupControllers::MembersOf(const std::string& group,
-                                                 const GroupSegment& segment) const {
-  if (host_pids_) {
-    if (std::optional<std::vector<int32_t>> pids = host_pids_(group)) return *pids;
-  }
-  return segment.MemberPids();
-}
 
 void GroupControllers::Rescan() {
   // Release groups nobody is attached to any more (so that they go idle and
@@ -98,16 +88,7 @@ bool GroupControllers::Adopt(bool all) {
       g.inode = InodeOf((*segment)->path());
       g.segment = std::move(segment).value();
       GroupSegment* seg = g.segment.get();
-      g.compute = std::make_unique<control::ComputeController>(
-          *seg, source_,
-          [this, name, seg] {
-            // Each host pid with its slot: members are charged by their own launches.
-            return MatchSlots(
-                MembersOf(name, *seg),
-                options_.proc_root.empty() ? std::vector<SlotOwner>{} : SlotOwners(*seg),
-                options_.proc_root);
-          },
-          control::ComputeController::Clocks{clocks_.realtime, clocks_.monotonic});
+      g.compute = std::make_unique<control::LaunchCostMeter>(*seg, clocks_.monotonic);
       g.keeper = std::make_unique<control::GroupKeeper>(*seg, *g.compute, clocks_.monotonic);
       GS_LOG(kInfo, "gpusliced", "event=group_adopted group=%s", name.c_str());
       groups_.emplace(name, std::move(g));
@@ -214,11 +195,49 @@ std::optional<uint32_t> GroupControllers::GrantOf(const std::string& group,
   return std::nullopt;
 }
 
+std::vector<control::UsageMeter::BusyWindow> GroupControllers::BusyWindows(
+    const std::string& uuid) {
+  if (busy_unavailable_.contains(uuid)) return {};
+  auto [seen, fresh] = busy_seen_us_.try_emplace(uuid, 0);
+  // The first read asks for the last few seconds only.
+  const int64_t real_now = clocks_.realtime.NowNs();
+  const uint64_t since =
+      fresh ? static_cast<uint64_t>(std::max<int64_t>(0, real_now - 5'000'000'000) / 1000)
+            : seen->second;
+  StatusOr<std::vector<control::DeviceBusySample>> samples = busy_.BusySince(uuid, since);
+  if (!samples.ok()) {
+    if (samples.status().code() == StatusCode::kUnimplemented ||
+        samples.status().code() == StatusCode::kUnavailable) {
+      GS_LOG(kWarn, "gpusliced",
+             "event=device_busy_unavailable gpu=%s error=\"%s\" (latency groups are charged by "
+             "their own measurements)",
+             uuid.c_str(), samples.status().ToString().c_str());
+      busy_unavailable_.insert(uuid);
+    }
+    return {};
+  }
+  // Each sample closes a window that began where the one before it ended.
+  const int64_t offset = real_now - clocks_.monotonic.NowNs();
+  std::vector<control::UsageMeter::BusyWindow> out;
+  uint64_t previous = fresh ? 0 : seen->second;
+  for (const control::DeviceBusySample& b : *samples) {
+    if (b.timestamp_us <= previous && previous != 0) continue;
+    if (previous != 0) {
+      out.push_back({.end_ns = static_cast<int64_t>(b.timestamp_us) * 1000 - offset,
+                     .length_ns = static_cast<int64_t>(b.timestamp_us - previous) * 1000,
+                     .busy = std::min(b.percent, 100u) / 100.0});
+    }
+    previous = b.timestamp_us;
+  }
+  seen->second = std::max(seen->second, previous);
+  return out;
+}
+
 void GroupControllers::Schedule() {
   using control::ShareScheduler;
   struct Gpu {
     std::vector<ShareScheduler::Input> inputs;
-    std::vector<std::pair<GroupSegment*, int>> devices;  // parallel to inputs
+    std::vector<std::pair<Group*, int>> devices;  // parallel to inputs
   };
   std::map<std::string, Gpu> gpus;
   std::map<std::string, std::pair<bool, std::vector<DeviceGrant>>> grants;
@@ -228,12 +247,6 @@ void GroupControllers::Schedule() {
     GroupSegment& segment = *g.segment;
     if (!segment.is_controller()) continue;  // a member still controls it
     bool paused = false;
-    // Whether its processes get a CPU when they want one: a group that
-    // cannot launch for want of CPU is no evidence of the device's capacity.
-    const int32_t cpu_wait_bp =
-        options_.proc_root.empty()
-            ? -1
-            : cpu_wait_.Sample(name, MembersOf(name, segment), clocks_.monotonic.NowNs());
     std::vector<std::pair<std::string, ShareScheduler::Input>> mine;
     for (int d = 0; d < segment.device_count(); ++d) {
       std::string uuid = segment.DeviceUuid(d);
@@ -249,14 +262,10 @@ void GroupControllers::Schedule() {
       in.latency = schedule.priority == Priority::kLatency;
       const GroupSegment::ComputeCounters c = segment.Counters(d);
       in.counters = {.launches = c.launches,
+                     .completed = g.compute->CompletedLaunches(d),
                      .waits = c.waits,
-                     .wait_ns = c.wait_ns,
-                     .charge_ns = static_cast<uint64_t>(std::max<int64_t>(0, c.charge_ns)),
-                     .share_bp = c.share_bp,
-                     .cpu_wait_bp = cpu_wait_bp,
                      .waiting = c.waiting,
-                     .next_free_ns = c.next_free_ns,
-                     .share_coarse = c.share_windowed};
+                     .charge_ns = g.compute->GroupCharge(d)};
       mine.emplace_back(std::move(uuid), std::move(in));
     }
     // Paused is the group's, on every GPU.
@@ -264,7 +273,7 @@ void GroupControllers::Schedule() {
       mine[d].second.paused = paused;
       Gpu& gpu = gpus[mine[d].first];
       gpu.inputs.push_back(std::move(mine[d].second));
-      gpu.devices.emplace_back(&segment, d);
+      gpu.devices.emplace_back(&g, d);
     }
     // A pause at once (its launches stop before anything else is done); a
     // resume once its grants are written (below): a paused group's segment
@@ -281,49 +290,71 @@ void GroupControllers::Schedule() {
     }
     grants[name].first = paused;
   }
-  std::vector<std::string> live;
-  live.reserve(groups_.size());
-  for (const auto& [name, g] : groups_) live.push_back(name);
-  cpu_wait_.Retain(live);
   for (auto it = schedulers_.begin(); it != schedulers_.end();) {
     it = gpus.contains(it->first) ? std::next(it) : schedulers_.erase(it);
   }
+  const int64_t now = clocks_.monotonic.NowNs();
   for (auto& [uuid, gpu] : gpus) {
     auto& scheduler = schedulers_[uuid];
     if (!scheduler) scheduler = std::make_unique<ShareScheduler>(clocks_.monotonic);
-    const std::vector<ShareScheduler::Output> out = scheduler->Tick(gpu.inputs);
+    const std::vector<ShareScheduler::Output> out = scheduler->Tick(gpu.inputs, BusyWindows(uuid));
     for (size_t i = 0; i < out.size(); ++i) {
-      auto [segment, d] = gpu.devices[i];
+      auto [group, d] = gpu.devices[i];
+      GroupSegment* segment = group->segment.get();
+      const ShareScheduler::Output& o = out[i];
+      const ShareScheduler::Counters& c = gpu.inputs[i].counters;
+      const uint32_t turn_bp =
+          o.turn.period_ns > 0
+              ? static_cast<uint32_t>(std::min<int64_t>(o.turn.length_ns, o.turn.period_ns) *
+                                      10000 / o.turn.period_ns)
+              : 0;
       // What each tick decided and from what (--log-level trace): how the
       // bench's misses are traced (bench/scheduler --trace DIR).
-      GS_LOG(
-          kTrace, "gpusliced",
-          "event=schedule_tick t_ms=%lld gpu=%s group=%s capacity_bp=%u grant_bp=%u burst_ns=%lld "
-          "hold=%d used_bp=%u wants_more=%d launches=%llu waits=%llu waiting=%u "
-          "charge_ns=%llu share_bp=%d cpu_wait_bp=%d coarse=%d paused=%d",
-          static_cast<long long>(clocks_.monotonic.NowNs() / 1'000'000), uuid.c_str(),
-          out[i].group.c_str(), scheduler->capacity_bp(), out[i].grant_bp,
-          static_cast<long long>(out[i].burst_ns), out[i].hold_until_ns != 0 ? 1 : 0,
-          out[i].used_bp, out[i].wants_more ? 1 : 0,
-          static_cast<unsigned long long>(gpu.inputs[i].counters.launches),
-          static_cast<unsigned long long>(gpu.inputs[i].counters.waits),
-          gpu.inputs[i].counters.waiting,
-          static_cast<unsigned long long>(gpu.inputs[i].counters.charge_ns),
-          gpu.inputs[i].counters.share_bp, gpu.inputs[i].counters.cpu_wait_bp,
-          gpu.inputs[i].counters.share_coarse ? 1 : 0, out[i].paused ? 1 : 0);
+      GS_LOG(kTrace, "gpusliced",
+             "event=schedule_tick t_ms=%lld gpu=%s group=%s capacity_bp=%u busy_bp=%d "
+             "grant_bp=%u turn_bp=%u queue_ns=%lld used_bp=%u wants_more=%d launches=%llu "
+             "completed=%llu waits=%llu waiting=%u charge_ns=%lld latency_charge_ns=%lld "
+             "paused=%d",
+             static_cast<long long>(now / 1'000'000), uuid.c_str(), o.group.c_str(),
+             scheduler->capacity_bp(), scheduler->device_busy_bp(), o.grant_bp, turn_bp,
+             static_cast<long long>(o.queue_ns), o.used_bp, o.wants_more ? 1 : 0,
+             static_cast<unsigned long long>(c.launches),
+             static_cast<unsigned long long>(c.completed),
+             static_cast<unsigned long long>(c.waits), c.waiting,
+             static_cast<long long>(c.charge_ns), static_cast<long long>(o.latency_charge_ns),
+             o.paused ? 1 : 0);
       // Below the whole device even when alone, so that its launches stay on
       // the paced path, which counts them (what the scheduler reads).
-      const uint32_t grant = std::min(out[i].grant_bp, kFullGrantBp - 1);
+      const uint32_t grant = std::min(o.grant_bp, kFullGrantBp - 1);
       if (segment->ComputeGrant(d) != grant) segment->SetComputeGrant(d, grant);
-      if (segment->ComputeBurst(d) != out[i].burst_ns) segment->SetComputeBurst(d, out[i].burst_ns);
-      if (segment->ComputeHold(d) != out[i].hold_until_ns) {
-        segment->SetComputeHold(d, out[i].hold_until_ns);
+      if (segment->ComputeBurst(d) != o.burst_ns) segment->SetComputeBurst(d, o.burst_ns);
+      if (segment->QueueBound(d) != o.queue_ns) segment->SetQueueBound(d, o.queue_ns);
+      // A new plan takes effect at its epoch (a cycle boundary); the plan
+      // in effect now stands until then.
+      const auto [current, next] = segment->Turns(d);
+      const TurnPlan& pending = next.epoch_ns != 0 ? next : current;
+      const bool same = pending.period_ns == o.turn.period_ns &&
+                        pending.begin_ns == o.turn.begin_ns &&
+                        pending.length_ns == o.turn.length_ns &&
+                        (o.turn.period_ns == 0 || pending.epoch_ns == o.turn.epoch_ns);
+      if (!same) {
+        const TurnPlan now_plan = segment->TurnAt(d, now);
+        if (o.turn.period_ns == 0 || now_plan.period_ns == 0 || o.turn.epoch_ns <= now) {
+          segment->SetTurns(d, o.turn, TurnPlan{});  // at once: no turns, or none to wait for
+        } else {
+          segment->SetTurns(d, now_plan, o.turn);
+        }
       }
-      grants[out[i].group].second.push_back({.uuid = uuid,
-                                             .grant_bp = out[i].grant_bp,
-                                             .burst_ns = out[i].burst_ns,
-                                             .used_bp = out[i].used_bp,
-                                             .wants_more = out[i].wants_more});
+      group->compute->SetFallbackCharge(d, o.latency_charge_ns);
+      segment->PublishEstimate(d, GroupSegment::Estimate{.charge_ns = 0,
+                                                         .share_bp = static_cast<int32_t>(o.used_bp),
+                                                         .measured_at_ns = now});
+      grants[o.group].second.push_back({.uuid = uuid,
+                                        .grant_bp = o.grant_bp,
+                                        .burst_ns = o.burst_ns,
+                                        .used_bp = o.used_bp,
+                                        .wants_more = o.wants_more,
+                                        .turn_bp = turn_bp});
     }
   }
   for (auto& [segment, name] : resumed) {

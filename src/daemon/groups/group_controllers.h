@@ -1,7 +1,7 @@
 // GroupControllers: gpusliced runs the controller of every group on the node
-// (DESIGN.md sections 3-4), the same control::GroupKeeper and
-// ComputeController a member runs, fed with NVML's samples matched to host
-// pids (which a member inside a container cannot do).
+// (DESIGN.md sections 3-4): the same control::GroupKeeper a member runs, with
+// a control::LaunchCostMeter as its compute half (the launch gates' timing
+// markers, not NVML's per-process samples, say what each launch costs).
 //
 // Protocol with the members (include/gpuslice/group_segment.h): for each
 // group a process is attached to, every tick it beats the segment's daemon
@@ -14,12 +14,15 @@
 // Limits: where the registry has a word on a group's limits, the daemon
 // writes them into the segment (and sets them back if a member changes them).
 //
-// Scheduling (issue 13, DESIGN.md section 4): every ShareScheduler::kPeriod
-// it runs one control::ShareScheduler per GPU over the groups it controls
-// that are attached to that GPU, with each group's GroupSchedule there (from
-// ScheduleOf; a group it has no word on: the defaults, limited by the
-// segment's compute limit) and its launch counters, and writes the result
-// into the segments: the compute grant and burst per device and the group's
+// Scheduling (DESIGN.md section 4, docs/scheduling.md): every
+// ShareScheduler::kPeriod it runs one control::ShareScheduler per GPU over
+// the groups it controls that are attached to that GPU, with each group's
+// GroupSchedule there (from ScheduleOf; a group it has no word on: the
+// defaults, limited by the segment's compute limit), its launch counters and
+// the GPU's busy samples (DeviceBusySource), and writes the result into the
+// segments: per device the compute grant, burst, queue bound and turns (a
+// new plan takes effect at the next cycle boundary), what the group ran
+// (its share, for readers), a latency group's charge; and the group's
 // paused flag. Groups a member still controls are left out.
 //
 // Thread-compatible: Tick() and Stop() from one thread (the daemon's control
@@ -39,11 +42,10 @@
 
 #include "common/clock.h"
 #include "common/thread_annotations.h"
-#include "control/compute_controller.h"
+#include "control/device_busy.h"
 #include "control/group_keeper.h"
+#include "control/launch_cost_meter.h"
 #include "control/share_scheduler.h"
-#include "control/utilization_source.h"
-#include "daemon/groups/cpu_wait.h"
 #include "daemon/groups/group_schedule.h"
 #include "shm/group_segment.h"
 
@@ -51,9 +53,6 @@ namespace gpuslice::daemon {
 
 class GroupControllers {
  public:
-  // The host pids of `group`'s processes, if the registry knows the group;
-  // nullopt: use the pids in the segment's slots.
-  using HostPids = std::function<std::optional<std::vector<int32_t>>(const std::string& group)>;
   // The limits the daemon holds `group` to on the GPU with `uuid`, if it has
   // a word on them (the registry knows the group); nullopt: the segment's
   // limits stand. The daemon's word wins (DESIGN.md section 4): a member
@@ -79,19 +78,16 @@ class GroupControllers {
     // group is adopted, and scheduled, within about this long of its first
     // member attaching; files found idle are looked at again at rescans).
     int64_t adopt_ns = 100'000'000;
-    // Where the groups' processes' scheduler statistics are read (how long
-    // they wait for a CPU, for the scheduler: CpuWait); empty: not read.
-    std::string proc_root = "/proc";
   };
   struct Clocks {
     const Clock& realtime;   // NVML's sample time base
     const Clock& monotonic;  // the segments' time base
   };
 
-  // REQUIRES: `source`, the clocks, and whatever `host_pids` and `limits_of`
-  // use outlive this. Either function may be null.
-  GroupControllers(Options options, control::UtilizationSource& source, HostPids host_pids,
-                   LimitsOf limits_of, Clocks clocks);
+  // REQUIRES: `busy`, the clocks, and whatever `limits_of` uses outlive
+  // this. `limits_of` may be null.
+  GroupControllers(Options options, control::DeviceBusySource& busy, LimitsOf limits_of,
+                   Clocks clocks);
   ~GroupControllers();  // ends every claim (Stop)
 
   // Turns scheduling on (null: off, the default; grants, bursts and the
@@ -117,8 +113,9 @@ class GroupControllers {
     std::string uuid;
     uint32_t grant_bp = 0;    // share of the device granted, basis points; 0: paused
     int64_t burst_ns = 0;     // 0: the pacer's default
-    uint32_t used_bp = 0;     // share it used (launches x charge, over ~1 s)
-    bool wants_more = false;  // held back by its grant
+    uint32_t used_bp = 0;     // what it ran over the last second (UsageMeter)
+    bool wants_more = false;  // held back by its grant or its turn
+    uint32_t turn_bp = 0;     // its turn's share of the cycle; 0: no turns (paced by its rate)
   };
   struct GroupControl {
     std::string group;
@@ -137,7 +134,7 @@ class GroupControllers {
  private:
   struct Group {
     std::unique_ptr<GroupSegment> segment;
-    std::unique_ptr<control::ComputeController> compute;
+    std::unique_ptr<control::LaunchCostMeter> compute;
     std::unique_ptr<control::GroupKeeper> keeper;
     ino_t inode = 0;  // of the file adopted; another inode: the segment was replaced
   };
@@ -150,19 +147,23 @@ class GroupControllers {
   void Schedule();
   // Holds `g` to the daemon's limits, where it has a word on them.
   void ApplyLimits(const std::string& name, GroupSegment& segment);
-  std::vector<int32_t> MembersOf(const std::string& group, const GroupSegment& segment) const;
+  // The busy windows of GPU `uuid` closed since the last call, on the
+  // monotonic clock (empty where the node has no such figure).
+  std::vector<control::UsageMeter::BusyWindow> BusyWindows(const std::string& uuid);
 
   const Options options_;
-  control::UtilizationSource& source_;
-  HostPids host_pids_;
+  control::DeviceBusySource& busy_;
   LimitsOf limits_of_;
   Clocks clocks_;
   std::map<std::string, Group> groups_;
   ScheduleOf schedule_of_;
   std::map<std::string, std::unique_ptr<control::ShareScheduler>> schedulers_;  // by GPU UUID
+  // Per GPU UUID: the newest busy sample read (CLOCK_REALTIME us) and whether
+  // the node has the figure.
+  std::map<std::string, uint64_t> busy_seen_us_;
+  std::set<std::string> busy_unavailable_;
   int64_t next_schedule_ns_ = 0;
   std::atomic<bool> schedule_soon_{false};
-  CpuWait cpu_wait_{options_.proc_root};
   // The scheduler's last word per group, for Snapshot().
   std::map<std::string, std::pair<bool, std::vector<DeviceGrant>>> grants_ GUARDED_BY(snapshot_mu_);
   int64_t last_scan_ns_ = 0;

@@ -1,6 +1,7 @@
 #include "daemon/groups/group_controllers.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -17,12 +18,18 @@ namespace {
 constexpr pid_t kDaemonPid = 4242;  // not this process: claims are told apart from members'
 constexpr int64_t kMs = 1'000'000;
 
-class NoSamples final : public control::UtilizationSource {
+// The GPU's busy samples, as the test scripts them (none unless it adds).
+class ScriptedBusy final : public control::DeviceBusySource {
  public:
-  StatusOr<std::vector<control::UtilizationSample>> SamplesSince(std::string_view,
-                                                                 uint64_t) override {
-    return std::vector<control::UtilizationSample>{};
+  StatusOr<std::vector<control::DeviceBusySample>> BusySince(std::string_view,
+                                                             uint64_t since_us) override {
+    std::vector<control::DeviceBusySample> out;
+    for (const auto& s : samples) {
+      if (s.timestamp_us > since_us) out.push_back(s);
+    }
+    return out;
   }
+  std::vector<control::DeviceBusySample> samples;
 };
 
 class GroupControllersTest : public ::testing::Test {
@@ -42,7 +49,7 @@ class GroupControllersTest : public ::testing::Test {
   std::unique_ptr<GroupControllers> Controllers(int64_t rescan_ns = 0) {
     return std::make_unique<GroupControllers>(
         GroupControllers::Options{.shm_dir = dir_, .self = kDaemonPid, .rescan_ns = rescan_ns},
-        source_, nullptr, limits_of_, GroupControllers::Clocks{clock_, clock_});
+        busy_, limits_of_, GroupControllers::Clocks{clock_, clock_});
   }
 
   // Scheduling: `schedules_` is the daemon's word per group (any GPU).
@@ -56,14 +63,18 @@ class GroupControllersTest : public ::testing::Test {
         });
     return controllers;
   }
-  // What a saturating member's launches do to its counters in `ns`: launches
-  // of 1 ms at `share` of the device, held back by its grant (waits grow).
-  static void Launch(GroupSegment& member, int64_t ns, double share, bool held = true) {
-    member.PublishEstimate(0, {.charge_ns = 1'000'000, .share_bp = -1, .measured_at_ns = 0});
-    DeviceCompute& c = member.Compute(0);
-    std::atomic_ref<uint64_t>(c.launches)
-        .fetch_add(static_cast<uint64_t>(share * static_cast<double>(ns) / 1e6));
-    if (held) std::atomic_ref<uint64_t>(c.waits).fetch_add(1);
+  // What a saturating member's launch gate does to its counters in `ns`:
+  // launches of 1 ms at `share` of the device, each measured by its markers,
+  // held back by its grant or its turn (waits grow). The member joins a slot
+  // on its first launch.
+  void Launch(GroupSegment& member, int64_t ns, double share, bool held = true) {
+    auto [it, fresh] = slots_.try_emplace(&member, -1);
+    if (fresh) it->second = *member.Join(getpid(), 1000 + slots_.size(), "member");
+    ComputeBudget budget = member.Budget(0, it->second);
+    const auto n = static_cast<uint64_t>(share * static_cast<double>(ns) / 1e6);
+    for (uint64_t i = 0; i < n; ++i) budget.CountLaunch();
+    budget.AddBusy(static_cast<int64_t>(n) * 1'000'000, n);
+    if (held) budget.CountWait(1);
   }
   // Ticks the controllers every scheduler period for `ns`, each group in
   // `busy` launching at its grant (or at the share given) and held back.
@@ -80,8 +91,9 @@ class GroupControllersTest : public ::testing::Test {
   static constexpr char kGpu[] = "GPU-00000000-1111-2222-3333-444444444444";
 
   std::map<std::string, GroupSchedule> schedules_;
+  std::map<GroupSegment*, int> slots_;  // each member's slot
   std::string dir_;
-  NoSamples source_;
+  ScriptedBusy busy_;
   GroupControllers::LimitsOf limits_of_;
   SimulatedClock clock_{MonotonicNs() + 1000 * kMs};  // the segments' time base, after creation
 };
@@ -314,17 +326,55 @@ TEST_F(GroupControllersTest, APauseAskedForIsWrittenAtTheNextTick) {
   EXPECT_EQ(a->ComputeGrant(0), 0u);
 }
 
-TEST_F(GroupControllersTest, BatchGroupsGetAShortBurstWhileALatencyGroupIsActive) {
+// Batch groups take turns; beside an active latency group their queues are
+// bounded and the latency group has no turns. A new plan takes effect at the
+// next cycle's start, the one in effect standing until then.
+TEST_F(GroupControllersTest, BatchGroupsTakeTurnsAndBesideALatencyGroupTheirQueuesAreBounded) {
   auto lat = Member("lat");
-  auto batch = Member("batch");
-  ASSERT_TRUE(lat->AttachDevice(kGpu).ok());
-  ASSERT_TRUE(batch->AttachDevice(kGpu).ok());
+  auto a = Member("a");
+  auto b = Member("b");
+  for (auto* m : {lat.get(), a.get(), b.get()}) ASSERT_TRUE(m->AttachDevice(kGpu).ok());
   schedules_["lat"] = {.request_percent = 10, .priority = Priority::kLatency};
+  schedules_["a"] = {.request_percent = 60};
   auto controllers = Scheduling();
   controllers->Tick();
-  Run(*controllers, 500 * kMs, {{lat.get(), 0.05}, {batch.get(), 0}});
-  EXPECT_EQ(batch->ComputeBurst(0), control::ShareScheduler::kBatchBurstWithLatencyNs);
+  Run(*controllers, 1000 * kMs, {{a.get(), 0.5}, {b.get(), 0.4}});
+  const TurnPlan ta = a->TurnAt(0, clock_.NowNs());
+  const TurnPlan tb = b->TurnAt(0, clock_.NowNs());
+  ASSERT_GT(ta.period_ns, 0);
+  EXPECT_EQ(ta.period_ns, tb.period_ns);
+  EXPECT_GT(ta.length_ns, tb.length_ns);  // a's request
+  EXPECT_EQ(ta.begin_ns + ta.length_ns, tb.begin_ns);  // back to back
+  EXPECT_EQ(a->QueueBound(0), 0);  // no latency group active yet
+  // Pending: the plan for the next cycle, from its boundary on.
+  const auto [current, next] = a->Turns(0);
+  if (next.epoch_ns != 0) {
+    EXPECT_GT(next.epoch_ns, clock_.NowNs() - 100 * kMs);
+  }
+  // The latency group becomes active.
+  Run(*controllers, 500 * kMs, {{lat.get(), 0.05}, {a.get(), 0.5}, {b.get(), 0.4}});
+  EXPECT_EQ(a->QueueBound(0), control::ShareScheduler::kLatencyQueueNs);
+  EXPECT_EQ(b->QueueBound(0), control::ShareScheduler::kLatencyQueueNs);
+  EXPECT_EQ(lat->TurnAt(0, clock_.NowNs()).period_ns, 0);
+  EXPECT_EQ(lat->QueueBound(0), 0);
   EXPECT_EQ(lat->ComputeBurst(0), kPacerBurstNs);
+}
+
+// What the scheduler says each group ran is in the group's segment, for
+// readers (gpuslice status, a member's view), the same figure as Snapshot's.
+TEST_F(GroupControllersTest, WhatAGroupRanIsPublishedInItsSegment) {
+  auto a = Member("a");
+  ASSERT_TRUE(a->AttachDevice(kGpu).ok());
+  schedules_["a"] = {.request_percent = 50};
+  auto controllers = Scheduling();
+  controllers->Tick();
+  Run(*controllers, 2000 * kMs, {{a.get(), 0.3}});
+  const int32_t share = a->Counters(0).share_bp;
+  EXPECT_NEAR(share, 3000, 150);
+  ASSERT_EQ(controllers->Snapshot().size(), 1u);
+  ASSERT_EQ(controllers->Snapshot()[0].grants.size(), 1u);
+  EXPECT_EQ(static_cast<int32_t>(controllers->Snapshot()[0].grants[0].used_bp), share);
+  EXPECT_EQ(a->Counters(0).charge_ns, 1'000'000);  // from its markers' evidence
 }
 
 TEST_F(GroupControllersTest, LeavesGroupsAMemberControlsAloneAndClearsGrantsOnStop) {

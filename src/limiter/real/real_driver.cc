@@ -82,6 +82,7 @@ void FillCuda(CudaTable* t, void* h) {
   Resolve(h, "cuEventCreate", &t->cuEventCreate);
   Resolve(h, "cuEventRecord", &t->cuEventRecord);
   Resolve(h, "cuEventQuery", &t->cuEventQuery);
+  Resolve(h, "cuEventElapsedTime", &t->cuEventElapsedTime);
   Resolve(h, "cuEventDestroy_v2", &t->cuEventDestroy_v2);
   Resolve(h, "cuArrayGetMemoryRequirements", &t->cuArrayGetMemoryRequirements);
   Resolve(h, "cuMemPoolGetAttribute", &t->cuMemPoolGetAttribute);

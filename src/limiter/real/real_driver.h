@@ -39,6 +39,7 @@ struct CudaTable {
   decltype(&::cuEventCreate) cuEventCreate = nullptr;
   decltype(&::cuEventRecord) cuEventRecord = nullptr;
   decltype(&::cuEventQuery) cuEventQuery = nullptr;
+  decltype(&::cuEventElapsedTime) cuEventElapsedTime = nullptr;
   decltype(&::cuEventDestroy_v2) cuEventDestroy_v2 = nullptr;
   decltype(&::cuArrayGetMemoryRequirements) cuArrayGetMemoryRequirements = nullptr;
   decltype(&::cuMemPoolGetAttribute) cuMemPoolGetAttribute = nullptr;

@@ -1,0 +1,115 @@
+#include "control/launch_cost_meter.h"
+
+#include <algorithm>
+
+namespace gpuslice::control {
+namespace {
+
+constexpr int64_t kSecondNs = 1'000'000'000;
+
+double Ratio(uint64_t busy_ns, uint64_t launches) {
+  return launches == 0 ? 0 : static_cast<double>(busy_ns) / static_cast<double>(launches);
+}
+
+}  // namespace
+
+int64_t LaunchCostMeter::ChargeOf(const std::deque<Point>& history) {
+  if (history.size() < 2) return 0;
+  const Point& newest = history.back();
+  const Point& oldest = history.front();
+  const uint64_t busy = newest.busy_ns - oldest.busy_ns;
+  const uint64_t launches = newest.busy_launches - oldest.busy_launches;
+  if (busy < static_cast<uint64_t>(kMinEvidenceNs) || launches < kMinLaunches) return 0;
+  return static_cast<int64_t>(Ratio(busy, launches));
+}
+
+bool LaunchCostMeter::Tick() {
+  const int64_t now = clock_.NowNs();
+  const std::vector<GroupSegment::MemberRef> live = segment_.Members();
+  bool paced = false;
+  const int n = std::min(segment_.device_count(), kGroupMaxDevices);
+  for (int d = 0; d < n; ++d) {
+    TickDevice(d, live, now);
+    paced = paced || (segment_.ComputeLimitedMask() & (1u << d)) != 0;
+  }
+  return paced;
+}
+
+void LaunchCostMeter::TickDevice(int dev, const std::vector<GroupSegment::MemberRef>& live,
+                                 int64_t now) {
+  Device& d = devices_[dev];
+  // Members that left (or whose slot has a new owner) keep what they completed.
+  for (auto it = d.members.begin(); it != d.members.end();) {
+    const auto same = std::find_if(live.begin(), live.end(), [&](const GroupSegment::MemberRef& m) {
+      return m.slot == it->first && m.joined_ns == it->second.joined_ns;
+    });
+    if (same != live.end()) {
+      ++it;
+      continue;
+    }
+    if (!it->second.history.empty()) d.gone_completed += it->second.history.back().completed;
+    it = d.members.erase(it);
+  }
+  uint64_t completed = d.gone_completed;
+  double weighted = 0;   // charge x launches over the last second, members with a charge
+  uint64_t counted = 0;  // those launches
+  for (const GroupSegment::MemberRef& ref : live) {
+    Member& m = d.members[ref.slot];
+    m.joined_ns = ref.joined_ns;
+    const GroupSegment::SlotBusy busy = segment_.SlotBusyOf(ref.slot, dev);
+    const uint64_t launches = segment_.SlotLaunches(ref.slot, dev);
+    const uint64_t queued = std::min<uint64_t>(segment_.SlotQueued(ref.slot, dev), launches);
+    Point p{now, busy.busy_ns, busy.launches, launches - queued};
+    if (!m.history.empty()) {
+      // Never backwards (a count another member scribbled on is not evidence).
+      const Point& last = m.history.back();
+      p.busy_ns = std::max(p.busy_ns, last.busy_ns);
+      p.busy_launches = std::max(p.busy_launches, last.busy_launches);
+      p.completed = std::max(p.completed, last.completed);
+    }
+    m.history.push_back(p);
+    while (m.history.size() > 2 && now - m.history[1].t_ns >= kHorizonNs) m.history.pop_front();
+    // A workload change: the newest kRecentNs of evidence alone, when it
+    // disagrees with the horizon.
+    size_t recent = m.history.size() - 1;
+    while (recent > 0 && now - m.history[recent - 1].t_ns <= kRecentNs) --recent;
+    if (recent > 0) {
+      const std::deque<Point> tail(m.history.begin() + static_cast<std::ptrdiff_t>(recent),
+                                   m.history.end());
+      const double horizon = static_cast<double>(ChargeOf(m.history));
+      const double fresh = static_cast<double>(ChargeOf(tail));
+      if (horizon > 0 && fresh > 0 &&
+          (fresh > horizon * kShiftRatio || fresh * kShiftRatio < horizon)) {
+        m.history.erase(m.history.begin(),
+                        m.history.begin() + static_cast<std::ptrdiff_t>(recent));
+      }
+    }
+    if (const int64_t c = ChargeOf(m.history); c > 0) m.charge_ns = c;
+    completed += p.completed;
+    if (m.charge_ns > 0) {
+      size_t from = m.history.size() - 1;
+      while (from > 0 && now - m.history[from - 1].t_ns <= kSecondNs) --from;
+      const uint64_t n = p.completed - m.history[from].completed;
+      weighted += static_cast<double>(m.charge_ns) * static_cast<double>(n);
+      counted += n;
+    }
+  }
+  d.completed = std::max(d.completed, completed);
+  if (counted > 0) d.group_charge_ns = static_cast<int64_t>(weighted / static_cast<double>(counted));
+  for (const GroupSegment::MemberRef& ref : live) {
+    const Member& m = d.members[ref.slot];
+    const int64_t charge = m.charge_ns > 0       ? m.charge_ns
+                           : fallback_ns_[dev] > 0 ? fallback_ns_[dev]
+                                                   : d.group_charge_ns;
+    if (charge > 0) segment_.PublishSlotCharge(ref.slot, dev, charge);
+  }
+  if (d.group_charge_ns > 0 || fallback_ns_[dev] > 0) {
+    segment_.PublishEstimate(dev, GroupSegment::Estimate{
+                                      .charge_ns = d.group_charge_ns > 0 ? d.group_charge_ns
+                                                                         : fallback_ns_[dev],
+                                      .share_bp = -1,
+                                      .measured_at_ns = now});
+  }
+}
+
+}  // namespace gpuslice::control

@@ -1,0 +1,197 @@
+#include "control/turn_planner.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gpuslice::control {
+namespace {
+
+constexpr int64_t kSecondNs = 1'000'000'000;
+// A plan's first cycle starts this long after the first Tick (the gates read
+// it before it takes effect).
+constexpr int64_t kFirstStartNs = 2'000'000;
+// A launch's turn holds its charge with this much to spare (the gate's fit
+// rule compares with the charge it knows; a launch's own time varies).
+constexpr double kLaunchSpare = 1.02;
+constexpr int64_t kLaunchSpareNs = 20'000;
+// Efficiency: learned only from turns of at least this share; each tick
+// moves it this part of the way to what the last second showed.
+constexpr double kMinShareSeen = 0.02;
+constexpr double kLearnRate = 0.25;
+constexpr double kMinEfficiency = 0.3;
+
+}  // namespace
+
+double TurnPlanner::efficiency(const std::string& group) const {
+  auto it = states_.find(group);
+  return it == states_.end() ? 1.0 : it->second.efficiency;
+}
+
+std::vector<TurnPlan> TurnPlanner::Tick(int64_t now_ns, const std::vector<Taker>& takers) {
+  if (takers.empty()) {
+    states_.clear();
+    plan_.clear();
+    epoch_ns_ = 0;
+    period_ns_ = 0;
+    planned_from_ns_ = -1;
+    return {};
+  }
+  const int64_t period = std::clamp<int64_t>(
+      static_cast<int64_t>(takers.size()) * kTurnPerGroupNs, kPeriodNs, kMaxPeriodNs);
+  // The next boundary of the grid (the first one while it lies ahead); a new
+  // cycle length starts a new grid there.
+  int64_t next;
+  if (period_ns_ == 0) {
+    next = now_ns + kFirstStartNs;
+    epoch_ns_ = next;
+    period_ns_ = period;
+  } else {
+    next = now_ns < epoch_ns_ ? epoch_ns_
+                              : epoch_ns_ + ((now_ns - epoch_ns_) / period_ns_ + 1) * period_ns_;
+    if (period != period_ns_) {
+      epoch_ns_ = next;
+      period_ns_ = period;
+      planned_from_ns_ = -1;  // that cycle is planned anew, at the new length
+    }
+  }
+  // The cycle that starts next is planned once; until it starts the one in
+  // hand stands (a plan written for the next boundary takes effect there).
+  if (next != planned_from_ns_) Plan(next, takers);
+  std::vector<TurnPlan> out;
+  out.reserve(takers.size());
+  for (const Taker& t : takers) {
+    auto it = plan_.find(t.group);
+    out.push_back(it != plan_.end() ? it->second : TurnPlan{});
+  }
+  return out;
+}
+
+void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
+  const auto period = static_cast<double>(period_ns_);
+  std::map<std::string, State> states;
+  // In a fixed order (by name), so that turns keep their place in the cycle.
+  std::vector<const Taker*> order;
+  order.reserve(takers.size());
+  for (const Taker& t : takers) order.push_back(&t);
+  std::sort(order.begin(), order.end(),
+            [](const Taker* a, const Taker* b) { return a->group < b->group; });
+
+  // Efficiency: what it ran over the last second against the turns it held.
+  std::vector<double> due(order.size(), 0);
+  std::vector<double> most(order.size(), 0);
+  for (size_t k = 0; k < order.size(); ++k) {
+    const Taker& t = *order[k];
+    auto it = states_.find(t.group);
+    State st = it != states_.end() ? std::move(it->second) : State{};
+    while (!st.turns.empty() && start_ns - st.turns.front().first > kSecondNs) st.turns.pop_front();
+    if (t.wanting && !st.turns.empty()) {
+      double held = 0;
+      for (const auto& [at, share] : st.turns) held += share;
+      held /= static_cast<double>(st.turns.size());
+      if (held >= kMinShareSeen) {
+        const double seen = std::clamp(t.ran_bp / 10000.0 / held, kMinEfficiency, 1.0);
+        st.efficiency += kLearnRate * (seen - st.efficiency);
+      }
+    }
+    const double e = std::max(st.efficiency, kMinEfficiency);
+    // Never a turn longer than its limit: it cannot run more than it holds.
+    most[k] = std::clamp<uint32_t>(t.limit_bp, 1, 10000) / 10000.0;
+    due[k] = std::min(most[k], std::min(t.grant_bp, t.limit_bp) / 10000.0 / e);
+    states.emplace(t.group, std::move(st));
+  }
+  // Dues beyond the cycle are scaled down; a cycle left over is shared among
+  // the groups that want more, in proportion to their dues, up to their most.
+  double total = 0;
+  for (double d : due) total += d;
+  if (total > 1.0) {
+    for (double& d : due) d /= total;
+  } else {
+    for (int pass = 0; pass < 4 && total < 1.0; ++pass) {
+      double open = 0;  // dues of wanting groups below their most
+      for (size_t k = 0; k < order.size(); ++k) {
+        if (order[k]->wanting && due[k] < most[k]) open += std::max(due[k], 1e-6);
+      }
+      if (open <= 0) break;
+      const double left = 1.0 - total;
+      total = 0;
+      for (size_t k = 0; k < order.size(); ++k) {
+        if (order[k]->wanting && due[k] < most[k]) {
+          due[k] = std::min(most[k], due[k] + left * std::max(due[k], 1e-6) / open);
+        }
+        total += due[k];
+      }
+    }
+  }
+  // Turns: a deficit round-robin in whole launches where they are long.
+  std::vector<int64_t> length(order.size(), 0);
+  std::vector<int64_t> launch(order.size(), 0);  // a long launch's turn; 0: not long
+  int64_t used = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    State& st = states[order[k]->group];
+    const auto want = static_cast<int64_t>(due[k] * period);
+    if (due[k] >= 1.0) {  // alone and unlimited: the whole cycle
+      length[k] = period_ns_;
+      st.credit_ns = 0;
+    } else {
+      st.credit_ns = std::min(st.credit_ns + want, 2 * period_ns_);
+      const auto one = static_cast<int64_t>(static_cast<double>(order[k]->charge_ns) *
+                                            kLaunchSpare) +
+                       kLaunchSpareNs;
+      if (order[k]->charge_ns > 0 &&
+          static_cast<double>(one) > kLongLaunch * static_cast<double>(want)) {
+        launch[k] = one;
+        length[k] = std::max<int64_t>(0, st.credit_ns) / one * one;
+      } else {
+        length[k] = std::max<int64_t>(0, st.credit_ns);
+      }
+    }
+    used += length[k];
+  }
+  // Whole launches may overfill the cycle: the other turns shrink first, in
+  // proportion; then the long turns owed the least wait a cycle, a launch at
+  // a time. Each keeps its credit for the next.
+  if (used > period_ns_) {
+    int64_t shrinkable = 0;
+    for (size_t k = 0; k < order.size(); ++k) shrinkable += launch[k] == 0 ? length[k] : 0;
+    const int64_t excess = used - period_ns_;
+    if (shrinkable > 0) {
+      const double keep =
+          std::max(0.0, 1.0 - static_cast<double>(excess) / static_cast<double>(shrinkable));
+      for (size_t k = 0; k < order.size(); ++k) {
+        if (launch[k] != 0) continue;
+        const auto kept = static_cast<int64_t>(static_cast<double>(length[k]) * keep);
+        used -= length[k] - kept;
+        length[k] = kept;
+      }
+    }
+    while (used > period_ns_) {
+      size_t pick = order.size();  // the long turn owed the least
+      for (size_t k = 0; k < order.size(); ++k) {
+        if (launch[k] == 0 || length[k] == 0) continue;
+        if (pick == order.size() ||
+            states[order[k]->group].credit_ns < states[order[pick]->group].credit_ns) {
+          pick = k;
+        }
+      }
+      if (pick == order.size()) break;
+      length[pick] -= launch[pick];
+      used -= launch[pick];
+    }
+  }
+  int64_t begin = 0;
+  plan_.clear();
+  for (size_t k = 0; k < order.size(); ++k) {
+    State& st = states[order[k]->group];
+    if (length[k] < period_ns_) st.credit_ns -= length[k];
+    st.credit_ns = std::max(st.credit_ns, -period_ns_);
+    st.turns.emplace_back(start_ns, static_cast<double>(length[k]) / period);
+    plan_[order[k]->group] =
+        TurnPlan{.epoch_ns = start_ns, .period_ns = period_ns_, .begin_ns = begin,
+                 .length_ns = length[k]};
+    begin += length[k];
+  }
+  states_ = std::move(states);
+  planned_from_ns_ = start_ns;
+}
+
+}  // namespace gpuslice::control
