@@ -60,7 +60,8 @@
 //    group.
 //  - Each member's launch gate adds to its slot's `busy_ns` and
 //    `busy_launches` (v7) what its timing markers measured: the device time
-//    of launches whose stream had work throughout (shm/progress_watch.h).
+//    of launches whose stream had work throughout (shm/progress_watch.h),
+//    and to `bound_ns`, `bound_launches` what they bounded.
 //
 // Invariants:
 //  1. devices[d].memory_used >= sum over slots s of slots[s].memory[d], equal
@@ -142,7 +143,9 @@ struct alignas(64) DeviceCompute {
   uint64_t launches;     // launches admitted on this device
   uint64_t waits;        // launches that had to wait for budget (or for their turn)
   uint64_t wait_ns;      // total time those launches waited
-  uint32_t reserved0[2];
+  // Under turns: launches its turn's end cut off (they came within the turn
+  // and would not complete by its end): the group would have used more.
+  uint64_t cut_off;
   uint8_t pad0[24];
   // Written by the group controller.
   int64_t charge_ns;  // the group's mean device time of one launch (readers); 0: not known yet
@@ -197,7 +200,7 @@ struct ProcessSlot {
 // it, a hostile value cannot stop a member for longer.
 inline constexpr int64_t kMaxChargeNs = 10'000'000'000;
 
-// One member's compute on one device (v5; `queued` v6; `busy_ns`, `busy_launches` v7).
+// One member's compute on one device (v5; `queued` v6; `busy_*`, `bound_*` v7).
 struct SlotCompute {
   uint64_t launches;  // launches the member made on the device (written by the member)
   int64_t charge_ns;  // device time of one of its launches (the group controller); 0: not known
@@ -223,6 +226,11 @@ struct SlotCompute {
   // member's cost per launch.
   uint64_t busy_ns;
   uint64_t busy_launches;
+  // The same for launches bracketed while another group's context may have
+  // run meanwhile (v7): each one's time from its queueing to its end, an
+  // upper bound of its device time.
+  uint64_t bound_ns;
+  uint64_t bound_launches;
 };
 
 struct GroupSegmentLayout {
@@ -251,7 +259,7 @@ static_assert(sizeof(GroupSegmentHeader) == 32);
 static_assert(sizeof(DeviceCompute) == 256);
 static_assert(sizeof(GroupDevice) == 384);
 static_assert(sizeof(ProcessSlot) == 168);
-static_assert(sizeof(SlotCompute) == 56);
+static_assert(sizeof(SlotCompute) == 72);
 static_assert(sizeof(pthread_mutex_t) <= 64, "the mutex must fit its 64-byte line");
 static_assert(sizeof(GroupSegmentLayout) < kAttachLockOffset);
 

@@ -96,6 +96,25 @@ TEST_F(LaunchCostMeterTest, KernelsThatBecomeLongerAreChargedTheNewCostWithinAFe
   EXPECT_NEAR(static_cast<double>(segment_->SlotCharge(a, 0)), 10.0 * kMs, 0.5 * kMs);
 }
 
+// A member with long kernels and a small share launches rarely; its first
+// measurements, taken while other groups still ran beside its turn, were
+// stretched. Two launches measured right are enough to drop them.
+TEST_F(LaunchCostMeterTest, AFewLaunchesWellBelowStretchedOnesAreItsChargeAtOnce) {
+  LaunchCostMeter meter(*segment_, clock_);
+  const int a = Join(1);
+  meter.Tick();
+  for (int64_t stretched : {100 * kMs, 90 * kMs, 80 * kMs, 60 * kMs}) {
+    Run(a, 1, stretched, 1);
+    Tick(meter, 10);
+  }
+  ASSERT_GT(segment_->SlotCharge(a, 0), 60 * kMs);
+  Run(a, 1, 20 * kMs, 1);
+  Tick(meter, 20);
+  Run(a, 1, 20 * kMs, 1);
+  Tick(meter);
+  EXPECT_EQ(segment_->SlotCharge(a, 0), 20 * kMs);
+}
+
 TEST_F(LaunchCostMeterTest, AMemberWithoutEvidenceIsChargedTheFallbackElseTheGroupsMean) {
   LaunchCostMeter meter(*segment_, clock_);
   const int measured = Join(1);

@@ -19,7 +19,9 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
                        .latency = in.latency,
                        .launches = in.counters.launches,
                        .completed = in.counters.completed,
-                       .charge_ns = in.counters.charge_ns});
+                       .charge_ns = in.counters.charge_ns,
+                       .bound_ns = in.counters.bound_ns > 0 ? in.counters.bound_ns
+                                                            : in.counters.probe_ns});
   }
   meter_.Tick(now, metered, busy);
 
@@ -44,7 +46,14 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
     if (st.paused && !in.paused) st.fresh_until_ns = now + kFreshNs;  // resumed
     View& v = views[i];
     v.use = meter_.Of(in.group);
-    v.held = known && !in.paused && (in.counters.waits > st.waits || in.counters.waiting > 0);
+    // Held back: by its rate (a wait ended since the last tick, or one is
+    // under way), or, taking turns, by a turn's end.
+    // A turn that was empty this cycle (held over for a whole launch) cut
+    // off whatever waits for it.
+    v.held = known && !in.paused &&
+             (st.turns && !st.whole_turn
+                  ? in.counters.cut_off > st.cut_off || (st.empty_turn && in.counters.waiting > 0)
+                  : in.counters.waits > st.waits || in.counters.waiting > 0);
     if (v.held) st.last_held_ns = now;
     const bool fresh = now < st.fresh_until_ns;
     // A group launching whose cost is not known yet cannot be measured: it
@@ -53,11 +62,15 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
     v.wanting = !in.paused && (v.held || fresh || unmeasured ||
                                (st.last_held_ns >= 0 && now - st.last_held_ns <= kWantNs));
     v.standing = fresh && !v.held;
-    v.idle = !in.paused && !v.wanting && !v.use.launched;
-    v.active = !in.paused && (v.held || v.use.launched);
+    // A member waiting in its gate has work (a group with long kernels and
+    // a small share may launch once in seconds): active, not idle.
+    const bool waiting = in.counters.waiting > 0;
+    v.idle = !in.paused && !v.wanting && !v.use.launched && !waiting;
+    v.active = !in.paused && (v.held || v.use.launched || waiting);
     active += v.active ? 1 : 0;
     wanting_any = wanting_any || (v.active && v.wanting);
     st.waits = in.counters.waits;
+    st.cut_off = in.counters.cut_off;
     st.launches = in.counters.launches;
     st.paused = in.paused;
     states.emplace(in.group, st);
@@ -98,7 +111,9 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
                       .grant_bp = grants[i],
                       .limit_bp = asks[i].limit_bp,
                       .wanting = v.wanting,
-                      .charge_ns = in.counters.charge_ns,
+                      .charge_ns = in.counters.charge_ns > 0 ? in.counters.charge_ns
+                                                             : in.counters.probe_ns,
+                      .measured = in.counters.charge_ns > 0,
                       .ran_bp = v.use.used_bp});
     taker_of.push_back(i);
   }
@@ -120,6 +135,13 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
     Output& o = out[taker_of[k]];
     o.turn = plans[k];
     if (latency_active) o.queue_ns = kLatencyQueueNs;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    State& st = states_[inputs[i].group];
+    if (!st.turns && out[i].turn.period_ns > 0) ++takers_joined_;
+    st.turns = out[i].turn.period_ns > 0;
+    st.whole_turn = st.turns && out[i].turn.length_ns >= out[i].turn.period_ns;
+    st.empty_turn = st.turns && out[i].turn.length_ns == 0;
   }
   return out;
 }

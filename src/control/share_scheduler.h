@@ -12,7 +12,12 @@
 //  4. TurnPlanner: the active batch groups' turns, which realise their grants.
 // Around them this class keeps what a tick needs from the last: which
 // groups are new or resumed (their request stands for kFreshNs), which were
-// held back (they want more for kWantNs after).
+// held back (they want more for kWantNs after). A group is held back when it
+// waited in its launch gate, or, taking turns that are not the whole cycle,
+// when a turn's end cut a launch off:
+// a turn-taker waits for its turn whenever it has work outside it, which
+// says nothing of whether it would use a longer one (a service whose
+// requests arrive at their own pace would not).
 //
 // What the launch gate does with each output (shm/launch_pacer.h):
 //  - a batch group that takes turns queues work only within its turns (its
@@ -64,8 +69,15 @@ class ShareScheduler {
     uint64_t launches = 0;   // launches admitted
     uint64_t completed = 0;  // of those, seen complete
     uint64_t waits = 0;      // times the launch gate waited (budget or turn)
+    uint64_t cut_off = 0;    // launches its turns' ends cut off
     uint32_t waiting = 0;    // members with a thread waiting in the gate now
     int64_t charge_ns = 0;   // the group's mean device time per launch; 0: not known
+    // While charge_ns is not known: the most a launch was measured to take
+    // (its gate's bootstrap: a launch waited for, an upper bound); 0: none.
+    int64_t probe_ns = 0;
+    // An upper bound per launch from its bracketed launches (LaunchCostMeter
+    // BoundCharge); 0: none.
+    int64_t bound_ns = 0;
   };
   struct Input {
     std::string group;             // unique per GPU
@@ -99,12 +111,19 @@ class ShareScheduler {
                            const std::vector<UsageMeter::BusyWindow>& busy);
 
   uint32_t capacity_bp() const { return capacity_.capacity_bp(); }
+  // Bumped at a tick at which a batch group began taking turns: it ran
+  // beside the turns' holders until then (LaunchCostMeter::ForgetEvidence).
+  uint64_t takers_joined() const { return takers_joined_; }
   int32_t device_busy_bp() const { return meter_.device_busy_bp(); }
   const TurnPlanner& turns() const { return planner_; }
 
  private:
   struct State {
     uint64_t waits = 0;
+    uint64_t cut_off = 0;
+    bool turns = false;       // it was given turns last tick
+    bool whole_turn = false;  // ...and they were the whole cycle (no end to cut it off)
+    bool empty_turn = false;  // ...or empty (held over for a whole launch)
     uint64_t launches = 0;
     bool paused = false;
     int64_t fresh_until_ns = 0;
@@ -116,6 +135,7 @@ class ShareScheduler {
   CapacityEstimator capacity_;
   TurnPlanner planner_;
   std::map<std::string, State> states_;
+  uint64_t takers_joined_ = 0;
 };
 
 }  // namespace gpuslice::control

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -45,6 +46,7 @@ class ModelGpu {
     int64_t in_kernel = 0;  // progress in the kernel running; 0: none
     double free_ran = 0;    // a free group's fluid device time, in kernels
     bool blocked = false;   // wanted to run this tick and could not
+    int cut = 0;            // turns' ends that cut it off this tick
   };
 
   explicit ModelGpu(int64_t start_ns = 1'000'000 * kMs) : clock_(start_ns), scheduler_(clock_) {}
@@ -65,12 +67,18 @@ class ModelGpu {
   // One tick of device time, then a scheduler tick.
   void Step() {
     const int64_t t0 = clock_.NowNs();
-    for (auto& [name, g] : groups_) g.blocked = false;
+    tick_start_ = t0;
+    for (auto& [name, g] : groups_) {
+      g.blocked = false;
+      g.cut = 0;
+    }
     for (int64_t t = t0; t < t0 + kTick; t += kStep) StepDevice(t);
     clock_.Advance(kTick);
     std::vector<ShareScheduler::Input> inputs;
     for (auto& [name, g] : groups_) {
       if (g.blocked) ++g.input.counters.waits;
+      g.input.counters.waiting = g.blocked ? 1 : 0;  // its thread waits in the gate
+      g.input.counters.cut_off += static_cast<uint64_t>(g.cut);
       if (!g.input.latency) g.input.counters.charge_ns = g.kernel_ns;
       inputs.push_back(g.input);
     }
@@ -86,7 +94,19 @@ class ModelGpu {
     for (auto& [name, g] : groups_) g.output = out[i++];
   }
   void Run(int64_t ns) {
-    for (int64_t t = 0; t < ns; t += kTick) Step();
+    for (int64_t t = 0; t < ns; t += kTick) {
+      Step();
+      if (const char* w = std::getenv("GPUSLICE_TEST_WATCH"); w != nullptr && groups_.contains(w)) {
+        const Group& g = groups_.at(w);
+        std::printf("t %lld ran %.1f ms grant %u turn %lld+%lld/%lld epoch %lld used %u held %d\n",
+                    static_cast<long long>(clock_.NowNs() / kMs), g.ran_ns / 1e6, g.output.grant_bp,
+                    static_cast<long long>(g.output.turn.begin_ns / kMs),
+                    static_cast<long long>(g.output.turn.length_ns / kMs),
+                    static_cast<long long>(g.output.turn.period_ns / kMs),
+                    static_cast<long long>(g.output.turn.epoch_ns / kMs), g.output.used_bp,
+                    g.output.wants_more);
+      }
+    }
   }
   // Each group's share of the device (percent of wall time) over the next `ns`.
   std::map<std::string, double> Measure(int64_t ns) {
@@ -125,10 +145,17 @@ class ModelGpu {
       const bool whole = p.length_ns >= p.period_ns;
       if (!whole && phase >= p.length_ns) {
         g.blocked = true;  // waits for its turn
+        if (p.length_ns == 0 && t == tick_start_) ++g.cut;  // none this cycle: held over
         continue;
       }
       const int64_t turn_left = whole ? INT64_MAX : p.length_ns - phase;
-      if (g.in_kernel == 0 && g.kernel_ns > turn_left) continue;  // does not fit: idle
+      // Its turn's end cuts off the launch it has ready (once a turn).
+      const bool last_step = !whole && turn_left <= kStep;
+      if (g.in_kernel == 0 && g.kernel_ns > turn_left) {  // does not fit: idle
+        if (last_step) ++g.cut;
+        continue;
+      }
+      if (last_step) ++g.cut;
       const double got = left * std::min(1.0, g.demand);
       left -= got;
       Account(g, got);
@@ -156,6 +183,7 @@ class ModelGpu {
   }
 
   SimulatedClock clock_;
+  int64_t tick_start_ = 0;
   ShareScheduler scheduler_;
   std::map<std::string, Group> groups_;
   int64_t window_start_ = clock_.NowNs();
@@ -263,6 +291,7 @@ TEST(ShareSchedulerTest, AGroupMissingFromATickIsForgotten) {
     a.counters.launches += 50;
     a.counters.completed += 50;
     a.counters.waits += 1;
+    a.counters.cut_off += 1;
     b.counters = a.counters;
     ASSERT_EQ(s.Tick({a, b}, {}).size(), 2u);
   }
@@ -292,6 +321,13 @@ TEST(ShareSchedulerTest, HundredGroupsTenWithRequests) {
     // Each request of the capacity, the rest shared equally.
     const double expect = (i < 10 ? 5 * capacity / 100 : 0) + (capacity - 50 * capacity / 100) / 100;
     EXPECT_NEAR(s, expect, 2) << i;
+    if (std::getenv("GPUSLICE_TEST_DEBUG") != nullptr) {
+      std::printf("g%d %.2f (expect %.2f) grant %u turn %lld/%lld wants %d\n", i, s, expect,
+                  gpu["g" + std::to_string(i)].output.grant_bp,
+                  static_cast<long long>(gpu["g" + std::to_string(i)].output.turn.length_ns),
+                  static_cast<long long>(gpu["g" + std::to_string(i)].output.turn.period_ns),
+                  gpu["g" + std::to_string(i)].output.wants_more ? 1 : 0);
+    }
     worst = std::max(worst, std::abs(s - expect));
     lo[i < 10 ? 0 : 1] = std::min(lo[i < 10 ? 0 : 1], s);
     hi[i < 10 ? 0 : 1] = std::max(hi[i < 10 ? 0 : 1], s);

@@ -10,10 +10,11 @@ constexpr int64_t kSecondNs = 1'000'000'000;
 // A plan's first cycle starts this long after the first Tick (the gates read
 // it before it takes effect).
 constexpr int64_t kFirstStartNs = 2'000'000;
-// A launch's turn holds its charge with this much to spare (the gate's fit
-// rule compares with the charge it knows; a launch's own time varies).
+// A launch's turn holds its charge with this much to spare: the gate's fit
+// rule compares with the charge it knows, a launch's own time varies, and
+// the thread that makes it may wake a little after the turn began.
 constexpr double kLaunchSpare = 1.02;
-constexpr int64_t kLaunchSpareNs = 20'000;
+constexpr int64_t kLaunchSpareNs = 500'000;
 // Efficiency: learned only from turns of at least this share; each tick
 // moves it this part of the way to what the last second showed.
 constexpr double kMinShareSeen = 0.02;
@@ -36,8 +37,17 @@ std::vector<TurnPlan> TurnPlanner::Tick(int64_t now_ns, const std::vector<Taker>
     planned_from_ns_ = -1;
     return {};
   }
-  const int64_t period = std::clamp<int64_t>(
-      static_cast<int64_t>(takers.size()) * kTurnPerGroupNs, kPeriodNs, kMaxPeriodNs);
+  // The cycle's length, in whole kPeriodNs, changed only when the groups'
+  // number moves it by a quarter (a group coming and going must not move
+  // every turn).
+  // It holds any one launch with room to spare.
+  int64_t need = static_cast<int64_t>(takers.size()) * kTurnPerGroupNs;
+  for (const Taker& t : takers) need = std::max(need, t.charge_ns + t.charge_ns / 4);
+  const int64_t wanted =
+      std::clamp<int64_t>((need + kPeriodNs - 1) / kPeriodNs * kPeriodNs, kPeriodNs, kMaxPeriodNs);
+  const int64_t period = period_ns_ > 0 && wanted * 4 < period_ns_ * 5 && wanted * 4 > period_ns_ * 3
+                             ? period_ns_
+                             : wanted;
   // The next boundary of the grid (the first one while it lies ahead); a new
   // cycle length starts a new grid there.
   int64_t next;
@@ -61,7 +71,13 @@ std::vector<TurnPlan> TurnPlanner::Tick(int64_t now_ns, const std::vector<Taker>
   out.reserve(takers.size());
   for (const Taker& t : takers) {
     auto it = plan_.find(t.group);
-    out.push_back(it != plan_.end() ? it->second : TurnPlan{});
+    // One that joined since the cycle in hand was planned waits for the
+    // next (an empty turn): running beside the turns' holders meanwhile, it
+    // would be in their measurements.
+    out.push_back(it != plan_.end()
+                      ? it->second
+                      : TurnPlan{.epoch_ns = planned_from_ns_, .period_ns = period_ns_,
+                                 .begin_ns = 0, .length_ns = 0});
   }
   return out;
 }
@@ -84,7 +100,13 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
     auto it = states_.find(t.group);
     State st = it != states_.end() ? std::move(it->second) : State{};
     while (!st.turns.empty() && start_ns - st.turns.front().first > kSecondNs) st.turns.pop_front();
-    if (t.wanting && !st.turns.empty()) {
+    // A long launch's turns are whole launches (below): it runs them through,
+    // and what it ran over a second is a few launches, no measure of it.
+    const double grant = std::min(t.grant_bp, t.limit_bp) / 10000.0;
+    const bool long_launch = t.charge_ns > 0 && static_cast<double>(t.charge_ns) >
+                                                    kLongLaunch * grant * period;
+    if (long_launch) st.efficiency = 1.0;
+    if (t.wanting && t.measured && !long_launch && !st.turns.empty()) {
       double held = 0;
       for (const auto& [at, share] : st.turns) held += share;
       held /= static_cast<double>(st.turns.size());
@@ -96,7 +118,7 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
     const double e = std::max(st.efficiency, kMinEfficiency);
     // Never a turn longer than its limit: it cannot run more than it holds.
     most[k] = std::clamp<uint32_t>(t.limit_bp, 1, 10000) / 10000.0;
-    due[k] = std::min(most[k], std::min(t.grant_bp, t.limit_bp) / 10000.0 / e);
+    due[k] = std::min(most[k], grant / e);
     states.emplace(t.group, std::move(st));
   }
   // Dues beyond the cycle are scaled down; a cycle left over is shared among
@@ -137,34 +159,32 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
       const auto one = static_cast<int64_t>(static_cast<double>(order[k]->charge_ns) *
                                             kLaunchSpare) +
                        kLaunchSpareNs;
-      if (order[k]->charge_ns > 0 &&
-          static_cast<double>(one) > kLongLaunch * static_cast<double>(want)) {
+      if (!order[k]->measured) {
+        // Its cost is not known yet (its charge is an upper bound, a wait
+        // beside others included): a turn that holds one launch, or a
+        // quarter of the cycle, so that it is measured in it.
+        length[k] = std::max(std::max<int64_t>(0, st.credit_ns),
+                             std::min(order[k]->charge_ns, period_ns_ / 4));
+      } else if (order[k]->charge_ns > 0 &&
+                 static_cast<double>(one) > kLongLaunch * static_cast<double>(want)) {
+        // Whole launches; the first as soon as half of it is owed (a group
+        // whose charge is stretched waits no more than half the time for a
+        // turn that measures it again).
         launch[k] = one;
-        length[k] = std::max<int64_t>(0, st.credit_ns) / one * one;
+        length[k] = std::max<int64_t>(0, st.credit_ns + one / 2) / one * one;
       } else {
         length[k] = std::max<int64_t>(0, st.credit_ns);
       }
     }
     used += length[k];
   }
-  // Whole launches may overfill the cycle: the other turns shrink first, in
-  // proportion; then the long turns owed the least wait a cycle, a launch at
-  // a time. Each keeps its credit for the next.
+  // Whole launches may overfill the cycle: the long turns owed the least
+  // wait a cycle, a launch at a time, until the long turns fit; then the other
+  // turns shrink, in proportion. Each keeps its credit for the next.
   if (used > period_ns_) {
-    int64_t shrinkable = 0;
-    for (size_t k = 0; k < order.size(); ++k) shrinkable += launch[k] == 0 ? length[k] : 0;
-    const int64_t excess = used - period_ns_;
-    if (shrinkable > 0) {
-      const double keep =
-          std::max(0.0, 1.0 - static_cast<double>(excess) / static_cast<double>(shrinkable));
-      for (size_t k = 0; k < order.size(); ++k) {
-        if (launch[k] != 0) continue;
-        const auto kept = static_cast<int64_t>(static_cast<double>(length[k]) * keep);
-        used -= length[k] - kept;
-        length[k] = kept;
-      }
-    }
-    while (used > period_ns_) {
+    int64_t longs = 0;
+    for (size_t k = 0; k < order.size(); ++k) longs += launch[k] != 0 ? length[k] : 0;
+    while (longs > period_ns_) {
       size_t pick = order.size();  // the long turn owed the least
       for (size_t k = 0; k < order.size(); ++k) {
         if (launch[k] == 0 || length[k] == 0) continue;
@@ -175,7 +195,18 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
       }
       if (pick == order.size()) break;
       length[pick] -= launch[pick];
+      longs -= launch[pick];
       used -= launch[pick];
+    }
+    int64_t shrinkable = 0;
+    for (size_t k = 0; k < order.size(); ++k) shrinkable += launch[k] == 0 ? length[k] : 0;
+    const int64_t excess = used - period_ns_;
+    if (excess > 0 && shrinkable > 0) {
+      const double keep =
+          std::max(0.0, 1.0 - static_cast<double>(excess) / static_cast<double>(shrinkable));
+      for (size_t k = 0; k < order.size(); ++k) {
+        if (launch[k] == 0) length[k] = static_cast<int64_t>(static_cast<double>(length[k]) * keep);
+      }
     }
   }
   int64_t begin = 0;

@@ -5,8 +5,10 @@
 // the H100 we measured), and then a group's share is the round-robin's, not
 // its grant, and every figure measured beside other contexts is off by their
 // slices. So while two or more batch groups are active, gpusliced gives the
-// device to one at a time: a cycle of period P (kPeriodNs, longer with many
-// groups) holds one turn per group, back to back in a fixed order, each as
+// device to one at a time: a cycle of period P (kPeriodNs, kTurnPerGroupNs
+// per group with many, long enough for any one launch with a quarter to
+// spare, in whole kPeriodNs, changed only when that moves it by a quarter)
+// holds one turn per group, back to back in a fixed order, each as
 // long as the group's due; a group's launch gate queues work only within its
 // turn and only work that completes by the turn's end (shm/launch_pacer.h
 // TurnAt). Its share is then its turns' length, the device switches once per
@@ -55,15 +57,16 @@ class TurnPlanner {
     uint32_t grant_bp = 0;     // device time it is due (Allocate)
     uint32_t limit_bp = 10000;  // never more
     bool wanting = false;      // held back within the last second
-    int64_t charge_ns = 0;     // one launch's device time; 0: not known
+    int64_t charge_ns = 0;     // one launch's device time (an upper bound if not measured)
+    bool measured = true;      // ran_bp is measured (its launches' cost is known)
     uint32_t ran_bp = 0;       // what it ran over the last second (UsageMeter)
   };
 
   // The plans at `now_ns`, parallel to `takers`: each for the cycles from
   // plan.epoch_ns on (the next boundary when a cycle is planned now, else the
-  // current cycle's); period 0 for a taker the cycle in hand has no turn for
-  // (it joined since: the rate paces it until the next cycle). Empty
-  // `takers`: nothing (every group is paced by its rate).
+  // current cycle's); an empty turn for a taker the cycle in hand has none
+  // for (it joined since, and waits for the next). Empty `takers`: nothing
+  // (every group is paced by its rate).
   std::vector<TurnPlan> Tick(int64_t now_ns, const std::vector<Taker>& takers);
 
   // The current cycle length (0: no turns).

@@ -134,7 +134,8 @@ TEST(TurnPlanner, ACycleIsPlannedOnceAndAJoinerWaitsForTheNext) {
       p.Tick(t0 + 1, {Taker("a", 5000, kMs), Taker("b", 5000, kMs), Taker("c", 5000, kMs)});
   EXPECT_EQ(again[0].epoch_ns, first.epoch_ns);
   EXPECT_EQ(again[0].length_ns, first.length_ns);
-  EXPECT_EQ(again[2].period_ns, 0);
+  EXPECT_EQ(again[2].period_ns, first.period_ns);  // an empty turn: it waits
+  EXPECT_EQ(again[2].length_ns, 0);
   // The next cycle has a turn for it.
   const std::vector<TurnPlan> next =
       p.Tick(first.epoch_ns + 1, {Taker("a", 3300, kMs), Taker("b", 3300, kMs), Taker("c", 3300, kMs)});

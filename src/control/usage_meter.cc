@@ -38,6 +38,7 @@ void UsageMeter::Tick(int64_t now_ns, const std::vector<Group>& groups,
     }
     st.latency = g.latency;
     st.charge_ns = g.charge_ns;
+    st.bound_ns = g.bound_ns;
     st.samples.push_back({now_ns, g.launches, g.completed});
     while (st.samples.size() > 1 && now_ns - st.samples[1].t_ns >= kMaxWindowNs) {
       st.samples.pop_front();
@@ -65,8 +66,15 @@ void UsageMeter::Tick(int64_t now_ns, const std::vector<Group>& groups,
   Residual(now_ns);
 
   for (auto& [name, st] : states_) {
-    const int64_t charge = st.latency && st.residual_charge_ns > 0 ? st.residual_charge_ns
-                                                                   : st.charge_ns;
+    int64_t charge = st.charge_ns;
+    if (st.latency) {
+      if (st.residual_known) {
+        charge = std::max<int64_t>(kMinResidualChargeNs, st.residual_charge_ns);
+        if (st.bound_ns > 0) charge = std::min(charge, st.bound_ns);
+      } else if (charge <= 0) {
+        charge = st.bound_ns;
+      }
+    }
     const Sample& newest = st.samples.back();
     // The shortest window of at least kWindowNs holding kMinWindowLaunches.
     size_t from = st.samples.size() - 1;
@@ -106,6 +114,7 @@ void UsageMeter::Residual(int64_t now_ns) {
   if (!any_latency) return;
   double device = 0;
   double batch = 0;
+  bool batch_known = true;  // every batch group that ran has a charge
   std::map<std::string_view, double> launches;  // latency group -> launches over the windows
   for (const BusyWindow& w : windows_) {
     const int64_t start = w.end_ns - w.length_ns;
@@ -116,10 +125,17 @@ void UsageMeter::Residual(int64_t now_ns) {
       if (st.latency) {
         launches[name] += n;
       } else {
-        batch += n * static_cast<double>(st.charge_ns);
+        // Not measured yet: its upper bound (the latency groups' residual is
+        // then too small, never too large).
+        const int64_t charge = st.charge_ns > 0 ? st.charge_ns : st.bound_ns;
+        batch += n * static_cast<double>(charge);
+        batch_known = batch_known && (n <= 0 || charge > 0);
       }
     }
   }
+  // A batch group with no bound of its cost either would be taken for the
+  // latency groups': their charges stand as they were.
+  if (!batch_known) return;
   // Latency launches, weighted by their own charges where every one has one
   // (else each launch counts the same).
   bool all_known = true;
@@ -134,8 +150,17 @@ void UsageMeter::Residual(int64_t now_ns) {
   for (auto& [name, st] : states_) {
     if (!st.latency) continue;
     const double w = weight(st);
-    // Each launch's part of what the device ran beside the batch groups.
-    st.residual_charge_ns = static_cast<int64_t>(left * w / weighted);
+    // Each launch's part of what the device ran beside the batch groups,
+    // smoothed over ticks (the pacing it sets moves the launches it divides).
+    const double fresh = left * w / weighted;
+    st.residual_charge_ns =
+        st.residual_known
+            ? static_cast<int64_t>(kResidualSmoothing * fresh +
+                                   (1 - kResidualSmoothing) *
+                                       static_cast<double>(st.residual_charge_ns))
+            : static_cast<int64_t>(fresh);
+    if (st.bound_ns > 0) st.residual_charge_ns = std::min(st.residual_charge_ns, st.bound_ns);
+    st.residual_known = true;
   }
 }
 

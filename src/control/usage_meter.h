@@ -11,7 +11,14 @@
 //    figure is right whatever the processes) less what the batch groups ran,
 //    over the last kResidualNs; split between latency groups by their
 //    launches (weighted by their own charges where they have one). That
-//    gives their charge (latency_charge_ns).
+//    gives their charge (Reading::charge_ns), smoothed, and never above
+//    their own upper bound (their bracketed launches' time, waits included:
+//    a batch group's cost not quite right must not make a latency group's
+//    grow without end, each smaller count of launches dividing more). A
+//    batch group whose cost is not known yet counts with its upper bound
+//    (the residual is then too small: a latency group is never held back
+//    for another's unknown); with neither, the residual stands as it was.
+//    Before any residual, a latency group's own charge, else its bound.
 // No figure reads NVML's per-process samples.
 //
 // Each figure is over the last kWindowNs, stretched (up to kMaxWindowNs)
@@ -37,6 +44,13 @@ class UsageMeter {
   static constexpr uint64_t kMinWindowLaunches = 16;
   static constexpr int64_t kFastWindowNs = 200'000'000;
   static constexpr int64_t kResidualNs = 2'000'000'000;
+  // Each tick moves a latency group's charge this part of the way to what
+  // the residual says.
+  static constexpr double kResidualSmoothing = 0.25;
+  // A latency group the residual says ran nothing beside the batch groups is
+  // charged this little: nearly unpaced, until what it runs shows (more of
+  // the device's busy time the batch groups do not explain).
+  static constexpr int64_t kMinResidualChargeNs = 1000;
 
   struct Group {
     std::string name;       // unique
@@ -44,6 +58,7 @@ class UsageMeter {
     uint64_t launches = 0;  // admitted so far (monotonic)
     uint64_t completed = 0;  // seen complete so far (monotonic)
     int64_t charge_ns = 0;   // its own charge per launch; 0: not known
+    int64_t bound_ns = 0;    // an upper bound of it; 0: none
   };
   // A closed NVML window of the device: busy `busy` (0..1) over
   // (end_ns - length_ns, end_ns], on the groups' time base.
@@ -81,8 +96,10 @@ class UsageMeter {
   struct State {
     bool latency = false;
     std::deque<Sample> samples;  // newest last, the last kMaxWindowNs
-    int64_t charge_ns = 0;       // own
+    int64_t charge_ns = 0;  // own
+    int64_t bound_ns = 0;
     int64_t residual_charge_ns = 0;
+    bool residual_known = false;
     Reading reading;
   };
   // Completed launches of `st` at `t_ns`, interpolated between samples.

@@ -288,11 +288,12 @@ bool NewestPendingLocked(const StreamBacklog& b) {
 // marker behind it is seen complete) and puts a marker behind it when one is
 // due, at most every `mark_period_ns` (creating the ring index's event in
 // the current context on first use). `newest_pending`: NewestPendingLocked
-// as the launch was queued. A marker the driver refuses carries the charge
+// as the launch was queued; `alone`: the group holds the device (its turn),
+// so that what its markers time is its own (else it only bounds it). A marker the driver refuses carries the charge
 // to the next; the launches it would have followed are counted complete at
 // once.
 void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t charge_ns,
-               bool newest_pending, int64_t mark_period_ns = ProgressWatch::kMarkPeriodNs) {
+               bool newest_pending, int64_t mark_period_ns, bool alone) {
   const real::CudaTable& cu = real::Cuda();
   if (cu.cuEventCreate == nullptr || cu.cuEventRecord == nullptr || cu.cuEventQuery == nullptr) {
     return;  // no markers: counted when admitted
@@ -305,7 +306,8 @@ void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t 
   }
   budget.Queued(1);
   const int64_t now = MonotonicNs();
-  if (const int i = b.watch.Launched(now, charge_ns, newest_pending, mark_period_ns); i >= 0) {
+  if (const int i = b.watch.Launched(now, charge_ns, newest_pending, mark_period_ns, alone);
+      i >= 0) {
     CUevent& ev = b.markers[i];
     if (ev == nullptr && cu.cuEventCreate(&ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ev = nullptr;
     if (ev != nullptr && cu.cuEventRecord(ev, stream) == CUDA_SUCCESS) {
@@ -324,19 +326,21 @@ void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t 
 
 // While the scheduler bounds a stream's queue (SetQueueBound: batch groups
 // beside a latency group), a stream that drains to let the device switch
-// looks at it this often.
-constexpr int64_t kRefillPollNs = 50'000;
+// sleeps until about when its queue runs dry, then looks this often.
+constexpr int64_t kRefillPollNs = 20'000;
 
 // Waits until the group's turn on `dev` admits a launch charged `charge_ns`
 // on `stream` (shm/launch_pacer.h TurnAt: within its turn, completing by its
-// end) and, where the scheduler bounds the stream's queue, until a stream
-// that reached the bound has drained (the device then switches to a latency
-// group's context that has work). Marks the wait in the member's slot, as
+// end; a turn that is the whole cycle, while the stream holds more than the
+// burst), and, where the scheduler bounds the stream's queue, until a stream
+// that reached the bound
+// has drained (the device then switches to a latency group's context that
+// has work). Marks the wait in the member's slot, as
 // every gate wait is. Returns false, admitting nothing, if the device no
-// longer has turns (the rate paces it again); `cycle` gets the turn's cycle
-// and `started` whether the turn had begun (not in its lead).
+// longer has turns (the rate paces it again); `started` gets whether the
+// turn had begun (not in its lead).
 bool AdmitInTurn(const GroupSegment& segment, int dev, ComputeBudget budget, CUstream stream,
-                 StreamBacklog& b, int64_t charge_ns, int64_t* cycle, bool* started) {
+                 StreamBacklog& b, int64_t charge_ns, bool* started) {
   int64_t waiting_since = 0;
   auto end_wait = [&](int64_t now) {
     if (waiting_since == 0) return;
@@ -363,20 +367,37 @@ bool AdmitInTurn(const GroupSegment& segment, int dev, ComputeBudget budget, CUs
       const int64_t ahead = static_cast<int64_t>(queued) * charge_ns;
       const int64_t bound = segment.QueueBound(dev);
       if (bound <= 0 || queued == 0) b.refill = false;
+      // A launch longer than the bound goes alone (its bracket measures it):
+      // begun on a fresh slice, a kernel shorter than the slice is not
+      // preempted, and the device switches once it ends.
       if (bound > 0 && queued > 0 && ahead + charge_ns > bound) b.refill = true;
+      // A turn that is the whole cycle has no end to bound the queue: the
+      // burst does (two launches at least, so that the device never waits for
+      // the next one).
+      const bool whole = plan.length_ns >= plan.period_ns;
+      const int64_t burst = std::max(
+          segment.ComputeBurst(dev) > 0 ? segment.ComputeBurst(dev) : kPacerBurstNs, 2 * charge_ns);
       if (b.refill) {
         FlushMarkerLocked(stream, b);
-        nap = kRefillPollNs;
+        // Until about when the queue runs dry, then a short look again.
+        nap = std::max(kRefillPollNs, ahead - kRefillPollNs);
+      } else if (whole && queued > 0 && ahead + charge_ns > burst) {
+        FlushMarkerLocked(stream, b);
+        nap = std::min(kWatchNapNs, std::max(kRefillPollNs, ahead + charge_ns - burst));
       } else {
-        const TurnVerdict v = TurnAt(plan, now, ahead, charge_ns);
+        // A launch that is long for its turn (or not measured yet) goes at
+        // the turn's start, not in its lead: its interval then measures
+        // (BracketIfIdle), and the lead would hide little of it.
+        const bool long_launch = charge_ns == 0 || 4 * charge_ns > plan.length_ns;
+        const TurnVerdict v = TurnAt(plan, now, ahead, charge_ns, long_launch ? 0 : kTurnLeadNs);
         if (v.wait_ns == 0) {
-          *cycle = v.cycle;
           *started = v.started;
           b.Unlock();
           end_wait(now);
           return true;
         }
         FlushMarkerLocked(stream, b);
+        if (v.cut_off && waiting_since == 0) budget.CountCutOff();
         nap = v.wait_ns;
         // A plan that starts meanwhile may open a turn sooner.
         if (!switched && next.epoch_ns != 0) {
@@ -390,8 +411,8 @@ bool AdmitInTurn(const GroupSegment& segment, int dev, ComputeBudget budget, CUs
       waiting_since = now;
       budget.BeginWait();
     }
-    if (nap <= kRefillPollNs) {
-      const timespec ts{0, nap};
+    if (b.refill) {
+      const timespec ts{0, std::min<int64_t>(nap, 100'000'000)};
       nanosleep(&ts, nullptr);
     } else {
       segment.WaitForChange(seen, std::min(nap, kPausedRecheckNs));
@@ -399,37 +420,46 @@ bool AdmitInTurn(const GroupSegment& segment, int dev, ComputeBudget budget, CUs
   }
 }
 
-// Before a launch in the group's turn: where the group holds the device
-// alone (its turn has begun and the stream already launched in it; no
-// latency group beside it), a launch on an idle stream is bracketed by a
-// start marker, so that its device time is measured even when the program
-// waits for each launch (shm/progress_watch.h OpenBracket).
-void BracketIfIdle(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog& b,
-                   int64_t cycle, bool started) {
+// Before a launch on an idle stream: a start marker brackets it (shm/
+// progress_watch.h OpenBracket), so that its device time is measured even
+// when the program waits for each launch or a turn holds one launch.
+// `alone`: the group holds the device (its turn has begun, so the last
+// holder's work has ended with its turn): the bracket measures; else (a
+// group paced by its rate beside others) it bounds from above.
+void BracketIfIdle(CUstream stream, StreamBacklog& b, bool alone) {
   const real::CudaTable& cu = real::Cuda();
+  if (cu.cuEventRecord == nullptr) return;
   b.Lock();
-  const bool alone = started && cycle == b.turn_cycle && segment.QueueBound(dev) <= 0;
-  b.turn_cycle = cycle;
-  if (alone && cu.cuEventRecord != nullptr) {
-    FollowMarkersLocked(b);
-    if (const int i = b.watch.BracketIndex(); i >= 0) {
-      CUevent& ev = b.markers[i];
-      if (ev == nullptr && cu.cuEventCreate(&ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ev = nullptr;
-      if (ev != nullptr && cu.cuEventRecord(ev, stream) == CUDA_SUCCESS) {
-        b.watch.BracketMarked(MonotonicNs());
-      }
+  FollowMarkersLocked(b);
+  if (const int i = b.watch.BracketIndex(); i >= 0) {
+    CUevent& ev = b.markers[i];
+    if (ev == nullptr && cu.cuEventCreate(&ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ev = nullptr;
+    if (ev != nullptr && cu.cuEventRecord(ev, stream) == CUDA_SUCCESS) {
+      b.watch.BracketMarked(MonotonicNs(), alone);
     }
   }
   b.Unlock();
+}
+
+// Whether a launch in its turn (`started`: the turn has begun) holds the
+// device alone: not beside a latency group (whose kernel may come between a
+// bracket's start and its launch), except for a launch longer than the queue
+// bound there (or not measured yet), which never queues behind another and
+// is bracketed still (the latency kernels that preempt it count with it).
+bool AloneInTurn(const GroupSegment& segment, int dev, int64_t charge_ns, bool started) {
+  const int64_t bound = segment.QueueBound(dev);
+  return started && (bound <= 0 || charge_ns == 0 || charge_ns > bound);
 }
 
 // Makes a watched launch (charged `charge_ns`) and marks it: queued before
 // counted, so that the controller never counts it complete early. Where the
 // scheduler bounds the stream's queue (`queue_bound_ns` > 0) markers come
 // more often, so that the short runs between the stream's drains still hold
-// measured intervals.
+// measured intervals. `in_turn`: in the group's turn (its intervals are its
+// own).
 CUresult LaunchWatched(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t charge_ns,
-                       CUresult (*call)(void*), void* launch, int64_t queue_bound_ns) {
+                       CUresult (*call)(void*), void* launch, int64_t queue_bound_ns,
+                       bool in_turn) {
   b.Lock();
   const bool newest_pending = NewestPendingLocked(b);
   b.Unlock();
@@ -438,7 +468,7 @@ CUresult LaunchWatched(CUstream stream, StreamBacklog& b, ComputeBudget budget, 
     const int64_t period = queue_bound_ns > 0
                                ? std::min(ProgressWatch::kMarkPeriodNs, queue_bound_ns / 4)
                                : ProgressWatch::kMarkPeriodNs;
-    MarkAfter(stream, b, budget, charge_ns, newest_pending, period);
+    MarkAfter(stream, b, budget, charge_ns, newest_pending, period, in_turn);
     budget.CountLaunch();
   }
   return rc;
@@ -490,15 +520,14 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   const bool watched = !probe && charge > 0;
   // A batch group under gpusliced takes turns: its turn is its rate.
   if (segment->TurnAt(dev, MonotonicNs()).period_ns > 0) {
-    int64_t cycle = 0;
     bool started = false;
     const int64_t fit = probe ? budget.probe_ns() : charge;
     if (watched) WatchBacklog(*segment, dev, budget, stream, *backlog, charge, floor, true);
-    if (AdmitInTurn(*segment, dev, budget, stream, *backlog, fit, &cycle, &started)) {
+    if (AdmitInTurn(*segment, dev, budget, stream, *backlog, fit, &started)) {
       if (probe) return Probe(*segment, dev, budget, stream, call, launch);
-      BracketIfIdle(*segment, dev, stream, *backlog, cycle, started);
+      if (AloneInTurn(*segment, dev, charge, started)) BracketIfIdle(stream, *backlog, true);
       return LaunchWatched(stream, *backlog, budget, charge, call, launch,
-                           segment->QueueBound(dev));
+                           segment->QueueBound(dev), /*in_turn=*/true);
     }
     // No turns any more: the rate paces it, below.
   }
@@ -524,12 +553,17 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
     return call(launch);
   }
   if (probe) return Probe(*segment, dev, budget, stream, call, launch);
+  // Under gpusliced (it set the burst) a group paced by its rate beside
+  // others brackets launches on an idle stream: its launches' time bounds
+  // their cost from above (a latency group's, each waited for).
+  if (watched && segment->ComputeBurst(dev) > 0) BracketIfIdle(stream, *backlog, false);
   if (!watched) {
     const CUresult rc = call(launch);
     if (rc == CUDA_SUCCESS) budget.CountLaunch();
     return rc;
   }
-  return LaunchWatched(stream, *backlog, budget, charge, call, launch, /*queue_bound_ns=*/0);
+  return LaunchWatched(stream, *backlog, budget, charge, call, launch, /*queue_bound_ns=*/0,
+                       /*in_turn=*/false);
 }
 
 }  // namespace gpuslice::limiter

@@ -20,7 +20,6 @@
 
 #include <array>
 #include <atomic>
-#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -43,20 +42,20 @@ struct StreamBacklog {
   DeviceCompute* device = nullptr;
   SlotCompute* member = nullptr;
   // Under turns (compute_gate.cc): the stream reached the scheduler's queue
-  // bound and drains before more is admitted; the cycle of its last launch.
+  // bound and drains before more is admitted.
   bool refill = false;
-  int64_t turn_cycle = INT64_MIN;
 
   // Takes the launches the watch confirmed (seen complete) off the member's
   // queued count, and adds what its markers measured to the member's
-  // (SlotCompute::busy_ns). REQUIRES: the lock held.
+  // (SlotCompute::busy_ns, bound_ns). REQUIRES: the lock held.
   void Confirm() {
     const uint64_t n = watch.TakeConfirmed();
-    const ProgressWatch::Busy busy = watch.TakeBusy();
+    const ProgressWatch::Taken measured = watch.TakeBusy();
     if (member == nullptr) return;
     ComputeBudget budget(*device, *member);
     if (n > 0) budget.Completed(n);
-    budget.AddBusy(busy.ns, busy.launches);
+    budget.AddBusy(measured.exact.ns, measured.exact.launches);
+    budget.AddBound(measured.bound.ns, measured.bound.launches);
   }
 
   void Lock() {

@@ -499,6 +499,7 @@ GroupSegment::ComputeCounters GroupSegment::Counters(int dev) const {
   return {.launches = Load(c.launches),
           .waits = Load(c.waits),
           .wait_ns = Load(c.wait_ns),
+          .cut_off = Load(c.cut_off),
           .charge_ns = Load(c.charge_ns),
           .share_bp = Load(c.measured_at_ns) != 0 ? static_cast<int32_t>(Load(c.share_bp)) : -1,
           .waiting = WaitingMembers(dev),
@@ -578,6 +579,8 @@ void GroupSegment::ClearSlotLocked(int s) {
     Atomic(c.waiting).store(0);
     Atomic(c.busy_ns).store(0);
     Atomic(c.busy_launches).store(0);
+    Atomic(c.bound_ns).store(0);
+    Atomic(c.bound_launches).store(0);
   }
   slot.start_time = 0;
   Atomic(slot.joined_ns).store(0);
@@ -724,7 +727,10 @@ uint32_t GroupSegment::SlotQueued(int slot, int dev) const {
 
 GroupSegment::SlotBusy GroupSegment::SlotBusyOf(int slot, int dev) const {
   const SlotCompute& c = layout_->slot_compute[slot][dev];
-  return {.busy_ns = Load(c.busy_ns), .launches = Load(c.busy_launches)};
+  return {.busy_ns = Load(c.busy_ns),
+          .launches = Load(c.busy_launches),
+          .bound_ns = Load(c.bound_ns),
+          .bound_launches = Load(c.bound_launches)};
 }
 
 void ComputeBudget::Completed(uint64_t n) {

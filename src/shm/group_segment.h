@@ -142,10 +142,11 @@ class ComputeBudget {
   // The member's timing markers measured `busy_ns` of device time for
   // `launches` launches (SlotCompute::busy_ns).
   void AddBusy(int64_t busy_ns, uint64_t launches) {
-    if (launches == 0 || busy_ns <= 0) return;
-    std::atomic_ref<uint64_t>(m_.busy_ns)
-        .fetch_add(static_cast<uint64_t>(busy_ns), std::memory_order_relaxed);
-    std::atomic_ref<uint64_t>(m_.busy_launches).fetch_add(launches, std::memory_order_relaxed);
+    Add(m_.busy_ns, m_.busy_launches, busy_ns, launches);
+  }
+  // ...and bounded `bound_ns` for `launches` launches (SlotCompute::bound_ns).
+  void AddBound(int64_t bound_ns, uint64_t launches) {
+    Add(m_.bound_ns, m_.bound_launches, bound_ns, launches);
   }
   // A thread of the member starts / ends a wait in the launch gate: the
   // scheduler sees the member held back while it waits, not only once the
@@ -155,6 +156,10 @@ class ComputeBudget {
     std::atomic_ref<uint32_t>(m_.waiting).fetch_add(1, std::memory_order_relaxed);
   }
   void EndWait() { std::atomic_ref<uint32_t>(m_.waiting).fetch_sub(1, std::memory_order_relaxed); }
+  // A launch within its group's turn that the turn's end cut off.
+  void CountCutOff() {
+    std::atomic_ref<uint64_t>(c_.cut_off).fetch_add(1, std::memory_order_relaxed);
+  }
   void CountWait(int64_t waited_ns) {
     std::atomic_ref<uint64_t>(c_.waits).fetch_add(1, std::memory_order_relaxed);
     std::atomic_ref<uint64_t>(c_.wait_ns)
@@ -165,6 +170,12 @@ class ComputeBudget {
   template <typename T>
   static T Load(const T& field) {
     return std::atomic_ref<const T>(field).load(std::memory_order_acquire);
+  }
+  static void Add(uint64_t& ns_field, uint64_t& launches_field, int64_t ns, uint64_t launches) {
+    if (launches == 0 || ns <= 0) return;
+    std::atomic_ref<uint64_t>(ns_field).fetch_add(static_cast<uint64_t>(ns),
+                                                  std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(launches_field).fetch_add(launches, std::memory_order_relaxed);
   }
   // A charge read from the segment (any member may write it): never
   // negative, never above kMaxChargeNs.
@@ -278,6 +289,7 @@ class GroupSegment {
     uint64_t launches;            // admitted so far
     uint64_t waits;               // launches that waited for budget (held back by the rate)
     uint64_t wait_ns;             // their total wait
+    uint64_t cut_off;             // launches their turn's end cut off (DeviceCompute::cut_off)
     int64_t charge_ns;            // estimated device time of one launch; 0: not known yet
     int32_t share_bp;             // measured share; -1: never measured
     uint32_t waiting;             // members with a thread waiting in the launch gate now
@@ -298,6 +310,8 @@ class GroupSegment {
   struct SlotBusy {
     uint64_t busy_ns = 0;
     uint64_t launches = 0;
+    uint64_t bound_ns = 0;
+    uint64_t bound_launches = 0;
   };
   SlotBusy SlotBusyOf(int slot, int dev) const;
   // Publishes the charge of one launch of the member in `slot` on `dev`

@@ -164,9 +164,9 @@ inline constexpr int64_t kTurnLeadNs = 500'000;
 
 // Where a launch stands under a turn plan (TurnPlan: period 0, no turns).
 struct TurnVerdict {
-  int64_t wait_ns = 0;  // 0: admit; else how long until the next turn opens
-  int64_t cycle = 0;    // the cycle of the turn it is in, or waits for
-  bool started = true;  // the turn has begun (not in its lead)
+  int64_t wait_ns = 0;   // 0: admit; else how long until the next turn opens
+  bool started = true;   // the turn has begun (not in its lead)
+  bool cut_off = false;  // its turn ends before it would complete, or it has none this cycle
 };
 
 // Whether a launch at `now_ns` charged `charge_ns`, on a stream with
@@ -187,15 +187,17 @@ inline TurnVerdict TurnAt(const TurnPlan& plan, int64_t now_ns, int64_t ahead_ns
   const int64_t cycle = since >= 0 ? since / period : -((-since + period - 1) / period);
   const int64_t start = plan.epoch_ns + plan.begin_ns + cycle * period;
   const int64_t end = start + length;
-  TurnVerdict v{.wait_ns = 0, .cycle = cycle, .started = now_ns >= start};
+  TurnVerdict v{.wait_ns = 0, .started = now_ns >= start};
   if (length > 0 && now_ns < end &&
       (now_ns + std::max<int64_t>(0, ahead_ns) + charge_ns <= end ||
        (ahead_ns <= 0 && charge_ns >= length && now_ns < start + length / 2))) {
     return v;
   }
   v.wait_ns = std::max<int64_t>(1, start + period - lead_ns - now_ns);
-  v.cycle = cycle + 1;
   v.started = false;
+  // Cut off: it came within its turn, or its turn this cycle is empty (held
+  // over: the group has work the plan gave no room).
+  v.cut_off = length == 0 || now_ns < end;
   return v;
 }
 

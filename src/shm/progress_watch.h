@@ -51,14 +51,20 @@
 // a timed event, and the time between two consecutive markers' completions
 // (cuEventElapsedTime, the GPU's own clock) is the device time of the
 // launches between them, plus any time the stream's context was switched out
-// meanwhile, when the stream had work throughout: the interval's first launch
+// meanwhile (none while the group holds the device alone: its turn, DESIGN.md
+// section 4; else the interval only bounds), when the stream had work
+// throughout: the interval's first launch
 // was queued while the previous marker was still pending (`newest_pending` in
 // Launched), or the interval was opened by a start marker on an idle stream
 // while the group held the device alone (OpenBracket; the launch after it
 // gets its marker at once). Other intervals (the stream ran dry in them, or
 // their start is unknown) measure nothing. TakeBusy() hands over what the
 // measured intervals held: where the group's context runs alone (its turn,
-// DESIGN.md section 4) that is exactly its device time per launch.
+// DESIGN.md section 4) that is exactly its device time per launch. A start
+// marker recorded while another group's context may hold the device
+// (OpenBracket with `alone` false) opens an interval that only bounds its
+// launch's device time from above (its wait for the device counts too):
+// TakeBusy hands that over apart.
 // Consecutive markers are never more than kMarkers - 1 apart in the ring, so
 // that the last completed marker keeps its timestamp for the next.
 //
@@ -136,10 +142,11 @@ class ProgressWatch {
   int Poll(int64_t now_ns, Done&& done, Elapsed&& elapsed = {}) {
     while (count_ > 0 && done(head_)) {
       const Marker& m = ring_[head_];
-      if (m.measured && previous_done_) {
+      if (m.measure != Measure::kNone && previous_done_) {
         if (const int64_t e = elapsed((head_ + kMarkers - 1) % kMarkers, head_); e > 0) {
-          busy_ns_ += e;
-          busy_launches_ += m.launches;
+          Busy& to = m.measure == Measure::kExact ? busy_ : bound_;
+          to.ns += e;
+          to.launches += m.launches;
         }
       }
       previous_done_ = true;
@@ -167,11 +174,16 @@ class ProgressWatch {
   // index at which to record a marker now (then Marked), or -1 for none.
   // `newest_pending` (looked at only for the first launch since the last
   // marker): the newest marker had not completed when this launch was
-  // queued, so the stream had work from then on. `mark_period_ns`: a marker
-  // at most this often (a bracket's launch gets one at once).
+  // queued, so the stream had work from then on; the interval then measures
+  // if the group holds the device `alone`, else it bounds. `mark_period_ns`:
+  // a marker at most this often (a bracket's launch gets one at once).
   int Launched(int64_t now_ns, int64_t charge_ns, bool newest_pending = false,
-               int64_t mark_period_ns = kMarkPeriodNs) {
-    if (unmarked_launches_ == 0 && !bracket_open_) open_measured_ = newest_pending && count_ > 0;
+               int64_t mark_period_ns = kMarkPeriodNs, bool alone = true) {
+    if (unmarked_launches_ == 0 && !bracket_open_) {
+      open_measure_ = !newest_pending || count_ == 0 ? Measure::kNone
+                      : alone                        ? Measure::kExact
+                                                     : Measure::kBound;
+    }
     unmarked_charge_ns_ += charge_ns;
     ++unmarked_launches_;
     ++outstanding_;
@@ -183,12 +195,12 @@ class ProgressWatch {
   // calling it, e.g. the driver refused, carries the charge to the next.)
   void Marked(int64_t now_ns) {
     ring_[(head_ + count_) % kMarkers] = {now_ns, unmarked_charge_ns_, unmarked_launches_,
-                                          open_measured_};
+                                          open_measure_};
     ++count_;
     unmarked_charge_ns_ = 0;
     unmarked_launches_ = 0;
     last_mark_ns_ = now_ns;
-    open_measured_ = false;
+    open_measure_ = Measure::kNone;
     bracket_open_ = false;
   }
 
@@ -199,17 +211,18 @@ class ProgressWatch {
     return unmarked_launches_ > 0 && count_ < kMarkers - 1 ? (head_ + count_) % kMarkers : -1;
   }
 
-  // Before a launch on an idle stream (nothing pending, nothing unmarked)
-  // while the group holds the device alone: the ring index at which to
-  // record a start marker now (then BracketMarked), or -1 for none. The
-  // interval it opens measures; the next launch gets its marker at once.
+  // Before a launch on an idle stream (nothing pending, nothing unmarked):
+  // the ring index at which to record a start marker now (then
+  // BracketMarked), or -1 for none. The interval it opens measures the
+  // launch's device time if the group holds the device `alone`, else bounds
+  // it; the next launch gets its marker at once.
   int BracketIndex() const {
     return count_ == 0 && unmarked_launches_ == 0 ? (head_ + count_) % kMarkers : -1;
   }
-  void BracketMarked(int64_t now_ns) {
-    ring_[(head_ + count_) % kMarkers] = {now_ns, 0, 0, false};
+  void BracketMarked(int64_t now_ns, bool alone) {
+    ring_[(head_ + count_) % kMarkers] = {now_ns, 0, 0, Measure::kNone};
     ++count_;
-    open_measured_ = true;
+    open_measure_ = alone ? Measure::kExact : Measure::kBound;
     bracket_open_ = true;
   }
 
@@ -241,7 +254,7 @@ class ProgressWatch {
     last_done_ns_ = now_ns;
     known_ahead_ = true;
     previous_done_ = false;  // the markers it dropped measured nothing
-    open_measured_ = false;
+    open_measure_ = Measure::kNone;
     bracket_open_ = false;
   }
   // Forgets everything (a new stream, another device): the queue ahead of
@@ -255,8 +268,8 @@ class ProgressWatch {
     unmarked_launches_ = 0;
     outstanding_ = 0;
     confirmed_ = 0;
-    busy_ns_ = 0;
-    busy_launches_ = 0;
+    busy_ = {};
+    bound_ = {};
   }
   // Confirms the launches made since the last marker (none will follow
   // them: the driver refused it), whether or not they have run.
@@ -273,16 +286,20 @@ class ProgressWatch {
     return c;
   }
   // What the measured intervals held since the last call (device ns and
-  // their launches); zeroes it.
+  // their launches), and what the bounding ones did; zeroes both.
   struct Busy {
     int64_t ns = 0;
     uint64_t launches = 0;
   };
-  Busy TakeBusy() {
-    const Busy b{busy_ns_, busy_launches_};
-    busy_ns_ = 0;
-    busy_launches_ = 0;
-    return b;
+  struct Taken {
+    Busy exact;
+    Busy bound;
+  };
+  Taken TakeBusy() {
+    const Taken t{busy_, bound_};
+    busy_ = {};
+    bound_ = {};
+    return t;
   }
   // Launches confirmed (run by the GPU) since the last call; zeroes the count.
   uint64_t TakeConfirmed() {
@@ -320,11 +337,14 @@ class ProgressWatch {
   }
 
  private:
+  // What a marker's interval (from the previous marker's completion to its
+  // own) says of its launches' device time.
+  enum class Measure : uint8_t { kNone, kExact, kBound };
   struct Marker {
     int64_t recorded_at_ns = 0;
     int64_t charged_ns = 0;  // the launches between the previous marker and this one
     uint64_t launches = 0;   // how many they were
-    bool measured = false;   // the stream had work from the previous marker's completion on
+    Measure measure = Measure::kNone;
   };
   std::array<Marker, kMarkers> ring_{};
   int head_ = 0;
@@ -344,13 +364,13 @@ class ProgressWatch {
   int64_t drained_cost_ns_ = 0;       // the last drain's wall time per launch, not yet taken
   // The measurement (see above): whether the marker before the head
   // completed through Poll (its timestamp is the head's interval's start),
-  // whether the interval being collected measures, and whether a start
-  // marker opened it.
+  // what the interval being collected measures, and whether a start marker
+  // opened it.
   bool previous_done_ = false;
-  bool open_measured_ = false;
+  Measure open_measure_ = Measure::kNone;
   bool bracket_open_ = false;
-  int64_t busy_ns_ = 0;
-  uint64_t busy_launches_ = 0;
+  Busy busy_;
+  Busy bound_;
 };
 
 // ChargeFloor: a member's launch charge on one device after a drain (issue

@@ -7,6 +7,7 @@
 //                     [--launch plain|ex|cooperative|graph] [--quiet]
 //                     [--latency] [--latency-file PATH] [--idle-at-s S --idle-s D]
 //                     [--graph-kernels N] [--phase AT_S:US[:plain|graph[N]]]...
+//                     [--every-us US]
 //
 // Kernels are `gpuslice_sim_spin` (the simulator runs them for the given
 // time). --launch graph captures one kernel into a graph on a stream
@@ -24,6 +25,11 @@
 // --idle-at-s S --idle-s D: S seconds after the first launch, wait for the
 // queued work and launch nothing for D seconds, then go on (--duration-s still
 // counts from the first launch).
+// --every-us US: requests, not a loop: a launch is due every US
+// microseconds (an inference service's arrivals, whatever the GPU does); the
+// program waits for each one's time and, with --latency, measures from it
+// (a request that arrives while the last one still runs waits, and that
+// counts). Implies --sync.
 // --graph-kernels N: a --launch graph captures N kernels (default 1).
 // --phase AT_S:US[:MODE]: AT_S seconds after the first launch, kernels run US
 // microseconds from then on and, with MODE, are launched as `plain` single
@@ -62,6 +68,7 @@ struct Options {
   double idle_at_s = -1;  // < 0: never idle
   double idle_s = 0;
   long graph_kernels = 1;
+  double every_us = 0;  // 0: back to back
   struct Phase {
     double at_s;
     double kernel_us;
@@ -78,7 +85,7 @@ struct Options {
           "         [--sync] [--alloc BYTES] [--hold-s S] [--launch plain|ex|cooperative|graph] "
           "[--quiet]\n"
           "         [--latency] [--latency-file PATH] [--idle-at-s S --idle-s D]\n"
-          "         [--graph-kernels N] [--phase AT_S:US[:plain|graph[N]]]...\n",
+          "         [--graph-kernels N] [--phase AT_S:US[:plain|graph[N]]]... [--every-us US]\n",
           problem);
   exit(2);
 }
@@ -209,6 +216,8 @@ int main(int argc, char** argv) {
       o.idle_s = Number("--idle-s", value());
     else if (a == "--graph-kernels")
       o.graph_kernels = static_cast<long>(Count("--graph-kernels", value(), 1 << 16));
+    else if (a == "--every-us")
+      o.every_us = Number("--every-us", value());
     else if (a == "--phase")
       o.phases.push_back(ParsePhase(value()));
     else if (a == "-h" || a == "--help")
@@ -225,7 +234,7 @@ int main(int argc, char** argv) {
       o.phases.begin(), o.phases.end(),
       [](const Options::Phase& x, const Options::Phase& y) { return x.at_s < y.at_s; });
   if (!o.latency_file.empty()) o.latency = true;
-  if (o.latency) o.sync = true;
+  if (o.latency || o.every_us > 0) o.sync = true;
 
   Check(cuInit(0), "cuInit");
   CUdevice dev;
@@ -288,7 +297,14 @@ int main(int argc, char** argv) {
       if (p.launch == "graph") o.graph_kernels = p.graph_kernels;
       if (o.launch == "graph") capture(o.graph_kernels);
     }
-    const auto launch_start = std::chrono::steady_clock::now();
+    auto launch_start = std::chrono::steady_clock::now();
+    if (o.every_us > 0) {  // this request's arrival
+      const auto due = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                   std::chrono::duration<double, std::micro>(
+                                       o.every_us * static_cast<double>(launched)));
+      if (due > launch_start) std::this_thread::sleep_until(due);
+      launch_start = due;
+    }
     if (o.launch == "plain") {
       Check(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
     } else if (o.launch == "cooperative") {

@@ -264,8 +264,11 @@ void GroupControllers::Schedule() {
       in.counters = {.launches = c.launches,
                      .completed = g.compute->CompletedLaunches(d),
                      .waits = c.waits,
+                     .cut_off = c.cut_off,
                      .waiting = c.waiting,
-                     .charge_ns = g.compute->GroupCharge(d)};
+                     .charge_ns = g.compute->GroupCharge(d),
+                     .probe_ns = segment.MaxMemberCharge(d),
+                     .bound_ns = g.compute->BoundCharge(d)};
       mine.emplace_back(std::move(uuid), std::move(in));
     }
     // Paused is the group's, on every GPU.
@@ -297,7 +300,13 @@ void GroupControllers::Schedule() {
   for (auto& [uuid, gpu] : gpus) {
     auto& scheduler = schedulers_[uuid];
     if (!scheduler) scheduler = std::make_unique<ShareScheduler>(clocks_.monotonic);
+    const uint64_t joined = scheduler->takers_joined();
     const std::vector<ShareScheduler::Output> out = scheduler->Tick(gpu.inputs, BusyWindows(uuid));
+    if (scheduler->takers_joined() != joined) {
+      // A group began taking turns: the holders' measurements since it ran
+      // beside them are stretched.
+      for (auto [group, d] : gpu.devices) group->compute->ForgetEvidence(d);
+    }
     for (size_t i = 0; i < out.size(); ++i) {
       auto [group, d] = gpu.devices[i];
       GroupSegment* segment = group->segment.get();
