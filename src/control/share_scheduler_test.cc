@@ -273,7 +273,8 @@ TEST(ShareSchedulerTest, LimitsAreNeverExceededAndALoneGroupGetsItsLimit) {
   gpu.Add("other", 0, 1 * kMs);
   gpu.Run(2000 * kMs);
   const std::map<std::string, double> share = gpu.Measure(3000 * kMs);
-  EXPECT_LE(share.at("capped"), 30.5);
+  // Its turns hold whole 20 ms launches: over 3 s one more or less is 0.7.
+  EXPECT_LE(share.at("capped"), 31);
   EXPECT_GE(share.at("capped") + share.at("other"), 95);
 }
 

@@ -21,6 +21,11 @@ constexpr double kMinShareSeen = 0.02;
 constexpr double kLearnRate = 0.25;
 constexpr double kMinEfficiency = 0.3;
 
+// The turn one launch of `charge_ns` is given.
+int64_t LaunchTurn(int64_t charge_ns) {
+  return static_cast<int64_t>(static_cast<double>(charge_ns) * kLaunchSpare) + kLaunchSpareNs;
+}
+
 }  // namespace
 
 double TurnPlanner::efficiency(const std::string& group) const {
@@ -105,7 +110,11 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
     const double grant = std::min(t.grant_bp, t.limit_bp) / 10000.0;
     const bool long_launch = t.charge_ns > 0 && static_cast<double>(t.charge_ns) >
                                                     kLongLaunch * grant * period;
-    if (long_launch) st.efficiency = 1.0;
+    // A long launch runs through its whole-launch turn, less the turn's
+    // spare (below).
+    if (long_launch) {
+      st.efficiency = static_cast<double>(t.charge_ns) / static_cast<double>(LaunchTurn(t.charge_ns));
+    }
     if (t.wanting && t.measured && !long_launch && !st.turns.empty()) {
       double held = 0;
       for (const auto& [at, share] : st.turns) held += share;
@@ -116,8 +125,10 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
       }
     }
     const double e = std::max(st.efficiency, kMinEfficiency);
-    // Never a turn longer than its limit: it cannot run more than it holds.
-    most[k] = std::clamp<uint32_t>(t.limit_bp, 1, 10000) / 10000.0;
+    // Never a turn longer than its limit (it cannot run more than it holds),
+    // but for a long launch's spare, which it does not run.
+    most[k] = std::min(1.0, std::clamp<uint32_t>(t.limit_bp, 1, 10000) / 10000.0 /
+                                (long_launch ? st.efficiency : 1.0));
     due[k] = std::min(most[k], grant / e);
     states.emplace(t.group, std::move(st));
   }
@@ -156,9 +167,7 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
       st.credit_ns = 0;
     } else {
       st.credit_ns = std::min(st.credit_ns + want, 2 * period_ns_);
-      const auto one = static_cast<int64_t>(static_cast<double>(order[k]->charge_ns) *
-                                            kLaunchSpare) +
-                       kLaunchSpareNs;
+      const int64_t one = LaunchTurn(order[k]->charge_ns);
       if (!order[k]->measured) {
         // Its cost is not known yet (its charge is an upper bound, a wait
         // beside others included): a turn that holds one launch, or a
