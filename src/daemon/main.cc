@@ -553,8 +553,15 @@ int Run(int argc, char** argv) {
       },
       GroupControllers::Clocks{realtime, clock});
   controllers.SetScheduleOf(ScheduleOfRegistry(registry));  // one scheduler per GPU (issue 13)
-  auto grant_of = [&controllers](const std::string& g, const std::string& u) {
-    return controllers.GrantOf(g, u);
+  // What the API says of a group's compute: the scheduler's grant and what
+  // the group ran (docs/scheduling.md "Evidence"; top, the dashboard and the
+  // demo read it there).
+  auto share_of = [&controllers](const std::string& g, const std::string& u)
+      -> std::optional<TenantRoutesOptions::Share> {
+    const std::optional<int32_t> share = controllers.ShareOf(g, u);
+    const std::optional<uint32_t> grant = controllers.GrantOf(g, u);
+    if (!share && !grant) return std::nullopt;
+    return TenantRoutesOptions::Share{.grant_bp = grant, .share_bp = share.value_or(-1)};
   };
   ControlLoop control_loop([&controllers] { return controllers.Tick(); });
   std::function<void()> schedule_soon = [&controllers, &control_loop] {
@@ -577,7 +584,10 @@ int Run(int argc, char** argv) {
     for (const GpuInfo& gpu : monitor.Current()->gpus)
       gpu_index[gpu.uuid] = static_cast<int>(gpu.index);
     std::string text =
-        FormatTenantMetrics(registry, UsageOfEach(*monitor.Current(), *usage.Current())) +
+        FormatTenantMetrics(registry, UsageOfEach(*monitor.Current(), *usage.Current()),
+                            [&controllers](const std::string& g, const std::string& u) {
+                              return controllers.ShareOf(g, u);
+                            }) +
         FormatGroupMetrics(controllers.Snapshot(), gpu_index);
     if (backstop) text += backstop->FormatMetrics();
     text += enforcers.FormatMetrics(gpu_index);
@@ -600,7 +610,7 @@ int Run(int argc, char** argv) {
                           const Caller& c) { return Authorize(c, Access::kMutate, auth).ok(); },
           .proc_root = "/proc",
           .tiers = &tiers,
-          .grant_bp = grant_of,
+          .share_of = share_of,
           .enforcer_of =
               [&enforcers](const std::string& group, const std::string& uuid) {
                 auto c = enforcers.ChoiceOf(group, uuid);

@@ -329,12 +329,28 @@ ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const Gp
   return ApiResponse::Json(201, out);
 }
 
+// What `group` ran of GPU `uuid` over the last second, a fraction (the
+// scheduler's figure, docs/scheduling.md "Evidence"), or null when nothing
+// says.
+json GroupShare(const std::string& group, const std::string& uuid,
+                const TenantRoutesOptions& options) {
+  if (!options.share_of) return nullptr;
+  const auto share = options.share_of(group, uuid);
+  if (!share || share->share_bp < 0) return nullptr;
+  return share->share_bp / 10000.0;
+}
+
 // A tenant with what the driver says it uses on each GPU: its record's JSON
-// (`text`, TenantJson serialised) with "gpus" added, appended to `out`.
+// (`text`, TenantJson serialised) with "gpus" added, appended to `out`. Its
+// share of a GPU is its group's (GroupShare) when it is the group's only
+// member (`members_of`: live tenants per group); nothing is measured per
+// process of a group.
 void AppendTenantView(const Tenant& t, const std::string& text,
                       const std::map<std::string, Group>& groups,
                       const std::map<std::string, GroupTiers::GroupGrant>& grants,
-                      const std::vector<GpuUsage>& usage, std::string& out) {
+                      const std::map<std::string, int>& members_of,
+                      const std::vector<GpuUsage>& usage, const TenantRoutesOptions& options,
+                      std::string& out) {
   auto group = groups.find(t.group);
   GroupTiers::Grant tier;
   if (group != groups.end()) {
@@ -347,7 +363,10 @@ void AppendTenantView(const Tenant& t, const std::string& text,
     const bool declared = std::find(t.devices.begin(), t.devices.end(), u.uuid) != t.devices.end();
     auto mem = u.memory_bytes.find(static_cast<uint32_t>(t.host_pid));
     if (!declared && mem == u.memory_bytes.end()) continue;
-    auto sm = u.sm_percent.find(static_cast<uint32_t>(t.host_pid));
+    auto members = members_of.find(t.group);
+    const json share = members != members_of.end() && members->second == 1
+                           ? GroupShare(t.group, u.uuid, options)
+                           : json(nullptr);
     // As TenantRegistry::EffectiveLimits: the group's, lowered by the tenant's own.
     const GpuLimit limit =
         Lower(group == groups.end() ? GpuLimit{} : LimitOn(group->second.limits, u.uuid),
@@ -356,7 +375,7 @@ void AppendTenantView(const Tenant& t, const std::string& text,
         {{"index", u.index},
          {"uuid", u.uuid},
          {"memory_used_bytes", mem == u.memory_bytes.end() ? json(0) : json(mem->second)},
-         {"share", sm == u.sm_percent.end() ? json(nullptr) : json(sm->second / 100.0)},
+         {"share", share},
          {"limit", declared ? GpuLimitJson(limit) : GpuLimitJson(GpuLimit{})}});
   }
   out.append(text, 0, text.size() - 1);  // the record without its closing '}'
@@ -397,27 +416,25 @@ json GroupView(const Group& g, const std::vector<Tenant>& members,
   json gpus = json::array();
   for (const GpuUsage& u : usage) {
     uint64_t used = 0;
-    double share = 0;
     for (const Tenant& t : members) {
       if (auto m = u.memory_bytes.find(static_cast<uint32_t>(t.host_pid));
           m != u.memory_bytes.end()) {
         used += m->second;
       }
-      if (auto s = u.sm_percent.find(static_cast<uint32_t>(t.host_pid)); s != u.sm_percent.end()) {
-        share += s->second / 100.0;
-      }
     }
     gpus.push_back({{"index", u.index},
                     {"uuid", u.uuid},
                     {"memory_used_bytes", used},
-                    {"share", share},
+                    {"share", GroupShare(g.id, u.uuid, options)},
                     {"limit", GpuLimitJson(LimitOn(g.limits, u.uuid))}});
     // The scheduler's inputs on this GPU, and what it last granted.
     json& view = gpus.back();
     auto schedule = registry.ScheduleOn(g.id, u.uuid);
     view["schedule"] = schedule ? GroupScheduleJson(*schedule) : json(nullptr);
     std::optional<uint32_t> grant_bp;
-    if (options.grant_bp) grant_bp = options.grant_bp(g.id, u.uuid);
+    if (options.share_of) {
+      if (auto share = options.share_of(g.id, u.uuid)) grant_bp = share->grant_bp;
+    }
     view["grant_percent"] = grant_bp ? json(*grant_bp / 100.0) : json(nullptr);
     view["enforcer"] = options.enforcer_of ? options.enforcer_of(g.id, u.uuid) : json(nullptr);
   }
@@ -508,20 +525,22 @@ void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonit
                return PostTenant(req, registry, monitor, options);
              });
   router.Add("GET", "/v1/tenants", Access::kRead, Dispatch::kBlocking,
-             [&registry, &monitor, &usage, tiers = options.tiers](const ApiRequest& req) {
+             [&registry, &monitor, &usage, options](const ApiRequest& req) {
                const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
                auto group = req.query.find("group");
                std::map<std::string, Group> groups;
                for (Group& g : registry.Groups()) groups.emplace(g.id, std::move(g));
-               const auto grants = tiers != nullptr
-                                       ? tiers->GroupStates()
+               const auto grants = options.tiers != nullptr
+                                       ? options.tiers->GroupStates()
                                        : std::map<std::string, GroupTiers::GroupGrant>{};
+               std::map<std::string, int> members_of;
+               for (const Tenant& t : registry.Tenants()) ++members_of[t.group];
                ApiResponse r;
                r.body = "{\"tenants\":[";
                for (const auto& [t, text] : registry.TenantsWithJson()) {
                  if (group != req.query.end() && t.group != group->second) continue;
                  if (r.body.back() != '[') r.body += ',';
-                 AppendTenantView(t, text, groups, grants, u, r.body);
+                 AppendTenantView(t, text, groups, grants, members_of, u, options, r.body);
                }
                r.body += "]}";
                return r;

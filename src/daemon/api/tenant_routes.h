@@ -34,10 +34,13 @@ struct TenantRoutesOptions {
   // Grants the tier a group asks for (MPS for `mps` groups). Null: no MPS
   // here, every tenant runs `shared` (an `mps` group's say why).
   GroupTiers* tiers = nullptr;
-  // The scheduler's current grant to `group` on GPU `uuid`, in basis points
-  // (GroupControllers' view); null or nullopt: unknown (shown as null).
-  std::function<std::optional<uint32_t>(const std::string& group, const std::string& uuid)>
-      grant_bp;
+  // What gpusliced's group control says of `group` on GPU `uuid`
+  // (GroupControllers::ShareOf); null or nullopt: nothing (shown as null).
+  struct Share {
+    std::optional<uint32_t> grant_bp;  // the scheduler's grant; nullopt: not scheduled
+    int32_t share_bp = -1;             // what the group ran over the last second; -1: unknown
+  };
+  std::function<std::optional<Share>(const std::string& group, const std::string& uuid)> share_of;
   // The enforcer of `group`'s limits on GPU `uuid`, per dimension
   // (EnforcerChoiceJson); null or a null result: unknown (shown as null).
   std::function<nlohmann::json(const std::string& group, const std::string& uuid)> enforcer_of;

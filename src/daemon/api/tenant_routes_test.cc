@@ -20,7 +20,25 @@ class TenantRoutesTest : public TenantRoutesFixture {
       return c.via_tcp ? c.token_ok : c.uid && *c.uid == 0;
     };
     options.tiers = tiers_;
+    // gpusliced's group control says group "g" ran 40 % of GPU 0 and
+    // nothing is known of GPU 1 (a member controls it, say, and published no
+    // share yet).
+    options.share_of = [](const std::string& group,
+                          const std::string& uuid) -> std::optional<TenantRoutesOptions::Share> {
+      if (group != "g") return std::nullopt;
+      if (uuid == "GPU-fake-0") return TenantRoutesOptions::Share{.grant_bp = 5000, .share_bp = 4000};
+      return TenantRoutesOptions::Share{.grant_bp = std::nullopt, .share_bp = -1};
+    };
     Install(options);
+  }
+  // The metrics, with the same group control's shares.
+  std::string Metrics() {
+    return FormatTenantMetrics(registry_, *usage_.Current(),
+                               [](const std::string& group, const std::string& uuid) {
+                                 return group == "g" && uuid == "GPU-fake-0"
+                                            ? std::optional<int32_t>(4000)
+                                            : std::nullopt;
+                               });
   }
 
   GroupTiers* tiers_ = nullptr;
@@ -171,7 +189,9 @@ TEST_F(TenantRoutesTest, ListsTenantsWithTheDriversMemoryAndShare) {
       201);
   backend_.SetProcesses(0, {{100, 3u << 20}, {4242, 1u << 20}});
   backend_.SetProcesses(1, {{101, 5u << 20}});
-  backend_.AddUtilization(0, {{100, 10, 40}});
+  // NVML's per-process sample says 90 %: the share is the group control's,
+  // never a per-process sample (docs/scheduling.md "Evidence").
+  backend_.AddUtilization(0, {{100, 10, 90}});
   usage_.Refresh(*monitor_.Current());
   auto r = Call("GET", "/v1/tenants", "", Unix(300, 65534));
   ASSERT_EQ(r.status, 200);
@@ -182,7 +202,8 @@ TEST_F(TenantRoutesTest, ListsTenantsWithTheDriversMemoryAndShare) {
   EXPECT_EQ(list[0]["namespace"], "");
   ASSERT_EQ(list[0]["gpus"].size(), 1u);
   EXPECT_EQ(list[0]["gpus"][0]["memory_used_bytes"], 3u << 20);
-  EXPECT_EQ(list[0]["gpus"][0]["share"], 0.4);
+  // Two members of g: no tenant of it has a share of its own.
+  EXPECT_EQ(list[0]["gpus"][0]["share"], nullptr);
   EXPECT_EQ(list[1]["gpus"][0]["uuid"], "GPU-fake-1");
   EXPECT_EQ(list[1]["gpus"][0]["memory_used_bytes"], 5u << 20);
   EXPECT_EQ(list[1]["gpus"][0]["share"], nullptr);
@@ -191,8 +212,11 @@ TEST_F(TenantRoutesTest, ListsTenantsWithTheDriversMemoryAndShare) {
   json g = Body(Call("GET", "/v1/groups/g", "", Root()));
   EXPECT_EQ(g["members"], json::array({100, 101}));
   EXPECT_EQ(g["gpus"][0]["memory_used_bytes"], 3u << 20);
+  EXPECT_EQ(g["gpus"][0]["share"], 0.4);
+  EXPECT_EQ(g["gpus"][0]["grant_percent"], 50.0);
+  EXPECT_EQ(g["gpus"][1]["share"], nullptr);
 
-  const std::string metrics = FormatTenantMetrics(registry_, *usage_.Current());
+  std::string metrics = Metrics();
   EXPECT_NE(metrics.find("gpuslice_group_tenants{group=\"g\",pod=\"\",namespace=\"\"} 2\n"),
             std::string::npos)
       << metrics;
@@ -204,7 +228,27 @@ TEST_F(TenantRoutesTest, ListsTenantsWithTheDriversMemoryAndShare) {
                          "container=\"\",pid=\"101\",gpu=\"1\",uuid=\"GPU-fake-1\"} 5242880\n"),
             std::string::npos)
       << metrics;
+  EXPECT_NE(metrics.find("gpuslice_group_compute_share_ratio{group=\"g\",pod=\"\",namespace=\"\","
+                         "gpu=\"0\",uuid=\"GPU-fake-0\"} 0.4\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("gpuslice_group_compute_share_ratio{group=\"g\",pod=\"\",namespace=\"\","
+                         "gpu=\"1\""),
+            std::string::npos)
+      << metrics;  // not known there
+  EXPECT_EQ(metrics.find("gpuslice_tenant_compute_share_ratio{"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("gpuslice_registrations_refused_total 0\n"), std::string::npos);
+
+  // A group's only member has the group's share.
+  ASSERT_EQ(Call("DELETE", "/v1/tenants/101", "", Root()).status, 200);
+  list = Body(Call("GET", "/v1/tenants", "", Root()))["tenants"];
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0]["gpus"][0]["share"], 0.4);
+  metrics = Metrics();
+  EXPECT_NE(metrics.find("gpuslice_tenant_compute_share_ratio{group=\"g\",pod=\"\",namespace=\"\","
+                         "container=\"\",pid=\"100\",gpu=\"0\",uuid=\"GPU-fake-0\"} 0.4\n"),
+            std::string::npos)
+      << metrics;
 }
 
 TEST_F(TenantRoutesTest, OnlyTheTenantItselfOrAnAdminUnregisters) {

@@ -23,9 +23,11 @@ class TenantScheduleRoutesTest : public TenantRoutesFixture {
     });
     TenantRoutesOptions options;
     options.is_admin = [](const Caller& c) { return c.uid && *c.uid == 0; };
-    options.grant_bp = [](const std::string& group,
-                          const std::string& uuid) -> std::optional<uint32_t> {
-      if (group == "g" && uuid == "GPU-fake-0") return 4550;
+    options.share_of = [](const std::string& group,
+                          const std::string& uuid) -> std::optional<TenantRoutesOptions::Share> {
+      if (group == "g" && uuid == "GPU-fake-0") {
+        return TenantRoutesOptions::Share{.grant_bp = 4550, .share_bp = -1};
+      }
       return std::nullopt;
     };
     Install(options);
@@ -62,7 +64,7 @@ TEST_F(TenantScheduleRoutesTest, PutSetsTheScheduleAndGetShowsTheEffectiveValues
   EXPECT_EQ(Body(Call("GET", "/v1/groups/g", ""))["schedule"]["all"]["request"], 30);
 
   usage_.Refresh(*monitor_.Current());
-  const std::string metrics = FormatTenantMetrics(registry_, *usage_.Current());
+  const std::string metrics = FormatTenantMetrics(registry_, *usage_.Current(), nullptr);
   const std::string labels = R"({group="g",pod="",namespace="",gpu="0",uuid="GPU-fake-0"})";
   EXPECT_NE(metrics.find("gpuslice_group_compute_request_ratio" + labels + " 0.3\n"),
             std::string::npos)
@@ -127,7 +129,7 @@ TEST_F(TenantScheduleRoutesTest, PauseAndResumeAreAdminRoutesAndShowInTheViews) 
   json view = Body(Call("GET", "/v1/groups/g", ""));
   EXPECT_EQ(view["paused"], true);
   EXPECT_EQ(view["gpus"][1]["schedule"]["paused"], true);
-  EXPECT_NE(FormatTenantMetrics(registry_, *usage_.Current())
+  EXPECT_NE(FormatTenantMetrics(registry_, *usage_.Current(), nullptr)
                 .find(R"(gpuslice_group_paused{group="g",pod="",namespace=""} 1)"),
             std::string::npos);
   auto resumed = Call("POST", "/v1/groups/g/resume", "");

@@ -2,10 +2,33 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "common/log.h"
 
 namespace gpuslice::daemon {
+
+uint32_t WindowAttributionWindows(const std::vector<ProcessUtilization>& samples) {
+  std::vector<ProcessUtilization> sorted = samples;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ProcessUtilization& a, const ProcessUtilization& b) {
+              return a.timestamp_us < b.timestamp_us;
+            });
+  uint32_t windows = 0;
+  uint64_t first_us = 0;
+  size_t in_window = 0;
+  std::set<uint32_t> pids;
+  for (const ProcessUtilization& s : sorted) {
+    if (windows == 0 || s.timestamp_us - first_us > kSameWindowUs) {
+      ++windows;
+      first_us = s.timestamp_us;
+      in_window = 0;
+    }
+    if (++in_window > 1) return 0;  // a window split between processes
+    pids.insert(s.pid);
+  }
+  return windows >= 2 && pids.size() >= 2 ? windows : 0;
+}
 
 std::string_view ComputeFindingKindName(ComputeBackstop::FindingKind kind) {
   using Kind = ComputeBackstop::FindingKind;

@@ -51,9 +51,19 @@
 #include "common/status.h"
 #include "daemon/backstop/duty_cycle.h"
 #include "daemon/gpu/backend.h"
-#include "daemon/tenants/gpu_usage.h"
 
 namespace gpuslice::daemon {
+
+// Samples less than this apart belong to the same NVML window.
+inline constexpr uint64_t kSameWindowUs = 20'000;
+
+// The number of NVML windows `samples` cover if they are window-attributed
+// (every window with one sample, two processes or more, two windows or more:
+// NVML on an H100 with driver r580 with time-sliced contexts; a process's
+// share is then its samples' sum over the windows, as one sample stands for
+// a whole window's busy time); 0 otherwise (each process's own part of each
+// window: a process's share is the mean of its samples).
+uint32_t WindowAttributionWindows(const std::vector<ProcessUtilization>& samples);
 
 class ComputeBackstop {
  public:

@@ -195,6 +195,23 @@ std::optional<uint32_t> GroupControllers::GrantOf(const std::string& group,
   return std::nullopt;
 }
 
+std::optional<int32_t> GroupControllers::ShareOf(const std::string& group,
+                                                 const std::string& uuid) const {
+  MutexLock lock(snapshot_mu_);
+  if (auto it = grants_.find(group); it != grants_.end()) {
+    for (const DeviceGrant& g : it->second.second) {
+      if (g.uuid == uuid) return static_cast<int32_t>(g.used_bp);
+    }
+  }
+  for (const GroupControl& g : snapshot_) {
+    if (g.group != group) continue;
+    for (const GroupSnapshot::Device& d : g.segment.devices) {
+      if (d.uuid == uuid) return d.share_bp;
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<control::UsageMeter::BusyWindow> GroupControllers::BusyWindows(
     const std::string& uuid) {
   if (busy_unavailable_.contains(uuid)) return {};

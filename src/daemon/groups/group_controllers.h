@@ -127,6 +127,11 @@ class GroupControllers {
   // The scheduler's current grant to `group` on GPU `uuid` (basis points;
   // 0: paused); nullopt: not scheduled there. Any thread.
   std::optional<uint32_t> GrantOf(const std::string& group, const std::string& uuid) const;
+  // What `group` ran of GPU `uuid` over the last second, basis points: the
+  // scheduler's figure where it schedules the group, else what the member
+  // that controls it published (as of the last rescan); nullopt: the group
+  // is not on that GPU or not known. Any thread.
+  std::optional<int32_t> ShareOf(const std::string& group, const std::string& uuid) const;
   // The adopted groups, for the API and metrics (segment counters refreshed
   // once per rescan).
   std::vector<GroupControl> Snapshot() const;

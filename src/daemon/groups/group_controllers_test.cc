@@ -64,17 +64,22 @@ class GroupControllersTest : public ::testing::Test {
     return controllers;
   }
   // What a saturating member's launch gate does to its counters in `ns`:
-  // launches of 1 ms at `share` of the device, each measured by its markers,
-  // held back by its grant or its turn (waits grow). The member joins a slot
-  // on its first launch.
+  // launches of 1 ms at `share` of the device, each measured by its markers
+  // and seen complete, held back by its grant or its turn's end (waits and
+  // cut-offs grow). The member joins a slot on its first launch.
   void Launch(GroupSegment& member, int64_t ns, double share, bool held = true) {
     auto [it, fresh] = slots_.try_emplace(&member, -1);
     if (fresh) it->second = *member.Join(getpid(), 1000 + slots_.size(), "member");
     ComputeBudget budget = member.Budget(0, it->second);
     const auto n = static_cast<uint64_t>(share * static_cast<double>(ns) / 1e6);
     for (uint64_t i = 0; i < n; ++i) budget.CountLaunch();
+    budget.Queued(static_cast<uint32_t>(n));
+    budget.Completed(n);
     budget.AddBusy(static_cast<int64_t>(n) * 1'000'000, n);
-    if (held) budget.CountWait(1);
+    if (held) {  // by its turn's end (taking turns) or by its rate
+      budget.CountCutOff();
+      budget.CountWait(1);
+    }
   }
   // Ticks the controllers every scheduler period for `ns`, each group in
   // `busy` launching at its grant (or at the share given) and held back.

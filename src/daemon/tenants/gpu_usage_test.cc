@@ -7,46 +7,35 @@
 namespace gpuslice::daemon {
 namespace {
 
-constexpr uint64_t kWindowUs = 200'000;
-
 class GpuUsageCacheTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    snapshot_.gpus.push_back(*backend_.Read(0));
-    backend_.SetProcesses(0, {{.pid = 100, .used_memory_bytes = 1 << 20},
-                              {.pid = 200, .used_memory_bytes = 1 << 20}});
-  }
+  void SetUp() override { snapshot_.gpus.push_back(*backend_.Read(0)); }
   FakeBackend backend_{1};
   Snapshot snapshot_;
   GpuUsageCache cache_{backend_};
 };
 
-// Each process's part of each window: its latest sample is its share.
-TEST_F(GpuUsageCacheTest, SplitSamplesGiveEachProcessItsLatestShare) {
-  for (uint64_t k = 1; k <= 5; ++k) {
-    backend_.AddUtilization(0, {{100, k * kWindowUs, 70}, {200, k * kWindowUs, 25}});
-  }
+TEST_F(GpuUsageCacheTest, EachProcessHasTheMemoryTheDriverLists) {
+  backend_.SetProcesses(0, {{.pid = 100, .used_memory_bytes = 3 << 20},
+                            {.pid = 200, .used_memory_bytes = std::nullopt}});
   cache_.Refresh(snapshot_);
+  ASSERT_EQ(cache_.Current()->size(), 1u);
   const GpuUsage& u = cache_.Current()->at(0);
-  EXPECT_EQ(u.sm_percent.at(100), 70u);
-  EXPECT_EQ(u.sm_percent.at(200), 25u);
+  EXPECT_EQ(u.uuid, snapshot_.gpus[0].uuid);
+  EXPECT_EQ(u.memory_bytes.at(100), 3u << 20);
+  EXPECT_EQ(u.memory_bytes.at(200), 0u);  // listed, its memory not known
+
+  backend_.SetProcesses(0, {{.pid = 200, .used_memory_bytes = 1 << 20}});
+  cache_.Refresh(snapshot_);
+  EXPECT_FALSE(cache_.Current()->at(0).memory_bytes.contains(100));  // it left the GPU
 }
 
-// NVML as on an H100 (r580) with time-sliced contexts: each 200 ms window
-// goes to ONE process with the whole window's busy percent. Process 200 won
-// one window of the last five: a fifth of 95 %, not 95 % (the latest-sample
-// reading showed both processes at about 95 % on the H100: 0.78 and 0.77).
-TEST_F(GpuUsageCacheTest, UnderWindowAttributionAProcessGetsItsPartOfTheWindows) {
-  uint64_t k = 1;
-  for (int refresh = 0; refresh < 4; ++refresh) {
-    for (int i = 0; i < 5; ++i, ++k) {
-      backend_.AddUtilization(0, {{k % 5 == 0 ? 200u : 100u, k * kWindowUs, 95}});
-    }
-    cache_.Refresh(snapshot_);
-    const GpuUsage& u = cache_.Current()->at(0);
-    EXPECT_EQ(u.sm_percent.at(100), 76u) << refresh;
-    EXPECT_EQ(u.sm_percent.at(200), 19u) << refresh;
-  }
+// A GPU not read yet is there, with no process.
+TEST_F(GpuUsageCacheTest, UsageOfEachHasEveryGpuOfTheSnapshot) {
+  const std::vector<GpuUsage> u = UsageOfEach(snapshot_, *cache_.Current());
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].uuid, snapshot_.gpus[0].uuid);
+  EXPECT_TRUE(u[0].memory_bytes.empty());
 }
 
 }  // namespace

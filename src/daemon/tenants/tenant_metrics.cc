@@ -27,8 +27,8 @@ std::string Label(const char* name, const std::string& value) {
 
 }  // namespace
 
-std::string FormatTenantMetrics(const TenantRegistry& registry,
-                                const std::vector<GpuUsage>& usage) {
+std::string FormatTenantMetrics(const TenantRegistry& registry, const std::vector<GpuUsage>& usage,
+                                const GroupShareOf& share_of) {
   Family group_tenants{
       "gpuslice_group_tenants", "gauge", "Live registered tenants of the group.", {}};
   Family group_mem{"gpuslice_group_memory_used_bytes",
@@ -45,7 +45,8 @@ std::string FormatTenantMetrics(const TenantRegistry& registry,
                              {}};
   Family group_share{"gpuslice_group_compute_share_ratio",
                      "gauge",
-                     "SM share of the group's tenants in the last NVML sample (0-1).",
+                     "What the group ran of the GPU over the last second, by gpusliced's "
+                     "group control (0-1; absent: not known).",
                      {}};
   Family tenant_mem{"gpuslice_tenant_memory_used_bytes",
                     "gauge",
@@ -57,7 +58,8 @@ std::string FormatTenantMetrics(const TenantRegistry& registry,
                           {}};
   Family tenant_share{"gpuslice_tenant_compute_share_ratio",
                       "gauge",
-                      "SM share of the tenant in the last NVML sample (0-1).",
+                      "Its group's share (gpuslice_group_compute_share_ratio) when the "
+                      "tenant is the group's only member (0-1; absent otherwise).",
                       {}};
   Family group_request{"gpuslice_group_compute_request_ratio",
                        "gauge",
@@ -96,18 +98,21 @@ std::string FormatTenantMetrics(const TenantRegistry& registry,
         Label("group", g.id) + "," + Label("pod", pod) + "," + Label("namespace", ns);
     group_tenants.samples.push_back("{" + base + "} " + std::to_string(m.size()));
     group_paused.samples.push_back("{" + base + "} " + (g.paused ? "1" : "0"));
+    std::vector<int32_t> shares(usage.size(), -1);  // by GPU; -1: not known
+    for (size_t i = 0; i < usage.size(); ++i) {
+      if (!share_of) break;
+      shares[i] = share_of(g.id, usage[i].uuid).value_or(-1);
+    }
     for (size_t i = 0; i < usage.size(); ++i) {
       const GpuUsage& u = usage[i];
       const std::string labels = "{" + base + "," + gpu_labels[i] + "}";
       uint64_t used = 0;
-      double share = 0;
       for (const Tenant& t : m) {
         const auto pid = static_cast<uint32_t>(t.host_pid);
         if (auto it = u.memory_bytes.find(pid); it != u.memory_bytes.end()) used += it->second;
-        if (auto it = u.sm_percent.find(pid); it != u.sm_percent.end()) share += it->second / 100.0;
       }
       group_mem.samples.push_back(labels + " " + std::to_string(used));
-      group_share.samples.push_back(labels + " " + Number(share));
+      if (shares[i] >= 0) group_share.samples.push_back(labels + " " + Number(shares[i] / 1e4));
       const GpuLimit limit = LimitOn(g.limits, u.uuid);
       if (limit.memory_bytes) {
         group_mem_limit.samples.push_back(labels + " " + std::to_string(*limit.memory_bytes));
@@ -137,8 +142,8 @@ std::string FormatTenantMetrics(const TenantRegistry& registry,
         const std::string labels = "{" + tbase + "," + gpu_labels[i] + "}";
         tenant_mem.samples.push_back(labels + " " +
                                      std::to_string(mem == u.memory_bytes.end() ? 0 : mem->second));
-        if (auto sm = u.sm_percent.find(pid); sm != u.sm_percent.end()) {
-          tenant_share.samples.push_back(labels + " " + Number(sm->second / 100.0));
+        if (m.size() == 1 && shares[i] >= 0) {
+          tenant_share.samples.push_back(labels + " " + Number(shares[i] / 1e4));
         }
         if (limit != limits.end() && limit->second.memory_bytes) {
           tenant_mem_limit.samples.push_back(labels + " " +

@@ -297,66 +297,46 @@ TEST_F(GroupScheduleTest, AResumedGroupIsPacedFromItsFirstLaunch) {
   }
 }
 
-// A latency group beside three saturating batch groups (kernels of 200 us,
-// 2 ms and 20 ms, as in bench/scheduler's latency case). The device
-// time-slices contexts round-robin, so a latency kernel waits one slice per
-// batch context with work queued, however short the batch queues are: the
-// batch groups take turns (one launches, the others are held). Seen here in
-// the groups' launch counters, read every 20 ms: today all three launch in
-// almost every interval. (The latency figure itself is bench/scheduler's:
-// timings are not asserted here.) Every batch group still runs.
-TEST_F(GroupScheduleTest, BatchGroupsTakeTurnsBesideALatencyGroup) {
+// Batch groups take turns (docs/scheduling.md "Turns"): the device runs one
+// group's context at a time and switches at the turns' ends, a few times per
+// 100 ms cycle. Three saturating groups of 200 us, 2 ms and 20 ms kernels
+// left to the device would be time-sliced round-robin, a switch every slice
+// (2.09 ms, and 152 us to switch: about 440 a second). Seen in the
+// simulator's context switches; every group still runs.
+TEST_F(GroupScheduleTest, BatchGroupsTakeTurns) {
   // The tenants register with the daemon (its socket), so that they are
   // paced from their first launch.
   sim_env_ = {"GPUSLICE_SOCKET=" + dir_ + "/d.sock"};
   const pid_t daemon = StartDaemon();  // err0
-  Call("PUT", "/v1/groups/lat", R"({"schedule": {"all": {"request": 20, "priority": "latency"}}})");
   std::vector<pid_t> batch;
   for (const char* k : {"200", "2000", "20000"}) {  // b0..b2, err1..err3
     batch.push_back(StartWorkload("b" + std::to_string(batch.size()),
                                   {"--kernel-us", k, "--duration-s", "60", "--quiet"}));
   }
-  StartWorkload("lat", {"--kernel-us", "50", "--duration-s", "60", "--quiet", "--latency"});
-  ASSERT_TRUE(WaitScheduled("lat", daemon)) << Read("err0") << Read("err4");
-  std::vector<std::unique_ptr<GroupSegment>> segs;
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(WaitScheduled("b" + std::to_string(i), daemon)) << Read("err0");
-    segs.push_back(Segment("b" + std::to_string(i)));
   }
-  // Launch costs learned, schedules settled.
+  // Launch costs learned, turns planned.
   std::this_thread::sleep_for(5s);
 
   const json before = Stats();
-  std::vector<uint64_t> last(3);
-  for (int i = 0; i < 3; ++i) last[i] = segs[i]->Counters(0).launches;
-  int intervals = 0, one_at_a_time = 0;
-  for (auto until = std::chrono::steady_clock::now() + 4s;
-       std::chrono::steady_clock::now() < until;) {
-    std::this_thread::sleep_for(20ms);
-    int launched = 0;
-    for (int i = 0; i < 3; ++i) {
-      const uint64_t now = segs[i]->Counters(0).launches;
-      if (now != last[i]) ++launched;
-      last[i] = now;
-    }
-    ++intervals;
-    if (launched <= 1) ++one_at_a_time;
-  }
+  std::this_thread::sleep_for(4s);
   const json after = Stats();
-  RecordProperty("intervals", std::to_string(intervals));
-  RecordProperty("one_batch_group_launching", std::to_string(one_at_a_time));
-  // Turns change every 200 ms: an interval may see the last holder's launches
-  // and the next's.
-  EXPECT_GE(one_at_a_time, intervals * 3 / 4) << "of " << intervals << " intervals";
-
-  const double span = after["clock_ns"].get<double>() - before["clock_ns"].get<double>();
+  const double span_s =
+      (after["clock_ns"].get<double>() - before["clock_ns"].get<double>()) / 1e9;
+  const double switches_per_s = (after["devices"][0]["context_switches"].get<double>() -
+                                 before["devices"][0]["context_switches"].get<double>()) /
+                                span_s;
+  RecordProperty("context_switches_per_s", std::to_string(switches_per_s));
+  EXPECT_LE(switches_per_s, 150) << Read("err0");  // a third of round-robin's
   for (size_t i = 0; i < batch.size(); ++i) {
     const json p0 = Process(before, batch[i]), p1 = Process(after, batch[i]);
     ASSERT_FALSE(p0.empty() || p1.empty()) << "b" << i;
     const double busy =
         p1["devices"][0]["busy_ns"].get<double>() - p0["devices"][0]["busy_ns"].get<double>();
-    RecordProperty("b" + std::to_string(i) + "_share_percent", std::to_string(100 * busy / span));
-    EXPECT_GT(100 * busy / span, 5) << "b" << i;
+    const double share = 100 * busy / (span_s * 1e9);
+    RecordProperty("b" + std::to_string(i) + "_share_percent", std::to_string(share));
+    EXPECT_GT(share, 15) << "b" << i;  // a third each, less switches
   }
 }
 
