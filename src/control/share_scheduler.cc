@@ -7,6 +7,11 @@
 
 namespace gpuslice::control {
 
+bool ShareScheduler::RunsFree(const Input& in) const {
+  auto it = states_.find(in.group);
+  return in.latency && (it == states_.end() || !it->second.latency_turns);
+}
+
 std::vector<ShareScheduler::Output> ShareScheduler::Tick(
     const std::vector<Input>& inputs, const std::vector<UsageMeter::BusyWindow>& busy) {
   const int64_t now = clock_.NowNs();
@@ -16,7 +21,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
   metered.reserve(inputs.size());
   for (const Input& in : inputs) {
     metered.push_back({.name = in.group,
-                       .latency = in.latency,
+                       .latency = RunsFree(in),
                        .launches = in.counters.launches,
                        .completed = in.counters.completed,
                        .charge_ns = in.counters.charge_ns,
@@ -29,6 +34,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
   struct View {
     bool held = false;
     bool wanting = false;
+    bool held_lately = false;  // held within the last kWantNs
     bool standing = false;
     bool idle = false;
     bool active = false;
@@ -59,8 +65,8 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
     // A group launching whose cost is not known yet cannot be measured: it
     // is taken to want more.
     const bool unmeasured = v.use.launched && in.counters.charge_ns == 0;
-    v.wanting = !in.paused && (v.held || fresh || unmeasured ||
-                               (st.last_held_ns >= 0 && now - st.last_held_ns <= kWantNs));
+    v.held_lately = !in.paused && st.last_held_ns >= 0 && now - st.last_held_ns <= kWantNs;
+    v.wanting = !in.paused && (v.held_lately || fresh || unmeasured);
     v.standing = fresh && !v.held;
     // A member waiting in its gate has work (a group with long kernels and
     // a small share may launch once in seconds): active, not idle.
@@ -69,6 +75,19 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
     v.active = !in.paused && (v.held || v.use.launched || waiting);
     active += v.active ? 1 : 0;
     wanting_any = wanting_any || (v.active && v.wanting);
+    // A latency group too heavy to run free takes turns (kLatencyFreeBp).
+    if (!in.latency || in.paused) {
+      st.latency_turns = false;
+    } else if (!st.latency_turns) {
+      st.latency_turns = v.use.bound_bp > kLatencyFreeBp;
+      st.light_since_ns = -1;
+    } else if (2 * v.use.used_bp >= kLatencyFreeBp) {
+      st.light_since_ns = -1;
+    } else if (st.light_since_ns < 0) {
+      st.light_since_ns = now;
+    } else if (now - st.light_since_ns >= kWantNs) {
+      st.latency_turns = false;
+    }
     st.waits = in.counters.waits;
     st.cut_off = in.counters.cut_off;
     st.launches = in.counters.launches;
@@ -105,12 +124,15 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Input& in = inputs[i];
     const View& v = views[i];
-    if (in.latency && v.active) latency_active = true;
-    if (in.latency || !v.active) continue;
+    const bool free = in.latency && !states_.at(in.group).latency_turns;
+    if (free && v.active) latency_active = true;
+    if (free || !v.active) continue;
     takers.push_back({.group = in.group,
                       .grant_bp = grants[i],
                       .limit_bp = asks[i].limit_bp,
                       .wanting = v.wanting,
+                      .held = v.held_lately,
+                      .cut_off = v.held,
                       .charge_ns = in.counters.charge_ns > 0 ? in.counters.charge_ns
                                                              : in.counters.probe_ns,
                       .measured = in.counters.charge_ns > 0,
@@ -129,7 +151,9 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
     o.wants_more = views[i].held;
     o.grant_bp = grants[i];
     o.burst_ns = in.paused ? 0 : kPacerBurstNs;
-    if (in.latency) o.latency_charge_ns = views[i].use.charge_ns;
+    if (in.latency && !states_.at(in.group).latency_turns) {
+      o.latency_charge_ns = views[i].use.charge_ns;
+    }
   }
   for (size_t k = 0; k < taker_of.size(); ++k) {
     Output& o = out[taker_of[k]];

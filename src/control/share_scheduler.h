@@ -25,6 +25,8 @@
 //    each stream of it drains whenever it holds kLatencyQueueNs of work, so
 //    that the device switches to the latency group's context, which has a
 //    kernel waiting, at most that long after it arrives;
+//  - a latency group that would run more than kLatencyFreeBp beside them
+//    takes turns as well;
 //  - any other group (latency groups, idle ones, and every group of a GPU
 //    with no batch group active) is paced at min(limit, grant).
 //
@@ -62,6 +64,14 @@ class ShareScheduler {
   // (and the device switches to the latency group) before its slice would
   // end.
   static constexpr int64_t kLatencyQueueNs = 1'000'000;
+  // A latency group runs free of the turns while even an upper bound of what
+  // it runs (its launches times their bracketed time, waits included) is
+  // within this: its kernels then take at most that from the turns'
+  // holders, whose measured intervals they fall into. Above it (a service
+  // that wants more of the device than that) it takes turns as a batch
+  // group does, measured alone, until what it runs in them stays below half
+  // of this for kWantNs.
+  static constexpr uint32_t kLatencyFreeBp = 2500;
 
   // A group's counters on this GPU, monotonic over its segment's life
   // (GroupSegment, LaunchCostMeter).
@@ -128,7 +138,11 @@ class ShareScheduler {
     bool paused = false;
     int64_t fresh_until_ns = 0;
     int64_t last_held_ns = -1;
+    bool latency_turns = false;  // a latency group that takes turns (kLatencyFreeBp)
+    int64_t light_since_ns = -1;  // ...and has run below half of it since
   };
+  // A latency group that runs free of the turns (its state as of the last tick).
+  bool RunsFree(const Input& in) const;
 
   const Clock& clock_;
   UsageMeter meter_;

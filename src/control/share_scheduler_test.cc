@@ -47,6 +47,7 @@ class ModelGpu {
     double free_ran = 0;    // a free group's fluid device time, in kernels
     bool blocked = false;   // wanted to run this tick and could not
     int cut = 0;            // turns' ends that cut it off this tick
+    int64_t free_bound_ns = 0;  // a free latency group's bound per launch; 0: none
   };
 
   explicit ModelGpu(int64_t start_ns = 1'000'000 * kMs) : clock_(start_ns), scheduler_(clock_) {}
@@ -79,7 +80,12 @@ class ModelGpu {
       if (g.blocked) ++g.input.counters.waits;
       g.input.counters.waiting = g.blocked ? 1 : 0;  // its thread waits in the gate
       g.input.counters.cut_off += static_cast<uint64_t>(g.cut);
-      if (!g.input.latency) g.input.counters.charge_ns = g.kernel_ns;
+      // Measured alone in its turns; a latency group running free is only
+      // bounded (its bracketed time, waits included: `free_bound_ns`).
+      if (!g.input.latency || g.output.turn.period_ns > 0) g.input.counters.charge_ns = g.kernel_ns;
+      if (g.input.latency && g.output.turn.period_ns <= 0) {
+        g.input.counters.bound_ns = g.free_bound_ns;
+      }
       inputs.push_back(g.input);
     }
     std::vector<UsageMeter::BusyWindow> closed;
@@ -228,6 +234,37 @@ TEST(ShareSchedulerTest, ACappedGroupThatWantsMoreReachesItsCapBesideALatencyGro
   EXPECT_NEAR(gpu["notebook"].output.used_bp / 100.0, share.at("notebook"), 1);
   EXPECT_NEAR(gpu["inference"].output.used_bp / 100.0, share.at("inference"), 1.5);
   // The latency group has no turns, the batch groups' queues are bounded.
+  EXPECT_EQ(gpu["inference"].output.turn.period_ns, 0);
+  EXPECT_EQ(gpu["training"].output.queue_ns, ShareScheduler::kLatencyQueueNs);
+}
+
+// The demo's inference as it is: each request waited for and sent at once
+// (it wants more than its request), each bracketed at 3 ms beside the turns
+// (its 1 ms kernel and the wait for the holder). Beside the turns it would
+// run in every gap and in every holder's measured time; it takes turns
+// instead, gets its request and the others theirs, and every figure is
+// measured alone.
+TEST(ShareSchedulerTest, ALatencyGroupThatWantsMoreThanItCanRunFreeTakesTurns) {
+  ModelGpu gpu;
+  gpu.Add("training", 40, 2 * kMs);
+  gpu.Add("notebook", 0, 500 * kUs, /*limit=*/10, /*weight=*/6);
+  ModelGpu::Group& inference = gpu.Add("inference", 20, 1 * kMs, 100, 1, /*latency=*/true);
+  inference.free_bound_ns = 3 * kMs;
+  gpu.Run(3000 * kMs);
+  const std::map<std::string, double> share = gpu.Measure(5000 * kMs);
+  EXPECT_GT(gpu["inference"].output.turn.period_ns, 0);
+  EXPECT_EQ(gpu["training"].output.queue_ns, 0);  // no latency group runs free
+  EXPECT_GE(share.at("inference"), 18);
+  EXPECT_GE(share.at("training"), 38);
+  EXPECT_GE(share.at("notebook"), 8);
+  EXPECT_LE(share.at("notebook"), 10.5);
+  EXPECT_GE(share.at("training") + share.at("notebook") + share.at("inference"), 93);
+  EXPECT_NEAR(gpu["inference"].output.used_bp / 100.0, share.at("inference"), 1);
+
+  // Once it wants little (a request now and then), it runs free again.
+  inference.demand = 0.05;
+  inference.free_bound_ns = 2 * kMs;
+  gpu.Run(3000 * kMs);
   EXPECT_EQ(gpu["inference"].output.turn.period_ns, 0);
   EXPECT_EQ(gpu["training"].output.queue_ns, ShareScheduler::kLatencyQueueNs);
 }

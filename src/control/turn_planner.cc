@@ -115,7 +115,7 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
     if (long_launch) {
       st.efficiency = static_cast<double>(t.charge_ns) / static_cast<double>(LaunchTurn(t.charge_ns));
     }
-    if (t.wanting && t.measured && !long_launch && !st.turns.empty()) {
+    if (t.held && t.measured && !long_launch && !st.turns.empty()) {
       double held = 0;
       for (const auto& [at, share] : st.turns) held += share;
       held /= static_cast<double>(st.turns.size());
@@ -123,6 +123,8 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
         const double seen = std::clamp(t.ran_bp / 10000.0 / held, kMinEfficiency, 1.0);
         st.efficiency += kLearnRate * (seen - st.efficiency);
       }
+    } else if (!t.held && !long_launch) {
+      st.efficiency += kLearnRate * (1.0 - st.efficiency);
     }
     const double e = std::max(st.efficiency, kMinEfficiency);
     // Never a turn longer than its limit (it cannot run more than it holds),
@@ -130,6 +132,15 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
     most[k] = std::min(1.0, std::clamp<uint32_t>(t.limit_bp, 1, 10000) / 10000.0 /
                                 (long_launch ? st.efficiency : 1.0));
     due[k] = std::min(most[k], grant / e);
+    // No more than it can use (see the header).
+    if (t.measured && !long_launch && st.last_ns >= 0 && due[k] < 1.0) {
+      const double spare = static_cast<double>(kNeedSpareNs) / period;
+      const double last = static_cast<double>(st.last_ns) / period;
+      const double need = t.cut_off ? std::max(2 * last, last + spare)
+                                    : t.ran_bp / 10000.0 / e * 1.25 + spare;
+      most[k] = std::min(most[k], need);
+      due[k] = std::min(due[k], most[k]);
+    }
     states.emplace(t.group, std::move(st));
   }
   // Dues beyond the cycle are scaled down; a cycle left over is shared among
@@ -223,6 +234,7 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
   for (size_t k = 0; k < order.size(); ++k) {
     State& st = states[order[k]->group];
     if (length[k] < period_ns_) st.credit_ns -= length[k];
+    st.last_ns = length[k];
     st.credit_ns = std::max(st.credit_ns, -period_ns_);
     st.turns.emplace_back(start_ns, static_cast<double>(length[k]) / period);
     plan_[order[k]->group] =

@@ -15,14 +15,23 @@
 // turn, and its launches' device time is measured alone (LaunchCostMeter).
 //
 // A group's due is its grant of device time over what it runs per unit of
-// turn (its efficiency, learned while it wants more: switches at the turn's
-// start, a program that waits for each launch), and never more than its
+// turn (its efficiency, learned while its turns' ends hold it back: switches
+// at the turn's start, a program that waits for each launch; back toward 1
+// while they do not, as a group that launches now and then runs all it has
+// in its turn and its turn is no measure of it), and never more than its
 // limit of the cycle (it cannot run more than it holds); dues
 // that add up to more than the cycle are scaled down, and a cycle left over
 // while some group wants more is shared among those that do. Turns come in
 // whole launches where a launch is long against the due (a 20 ms kernel in a
 // 30 ms due): a deficit round-robin carries what a turn could not hold to
 // the group's next, so that over a few cycles each gets its due.
+//
+// A turn holds what the group runs, not more: the device idles in a turn its
+// holder has nothing for. One that its last turn's end did not cut off gets
+// at most what it ran (over the last second, per unit of turn) with a
+// quarter and kNeedSpareNs to spare; one that it did cut off, at most twice
+// its last turn (kNeedSpareNs more at least), up to its due. A group with
+// no turn last cycle (new, or back from idle) gets its due at once.
 //
 // A plan is for whole cycles: Tick plans the cycle that starts at the next
 // boundary (once per cycle), and the caller writes it to take effect there
@@ -51,12 +60,16 @@ class TurnPlanner {
   // A launch that takes more than this part of a group's due is long: its
   // turns come in whole launches.
   static constexpr double kLongLaunch = 0.25;
+  // What a turn holds beyond its holder's need (see above).
+  static constexpr int64_t kNeedSpareNs = 2'000'000;
 
   struct Taker {
     std::string group;         // unique
     uint32_t grant_bp = 0;     // device time it is due (Allocate)
     uint32_t limit_bp = 10000;  // never more
-    bool wanting = false;      // held back within the last second
+    bool wanting = false;      // wants more: held back within the last second, or new
+    bool held = false;         // held back by its turn's end within the last second
+    bool cut_off = false;      // ...and since the last Tick
     int64_t charge_ns = 0;     // one launch's device time (an upper bound if not measured)
     bool measured = true;      // ran_bp is measured (its launches' cost is known)
     uint32_t ran_bp = 0;       // what it ran over the last second (UsageMeter)
@@ -78,6 +91,7 @@ class TurnPlanner {
   struct State {
     double efficiency = 1.0;
     int64_t credit_ns = 0;                          // deficit round-robin
+    int64_t last_ns = -1;                           // its last turn; -1: none last cycle
     std::deque<std::pair<int64_t, double>> turns;  // (cycle start, share of the cycle), last 1 s
   };
   // Plans the cycle starting at `start_ns`.

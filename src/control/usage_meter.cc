@@ -93,6 +93,9 @@ void UsageMeter::Tick(int64_t now_ns, const std::vector<Group>& groups,
     st.reading = Reading{
         .used_bp = Bp(ran(from), now_ns - st.samples[from].t_ns),
         .used_fast_bp = Bp(ran(fast), now_ns - st.samples[fast].t_ns),
+        .bound_bp = Bp(static_cast<double>(newest.completed - st.samples[from].completed) *
+                           static_cast<double>(st.bound_ns),
+                       now_ns - st.samples[from].t_ns),
         .launched = recent + 1 < st.samples.size() && newest.launches > st.samples[recent].launches,
         .charge_ns = charge};
   }

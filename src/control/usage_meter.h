@@ -78,6 +78,9 @@ class UsageMeter {
   struct Reading {
     uint32_t used_bp = 0;       // what it ran over the window, basis points of the device
     uint32_t used_fast_bp = 0;  // over the last kFastWindowNs
+    // At most what it ran over the window: its launches times its bound per
+    // launch (0: no bound).
+    uint32_t bound_bp = 0;
     bool launched = false;      // admitted a launch within the last kWindowNs
     int64_t charge_ns = 0;      // the charge its figures use (a latency group's: the residual's)
   };

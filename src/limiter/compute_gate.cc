@@ -342,6 +342,7 @@ constexpr int64_t kRefillPollNs = 20'000;
 bool AdmitInTurn(const GroupSegment& segment, int dev, ComputeBudget budget, CUstream stream,
                  StreamBacklog& b, int64_t charge_ns, bool* started) {
   int64_t waiting_since = 0;
+  bool cut_off = false;  // counted once per launch, whatever it waited for first
   auto end_wait = [&](int64_t now) {
     if (waiting_since == 0) return;
     budget.CountWait(now - waiting_since);
@@ -387,9 +388,12 @@ bool AdmitInTurn(const GroupSegment& segment, int dev, ComputeBudget budget, CUs
       } else {
         // A launch that is long for its turn (or not measured yet) goes at
         // the turn's start, not in its lead: its interval then measures
-        // (BracketIfIdle), and the lead would hide little of it.
+        // (BracketIfIdle), and the lead would hide little of it. Beside a
+        // latency group (a queue bound) none goes early: two batch contexts
+        // with work would make a latency kernel wait two slices.
         const bool long_launch = charge_ns == 0 || 4 * charge_ns > plan.length_ns;
-        const TurnVerdict v = TurnAt(plan, now, ahead, charge_ns, long_launch ? 0 : kTurnLeadNs);
+        const int64_t lead = long_launch || bound > 0 ? 0 : kTurnLeadNs;
+        const TurnVerdict v = TurnAt(plan, now, ahead, charge_ns, lead);
         if (v.wait_ns == 0) {
           *started = v.started;
           b.Unlock();
@@ -397,11 +401,14 @@ bool AdmitInTurn(const GroupSegment& segment, int dev, ComputeBudget budget, CUs
           return true;
         }
         FlushMarkerLocked(stream, b);
-        if (v.cut_off && waiting_since == 0) budget.CountCutOff();
+        if (v.cut_off && !cut_off) {
+          budget.CountCutOff();
+          cut_off = true;
+        }
         nap = v.wait_ns;
         // A plan that starts meanwhile may open a turn sooner.
         if (!switched && next.epoch_ns != 0) {
-          nap = std::min(nap, std::max<int64_t>(1, next.epoch_ns - kTurnLeadNs - now));
+          nap = std::min(nap, std::max<int64_t>(1, next.epoch_ns - lead - now));
         }
         if (b.watch.pending() > 0) nap = std::min(nap, kWatchNapNs);
       }

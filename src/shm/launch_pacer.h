@@ -160,6 +160,8 @@ inline void RaiseBehind(std::atomic_ref<int64_t> next_free, int64_t now_ns, int6
 // holder's queue ends with its turn, and the device switches to a context
 // with work as soon as that one runs dry: work queued a little early waits
 // for it rather than the device idling while the next holder's thread wakes.
+// Not beside a latency group (the gate then queues nothing early): while two
+// batch contexts have work a latency kernel waits two slices.
 inline constexpr int64_t kTurnLeadNs = 500'000;
 
 // Where a launch stands under a turn plan (TurnPlan: period 0, no turns).

@@ -323,6 +323,47 @@ TEST_F(ComputeTest, AGrantPacesAnUnlimitedGroup) {
   EXPECT_LE(share, 40);
 }
 
+// Turns (gpusliced's batch groups, shm/launch_pacer.h TurnAt): a group
+// launches only within its turn of each cycle, and every cycle in which the
+// turn's end held a launch back is counted (the scheduler's evidence that
+// the group wants more). Beside a latency group the scheduler also bounds
+// the queue (1 ms, less than one 2 ms kernel): the stream then drains
+// before each launch, and the cut-off is counted all the same (it was not,
+// once the drain had begun the wait: the scheduler took the group to want
+// nothing more, bench/scheduler's latency case gave it 10 % of 27).
+class TurnsTest : public ComputeTest, public ::testing::WithParamInterface<int64_t> {};
+
+TEST_P(TurnsTest, ATurnConfinesLaunchesAndEachCutOffIsCounted) {
+  const pid_t p = Tenant(0, Limited("turns", "100"), 12);
+  WaitRunning({p});
+  auto seg = Segment("turns");
+  ASSERT_NE(seg, nullptr);
+  const int64_t now_ns = MonotonicNs();
+  ASSERT_TRUE(WaitFor([&] { return seg->LastAliveNs() > now_ns; }, std::chrono::seconds(10)));
+  // The first cycle starts after the queue the member built has drained.
+  constexpr int64_t kPeriodNs = 100'000'000;
+  const TurnPlan plan{.epoch_ns = MonotonicNs() + 3'000'000'000, .period_ns = kPeriodNs,
+                      .begin_ns = 0, .length_ns = 30'000'000};
+  seg->SetQueueBound(0, GetParam());
+  seg->SetComputeGrant(0, 3000);
+  seg->SetTurns(0, plan, plan);
+  std::this_thread::sleep_for(milliseconds(3500));
+  const uint64_t cut0 = seg->Counters(0).cut_off;
+  const double share = Share({p}, milliseconds(2000));
+  const uint64_t cut = seg->Counters(0).cut_off - cut0;
+  // 30 ms of each 100: whole 2 ms kernels that end within it, less the
+  // drains' gaps where the queue is bounded.
+  EXPECT_GE(share, 18);
+  EXPECT_LE(share, 32);
+  EXPECT_GE(cut, 10u) << "of about 20 cycles";
+  EXPECT_LE(cut, 60u);  // once per launch held back, not once per look (every ~1 ms)
+}
+
+INSTANTIATE_TEST_SUITE_P(QueueBound, TurnsTest, ::testing::Values(0, 1'000'000),
+                         [](const ::testing::TestParamInfo<int64_t>& bound) {
+                           return bound.param == 0 ? std::string("none") : std::string("1ms");
+                         });
+
 TEST_F(ComputeTest, APausedGroupLaunchesNothingUntilResumed) {
   const pid_t p = Tenant(0, Limited("pausable", "100"), 20);
   WaitRunning({p});
