@@ -191,7 +191,9 @@ class TenantRegistry {
   //
   // reg.schedule is applied only when this registration creates the group
   // and admission allows it; otherwise the registration still succeeds and
-  // `*schedule_refused` (if given) says why ("" when applied or not asked).
+  // `*schedule_refused` (if given) says why ("" when applied, not asked, or
+  // already the group's: every part it sets is the group's on the GPUs it
+  // names).
   StatusOr<Tenant> Register(const Registration& reg, std::string* schedule_refused = nullptr);
   // Removes the tenant `pid` (it stays alive). kNotFound if not registered.
   Status Unregister(pid_t pid);
