@@ -412,7 +412,7 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
   t.uid = reg.uid.value_or(identity->uid);
   t.group = reg.group;
   t.cgroup = identity->cgroup;
-  t.hints = reg.hints;
+  t.hints = ShownHints(*identity, reg.hints);
   t.hint_conflicts = CheckHints(*identity, reg.hints);
   t.devices = reg.devices;
   t.requested = reg.gpu_limits;

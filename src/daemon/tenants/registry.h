@@ -121,7 +121,7 @@ struct Tenant {
   uid_t uid = 0;
   std::string group;
   CgroupInfo cgroup;                        // pod UID, container id, runtime
-  ClaimedHints hints;                       // what the client said (unverified)
+  ClaimedHints hints;                       // what it said, as shown (ShownHints)
   std::vector<std::string> hint_conflicts;  // where the hints contradict the host
   Tier tier = Tier::kShared;
   std::vector<std::string> devices;  // GPU UUIDs
