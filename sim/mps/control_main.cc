@@ -105,7 +105,10 @@ class SimHost : public MpsHost {
     std::string path(self);
     path = path.substr(0, path.rfind('/')) + "/nvidia-cuda-mps-server";
     std::string devices;
-    for (int d : devices_) devices += (devices.empty() ? "" : ",") + std::to_string(d);
+    for (int d : devices_) {
+      if (!devices.empty()) devices += ',';
+      devices += std::to_string(d);
+    }
 
     int to_server[2], from_server[2];
     if (pipe2(to_server, O_CLOEXEC) != 0) return Unavailable(Errno("pipe"));

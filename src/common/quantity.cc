@@ -3,8 +3,9 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <initializer_list>
 #include <string>
+
+#include "common/str_cat.h"
 
 namespace gpuslice {
 
@@ -15,18 +16,6 @@ std::string_view Trim(std::string_view s) {
 }
 
 namespace {
-
-// The parts joined, for the error messages below. (Appending, not
-// `"literal" + std::string(...)`: GCC 12 at -O2 and above warns falsely on
-// that operator+, -Wrestrict.)
-std::string Cat(std::initializer_list<std::string_view> parts) {
-  size_t size = 0;
-  for (std::string_view p : parts) size += p.size();
-  std::string out;
-  out.reserve(size);
-  for (std::string_view p : parts) out.append(p);
-  return out;
-}
 
 bool IEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -70,21 +59,21 @@ StatusOr<uint64_t> ParseBytes(std::string_view text) {
     }
   }
   if (!digits) {
-    return InvalidArgument(Cat({"'", text,
-                                "' is not a byte quantity (expected a number such as 4GiB, "
-                                "512MiB, 8G or 1073741824)"}));
+    return InvalidArgument(StrCat({"'", text,
+                                   "' is not a byte quantity (expected a number such as 4GiB, "
+                                   "512MiB, 8G or 1073741824)"}));
   }
   std::string_view unit = Trim(s.substr(i));
   double mult = UnitMultiplier(unit);
   if (mult == 0) {
-    return InvalidArgument(Cat({"unknown unit '", unit, "' in '", text,
-                                "' (use B, K/Ki/KiB, M/Mi/MiB, G/Gi/GiB, T/Ti/TiB or "
-                                "KB/MB/GB/TB)"}));
+    return InvalidArgument(StrCat({"unknown unit '", unit, "' in '", text,
+                                   "' (use B, K/Ki/KiB, M/Mi/MiB, G/Gi/GiB, T/Ti/TiB or "
+                                   "KB/MB/GB/TB)"}));
   }
   std::string number(s.substr(0, i));
   double value = std::strtod(number.c_str(), nullptr) * mult;
   if (!std::isfinite(value) || value >= 18446744073709551615.0) {
-    return InvalidArgument(Cat({"byte quantity '", text, "' is too large"}));
+    return InvalidArgument(StrCat({"byte quantity '", text, "' is too large"}));
   }
   // Not llround: a long long saturates at 2^63, below many valid quantities.
   return static_cast<uint64_t>(std::round(value));
@@ -94,17 +83,17 @@ StatusOr<uint32_t> ParsePercent(std::string_view text) {
   std::string_view s = Trim(text);
   if (!s.empty() && s.back() == '%') s = Trim(s.substr(0, s.size() - 1));
   if (s.empty() || s.size() > 3) {
-    return InvalidArgument(Cat({"'", text, "' is not a percentage (expected 0-100)"}));
+    return InvalidArgument(StrCat({"'", text, "' is not a percentage (expected 0-100)"}));
   }
   uint32_t v = 0;
   for (char c : s) {
     if (!isdigit(static_cast<unsigned char>(c))) {
-      return InvalidArgument(Cat({"'", text, "' is not a percentage (expected 0-100)"}));
+      return InvalidArgument(StrCat({"'", text, "' is not a percentage (expected 0-100)"}));
     }
     v = v * 10 + (c - '0');
   }
   if (v > 100) {
-    return InvalidArgument(Cat({"percentage '", text, "' is above 100"}));
+    return InvalidArgument(StrCat({"percentage '", text, "' is above 100"}));
   }
   return v;
 }
