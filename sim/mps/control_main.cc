@@ -8,7 +8,7 @@
 //   nvidia-cuda-mps-control VERB...  one MPS v3 command ("server list")
 // With -d or -f: -p/--protocol 2|3 (MPS v3: protocol 3; CUDA_MPS_PROTOCOL_VERSION
 // wins over the flag), -a/--apply FILE (the v3 TOML configuration; needs
-// protocol 3). See docs/sim.md "MPS v3".
+// protocol 3). See docs/sim-mps.md "MPS v3".
 //
 // Environment: CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps),
 // CUDA_MPS_LOG_DIRECTORY (default /var/log/nvidia-mps), CUDA_VISIBLE_DEVICES

@@ -1,5 +1,5 @@
 // TenantRegistry: the daemon's record of its tenants and their groups
-// (DESIGN.md section 4, "Registry" and "Durability"; docs/daemon.md
+// (DESIGN.md section 4, "Registry" and "Durability"; docs/api.md
 // "Tenants and groups").
 //
 // A tenant is one process that registered (POST /v1/tenants); the daemon
@@ -17,7 +17,7 @@
 //     whose owner let it go while members still ran (ForgetWhenEmpty: a
 //     kubelet's unprepare, a pod's deletion) is forgotten when its last
 //     member goes, and the mark is checkpointed with the group.
-//  4. Scheduling (issue 13; docs/daemon.md "Scheduling"): per GPU a group has
+//  4. Scheduling (issue 13; docs/scheduling.md "Scheduling"): per GPU a group has
 //     a request, a priority and a weight (ScheduleSettings, keyed like
 //     Limits) and the group a paused flag; its limit is its compute limit.
 //     Admission: on every GPU the requests of all groups sum to at most 100

@@ -1,4 +1,4 @@
-// Prometheus series of groups and tenants (docs/daemon.md "Metrics"),
+// Prometheus series of groups and tenants (docs/api.md "Metrics"),
 // appended to the GPU series of GET /metrics. Labels: group, pod, namespace
 // (the pod and namespace the members claim, "" outside a pod), gpu (index)
 // and uuid; tenants add container and pid. Memory and shares are the
