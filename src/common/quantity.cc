@@ -59,16 +59,16 @@ StatusOr<uint64_t> ParseBytes(std::string_view text) {
     }
   }
   if (!digits) {
-    return InvalidArgument(StrCat({"'", text,
-                                   "' is not a byte quantity (expected a number such as 4GiB, "
-                                   "512MiB, 8G or 1073741824)"}));
+    constexpr std::string_view kExpected =
+        "' is not a byte quantity (expected a number such as 4GiB, 512MiB, 8G or 1073741824)";
+    return InvalidArgument(StrCat({"'", text, kExpected}));
   }
   std::string_view unit = Trim(s.substr(i));
   double mult = UnitMultiplier(unit);
   if (mult == 0) {
-    return InvalidArgument(StrCat({"unknown unit '", unit, "' in '", text,
-                                   "' (use B, K/Ki/KiB, M/Mi/MiB, G/Gi/GiB, T/Ti/TiB or "
-                                   "KB/MB/GB/TB)"}));
+    constexpr std::string_view kUnits =
+        "' (use B, K/Ki/KiB, M/Mi/MiB, G/Gi/GiB, T/Ti/TiB or KB/MB/GB/TB)";
+    return InvalidArgument(StrCat({"unknown unit '", unit, "' in '", text, kUnits}));
   }
   std::string number(s.substr(0, i));
   double value = std::strtod(number.c_str(), nullptr) * mult;
