@@ -1,4 +1,4 @@
-// Faults the simulated NVML injects (docs/sim.md "NVML faults"): a control
+// Faults the simulated NVML injects (docs/sim-nvml.md "NVML faults"): a control
 // file beside the simulation's state file, "<state path>.nvml-faults", which
 // `gpuslice sim nvml-fault` writes, one rule a line:
 //

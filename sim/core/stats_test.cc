@@ -1,4 +1,4 @@
-// The ground-truth report: field names are a stable interface (README).
+// The ground-truth report: field names are a stable interface (docs/sim.md).
 #include "sim/core/stats.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// The simulated GPU's XID errors (docs/sim.md "XID errors"): a control file
+// The simulated GPU's XID errors (docs/sim-nvml.md "XID errors"): a control file
 // beside the simulation's state file, "<state path>.xid", to which
 // `gpuslice sim xid` appends one line per error, "<device index> <xid>\n".
 // The simulated NVML delivers the lines appended after a device was

@@ -8,7 +8,7 @@
 // connecting; see client.h). The route is "<server>" or "<server>/<namespace>"
 // (MPS v3: which socket under the pipe directory the client used).
 //
-// MPS v3's module-verb commands (docs/sim.md "MPS v3"): `server list`,
+// MPS v3's module-verb commands (docs/sim-mps.md "MPS v3"): `server list`,
 // `namespace list --server=<name>`, `client list --all`,
 // `sm_partition list --server=<name>`, and at run time
 // `namespace create|set --server=<name> --name=<ns>

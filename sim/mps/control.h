@@ -23,7 +23,7 @@
 //   ps [-p P]                  a header "PID ID SERVER DEVICE NAMESPACE COMMAND"
 //                              and a row per client
 //
-// MPS v3 (EnableV3; docs/sim.md "MPS v3" names the documented fact behind
+// MPS v3 (EnableV3; docs/sim-mps.md "MPS v3" names the documented fact behind
 // each rule and the parameters where the documentation is silent): the
 // configured servers are named and start on their first client (uid from the
 // configuration, else the client's); a client names its server and

@@ -8,7 +8,7 @@
 //   nvidia-cuda-mps-control VERB...  one MPS v3 command ("server list")
 // With -d or -f: -p/--protocol 2|3 (MPS v3: protocol 3; CUDA_MPS_PROTOCOL_VERSION
 // wins over the flag), -a/--apply FILE (the v3 TOML configuration; needs
-// protocol 3). See docs/sim.md "MPS v3".
+// protocol 3). See docs/sim-mps.md "MPS v3".
 //
 // Environment: CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps),
 // CUDA_MPS_LOG_DIRECTORY (default /var/log/nvidia-mps), CUDA_VISIBLE_DEVICES
@@ -105,7 +105,10 @@ class SimHost : public MpsHost {
     std::string path(self);
     path = path.substr(0, path.rfind('/')) + "/nvidia-cuda-mps-server";
     std::string devices;
-    for (int d : devices_) devices += (devices.empty() ? "" : ",") + std::to_string(d);
+    for (int d : devices_) {
+      if (!devices.empty()) devices += ',';
+      devices += std::to_string(d);
+    }
 
     int to_server[2], from_server[2];
     if (pipe2(to_server, O_CLOEXEC) != 0) return Unavailable(Errno("pipe"));

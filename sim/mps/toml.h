@@ -1,5 +1,5 @@
 // A strict parser for the subset of TOML that the MPS v3 configuration file
-// uses (docs/sim.md "MPS v3"): comments, `key = value` lines with bare or
+// uses (docs/sim-mps.md "MPS v3"): comments, `key = value` lines with bare or
 // quoted keys, dotted table headers `[a.b.c]`, arrays of tables `[[a.b]]`,
 // and values that are basic strings ("..." with \" \\ \n \t escapes),
 // decimal integers and booleans. Anything else (inline tables, arrays,

@@ -1,5 +1,5 @@
 // The MPS v3 configuration file (`nvidia-cuda-mps-control -p 3 -a FILE`),
-// checked against the documented schema (docs/sim.md "MPS v3" lists the
+// checked against the documented schema (docs/sim-mps.md "MPS v3" lists the
 // facts each rule follows):
 //   schema_version = "1.0"                      (required)
 //   [servers.<name>]   allowed_devices (string, comma-separated UUIDs),

@@ -105,7 +105,7 @@ struct Library {
   std::shared_mutex mu;
   int refcount = 0;             // guarded by mu
   std::unique_ptr<SimGpu> gpu;  // guarded by mu; set iff refcount > 0
-  // guarded by mu; set with gpu: the faults to inject (docs/sim.md "NVML faults")
+  // guarded by mu; set with gpu: the faults to inject (docs/sim-nvml.md "NVML faults")
   std::unique_ptr<NvmlFaultInjector> faults;
   nvmlDevice_st devices[kMaxDevices];
   std::mutex sets_mu;
@@ -1141,7 +1141,7 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
   });
 }
 
-// ---- events (XID errors only; docs/sim.md "XID errors") ----
+// ---- events (XID errors only; docs/sim-nvml.md "XID errors") ----
 
 GS_NVML_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) { return ns::EventSetCreate(set); }
 

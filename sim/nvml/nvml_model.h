@@ -3,7 +3,7 @@
 // lock (SimGpu::WithState) after the schedule was advanced to now; unit tests
 // call them on a hand-built state.
 //
-// Derived quantities (documented in README and DESIGN.md section 7):
+// Derived quantities (documented in docs/sim.md):
 //  - utilization: the most recent closed window's busy share; memory
 //    utilization (bandwidth, which the model does not track) is half of it;
 //  - power: idle power while idle and busy power while executing, each capped

@@ -249,7 +249,7 @@ void AddSimCommands(CLI::App* sim) {
         "Print the simulation's ground truth: per device and per process (exited ones "
         "kept until reset) busy time, kernels, memory, and the simulation clock");
     stats->add_option("--state", t->state, "Simulation state file");
-    stats->add_flag("--json", *json, "Machine-readable output (fields documented in the README)");
+    stats->add_flag("--json", *json, "Machine-readable output (fields documented in docs/sim.md)");
     stats
         ->add_option("--watch", *watch,
                      "Instead, print every SECONDS each process's share of GPU time")

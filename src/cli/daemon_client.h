@@ -1,4 +1,4 @@
-// DaemonClient: the CLI's one way to talk to gpusliced (docs/daemon.md) —
+// DaemonClient: the CLI's one way to talk to gpusliced (docs/api.md) —
 // requests and their JSON answers, the daemon's error messages, and the event
 // stream (GET /v1/events, server-sent events). It goes through an injected
 // DaemonTransport: SocketTransport (HTTP over the Unix socket or TCP) in the

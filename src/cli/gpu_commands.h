@@ -1,5 +1,5 @@
 // `gpuslice gpu …`: GPU listing and settings through the daemon's API
-// (docs/daemon.md). Talks to gpusliced through the client `connect` gives
+// (docs/api.md, docs/cli.md). Talks to gpusliced through the client `connect` gives
 // for the command's --socket (default: GPUSLICE_SOCKET).
 #pragma once
 

@@ -91,7 +91,7 @@ std::vector<RegistryGroup> MergeRegistry(std::vector<RegistryGroup> registry,
 // not counted in use.
 GroupReport ReadGroupReport(const GroupSegment& segment, int64_t now_ns);
 
-// {"groups":[…]} with the fields documented in README.md ("The limiter");
+// {"groups":[…]} with the fields documented in docs/cli.md ("gpuslice status --json");
 // with a `daemon` that was used, also "daemon", the groups' "tier" and
 // "tenants", members' "tenant" and "registry_only_groups".
 nlohmann::json StatusJson(const std::vector<GroupReport>& groups, const DaemonView& daemon = {});

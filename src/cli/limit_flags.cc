@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/quantity.h"
+#include "common/str_cat.h"
 #include "gpuslice/group_segment.h"
 
 namespace gpuslice::cli {
@@ -29,7 +30,7 @@ std::string CanonicalKey(std::string_view key) {
   for (char c : key) digits = digits && isdigit(static_cast<unsigned char>(c));
   if (digits) {
     while (key.size() > 1 && key.front() == '0') key.remove_prefix(1);
-    return "#" + std::string(key);
+    return StrCat({"#", key});
   }
   std::string uuid;
   for (char c : key) {
@@ -57,8 +58,8 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> SplitFlag(std::string
     const std::string_view item = Trim(flag.substr(0, comma));
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos) {
-      return InvalidArgument("'" + std::string(item) +
-                             "' is not DEVICE=VALUE (DEVICE: an index or a GPU UUID)");
+      return InvalidArgument(
+          StrCat({"'", item, "' is not DEVICE=VALUE (DEVICE: an index or a GPU UUID)"}));
     }
     const std::string key(Trim(item.substr(0, eq)));
     const std::string value(Trim(item.substr(eq + 1)));

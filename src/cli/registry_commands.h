@@ -1,5 +1,5 @@
 // `gpuslice tenants` and `gpuslice group show|set|forget`: gpusliced's tenant
-// registry from the command line (docs/daemon.md "Tenants and groups").
+// registry from the command line (docs/api.md "Tenants and groups").
 //
 //   tenants [--group G] [--json]
 //   group show [G] [--json]

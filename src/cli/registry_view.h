@@ -1,4 +1,4 @@
-// The daemon's tenant registry as the CLI shows and changes it (docs/daemon.md
+// The daemon's tenant registry as the CLI shows and changes it (docs/api.md
 // "Tenants and groups"): the `tenants` table, `group show`, the body `group
 // set` sends, and the registry's groups that `status` merges with the
 // segments. Pure functions of the daemon's JSON: no socket, no output, so
@@ -32,7 +32,7 @@ struct RegisteredTenant {
 
 // A group as the registry knows it: its tier and its live tenants (by host pid).
 // The enforcer of a group's limits on one GPU, per dimension (the daemon's
-// "enforcer" of each of a group's GPUs; docs/daemon.md "Enforcers").
+// "enforcer" of each of a group's GPUs; docs/backstop.md "Enforcers").
 struct GroupEnforcer {
   int gpu = 0;
   std::string uuid;
@@ -76,7 +76,7 @@ struct GroupSetFlags {
   std::vector<std::pair<std::string, uint64_t>> memory;   // MemoryLimitsByDevice
   std::vector<std::pair<std::string, uint32_t>> compute;  // ComputeLimitsByDevice
   std::string tier;                                       // "", "shared" or "mps"
-  // Scheduling (docs/daemon.md "Scheduling"), (device, value) as `compute`.
+  // Scheduling (docs/scheduling.md "Scheduling"), (device, value) as `compute`.
   std::vector<std::pair<std::string, uint32_t>> request;      // 0..100
   std::vector<std::pair<std::string, std::string>> priority;  // "latency" or "batch"
   std::vector<std::pair<std::string, uint32_t>> weight;       // 1..1000

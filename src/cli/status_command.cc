@@ -151,7 +151,7 @@ void AddStatusCommand(CLI::App& app, const DaemonConnector& connect) {
                      "Directory of the group segments (default: $GPUSLICE_SHM_DIR or "
                      "/dev/shm/gpuslice)");
   status->add_option("--group", o->group, "Show only this group")->check(GroupIdCheck());
-  status->add_flag("--json", o->json, "Machine-readable output (fields documented in the README)");
+  status->add_flag("--json", o->json, "Machine-readable output (fields documented in docs/cli.md)");
   status->add_flag("--all", o->all,
                    "Also show idle groups (no process attached; shown with their idle time)");
   status->add_flag("--gc", o->gc, "First remove idle groups' segments older than --gc-grace-s");

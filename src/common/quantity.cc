@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include "common/str_cat.h"
+
 namespace gpuslice {
 
 std::string_view Trim(std::string_view s) {
@@ -57,20 +59,21 @@ StatusOr<uint64_t> ParseBytes(std::string_view text) {
     }
   }
   if (!digits) {
-    return InvalidArgument("'" + std::string(text) +
-                           "' is not a byte quantity (expected a number such as 4GiB, 512MiB, "
-                           "8G or 1073741824)");
+    constexpr std::string_view kExpected =
+        "' is not a byte quantity (expected a number such as 4GiB, 512MiB, 8G or 1073741824)";
+    return InvalidArgument(StrCat({"'", text, kExpected}));
   }
   std::string_view unit = Trim(s.substr(i));
   double mult = UnitMultiplier(unit);
   if (mult == 0) {
-    return InvalidArgument("unknown unit '" + std::string(unit) + "' in '" + std::string(text) +
-                           "' (use B, K/Ki/KiB, M/Mi/MiB, G/Gi/GiB, T/Ti/TiB or KB/MB/GB/TB)");
+    constexpr std::string_view kUnits =
+        "' (use B, K/Ki/KiB, M/Mi/MiB, G/Gi/GiB, T/Ti/TiB or KB/MB/GB/TB)";
+    return InvalidArgument(StrCat({"unknown unit '", unit, "' in '", text, kUnits}));
   }
   std::string number(s.substr(0, i));
   double value = std::strtod(number.c_str(), nullptr) * mult;
   if (!std::isfinite(value) || value >= 18446744073709551615.0) {
-    return InvalidArgument("byte quantity '" + std::string(text) + "' is too large");
+    return InvalidArgument(StrCat({"byte quantity '", text, "' is too large"}));
   }
   // Not llround: a long long saturates at 2^63, below many valid quantities.
   return static_cast<uint64_t>(std::round(value));
@@ -80,17 +83,17 @@ StatusOr<uint32_t> ParsePercent(std::string_view text) {
   std::string_view s = Trim(text);
   if (!s.empty() && s.back() == '%') s = Trim(s.substr(0, s.size() - 1));
   if (s.empty() || s.size() > 3) {
-    return InvalidArgument("'" + std::string(text) + "' is not a percentage (expected 0-100)");
+    return InvalidArgument(StrCat({"'", text, "' is not a percentage (expected 0-100)"}));
   }
   uint32_t v = 0;
   for (char c : s) {
     if (!isdigit(static_cast<unsigned char>(c))) {
-      return InvalidArgument("'" + std::string(text) + "' is not a percentage (expected 0-100)");
+      return InvalidArgument(StrCat({"'", text, "' is not a percentage (expected 0-100)"}));
     }
     v = v * 10 + (c - '0');
   }
   if (v > 100) {
-    return InvalidArgument("percentage '" + std::string(text) + "' is above 100");
+    return InvalidArgument(StrCat({"percentage '", text, "' is above 100"}));
   }
   return v;
 }

@@ -43,9 +43,9 @@ struct DaemonConfig {
   int64_t sse_keepalive_ms = 15000;
   int64_t io_threads = 1;
   int64_t worker_threads = 4;
-  // The NVML memory backstop (docs/daemon.md "Backstop"): off, report, kill.
+  // The NVML memory backstop (docs/backstop.md): off, report, kill.
   std::string memory_backstop = "report";
-  // The NVML compute backstop (docs/daemon.md "Backstop"): off, report, throttle;
+  // The NVML compute backstop (docs/backstop.md): off, report, throttle;
   // a group is over when above its compute limit by more than
   // compute_backstop_tolerance points for more than compute_backstop_over_ms;
   // an unregistered process is throttled to compute_backstop_unregistered_percent.
@@ -61,7 +61,7 @@ struct DaemonConfig {
   std::string kube_ca;
   std::string kube_token_file;
   std::string kube_resource_slices = "on";  // on, off
-  // Kubernetes, the kubelet's side (docs/kubernetes.md "Kubelet side"): off
+  // Kubernetes, the kubelet's side (docs/kubelet.md): off
   // unless dra or device_plugin is set (kubelet::KubeletConfig mirrors these).
   bool dra = false;
   bool device_plugin = false;

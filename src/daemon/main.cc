@@ -167,7 +167,7 @@ std::optional<int> Configure(int argc, char** argv, DaemonConfig& config,
        "Bearer token file for --kube-api URL, re-read when it changes");
   bind("--kube-resource-slices", &DaemonConfig::kube_resource_slices,
        "Publish ResourceSlices for DRA: on (default), off");
-  // The kubelet's side (docs/kubernetes.md "Kubelet side"): nothing starts
+  // The kubelet's side (docs/kubelet.md): nothing starts
   // without --dra or --device-plugin.
   auto bind_flag = [&](const char* name, bool DaemonConfig::*member, const char* help) {
     CLI::Option* o = app.add_flag(name, flags.*member, help);
@@ -322,7 +322,7 @@ int Run(int argc, char** argv) {
   GpuMonitor monitor(**backend, std::chrono::milliseconds(config.poll_interval_ms));
   monitor.SetChangeListener(
       [&hub](const GpuInfo& gpu) { hub.Publish("gpu", GpuJson(gpu).dump()); });
-  // Tenants and groups (docs/daemon.md "Tenants and groups"): exits by pidfd,
+  // Tenants and groups (docs/api.md "Tenants and groups"): exits by pidfd,
   // the checkpoint re-adopted at start, the driver's per-process usage
   // refreshed after each sample.
   PidWatcher pid_watcher;
@@ -425,7 +425,7 @@ int Run(int argc, char** argv) {
     f.mps_protocol = status.available ? status.protocol : 0;  // probed from the binary
     f.mps_reason = status.available ? "" : status.reason;
   });
-  // Isolation tiers (docs/daemon.md "Tenants and groups"): an mps group holds
+  // Isolation tiers (docs/api.md "Tenants and groups"): an mps group holds
   // one MPS tenant, named by the group, while it has members.
   GroupTiers tiers(registry, mps, [&hub](std::string_view type, const nlohmann::json& data) {
     hub.Publish(type, data.dump());
@@ -433,7 +433,7 @@ int Run(int argc, char** argv) {
   tiers.Reconcile();
   tiers.Start();
   tiers_ref.store(&tiers);
-  // The enforcer of each group on each GPU (docs/daemon.md "Enforcers").
+  // The enforcer of each group on each GPU (docs/backstop.md "Enforcers").
   Enforcers enforcers(
       Enforcers::Options{.cgroup_root = config.cgroup_root}, **backend, registry,
       Enforcers::Sources{.gpus = [&monitor] { return monitor.Current(); },
@@ -469,7 +469,7 @@ int Run(int argc, char** argv) {
     }
   } tiers_unref{pid_watcher, tiers_ref};
 
-  // The memory backstop (docs/daemon.md "Backstop"): NVML's per-process
+  // The memory backstop (docs/backstop.md): NVML's per-process
   // memory against the registry's groups, each monitor tick.
   std::optional<BackstopMonitor> backstop;
   if (config.memory_backstop != "off") {
@@ -484,7 +484,7 @@ int Run(int argc, char** argv) {
           hub.Publish(type, data.dump());
         });
   }
-  // The compute backstop (docs/daemon.md "Backstop"): NVML's per-process
+  // The compute backstop (docs/backstop.md): NVML's per-process
   // utilization against the registry's groups, on a thread of its own, with
   // the SIGSTOP/SIGCONT duty cycle where the operator enabled it. Whatever the
   // mode, what a previous run may have left stopped is continued first.
@@ -691,13 +691,13 @@ int Run(int argc, char** argv) {
     claim_reader = std::make_unique<kubelet::ApiClaimReader>(
         [&client = kube_node->client()](const std::string& path) { return client.Get(path); });
   }
-  // The kubelet side (docs/kubernetes.md "Kubelet side"), only when asked:
+  // The kubelet side (docs/kubelet.md), only when asked:
   // allocations restored, the DRA plugin and device plugins served.
   std::unique_ptr<kubelet::KubeletSide> kubelet_side;
   // A device-plugin slice whose pod asks for tier mps, or a claim whose
   // SliceConfig does, gets the group's MPS tenant: the placement a
   // registration would be checked for, then the grant it gets
-  // (docs/kubernetes.md "MPS"). Only where MPS runs.
+  // (docs/kubelet.md "MPS"). Only where MPS runs.
   kubelet::MpsAcquire mps_acquire;
   if (mps.GetStatus().available) {
     mps_acquire = [&tiers](const std::string& group, const std::vector<std::string>& uuids) {
@@ -787,7 +787,7 @@ int Run(int argc, char** argv) {
   monitor.Stop();
   if (node_segment) node_segment->MarkStopped();  // readers see it stale at once
   // The driver's per-cgroup limits go with the daemon, as its leases do
-  // (docs/daemon.md "Enforcers"); what could not be cleared stays recorded.
+  // (docs/backstop.md "Enforcers"); what could not be cleared stays recorded.
   if (Status s = enforcers.ClearAll(); !s.ok()) {
     GS_LOG(kWarn, "gpusliced", "event=driver_limits_left error=\"%s\"", s.message().c_str());
   }

@@ -1,7 +1,7 @@
 // The limiter's registration client (DESIGN.md sections 4 and 5b): it tells
 // gpusliced that this process is a tenant of a group, over the daemon's Unix
 // socket (or its TCP listener, with a token), and reads back the limits the
-// daemon grants and the environment it gives (docs/daemon.md, "Tenants and
+// daemon grants and the environment it gives (docs/api.md, "Tenants and
 // groups": POST /v1/tenants). `gpuslice run` uses it too.
 //
 // Split so that the formats are tested without a socket: RegistrationBody /

@@ -1,6 +1,6 @@
 // GraphMemCharges: the group's charge for the process's CUDA graph memory
 // (allocation nodes: cuGraphAddMemAllocNode, cuMemAllocAsync captured;
-// DESIGN.md section 2, docs/limiter.md "Graph memory").
+// DESIGN.md section 2, docs/memory.md "Graph memory").
 //
 // The driver counts, per device, the graph memory pool's physical memory
 // (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT). It grows when an executable graph

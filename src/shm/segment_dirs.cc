@@ -11,6 +11,7 @@
 #include <limits>
 #include <set>
 
+#include "common/str_cat.h"
 #include "shm/group_segment.h"
 
 namespace gpuslice {
@@ -43,7 +44,7 @@ std::string ClaimSegmentDir(const std::string& shm_dir, std::string_view group) 
 
 Status MakeClaimSegmentDir(const std::string& shm_dir, std::string_view group) {
   if (!SingleComponent(group)) {
-    return InvalidArgument("\"" + std::string(group) + "\" cannot name a segment directory");
+    return InvalidArgument(StrCat({"\"", group, "\" cannot name a segment directory"}));
   }
   if (mkdir(shm_dir.c_str(), 01777) == 0) chmod(shm_dir.c_str(), 01777);
   GS_RETURN_IF_ERROR(MakeDirWithMode(shm_dir + "/" + kClaimDirsName, 0711));

@@ -1,5 +1,5 @@
 // Fuzzes the MPS v3 configuration file of the simulated control daemon
-// (docs/sim.md "MPS v3"): the strict TOML subset reader (ParseToml) and the
+// (docs/sim-mps.md "MPS v3"): the strict TOML subset reader (ParseToml) and the
 // schema check (ParseV3Config) on the same input.
 //
 // Properties beyond "no crash, no sanitizer report": every value the reader

@@ -1,5 +1,5 @@
-// `gpuslice top`: a live view of the node's GPUs and groups (README "gpuslice
-// top"), from gpusliced's event stream when it answers, else from the group
+// `gpuslice top`: a live view of the node's GPUs and groups (docs/cli.md
+// "gpuslice top"), from gpusliced's event stream when it answers, else from the group
 // segments and NVML (and back to the daemon when it returns). Full screen (ncurses) on a terminal;
 // one plain table per interval on a dumb terminal, when stdout is not a terminal, or with --plain /
 // --once.

@@ -11,7 +11,7 @@ namespace {
 
 using json = nlohmann::json;
 
-// The daemon's answers as docs/daemon.md shows them (two GPUs; group "train"
+// The daemon's answers as docs/api.md shows them (two GPUs; group "train"
 // with the scheduler's fields, group "nb" without: an older daemon).
 json GpusBody() {
   return json::parse(R"({"gpus": [

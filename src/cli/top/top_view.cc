@@ -71,12 +71,8 @@ GpuCells CellsOf(const GpuInfo& g) {
   c.util = Percent(g.util_percent);
   c.memory =
       g.memory_used && g.memory_total ? Bytes(*g.memory_used) + "/" + Bytes(*g.memory_total) : "-";
-  if (g.power_watts) {
-    c.power = Line("%.0fW", *g.power_watts);
-    if (g.power_limit_watts) c.power += Line("/%.0fW", *g.power_limit_watts);
-  } else {
-    c.power = "-";
-  }
+  c.power = g.power_watts ? Line("%.0fW", *g.power_watts) : std::string("-");
+  if (g.power_watts && g.power_limit_watts) c.power += Line("/%.0fW", *g.power_limit_watts);
   return c;
 }
 

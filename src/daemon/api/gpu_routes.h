@@ -1,4 +1,4 @@
-// The GPU part of the API (docs/daemon.md): listing, settings with leases,
+// The GPU part of the API (docs/api.md): listing, settings with leases,
 // energy, health, metrics. Registered on an ApiRouter by AddGpuRoutes.
 #pragma once
 

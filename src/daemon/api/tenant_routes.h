@@ -1,4 +1,4 @@
-// The tenants-and-groups part of the API (docs/daemon.md "Tenants and
+// The tenants-and-groups part of the API (docs/api.md "Tenants and
 // groups"): registration, the tenant list with the driver's per-process
 // usage, and group limits. Registered on an ApiRouter by AddTenantRoutes.
 //

@@ -1,5 +1,5 @@
-// The scheduling part of the tenant routes (issue 13; docs/daemon.md
-// "Scheduling"): PUT /v1/groups/{id} "schedule", the 409 of an overcommit,
+// The scheduling part of the tenant routes (docs/api.md
+// "Scheduling parameters"): PUT /v1/groups/{id} "schedule", the 409 of an overcommit,
 // the 400 of a request above the limit, pause/resume, a registration's
 // schedule, the group views and the metrics.
 #include <gtest/gtest.h>

@@ -26,7 +26,10 @@ constexpr std::array<Kind, 4> kKinds = {Kind::kOverLimit, Kind::kBackUnder, Kind
 
 std::string Pids(const std::vector<uint32_t>& pids) {
   std::string out;
-  for (uint32_t p : pids) out += (out.empty() ? "" : ",") + std::to_string(p);
+  for (uint32_t p : pids) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(p);
+  }
   return out;
 }
 

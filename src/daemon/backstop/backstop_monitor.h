@@ -1,5 +1,5 @@
 // BackstopMonitor: the daemon's memory backstop in operation (DESIGN.md
-// section 4, "Backstop"; docs/daemon.md "Backstop"). Each Tick reads the
+// section 4, "Backstop"; docs/backstop.md). Each Tick reads the
 // compute processes of every GPU from the backend (NVML's host pids and used
 // memory, which no tenant can forge), maps them to the registry's groups (a
 // tenant's host pid -> its group; a group's memory limit on a GPU is the

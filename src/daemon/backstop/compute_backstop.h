@@ -1,6 +1,6 @@
 // ComputeBackstop: the daemon's check of GPU compute use against what the
 // limiter is meant to enforce (DESIGN.md section 4, "Backstop";
-// docs/daemon.md "Backstop"), beside MemoryBackstop.
+// docs/backstop.md), beside MemoryBackstop.
 //
 // The limiter paces kernel launches inside each process, cooperatively; a
 // process without it (no LD_PRELOAD, a static driver) is not paced. NVML's

@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "common/log.h"
+#include "common/str_cat.h"
 #include "daemon/tenants/identity.h"
 
 namespace gpuslice::daemon {
@@ -18,7 +19,10 @@ constexpr std::array<Kind, ComputeBackstop::kKindCount> kKinds = {
 
 std::string Pids(const std::vector<uint32_t>& pids) {
   std::string out;
-  for (uint32_t p : pids) out += (out.empty() ? "" : ",") + std::to_string(p);
+  for (uint32_t p : pids) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(p);
+  }
   return out.empty() ? "-" : out;
 }
 
@@ -108,7 +112,7 @@ void ComputeBackstopMonitor::RetryUnsaved() {
 void ComputeBackstopMonitor::Report(std::vector<Finding>& findings) {
   for (const Finding& f : findings) {
     counts_[static_cast<size_t>(f.kind)].fetch_add(1, std::memory_order_relaxed);
-    const std::string name = "backstop_" + std::string(ComputeFindingKindName(f.kind));
+    const std::string name = StrCat({"backstop_", ComputeFindingKindName(f.kind)});
     GS_LOG(kWarn, "gpusliced",
            "event=%s gpu=%s group=%s pids=%s share_percent=%u limit_percent=%u run_percent=%u "
            "detail=\"%s\"",

@@ -1,5 +1,5 @@
 // ComputeBackstopMonitor: the compute backstop in operation (DESIGN.md
-// section 4, "Backstop"; docs/daemon.md "Backstop"). On two threads of its own:
+// section 4, "Backstop"; docs/backstop.md). On two threads of its own:
 //  - every `sample_interval_ns` one reads each GPU's compute processes and
 //    NVML's per-process utilization samples of the last `lookback_ns` from the
 //    backend (host pids), maps them to the registry's groups (a tenant's host

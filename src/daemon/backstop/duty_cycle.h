@@ -1,6 +1,6 @@
 // DutyCycleThrottler: holds processes to a share of the time by a
 // SIGSTOP/SIGCONT duty cycle (the compute backstop's throttle, DESIGN.md
-// section 4 "Backstop"; docs/daemon.md "Backstop"). Each throttled set (a
+// section 4 "Backstop"; docs/backstop.md). Each throttled set (a
 // key: an over-limit group on a GPU, or one unregistered process) runs for
 // `run_fraction` of every period and is stopped for the rest.
 //

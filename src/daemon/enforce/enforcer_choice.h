@@ -1,5 +1,5 @@
 // The enforcer of each group on each GPU, per dimension (DESIGN.md section
-// 5a; docs/daemon.md "Enforcers"): the strongest the node has, and why.
+// 5a; docs/backstop.md "Enforcers"): the strongest the node has, and why.
 //
 // Memory:
 //  1. No memory limit: nothing to enforce (kNone).

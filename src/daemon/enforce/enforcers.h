@@ -1,6 +1,6 @@
 // Enforcers: the daemon's choice of enforcer for each group on each GPU, per
 // dimension (enforcer_choice.h), made real and kept current (DESIGN.md
-// section 5a; docs/daemon.md "Enforcers").
+// section 5a; docs/backstop.md "Enforcers").
 //
 // Reconcile() recomputes every choice from the registry (groups, limits,
 // schedule, members' cgroups), the GPUs' features and the tiers granted, and
@@ -31,7 +31,7 @@
 //     its group, since a stopped daemon sees no group leave, and would hold
 //     whatever the cgroup runs next. A restart re-sets the limits of the
 //     groups still there on its first Reconcile; in between, the limiter in
-//     each process holds the limit (docs/daemon.md "Enforcers").
+//     each process holds the limit (docs/backstop.md "Enforcers").
 // The daemon calls Reconcile after every registry event (a tenant
 // registered or left, a group's limits changed or forgotten: synchronously,
 // so a registration's reply follows its driver limit) and after every GPU

@@ -1,5 +1,5 @@
 // JSON forms of what the daemon reports about GPUs (the API's wire format;
-// docs/daemon.md documents the fields).
+// docs/api.md documents the fields).
 #pragma once
 
 #include <nlohmann/json.hpp>

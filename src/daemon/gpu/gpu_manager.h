@@ -34,7 +34,7 @@
 //     then stale, and ExpireDue saves it again until a save works (the
 //     state store counts and logs the failures: state_store.h).
 //
-// All or nothing (docs/daemon.md "Settings"):
+// All or nothing (docs/api.md "Settings"):
 // 10. A Set naming several GPUs is one change: when any GPU refuses it (an
 //     NVML error, a record that cannot be saved, a GPU that cannot be read),
 //     every GPU that took it is undone once all have answered: its new lease

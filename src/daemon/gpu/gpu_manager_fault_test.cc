@@ -1,9 +1,8 @@
 // NVML errors in the middle of a setting that spans several GPUs
-// (gpu_manager.h rule 10; docs/errors.md "Fault injection"): one GPU refuses,
-// every GPU that took the change is undone, and what cannot be undone is
-// kept, counted and retried. FakeBackend's FailSets plays NVML's errors (the
-// NVML backend maps NVML_ERROR_UNKNOWN to kInternal, NO_PERMISSION to
-// kPermissionDenied, GPU_IS_LOST to kUnavailable).
+// (gpu_manager.h rule 10; docs/errors.md "Faults injected, and their tested outcomes"): one GPU
+// refuses, every GPU that took the change is undone, and what cannot be undone is kept, counted and
+// retried. FakeBackend's FailSets plays NVML's errors (the NVML backend maps NVML_ERROR_UNKNOWN to
+// kInternal, NO_PERMISSION to kPermissionDenied, GPU_IS_LOST to kUnavailable).
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -1,5 +1,5 @@
 // XidWatch: the XID errors NVML reports for the node's GPUs, watched on a
-// thread of its own (docs/kubernetes.md "GPU health"; docs/sim.md "XID
+// thread of its own (docs/kubelet.md "GPU health"; docs/sim.md "XID
 // errors" for the simulator's side).
 //
 // A Source hands out events (NvmlXidSource: an NVML event set registered for

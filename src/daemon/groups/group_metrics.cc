@@ -45,9 +45,12 @@ std::string FormatGroupMetrics(const std::vector<GroupControllers::GroupControl>
     for (const GroupSnapshot::Device& d : g.segment.devices) {
       std::string labels = "{" + group;
       if (auto it = gpu_index.find(d.uuid); it != gpu_index.end()) {
-        labels += "," + Label("gpu", std::to_string(it->second));
+        labels += ',';
+        labels += Label("gpu", std::to_string(it->second));
       }
-      labels += "," + Label("uuid", d.uuid) + "}";
+      labels += ',';
+      labels += Label("uuid", d.uuid);
+      labels += '}';
       char seconds[32];
       snprintf(seconds, sizeof seconds, "%.9g", static_cast<double>(d.throttled_ns) / 1e9);
       launches.samples += launches.name + labels + " " + std::to_string(d.launches) + "\n";

@@ -1,5 +1,5 @@
 // Prometheus series of the groups the daemon controls, from their segments
-// (docs/daemon.md "Metrics"): what only the limiter sees — launches paced and
+// (docs/api.md "Metrics"): what only the limiter sees — launches paced and
 // throttled, the time they waited, allocations refused — and whether the
 // daemon holds the group's controller role. Labels: group, gpu (index, when
 // the GPU is known) and uuid. Pure function; thread-safe.

@@ -64,7 +64,7 @@ Status RemoveCdiSpec(const std::string& dir, const std::string& claim_uid);
 // Removes the spec file `path`; OK if there is none.
 Status RemoveCdiFile(const std::string& path);
 
-// A device plugin slice's MPS client (docs/kubernetes.md "MPS"): one spec
+// A device plugin slice's MPS client (docs/kubelet.md "MPS"): one spec
 // file per slice group, `dir`/gpuslice.io-mps-<group>.json, holding one
 // device of kind kCdiMpsKind named by the group, which the slice's Allocate
 // answer names (ContainerAllocateResponse.cdi_devices) and which the runtime

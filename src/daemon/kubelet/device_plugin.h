@@ -1,30 +1,44 @@
 // DevicePlugins: gpuslice's v1beta1 device plugins, for clusters without DRA
-// (DESIGN.md section 5b; docs/kubernetes.md "Kubelet side"). Three
-// resources, each a plugin on its own socket in the kubelet's device-plugins
-// directory, registered with the kubelet's Registration service on
-// kubelet.sock:
+// (docs/kubelet.md "Device plugins"). Three resources, each a plugin on its
+// own socket in the kubelet's device-plugins directory, registered with the
+// kubelet's Registration service on kubelet.sock:
 //   gpuslice.io/vgpu        `vgpu_per_gpu` devices per GPU   "<uuid>-v<n>"
 //   gpuslice.io/gpu-memory  one device per `memory_unit_mib` "<uuid>-m<n>"
 //   gpuslice.io/gpu-cores   100 devices per GPU (percent)    "<uuid>-c<n>"
-// Device ids are deterministic: Allocate reads the GPU and the amount from
-// the ids it is given (never a guess about which pod is pending), and the
-// same ids always mean the same thing, across daemon and kubelet restarts.
 //
-// Allocate, per container. Each allocation is recorded in the
-// AllocationStore under "dp-<resource>-<hash of the ids>". The kubelet calls
-// each resource's plugin separately and merges what they return (keeping the
-// first answer's value of an environment variable, in no fixed order), so
-// only one of them may mount and name things:
-//  - gpuslice.io/vgpu is the container's slice and its group: the limiter
-//    is injected (library mount, LD_PRELOAD or /etc/ld.so.preload, the
-//    daemon socket's directory, NVIDIA_VISIBLE_DEVICES, device nodes),
-//    GPUSLICE_GROUP is the slice's allocation id, and the group's own
-//    segment directory (shm/segment_dirs.h) is the only one mounted;
-//  - gpuslice.io/gpu-memory and gpu-cores are amounts of that slice: they
-//    return only their limit as the environment's bootstrap fallback
-//    (GPUSLICE_MEMORY_LIMIT or GPUSLICE_COMPUTE_LIMIT keyed by GPU UUID).
+// Invariants:
+//  1. Device ids are deterministic: the same id means the same GPU and
+//     amount across daemon and kubelet restarts, and Allocate reads both from
+//     the ids it is given (never a guess about which pod is pending).
+//  2. Only gpuslice.io/vgpu mounts and names things. The kubelet calls each
+//     resource's plugin separately and merges their answers (keeping the
+//     first answer's value of an environment variable, in no fixed order), so
+//     a vgpu device is the container's slice and its group: the limiter is
+//     injected (library mount, LD_PRELOAD or /etc/ld.so.preload, the daemon
+//     socket's directory, NVIDIA_VISIBLE_DEVICES, device nodes),
+//     GPUSLICE_GROUP is the slice's allocation id, and only the group's own
+//     segment directory (shm/segment_dirs.h) is mounted. gpu-memory and
+//     gpu-cores are amounts of that slice and return only their limit, as the
+//     environment's bootstrap fallback (GPUSLICE_MEMORY_LIMIT or
+//     GPUSLICE_COMPUTE_LIMIT keyed by GPU UUID).
+//  3. Each allocation is recorded in the AllocationStore under
+//     "dp-<resource>-<hash of the ids>" before Allocate answers.
+//  4. A slice's group holds its container's settings in the registry before
+//     any process of the container runs: every plugin registers with
+//     PreStartRequired, and PreStartContainer (PrepareContainer; after all
+//     Allocates, before the container starts; its failure fails the start
+//     with our message) checks PodResources and applies them. An amount in a
+//     container without a gpuslice.io/vgpu is refused there
+//     (kFailedPrecondition "... needs gpuslice.io/vgpu ..."): it has no group
+//     to go to, and a container with amounts but no limiter would run
+//     unlimited.
+//  5. An allocation whose ids no pod holds on two consecutive regular
+//     PodResources checks (every `reconcile_every` polls, and Reconcile()) is
+//     released, its slice's settings and directory with it. The checks at
+//     PreStartContainer, and those made at every poll while a slice's
+//     settings are not applied yet, release nothing.
 //
-// A container's settings (ContainerSettings below): the slice group gets
+// A container's settings (ContainerSettings): the slice group gets
 //   limits   = the container's amounts per GPU, each lowered by the pod's
 //              gpuslice.io/memory and gpuslice.io/cores annotations where
 //              they say less (an annotation sets a limit the container has
@@ -33,50 +47,28 @@
 //   schedule = the pod's gpuslice.io/request and gpuslice.io/priority, on
 //              each of the container's GPUs;
 //   tier     = the pod's gpuslice.io/tier, else shared.
-// Annotations reach the plugins through SetPodSettings (the pod watch,
-// kube/pod_watch.h) and apply at once to the containers the last check saw.
+// Annotations arrive through SetPodSettings (the pod watch, kube/pod_watch.h)
+// and apply at once to the containers the last check saw.
 //
-// PreStartContainer (every plugin registers with PreStartRequired, so the
-// kubelet calls it after all Allocates and before the container starts, and
-// a failure fails the start, visibly, with our message): the plugins check
-// PodResources there and then (PrepareContainer), so
-//  1. a slice's group holds its container's settings in the registry before
-//     any process of the container can run (no window on the environment's
-//     limits);
-//  2. an amount in a container without a gpuslice.io/vgpu is refused
-//     (kFailedPrecondition "... needs gpuslice.io/vgpu ..."): there is no
-//     single group to put it in, the environment variables of the amounts'
-//     answers would be merged in an arbitrary order, and a container with
-//     amounts but no limiter would run unlimited.
+// MPS (docs/kubelet.md "MPS"): with `mps_acquire` set, each slice's Allocate
+// answer also names a CDI device, kCdiMpsKind=<group> (cdi_spec.h), whose
+// spec the runtime reads when it creates the container, after
+// PreStartContainer. Allocate cannot know the pod (the kubelet gives only
+// device ids, and PodResources shows a container only once its Allocate has
+// succeeded), so Allocate writes the spec empty (GPUSLICE_MPS=off), and
+// PrepareContainer, once the pod's settings are the group's, acquires the
+// group's MPS tenant when its tier is `mps` (`mps_acquire`: the grant a
+// registration of the group gets, through GroupTiers) and rewrites the spec
+// with the tenant's client environment (CUDA_MPS_PIPE_DIRECTORY, thread
+// percentage, pinned memory limit, SM partition on v3) and a mount of its
+// pipe and log directories. Where MPS cannot be had the spec stays empty
+// (the group runs shared; GroupTiers logs why, event=tier_fallback). A
+// release removes the spec and lets the tenant go (`mps_release`).
 //
-// PodResources cross-check (Check, also every `reconcile_every` polls): the
-// kubelet's List names the pod (namespace/name) holding each recorded
-// allocation's ids, and which amounts share a container with which slice; a
-// slice not yet joined is looked for at every poll. An allocation whose ids
-// no pod holds on two consecutive checks is released (a slice's settings and
-// directory with it).
-//
-// MPS (docs/kubernetes.md "MPS"): with `mps_acquire` set, each slice's
-// Allocate answer also names a CDI device, kCdiMpsKind=<group>
-// (cdi_spec.h), whose spec the runtime reads when it creates the container:
-// after PreStartContainer. Allocate cannot know the pod (the kubelet gives
-// only device ids, and PodResources shows a container only once its
-// Allocate has succeeded), so Allocate writes that spec empty
-// (GPUSLICE_MPS=off) and PrepareContainer, once the pod's settings are the
-// group's, acquires the group's MPS tenant when its tier is `mps`
-// (`mps_acquire`: the grant a registration of the group gets, through
-// GroupTiers) and rewrites the spec with the tenant's client environment
-// (CUDA_MPS_PIPE_DIRECTORY, thread percentage, pinned memory limit, SM
-// partition on v3) and a mount of its pipe and log directories. Where MPS
-// cannot be had the spec stays empty (the group runs shared; the reason is
-// logged by GroupTiers, event=tier_fallback, and shown by /v1/tenants once a
-// process registers). A release removes the spec and lets the tenant go
-// (`mps_release`).
-//
-// Kubelet restarts: a watcher polls (every `poll_interval`) kubelet.sock and
-// the plugin sockets; when kubelet.sock is recreated (a new inode) or a
+// Kubelet restarts: a watcher polls kubelet.sock and the plugin sockets
+// every `poll_interval`; when kubelet.sock is recreated (a new inode) or a
 // plugin socket vanished (the kubelet removes them when it starts), the
-// plugins serve again and register again.
+// plugins serve and register again.
 //
 // Thread-safe.
 #pragma once
@@ -212,7 +204,9 @@ class DevicePlugins {
                              std::string& slice) REQUIRES(mu_);
   // Writes slice `group`'s MPS spec for `tier` on `gpus` (see above).
   Status WriteMpsSpec(const std::string& group, Tier tier, const std::set<std::string>& gpus)
-      EXCLUDES(mu_);  // an allocation no pod holds any more
+      EXCLUDES(mu_);
+  // True while a recorded slice's settings are not applied yet (its
+  // container not yet seen in PodResources).
   bool HasUnjoinedSlice() const EXCLUDES(mu_);
   Status Serve();
   void StopServing();

@@ -409,7 +409,7 @@ TEST_F(DevicePluginTest, PodAnnotationsReachItsContainersSlicesLive) {
   EXPECT_EQ(limits_.change(group)->limits->at(kGpu1), (GpuLimit{4ull << 30, std::nullopt}));
 }
 
-// docs/kubernetes.md "MPS": a slice's Allocate names its MPS CDI device
+// docs/kubelet.md "MPS": a slice's Allocate names its MPS CDI device
 // (empty: Allocate cannot know the pod); PreStartContainer fills it for a pod
 // asking for tier mps, with what acquiring the group's MPS tenant gives, and
 // leaves it empty for a shared pod or where MPS cannot be had; a release

@@ -1,5 +1,5 @@
 // DraPlugin: gpuslice's DRA kubelet plugin (DESIGN.md section 5b;
-// docs/kubernetes.md "Kubelet side").
+// docs/kubelet.md).
 //
 // Serves, on unix sockets:
 //  - the DRA service, k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin and the same

@@ -1,5 +1,5 @@
 // KubeletSide: the kubelet-facing parts of gpusliced, as the daemon starts
-// them (docs/kubernetes.md "Kubelet side"; flags in docs/daemon.md). Nothing
+// them (docs/kubelet.md; flags in docs/daemon.md). Nothing
 // starts unless a flag asks: --dra serves the DRA kubelet plugin,
 // --device-plugin the v1beta1 device plugins. Both share one AllocationStore
 // (checkpointed in the daemon's state directory, restored here) whose groups'

@@ -1,5 +1,5 @@
 // What the MPS manager says to an MPS v3 control daemon (DESIGN.md section
-// 5a; docs/daemon.md "MPS v3"): one server, kV3Server, per GPU's daemon, and
+// 5a; docs/mps.md "MPS v3"): one server, kV3Server, per GPU's daemon, and
 // one namespace per tenant that holds the tenant's thread percentage,
 // pinned memory limit and client priority. Pure text; no I/O.
 #pragma once
@@ -31,7 +31,7 @@ std::string V3NamespaceCommand(std::string_view verb, const std::string& tenant,
 // MPS v3 static SM partitions (docs/mps.md "SM partitions"). NVIDIA
 // documents that partitions can be made after start, and `chunks` as their
 // size, not the verbs' options nor their replies: these are the simulator's
-// (docs/sim.md "MPS v3").
+// (docs/sim-mps.md "MPS v3").
 // `sm_partition <verb> --server=gpuslice --device=<uuid> --name=<tenant>
 // [--chunks=<n>]`; verb "create" (chunks > 0) or "delete".
 std::string V3SmPartitionCommand(std::string_view verb, const std::string& uuid,

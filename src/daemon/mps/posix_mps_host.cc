@@ -83,9 +83,8 @@ StatusOr<std::string> PosixMpsHost::FindExecutable(std::string_view program) {
   std::string_view dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
   while (true) {
     const size_t colon = dirs.find(':');
-    std::string dir(dirs.substr(0, colon));
-    if (dir.empty()) dir = ".";
-    std::string candidate = std::move(dir);
+    const std::string_view dir = dirs.substr(0, colon);
+    std::string candidate(dir.empty() ? std::string_view(".") : dir);
     candidate += '/';
     candidate += name;
     if (Executable(candidate)) return candidate;

@@ -1,5 +1,5 @@
 // GroupTiers: a group's isolation tier made real (DESIGN.md sections 4-5;
-// docs/daemon.md "Tenants and groups", docs/mps.md "Tiers").
+// docs/api.md "Tenants and groups", docs/mps.md "Tiers").
 //
 // The registry records the tier a group asks for (`shared` or `mps`) and stays
 // the one source of truth for it; this class grants it. For an `mps` group it

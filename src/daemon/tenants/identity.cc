@@ -83,8 +83,12 @@ std::string QosOfSegment(std::string_view segment) {
 }
 
 // A container's own cgroup: "<prefix><id>.scope" of a known runtime, or a
-// bare id (cgroupfs driver; /docker/<id>). Sets id and runtime on success.
-bool ContainerOfSegment(std::string_view segment, std::string_view parent, CgroupInfo& info) {
+// bare id where a runtime puts one: inside a pod's cgroup (the kubelet's
+// cgroupfs driver) or under /docker. Any other hex name (a host's own
+// cgroup, e.g. /process_api/<hash>) names no container. Sets id and runtime
+// on success.
+bool ContainerOfSegment(std::string_view segment, std::string_view parent, bool in_pod,
+                        CgroupInfo& info) {
   struct Prefix {
     std::string_view prefix;
     const char* runtime;
@@ -105,7 +109,7 @@ bool ContainerOfSegment(std::string_view segment, std::string_view parent, Cgrou
     }
     return false;
   }
-  if (segment.size() >= 12 && IsHex(segment)) {
+  if ((in_pod || parent == "docker") && segment.size() >= 12 && IsHex(segment)) {
     info.container_id = Lower(segment);
     info.runtime = parent == "docker" ? "docker" : "";
     return true;
@@ -186,7 +190,10 @@ CgroupInfo ParseCgroupPath(std::string_view path) {
   if (!info.pod_uid.empty() && info.qos.empty()) info.qos = "guaranteed";
   if (info.pod_uid.empty()) info.qos.clear();
   for (size_t i = first; i < segments.size(); ++i) {
-    if (ContainerOfSegment(segments[i], i > 0 ? segments[i - 1] : std::string_view(), info)) break;
+    if (ContainerOfSegment(segments[i], i > 0 ? segments[i - 1] : std::string_view(),
+                           !info.pod_uid.empty(), info)) {
+      break;
+    }
   }
   return info;
 }
@@ -267,6 +274,22 @@ StatusOr<ProcessIdentity> IdentifyProcess(const std::string& proc_root, pid_t pi
     return NotFound("no process " + std::to_string(pid) + " (it exited)");
   }
   return id;
+}
+
+ClaimedHints ShownHints(const ProcessIdentity& identity, const ClaimedHints& claimed) {
+  ClaimedHints shown;
+  shown.pod_uid = claimed.pod_uid;
+  if (identity.cgroup.pod_uid.empty()) return shown;
+  auto agrees = [&](const std::string& value, const char* env) {
+    auto e = identity.environment.find(env);
+    return e == identity.environment.end() || e->second == value;
+  };
+  if (agrees(claimed.pod_name, "POD_NAME")) shown.pod_name = claimed.pod_name;
+  if (agrees(claimed.pod_namespace, "POD_NAMESPACE")) shown.pod_namespace = claimed.pod_namespace;
+  if (agrees(claimed.container_name, "CONTAINER_NAME")) {
+    shown.container_name = claimed.container_name;
+  }
+  return shown;
 }
 
 std::vector<std::string> CheckHints(const ProcessIdentity& identity, const ClaimedHints& claimed) {

@@ -86,4 +86,11 @@ struct ClaimedHints {
 // in no pod's cgroup; each hint against the process's initial environment.
 std::vector<std::string> CheckHints(const ProcessIdentity& identity, const ClaimedHints& claimed);
 
+// The hints as the daemon shows them (a tenant's pod, namespace and
+// container): a name only where the process is in a pod and its initial
+// environment does not contradict it; the claimed pod UID as claimed (it is
+// shown as a claim). A process in no pod shows no pod and no container,
+// whatever it claims (CheckHints names the claims).
+ClaimedHints ShownHints(const ProcessIdentity& identity, const ClaimedHints& claimed);
+
 }  // namespace gpuslice::daemon

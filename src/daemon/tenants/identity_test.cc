@@ -64,6 +64,11 @@ TEST(ParseCgroupPathTest, ContainerWithoutPodAndPlainProcesses) {
   EXPECT_EQ(ParseCgroupPath("/docker/" + kId).runtime, "docker");
   CgroupInfo plain = ParseCgroupPath("/user.slice/user-1000.slice/session-3.scope");
   EXPECT_EQ(plain, (CgroupInfo{"/user.slice/user-1000.slice/session-3.scope", "", "", "", "", ""}));
+  // A host's own cgroup with a hex name is no container: only a runtime's
+  // scope, /docker/<id> or a bare id inside a pod is.
+  EXPECT_EQ(ParseCgroupPath("/process_api/d9699c6fca09eb8593726271cebfce2f"),
+            (CgroupInfo{"/process_api/d9699c6fca09eb8593726271cebfce2f", "", "", "", "", ""}));
+  EXPECT_EQ(ParseCgroupPath("/system.slice/" + kId).container_id, "");
   // Look-alikes are not pods: a short "pod" name, a non-hex UID.
   EXPECT_EQ(ParseCgroupPath("/podcast.slice/app.scope").pod_uid, "");
   EXPECT_EQ(ParseCgroupPath("/kubepods/podzzzzzzzz-3b4a-4c6d-9e8f-0a1b2c3d4e5f/x").pod_uid, "");
@@ -166,6 +171,30 @@ TEST_F(CheckHintsTest, ForgedPodNameNamespaceAndContainerAreFlagged) {
   EXPECT_NE(c[0].find("\"web-0\""), std::string::npos) << c[0];
   EXPECT_NE(c[1].find("pod_namespace"), std::string::npos) << c[1];
   EXPECT_NE(c[2].find("container_name"), std::string::npos) << c[2];
+}
+
+TEST_F(CheckHintsTest, AProcessInNoPodShowsNoPodOrContainer) {
+  using namespace std::string_literals;
+  // The cgroup a host's own process may have under cgroup v1 (a hex name).
+  proc_.Add(12, "12", 0, 6,
+            "4:memory:/process_api/d9699c6fca09eb8593726271cebfce2f\n1:cpu:/\n0::/\n",
+            "CONTAINER_NAME=uid-jdbvtt\0"s);
+  const ProcessIdentity host = *IdentifyProcess(proc_.root(), 12);
+  EXPECT_EQ(host.cgroup.pod_uid, "");
+  EXPECT_EQ(host.cgroup.container_id, "");
+  const ClaimedHints shown = ShownHints(host, {"web-0", "prod", "uid-jdbvtt", ""});
+  EXPECT_EQ(shown.pod_name, "");
+  EXPECT_EQ(shown.pod_namespace, "");
+  EXPECT_EQ(shown.container_name, "");
+  EXPECT_EQ(CheckHints(host, {"", "", "uid-jdbvtt", ""}).size(), 1u);
+  EXPECT_EQ(ShownHints(plain_, {"", "", "", kUid}).pod_uid, kUid) << "shown as a claim";
+}
+
+TEST_F(CheckHintsTest, APodsTrueHintsAreShownAndContradictedOnesAreNot) {
+  const ClaimedHints shown = ShownHints(pod_, {"web-0", "kube-system", "app", ""});
+  EXPECT_EQ(shown.pod_name, "web-0");
+  EXPECT_EQ(shown.pod_namespace, "") << "the environment says prod";
+  EXPECT_EQ(shown.container_name, "app");
 }
 
 TEST_F(CheckHintsTest, PodHintsFromAProcessInNoPodAreFlagged) {

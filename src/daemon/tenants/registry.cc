@@ -107,6 +107,32 @@ Status ValidateScheduleEntry(const ScheduleEntry& entry, const std::string& wher
   return Status::Ok();
 }
 
+namespace {
+
+// True when every part of the schedule `asked` sets is already the group's
+// (`schedule`, an unset part counting as its default) on every GPU asked for:
+// `devices`, else the node's `gpus`, else (neither known) the entry for all
+// GPUs. A registration asking for the schedule in effect is not refused: the
+// same process registered by `gpuslice run` and again by its limiter, or a
+// second member started the same way, asks for what it has.
+bool ScheduleInEffect(const ScheduleSettings& schedule, const ScheduleEntry& asked,
+                      const std::vector<std::string>& devices,
+                      const std::vector<std::string>& gpus) {
+  auto holds = [&](const std::string& uuid) {
+    const ScheduleEntry e = ScheduleEntryOn(schedule, uuid);
+    return (!asked.request_percent || e.request_percent.value_or(0) == *asked.request_percent) &&
+           (!asked.priority || e.priority.value_or(Priority::kBatch) == *asked.priority) &&
+           (!asked.weight || e.weight.value_or(1) == *asked.weight) &&
+           (!asked.memory_request_bytes ||
+            e.memory_request_bytes.value_or(0) == *asked.memory_request_bytes);
+  };
+  const std::vector<std::string>& on = !devices.empty() ? devices : gpus;
+  if (on.empty()) return holds(kAllGpus);
+  return std::all_of(on.begin(), on.end(), holds);
+}
+
+}  // namespace
+
 Status ValidateGroupId(std::string_view id) {
   const bool ok =
       !id.empty() && id.size() <= 64 && id.front() != '.' &&
@@ -386,7 +412,7 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
   t.uid = reg.uid.value_or(identity->uid);
   t.group = reg.group;
   t.cgroup = identity->cgroup;
-  t.hints = reg.hints;
+  t.hints = ShownHints(*identity, reg.hints);
   t.hint_conflicts = CheckHints(*identity, reg.hints);
   t.devices = reg.devices;
   t.requested = reg.gpu_limits;
@@ -461,7 +487,8 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
       }
       g = groups_.emplace(reg.group, std::move(group)).first;
       created = true;
-    } else if (reg.schedule) {
+    } else if (reg.schedule &&
+               !ScheduleInEffect(g->second.schedule, *reg.schedule, reg.devices, gpus)) {
       refused_schedule = "group \"" + reg.group +
                          "\" exists: only its first registrant sets its schedule (else an admin, "
                          "PUT /v1/groups/" +

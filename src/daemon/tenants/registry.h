@@ -1,5 +1,5 @@
 // TenantRegistry: the daemon's record of its tenants and their groups
-// (DESIGN.md section 4, "Registry" and "Durability"; docs/daemon.md
+// (DESIGN.md section 4, "Registry" and "Durability"; docs/api.md
 // "Tenants and groups").
 //
 // A tenant is one process that registered (POST /v1/tenants); the daemon
@@ -17,7 +17,7 @@
 //     whose owner let it go while members still ran (ForgetWhenEmpty: a
 //     kubelet's unprepare, a pod's deletion) is forgotten when its last
 //     member goes, and the mark is checkpointed with the group.
-//  4. Scheduling (issue 13; docs/daemon.md "Scheduling"): per GPU a group has
+//  4. Scheduling (issue 13; docs/scheduling.md "Scheduling"): per GPU a group has
 //     a request, a priority and a weight (ScheduleSettings, keyed like
 //     Limits) and the group a paused flag; its limit is its compute limit.
 //     Admission: on every GPU the requests of all groups sum to at most 100
@@ -121,7 +121,7 @@ struct Tenant {
   uid_t uid = 0;
   std::string group;
   CgroupInfo cgroup;                        // pod UID, container id, runtime
-  ClaimedHints hints;                       // what the client said (unverified)
+  ClaimedHints hints;                       // what it said, as shown (ShownHints)
   std::vector<std::string> hint_conflicts;  // where the hints contradict the host
   Tier tier = Tier::kShared;
   std::vector<std::string> devices;  // GPU UUIDs
@@ -191,7 +191,9 @@ class TenantRegistry {
   //
   // reg.schedule is applied only when this registration creates the group
   // and admission allows it; otherwise the registration still succeeds and
-  // `*schedule_refused` (if given) says why ("" when applied or not asked).
+  // `*schedule_refused` (if given) says why ("" when applied, not asked, or
+  // already the group's: every part it sets is the group's on the GPUs it
+  // names).
   StatusOr<Tenant> Register(const Registration& reg, std::string* schedule_refused = nullptr);
   // Removes the tenant `pid` (it stays alive). kNotFound if not registered.
   Status Unregister(pid_t pid);

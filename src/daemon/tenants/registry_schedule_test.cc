@@ -248,5 +248,52 @@ TEST_F(RegistryScheduleTest, ARegistrationsScheduleAppliesOnlyToTheGroupItCreate
   EXPECT_EQ(registry_->MemberCount("eval"), 1u);
 }
 
+TEST_F(RegistryScheduleTest, ARegistrationAskingForTheScheduleInEffectIsNotRefused) {
+  // Two more processes of pod A (the group's owner) and one of pod B.
+  proc_.Add(102, "102\t3", 1000, 13, Cgroup(kPodA, "4"));
+  proc_.Add(103, "103\t4", 1000, 14, Cgroup(kPodA, "5"));
+  proc_.Add(201, "201\t2", 1000, 22, Cgroup(testing::kPodB, "6"));
+  // `gpuslice run` registers the command (the group is made with its
+  // schedule), then the command's limiter registers the same pid asking the same.
+  Registration run = Reg(100, 1000, "train");
+  run.schedule = Request(30);
+  run.schedule->priority = Priority::kLatency;
+  std::string refused = "stale";
+  ASSERT_TRUE(registry_->Register(run, &refused).ok());
+  EXPECT_EQ(refused, "");
+  ASSERT_TRUE(registry_->Register(run, &refused).ok());
+  EXPECT_EQ(refused, "") << "the same process asking again for the schedule it applied";
+  // A second member started the same way; one asking only for a part that is
+  // the group's, or for a default the group has (weight 1).
+  Registration second = run;
+  second.pid = 101;
+  ASSERT_TRUE(registry_->Register(second, &refused).ok());
+  EXPECT_EQ(refused, "");
+  Registration part = Reg(102, 1000, "train");
+  part.schedule = ScheduleEntry{.request_percent = std::nullopt,
+                                .priority = Priority::kLatency,
+                                .weight = 1,
+                                .memory_request_bytes = std::nullopt};
+  ASSERT_TRUE(registry_->Register(part, &refused).ok());
+  EXPECT_EQ(refused, "");
+  // Asking for something else is refused, as before; on one GPU where the
+  // group's own entry differs too.
+  Registration other = Reg(103, 1000, "train");
+  other.schedule = Request(40);
+  ASSERT_TRUE(registry_->Register(other, &refused).ok());
+  EXPECT_NE(refused.find("group \"train\" exists"), std::string::npos) << refused;
+  ASSERT_TRUE(SetSchedule("eval", {{kAllGpus, Request(10)}, {"GPU-1", Request(20)}}).ok());
+  Registration on_gpu0 = Reg(200, 1000, "eval");
+  on_gpu0.devices = {"GPU-0"};
+  on_gpu0.schedule = Request(10);
+  ASSERT_TRUE(registry_->Register(on_gpu0, &refused).ok());
+  EXPECT_EQ(refused, "");
+  Registration everywhere = Reg(201, 1000, "eval");
+  everywhere.schedule = Request(10);
+  ASSERT_TRUE(registry_->Register(everywhere, &refused).ok());
+  EXPECT_NE(refused.find("exists"), std::string::npos) << "GPU-1's request is 20: " << refused;
+  EXPECT_EQ(registry_->ScheduleOn("eval", "GPU-1")->request_percent, 20u);
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon

@@ -93,16 +93,30 @@ TEST_F(RegistryTest, TierAndGroupConflicts) {
   EXPECT_EQ(registry_->MemberCount("g"), 2u);
 }
 
-TEST_F(RegistryTest, ForgedHintsAreKeptAsClaimedAndFlagged) {
+TEST_F(RegistryTest, ForgedHintsAreFlaggedAndNotShown) {
   Registration r = Reg(100, 1000, "g");
   r.hints = {"b-0", "prod", "app", kPodB};
   auto t = registry_->Register(r);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->cgroup.pod_uid, kPodA);  // the host's word, not the client's
-  EXPECT_EQ(t->hints.pod_name, "b-0");
+  EXPECT_EQ(t->hints.pod_name, "") << "its environment says a-0";
+  EXPECT_EQ(t->hints.pod_namespace, "prod");  // nothing contradicts it
+  EXPECT_EQ(t->hints.pod_uid, kPodB);         // shown as claimed_pod_uid
   ASSERT_EQ(t->hint_conflicts.size(), 2u);
   EXPECT_NE(t->hint_conflicts[0].find("pod_uid"), std::string::npos);
   EXPECT_NE(t->hint_conflicts[1].find("pod_name: claimed \"b-0\""), std::string::npos);
+}
+
+TEST_F(RegistryTest, AProcessInNoPodShowsNoPodOrContainer) {
+  Registration r = Reg(301, 1000, "g");
+  r.hints = {"web-0", "", "app", ""};
+  auto t = registry_->Register(r);
+  ASSERT_TRUE(t.ok());
+  const nlohmann::json view = TenantJson(*t);
+  EXPECT_EQ(view["pod"], "");
+  EXPECT_EQ(view["container"], "");
+  EXPECT_EQ(view["container_id"], "");
+  EXPECT_EQ(t->hint_conflicts.size(), 2u);  // both claims, named
 }
 
 TEST_F(RegistryTest, LimitsComeFromTheGroupAndATenantCanOnlyLowerThem) {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/quantity.h"
+#include "common/str_cat.h"
 
 namespace gpuslice::limiter {
 namespace {
@@ -38,7 +39,7 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
-std::string Quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string Quoted(std::string_view s) { return StrCat({"'", s, "'"}); }
 
 // `s` with control characters escaped (so it is one line), cut to kMaxMessageChars.
 std::string OneLine(std::string_view s) {

@@ -1,5 +1,5 @@
 // The enforcer of each group's limits end to end (DESIGN.md section 5a;
-// docs/daemon.md "Enforcers"): gpusliced on a private simulated GPU of an
+// docs/backstop.md "Enforcers"): gpusliced on a private simulated GPU of an
 // r615 node and of an older node, the same group and limit on both, and a
 // tenant process in the group's own cgroup v2 directory (made here).
 //  - r615: the daemon holds the group's memory by the driver's hard limit on
@@ -282,7 +282,7 @@ TEST_P(EnforcerTest, TheGroupsMemoryIsHeldByTheStrongestEnforcerTheNodeHas) {
   EXPECT_LE(held.value("total", uint64_t{0}), kLimit) << held.dump();
 }
 
-// A clean stop clears the driver limits the daemon set (docs/daemon.md
+// A clean stop clears the driver limits the daemon set (docs/backstop.md
 // "Enforcers"), while the group still has a member.
 TEST_P(EnforcerTest, ACleanStopClearsTheDriverLimitsOfGroupsStillThere) {
   if (!GetParam().r615) GTEST_SKIP() << "no driver limits on an older driver";

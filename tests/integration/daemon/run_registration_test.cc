@@ -137,6 +137,41 @@ TEST_F(RunRegistrationTest, TheCommandOfAnMpsGroupIsAnMpsClientFromItsStart) {
   EXPECT_EQ(tcode, 200) << terminated.dump() << "\n" << Read("err0");
 }
 
+// `run` registers the command asking for the schedule of its environment
+// and so makes the group with it; the limiter's registration of the same pid
+// asks again, and so does a second member started the same way: neither is
+// told the schedule was not applied. A member asking for another is.
+TEST_F(RunRegistrationTest, TheScheduleRunAppliedIsNotSaidToBeRefused) {
+  StartDaemon();
+  auto registered = [&](int n) {
+    return WaitFor(
+        [&] {
+          return Read("err" + std::to_string(n))
+                     .find("registered with gpusliced as tenant of group fresh") !=
+                 std::string::npos;
+        },
+        20s);
+  };
+  const std::vector<std::string> request20 = {"GPUSLICE_COMPUTE_REQUEST=20"};
+  StartRun(1, {"--group", "fresh"}, request20);
+  ASSERT_TRUE(registered(1)) << Read("err1") << "\ndaemon:\n" << Read("err0");
+  auto [code, group] = Call("GET", "/v1/groups/fresh");
+  ASSERT_EQ(code, 200);
+  EXPECT_EQ(group["gpus"][0]["schedule"]["request"], 20) << group.dump();
+  EXPECT_EQ(Read("err1").find("did not apply"), std::string::npos) << Read("err1");
+
+  StartRun(2, {"--group", "fresh"}, request20);
+  ASSERT_TRUE(registered(2)) << Read("err2");
+  EXPECT_EQ(Read("err2").find("did not apply"), std::string::npos) << Read("err2");
+
+  StartRun(3, {"--group", "fresh"}, {"GPUSLICE_COMPUTE_REQUEST=30"});
+  ASSERT_TRUE(registered(3)) << Read("err3");
+  EXPECT_NE(Read("err3").find("gpuslice run: gpusliced did not apply the schedule: group "
+                              "\"fresh\" exists"),
+            std::string::npos)
+      << Read("err3");
+}
+
 TEST_F(RunRegistrationTest, ARefusedRegistrationIsSaidAndTheCommandRunsAnyway) {
   StartDaemon();
   // A group of another uid: run as uid 65534 would be refused; simpler, a

@@ -1,6 +1,6 @@
 // `gpuslice group set --request/--limit/--priority/--weight`, `group pause`
 // and `group resume` against the real gpusliced on a private simulated node
-// of two GPUs (issue 13; docs/daemon.md "Scheduling"): what the daemon holds
+// of two GPUs (issue 13; docs/scheduling.md "Scheduling"): what the daemon holds
 // after each command, the 409 of an overcommit and the 400 of a request
 // above the limit as exit codes with the daemon's message, the admin-only
 // rule, and the schedule and paused flag kept across a daemon restart.

@@ -197,7 +197,7 @@ TEST_F(TierBackstopTest, AnMpsGroupGetsMpsWithItsEnvironmentAndReleasesItAfterIt
   ASSERT_EQ(code, 200);
   EXPECT_EQ(groups["tier"], "mps");
   EXPECT_EQ(groups["tier_granted"], "mps") << groups.dump();
-  // MPS holds the group's compute there (docs/daemon.md "Enforcers").
+  // MPS holds the group's compute there (docs/backstop.md "Enforcers").
   EXPECT_TRUE(WaitFor(
       [&] {
         return Call("GET", "/v1/groups/train")

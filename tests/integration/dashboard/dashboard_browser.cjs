@@ -1,6 +1,8 @@
 // Drives gpusliced's dashboard in headless Chromium (playwright-core, from
 // the repository's node_modules) for dashboard_test.cc, which started the
-// daemon and the tenants. Every check waits with a deadline; the first that
+// daemon and the tenants: a reader's page, its charts, an admin's controls,
+// then what a person reads (events one line each in words; time-axis labels
+// that do not overlap). Every check waits with a deadline; the first that
 // fails ends the run with exit code 1 and says what it saw.
 //
 // Usage: node dashboard_browser.cjs --url http://127.0.0.1:PORT --token T
@@ -97,7 +99,18 @@ async function main() {
     const later = await shareChart(page);
     const shares = (later.lines[group] || []).filter(v => v != null);
     check(shares.some(v => v > 5), `${group}'s measured share never above 5%: ${shares}`);
-    check(new Set(shares).size > 1, `${group}'s measured share never changed: ${shares}`);
+    // What it charts is the daemon's reading: the chart's last point is the
+    // share of the last sample the page received (the daemon's GET
+    // /v1/groups body in its event stream), whatever the share does.
+    const last = await page.evaluate(g => {
+      const s = window.gpusliceDashboard, uuid = document.querySelector('article.gpu').dataset.uuid;
+      const plot = s.charts.get(uuid + '/share').plot;
+      const i = plot.series.findIndex(x => x.label === g);
+      const on = s.sample.groups.find(x => x.id === g).gpus.find(x => x.uuid === uuid);
+      return { charted: plot.data[i][plot.data[i].length - 1], sampled: on.share * 100 };
+    }, group);
+    check(Math.abs(last.charted - last.sampled) < 1e-6,
+          `${group}'s last charted share ${last.charted}% is not its last sample's ${last.sampled}%`);
     log(`charts: ${first.points} -> ${later.points} points; ${group} share ${shares.slice(-3)}`);
     await page.context().close();
 
@@ -132,7 +145,68 @@ async function main() {
     check((await apiGet('/v1/groups/' + group)).paused === false, 'the API still shows the group paused');
     log(`admin: ${group} paused and resumed`);
 
-    await admin.waitForSelector('#events li', WAIT);  // e.g. group_limits_changed, group_paused
+    // 4. What a person reads. Each event is one line in words (never the
+    // event's JSON): the pause just made reads so.
+    await admin.waitForFunction(g => [...document.querySelectorAll('#events li')]
+      .some(li => li.textContent.includes(`group ${g} paused`)), group, WAIT);
+    const events = await admin.$$eval('#events li', lis => lis.map(li => {
+      const range = document.createRange();
+      range.selectNodeContents(li);
+      const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+      return { text: li.textContent, lines: tops.size };
+    }));
+    for (const e of events) {
+      check(!/[{}]|":/.test(e.text), 'an event shown as JSON: ' + e.text);
+      check(e.lines === 1, `an event on ${e.lines} lines: ${e.text}`);
+    }
+    // Event types the page has no sentence for read as their type and fields.
+    const described = await admin.evaluate(() => window.gpusliceDashboard.describeEvent(
+      'revert_failed', { gpu: 0, setting: 'power_limit', value: { watts: 300 }, attempts: 3 }));
+    check(described === 'revert failed: gpu 0, setting power_limit, value.watts 300, attempts 3',
+          'an unknown event reads: ' + described);
+    log(`events: ${events.length}, one line each, e.g. "${events[0].text}"`);
+    // No time-axis labels overlap: each label's widest line (measured in the
+    // axis's font) fits between it and the next, on a chart made with the
+    // page's own options at the narrowest width (300 px) and the page's, over
+    // spans from the first seconds to the five minutes the daemon keeps (a
+    // chart of its own, so that no sample redraws it meanwhile).
+    const overlaps = await admin.evaluate(async () => {
+      const out = [];
+      const ctx = document.createElement('canvas').getContext('2d');
+      const page = document.querySelector('.plot').clientWidth;
+      const box = document.body.appendChild(document.createElement('div'));
+      const now = Math.floor(Date.now() / 1000);
+      for (const width of [300, page]) {
+        for (const seconds of [10, 30, 60, 90, 120, 180, 300]) {
+          const times = Array.from({ length: seconds + 1 }, (_, i) => now - seconds + i);
+          const line = { label: 'share', color: '#888' };
+          const u = new uPlot(window.gpusliceDashboard.chartOptions({}, [line], width),
+                              [times, times.map(() => 50)], box);
+          await new Promise(r => requestAnimationFrame(() => r()));  // drawn
+          const axis = u.axes[0];
+          ctx.font = axis.font[0];
+          const scale = axis.font[1] / axis.font[2];  // device pixels per CSS pixel
+          const labels = (axis._values || []).map((v, i) => v == null ? null : {
+            v, x: u.valToPos(axis._splits[i], 'x'),
+            w: Math.max(...String(v).split('\n').map(l => ctx.measureText(l).width)) / scale,
+          }).filter(l => l);
+          const where = `${width} px, ${seconds} s`;
+          if (labels.length < 2) out.push(`${where}: ${labels.length} time-axis labels`);
+          for (let i = 1; i < labels.length; i++) {
+            const [a, b] = [labels[i - 1], labels[i]];
+            if (b.x - a.x < (a.w + b.w) / 2 + 4) {
+              out.push(`${where}: ${JSON.stringify(a.v)} at ${a.x.toFixed(0)} px and ` +
+                       `${JSON.stringify(b.v)} at ${b.x.toFixed(0)} px`);
+            }
+          }
+          u.destroy();
+        }
+      }
+      box.remove();
+      return out;
+    });
+    check(overlaps.length === 0, 'time-axis labels overlap:\n  ' + overlaps.join('\n  '));
+    log('charts: no time-axis labels overlap');
 
     await admin.screenshot({ path: args.screenshot, fullPage: true });
     check(problems.length === 0, 'problems on the page:\n  ' + problems.join('\n  '));

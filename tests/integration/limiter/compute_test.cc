@@ -423,7 +423,7 @@ TEST_F(ComputeTest, ALaunchAdmittedAtAnOldTinyGrantDoesNotHoldTheProgramOnceItIs
   EXPECT_TRUE(exited) << "still waiting for the old grant's charge\n" << Read("err0");
 }
 
-// Issue 13's 5 s stall (bench/scheduler --suite scale, docs/daemon.md): a
+// Issue 13's 5 s stall (bench/scheduler --suite scale, docs/scheduling.md): a
 // member's bootstrap probe measured its kernel's wall time beside many
 // contexts (here staged: 400 ms for a 2 ms kernel) and was charged at a 4 %
 // grant, which ran the budget 10 s ahead. Once the member's charge is known

@@ -339,7 +339,7 @@ TEST_F(SimMpsTest, DeadDaemonMeansPlainContexts) {
 }
 
 }  // namespace
-// MPS v3 (docs/sim.md "MPS v3"): a daemon started with -p 3 and a TOML
+// MPS v3 (docs/sim-mps.md "MPS v3"): a daemon started with -p 3 and a TOML
 // configuration routes clients to a server's namespaces by the socket they
 // use, and each namespace caps its clients.
 TEST_F(SimMpsTest, V3NamespacesCapTheirClients) {

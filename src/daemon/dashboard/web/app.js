@@ -90,6 +90,36 @@ const KINDS = {
 
 function gib(b) { return b == null ? null : b / 2 ** 30; }
 
+// The time axis: 24-hour labels, HH:MM:SS while a step of 30 s or less
+// leaves room for them, else HH:MM on steps of a minute or more. `space` (the
+// least distance uPlot leaves between two labels) is the label's width and a
+// gap, so labels never overlap however narrow the chart or long the span.
+const TIME_LABEL_GAP = 10;  // CSS px between two labels
+const labelWidths = new Map();  // pattern -> CSS px in the axis's font
+function labelWidth(u, pattern) {
+  if (!labelWidths.has(pattern)) {
+    const axis = u.axes[0], ctx = document.createElement('canvas').getContext('2d');
+    ctx.font = axis.font[0];
+    labelWidths.set(pattern, ctx.measureText(pattern).width / (axis.font[1] / axis.font[2]));
+  }
+  return labelWidths.get(pattern);
+}
+function timeLabelSpace(u, axisIdx, min, max, dim) {
+  const seconds = labelWidth(u, '88:88:88') + TIME_LABEL_GAP;
+  const step30 = dim * 30 / Math.max(1, max - min);  // px between labels 30 s apart
+  if (step30 >= seconds) return seconds;
+  // Minutes: too little room for a step under a minute, so uPlot takes none.
+  return Math.max(labelWidth(u, '88:88') + TIME_LABEL_GAP, step30 + 1);
+}
+function timeLabels(u, splits, axisIdx, space, incr) {
+  const two = n => String(n).padStart(2, '0');
+  return splits.map(v => {
+    if (v == null) return null;
+    const d = new Date(v * 1000), hm = `${two(d.getHours())}:${two(d.getMinutes())}`;
+    return incr < 60 ? `${hm}:${two(d.getSeconds())}` : hm;
+  });
+}
+
 // The groups present on `uuid` in any kept point, sorted.
 function groupsOn(uuid) {
   const ids = new Set();
@@ -98,6 +128,22 @@ function groupsOn(uuid) {
   }
   return [...ids].sort();
 }
+
+// uPlot's options for a chart `width` px wide of `lines` (as KINDS' lines
+// give them) by the spec of its kind (KINDS[kind]: its y range).
+function chartOptions(spec, lines, width) {
+  const axes = [{stroke: '#888', space: timeLabelSpace, values: timeLabels}, {stroke: '#888'}];
+  if (lines.some(s => s.scale)) axes.push({scale: 'mhz', side: 1, stroke: '#888', grid: {show: false}});
+  return {
+    width, height: 200,
+    scales: {x: {time: true}, y: spec.y || {}},
+    series: [{}, ...lines.map(s => ({label: s.label, stroke: s.color, width: s.width || 1,
+                                    dash: s.dash, scale: s.scale || 'y', points: {show: false}}))],
+    axes,
+    legend: {live: false},
+  };
+}
+state.chartOptions = chartOptions;  // for the browser test
 
 function drawChart(container, uuid, kind) {
   if (typeof uPlot === 'undefined') return;
@@ -113,16 +159,8 @@ function drawChart(container, uuid, kind) {
     chart = null;
   }
   if (!chart) {
-    const axes = [{stroke: '#888'}, {stroke: '#888'}];
-    if (lines.some(s => s.scale)) axes.push({scale: 'mhz', side: 1, stroke: '#888', grid: {show: false}});
-    const plot = new uPlot({
-      width: Math.max(300, container.clientWidth), height: 200,
-      scales: {x: {time: true}, y: spec.y || {}},
-      series: [{}, ...lines.map(s => ({label: s.label, stroke: s.color, width: s.width || 1,
-                                      dash: s.dash, scale: s.scale || 'y', points: {show: false}}))],
-      axes,
-      legend: {live: false},
-    }, data, container);
+    const plot = new uPlot(chartOptions(spec, lines, Math.max(300, container.clientWidth)), data,
+                           container);
     chart = {plot, key};
     state.charts.set(id, chart);
   } else {
@@ -275,13 +313,82 @@ function renderTenants() {
   document.querySelector('#tenants tbody').replaceChildren(...rows);
 }
 
-// Shows an event (`data`: its JSON, parsed) at the top of the list.
+// ---- events, one line each, in words ----
+
+// "snake_case" as words.
+function words(s) { return String(s ?? '').replace(/_/g, ' '); }
+
+// A GPU key of a group's limits or schedule: "every GPU" for "all", "GPU 1"
+// for a UUID the page knows, else the key itself.
+function gpuName(key) {
+  if (key === 'all') return 'every GPU';
+  const gpu = state.sample?.gpus.find(g => g.uuid === key);
+  return gpu ? 'GPU ' + gpu.index : key;
+}
+
+// `entries` (by GPU key) as "every GPU: …; GPU 1: …", each by `part`.
+function perGpu(entries, part) {
+  return Object.entries(entries || {}).map(([k, v]) => `${gpuName(k)}: ${part(v) || 'none'}`)
+    .join('; ');
+}
+
+function limitText(l) {
+  return [l.compute_percent != null ? `compute ${l.compute_percent}%` : '',
+          l.memory_bytes != null ? `memory ${bytes(l.memory_bytes)}` : ''].filter(x => x).join(', ');
+}
+
+function scheduleText(e) {
+  return [e.request != null ? `request ${e.request}%` : '', e.priority || '',
+          e.weight != null ? `weight ${e.weight}` : '',
+          e.memory_request_bytes != null ? `memory request ${bytes(e.memory_request_bytes)}` : '']
+    .filter(x => x).join(', ');
+}
+
+// Any other event's data as "key value" pairs (nested keys joined by '.',
+// lists by ', '): readable whatever the event, never its JSON.
+function fieldsText(data, prefix = '') {
+  if (data == null || typeof data !== 'object') return String(data ?? '');
+  const out = [];
+  for (const [k, v] of Object.entries(data)) {
+    const key = prefix + words(k);
+    if (v == null || v === '') continue;
+    if (Array.isArray(v)) out.push(`${key} ${v.map(x => typeof x === 'object' ? fieldsText(x) : x).join(', ')}`);
+    else if (typeof v === 'object') { const inner = fieldsText(v, key + '.'); if (inner) out.push(inner); }
+    else out.push(`${key} ${v}`);
+  }
+  return out.join(', ');
+}
+
+const EVENT_TEXT = {
+  tenant_registered: d => `tenant ${d.host_pid} joined group ${d.group}` +
+    (d.pod ? ` (pod ${d.namespace ? d.namespace + '/' : ''}${d.pod})` : ''),
+  tenant_exited: d => `tenant ${d.host_pid} left group ${d.group} (${words(d.reason)})`,
+  registration_refused: d => `pid ${d.pid} was refused in group ${d.group}: ${d.reason}`,
+  group_limits_changed: d => `group ${d.id} limits: ${perGpu(d.limits, limitText) || 'none'}`,
+  group_schedule_changed: d => `group ${d.group} schedule: ${perGpu(d.schedule, scheduleText) || 'none'}`,
+  group_paused: d => `group ${d.group} paused`,
+  group_resumed: d => `group ${d.group} resumed`,
+  group_forgotten: d => `group ${d.group} forgotten`,
+  group_removed: d => `group ${d.group} removed (${words(d.reason)})`,
+};
+
+// One line for an event of `type`: the known types in a sentence, any other
+// as its type in words and its fields.
+function describeEvent(type, data) {
+  const text = EVENT_TEXT[type];
+  if (text && data && typeof data === 'object') return text(data);
+  const fields = fieldsText(data);
+  return words(type) + (fields ? ': ' + fields : '');
+}
+state.describeEvent = describeEvent;  // for the browser test
+
+// Shows an event (`data`: its JSON, parsed) at the top of the list, one line
+// (the whole text in its tooltip when the line is cut).
 function addEvent(t, type, data) {
-  let detail = JSON.stringify(data);
-  if (detail.length > 200) detail = detail.slice(0, 200) + '…';
+  const text = describeEvent(type, data);
   const list = document.getElementById('events');
-  list.prepend(el('li', {}, el('time', {}, new Date(t).toLocaleTimeString()),
-                  el('span', {class: 'type'}, type), detail));
+  list.prepend(el('li', {'data-type': type, title: text},
+                  el('time', {}, new Date(t).toLocaleTimeString()), text));
   while (list.children.length > MAX_EVENTS) list.lastChild.remove();
 }
 
