@@ -218,7 +218,12 @@ struct SlotCompute {
   // as a watched launch is made, taken as it is seen complete); 0 for
   // launches not watched (counted when admitted).
   uint32_t queued;
-  uint32_t reserved0;
+  // The least time of one of the member's last 64 bracketed launches
+  // (bound_ns below), ns, at most 2^32 - 1; 0: none. Written by the member;
+  // how the scheduler tells a latency group that would take much of the
+  // device from one that would not (a launch that found the device free
+  // took about its own time).
+  uint32_t bound_floor_ns;
   // What the member's timing markers measured (v7, shm/progress_watch.h):
   // the device time of launches whose stream had work throughout (its
   // launch gate adds to both as their markers complete), and how many

@@ -65,6 +65,8 @@ void LaunchCostMeter::TickDevice(int dev, const std::vector<GroupSegment::Member
   uint64_t counted = 0;  // those launches
   double bounded = 0;    // the same for the members' bounds
   uint64_t bound_counted = 0;
+  double floored = 0;  // ...and their floors
+  uint64_t floor_counted = 0;
   for (const GroupSegment::MemberRef& ref : live) {
     Member& m = d.members[ref.slot];
     m.joined_ns = ref.joined_ns;
@@ -133,6 +135,13 @@ void LaunchCostMeter::TickDevice(int dev, const std::vector<GroupSegment::Member
       bounded += static_cast<double>(m.bound_ns) * static_cast<double>(n);
       bound_counted += n;
     }
+    if (busy.bound_floor_ns > 0) {
+      floored += static_cast<double>(busy.bound_floor_ns) * static_cast<double>(n);
+      floor_counted += n;
+    }
+  }
+  if (floor_counted > 0) {
+    d.floor_ns = static_cast<int64_t>(floored / static_cast<double>(floor_counted));
   }
   d.completed = std::max(d.completed, completed);
   if (counted > 0) d.group_charge_ns = static_cast<int64_t>(weighted / static_cast<double>(counted));

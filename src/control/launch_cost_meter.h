@@ -27,7 +27,9 @@
 //  - what the member's bracketed launches bounded (SlotCompute::bound_ns: a
 //    launch's time from its queueing to its end, beside other groups) gives
 //    the group's bound per launch (BoundCharge), an upper bound of its cost
-//    that caps a latency group's charge.
+//    that caps a latency group's charge, and their least bracketed launch
+//    of late (BoundFloor), what the scheduler tells a heavy latency group
+//    by.
 // It also keeps each device's count of launches seen complete
 // (CompletedLaunches), the count the scheduler meters use by.
 //
@@ -78,6 +80,10 @@ class LaunchCostMeter final : public ComputeControl {
   // The group's upper bound per launch on `dev` from its bracketed launches
   // (0: none).
   int64_t BoundCharge(int dev) const { return devices_.at(dev).bound_ns; }
+  // The members' least bracketed launch of late (SlotCompute::
+  // bound_floor_ns), launch-weighted over the last second (0: none): near
+  // a launch's own time, from above where the launches are alike.
+  int64_t BoundFloor(int dev) const { return devices_.at(dev).floor_ns; }
   // Launches of the group on `dev` seen complete so far (each live member's
   // launches less those still queued; monotonic while members live).
   uint64_t CompletedLaunches(int dev) const { return devices_.at(dev).completed; }
@@ -103,6 +109,7 @@ class LaunchCostMeter final : public ComputeControl {
     uint64_t gone_completed = 0;  // what members that left had completed
     int64_t group_charge_ns = 0;
     int64_t bound_ns = 0;
+    int64_t floor_ns = 0;
   };
 
   // The member's charge from its history (0: too little evidence): its

@@ -26,7 +26,8 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
                        .completed = in.counters.completed,
                        .charge_ns = in.counters.charge_ns,
                        .bound_ns = in.counters.bound_ns > 0 ? in.counters.bound_ns
-                                                            : in.counters.probe_ns});
+                                                            : in.counters.probe_ns,
+                       .floor_ns = in.counters.bound_floor_ns});
   }
   meter_.Tick(now, metered, busy);
 
@@ -79,7 +80,7 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
     if (!in.latency || in.paused) {
       st.latency_turns = false;
     } else if (!st.latency_turns) {
-      st.latency_turns = v.use.bound_bp > kLatencyFreeBp;
+      st.latency_turns = v.use.floor_bp > kLatencyFreeBp;
       st.light_since_ns = -1;
     } else if (2 * v.use.used_bp >= kLatencyFreeBp) {
       st.light_since_ns = -1;

@@ -64,13 +64,13 @@ class ShareScheduler {
   // (and the device switches to the latency group) before its slice would
   // end.
   static constexpr int64_t kLatencyQueueNs = 1'000'000;
-  // A latency group runs free of the turns while even an upper bound of what
-  // it runs (its launches times their bracketed time, waits included) is
-  // within this: its kernels then take at most that from the turns'
-  // holders, whose measured intervals they fall into. Above it (a service
-  // that wants more of the device than that) it takes turns as a batch
-  // group does, measured alone, until what it runs in them stays below half
-  // of this for kWantNs.
+  // A latency group runs free of the turns while what it runs by its least
+  // bracketed launches (its launches times the shortest of their brackets
+  // of late: about its kernel and a switch) is within this: its kernels then
+  // take at most about that from the turns' holders, whose measured
+  // intervals they fall into. Above it (a service that wants more of the
+  // device than that) it takes turns as a batch group does, measured alone,
+  // until what it runs in them stays below half of this for kWantNs.
   static constexpr uint32_t kLatencyFreeBp = 2500;
 
   // A group's counters on this GPU, monotonic over its segment's life
@@ -88,6 +88,8 @@ class ShareScheduler {
     // An upper bound per launch from its bracketed launches (LaunchCostMeter
     // BoundCharge); 0: none.
     int64_t bound_ns = 0;
+    // Its least bracketed launch of late (LaunchCostMeter BoundFloor); 0: none.
+    int64_t bound_floor_ns = 0;
   };
   struct Input {
     std::string group;             // unique per GPU

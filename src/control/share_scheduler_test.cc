@@ -47,7 +47,7 @@ class ModelGpu {
     double free_ran = 0;    // a free group's fluid device time, in kernels
     bool blocked = false;   // wanted to run this tick and could not
     int cut = 0;            // turns' ends that cut it off this tick
-    int64_t free_bound_ns = 0;  // a free latency group's bound per launch; 0: none
+    int64_t free_floor_ns = 0;  // a free latency group's least bracketed launch; 0: none
   };
 
   explicit ModelGpu(int64_t start_ns = 1'000'000 * kMs) : clock_(start_ns), scheduler_(clock_) {}
@@ -81,10 +81,10 @@ class ModelGpu {
       g.input.counters.waiting = g.blocked ? 1 : 0;  // its thread waits in the gate
       g.input.counters.cut_off += static_cast<uint64_t>(g.cut);
       // Measured alone in its turns; a latency group running free is only
-      // bounded (its bracketed time, waits included: `free_bound_ns`).
+      // bounded (its least bracketed launch: `free_floor_ns`).
       if (!g.input.latency || g.output.turn.period_ns > 0) g.input.counters.charge_ns = g.kernel_ns;
       if (g.input.latency && g.output.turn.period_ns <= 0) {
-        g.input.counters.bound_ns = g.free_bound_ns;
+        g.input.counters.bound_floor_ns = g.free_floor_ns;
       }
       inputs.push_back(g.input);
     }
@@ -239,8 +239,8 @@ TEST(ShareSchedulerTest, ACappedGroupThatWantsMoreReachesItsCapBesideALatencyGro
 }
 
 // The demo's inference as it is: each request waited for and sent at once
-// (it wants more than its request), each bracketed at 3 ms beside the turns
-// (its 1 ms kernel and the wait for the holder). Beside the turns it would
+// (it wants more than its request), its least bracketed launch 1.15 ms (its
+// 1 ms kernel and a switch). Beside the turns it would
 // run in every gap and in every holder's measured time; it takes turns
 // instead, gets its request and the others theirs, and every figure is
 // measured alone.
@@ -249,7 +249,7 @@ TEST(ShareSchedulerTest, ALatencyGroupThatWantsMoreThanItCanRunFreeTakesTurns) {
   gpu.Add("training", 40, 2 * kMs);
   gpu.Add("notebook", 0, 500 * kUs, /*limit=*/10, /*weight=*/6);
   ModelGpu::Group& inference = gpu.Add("inference", 20, 1 * kMs, 100, 1, /*latency=*/true);
-  inference.free_bound_ns = 3 * kMs;
+  inference.free_floor_ns = 1150 * kUs;  // its kernel and a switch
   gpu.Run(3000 * kMs);
   const std::map<std::string, double> share = gpu.Measure(5000 * kMs);
   EXPECT_GT(gpu["inference"].output.turn.period_ns, 0);
@@ -263,7 +263,7 @@ TEST(ShareSchedulerTest, ALatencyGroupThatWantsMoreThanItCanRunFreeTakesTurns) {
 
   // Once it wants little (a request now and then), it runs free again.
   inference.demand = 0.05;
-  inference.free_bound_ns = 2 * kMs;
+  inference.free_floor_ns = 1150 * kUs;
   gpu.Run(3000 * kMs);
   EXPECT_EQ(gpu["inference"].output.turn.period_ns, 0);
   EXPECT_EQ(gpu["training"].output.queue_ns, ShareScheduler::kLatencyQueueNs);

@@ -7,9 +7,13 @@ namespace gpuslice::control {
 namespace {
 
 constexpr int64_t kSecondNs = 1'000'000'000;
-// A plan's first cycle starts this long after the first Tick (the gates read
-// it before it takes effect).
-constexpr int64_t kFirstStartNs = 2'000'000;
+// A plan takes effect at least this long after the Tick that made it: the
+// daemon writes it into every group's segment meanwhile, and a group that
+// read its new plan while another still had the old one would run beside it
+// (at a 2 ms margin, the daemon's tick on a loaded host wrote some groups'
+// plans after the boundary: two groups launched at once and both measured
+// the other's time, a 20 ms kernel's charge read 40 ms).
+constexpr int64_t kPlanAheadNs = 20'000'000;
 // A launch's turn holds its charge with this much to spare: the gate's fit
 // rule compares with the charge it knows, a launch's own time varies, and
 // the thread that makes it may wake a little after the turn began.
@@ -53,24 +57,34 @@ std::vector<TurnPlan> TurnPlanner::Tick(int64_t now_ns, const std::vector<Taker>
   const int64_t period = period_ns_ > 0 && wanted * 4 < period_ns_ * 5 && wanted * 4 > period_ns_ * 3
                              ? period_ns_
                              : wanted;
-  // The next boundary of the grid (the first one while it lies ahead); a new
-  // cycle length starts a new grid there.
-  int64_t next;
-  if (period_ns_ == 0) {
-    next = now_ns + kFirstStartNs;
+  // The next boundary of the grid; a new cycle length starts a new grid
+  // there. One too close to be planned (less than kPlanAheadNs ahead and not
+  // planned yet: the ticks drifted, or one came early) starts a new grid half
+  // a cycle ahead, as the first plan does: the ticks then fall mid-cycle.
+  int64_t next = period_ns_ == 0 || now_ns < epoch_ns_
+                     ? epoch_ns_
+                     : epoch_ns_ + ((now_ns - epoch_ns_) / period_ns_ + 1) * period_ns_;
+  if (period_ns_ == 0 || (next != planned_from_ns_ && next - now_ns < kPlanAheadNs)) {
+    next = now_ns + period / 2;
     epoch_ns_ = next;
     period_ns_ = period;
-  } else {
-    next = now_ns < epoch_ns_ ? epoch_ns_
-                              : epoch_ns_ + ((now_ns - epoch_ns_) / period_ns_ + 1) * period_ns_;
-    if (period != period_ns_) {
-      epoch_ns_ = next;
-      period_ns_ = period;
-      planned_from_ns_ = -1;  // that cycle is planned anew, at the new length
-    }
+    planned_from_ns_ = -1;
+  } else if (period != period_ns_) {
+    epoch_ns_ = next;
+    period_ns_ = period;
+    planned_from_ns_ = -1;  // that cycle is planned anew, at the new length
   }
   // The cycle that starts next is planned once; until it starts the one in
   // hand stands (a plan written for the next boundary takes effect there).
+  // Planned again, from where its first planning began, while still far
+  // enough ahead, when a group joined or left the takers since: a resumed
+  // group gets its turn a cycle sooner, a gone one's turn is not left idle.
+  bool changed = plan_.size() != takers.size();
+  for (const Taker& t : takers) changed = changed || !plan_.contains(t.group);
+  if (next == planned_from_ns_ && changed && next - now_ns >= kPlanAheadNs) {
+    states_ = prior_states_;
+    planned_from_ns_ = -1;
+  }
   if (next != planned_from_ns_) Plan(next, takers);
   std::vector<TurnPlan> out;
   out.reserve(takers.size());
@@ -88,6 +102,7 @@ std::vector<TurnPlan> TurnPlanner::Tick(int64_t now_ns, const std::vector<Taker>
 }
 
 void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
+  prior_states_ = states_;
   const auto period = static_cast<double>(period_ns_);
   std::map<std::string, State> states;
   // In a fixed order (by name), so that turns keep their place in the cycle.
@@ -173,7 +188,7 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
   for (size_t k = 0; k < order.size(); ++k) {
     State& st = states[order[k]->group];
     const auto want = static_cast<int64_t>(due[k] * period);
-    if (due[k] >= 1.0) {  // alone and unlimited: the whole cycle
+    if (due[k] >= 1.0 && order.size() == 1) {  // alone and unlimited: the whole cycle
       length[k] = period_ns_;
       st.credit_ns = 0;
     } else {
@@ -228,6 +243,11 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
         if (launch[k] == 0) length[k] = static_cast<int64_t>(static_cast<double>(length[k]) * keep);
       }
     }
+  }
+  // Beside others no turn is the whole cycle: a whole cycle's turn has no end
+  // to drain its queue by, and the next cycle's first holder would find it.
+  if (order.size() > 1) {
+    for (int64_t& l : length) l = std::min(l, period_ns_ - 1);
   }
   int64_t begin = 0;
   plan_.clear();

@@ -35,7 +35,13 @@
 //
 // A plan is for whole cycles: Tick plans the cycle that starts at the next
 // boundary (once per cycle), and the caller writes it to take effect there
-// (GroupSegment::SetTurns), so that no turn is cut short mid-cycle.
+// (GroupSegment::SetTurns), so that no turn is cut short mid-cycle and every
+// group has its plan before any group starts on it; a group that joins or
+// leaves the takers while that cycle is still 20 ms or more ahead has it
+// planned again (a joiner gets a turn in it), else it waits a cycle. A boundary less than
+// 20 ms ahead is too close for that: the grid starts anew half a cycle
+// ahead, so that the ticks fall mid-cycle. Only a lone group's turn is the
+// whole cycle.
 //
 // Pure: time comes in through Tick. Not thread-safe.
 #pragma once
@@ -98,6 +104,7 @@ class TurnPlanner {
   void Plan(int64_t start_ns, const std::vector<Taker>& takers);
 
   std::map<std::string, State> states_;
+  std::map<std::string, State> prior_states_;  // as the last Plan found them
   int64_t epoch_ns_ = 0;  // a boundary of the cycle grid
   int64_t period_ns_ = 0;
   int64_t planned_from_ns_ = -1;          // the start of the cycle planned last

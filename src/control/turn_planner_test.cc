@@ -173,20 +173,32 @@ TEST(TurnPlanner, ALoneUnlimitedGroupHasTheWholeCycle) {
 TEST(TurnPlanner, ACycleIsPlannedOnceAndAJoinerWaitsForTheNext) {
   TurnPlanner p;
   const int64_t t0 = 1'000'000 * kMs;
-  const TurnPlan first = p.Tick(t0, {Taker("a", 5000, kMs), Taker("b", 5000, kMs)})[0];
-  // Within the same cycle (before its start) the plan stands, a newcomer has none.
-  const std::vector<TurnPlan> again =
-      p.Tick(t0 + 1, {Taker("a", 5000, kMs), Taker("b", 5000, kMs), Taker("c", 5000, kMs)});
+  const std::vector<TurnPlanner::Taker> two = {Taker("a", 5000, kMs), Taker("b", 5000, kMs)};
+  const std::vector<TurnPlanner::Taker> three = {Taker("a", 3300, kMs), Taker("b", 3300, kMs),
+                                                 Taker("c", 3300, kMs)};
+  const TurnPlan first = p.Tick(t0, two)[0];
+  EXPECT_EQ(first.epoch_ns, t0 + TurnPlanner::kPeriodNs / 2);  // half a cycle ahead
+  // Within the same cycle the plan stands.
+  const std::vector<TurnPlan> again = p.Tick(t0 + 1, two);
   EXPECT_EQ(again[0].epoch_ns, first.epoch_ns);
   EXPECT_EQ(again[0].length_ns, first.length_ns);
-  EXPECT_EQ(again[2].period_ns, first.period_ns);  // an empty turn: it waits
-  EXPECT_EQ(again[2].length_ns, 0);
+  // A joiner while the cycle is still far enough ahead: planned again, a
+  // turn for it in that cycle.
+  const std::vector<TurnPlan> joined = p.Tick(t0 + 2, three);
+  EXPECT_EQ(joined[2].epoch_ns, first.epoch_ns);
+  EXPECT_GT(joined[2].length_ns, 0);
+  EXPECT_LT(joined[0].length_ns, first.length_ns);
+  // A joiner less than 20 ms before it has none there (an empty turn): the
+  // others may already hold theirs.
+  const std::vector<TurnPlanner::Taker> four = {three[0], three[1], three[2], Taker("d", 2500, kMs)};
+  const std::vector<TurnPlan> late = p.Tick(first.epoch_ns - 10 * kMs, four);
+  EXPECT_EQ(late[3].period_ns, first.period_ns);
+  EXPECT_EQ(late[3].length_ns, 0);
+  EXPECT_EQ(late[0].length_ns, joined[0].length_ns);
   // The next cycle has a turn for it.
-  const std::vector<TurnPlan> next =
-      p.Tick(first.epoch_ns + 1, {Taker("a", 3300, kMs), Taker("b", 3300, kMs), Taker("c", 3300, kMs)});
-  EXPECT_EQ(next[2].period_ns, TurnPlanner::kPeriodNs);
-  EXPECT_GT(next[2].length_ns, 0);
-  EXPECT_EQ(next[2].epoch_ns, first.epoch_ns + TurnPlanner::kPeriodNs);
+  const std::vector<TurnPlan> next = p.Tick(first.epoch_ns + 1, four);
+  EXPECT_GT(next[3].length_ns, 0);
+  EXPECT_EQ(next[3].epoch_ns, first.epoch_ns + TurnPlanner::kPeriodNs);
 }
 
 TEST(TurnPlanner, ManyGroupsGetALongerCycle) {

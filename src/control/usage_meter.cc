@@ -39,6 +39,7 @@ void UsageMeter::Tick(int64_t now_ns, const std::vector<Group>& groups,
     st.latency = g.latency;
     st.charge_ns = g.charge_ns;
     st.bound_ns = g.bound_ns;
+    st.floor_ns = g.floor_ns;
     st.samples.push_back({now_ns, g.launches, g.completed});
     while (st.samples.size() > 1 && now_ns - st.samples[1].t_ns >= kMaxWindowNs) {
       st.samples.pop_front();
@@ -76,10 +77,15 @@ void UsageMeter::Tick(int64_t now_ns, const std::vector<Group>& groups,
       }
     }
     const Sample& newest = st.samples.back();
-    // The shortest window of at least kWindowNs holding kMinWindowLaunches.
+    // The shortest window of at least kWindowNs holding kMinWindowLaunches
+    // (longer than kWindowNs only for long launches: a group of short ones
+    // with few launches in the second ran little, and a longer window would
+    // report what it ran before it went quiet).
+    const bool stretch = charge >= kStretchChargeNs;
     size_t from = st.samples.size() - 1;
-    while (from > 0 && (now_ns - st.samples[from].t_ns < kWindowNs ||
-                        newest.completed - st.samples[from].completed < kMinWindowLaunches)) {
+    while (from > 0 &&
+           (now_ns - st.samples[from].t_ns < kWindowNs ||
+            (stretch && newest.completed - st.samples[from].completed < kMinWindowLaunches))) {
       --from;
     }
     size_t fast = st.samples.size() - 1;
@@ -93,8 +99,8 @@ void UsageMeter::Tick(int64_t now_ns, const std::vector<Group>& groups,
     st.reading = Reading{
         .used_bp = Bp(ran(from), now_ns - st.samples[from].t_ns),
         .used_fast_bp = Bp(ran(fast), now_ns - st.samples[fast].t_ns),
-        .bound_bp = Bp(static_cast<double>(newest.completed - st.samples[from].completed) *
-                           static_cast<double>(st.bound_ns),
+        .floor_bp = Bp(static_cast<double>(newest.completed - st.samples[from].completed) *
+                           static_cast<double>(st.floor_ns),
                        now_ns - st.samples[from].t_ns),
         .launched = recent + 1 < st.samples.size() && newest.launches > st.samples[recent].launches,
         .charge_ns = charge};

@@ -21,9 +21,10 @@
 //    Before any residual, a latency group's own charge, else its bound.
 // No figure reads NVML's per-process samples.
 //
-// Each figure is over the last kWindowNs, stretched (up to kMaxWindowNs)
-// until it holds kMinWindowLaunches launches, so that groups with long
-// kernels are not measured in whole kernels.
+// Each figure is over the last kWindowNs; for launches of kStretchChargeNs
+// or more, stretched (up to kMaxWindowNs) until it holds kMinWindowLaunches
+// launches, so that groups with long kernels are not measured in whole
+// kernels.
 //
 // Pure: time and evidence come in through Tick. Not thread-safe.
 #pragma once
@@ -42,6 +43,7 @@ class UsageMeter {
   static constexpr int64_t kWindowNs = 1'000'000'000;
   static constexpr int64_t kMaxWindowNs = 4'000'000'000;
   static constexpr uint64_t kMinWindowLaunches = 16;
+  static constexpr int64_t kStretchChargeNs = 1'000'000;
   static constexpr int64_t kFastWindowNs = 200'000'000;
   static constexpr int64_t kResidualNs = 2'000'000'000;
   // Each tick moves a latency group's charge this part of the way to what
@@ -59,6 +61,7 @@ class UsageMeter {
     uint64_t completed = 0;  // seen complete so far (monotonic)
     int64_t charge_ns = 0;   // its own charge per launch; 0: not known
     int64_t bound_ns = 0;    // an upper bound of it; 0: none
+    int64_t floor_ns = 0;    // its least bracketed launch of late; 0: none
   };
   // A closed NVML window of the device: busy `busy` (0..1) over
   // (end_ns - length_ns, end_ns], on the groups' time base.
@@ -78,9 +81,9 @@ class UsageMeter {
   struct Reading {
     uint32_t used_bp = 0;       // what it ran over the window, basis points of the device
     uint32_t used_fast_bp = 0;  // over the last kFastWindowNs
-    // At most what it ran over the window: its launches times its bound per
-    // launch (0: no bound).
-    uint32_t bound_bp = 0;
+    // What it ran over the window by its launches' least bracketed time
+    // (0: none), near what it ran where its launches are alike.
+    uint32_t floor_bp = 0;
     bool launched = false;      // admitted a launch within the last kWindowNs
     int64_t charge_ns = 0;      // the charge its figures use (a latency group's: the residual's)
   };
@@ -101,6 +104,7 @@ class UsageMeter {
     std::deque<Sample> samples;  // newest last, the last kMaxWindowNs
     int64_t charge_ns = 0;  // own
     int64_t bound_ns = 0;
+    int64_t floor_ns = 0;
     int64_t residual_charge_ns = 0;
     bool residual_known = false;
     Reading reading;

@@ -102,6 +102,23 @@ TEST(UsageMeter, AGroupThatStopsIsNotLaunchedASecondLater) {
   EXPECT_EQ(p.meter.Of("g").used_fast_bp, 0u);
 }
 
+// A group of short launches that goes quiet reads 0 a second later, and
+// no more while quiet: its window does not stretch back to when it ran (the
+// bench's idle case read a 66 % group at 20-40 % for 4 s after it stopped).
+TEST(UsageMeter, AGroupOfShortLaunchesThatGoesQuietReadsNothingASecondLater) {
+  Plant p;
+  p.Add("g", 0.66, 20'000);
+  p.Run(30);
+  EXPECT_NEAR(p.meter.Of("g").used_bp, 6600, 70);
+  p.groups[0].share = 0;
+  for (int tick = 1; tick <= 40; ++tick) {
+    p.Run(1);
+    if (tick >= 11) {
+      EXPECT_EQ(p.meter.Of("g").used_bp, 0u) << tick;
+    }
+  }
+}
+
 TEST(UsageMeter, CountsThatGoBackStartAGroupOver) {
   Plant p;
   p.Add("g", 0.5, 1 * kMs);

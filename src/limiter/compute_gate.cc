@@ -356,8 +356,8 @@ bool AdmitInTurn(const GroupSegment& segment, int dev, ComputeBudget budget, CUs
       nap = kPausedRecheckNs;
     } else {
       const auto [current, next] = segment.Turns(dev);
-      const bool switched = next.epoch_ns != 0 && now >= next.epoch_ns;
-      const TurnPlan& plan = switched ? next : current;
+      const TurnPlan& plan = PlanAt(current, next, now);
+      const bool switched = &plan == &next;
       if (plan.period_ns <= 0) {
         end_wait(now);
         return false;

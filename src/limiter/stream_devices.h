@@ -56,6 +56,7 @@ struct StreamBacklog {
     if (n > 0) budget.Completed(n);
     budget.AddBusy(measured.exact.ns, measured.exact.launches);
     budget.AddBound(measured.bound.ns, measured.bound.launches);
+    if (measured.bound.launches > 0) budget.SetBoundFloor(watch.BoundFloorNs());
   }
 
   void Lock() {

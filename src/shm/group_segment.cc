@@ -581,6 +581,7 @@ void GroupSegment::ClearSlotLocked(int s) {
     Atomic(c.busy_launches).store(0);
     Atomic(c.bound_ns).store(0);
     Atomic(c.bound_launches).store(0);
+    Atomic(c.bound_floor_ns).store(0);
   }
   slot.start_time = 0;
   Atomic(slot.joined_ns).store(0);
@@ -730,7 +731,8 @@ GroupSegment::SlotBusy GroupSegment::SlotBusyOf(int slot, int dev) const {
   return {.busy_ns = Load(c.busy_ns),
           .launches = Load(c.busy_launches),
           .bound_ns = Load(c.bound_ns),
-          .bound_launches = Load(c.bound_launches)};
+          .bound_launches = Load(c.bound_launches),
+          .bound_floor_ns = Load(c.bound_floor_ns)};
 }
 
 void ComputeBudget::Completed(uint64_t n) {

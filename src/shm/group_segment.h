@@ -148,6 +148,14 @@ class ComputeBudget {
   void AddBound(int64_t bound_ns, uint64_t launches) {
     Add(m_.bound_ns, m_.bound_launches, bound_ns, launches);
   }
+  // The least of the member's last bracketed launches (SlotCompute::
+  // bound_floor_ns); 0 or less: leaves it.
+  void SetBoundFloor(int64_t floor_ns) {
+    if (floor_ns <= 0) return;
+    std::atomic_ref<uint32_t>(m_.bound_floor_ns)
+        .store(static_cast<uint32_t>(std::min<int64_t>(floor_ns, UINT32_MAX)),
+               std::memory_order_relaxed);
+  }
   // A thread of the member starts / ends a wait in the launch gate: the
   // scheduler sees the member held back while it waits, not only once the
   // wait ends (a wait can last seconds). Every BeginWait is paired with one
@@ -312,6 +320,7 @@ class GroupSegment {
     uint64_t launches = 0;
     uint64_t bound_ns = 0;
     uint64_t bound_launches = 0;
+    int64_t bound_floor_ns = 0;  // SlotCompute::bound_floor_ns
   };
   SlotBusy SlotBusyOf(int slot, int dev) const;
   // Publishes the charge of one launch of the member in `slot` on `dev`

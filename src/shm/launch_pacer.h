@@ -164,6 +164,16 @@ inline void RaiseBehind(std::atomic_ref<int64_t> next_free, int64_t now_ns, int6
 // batch contexts have work a latency kernel waits two slices.
 inline constexpr int64_t kTurnLeadNs = 500'000;
 
+// Which of a group's two plans (GroupSegment::Turns: the one in hand, and
+// the next from its epoch) a launch at `now_ns` goes by: the next from its
+// epoch, and from the lead into it too. A launch queued early under the plan
+// in hand, for a turn of its that the next plan does not keep, would run
+// into another group's turn (a group of 2 ms kernels queued 22 ms in the
+// last 0.5 ms of a cycle, and the next holder's bracket measured all of it).
+inline const TurnPlan& PlanAt(const TurnPlan& current, const TurnPlan& next, int64_t now_ns) {
+  return next.epoch_ns != 0 && now_ns + kTurnLeadNs >= next.epoch_ns ? next : current;
+}
+
 // Where a launch stands under a turn plan (TurnPlan: period 0, no turns).
 struct TurnVerdict {
   int64_t wait_ns = 0;   // 0: admit; else how long until the next turn opens

@@ -310,5 +310,62 @@ TEST(QueueBound, ALongTimeSliceIsNotTakenForADeepQueue) {
   }
 }
 
+// ---- turns ----
+
+constexpr TurnPlan kTurn{.epoch_ns = 1000 * kMs, .period_ns = 100 * kMs, .begin_ns = 30 * kMs,
+                         .length_ns = 20 * kMs};  // [30, 50) ms of every 100
+
+// A launch goes within its turn, from the lead before it, only if it ends by
+// the turn's end; else it waits for the next turn, and one refused within
+// the turn is cut off.
+TEST(TurnAtTest, ALaunchGoesInItsTurnOnlyIfItEndsByTheTurnsEnd) {
+  const int64_t cycle = kTurn.epoch_ns + 100 * kMs;
+  EXPECT_EQ(TurnAt(kTurn, cycle + 35 * kMs, 0, 1 * kMs).wait_ns, 0);
+  EXPECT_TRUE(TurnAt(kTurn, cycle + 35 * kMs, 0, 1 * kMs).started);
+  // In the lead: admitted, not started.
+  const TurnVerdict lead = TurnAt(kTurn, cycle + 30 * kMs - kTurnLeadNs / 2, 0, 1 * kMs);
+  EXPECT_EQ(lead.wait_ns, 0);
+  EXPECT_FALSE(lead.started);
+  // Before the lead: waits until it, not cut off.
+  const TurnVerdict early = TurnAt(kTurn, cycle + 10 * kMs, 0, 1 * kMs);
+  EXPECT_EQ(early.wait_ns, 20 * kMs - kTurnLeadNs);
+  EXPECT_FALSE(early.cut_off);
+  // 5 ms queued and 1 ms more from 45 ms would end at 51: cut off, back at
+  // the next turn's lead.
+  const TurnVerdict late = TurnAt(kTurn, cycle + 45 * kMs, 5 * kMs, 1 * kMs);
+  EXPECT_EQ(late.wait_ns, 85 * kMs - kTurnLeadNs);
+  EXPECT_TRUE(late.cut_off);
+}
+
+// A launch longer than its whole turn (its charge grew since the plan) goes
+// in the turn's first half when nothing is queued before it; an empty turn
+// admits nothing and cuts off what waits for it.
+TEST(TurnAtTest, ALongLaunchGoesAloneAndAnEmptyTurnCutsOff) {
+  const int64_t start = kTurn.epoch_ns + kTurn.begin_ns;
+  EXPECT_EQ(TurnAt(kTurn, start + 5 * kMs, 0, 30 * kMs).wait_ns, 0);
+  EXPECT_GT(TurnAt(kTurn, start + 5 * kMs, 1 * kMs, 30 * kMs).wait_ns, 0);
+  EXPECT_GT(TurnAt(kTurn, start + 15 * kMs, 0, 30 * kMs).wait_ns, 0);
+  TurnPlan empty = kTurn;
+  empty.length_ns = 0;
+  const TurnVerdict v = TurnAt(empty, start, 0, 1 * kMs);
+  EXPECT_GT(v.wait_ns, 0);
+  EXPECT_TRUE(v.cut_off);
+  // A whole cycle's turn (a lone group) admits everything.
+  TurnPlan whole = kTurn;
+  whole.length_ns = whole.period_ns;
+  EXPECT_EQ(TurnAt(whole, start + 99 * kMs, 50 * kMs, 10 * kMs).wait_ns, 0);
+}
+
+// The next plan governs from its epoch and from the lead into it, so that
+// nothing is queued early for a turn the next plan does not keep.
+TEST(TurnAtTest, TheNextPlanGovernsFromTheLeadIntoItsEpoch) {
+  TurnPlan next = kTurn;
+  next.epoch_ns = kTurn.epoch_ns + 300 * kMs;
+  EXPECT_EQ(&PlanAt(kTurn, next, next.epoch_ns - kTurnLeadNs - 1), &kTurn);
+  EXPECT_EQ(&PlanAt(kTurn, next, next.epoch_ns - kTurnLeadNs), &next);
+  EXPECT_EQ(&PlanAt(kTurn, next, next.epoch_ns + 1), &next);
+  EXPECT_EQ(&PlanAt(kTurn, TurnPlan{}, next.epoch_ns), &kTurn);  // none next
+}
+
 }  // namespace
 }  // namespace gpuslice

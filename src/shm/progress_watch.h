@@ -147,6 +147,9 @@ class ProgressWatch {
           Busy& to = m.measure == Measure::kExact ? busy_ : bound_;
           to.ns += e;
           to.launches += m.launches;
+          if (m.measure == Measure::kBound && m.launches > 0) {
+            floors_[floor_next_++ % kFloorLaunches] = e / static_cast<int64_t>(m.launches);
+          }
         }
       }
       previous_done_ = true;
@@ -295,6 +298,19 @@ class ProgressWatch {
     Busy exact;
     Busy bound;
   };
+  // The least per launch of the last kFloorLaunches bounding intervals (0:
+  // fewer than kFloorMinLaunches yet): a bracketed launch that found the
+  // device free, the closest these bounds come to its device time.
+  static constexpr int kFloorLaunches = 64;
+  static constexpr int kFloorMinLaunches = 16;
+  int64_t BoundFloorNs() const {
+    if (floor_next_ < kFloorMinLaunches) return 0;
+    int64_t least = 0;
+    for (int i = 0; i < std::min<int>(floor_next_, kFloorLaunches); ++i) {
+      if (least == 0 || (floors_[i] > 0 && floors_[i] < least)) least = floors_[i];
+    }
+    return least;
+  }
   Taken TakeBusy() {
     const Taken t{busy_, bound_};
     busy_ = {};
@@ -371,6 +387,8 @@ class ProgressWatch {
   bool bracket_open_ = false;
   Busy busy_;
   Busy bound_;
+  std::array<int64_t, kFloorLaunches> floors_{};  // BoundFloorNs's, a ring
+  int floor_next_ = 0;
 };
 
 // ChargeFloor: a member's launch charge on one device after a drain (issue
