@@ -130,6 +130,8 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
     if (free || !v.active) continue;
     takers.push_back({.group = in.group,
                       .grant_bp = grants[i],
+                      .request_bp = std::min<uint32_t>(in.request_percent, 100) *
+                                    capacity_.capacity_bp() / 100,
                       .limit_bp = asks[i].limit_bp,
                       .wanting = v.wanting,
                       .held = v.held_lately,

@@ -114,6 +114,7 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
 
   // Efficiency: what it ran over the last second against the turns it held.
   std::vector<double> due(order.size(), 0);
+  std::vector<double> base(order.size(), 0);  // of the due, the request's part
   std::vector<double> most(order.size(), 0);
   for (size_t k = 0; k < order.size(); ++k) {
     const Taker& t = *order[k];
@@ -156,14 +157,23 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
       most[k] = std::min(most[k], need);
       due[k] = std::min(due[k], most[k]);
     }
+    base[k] = std::min(due[k], std::min(t.request_bp, t.grant_bp) / 10000.0 / e);
     states.emplace(t.group, std::move(st));
   }
-  // Dues beyond the cycle are scaled down; a cycle left over is shared among
-  // the groups that want more, in proportion to their dues, up to their most.
+  // Dues beyond the cycle are scaled down, what is beyond the requests first;
+  // a cycle left over is shared among the groups that want more, in
+  // proportion to their dues, up to their most.
   double total = 0;
-  for (double d : due) total += d;
+  double bases = 0;
+  for (size_t k = 0; k < due.size(); ++k) {
+    total += due[k];
+    bases += base[k];
+  }
   if (total > 1.0) {
-    for (double& d : due) d /= total;
+    const double keep = bases >= 1.0 ? 0.0 : (1.0 - bases) / std::max(total - bases, 1e-9);
+    for (size_t k = 0; k < due.size(); ++k) {
+      due[k] = bases >= 1.0 ? base[k] / bases : base[k] + (due[k] - base[k]) * keep;
+    }
   } else {
     for (int pass = 0; pass < 4 && total < 1.0; ++pass) {
       double open = 0;  // dues of wanting groups below their most

@@ -20,8 +20,9 @@
 // while they do not, as a group that launches now and then runs all it has
 // in its turn and its turn is no measure of it), and never more than its
 // limit of the cycle (it cannot run more than it holds); dues
-// that add up to more than the cycle are scaled down, and a cycle left over
-// while some group wants more is shared among those that do. Turns come in
+// that add up to more than the cycle are scaled down, beyond the groups'
+// requests first, and a cycle left over while some group wants more is
+// shared among those that do. Turns come in
 // whole launches where a launch is long against the due (a 20 ms kernel in a
 // 30 ms due): a deficit round-robin carries what a turn could not hold to
 // the group's next, so that over a few cycles each gets its due.
@@ -72,6 +73,7 @@ class TurnPlanner {
   struct Taker {
     std::string group;         // unique
     uint32_t grant_bp = 0;     // device time it is due (Allocate)
+    uint32_t request_bp = 0;   // of that, its request's part (guaranteed first)
     uint32_t limit_bp = 10000;  // never more
     bool wanting = false;      // wants more: held back within the last second, or new
     bool held = false;         // held back by its turn's end within the last second

@@ -146,6 +146,20 @@ TEST(TurnPlanner, ATurnHoldsWhatItsHolderRunsAndGrowsWhenCutOff) {
   EXPECT_GE(last, 39 * kMs);  // its due again
 }
 
+// Dues beyond the cycle (here: a group that runs half of its turn, its
+// request of 30 due 60 % of the cycle, beside one granted 60 %) are cut
+// beyond the requests first: the request keeps its turn.
+TEST(TurnPlanner, DuesBeyondTheCycleAreCutBeyondTheRequestsFirst) {
+  TurnPlanner p;
+  TurnPlanner::Taker requested = Taker("requested", 3000, 1 * kMs);
+  requested.request_bp = 3000;
+  const std::map<std::string, double> held = HeldShares(
+      p, {requested, Taker("surplus", 6000, 1 * kMs)}, 100, {{"requested", 0.5}});
+  EXPECT_NEAR(p.efficiency("requested"), 0.5, 0.05);
+  EXPECT_NEAR(held.at("requested"), 0.60, 0.03);  // proportional cutting: 0.50
+  EXPECT_NEAR(held.at("surplus"), 0.40, 0.03);
+}
+
 TEST(TurnPlanner, ACycleLeftOverGoesToThoseWhoWantMoreAndLimitsHold) {
   TurnPlanner p;
   const std::map<std::string, double> held =
