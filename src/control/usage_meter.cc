@@ -7,7 +7,8 @@ namespace {
 
 uint32_t Bp(double device_ns, int64_t span_ns) {
   if (span_ns <= 0 || device_ns <= 0) return 0;
-  return static_cast<uint32_t>(std::min(10000.0, device_ns * 10000.0 / static_cast<double>(span_ns)));
+  return static_cast<uint32_t>(
+      std::min(10000.0, device_ns * 10000.0 / static_cast<double>(span_ns)));
 }
 
 }  // namespace
@@ -32,8 +33,8 @@ void UsageMeter::Tick(int64_t now_ns, const std::vector<Group>& groups,
   for (const Group& g : groups) {
     auto it = states_.find(g.name);
     State st = it != states_.end() ? std::move(it->second) : State{};
-    if (!st.samples.empty() && (g.launches < st.samples.back().launches ||
-                                g.completed < st.samples.back().completed)) {
+    if (!st.samples.empty() &&
+        (g.launches < st.samples.back().launches || g.completed < st.samples.back().completed)) {
       st = State{};  // a new segment under the same name
     }
     st.latency = g.latency;
@@ -66,7 +67,8 @@ void UsageMeter::Tick(int64_t now_ns, const std::vector<Group>& groups,
   }
   Residual(now_ns);
 
-  for (auto& [name, st] : states_) {
+  for (auto& entry : states_) {
+    State& st = entry.second;
     int64_t charge = st.charge_ns;
     if (st.latency) {
       if (st.residual_known) {
@@ -123,7 +125,7 @@ void UsageMeter::Residual(int64_t now_ns) {
   if (!any_latency) return;
   double device = 0;
   double batch = 0;
-  bool batch_known = true;  // every batch group that ran has a charge
+  bool batch_known = true;                      // every batch group that ran has a charge
   std::map<std::string_view, double> launches;  // latency group -> launches over the windows
   for (const BusyWindow& w : windows_) {
     const int64_t start = w.end_ns - w.length_ns;
@@ -163,11 +165,10 @@ void UsageMeter::Residual(int64_t now_ns) {
     // smoothed over ticks (the pacing it sets moves the launches it divides).
     const double fresh = left * w / weighted;
     st.residual_charge_ns =
-        st.residual_known
-            ? static_cast<int64_t>(kResidualSmoothing * fresh +
-                                   (1 - kResidualSmoothing) *
-                                       static_cast<double>(st.residual_charge_ns))
-            : static_cast<int64_t>(fresh);
+        st.residual_known ? static_cast<int64_t>(kResidualSmoothing * fresh +
+                                                 (1 - kResidualSmoothing) *
+                                                     static_cast<double>(st.residual_charge_ns))
+                          : static_cast<int64_t>(fresh);
     if (st.bound_ns > 0) st.residual_charge_ns = std::min(st.residual_charge_ns, st.bound_ns);
     st.residual_known = true;
   }
