@@ -40,7 +40,8 @@ std::vector<uint32_t> Allocate(const std::vector<AllocationInput>& groups, uint3
     const AllocationInput& g = groups[i];
     if (g.paused || g.idle) continue;
     const auto limit = static_cast<double>(std::clamp<uint32_t>(g.limit_bp, 1, 10000));
-    const double request = std::min<uint32_t>(g.request_percent, 100) * 100.0 * capacity_bp / 10000.0;
+    const double request =
+        std::min<uint32_t>(g.request_percent, 100) * 100.0 * capacity_bp / 10000.0;
     double cap = std::max(g.used_bp, g.used_fast_bp) * kUseHeadroom + kMarginBp;
     if (g.wanting) cap = g.standing ? std::max(cap, request) : limit;
     cap = std::min(cap, limit);

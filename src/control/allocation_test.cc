@@ -22,8 +22,7 @@ TEST(Allocate, SaturatingGroupsGetTheirRequestsOfTheCapacity) {
 
 TEST(Allocate, TheSurplusGoesByWeightWithinLimits) {
   // A request of 50, a group capped at 30 with weight 6, another of weight 1.
-  const std::vector<uint32_t> g =
-      Allocate({Wanting(50), Wanting(0, 3000, 6), Wanting(0)}, 10000);
+  const std::vector<uint32_t> g = Allocate({Wanting(50), Wanting(0, 3000, 6), Wanting(0)}, 10000);
   EXPECT_EQ(g[1], 3000u);  // capped: 6/8 of the 50 left would be 37.5
   EXPECT_EQ(g[0], 50u * 100 + 1000);
   EXPECT_EQ(g[2], 1000u);

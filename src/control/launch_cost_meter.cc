@@ -17,13 +17,16 @@ int64_t LaunchCostMeter::ChargeOf(const std::deque<Point>& history, bool bound) 
   if (history.size() < 2) return 0;
   const Point& newest = history.back();
   const auto busy_of = [&](const Point& p) { return bound ? p.bound_ns : p.busy_ns; };
-  const auto launches_of = [&](const Point& p) { return bound ? p.bound_launches : p.busy_launches; };
+  const auto launches_of = [&](const Point& p) {
+    return bound ? p.bound_launches : p.busy_launches;
+  };
   // The newest evidence that holds the minimums, stretched back to the
   // horizon: a member that launches rarely is charged by its latest launches,
   // however old, not by none.
   size_t from = history.size() - 1;
-  while (from > 0 && (busy_of(newest) - busy_of(history[from]) < static_cast<uint64_t>(kMinEvidenceNs) ||
-                      launches_of(newest) - launches_of(history[from]) < kMinLaunches)) {
+  while (from > 0 &&
+         (busy_of(newest) - busy_of(history[from]) < static_cast<uint64_t>(kMinEvidenceNs) ||
+          launches_of(newest) - launches_of(history[from]) < kMinLaunches)) {
     --from;
   }
   while (from > 0 && newest.t_ns - history[from - 1].t_ns <= kHorizonNs) --from;
@@ -73,7 +76,7 @@ void LaunchCostMeter::TickDevice(int dev, const std::vector<GroupSegment::Member
     const GroupSegment::SlotBusy busy = segment_.SlotBusyOf(ref.slot, dev);
     const uint64_t launches = segment_.SlotLaunches(ref.slot, dev);
     const uint64_t queued = std::min<uint64_t>(segment_.SlotQueued(ref.slot, dev), launches);
-    Point p{now,           busy.busy_ns,  busy.launches, launches - queued,
+    Point p{now,           busy.busy_ns,       busy.launches, launches - queued,
             busy.bound_ns, busy.bound_launches};
     if (!m.history.empty()) {
       // Never backwards (a count another member scribbled on is not evidence).
@@ -144,23 +147,24 @@ void LaunchCostMeter::TickDevice(int dev, const std::vector<GroupSegment::Member
     d.floor_ns = static_cast<int64_t>(floored / static_cast<double>(floor_counted));
   }
   d.completed = std::max(d.completed, completed);
-  if (counted > 0) d.group_charge_ns = static_cast<int64_t>(weighted / static_cast<double>(counted));
+  if (counted > 0)
+    d.group_charge_ns = static_cast<int64_t>(weighted / static_cast<double>(counted));
   if (bound_counted > 0) {
     d.bound_ns = static_cast<int64_t>(bounded / static_cast<double>(bound_counted));
   }
   for (const GroupSegment::MemberRef& ref : live) {
     const Member& m = d.members[ref.slot];
-    const int64_t charge = m.charge_ns > 0       ? m.charge_ns
+    const int64_t charge = m.charge_ns > 0         ? m.charge_ns
                            : fallback_ns_[dev] > 0 ? fallback_ns_[dev]
                                                    : d.group_charge_ns;
     if (charge > 0) segment_.PublishSlotCharge(ref.slot, dev, charge);
   }
   if (d.group_charge_ns > 0 || fallback_ns_[dev] > 0) {
-    segment_.PublishEstimate(dev, GroupSegment::Estimate{
-                                      .charge_ns = d.group_charge_ns > 0 ? d.group_charge_ns
-                                                                         : fallback_ns_[dev],
-                                      .share_bp = -1,
-                                      .measured_at_ns = now});
+    segment_.PublishEstimate(
+        dev, GroupSegment::Estimate{
+                 .charge_ns = d.group_charge_ns > 0 ? d.group_charge_ns : fallback_ns_[dev],
+                 .share_bp = -1,
+                 .measured_at_ns = now});
   }
 }
 

@@ -20,14 +20,14 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
   std::vector<UsageMeter::Group> metered;
   metered.reserve(inputs.size());
   for (const Input& in : inputs) {
-    metered.push_back({.name = in.group,
-                       .latency = RunsFree(in),
-                       .launches = in.counters.launches,
-                       .completed = in.counters.completed,
-                       .charge_ns = in.counters.charge_ns,
-                       .bound_ns = in.counters.bound_ns > 0 ? in.counters.bound_ns
-                                                            : in.counters.probe_ns,
-                       .floor_ns = in.counters.bound_floor_ns});
+    metered.push_back(
+        {.name = in.group,
+         .latency = RunsFree(in),
+         .launches = in.counters.launches,
+         .completed = in.counters.completed,
+         .charge_ns = in.counters.charge_ns,
+         .bound_ns = in.counters.bound_ns > 0 ? in.counters.bound_ns : in.counters.probe_ns,
+         .floor_ns = in.counters.bound_floor_ns});
   }
   meter_.Tick(now, metered, busy);
 
@@ -128,18 +128,17 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
     const bool free = in.latency && !states_.at(in.group).latency_turns;
     if (free && v.active) latency_active = true;
     if (free || !v.active) continue;
-    takers.push_back({.group = in.group,
-                      .grant_bp = grants[i],
-                      .request_bp = std::min<uint32_t>(in.request_percent, 100) *
-                                    capacity_.capacity_bp() / 100,
-                      .limit_bp = asks[i].limit_bp,
-                      .wanting = v.wanting,
-                      .held = v.held_lately,
-                      .cut_off = v.held,
-                      .charge_ns = in.counters.charge_ns > 0 ? in.counters.charge_ns
-                                                             : in.counters.probe_ns,
-                      .measured = in.counters.charge_ns > 0,
-                      .ran_bp = v.use.used_bp});
+    takers.push_back(
+        {.group = in.group,
+         .grant_bp = grants[i],
+         .request_bp = std::min<uint32_t>(in.request_percent, 100) * capacity_.capacity_bp() / 100,
+         .limit_bp = asks[i].limit_bp,
+         .wanting = v.wanting,
+         .held = v.held_lately,
+         .cut_off = v.held,
+         .charge_ns = in.counters.charge_ns > 0 ? in.counters.charge_ns : in.counters.probe_ns,
+         .measured = in.counters.charge_ns > 0,
+         .ran_bp = v.use.used_bp});
     taker_of.push_back(i);
   }
   const std::vector<TurnPlan> plans = planner_.Tick(now, takers);

@@ -108,8 +108,8 @@ class ShareScheduler {
     TurnPlan turn{};
     int64_t queue_ns = 0;  // a batch stream's queue bound beside a latency group; 0: none
     bool paused = false;
-    uint32_t used_bp = 0;          // what it ran over the last second (UsageMeter)
-    bool wants_more = false;       // held back this tick
+    uint32_t used_bp = 0;           // what it ran over the last second (UsageMeter)
+    bool wants_more = false;        // held back this tick
     int64_t latency_charge_ns = 0;  // a latency group's charge from the device's busy; 0: none
   };
 
@@ -140,7 +140,7 @@ class ShareScheduler {
     bool paused = false;
     int64_t fresh_until_ns = 0;
     int64_t last_held_ns = -1;
-    bool latency_turns = false;  // a latency group that takes turns (kLatencyFreeBp)
+    bool latency_turns = false;   // a latency group that takes turns (kLatencyFreeBp)
     int64_t light_since_ns = -1;  // ...and has run below half of it since
   };
   // A latency group that runs free of the turns (its state as of the last tick).

@@ -42,11 +42,11 @@ class ModelGpu {
     ShareScheduler::Output output;
     double demand = 1.0;
     int64_t kernel_ns = 1 * kMs;
-    double ran_ns = 0;      // device time so far (ground truth)
-    int64_t in_kernel = 0;  // progress in the kernel running; 0: none
-    double free_ran = 0;    // a free group's fluid device time, in kernels
-    bool blocked = false;   // wanted to run this tick and could not
-    int cut = 0;            // turns' ends that cut it off this tick
+    double ran_ns = 0;          // device time so far (ground truth)
+    int64_t in_kernel = 0;      // progress in the kernel running; 0: none
+    double free_ran = 0;        // a free group's fluid device time, in kernels
+    bool blocked = false;       // wanted to run this tick and could not
+    int cut = 0;                // turns' ends that cut it off this tick
     int64_t free_floor_ns = 0;  // a free latency group's least bracketed launch; 0: none
   };
 
@@ -150,7 +150,7 @@ class ModelGpu {
       const int64_t phase = ((since % p.period_ns) + p.period_ns) % p.period_ns;
       const bool whole = p.length_ns >= p.period_ns;
       if (!whole && phase >= p.length_ns) {
-        g.blocked = true;  // waits for its turn
+        g.blocked = true;                                   // waits for its turn
         if (p.length_ns == 0 && t == tick_start_) ++g.cut;  // none this cycle: held over
         continue;
       }
@@ -357,7 +357,8 @@ TEST(ShareSchedulerTest, HundredGroupsTenWithRequests) {
     const double s = share.at("g" + std::to_string(i));
     busy += s;
     // Each request of the capacity, the rest shared equally.
-    const double expect = (i < 10 ? 5 * capacity / 100 : 0) + (capacity - 50 * capacity / 100) / 100;
+    const double expect =
+        (i < 10 ? 5 * capacity / 100 : 0) + (capacity - 50 * capacity / 100) / 100;
     EXPECT_NEAR(s, expect, 2) << i;
     if (std::getenv("GPUSLICE_TEST_DEBUG") != nullptr) {
       std::printf("g%d %.2f (expect %.2f) grant %u turn %lld/%lld wants %d\n", i, s, expect,

@@ -54,9 +54,9 @@ std::vector<TurnPlan> TurnPlanner::Tick(int64_t now_ns, const std::vector<Taker>
   for (const Taker& t : takers) need = std::max(need, t.charge_ns + t.charge_ns / 4);
   const int64_t wanted =
       std::clamp<int64_t>((need + kPeriodNs - 1) / kPeriodNs * kPeriodNs, kPeriodNs, kMaxPeriodNs);
-  const int64_t period = period_ns_ > 0 && wanted * 4 < period_ns_ * 5 && wanted * 4 > period_ns_ * 3
-                             ? period_ns_
-                             : wanted;
+  const int64_t period =
+      period_ns_ > 0 && wanted * 4 < period_ns_ * 5 && wanted * 4 > period_ns_ * 3 ? period_ns_
+                                                                                   : wanted;
   // The next boundary of the grid; a new cycle length starts a new grid
   // there. One too close to be planned (less than kPlanAheadNs ahead and not
   // planned yet: the ticks drifted, or one came early) starts a new grid half
@@ -93,10 +93,11 @@ std::vector<TurnPlan> TurnPlanner::Tick(int64_t now_ns, const std::vector<Taker>
     // One that joined since the cycle in hand was planned waits for the
     // next (an empty turn): running beside the turns' holders meanwhile, it
     // would be in their measurements.
-    out.push_back(it != plan_.end()
-                      ? it->second
-                      : TurnPlan{.epoch_ns = planned_from_ns_, .period_ns = period_ns_,
-                                 .begin_ns = 0, .length_ns = 0});
+    out.push_back(it != plan_.end() ? it->second
+                                    : TurnPlan{.epoch_ns = planned_from_ns_,
+                                               .period_ns = period_ns_,
+                                               .begin_ns = 0,
+                                               .length_ns = 0});
   }
   return out;
 }
@@ -124,12 +125,13 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
     // A long launch's turns are whole launches (below): it runs them through,
     // and what it ran over a second is a few launches, no measure of it.
     const double grant = std::min(t.grant_bp, t.limit_bp) / 10000.0;
-    const bool long_launch = t.charge_ns > 0 && static_cast<double>(t.charge_ns) >
-                                                    kLongLaunch * grant * period;
+    const bool long_launch =
+        t.charge_ns > 0 && static_cast<double>(t.charge_ns) > kLongLaunch * grant * period;
     // A long launch runs through its whole-launch turn, less the turn's
     // spare (below).
     if (long_launch) {
-      st.efficiency = static_cast<double>(t.charge_ns) / static_cast<double>(LaunchTurn(t.charge_ns));
+      st.efficiency =
+          static_cast<double>(t.charge_ns) / static_cast<double>(LaunchTurn(t.charge_ns));
     }
     if (t.held && t.measured && !long_launch && !st.turns.empty()) {
       double held = 0;
@@ -152,8 +154,8 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
     if (t.measured && !long_launch && st.last_ns >= 0 && due[k] < 1.0) {
       const double spare = static_cast<double>(kNeedSpareNs) / period;
       const double last = static_cast<double>(st.last_ns) / period;
-      const double need = t.cut_off ? std::max(2 * last, last + spare)
-                                    : t.ran_bp / 10000.0 / e * 1.25 + spare;
+      const double need =
+          t.cut_off ? std::max(2 * last, last + spare) : t.ran_bp / 10000.0 / e * 1.25 + spare;
       most[k] = std::min(most[k], need);
       due[k] = std::min(due[k], most[k]);
     }
@@ -267,9 +269,8 @@ void TurnPlanner::Plan(int64_t start_ns, const std::vector<Taker>& takers) {
     st.last_ns = length[k];
     st.credit_ns = std::max(st.credit_ns, -period_ns_);
     st.turns.emplace_back(start_ns, static_cast<double>(length[k]) / period);
-    plan_[order[k]->group] =
-        TurnPlan{.epoch_ns = start_ns, .period_ns = period_ns_, .begin_ns = begin,
-                 .length_ns = length[k]};
+    plan_[order[k]->group] = TurnPlan{
+        .epoch_ns = start_ns, .period_ns = period_ns_, .begin_ns = begin, .length_ns = length[k]};
     begin += length[k];
   }
   states_ = std::move(states);

@@ -71,16 +71,16 @@ class TurnPlanner {
   static constexpr int64_t kNeedSpareNs = 2'000'000;
 
   struct Taker {
-    std::string group;         // unique
-    uint32_t grant_bp = 0;     // device time it is due (Allocate)
-    uint32_t request_bp = 0;   // of that, its request's part (guaranteed first)
+    std::string group;          // unique
+    uint32_t grant_bp = 0;      // device time it is due (Allocate)
+    uint32_t request_bp = 0;    // of that, its request's part (guaranteed first)
     uint32_t limit_bp = 10000;  // never more
-    bool wanting = false;      // wants more: held back within the last second, or new
-    bool held = false;         // held back by its turn's end within the last second
-    bool cut_off = false;      // ...and since the last Tick
-    int64_t charge_ns = 0;     // one launch's device time (an upper bound if not measured)
-    bool measured = true;      // ran_bp is measured (its launches' cost is known)
-    uint32_t ran_bp = 0;       // what it ran over the last second (UsageMeter)
+    bool wanting = false;       // wants more: held back within the last second, or new
+    bool held = false;          // held back by its turn's end within the last second
+    bool cut_off = false;       // ...and since the last Tick
+    int64_t charge_ns = 0;      // one launch's device time (an upper bound if not measured)
+    bool measured = true;       // ran_bp is measured (its launches' cost is known)
+    uint32_t ran_bp = 0;        // what it ran over the last second (UsageMeter)
   };
 
   // The plans at `now_ns`, parallel to `takers`: each for the cycles from
@@ -98,8 +98,8 @@ class TurnPlanner {
  private:
   struct State {
     double efficiency = 1.0;
-    int64_t credit_ns = 0;                          // deficit round-robin
-    int64_t last_ns = -1;                           // its last turn; -1: none last cycle
+    int64_t credit_ns = 0;                         // deficit round-robin
+    int64_t last_ns = -1;                          // its last turn; -1: none last cycle
     std::deque<std::pair<int64_t, double>> turns;  // (cycle start, share of the cycle), last 1 s
   };
   // Plans the cycle starting at `start_ns`.
@@ -107,7 +107,7 @@ class TurnPlanner {
 
   std::map<std::string, State> states_;
   std::map<std::string, State> prior_states_;  // as the last Plan found them
-  int64_t epoch_ns_ = 0;  // a boundary of the cycle grid
+  int64_t epoch_ns_ = 0;                       // a boundary of the cycle grid
   int64_t period_ns_ = 0;
   int64_t planned_from_ns_ = -1;          // the start of the cycle planned last
   std::map<std::string, TurnPlan> plan_;  // that cycle's, by group

@@ -153,8 +153,8 @@ TEST(TurnPlanner, DuesBeyondTheCycleAreCutBeyondTheRequestsFirst) {
   TurnPlanner p;
   TurnPlanner::Taker requested = Taker("requested", 3000, 1 * kMs);
   requested.request_bp = 3000;
-  const std::map<std::string, double> held = HeldShares(
-      p, {requested, Taker("surplus", 6000, 1 * kMs)}, 100, {{"requested", 0.5}});
+  const std::map<std::string, double> held =
+      HeldShares(p, {requested, Taker("surplus", 6000, 1 * kMs)}, 100, {{"requested", 0.5}});
   EXPECT_NEAR(p.efficiency("requested"), 0.5, 0.05);
   EXPECT_NEAR(held.at("requested"), 0.60, 0.03);  // proportional cutting: 0.50
   EXPECT_NEAR(held.at("surplus"), 0.40, 0.03);
@@ -162,12 +162,11 @@ TEST(TurnPlanner, DuesBeyondTheCycleAreCutBeyondTheRequestsFirst) {
 
 TEST(TurnPlanner, ACycleLeftOverGoesToThoseWhoWantMoreAndLimitsHold) {
   TurnPlanner p;
-  const std::map<std::string, double> held =
-      HeldShares(p,
-                 {Taker("modest", 1100, 1 * kMs, /*wanting=*/false),
-                  Taker("capped", 1000, 1 * kMs, true, /*limit_bp=*/1000),
-                  Taker("greedy", 5000, 1 * kMs)},
-                 50);
+  const std::map<std::string, double> held = HeldShares(
+      p,
+      {Taker("modest", 1100, 1 * kMs, /*wanting=*/false),
+       Taker("capped", 1000, 1 * kMs, true, /*limit_bp=*/1000), Taker("greedy", 5000, 1 * kMs)},
+      50);
   EXPECT_NEAR(held.at("modest"), 0.11, 0.005);
   EXPECT_NEAR(held.at("capped"), 0.10, 0.005);
   EXPECT_NEAR(held.at("greedy"), 0.79, 0.01);
@@ -204,7 +203,8 @@ TEST(TurnPlanner, ACycleIsPlannedOnceAndAJoinerWaitsForTheNext) {
   EXPECT_LT(joined[0].length_ns, first.length_ns);
   // A joiner less than 20 ms before it has none there (an empty turn): the
   // others may already hold theirs.
-  const std::vector<TurnPlanner::Taker> four = {three[0], three[1], three[2], Taker("d", 2500, kMs)};
+  const std::vector<TurnPlanner::Taker> four = {three[0], three[1], three[2],
+                                                Taker("d", 2500, kMs)};
   const std::vector<TurnPlan> late = p.Tick(first.epoch_ns - 10 * kMs, four);
   EXPECT_EQ(late[3].period_ns, first.period_ns);
   EXPECT_EQ(late[3].length_ns, 0);

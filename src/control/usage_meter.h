@@ -55,9 +55,9 @@ class UsageMeter {
   static constexpr int64_t kMinResidualChargeNs = 1000;
 
   struct Group {
-    std::string name;       // unique
-    bool latency = false;   // its device time is the device's residual
-    uint64_t launches = 0;  // admitted so far (monotonic)
+    std::string name;        // unique
+    bool latency = false;    // its device time is the device's residual
+    uint64_t launches = 0;   // admitted so far (monotonic)
     uint64_t completed = 0;  // seen complete so far (monotonic)
     int64_t charge_ns = 0;   // its own charge per launch; 0: not known
     int64_t bound_ns = 0;    // an upper bound of it; 0: none
@@ -84,8 +84,8 @@ class UsageMeter {
     // What it ran over the window by its launches' least bracketed time
     // (0: none), near what it ran where its launches are alike.
     uint32_t floor_bp = 0;
-    bool launched = false;      // admitted a launch within the last kWindowNs
-    int64_t charge_ns = 0;      // the charge its figures use (a latency group's: the residual's)
+    bool launched = false;  // admitted a launch within the last kWindowNs
+    int64_t charge_ns = 0;  // the charge its figures use (a latency group's: the residual's)
   };
   // As of the last Tick; a group not seen: all zero.
   Reading Of(std::string_view group) const;
@@ -102,7 +102,7 @@ class UsageMeter {
   struct State {
     bool latency = false;
     std::deque<Sample> samples;  // newest last, the last kMaxWindowNs
-    int64_t charge_ns = 0;  // own
+    int64_t charge_ns = 0;       // own
     int64_t bound_ns = 0;
     int64_t floor_ns = 0;
     int64_t residual_charge_ns = 0;

@@ -556,8 +556,9 @@ int Run(int argc, char** argv) {
   // What the API says of a group's compute: the scheduler's grant and what
   // the group ran (docs/scheduling.md "Evidence"; top, the dashboard and the
   // demo read it there).
-  auto share_of = [&controllers](const std::string& g, const std::string& u)
-      -> std::optional<TenantRoutesOptions::Share> {
+  auto share_of = [&controllers](
+                      const std::string& g,
+                      const std::string& u) -> std::optional<TenantRoutesOptions::Share> {
     const std::optional<int32_t> share = controllers.ShareOf(g, u);
     const std::optional<uint32_t> grant = controllers.GrantOf(g, u);
     if (!share && !grant) return std::nullopt;

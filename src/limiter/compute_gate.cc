@@ -237,7 +237,8 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
     const int64_t now = MonotonicNs();
     b.Lock();
     const MarkerEvents events{cu, b};
-    const ProgressWatch::Verdict verdict = b.watch.Check(now, unknown_ahead, rate_bp, events, events);
+    const ProgressWatch::Verdict verdict =
+        b.watch.Check(now, unknown_ahead, rate_bp, events, events);
     b.Confirm();
     if (verdict == ProgressWatch::Verdict::kBacklog) b.watch.DrainBegan(now);
     const int pending = b.watch.pending();
@@ -289,9 +290,8 @@ bool NewestPendingLocked(const StreamBacklog& b) {
 // due, at most every `mark_period_ns` (creating the ring index's event in
 // the current context on first use). `newest_pending`: NewestPendingLocked
 // as the launch was queued; `alone`: the group holds the device (its turn),
-// so that what its markers time is its own (else it only bounds it). A marker the driver refuses carries the charge
-// to the next; the launches it would have followed are counted complete at
-// once.
+// so that what its markers time is its own (else it only bounds it). A marker the driver refuses
+// carries the charge to the next; the launches it would have followed are counted complete at once.
 void MarkAfter(CUstream stream, StreamBacklog& b, ComputeBudget budget, int64_t charge_ns,
                bool newest_pending, int64_t mark_period_ns, bool alone) {
   const real::CudaTable& cu = real::Cuda();
@@ -533,8 +533,8 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
     if (AdmitInTurn(*segment, dev, budget, stream, *backlog, fit, &started)) {
       if (probe) return Probe(*segment, dev, budget, stream, call, launch);
       if (AloneInTurn(*segment, dev, charge, started)) BracketIfIdle(stream, *backlog, true);
-      return LaunchWatched(stream, *backlog, budget, charge, call, launch,
-                           segment->QueueBound(dev), /*in_turn=*/true);
+      return LaunchWatched(stream, *backlog, budget, charge, call, launch, segment->QueueBound(dev),
+                           /*in_turn=*/true);
     }
     // No turns any more: the rate paces it, below.
   }

@@ -294,14 +294,14 @@ class GroupSegment {
 
   // What the scheduler reads of one device (each field atomically).
   struct ComputeCounters {
-    uint64_t launches;            // admitted so far
-    uint64_t waits;               // launches that waited for budget (held back by the rate)
-    uint64_t wait_ns;             // their total wait
-    uint64_t cut_off;             // launches their turn's end cut off (DeviceCompute::cut_off)
-    int64_t charge_ns;            // estimated device time of one launch; 0: not known yet
-    int32_t share_bp;             // measured share; -1: never measured
-    uint32_t waiting;             // members with a thread waiting in the launch gate now
-    int64_t next_free_ns;         // the budget: when the work admitted so far is paid for
+    uint64_t launches;     // admitted so far
+    uint64_t waits;        // launches that waited for budget (held back by the rate)
+    uint64_t wait_ns;      // their total wait
+    uint64_t cut_off;      // launches their turn's end cut off (DeviceCompute::cut_off)
+    int64_t charge_ns;     // estimated device time of one launch; 0: not known yet
+    int32_t share_bp;      // measured share; -1: never measured
+    uint32_t waiting;      // members with a thread waiting in the launch gate now
+    int64_t next_free_ns;  // the budget: when the work admitted so far is paid for
   };
   ComputeCounters Counters(int dev) const;
 

@@ -315,14 +315,13 @@ TEST_F(GroupSegmentTest, MaxMemberChargeIsTheLargestOfTheLiveMembers) {
   EXPECT_EQ(seg->MaxMemberCharge(d), 0);
 }
 
-// Issue 13's 5 s stall (bench/scheduler --suite scale, docs/daemon.md): a
-// 20 ms kernel's bootstrap probe measured its wall time beside 20 contexts,
-// 400 ms, and that measurement, charged at the new 4 % grant (the probe's
-// ChargeAfter, or a launch charged the measurement until the controller
-// published the member's charge), ran the budget 10 s ahead. Once the charge
-// (20 ms) is known, the gate's pull-back (compute_gate.cc Admit: burst plus
-// one launch of the largest member charge at the current rate) leaves at
-// most one 20 ms launch at 4 % (0.5 s) to wait, not the measurement's 10 s.
+// Issue 13's 5 s stall (bench/scheduler --suite scale,
+// bench/results/2026-11-26-scheduler-before-turns.md): a 20 ms kernel's bootstrap probe measured
+// its wall time beside 20 contexts, 400 ms, and that measurement, charged at the new 4 % grant (the
+// probe's ChargeAfter, or a launch charged the measurement until the controller published the
+// member's charge), ran the budget 10 s ahead. Once the charge (20 ms) is known, the gate's
+// pull-back (compute_gate.cc Admit: burst plus one launch of the largest member charge at the
+// current rate) leaves at most one 20 ms launch at 4 % (0.5 s) to wait, not the measurement's 10 s.
 TEST_F(GroupSegmentTest, ABudgetRunAheadOnABootstrapMeasurementIsPulledBackToTheRefinedCharge) {
   auto seg = OpenGroup();
   const int d = *seg->AttachDevice(kUuid);

@@ -104,7 +104,7 @@ inline bool ClampAhead(std::atomic_ref<int64_t> next_free, int64_t now_ns, int64
 inline constexpr int64_t kQueueSlackNs = 1'000'000;
 
 // While gpusliced's scheduler has set a device's burst (batch groups beside
-// an active latency group: docs/daemon.md "Scheduling"), a stream's queue in
+// an active latency group: docs/scheduling.md "Scheduling"), a stream's queue in
 // the driver is bounded in time, not only by the budget: a launch waits while
 // the oldest unfinished marker on its stream (shm/progress_watch.h) was
 // recorded more than this long ago. The budget alone does not bound it: a
@@ -128,7 +128,7 @@ inline int64_t QueueBoundNs(int64_t interval_ns, int64_t burst_ns) {
 // Every scheduled group's queue is bounded: a paused group's work already in
 // the driver runs on after the pause, and a group coming back from idle waits
 // behind the others' queues, so neither may hold much more than what the
-// pacer admits (docs/daemon.md "Scheduling", paused). How:
+// pacer admits (docs/scheduling.md "Scheduling", paused). How:
 //  - taking turns (a short burst): by age, the stream's oldest unfinished
 //    marker no older than QueueBoundNs (below);
 //  - otherwise: by lag (ProgressWatch::BehindBy), the oldest unfinished
@@ -189,8 +189,8 @@ struct TurnVerdict {
 // charge grew since the turn was planned: the scheduler gives long launches
 // whole-launch turns). A plan whose turn is the whole cycle
 // admits every launch. REQUIRES: lead_ns >= 0.
-inline TurnVerdict TurnAt(const TurnPlan& plan, int64_t now_ns, int64_t ahead_ns,
-                          int64_t charge_ns, int64_t lead_ns = kTurnLeadNs) {
+inline TurnVerdict TurnAt(const TurnPlan& plan, int64_t now_ns, int64_t ahead_ns, int64_t charge_ns,
+                          int64_t lead_ns = kTurnLeadNs) {
   if (plan.period_ns <= 0 || plan.length_ns >= plan.period_ns) return {};
   const int64_t period = plan.period_ns;
   const int64_t length = std::max<int64_t>(1, plan.length_ns);

@@ -312,7 +312,9 @@ TEST(QueueBound, ALongTimeSliceIsNotTakenForADeepQueue) {
 
 // ---- turns ----
 
-constexpr TurnPlan kTurn{.epoch_ns = 1000 * kMs, .period_ns = 100 * kMs, .begin_ns = 30 * kMs,
+constexpr TurnPlan kTurn{.epoch_ns = 1000 * kMs,
+                         .period_ns = 100 * kMs,
+                         .begin_ns = 30 * kMs,
                          .length_ns = 20 * kMs};  // [30, 50) ms of every 100
 
 // A launch goes within its turn, from the lead before it, only if it ends by

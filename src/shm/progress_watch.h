@@ -1,5 +1,5 @@
 // ProgressWatch: one stream's markers and the deadline each must meet
-// (DESIGN.md section 2, compute limits; docs/limiter.md "Backlog watch").
+// (DESIGN.md section 2, compute limits; docs/compute.md "Backlog watch").
 //
 // The budget charges a launch its *estimated* device time. When kernels
 // become much longer with nothing in the launch to tell (same function, same

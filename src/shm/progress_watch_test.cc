@@ -81,8 +81,8 @@ TEST(ProgressWatchTest, BackloggedIntervalsAloneAreExact) {
 TEST(ProgressWatchTest, IntervalsBesideOthersOnlyBound) {
   Stream s(/*alone=*/false);
   s.Bracketed(0);
-  s.Complete(0);          // the start marker, timed as it was queued
-  s.Complete(2 * kMs);    // the launch waited 1.9 ms for the other context
+  s.Complete(0);        // the start marker, timed as it was queued
+  s.Complete(2 * kMs);  // the launch waited 1.9 ms for the other context
   const ProgressWatch::Taken t = s.watch.TakeBusy();
   EXPECT_EQ(t.exact.launches, 0u);
   EXPECT_EQ(t.bound.ns, 2 * kMs);

@@ -26,19 +26,18 @@ class TenantRoutesTest : public TenantRoutesFixture {
     options.share_of = [](const std::string& group,
                           const std::string& uuid) -> std::optional<TenantRoutesOptions::Share> {
       if (group != "g") return std::nullopt;
-      if (uuid == "GPU-fake-0") return TenantRoutesOptions::Share{.grant_bp = 5000, .share_bp = 4000};
+      if (uuid == "GPU-fake-0")
+        return TenantRoutesOptions::Share{.grant_bp = 5000, .share_bp = 4000};
       return TenantRoutesOptions::Share{.grant_bp = std::nullopt, .share_bp = -1};
     };
     Install(options);
   }
   // The metrics, with the same group control's shares.
   std::string Metrics() {
-    return FormatTenantMetrics(registry_, *usage_.Current(),
-                               [](const std::string& group, const std::string& uuid) {
-                                 return group == "g" && uuid == "GPU-fake-0"
-                                            ? std::optional<int32_t>(4000)
-                                            : std::nullopt;
-                               });
+    return FormatTenantMetrics(
+        registry_, *usage_.Current(), [](const std::string& group, const std::string& uuid) {
+          return group == "g" && uuid == "GPU-fake-0" ? std::optional<int32_t>(4000) : std::nullopt;
+        });
   }
 
   GroupTiers* tiers_ = nullptr;

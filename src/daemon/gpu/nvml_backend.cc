@@ -45,18 +45,18 @@ namespace gpuslice::daemon {
 
 // Optional entry points: null where the driver lacks them (an older driver,
 // a GPU without MIG); what depends on them is reported absent.
-#define GS_NVML_OPTIONAL_FUNCTIONS(X)                                             \
-  X(nvmlSystemGetDriverVersion, (char*, unsigned int))                            \
-  X(nvmlDeviceGetCudaComputeCapability, (nvmlDevice_t, int*, int*))               \
-  X(nvmlDeviceGetMigMode, (nvmlDevice_t, unsigned int*, unsigned int*))           \
-  X(nvmlDeviceSetMemoryLimits_v1, (nvmlDevice_t, nvmlSetMemoryLimits_v1_t*))      \
-  X(nvmlEventSetCreate, (nvmlEventSet_t*))                                        \
-  X(nvmlEventSetFree, (nvmlEventSet_t))                                           \
-  X(nvmlDeviceGetSupportedEventTypes, (nvmlDevice_t, unsigned long long*))        \
-  X(nvmlDeviceRegisterEvents, (nvmlDevice_t, unsigned long long, nvmlEventSet_t)) \
-  X(nvmlEventSetWait_v2, (nvmlEventSet_t, nvmlEventData_t*, unsigned int))        \
-  X(nvmlDeviceGetSamples, (nvmlDevice_t, nvmlSamplingType_t, unsigned long long,  \
-                           nvmlValueType_t*, unsigned int*, nvmlSample_t*))
+#define GS_NVML_OPTIONAL_FUNCTIONS(X)                                                              \
+  X(nvmlSystemGetDriverVersion, (char*, unsigned int))                                             \
+  X(nvmlDeviceGetCudaComputeCapability, (nvmlDevice_t, int*, int*))                                \
+  X(nvmlDeviceGetMigMode, (nvmlDevice_t, unsigned int*, unsigned int*))                            \
+  X(nvmlDeviceSetMemoryLimits_v1, (nvmlDevice_t, nvmlSetMemoryLimits_v1_t*))                       \
+  X(nvmlEventSetCreate, (nvmlEventSet_t*))                                                         \
+  X(nvmlEventSetFree, (nvmlEventSet_t))                                                            \
+  X(nvmlDeviceGetSupportedEventTypes, (nvmlDevice_t, unsigned long long*))                         \
+  X(nvmlDeviceRegisterEvents, (nvmlDevice_t, unsigned long long, nvmlEventSet_t))                  \
+  X(nvmlEventSetWait_v2, (nvmlEventSet_t, nvmlEventData_t*, unsigned int))                         \
+  X(nvmlDeviceGetSamples, (nvmlDevice_t, nvmlSamplingType_t, unsigned long long, nvmlValueType_t*, \
+                           unsigned int*, nvmlSample_t*))
 
 // NOLINTBEGIN(bugprone-macro-parentheses): `name` is a declarator and a symbol name.
 struct NvmlBackend::Api {
@@ -414,8 +414,9 @@ StatusOr<std::vector<BusySample>> NvmlBackend::BusySince(uint32_t index, uint64_
                                  : static_cast<uint64_t>(v.dVal);
     out.push_back({samples[i].timeStamp, static_cast<uint32_t>(std::min<uint64_t>(percent, 100))});
   }
-  std::sort(out.begin(), out.end(),
-            [](const BusySample& a, const BusySample& b) { return a.timestamp_us < b.timestamp_us; });
+  std::sort(out.begin(), out.end(), [](const BusySample& a, const BusySample& b) {
+    return a.timestamp_us < b.timestamp_us;
+  });
   return out;
 }
 

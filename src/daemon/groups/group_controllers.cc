@@ -337,22 +337,21 @@ void GroupControllers::Schedule() {
               : 0;
       // What each tick decided and from what (--log-level trace): how the
       // bench's misses are traced (bench/scheduler --trace DIR).
-      GS_LOG(kTrace, "gpusliced",
-             "event=schedule_tick t_ms=%lld gpu=%s group=%s capacity_bp=%u busy_bp=%d "
-             "grant_bp=%u turn_bp=%u turn_ms=%.1f+%.1f@%lld queue_ns=%lld used_bp=%u "
-             "wants_more=%d launches=%llu completed=%llu waits=%llu cut_off=%llu waiting=%u "
-             "charge_ns=%lld latency_charge_ns=%lld paused=%d",
-             static_cast<long long>(now / 1'000'000), uuid.c_str(), o.group.c_str(),
-             scheduler->capacity_bp(), scheduler->device_busy_bp(), o.grant_bp, turn_bp,
-             static_cast<double>(o.turn.begin_ns) / 1e6, static_cast<double>(o.turn.length_ns) / 1e6,
-             static_cast<long long>(o.turn.epoch_ns / 1'000'000),
-             static_cast<long long>(o.queue_ns), o.used_bp, o.wants_more ? 1 : 0,
-             static_cast<unsigned long long>(c.launches),
-             static_cast<unsigned long long>(c.completed),
-             static_cast<unsigned long long>(c.waits),
-             static_cast<unsigned long long>(c.cut_off), c.waiting,
-             static_cast<long long>(c.charge_ns), static_cast<long long>(o.latency_charge_ns),
-             o.paused ? 1 : 0);
+      GS_LOG(
+          kTrace, "gpusliced",
+          "event=schedule_tick t_ms=%lld gpu=%s group=%s capacity_bp=%u busy_bp=%d "
+          "grant_bp=%u turn_bp=%u turn_ms=%.1f+%.1f@%lld queue_ns=%lld used_bp=%u "
+          "wants_more=%d launches=%llu completed=%llu waits=%llu cut_off=%llu waiting=%u "
+          "charge_ns=%lld latency_charge_ns=%lld paused=%d",
+          static_cast<long long>(now / 1'000'000), uuid.c_str(), o.group.c_str(),
+          scheduler->capacity_bp(), scheduler->device_busy_bp(), o.grant_bp, turn_bp,
+          static_cast<double>(o.turn.begin_ns) / 1e6, static_cast<double>(o.turn.length_ns) / 1e6,
+          static_cast<long long>(o.turn.epoch_ns / 1'000'000), static_cast<long long>(o.queue_ns),
+          o.used_bp, o.wants_more ? 1 : 0, static_cast<unsigned long long>(c.launches),
+          static_cast<unsigned long long>(c.completed), static_cast<unsigned long long>(c.waits),
+          static_cast<unsigned long long>(c.cut_off), c.waiting,
+          static_cast<long long>(c.charge_ns), static_cast<long long>(o.latency_charge_ns),
+          o.paused ? 1 : 0);
       // Below the whole device even when alone, so that its launches stay on
       // the paced path, which counts them (what the scheduler reads).
       const uint32_t grant = std::min(o.grant_bp, kFullGrantBp - 1);
@@ -376,9 +375,10 @@ void GroupControllers::Schedule() {
         }
       }
       group->compute->SetFallbackCharge(d, o.latency_charge_ns);
-      segment->PublishEstimate(d, GroupSegment::Estimate{.charge_ns = 0,
-                                                         .share_bp = static_cast<int32_t>(o.used_bp),
-                                                         .measured_at_ns = now});
+      segment->PublishEstimate(
+          d,
+          GroupSegment::Estimate{
+              .charge_ns = 0, .share_bp = static_cast<int32_t>(o.used_bp), .measured_at_ns = now});
       grants[o.group].second.push_back({.uuid = uuid,
                                         .grant_bp = o.grant_bp,
                                         .burst_ns = o.burst_ns,

@@ -348,9 +348,9 @@ TEST_F(GroupControllersTest, BatchGroupsTakeTurnsAndBesideALatencyGroupTheirQueu
   const TurnPlan tb = b->TurnAt(0, clock_.NowNs());
   ASSERT_GT(ta.period_ns, 0);
   EXPECT_EQ(ta.period_ns, tb.period_ns);
-  EXPECT_GT(ta.length_ns, tb.length_ns);  // a's request
+  EXPECT_GT(ta.length_ns, tb.length_ns);               // a's request
   EXPECT_EQ(ta.begin_ns + ta.length_ns, tb.begin_ns);  // back to back
-  EXPECT_EQ(a->QueueBound(0), 0);  // no latency group active yet
+  EXPECT_EQ(a->QueueBound(0), 0);                      // no latency group active yet
   // Pending: the plan for the next cycle, from its boundary on.
   const auto [current, next] = a->Turns(0);
   if (next.epoch_ns != 0) {

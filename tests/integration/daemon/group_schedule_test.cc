@@ -322,8 +322,7 @@ TEST_F(GroupScheduleTest, BatchGroupsTakeTurns) {
   const json before = Stats();
   std::this_thread::sleep_for(4s);
   const json after = Stats();
-  const double span_s =
-      (after["clock_ns"].get<double>() - before["clock_ns"].get<double>()) / 1e9;
+  const double span_s = (after["clock_ns"].get<double>() - before["clock_ns"].get<double>()) / 1e9;
   const double switches_per_s = (after["devices"][0]["context_switches"].get<double>() -
                                  before["devices"][0]["context_switches"].get<double>()) /
                                 span_s;

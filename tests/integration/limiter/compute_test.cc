@@ -342,8 +342,10 @@ TEST_P(TurnsTest, ATurnConfinesLaunchesAndEachCutOffIsCounted) {
   ASSERT_TRUE(WaitFor([&] { return seg->LastAliveNs() > now_ns; }, std::chrono::seconds(10)));
   // The first cycle starts after the queue the member built has drained.
   constexpr int64_t kPeriodNs = 100'000'000;
-  const TurnPlan plan{.epoch_ns = MonotonicNs() + 3'000'000'000, .period_ns = kPeriodNs,
-                      .begin_ns = 0, .length_ns = 30'000'000};
+  const TurnPlan plan{.epoch_ns = MonotonicNs() + 3'000'000'000,
+                      .period_ns = kPeriodNs,
+                      .begin_ns = 0,
+                      .length_ns = 30'000'000};
   seg->SetQueueBound(0, GetParam());
   seg->SetComputeGrant(0, 3000);
   seg->SetTurns(0, plan, plan);

@@ -711,8 +711,7 @@ TEST_F(NvmlIntegrationTest, ALoneProcessHasEveryWindowAtItsDuty) {
     sum += s.smUtil;
   }
   ASSERT_GE(m.samples.size(), 25u);
-  EXPECT_NEAR(sum / static_cast<double>(m.samples.size()), m.TruthPct(load.pid()),
-              m.tolerance_pct);
+  EXPECT_NEAR(sum / static_cast<double>(m.samples.size()), m.TruthPct(load.pid()), m.tolerance_pct);
 }
 
 TEST_F(NvmlSplitIntegrationTest, TwoProcessesShareTheDeviceAsTheGroundTruthSays) {
