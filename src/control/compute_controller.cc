@@ -38,17 +38,21 @@ double DevicePercent(const std::vector<UtilizationSample>& samples, uint64_t sin
 }  // namespace
 
 ComputeController::ComputeController(GroupSegment& segment, UtilizationSource& source,
-                                     Members members, Clocks clocks)
-    : segment_(segment), source_(source), members_(std::move(members)), clocks_(clocks) {}
+                                     Members members, Clocks clocks, DeviceBusySource* device_busy)
+    : segment_(segment),
+      source_(source),
+      device_busy_(device_busy),
+      members_(std::move(members)),
+      clocks_(clocks) {}
 
 ComputeController::ComputeController(GroupSegment& segment, UtilizationSource& source,
-                                     MemberPids pids, Clocks clocks)
+                                     MemberPids pids, Clocks clocks, DeviceBusySource* device_busy)
     : ComputeController(segment, source, Members([pids = std::move(pids)] {
                           std::vector<Member> out;
                           for (int32_t pid : pids()) out.push_back({.pid = pid});
                           return out;
                         }),
-                        clocks) {}
+                        clocks, device_busy) {}
 
 ComputeController::Members ComputeController::SlotMembers(const GroupSegment& segment) {
   return [&segment] {
@@ -191,6 +195,24 @@ void ComputeController::NoteAttribution(Device& d,
          window_attribution ? "window" : "split");
 }
 
+ComputeController::Quiet ComputeController::QuietSince(int dev, uint64_t since_us) {
+  if (device_busy_ == nullptr) return {};
+  auto busy = device_busy_->BusySince(segment_.DeviceUuid(dev), since_us);
+  if (!busy.ok() || busy->empty()) return {};
+  double sum = 0;
+  int n = 0;
+  uint64_t end_us = 0;
+  for (const DeviceBusySample& s : *busy) {
+    if (s.timestamp_us <= since_us) continue;
+    if (s.percent > kQuietPercent) return {};  // something ran: its sample will come
+    sum += s.percent;
+    ++n;
+    end_us = std::max(end_us, s.timestamp_us);
+  }
+  if (n == 0 || end_us < since_us + kQuietSpanUs) return {};
+  return {.end_us = end_us, .percent = sum / n};
+}
+
 void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>& members) {
   const int64_t now_real = clocks_.realtime.NowNs();
   const uint64_t launches = segment_.Launches(dev);
@@ -242,7 +264,6 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
   for (const UtilizationSample& s : *samples) {
     if (s.timestamp_us > d.last_seen_us) fresh.push_back(s);
   }
-  if (fresh.empty()) return;  // no window closed since
   std::sort(fresh.begin(), fresh.end(), [](const UtilizationSample& a, const UtilizationSample& b) {
     return a.timestamp_us < b.timestamp_us;
   });
@@ -250,6 +271,7 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
     uint64_t first_us = 0;
     uint64_t end_us = 0;
     std::vector<UtilizationSample> samples;
+    double quiet_percent = -1;  // >= 0: the device's own figure, no process sample (QuietSince)
   };
   std::vector<Window> windows;
   for (const UtilizationSample& s : fresh) {
@@ -259,10 +281,19 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
     windows.back().end_us = s.timestamp_us;
     windows.back().samples.push_back(s);
   }
+  if (windows.empty()) {
+    const Quiet quiet = QuietSince(dev, d.last_seen_us);
+    if (quiet.end_us == 0) return;  // no window closed since
+    windows.push_back({.first_us = quiet.end_us,
+                       .end_us = quiet.end_us,
+                       .samples = {},
+                       .quiet_percent = quiet.percent});
+  }
   {
     std::vector<std::pair<size_t, uint32_t>> seen;
     seen.reserve(windows.size());
     for (const Window& w : windows) {
+      if (w.quiet_percent >= 0) continue;  // the device's figure: no process's sample
       std::set<uint32_t> pids;
       for (const UtilizationSample& s : w.samples) pids.insert(s.pid);
       seen.emplace_back(pids.size(), *pids.begin());
@@ -278,7 +309,12 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
     double busy_percent = 0;
     double unslotted_percent = 0;
     bool matched_here = false;
-    for (size_t i = 0; i < members.size(); ++i) {
+    if (w.quiet_percent >= 0) {  // the device's own figure bounds every member's
+      std::fill(member_percent.begin(), member_percent.end(), w.quiet_percent);
+      busy_percent = unslotted_percent = w.quiet_percent;
+      matched_here = true;
+    }
+    for (size_t i = 0; i < members.size() && w.quiet_percent < 0; ++i) {
       double sum = 0;
       int samples_of_pid = 0;
       for (const UtilizationSample& s : w.samples) {
@@ -295,7 +331,8 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
       }
       matched_here = true;
     }
-    device_percent += DevicePercent(w.samples, 0) / static_cast<double>(windows.size());
+    device_percent += (w.quiet_percent >= 0 ? w.quiet_percent : DevicePercent(w.samples, 0)) /
+                      static_cast<double>(windows.size());
     const auto start_ns = static_cast<int64_t>(d.last_seen_us) * 1000;
     const auto end_ns = static_cast<int64_t>(w.end_us) * 1000;
     d.estimator.AddBusy(start_ns, end_ns, std::min(busy_percent, 100.0) / 100.0, matched_here);

@@ -38,6 +38,14 @@
 // window the group had no sample of is no ground for a workload shift
 // (CostEstimator).
 //
+// A device that NVML shows all but idle (its own figure, DeviceBusySource:
+// every window since the last sample at most kQuietPercent, for at least
+// kQuietSpanUs) with no process's sample bounds every member by that
+// figure: NVML gives no per-process sample of a window too idle to round to
+// a percent, and a group whose kernels got a hundred times shorter under
+// its cap (15 launches a second of 200 us, 0.3 %) would else keep its old
+// charge, and that share, for ever (bench/share_accuracy "100x shorter").
+//
 // Members are matched by pid in the utilization source's namespace (NVML:
 // the host's). The limiter passes its slots' pids with their slots, so
 // inside a container with its own pid namespace no sample matches and each
@@ -61,6 +69,7 @@
 #include "common/clock.h"
 #include "control/compute_control.h"
 #include "control/cost_estimator.h"
+#include "control/device_busy.h"
 #include "control/share_correction.h"
 #include "control/utilization_source.h"
 #include "shm/group_segment.h"
@@ -107,6 +116,10 @@ class ComputeController final : public ComputeControl {
   // stopped launching, whose markers nobody looked at since): longer than
   // the longest drain of a backlog (kBacklogMaxWaitNs).
   static constexpr int64_t kQueueSettleNs = 3'000'000'000;
+  // A device this quiet (percent, each window) for this long without a
+  // process sample bounds the members by its own figure (see above).
+  static constexpr uint32_t kQuietPercent = 1;
+  static constexpr uint64_t kQuietSpanUs = 300'000;
 
   // The pids of the group's members, in the utilization source's namespace.
   using MemberPids = std::function<std::vector<int32_t>()>;
@@ -123,12 +136,13 @@ class ComputeController final : public ComputeControl {
     const Clock& monotonic;  // the segment's time base
   };
 
-  // REQUIRES: `segment`, `source` and the clocks outlive the controller.
+  // REQUIRES: `segment`, `source`, the clocks and `device_busy` (the
+  // device's own busy figure; null: none) outlive the controller.
   ComputeController(GroupSegment& segment, UtilizationSource& source, Members members,
-                    Clocks clocks);
+                    Clocks clocks, DeviceBusySource* device_busy = nullptr);
   // Members known by pid only (each charged the group's mean).
   ComputeController(GroupSegment& segment, UtilizationSource& source, MemberPids pids,
-                    Clocks clocks);
+                    Clocks clocks, DeviceBusySource* device_busy = nullptr);
 
   // The members of `segment` with their slots, by the pids the slots hold
   // (the limiter's keeper: NVML sees those pids outside containers).
@@ -177,6 +191,14 @@ class ComputeController final : public ComputeControl {
   };
 
   void TickDevice(int dev, Device& d, const std::vector<Member>& members);
+  // The device's windows closed after `since_us` if all of them were quiet
+  // (see above) for kQuietSpanUs: the newest one's end and their mean
+  // percent; end_us 0 if not.
+  struct Quiet {
+    uint64_t end_us = 0;
+    double percent = 0;
+  };
+  Quiet QuietSince(int dev, uint64_t since_us);
   // Notes the attribution of the windows just read (`windows`: each one's
   // count of processes with a sample, and one of their pids) and switches
   // every estimator's options when it changes.
@@ -187,6 +209,7 @@ class ComputeController final : public ComputeControl {
 
   GroupSegment& segment_;
   UtilizationSource& source_;
+  DeviceBusySource* device_busy_;
   Members members_;
   Clocks clocks_;
   std::array<std::unique_ptr<Device>, kGroupMaxDevices> devices_{};

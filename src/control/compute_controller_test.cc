@@ -192,6 +192,78 @@ TEST_F(ComputeControllerTest, UnderWindowAttributionEachSampleCountsForItsOwnWin
   }
 }
 
+// The device's own busy samples, scripted like ScriptedSource's.
+class ScriptedBusy final : public DeviceBusySource {
+ public:
+  StatusOr<std::vector<DeviceBusySample>> BusySince(std::string_view uuid,
+                                                    uint64_t since_us) override {
+    std::vector<DeviceBusySample> out;
+    for (const DeviceBusySample& s : samples[std::string(uuid)]) {
+      if (s.timestamp_us > since_us) out.push_back(s);
+    }
+    return out;
+  }
+  std::map<std::string, std::vector<DeviceBusySample>> samples;
+};
+
+// A lone group's kernels get a hundred times shorter (4 ms -> 40 us, 100
+// launches a second: 40 % -> 0.4 %). NVML gives no per-process sample of a
+// window too idle to round to a percent; the device's own windows say 0.
+class QuietDeviceTest : public ComputeControllerTest {
+ protected:
+  // `seconds` of 100 launches a second; every 200 ms a device window of
+  // `device_percent` and, if `process_percent` > 0, the member's sample.
+  void Run(ComputeController& c, double seconds, uint32_t process_percent,
+           uint32_t device_percent) {
+    const int ticks = static_cast<int>(seconds * 20);
+    for (int i = 1; i <= ticks; ++i) {
+      realtime_.Advance(50 * kMs);
+      monotonic_.Advance(50 * kMs);
+      std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 5;
+      if (i % 4 == 0) {
+        const auto now_us = static_cast<uint64_t>(realtime_.NowNs() / 1000);
+        if (process_percent > 0) source_.samples[kUuid].push_back({4242, now_us, process_percent});
+        busy_.samples[kUuid].push_back({now_us, device_percent});
+      }
+      c.Tick();
+    }
+  }
+  ScriptedBusy busy_;
+};
+
+TEST_F(QuietDeviceTest, AnIdleDeviceBoundsAGroupThatNvmlNoLongerSamples) {
+  segment_->SetComputeLimit(0, 30);
+  ComputeController c(
+      *segment_, source_, [] { return std::vector<int32_t>{4242}; }, {realtime_, monotonic_},
+      &busy_);
+  Run(c, 3.0, 40, 40);
+  EXPECT_NEAR(segment_->Compute(0).charge_ns, 4 * kMs, 0.4 * kMs);
+  Run(c, 3.0, 0, 0);
+  // Within a few windows the charge is that of launches the device did not
+  // see: well under a tenth of the old one.
+  EXPECT_LT(segment_->Compute(0).charge_ns, 0.4 * kMs);
+}
+
+TEST_F(QuietDeviceTest, WithoutTheDevicesFigureTheOldChargeStays) {
+  segment_->SetComputeLimit(0, 30);
+  ComputeController c = MakeController({4242});
+  Run(c, 3.0, 40, 40);
+  Run(c, 3.0, 0, 0);
+  EXPECT_NEAR(segment_->Compute(0).charge_ns, 4 * kMs, 0.4 * kMs);
+}
+
+TEST_F(QuietDeviceTest, ABusyDeviceWithoutTheGroupsSampleIsNoEvidence) {
+  // The device runs 30 % of someone NVML does not show (another pid
+  // namespace): nothing says what the group ran.
+  segment_->SetComputeLimit(0, 30);
+  ComputeController c(
+      *segment_, source_, [] { return std::vector<int32_t>{4242}; }, {realtime_, monotonic_},
+      &busy_);
+  Run(c, 3.0, 40, 40);
+  Run(c, 3.0, 0, 30);
+  EXPECT_NEAR(segment_->Compute(0).charge_ns, 4 * kMs, 0.4 * kMs);
+}
+
 // Two members whose kernels differ 250x: 20 us kernels (2000 a second, 4 %
 // busy) and 5 ms kernels (60 a second, 30 % busy).
 class MixedMembersTest : public ComputeControllerTest {

@@ -33,8 +33,9 @@ void* Run(void* arg) {
   // NVML reports host pids, the slots hold this namespace's: they match
   // outside containers (inside one, see ComputeController). Each member is
   // charged by its own samples.
-  auto* compute = new control::ComputeController(
-      *segment, *nvml, control::ComputeController::SlotMembers(*segment), {*realtime, *monotonic});
+  auto* compute = new control::ComputeController(*segment, *nvml,
+                                                 control::ComputeController::SlotMembers(*segment),
+                                                 {*realtime, *monotonic}, nvml);
   auto* keeper = new control::GroupKeeper(*segment, *compute, *monotonic);
   if (!args->daemon_socket.empty()) {
     keeper->set_daemon_expected(

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "nvml_abi/sample_value.h"
 
 namespace gpuslice::daemon {
 
@@ -407,12 +408,7 @@ StatusOr<std::vector<BusySample>> NvmlBackend::BusySince(uint32_t index, uint64_
   std::vector<BusySample> out;
   out.reserve(n);
   for (unsigned int i = 0; i < n && i < samples.size(); ++i) {
-    const nvmlValue_t& v = samples[i].sampleValue;
-    const uint64_t percent = type == NVML_VALUE_TYPE_UNSIGNED_INT ? v.uiVal
-                             : type == NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-                                 ? v.ullVal
-                                 : static_cast<uint64_t>(v.dVal);
-    out.push_back({samples[i].timeStamp, static_cast<uint32_t>(std::min<uint64_t>(percent, 100))});
+    out.push_back({samples[i].timeStamp, nvml_abi::SamplePercent(type, samples[i].sampleValue)});
   }
   std::sort(out.begin(), out.end(), [](const BusySample& a, const BusySample& b) {
     return a.timestamp_us < b.timestamp_us;

@@ -105,6 +105,7 @@ void FillNvml(NvmlTable* t, void* h) {
   Resolve(h, "nvmlDeviceGetHandleByIndex_v2", &t->nvmlDeviceGetHandleByIndex_v2);
   Resolve(h, "nvmlInit_v2", &t->nvmlInit_v2);
   Resolve(h, "nvmlDeviceGetHandleByUUID", &t->nvmlDeviceGetHandleByUUID);
+  Resolve(h, "nvmlDeviceGetSamples", &t->nvmlDeviceGetSamples);
 }
 
 Loader<CudaTable>& CudaLoader() {

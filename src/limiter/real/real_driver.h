@@ -64,6 +64,7 @@ struct NvmlTable {
   decltype(&::nvmlDeviceGetHandleByIndex_v2) nvmlDeviceGetHandleByIndex_v2 = nullptr;
   decltype(&::nvmlInit_v2) nvmlInit_v2 = nullptr;
   decltype(&::nvmlDeviceGetHandleByUUID) nvmlDeviceGetHandleByUUID = nullptr;
+  decltype(&::nvmlDeviceGetSamples) nvmlDeviceGetSamples = nullptr;
 };
 // NOLINTEND(bugprone-macro-parentheses)
 
