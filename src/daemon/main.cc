@@ -400,7 +400,7 @@ int Run(int argc, char** argv) {
 
   // MPS: started per GPU on first demand, kept across daemon restarts (the
   // manager re-adopts its daemons from its state file at start).
-  MpsGpuControl mps_gpus(**backend);
+  MpsGpuControl mps_gpus(**backend, manager);
   mps::PosixMpsHost mps_host;
   mps::MpsManager mps(
       mps::MpsOptions{.root = config.mps_root, .control_binary = config.mps_control}, mps_gpus,

@@ -20,14 +20,14 @@ Status CheckIndex(GpuBackend& backend, int index) {
 StatusOr<int> MpsGpuControl::DeviceCount() { return static_cast<int>(backend_.DeviceCount()); }
 
 StatusOr<std::string> MpsGpuControl::Uuid(int index) {
-  if (Status s = CheckIndex(backend_, index); !s.ok()) return s;
+  GS_RETURN_IF_ERROR(CheckIndex(backend_, index));
   auto info = backend_.Read(static_cast<uint32_t>(index));
   if (!info.ok()) return info.status();
   return info->uuid;
 }
 
-StatusOr<mps::ComputeMode> MpsGpuControl::GetComputeMode(int index) {
-  if (Status s = CheckIndex(backend_, index); !s.ok()) return s;
+StatusOr<ComputeMode> MpsGpuControl::GetComputeMode(int index) {
+  GS_RETURN_IF_ERROR(CheckIndex(backend_, index));
   auto value = backend_.Get(static_cast<uint32_t>(index), SettingKind::kComputeMode);
   if (!value.ok()) return value.status();
   const auto* mode = std::get_if<ComputeModeSetting>(&*value);
@@ -37,24 +37,20 @@ StatusOr<mps::ComputeMode> MpsGpuControl::GetComputeMode(int index) {
   return mode->mode;
 }
 
-Status MpsGpuControl::SetComputeMode(int index, mps::ComputeMode mode) {
-  if (Status s = CheckIndex(backend_, index); !s.ok()) return s;
-  ComputeMode ours;
-  switch (mode) {
-    case mps::ComputeMode::kDefault:
-      ours = ComputeMode::kDefault;
-      break;
-    case mps::ComputeMode::kProhibited:
-      ours = ComputeMode::kProhibited;
-      break;
-    case mps::ComputeMode::kExclusiveProcess:
-      ours = ComputeMode::kExclusiveProcess;
-      break;
-    default:
-      return InvalidArgument("compute mode " + std::to_string(static_cast<int>(mode)) +
-                             " is not supported (DEFAULT, PROHIBITED, EXCLUSIVE_PROCESS)");
-  }
-  return backend_.Set(static_cast<uint32_t>(index), ComputeModeSetting{ours});
+Status MpsGpuControl::CheckComputeModeSettable(int index) {
+  GS_RETURN_IF_ERROR(CheckIndex(backend_, index));
+  return manager_.CheckSettable(static_cast<uint32_t>(index), SettingKind::kComputeMode);
+}
+
+Status MpsGpuControl::HoldComputeMode(int index, ComputeMode mode, ComputeMode baseline) {
+  GS_RETURN_IF_ERROR(CheckIndex(backend_, index));
+  return manager_.HoldComputeMode(static_cast<uint32_t>(index), mode, kHolder, baseline);
+}
+
+Status MpsGpuControl::ReleaseComputeMode(int index) {
+  GS_RETURN_IF_ERROR(CheckIndex(backend_, index));
+  Status s = manager_.ReleaseComputeMode(static_cast<uint32_t>(index), kHolder);
+  return s.code() == StatusCode::kNotFound ? Status::Ok() : s;
 }
 
 }  // namespace gpuslice::daemon

@@ -384,6 +384,13 @@ Status GpuManager::SetOnGpu(uint32_t gpu, const SettingValue& value, const Lease
       return Internal("GPU " + std::to_string(gpu) + " answered a " +
                       std::string(SettingName(kind)) + " query with another setting");
     }
+    if (lease.baseline) {
+      if (KindOf(*lease.baseline) != kind) {
+        return InvalidArgument("a baseline of another setting than " +
+                               std::string(SettingName(kind)));
+      }
+      current = *lease.baseline;
+    }
     after = Stack{info.uuid, current, {}, {}};
   }
   const SettingValue baseline = after.baseline;
@@ -395,7 +402,7 @@ Status GpuManager::SetOnGpu(uint32_t gpu, const SettingValue& value, const Lease
     id = next_id_++;
   }
   after.leases.push_back(
-      Lease{id, lease.holder, value, expiry.ns, expiry.wall_ns, expiry.duration_ns});
+      Lease{id, lease.holder, value, expiry.ns, expiry.wall_ns, expiry.duration_ns, lease.kept});
   GS_RETURN_IF_ERROR(Commit(key, std::move(after)));
   if (Status s = backend_.Set(gpu, value); !s.ok()) {
     CommitAnyway(key, before, "setting failed");
@@ -484,9 +491,20 @@ std::future<StatusOr<EnergyReading>> GpuManager::Energy(uint32_t gpu) {
   return Run<StatusOr<EnergyReading>>(gpu, [this, gpu] { return backend_.Energy(gpu); });
 }
 
-Status GpuManager::SetComputeMode(uint32_t gpu, ComputeMode mode, const std::string& holder) {
-  auto futures = Set({gpu}, ComputeModeSetting{mode}, LeaseOptions{holder, std::nullopt, false});
-  return futures[0].get();
+Status GpuManager::HoldComputeMode(uint32_t gpu, ComputeMode mode, const std::string& holder,
+                                   std::optional<ComputeMode> baseline) {
+  LeaseOptions lease{.holder = holder, .duration_ns = std::nullopt, .kept = true};
+  if (baseline) lease.baseline = ComputeModeSetting{*baseline};
+  return Set({gpu}, ComputeModeSetting{mode}, lease)[0].get();
+}
+
+Status GpuManager::CheckSettable(uint32_t gpu, SettingKind kind) {
+  return Run<Status>(gpu,
+                     [this, gpu, kind]() -> Status {
+                       GS_ASSIGN_OR_RETURN(SettingValue current, backend_.Get(gpu, kind));
+                       return backend_.Set(gpu, current);
+                     })
+      .get();
 }
 
 Status GpuManager::ReleaseComputeMode(uint32_t gpu, const std::string& holder) {
@@ -562,6 +580,28 @@ void GpuManager::RevertAll() {
       const SettingValue baseline = stack.baseline;
       const std::string uuid = stack.uuid;
       const Key k = key;
+      Stack kept{uuid, baseline, stack.leases, {}};
+      std::erase_if(kept.leases, [](const Lease& l) { return !l.kept; });
+      if (!kept.leases.empty()) {  // rule 12: the kept leases stay, the device at the newest
+        const SettingValue shown = stack.Target();
+        pending.push_back(Run<Status>(gpu, [this, gpu, k, kept, shown] {
+          CommitAnyway(k, kept, "kept on stop");
+          const SettingValue target = kept.Target();
+          Status s;
+          if (target != shown) {
+            s = backend_.Set(gpu, target);
+            if (!s.ok()) NoteApplied(k, s, false);
+            Changed(gpu);
+          }
+          GS_LOG(kInfo, "gpusliced",
+                 "event=kept_on_stop gpu=%u setting=%s holder=%s value=%s status=\"%s\"", gpu,
+                 SettingName(static_cast<SettingKind>(k.second)).data(),
+                 kept.leases.back().holder.c_str(), SettingValueText(target).c_str(),
+                 s.ToString().c_str());
+          return s;
+        }));
+        continue;
+      }
       pending.push_back(Run<Status>(gpu, [this, gpu, baseline, uuid, k] {
         // Shutdown is never refused: the reverts happen whatever the record.
         CommitAnyway(k, Stack{uuid, baseline, {}, {}}, "revert on stop");
@@ -602,7 +642,7 @@ nlohmann::json GpuManager::RecordsWith(const std::optional<Key>& key,
   auto add = [&](const Key& k, const Stack& stack) {
     LeaseStackRecord r{stack.uuid, k.first, static_cast<SettingKind>(k.second), stack.baseline, {}};
     for (const Lease& l : stack.leases) {
-      LeaseEntry e{l.holder, l.value, l.expires_wall_ns, l.duration_ns, {}, {}};
+      LeaseEntry e{l.holder, l.value, l.expires_wall_ns, l.duration_ns, {}, {}, l.kept};
       if (l.expires_ns && !persistence_.boot_id.empty()) {
         e.boot_id = persistence_.boot_id;
         e.expires_mono_ns = l.expires_ns;
@@ -745,7 +785,8 @@ RestoreReport GpuManager::Restore(const StatusOr<nlohmann::json>& loaded) {
              gpu->second, r.gpu_uuid.c_str(), setting, l.holder.c_str(),
              SettingValueText(l.value).c_str(),
              static_cast<long long>(remaining ? *remaining / 1'000'000'000 : -1), basis);
-      stack.leases.push_back(Lease{0, l.holder, l.value, expires, expires_wall, l.lease_ns});
+      stack.leases.push_back(
+          Lease{0, l.holder, l.value, expires, expires_wall, l.lease_ns, l.kept});
       ++report.kept;
     }
     restored[{gpu->second, static_cast<int>(r.kind)}] = std::move(stack);

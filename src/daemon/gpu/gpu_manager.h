@@ -29,6 +29,11 @@
 //     with backoff (1 s, doubling, at most kMaxRetryBackoffNs) until the
 //     device takes it. Each failure is logged (event=revert_failed), counted
 //     (RevertStatus) and reported to the event listener.
+//  12. A kept lease (LeaseOptions::kept: MPS's compute mode, whose control
+//      daemons outlive gpusliced's restarts) is not ended by the daemon
+//      stopping: RevertAll ends the other leases of its stack, the device
+//      shows the newest kept lease's value, and the record keeps the kept
+//      leases for the next start's Restore. Only Release ends one.
 //  11. A step that must not be refused (a rollback, a revert, the end of a
 //     revert) still changes the leases when its save fails; the record is
 //     then stale, and ExpireDue saves it again until a save works (the
@@ -77,6 +82,11 @@ struct LeaseOptions {
   std::string holder;                  // who holds the change, e.g. "uid:1000"
   std::optional<int64_t> duration_ns;  // none: held until released or the daemon stops
   bool permanent = false;              // no lease, no revert (rule 5)
+  bool kept = false;                   // held across the daemon's stops (rule 12)
+  // For a lease that starts its stack: the value to go back to, instead of
+  // the device's now (a holder that changed the device before it held a
+  // lease). Of the lease's setting.
+  std::optional<SettingValue> baseline = std::nullopt;
 };
 
 struct LeaseInfo {
@@ -160,10 +170,15 @@ class GpuManager {
   // Total energy and instant power, read in order with the GPU's commands.
   std::future<StatusOr<EnergyReading>> Energy(uint32_t gpu);
 
-  // For the MPS module: holds `mode` on `gpu` for `holder` (no expiry) until
-  // ReleaseComputeMode or the daemon stops. Blocking.
-  Status SetComputeMode(uint32_t gpu, ComputeMode mode, const std::string& holder);
+  // For the MPS module: holds `mode` on `gpu` for `holder`, a kept lease
+  // (rule 12) with no expiry, until ReleaseComputeMode; `baseline` as
+  // LeaseOptions::baseline. Blocking.
+  Status HoldComputeMode(uint32_t gpu, ComputeMode mode, const std::string& holder,
+                         std::optional<ComputeMode> baseline);
   Status ReleaseComputeMode(uint32_t gpu, const std::string& holder);
+  // Whether this daemon may change `kind` on `gpu`: sets the value the device
+  // has (no lease, no change), in order with the GPU's commands. Blocking.
+  Status CheckSettable(uint32_t gpu, SettingKind kind);
 
   // Saves the lease records through `persistence` from now on (rules 6-8).
   // REQUIRES: called before the first command; persistence.wall_clock set.
@@ -187,8 +202,9 @@ class GpuManager {
   // Ends every lease whose expiry is at or before the clock's now, retries
   // refused reverts (rule 9) and saves a stale record again (rule 11).
   void ExpireDue();
-  // Reverts every leased setting to its baseline and waits; afterwards Set
-  // is refused with kUnavailable. For daemon shutdown.
+  // Reverts every leased setting to its baseline (a stack with kept leases
+  // to the newest of them, rule 12) and waits; afterwards Set is refused
+  // with kUnavailable. For daemon shutdown.
   void RevertAll();
   // Runs the commands already queued, then ends the executors; later
   // commands fail with kUnavailable. After it no callback runs. Idempotent.
@@ -215,6 +231,7 @@ class GpuManager {
     std::optional<int64_t> expires_ns;       // on clock_
     std::optional<int64_t> expires_wall_ns;  // the same instant on the wall clock
     std::optional<int64_t> duration_ns;      // as granted, for the records (rule 8)
+    bool kept = false;                       // rule 12
     bool expiring = false;                   // an expiry release is queued
   };
   // The device does not show the stack's effective value: a Set failed (rule 9).

@@ -223,7 +223,10 @@ TEST_F(GpuManagerDurabilityTest, ADeviceFailureLeavesTheRecordAsBefore) {
 TEST_F(GpuManagerDurabilityTest, RevertAllLeavesAnEmptyRecord) {
   auto run = Start();
   ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 60)).ok());
-  ASSERT_TRUE(run->manager.SetComputeMode(1, ComputeMode::kExclusiveProcess, "mps").ok());
+  ASSERT_TRUE(
+      run->manager.Set({1}, ComputeModeSetting{ComputeMode::kExclusiveProcess}, Lease("b", 60))[0]
+          .get()
+          .ok());
   EXPECT_EQ(Stacks(journal_.Saved()).size(), 2u);
   run->manager.RevertAll();
   EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
@@ -232,11 +235,40 @@ TEST_F(GpuManagerDurabilityTest, RevertAllLeavesAnEmptyRecord) {
   EXPECT_TRUE(Stacks(journal_.Saved()).empty());
 }
 
+TEST_F(GpuManagerDurabilityTest, AKeptLeaseStaysInTheRecordAtStopAndComesBackAtStart) {
+  {
+    auto run = Start();
+    ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 600)).ok());
+    ASSERT_TRUE(
+        run->manager.HoldComputeMode(1, ComputeMode::kExclusiveProcess, "mps", std::nullopt).ok());
+    run->manager.RevertAll();  // a clean stop
+    EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+    const auto stacks = Stacks(journal_.Saved());
+    ASSERT_EQ(stacks.size(), 1u);
+    ASSERT_EQ(stacks[0].leases.size(), 1u);
+    EXPECT_EQ(stacks[0].leases[0].holder, "mps");
+    EXPECT_TRUE(stacks[0].leases[0].kept);
+  }
+  EXPECT_EQ(backend_.Read(1)->compute_mode, ComputeMode::kExclusiveProcess);
+  auto run = Start();
+  RestoreReport report = run->manager.Restore(journal_.Load());
+  EXPECT_EQ(report.kept, 1);
+  // Still the kept one: the next stop leaves it again, a release ends it.
+  run->manager.RevertAll();
+  EXPECT_EQ(backend_.Read(1)->compute_mode, ComputeMode::kExclusiveProcess);
+  auto next = Start();
+  next->manager.Restore(journal_.Load());
+  ASSERT_TRUE(next->manager.ReleaseComputeMode(1, "mps").ok());
+  EXPECT_EQ(backend_.Read(1)->compute_mode, ComputeMode::kDefault);
+  EXPECT_TRUE(Stacks(journal_.Saved()).empty());
+}
+
 TEST_F(GpuManagerDurabilityTest, RestoreKeepsRunningLeasesOnTheWallTimeLeft) {
   {
     auto run = Start();
     ASSERT_TRUE(SetPower(*run, 0, 300, Lease("a", 600)).ok());
-    ASSERT_TRUE(run->manager.SetComputeMode(1, ComputeMode::kExclusiveProcess, "mps").ok());
+    ASSERT_TRUE(
+        run->manager.HoldComputeMode(1, ComputeMode::kExclusiveProcess, "mps", std::nullopt).ok());
   }  // SIGKILL
   // Someone reset the device while the daemon was down; 100 s passed; the
   // machine rebooted (the monotonic clock starts again).

@@ -148,7 +148,10 @@ TEST_F(GpuManagerTest, RevertAllRestoresEveryBaselineAndRefusesNewSets) {
   ASSERT_TRUE(SetPower(manager_, 0, 300, Lease("a", 100)).ok());
   ASSERT_TRUE(SetPower(manager_, 0, 400, Lease("b", 100)).ok());
   ASSERT_TRUE(manager_.Set({1}, GpuClocks{ClockRange{1000, 1200}}, Lease("a", 100))[0].get().ok());
-  ASSERT_TRUE(manager_.SetComputeMode(1, ComputeMode::kExclusiveProcess, "mps").ok());
+  ASSERT_TRUE(
+      manager_.Set({1}, ComputeModeSetting{ComputeMode::kExclusiveProcess}, Lease("c", 100))[0]
+          .get()
+          .ok());
   EXPECT_EQ(backend_.Read(1)->compute_mode, ComputeMode::kExclusiveProcess);
   manager_.RevertAll();
   EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
@@ -168,7 +171,8 @@ TEST_F(GpuManagerTest, StopRunsWhatIsQueuedThenRefuses) {
 }
 
 TEST_F(GpuManagerTest, ComputeModeEntryPointForMps) {
-  ASSERT_TRUE(manager_.SetComputeMode(0, ComputeMode::kExclusiveProcess, "mps").ok());
+  ASSERT_TRUE(
+      manager_.HoldComputeMode(0, ComputeMode::kExclusiveProcess, "mps", std::nullopt).ok());
   EXPECT_EQ(backend_.Read(0)->compute_mode, ComputeMode::kExclusiveProcess);
   clock_.Advance(1000000 * kSecond);  // no expiry
   manager_.ExpireDue();
@@ -176,6 +180,51 @@ TEST_F(GpuManagerTest, ComputeModeEntryPointForMps) {
   EXPECT_EQ(backend_.Read(0)->compute_mode, ComputeMode::kExclusiveProcess);
   ASSERT_TRUE(manager_.ReleaseComputeMode(0, "mps").ok());
   EXPECT_EQ(backend_.Read(0)->compute_mode, ComputeMode::kDefault);
+}
+
+TEST_F(GpuManagerTest, AKeptLeaseOutlivesTheStopAndTheLeasesAboveIt) {
+  // Rule 12: MPS holds the exclusive mode, an operator's lease goes on top.
+  ASSERT_TRUE(
+      manager_.HoldComputeMode(0, ComputeMode::kExclusiveProcess, "mps", std::nullopt).ok());
+  ASSERT_TRUE(
+      manager_.Set({0}, ComputeModeSetting{ComputeMode::kProhibited}, Lease("uid:0", 100))[0]
+          .get()
+          .ok());
+  ASSERT_TRUE(SetPower(manager_, 0, 300, Lease("uid:0", 100)).ok());
+  manager_.RevertAll();
+  EXPECT_EQ(backend_.Read(0)->compute_mode, ComputeMode::kExclusiveProcess);
+  EXPECT_EQ(PowerMw(backend_, 0), 700'000u);
+  const std::vector<LeaseInfo> left = manager_.Leases();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].holder, "mps");
+  EXPECT_EQ(left[0].baseline, SettingValue(ComputeModeSetting{ComputeMode::kDefault}));
+}
+
+TEST_F(GpuManagerTest, ABaselineGivenWithTheFirstLeaseIsWhereItGoesBack) {
+  // A holder that changed the device before it held a lease names the mode
+  // from before its change; a stack already there keeps its own.
+  backend_.Mutate(0, [](GpuInfo& g) { g.compute_mode = ComputeMode::kExclusiveProcess; });
+  ASSERT_TRUE(
+      manager_.HoldComputeMode(0, ComputeMode::kExclusiveProcess, "mps", ComputeMode::kProhibited)
+          .ok());
+  ASSERT_TRUE(manager_.ReleaseComputeMode(0, "mps").ok());
+  EXPECT_EQ(backend_.Read(0)->compute_mode, ComputeMode::kProhibited);
+
+  ASSERT_TRUE(manager_.Set({0}, ComputeModeSetting{ComputeMode::kDefault}, Lease("uid:0", 100))[0]
+                  .get()
+                  .ok());
+  ASSERT_TRUE(
+      manager_.HoldComputeMode(0, ComputeMode::kExclusiveProcess, "mps", ComputeMode::kDefault)
+          .ok());
+  ASSERT_TRUE(manager_.Release({0}, SettingKind::kComputeMode, "uid:0")[0].get().ok());
+  ASSERT_TRUE(manager_.ReleaseComputeMode(0, "mps").ok());
+  EXPECT_EQ(backend_.Read(0)->compute_mode, ComputeMode::kProhibited);
+}
+
+TEST_F(GpuManagerTest, CheckSettableChangesNothing) {
+  ASSERT_TRUE(manager_.CheckSettable(0, SettingKind::kComputeMode).ok());
+  EXPECT_EQ(backend_.Read(0)->compute_mode, ComputeMode::kDefault);
+  EXPECT_TRUE(manager_.Leases().empty());
 }
 
 TEST_F(GpuManagerTest, ChangeListenerHearsEveryChange) {

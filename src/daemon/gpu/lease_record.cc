@@ -130,6 +130,10 @@ StatusOr<LeaseEntry> ParseLease(SettingKind kind, const json& j, const std::stri
   if (lease.expires_mono_ns.has_value() != !lease.boot_id.empty()) {
     return InvalidArgument(where + R"(: "expires_mono_ns" and "boot_id" go together)");
   }
+  if (auto it = j.find("kept"); it != j.end()) {
+    if (!it->is_boolean()) return InvalidArgument(where + ": \"kept\" must be a boolean");
+    lease.kept = it->get<bool>();
+  }
   return lease;
 }
 
@@ -173,6 +177,7 @@ json LeaseRecordsJson(const std::vector<LeaseStackRecord>& stacks) {
         lease["boot_id"] = l.boot_id;
         lease["expires_mono_ns"] = *l.expires_mono_ns;
       }
+      if (l.kept) lease["kept"] = true;
       leases.push_back(std::move(lease));
     }
     list.push_back({{"gpu_uuid", s.gpu_uuid},

@@ -27,7 +27,8 @@
 // what a restore after a reboot may give it (a wall clock stepped back must
 // not lengthen a lease); "boot_id" and "expires_mono_ns", the same expiry on
 // CLOCK_MONOTONIC of that boot, which a restore in the same boot uses instead
-// of the wall clock.
+// of the wall clock; "kept": true for a lease the daemon's stop leaves
+// (GpuManager rule 12).
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -54,6 +55,7 @@ struct LeaseEntry {
   std::optional<int64_t> lease_ns = std::nullopt;         // the granted duration, when known
   std::string boot_id = {};                               // empty: unknown
   std::optional<int64_t> expires_mono_ns = std::nullopt;  // CLOCK_MONOTONIC of boot boot_id
+  bool kept = false;                                      // GpuManager rule 12
 
   bool operator==(const LeaseEntry&) const = default;
 };

@@ -92,6 +92,26 @@ TEST(LeaseRecordTest, DurationAndMonotonicExpiryRoundTripAndAreOptional) {
   EXPECT_FALSE(ParseLeaseRecords(negative).ok());
 }
 
+TEST(LeaseRecordTest, AKeptLeaseSaysSoAndOthersSayNothing) {
+  std::vector<LeaseStackRecord> records = {
+      {"GPU-a",
+       0,
+       SettingKind::kComputeMode,
+       ComputeModeSetting{ComputeMode::kDefault},
+       {{"uid:0", ComputeModeSetting{ComputeMode::kProhibited}, std::nullopt},
+        {"mps", ComputeModeSetting{ComputeMode::kExclusiveProcess}, std::nullopt, std::nullopt, "",
+         std::nullopt, /*kept=*/true}}}};
+  const json data = LeaseRecordsJson(records);
+  EXPECT_FALSE(data["stacks"][0]["leases"][0].contains("kept"));
+  EXPECT_EQ(data["stacks"][0]["leases"][1]["kept"], true);
+  auto parsed = ParseLeaseRecords(json::parse(data.dump()));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, records);
+  json wrong = data;
+  wrong["stacks"][0]["leases"][1]["kept"] = "yes";
+  EXPECT_FALSE(ParseLeaseRecords(wrong).ok());
+}
+
 TEST(LeaseRecordTest, AnEmptyRecordHasNoStacks) {
   auto parsed = ParseLeaseRecords(LeaseRecordsJson({}));
   ASSERT_TRUE(parsed.ok());

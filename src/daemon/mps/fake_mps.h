@@ -33,14 +33,29 @@ class FakeGpus final : public GpuModeControl {
   StatusOr<int> DeviceCount() override { return static_cast<int>(uuids.size()); }
   StatusOr<std::string> Uuid(int index) override { return uuids.at(index); }
   StatusOr<ComputeMode> GetComputeMode(int index) override { return modes.at(index); }
-  Status SetComputeMode(int index, ComputeMode mode) override {
+  Status CheckComputeModeSettable(int index) override {
+    (void)modes.at(index);
+    return deny_set ? PermissionDenied("NVML_ERROR_NO_PERMISSION") : Status::Ok();
+  }
+  // A hold as GpuManager's lease of one holder: the mode, and back to the
+  // baseline when released.
+  Status HoldComputeMode(int index, ComputeMode mode, ComputeMode baseline) override {
     if (deny_set) return PermissionDenied("NVML_ERROR_NO_PERMISSION");
+    if (!held.contains(index)) held[index] = baseline;
     modes.at(index) = mode;
+    return Status::Ok();
+  }
+  Status ReleaseComputeMode(int index) override {
+    auto it = held.find(index);
+    if (it == held.end()) return Status::Ok();
+    modes.at(index) = it->second;
+    held.erase(it);
     return Status::Ok();
   }
 
   std::vector<std::string> uuids;
   std::vector<ComputeMode> modes;
+  std::map<int, ComputeMode> held;  // the holds' baselines, by index
   bool deny_set = false;
 };
 

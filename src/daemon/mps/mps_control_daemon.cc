@@ -206,7 +206,8 @@ void MpsControlDaemon::StopDaemon() {
 
 Status MpsControlDaemon::BringUp() {
   GS_ASSIGN_OR_RETURN(previous_mode_, gpus_.GetComputeMode(gpu_.index));
-  GS_RETURN_IF_ERROR(gpus_.SetComputeMode(gpu_.index, ComputeMode::kExclusiveProcess));
+  GS_RETURN_IF_ERROR(
+      gpus_.HoldComputeMode(gpu_.index, ComputeMode::kExclusiveProcess, previous_mode_));
   // Saved before the daemon starts, so a crash in between leaves enough to
   // restore the compute mode.
   mode_saved_ = true;
@@ -220,7 +221,7 @@ Status MpsControlDaemon::BringUp() {
 void MpsControlDaemon::TearDown() {
   StopDaemon();
   if (mode_saved_) {
-    Status restored = gpus_.SetComputeMode(gpu_.index, previous_mode_);
+    Status restored = gpus_.ReleaseComputeMode(gpu_.index);
     if (!restored.ok()) {
       GS_LOG(kWarn, "mps", "GPU %d: cannot restore compute mode %s: %s", gpu_.index,
              std::string(ComputeModeName(previous_mode_)).c_str(), restored.message().c_str());
@@ -494,6 +495,13 @@ bool MpsControlDaemon::Recover(const MpsState::GpuRecord& record,
     TearDown();
     Publish();
     return false;
+  }
+  // The hold goes on (a daemon from before holds were leases had none).
+  if (Status held =
+          gpus_.HoldComputeMode(gpu_.index, ComputeMode::kExclusiveProcess, previous_mode_);
+      !held.ok()) {
+    GS_LOG(kWarn, "mps", "GPU %s: cannot hold the exclusive compute mode: %s", gpu_.uuid.c_str(),
+           held.message().c_str());
   }
   if (control_pid_ != 0) {
     GS_LOG(kInfo, "mps", "GPU %s: re-adopted MPS control daemon pid %d", gpu_.uuid.c_str(),

@@ -36,8 +36,15 @@ class GpuModeControl {
   // "GPU-xxxxxxxx-...": the UUID NVML reports for `index`.
   virtual StatusOr<std::string> Uuid(int index) = 0;
   virtual StatusOr<ComputeMode> GetComputeMode(int index) = 0;
-  // PermissionDenied where the caller may not change it (not root).
-  virtual Status SetComputeMode(int index, ComputeMode mode) = 0;
+  // PermissionDenied where the caller may not change it (not root); changes
+  // nothing.
+  virtual Status CheckComputeModeSettable(int index) = 0;
+  // Holds `mode` on the GPU for MPS until ReleaseComputeMode, across
+  // gpusliced's restarts (as MPS's control daemons run on); `baseline`: the
+  // mode the GPU goes back to when no one else holds one.
+  virtual Status HoldComputeMode(int index, ComputeMode mode, ComputeMode baseline) = 0;
+  // Ends MPS's hold (none: OK).
+  virtual Status ReleaseComputeMode(int index) = 0;
 };
 
 // One command to run to completion.

@@ -90,10 +90,9 @@ Status MpsManager::Probe() {
   if (!count.ok()) return count.status().WithContext("cannot count GPUs");
   if (*count == 0) return Unavailable("no GPUs");
   for (int i = 0; i < *count; ++i) {
-    // Setting the mode a GPU already has tests the permission without a change.
     auto mode = gpus_.GetComputeMode(i);
     if (!mode.ok()) return mode.status().WithContext("GPU " + std::to_string(i) + " compute mode");
-    Status set = gpus_.SetComputeMode(i, *mode);
+    Status set = gpus_.CheckComputeModeSettable(i);
     if (!set.ok()) {
       return set.WithContext("cannot set the compute mode of GPU " + std::to_string(i));
     }
