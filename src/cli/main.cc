@@ -17,8 +17,10 @@
 #include "cli/sim_command.h"
 #include "cli/status_command.h"
 #include "cli/top/top_command.h"
+#include "common/log.h"
 
 int main(int argc, char** argv) {
+  gpuslice::SetLogLevel(gpuslice::LogLevel::kWarn);
   // Anything a command throws ends the process with a message, not std::terminate.
   try {
     CLI::App app{"gpuslice: share NVIDIA GPUs between processes, containers and pods", "gpuslice"};

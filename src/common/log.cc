@@ -9,7 +9,7 @@
 
 namespace gpuslice {
 namespace log_internal {
-std::atomic<int> g_level{static_cast<int>(LogLevel::kWarn)};
+std::atomic<int> g_level{static_cast<int>(LogLevel::kOff)};  // until a binary chooses
 namespace {
 std::atomic<int> g_fd{STDERR_FILENO};
 

@@ -1,6 +1,8 @@
 // Leveled logging to stderr or a file: one write(2) per line, no allocation,
-// safe in a preloaded library once InitLogging has run. Off by default in the
-// limiter; binaries choose their default level.
+// safe in a preloaded library once InitLogging has run. Off until a binary
+// chooses its level (InitLogging or SetLogLevel): the limiter, preloaded into
+// someone else's program, says nothing unless asked (GPUSLICE_LOG_LEVEL),
+// even before its initialisation has run.
 //
 // Thread-safe. Lines look like: "gpuslice[1234] WARN limiter: message".
 #pragma once
