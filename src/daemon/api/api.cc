@@ -1,5 +1,11 @@
 #include "daemon/api/api.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cstring>
+
 namespace gpuslice::daemon {
 namespace {
 
@@ -112,6 +118,39 @@ StatusOr<ApiRouter::Match> ApiRouter::Find(std::string_view method, std::string_
     if (IsParam(s)) m.params[s.substr(1, s.size() - 2)] = segments[i];
   }
   return m;
+}
+
+namespace {
+constexpr std::array<uint8_t, 12> kV4MappedPrefix = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+}  // namespace
+
+std::optional<TcpEndpoint> EndpointOf(const sockaddr* address, socklen_t length) {
+  TcpEndpoint e;
+  if (address->sa_family == AF_INET && length >= static_cast<socklen_t>(sizeof(sockaddr_in))) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(address);
+    std::memcpy(e.address.data(), &in->sin_addr, 4);
+    e.port = ntohs(in->sin_port);
+    return e;
+  }
+  if (address->sa_family == AF_INET6 && length >= static_cast<socklen_t>(sizeof(sockaddr_in6))) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(address);
+    std::memcpy(e.address.data(), &in6->sin6_addr, 16);
+    e.port = ntohs(in6->sin6_port);
+    e.v4 = std::equal(kV4MappedPrefix.begin(), kV4MappedPrefix.end(), e.address.begin());
+    if (e.v4) {
+      std::memmove(e.address.data(), e.address.data() + 12, 4);
+      std::fill(e.address.begin() + 4, e.address.end(), 0);
+    }
+    return e;
+  }
+  return std::nullopt;
+}
+
+std::string EndpointText(const TcpEndpoint& endpoint) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  inet_ntop(endpoint.v4 ? AF_INET : AF_INET6, endpoint.address.data(), text, sizeof(text));
+  const std::string port = std::to_string(endpoint.port);
+  return endpoint.v4 ? std::string(text) + ":" + port : "[" + std::string(text) + "]:" + port;
 }
 
 }  // namespace gpuslice::daemon

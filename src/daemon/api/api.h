@@ -7,8 +7,11 @@
 // read-only afterwards; handlers may be called from several threads at once.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
+#include <array>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -23,15 +26,33 @@
 
 namespace gpuslice::daemon {
 
+// One end of a TCP connection: an IPv4 address (the first 4 bytes; an
+// IPv4-mapped IPv6 address is stored so) or an IPv6 one, and a port.
+struct TcpEndpoint {
+  std::array<uint8_t, 16> address{};
+  bool v4 = true;
+  uint16_t port = 0;
+
+  bool operator==(const TcpEndpoint&) const = default;
+};
+// The endpoint of a socket address (AF_INET or AF_INET6; an IPv4-mapped IPv6
+// address becomes IPv4); nullopt for another family.
+std::optional<TcpEndpoint> EndpointOf(const sockaddr* address, socklen_t length);
+// "10.0.0.5:40000" or "[fd00::1]:40000", for messages.
+std::string EndpointText(const TcpEndpoint& endpoint);
+
 // Who is calling. Over the Unix socket uid/gid/pid come from SO_PEERCRED;
-// over TCP they are unset and `token_ok` says whether a valid bearer token
-// was presented.
+// over TCP they are unset, `token_ok` says whether a valid bearer token was
+// presented, and the connection's ends are known (`tcp_client`, the caller's;
+// `tcp_server`, ours).
 struct Caller {
   std::optional<uid_t> uid;
   std::optional<gid_t> gid;
   std::optional<pid_t> pid;
   bool via_tcp = false;
   bool token_ok = false;
+  std::optional<TcpEndpoint> tcp_client = std::nullopt;
+  std::optional<TcpEndpoint> tcp_server = std::nullopt;
 };
 
 struct ApiRequest {

@@ -9,6 +9,7 @@
 #include "common/quantity.h"
 #include "daemon/api/gpu_routes.h"
 #include "daemon/tenants/identity.h"
+#include "daemon/tenants/tcp_peer.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -226,7 +227,18 @@ StatusOr<Registration> WhoRegisters(const ApiRequest& req, const json& body,
     }
     if (!named) return InvalidArgument("\"pid\" is required over TCP (the host pid to register)");
     reg.pid = static_cast<pid_t>(*named);
-    return reg;  // the registry identifies it, and refuses a pid that does not exist
+    // Not on the token's word: the pid must hold this very connection.
+    const Caller& c = req.caller;
+    if (!c.tcp_client || !c.tcp_server ||
+        !HoldsTcpConnection(options.proc_root, reg.pid, *c.tcp_client, *c.tcp_server)) {
+      const std::string from = c.tcp_client ? EndpointText(*c.tcp_client) : "an unknown address";
+      GS_LOG(kWarn, "gpusliced", "event=registration_refused reason=pid_not_proven pid=%d from=%s",
+             static_cast<int>(reg.pid), from.c_str());
+      return PermissionDenied("pid " + std::to_string(reg.pid) +
+                              " does not hold this connection (" + from +
+                              "): over TCP a process registers only itself, as on the Unix socket");
+    }
+    return reg;  // the registry identifies it
   }
   if (!req.caller.pid || *req.caller.pid <= 0 || !req.caller.uid) {
     return PermissionDenied("the caller could not be identified (no SO_PEERCRED)");

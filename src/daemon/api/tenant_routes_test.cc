@@ -147,14 +147,36 @@ TEST_F(TenantRoutesTest, AUnixClientRegistersOnlyItselfAndTcpNeedsATokenAndAPid)
   auto other = Call("POST", "/v1/tenants", R"({"group": "g", "pid": 101})", Unix(100, 1000));
   EXPECT_EQ(other.status, 403);
   EXPECT_NE(other.body.find("can only register itself"), std::string::npos) << other.body;
-  Caller tcp{std::nullopt, std::nullopt, std::nullopt, true, false};
+  // Pid 100's connection, from 10.0.0.5:40000 to our 10.0.0.1:7777.
+  const TcpEndpoint client{{10, 0, 0, 5}, true, 40000};
+  const TcpEndpoint server{{10, 0, 0, 1}, true, 7777};
+  proc_.AddTcpSocket(100, client, server, 424242);
+  Caller tcp{std::nullopt, std::nullopt, std::nullopt, true, false, client, server};
   EXPECT_EQ(Call("POST", "/v1/tenants", R"({"group": "g", "pid": 100})", tcp).status, 403);
   tcp.token_ok = true;
   EXPECT_EQ(Call("POST", "/v1/tenants", R"({"group": "g"})", tcp).status, 400);
-  EXPECT_EQ(Call("POST", "/v1/tenants", R"({"group": "g", "pid": 999})", tcp).status, 404);
+  EXPECT_EQ(Call("POST", "/v1/tenants", R"({"group": "g", "pid": 999})", tcp).status, 403);
   auto ok = Call("POST", "/v1/tenants", R"({"group": "g", "pid": 100})", tcp);
   ASSERT_EQ(ok.status, 201) << ok.body;
   EXPECT_EQ(Body(ok)["tenant"]["uid"], 1000);  // the process's, from /proc
+}
+
+TEST_F(TenantRoutesTest, ATcpRegistrationClaimingAnotherProcesssPidIsRefused) {
+  const TcpEndpoint client{{10, 0, 0, 5}, true, 40000};
+  const TcpEndpoint server{{10, 0, 0, 1}, true, 7777};
+  proc_.AddTcpSocket(100, client, server, 424242);
+  const Caller tcp{std::nullopt, std::nullopt, std::nullopt, true, true, client, server};
+  // 101 exists but holds no such connection: the token is no proof of it.
+  auto r = Call("POST", "/v1/tenants", R"({"group": "g", "pid": 101})", tcp);
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(r.body.find("pid 101 does not hold this connection (10.0.0.5:40000)"),
+            std::string::npos)
+      << r.body;
+  // Another connection of pid 100's (another client port) is not this one.
+  Caller elsewhere = tcp;
+  elsewhere.tcp_client->port = 40001;
+  EXPECT_EQ(Call("POST", "/v1/tenants", R"({"group": "g", "pid": 100})", elsewhere).status, 403);
+  EXPECT_EQ(registry_.MemberCount("g"), 0u);
 }
 
 TEST_F(TenantRoutesTest, AnotherUidIsRefusedFromAnotherUsersGroup) {

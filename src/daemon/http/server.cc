@@ -409,6 +409,18 @@ void HttpServer::Impl::OnAccept(typename Protocol::socket socket, bool via_tcp) 
   Caller caller;
   if (via_tcp) {
     caller.via_tcp = true;
+    // The connection's ends, which prove the pid a registration claims
+    // (tenants/tcp_peer.h).
+    sockaddr_storage address{};
+    socklen_t length = sizeof(address);
+    const int fd = socket.native_handle();
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+      caller.tcp_client = EndpointOf(reinterpret_cast<const sockaddr*>(&address), length);
+    }
+    length = sizeof(address);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+      caller.tcp_server = EndpointOf(reinterpret_cast<const sockaddr*>(&address), length);
+    }
   } else {
     caller = PeerOf(socket.native_handle());
   }

@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
 
+#include "daemon/api/api.h"
 #include "daemon/tenants/pid_watcher.h"
 
 namespace gpuslice::daemon {
@@ -42,6 +45,28 @@ class FakeProc {
     Write(dir + "/stat", stat);
     Write(dir + "/cgroup", cgroup);
     Write(dir + "/environ", environ);
+  }
+  // A TCP socket of `pid` (added), connected from `client` to `server`
+  // (IPv4), with inode `inode`, as /proc/<pid>/net/tcp lists it, and its fd 3.
+  void AddTcpSocket(pid_t pid, const TcpEndpoint& client, const TcpEndpoint& server,
+                    uint64_t inode) const {
+    const std::string dir = root_ + "/" + std::to_string(pid);
+    std::filesystem::create_directories(dir + "/net");
+    std::filesystem::create_directories(dir + "/fd");
+    const auto hex = [](const TcpEndpoint& e) {
+      uint32_t word = 0;
+      std::memcpy(&word, e.address.data(), 4);
+      char text[32];
+      std::snprintf(text, sizeof(text), "%08X:%04X", word, e.port);
+      return std::string(text);
+    };
+    Write(dir + "/net/tcp",
+          "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+          "timeout inode\n   0: " +
+              hex(client) + " " + hex(server) +
+              " 01 00000000:00000000 00:00000000 00000000  1000        0 " + std::to_string(inode) +
+              " 1 0000000000000000 20 4 30 10 -1\n");
+    std::filesystem::create_symlink("socket:[" + std::to_string(inode) + "]", dir + "/fd/3");
   }
   void Remove(pid_t pid) const { std::filesystem::remove_all(root_ + "/" + std::to_string(pid)); }
   const std::string& root() const { return root_; }

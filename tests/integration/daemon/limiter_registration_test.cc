@@ -224,6 +224,29 @@ TEST_F(LimiterRegistrationTest, RegistersOverTcpWithItsToken) {
       10s))
       << Read("err" + std::to_string(wrong_log));
   EXPECT_TRUE(Tenant(refused).is_null());
+
+  // The token is no proof of a pid: this process, with the right token,
+  // claiming the member's pid (a registration for another process) is
+  // refused, and the member's record stays as it was.
+  const int client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
+  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string body = R"({"group": "stolen", "pid": )" + std::to_string(member) + "}";
+  const std::string request =
+      "POST /v1/tenants HTTP/1.1\r\nHost: gpusliced\r\nAuthorization: Bearer right-token\r\n"
+      "Content-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(write(client, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::string reply;
+  char buf[4096];
+  for (ssize_t n; (n = read(client, buf, sizeof buf)) > 0;)
+    reply.append(buf, static_cast<size_t>(n));
+  close(client);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 403", 0), 0u) << reply;
+  EXPECT_NE(reply.find("does not hold this connection"), std::string::npos) << reply;
+  EXPECT_EQ(Tenant(member)["group"], "over-tcp");
+  EXPECT_NE(Read("err0").find("reason=pid_not_proven pid=" + std::to_string(member)),
+            std::string::npos);
 }
 
 TEST_F(LimiterRegistrationTest, ListedAgainAfterADaemonRestart) {
