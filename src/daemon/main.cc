@@ -119,15 +119,7 @@ std::optional<int> Configure(int argc, char** argv, DaemonConfig& config,
     fprintf(stderr, "gpusliced: %s\n", s.message().c_str());
     return kExitUsage;
   }
-  kubelet_config.dra = config.dra;
-  kubelet_config.device_plugin = config.device_plugin;
-  kubelet_config.kubelet_dir = config.kubelet_dir;
-  kubelet_config.cdi_dir = config.cdi_dir;
-  kubelet_config.claims_dir = config.dra_claims_dir;
-  kubelet_config.limiter_library = config.limiter_library;
-  kubelet_config.ld_so_preload = config.ld_so_preload;
-  kubelet_config.device_plugin_slices = static_cast<uint32_t>(config.vgpu_per_gpu);
-  kubelet_config.memory_unit_mib = static_cast<uint32_t>(config.gpu_memory_unit_mib);
+  kubelet_config = kubelet::KubeletConfigOf(config);
   return std::nullopt;
 }
 
