@@ -75,13 +75,12 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gpuslice/paths.h"  // kDefaultGroupSegmentDir, kEnvShmDir
+
 namespace gpuslice {
 
 inline constexpr uint64_t kGroupSegmentMagic = 0x5052475f534c5047;  // "GPLS_GRP"
 inline constexpr uint32_t kGroupSegmentVersion = 7;
-
-// Where segments live when GPUSLICE_SHM_DIR is unset.
-inline constexpr char kDefaultGroupSegmentDir[] = "/dev/shm/gpuslice";
 
 inline constexpr int kGroupMaxDevices = 16;
 inline constexpr int kGroupMaxSlots = 256;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/common_flags.h"
 #include "cli/daemon_call.h"
 #include "cli/exit_codes.h"
 #include "cli/process_lifetime.h"
@@ -30,8 +31,7 @@ struct SetOptions {
 
 void AddCommon(CLI::App* cmd, Common* c, const DaemonConnector& connect) {
   c->connect = connect;
-  cmd->add_option("--socket", c->socket,
-                  "Daemon socket (default: $GPUSLICE_SOCKET or /run/gpuslice/gpusliced.sock)");
+  AddSocketOption(*cmd, c->socket);
   cmd->add_flag("--json", c->json, "Print the daemon's JSON answer");
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/common_flags.h"
 #include "cli/exit_codes.h"
 #include "cli/flag_checks.h"
 #include "cli/group_report.h"
@@ -108,9 +109,7 @@ void AddLimitCommands(CLI::App& app) {
       ->check(CheckedBy(ParseMemoryLimit, "QUANTITY|unlimited"));
   set->add_option("--compute", o->compute, "Compute limit, percent 1-100 (100: unlimited)")
       ->check(CheckedBy(ParseComputeLimit, "PERCENT"));
-  set->add_option("--shm-dir", o->shm_dir,
-                  "Directory of the group segments (default: $GPUSLICE_SHM_DIR or "
-                  "/dev/shm/gpuslice)");
+  AddShmDirOption(*set, o->shm_dir);
   set->callback([o] { LimitSet(*o); });
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/common_flags.h"
 #include "cli/exit_codes.h"
 #include "common/quantity.h"
 
@@ -310,9 +311,7 @@ void AddMps(CLI::App& app, std::function<HttpCall(const std::string&)> call_for,
   CLI::App* mps = app.add_subcommand("mps", "MPS daemons and tenants on this node (gpusliced)");
   mps->require_subcommand(1);
   if (socket_flag) {
-    mps->add_option("--socket", o->socket,
-                    "Daemon socket, or tcp:HOST:PORT (default: $GPUSLICE_SOCKET or "
-                    "/run/gpuslice/gpusliced.sock)");
+    AddSocketOption(*mps, o->socket);
     mps->fallthrough();  // `mps status --socket S` as well as `mps --socket S status`
   }
 

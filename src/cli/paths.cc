@@ -5,7 +5,7 @@
 #include <climits>
 #include <cstdlib>
 
-#include "gpuslice/group_segment.h"
+#include "gpuslice/paths.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -55,7 +55,7 @@ StatusOr<std::string> LimiterPath() {
 
 std::string ShmDir(const std::string& flag) {
   if (!flag.empty()) return flag;
-  if (const char* dir = getenv("GPUSLICE_SHM_DIR"); dir != nullptr && *dir != '\0') return dir;
+  if (const char* dir = getenv(kEnvShmDir); dir != nullptr && *dir != '\0') return dir;
   return kDefaultGroupSegmentDir;
 }
 

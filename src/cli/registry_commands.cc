@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/common_flags.h"
 #include "cli/daemon_call.h"
 #include "cli/exit_codes.h"
 #include "cli/flag_checks.h"
@@ -35,8 +36,7 @@ struct Options {
 
 void AddSocket(CLI::App* cmd, Options* o, const DaemonConnector& connect) {
   o->connect = connect;
-  cmd->add_option("--socket", o->socket,
-                  "Daemon socket (default: $GPUSLICE_SOCKET or /run/gpuslice/gpusliced.sock)");
+  AddSocketOption(*cmd, o->socket);
 }
 
 void AddJson(CLI::App* cmd, Options* o) {

@@ -10,7 +10,7 @@
 //   group forget G
 //
 // Every command goes to the daemon (--socket, else $GPUSLICE_SOCKET, else
-// /run/gpuslice/gpusliced.sock) through CallDaemon, on the client `connect` gives. Exit codes: 0
+// kDefaultDaemonSocket) through CallDaemon, on the client `connect` gives. Exit codes: 0
 // success; 1 the daemon refused (its message is printed: e.g. only root or the admin group may set
 // limits) or could not be reached (the message names the socket); 2 a bad command line; for `group
 // set|pause|resume`, 3 the daemon refused the change for the node's state (409: the requests on a

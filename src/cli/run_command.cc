@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/common_flags.h"
 #include "cli/exit_codes.h"
 #include "cli/flag_checks.h"
 #include "cli/limit_flags.h"
@@ -160,9 +161,7 @@ void AddRunCommand(CLI::App& app) {
                   "Group sharing one quota (default: $GPUSLICE_GROUP, else the limiter's: the "
                   "pod, or the process)")
       ->check(GroupIdCheck());
-  run->add_option("--shm-dir", o->shm_dir,
-                  "Directory of the group segments (default: $GPUSLICE_SHM_DIR or "
-                  "/dev/shm/gpuslice)");
+  AddShmDirOption(*run, o->shm_dir);
   run->add_option("command", o->command, "The command and its arguments (after --)")->required();
   run->callback([o] { Run(*o); });
 }

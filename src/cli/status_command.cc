@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/common_flags.h"
 #include "cli/daemon_client.h"
 #include "cli/exit_codes.h"
 #include "cli/flag_checks.h"
@@ -147,9 +148,7 @@ void AddStatusCommand(CLI::App& app, const DaemonConnector& connect) {
   o->connect = connect;
   CLI::App* status = app.add_subcommand(
       "status", "Show each group's devices, limits, memory in use and live members");
-  status->add_option("--shm-dir", o->shm_dir,
-                     "Directory of the group segments (default: $GPUSLICE_SHM_DIR or "
-                     "/dev/shm/gpuslice)");
+  AddShmDirOption(*status, o->shm_dir);
   status->add_option("--group", o->group, "Show only this group")->check(GroupIdCheck());
   status->add_flag("--json", o->json, "Machine-readable output (fields documented in docs/cli.md)");
   status->add_flag("--all", o->all,
@@ -161,8 +160,7 @@ void AddStatusCommand(CLI::App& app, const DaemonConnector& connect) {
       ->check(CLI::NonNegativeNumber);
   status->add_flag("--no-daemon", o->no_daemon,
                    "Read the segments only; do not ask gpusliced for its registry");
-  status->add_option("--socket", o->socket,
-                     "Daemon socket (default: $GPUSLICE_SOCKET or /run/gpuslice/gpusliced.sock)");
+  AddSocketOption(*status, o->socket);
   status->callback([o] { Status(*o); });
 }
 

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common/unique_fd.h"
+#include "gpuslice/paths.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -132,9 +133,9 @@ StatusOr<int> ReadSome(int fd, int timeout_ms, std::string& into, const std::str
 
 std::string DaemonSocket(const std::string& flag) {
   if (!flag.empty()) return flag;
-  const char* env = getenv("GPUSLICE_SOCKET");
+  const char* env = getenv(kEnvDaemonSocket);
   if (env != nullptr && *env != '\0') return env;
-  return "/run/gpuslice/gpusliced.sock";
+  return kDefaultDaemonSocket;
 }
 
 std::string DaemonAddress::Where() const {

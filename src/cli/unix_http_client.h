@@ -24,7 +24,7 @@ struct HttpResponse {
   std::string body;
 };
 
-// $GPUSLICE_SOCKET if set and non-empty, else /run/gpuslice/gpusliced.sock;
+// $GPUSLICE_SOCKET if set and non-empty, else kDefaultDaemonSocket (gpuslice/paths.h);
 // `flag` wins when non-empty.
 std::string DaemonSocket(const std::string& flag);
 

@@ -1,12 +1,89 @@
 #include "daemon/config.h"
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstddef>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <type_traits>
+#include <variant>
 
 namespace gpuslice::daemon {
 namespace {
 
 using json = nlohmann::json;
+
+// What ValidateConfig asks of one key's value alone (config_keys.inc).
+struct Check {
+  enum Kind { kAny, kNotEmpty, kRange, kOneOf, kParses } kind = kAny;
+  int64_t min = 0, max = 0;                             // kRange
+  const char* values = "";                              // kOneOf: space-separated
+  Status (*parse)(const std::string& value) = nullptr;  // kParses
+};
+constexpr Check Any() { return {}; }
+constexpr Check NotEmpty() { return {.kind = Check::kNotEmpty}; }
+constexpr Check InRange(int64_t min, int64_t max) {
+  return {.kind = Check::kRange, .min = min, .max = max};
+}
+constexpr Check OneOf(const char* values) { return {.kind = Check::kOneOf, .values = values}; }
+constexpr Check Parses(Status (*parse)(const std::string&)) {
+  return {.kind = Check::kParses, .parse = parse};
+}
+
+Status CheckMode(const std::string& text) { return ParseMode(text).status(); }
+Status CheckHostPort(const std::string& text) {
+  return text.empty() ? Status::Ok() : ParseHostPort(text).status();
+}
+
+// One entry of config_keys.inc.
+struct Key {
+  const char* name;
+  std::variant<std::string DaemonConfig::*, int64_t DaemonConfig::*, bool DaemonConfig::*> member;
+  const char* env;
+  Check check;
+  const char* value_name;
+  const char* help;
+  const char* docs_default;
+  const char* docs;
+};
+
+// Every key, in config_keys.inc's order.
+constexpr Key kKeys[] = {
+#define GS_CONFIG_KEY(type, name, default_value, env, check, value_name, help, docs_default, docs) \
+  Key{#name, &DaemonConfig::name, env, check, value_name, help, docs_default, docs},
+#include "daemon/config_keys.inc"
+#undef GS_CONFIG_KEY
+};
+
+// Each check is of a type it can read, and only string keys take an
+// environment variable.
+constexpr bool ChecksFitTheirKeys() {
+  for (const Key& key : kKeys) {
+    const bool is_string = std::holds_alternative<std::string DaemonConfig::*>(key.member);
+    const bool is_int = std::holds_alternative<int64_t DaemonConfig::*>(key.member);
+    if (key.check.kind == Check::kRange && !is_int) return false;
+    if (key.check.kind != Check::kRange && key.check.kind != Check::kAny && !is_string) {
+      return false;
+    }
+    if (*key.env != '\0' && !is_string) return false;
+  }
+  return true;
+}
+static_assert(ChecksFitTheirKeys(), "config_keys.inc: a check or env on a key of another type");
+
+std::string FlagOf(const Key& key) {
+  std::string flag = std::string("--") + key.name;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+std::vector<std::string> Words(std::string_view text) {
+  std::vector<std::string> words;
+  std::istringstream in{std::string(text)};
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
 
 template <typename T>
 Status Take(const json& value, const std::string& key, T& field) {
@@ -25,65 +102,132 @@ Status Take(const json& value, const std::string& key, T& field) {
   return Status::Ok();
 }
 
+Status CheckKey(const Key& key, const DaemonConfig& c) {
+  const Check& check = key.check;
+  if (check.kind == Check::kAny) return Status::Ok();
+  if (check.kind == Check::kRange) {
+    const int64_t value = c.*std::get<int64_t DaemonConfig::*>(key.member);
+    if (value < check.min || value > check.max) {
+      return InvalidArgument(std::string(key.name) + " must be in " + std::to_string(check.min) +
+                             ".." + std::to_string(check.max) + ", not " + std::to_string(value));
+    }
+    return Status::Ok();
+  }
+  const std::string& value = c.*std::get<std::string DaemonConfig::*>(key.member);
+  switch (check.kind) {
+    case Check::kNotEmpty:
+      if (value.empty()) return InvalidArgument(FlagOf(key) + " must not be empty");
+      return Status::Ok();
+    case Check::kOneOf: {
+      const std::vector<std::string> allowed = Words(check.values);
+      if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return Status::Ok();
+      std::string list;
+      for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      return InvalidArgument(std::string(key.name) + " \"" + value + "\" is not one of " + list);
+    }
+    case Check::kParses:
+      return check.parse(value).WithContext(FlagOf(key));
+    default:
+      return Status::Ok();
+  }
+}
+
+// The key's default as the docs show it (markdown).
+std::string DocsDefault(const Key& key) {
+  if (*key.docs_default != '\0') return key.docs_default;
+  static const DaemonConfig* const kDefaults = new DaemonConfig();
+  std::string text = std::visit(
+      [&defaults = *kDefaults](auto member) -> std::string {
+        const auto& value = defaults.*member;
+        using T = std::decay_t<decltype(value)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          return value ? "on" : "off";
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return value.empty() ? "none" : "`" + value + "`";
+        } else {
+          return std::to_string(value);
+        }
+      },
+      key.member);
+  if (*key.env != '\0') text += std::string(" (or `$") + key.env + "`)";
+  return text;
+}
+
+// Markdown as plain text for --help: no backticks, no escapes.
+std::string Plain(std::string text) {
+  std::erase(text, '`');
+  return text;
+}
+
+// `|` escaped for a cell of a markdown table.
+std::string Cell(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    if (ch == '|') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
 }  // namespace
 
 Status ApplyConfigJson(const json& j, DaemonConfig& c) {
   if (!j.is_object()) return InvalidArgument("the config must be a JSON object");
-  for (const auto& [key, value] : j.items()) {
-    Status s;
-#define GS_CONFIG_KEY(name)       \
-  if (key == #name) {             \
-    s = Take(value, key, c.name); \
-    if (!s.ok()) return s;        \
-    continue;                     \
-  }
-    GS_CONFIG_KEY(socket)
-    GS_CONFIG_KEY(socket_mode)
-    GS_CONFIG_KEY(socket_group)
-    GS_CONFIG_KEY(admin_group)
-    GS_CONFIG_KEY(listen_tcp)
-    GS_CONFIG_KEY(token_file)
-    GS_CONFIG_KEY(log_level)
-    GS_CONFIG_KEY(nvml_library)
-    GS_CONFIG_KEY(mps_root)
-    GS_CONFIG_KEY(mps_control)
-    GS_CONFIG_KEY(cgroup_root)
-    GS_CONFIG_KEY(state_dir)
-    GS_CONFIG_KEY(shm_dir)
-    GS_CONFIG_KEY(group_gc_grace_s)
-    GS_CONFIG_KEY(poll_interval_ms)
-    GS_CONFIG_KEY(default_lease_s)
-    GS_CONFIG_KEY(max_connections)
-    GS_CONFIG_KEY(max_body_bytes)
-    GS_CONFIG_KEY(header_timeout_ms)
-    GS_CONFIG_KEY(body_timeout_ms)
-    GS_CONFIG_KEY(idle_timeout_ms)
-    GS_CONFIG_KEY(sse_keepalive_ms)
-    GS_CONFIG_KEY(io_threads)
-    GS_CONFIG_KEY(worker_threads)
-    GS_CONFIG_KEY(memory_backstop)
-    GS_CONFIG_KEY(compute_backstop)
-    GS_CONFIG_KEY(compute_backstop_tolerance)
-    GS_CONFIG_KEY(compute_backstop_over_ms)
-    GS_CONFIG_KEY(compute_backstop_unregistered_percent)
-    GS_CONFIG_KEY(kube_node)
-    GS_CONFIG_KEY(kube_api)
-    GS_CONFIG_KEY(kube_ca)
-    GS_CONFIG_KEY(kube_token_file)
-    GS_CONFIG_KEY(kube_resource_slices)
-    GS_CONFIG_KEY(dra)
-    GS_CONFIG_KEY(device_plugin)
-    GS_CONFIG_KEY(kubelet_dir)
-    GS_CONFIG_KEY(cdi_dir)
-    GS_CONFIG_KEY(dra_claims_dir)
-    GS_CONFIG_KEY(limiter_library)
-    GS_CONFIG_KEY(ld_so_preload)
-    GS_CONFIG_KEY(vgpu_per_gpu)
-    GS_CONFIG_KEY(gpu_memory_unit_mib)
-#undef GS_CONFIG_KEY
-    return InvalidArgument("unknown config key \"" + key + "\"");
+  for (const auto& item : j.items()) {
+    const std::string& name = item.key();
+    const json& value = item.value();
+    const Key* key = std::find_if(std::begin(kKeys), std::end(kKeys),
+                                  [&name](const Key& k) { return name == k.name; });
+    if (key == std::end(kKeys)) return InvalidArgument("unknown config key \"" + name + "\"");
+    GS_RETURN_IF_ERROR(
+        std::visit([&](auto member) { return Take(value, name, c.*member); }, key->member));
   }
   return Status::Ok();
+}
+
+void ApplyConfigEnv(const std::function<const char*(const char*)>& getenv, DaemonConfig& config) {
+  for (const Key& key : kKeys) {
+    if (*key.env == '\0') continue;
+    const char* value = getenv(key.env);
+    if (value == nullptr || *value == '\0') continue;
+    config.*std::get<std::string DaemonConfig::*>(key.member) = value;
+  }
+}
+
+ConfigFlags::ConfigFlags(CLI::App& app) {
+  for (size_t i = 0; i < std::size(kKeys); ++i) {
+    const Key& key = kKeys[i];
+    const std::string help = std::string(key.help) + " (default: " + Plain(DocsDefault(key)) + ")";
+    CLI::Option* option = std::visit(
+        [&](auto member) -> CLI::Option* {
+          auto& value = values_.*member;
+          if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>) {
+            return app.add_flag(FlagOf(key), value, help);
+          } else {
+            return app.add_option(FlagOf(key), value, help)->type_name(key.value_name);
+          }
+        },
+        key.member);
+    options_.emplace_back(option, i);
+  }
+}
+
+void ConfigFlags::ApplyGiven(DaemonConfig& config) const {
+  for (const auto& entry : options_) {
+    if (entry.first->count() == 0) continue;
+    std::visit([&](auto member) { config.*member = values_.*member; }, kKeys[entry.second].member);
+  }
+}
+
+std::string ConfigDocsTable() {
+  std::string table = "| Key | Flag | Default | Meaning |\n|---|---|---|---|\n";
+  for (const Key& key : kKeys) {
+    std::string flag = FlagOf(key);
+    if (*key.value_name != '\0') flag += std::string(" ") + key.value_name;
+    table += "| `" + std::string(key.name) + "` | `" + Cell(flag) + "` | " +
+             Cell(DocsDefault(key)) + " | " + key.docs + " |\n";
+  }
+  return table;
 }
 
 Status ApplyConfigFile(const std::string& path, DaemonConfig& config) {
@@ -132,66 +276,11 @@ StatusOr<gid_t> ResolveGroup(
 }
 
 Status ValidateConfig(const DaemonConfig& c) {
-  if (c.socket.empty()) return InvalidArgument("--socket must not be empty");
-  if (c.state_dir.empty()) return InvalidArgument("--state-dir must not be empty");
-  GS_RETURN_IF_ERROR(ParseMode(c.socket_mode).status());
-  if (!c.listen_tcp.empty()) {
-    GS_RETURN_IF_ERROR(ParseHostPort(c.listen_tcp).status().WithContext("--listen-tcp"));
-    if (c.token_file.empty()) {
-      return InvalidArgument(
-          "--listen-tcp needs --token-file (mutating calls over TCP need a "
-          "bearer token)");
-    }
-  }
-  struct Range {
-    const char* name;
-    int64_t value, min, max;
-  };
-  for (const Range& r : {Range{"poll_interval_ms", c.poll_interval_ms, 10, 3'600'000},
-                         Range{"default_lease_s", c.default_lease_s, 1, 366LL * 24 * 3600},
-                         Range{"group_gc_grace_s", c.group_gc_grace_s, 0, 366LL * 24 * 3600},
-                         Range{"max_connections", c.max_connections, 1, 1'000'000},
-                         Range{"max_body_bytes", c.max_body_bytes, 64, 64 << 20},
-                         Range{"header_timeout_ms", c.header_timeout_ms, 10, 3'600'000},
-                         Range{"body_timeout_ms", c.body_timeout_ms, 10, 3'600'000},
-                         Range{"idle_timeout_ms", c.idle_timeout_ms, 10, 86'400'000},
-                         Range{"sse_keepalive_ms", c.sse_keepalive_ms, 10, 3'600'000},
-                         Range{"io_threads", c.io_threads, 1, 64},
-                         Range{"worker_threads", c.worker_threads, 1, 256}}) {
-    if (r.value < r.min || r.value > r.max) {
-      return InvalidArgument(std::string(r.name) + " must be in " + std::to_string(r.min) + ".." +
-                             std::to_string(r.max) + ", not " + std::to_string(r.value));
-    }
-  }
-  static const char* kLevels[] = {"off", "error", "warn", "info", "debug", "trace"};
-  if (std::find(std::begin(kLevels), std::end(kLevels), c.log_level) == std::end(kLevels)) {
-    return InvalidArgument("log level \"" + c.log_level +
-                           "\" is not one of off, error, warn, info, debug, trace");
-  }
-  if (c.memory_backstop != "off" && c.memory_backstop != "report" && c.memory_backstop != "kill") {
-    return InvalidArgument("memory_backstop \"" + c.memory_backstop +
-                           "\" is not one of off, report, kill");
-  }
-  if (c.compute_backstop != "off" && c.compute_backstop != "report" &&
-      c.compute_backstop != "throttle") {
-    return InvalidArgument("compute_backstop \"" + c.compute_backstop +
-                           "\" is not one of off, report, throttle");
-  }
-  for (const Range& r :
-       {Range{"compute_backstop_tolerance", c.compute_backstop_tolerance, 0, 100},
-        Range{"compute_backstop_over_ms", c.compute_backstop_over_ms, 0, 3'600'000},
-        Range{"compute_backstop_unregistered_percent", c.compute_backstop_unregistered_percent, 1,
-              100},
-        Range{"vgpu_per_gpu", c.vgpu_per_gpu, 1, 1000},
-        Range{"gpu_memory_unit_mib", c.gpu_memory_unit_mib, 1, 1 << 20}}) {
-    if (r.value < r.min || r.value > r.max) {
-      return InvalidArgument(std::string(r.name) + " must be in " + std::to_string(r.min) + ".." +
-                             std::to_string(r.max) + ", not " + std::to_string(r.value));
-    }
-  }
-  if (c.kube_resource_slices != "on" && c.kube_resource_slices != "off") {
-    return InvalidArgument("kube_resource_slices \"" + c.kube_resource_slices +
-                           "\" is not one of on, off");
+  for (const Key& key : kKeys) GS_RETURN_IF_ERROR(CheckKey(key, c));
+  if (!c.listen_tcp.empty() && c.token_file.empty()) {
+    return InvalidArgument(
+        "--listen-tcp needs --token-file (mutating calls over TCP need a "
+        "bearer token)");
   }
   if (!c.kube_node.empty() && c.kube_api != "in-cluster" && !c.kube_api.starts_with("https://") &&
       !c.kube_api.starts_with("http://")) {

@@ -1,6 +1,10 @@
 // gpusliced's configuration: defaults, then an optional JSON file
-// (--config), then the environment (GPUSLICE_SOCKET, GPUSLICE_SHM_DIR), then flags; a later
-// source wins. Parsing and validation are pure functions (unit-tested).
+// (--config), then the environment (GPUSLICE_SOCKET, GPUSLICE_SHM_DIR), then
+// flags; a later source wins. Every key is one entry of config_keys.inc, from
+// which come the DaemonConfig field and its default, the JSON key, the flag
+// and its help, the environment variable, the key's own check and its row of
+// docs/daemon.md's table. Parsing and validation are pure functions
+// (unit-tested).
 #pragma once
 
 #include <sys/types.h>
@@ -10,68 +14,24 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
+#include "gpuslice/paths.h"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 namespace gpuslice::daemon {
 
-inline constexpr const char* kDefaultSocket = "/run/gpuslice/gpusliced.sock";
-inline constexpr const char* kDefaultStateDir = "/var/lib/gpuslice";
-
+// One field per key of config_keys.inc, initialised to the key's default.
 struct DaemonConfig {
-  std::string socket = kDefaultSocket;
-  std::string socket_mode = "0660";  // octal
-  std::string socket_group;          // group name or number owning the socket; empty: ours
-  std::string admin_group;           // members may change settings; empty: root only
-  std::string listen_tcp;            // "HOST:PORT"; empty: no TCP
-  std::string token_file;            // bearer tokens for TCP (required with listen_tcp)
-  std::string log_level = "info";    // off, error, warn, info, debug, trace
-  std::string nvml_library = "libnvidia-ml.so.1";
-  std::string mps_root = "/run/gpuslice/mps";           // MPS pipe/log dirs and state
-  std::string mps_control = "nvidia-cuda-mps-control";  // a path, or a name on PATH
-  std::string cgroup_root = "/sys/fs/cgroup";  // the cgroup v2 mount (driver memory limits)
-  std::string state_dir = kDefaultStateDir;    // durable records (leases, tenants)
-  std::string shm_dir;             // group segments; empty: $GPUSLICE_SHM_DIR or the default
-  int64_t group_gc_grace_s = 600;  // idle groups' segments are removed after this
-  int64_t poll_interval_ms = 500;  // GPU sampling period
-  int64_t default_lease_s = 3600;
-  int64_t max_connections = 1024;
-  int64_t max_body_bytes = 65536;
-  int64_t header_timeout_ms = 10000;
-  int64_t body_timeout_ms = 10000;
-  int64_t idle_timeout_ms = 60000;
-  int64_t sse_keepalive_ms = 15000;
-  int64_t io_threads = 1;
-  int64_t worker_threads = 4;
-  // The NVML memory backstop (docs/backstop.md): off, report, kill.
-  std::string memory_backstop = "report";
-  // The NVML compute backstop (docs/backstop.md): off, report, throttle;
-  // a group is over when above its compute limit by more than
-  // compute_backstop_tolerance points for more than compute_backstop_over_ms;
-  // an unregistered process is throttled to compute_backstop_unregistered_percent.
-  std::string compute_backstop = "report";
-  int64_t compute_backstop_tolerance = 5;
-  int64_t compute_backstop_over_ms = 5000;
-  int64_t compute_backstop_unregistered_percent = 10;
-  // Kubernetes, the API server's side (docs/kubernetes.md): off unless
-  // kube_node is set. kube_api: "in-cluster" (the pod's service account) or
-  // a URL, with kube_ca and kube_token_file.
-  std::string kube_node;
-  std::string kube_api = "in-cluster";
-  std::string kube_ca;
-  std::string kube_token_file;
-  std::string kube_resource_slices = "on";  // on, off
-  // Kubernetes, the kubelet's side (docs/kubelet.md): off
-  // unless dra or device_plugin is set (kubelet::KubeletConfig mirrors these).
-  bool dra = false;
-  bool device_plugin = false;
-  std::string kubelet_dir = "/var/lib/kubelet";
-  std::string cdi_dir = "/var/run/cdi";
-  std::string dra_claims_dir;  // "": claims come from the API server
-  std::string limiter_library = "/usr/lib/gpuslice/libgpuslice.so";
-  std::string ld_so_preload;  // "": LD_PRELOAD
-  int64_t vgpu_per_gpu = 10;
-  int64_t gpu_memory_unit_mib = 1;
+#define GS_CONFIG_KEY(type, name, default_value, ...) type name = default_value;
+#include "daemon/config_keys.inc"
+#undef GS_CONFIG_KEY
 };
 
 // Applies the keys of a JSON object (the names of DaemonConfig's fields) to
@@ -79,8 +39,34 @@ struct DaemonConfig {
 Status ApplyConfigJson(const nlohmann::json& json, DaemonConfig& config);
 // Reads and applies a config file; errors name the file.
 Status ApplyConfigFile(const std::string& path, DaemonConfig& config);
-// Ranges and formats (mode is octal, listen_tcp is HOST:PORT, numbers > 0, ...).
+// Sets each key that has an environment variable (config_keys.inc) which
+// `getenv` finds set and not empty.
+void ApplyConfigEnv(const std::function<const char*(const char*)>& getenv, DaemonConfig& config);
+// Each key's own check (a range, one of a few values, a format: mode is
+// octal, listen_tcp is HOST:PORT, ...), then the checks across keys.
+// kInvalidArgument naming the key (or its flag) for the first that fails.
 Status ValidateConfig(const DaemonConfig& config);
+
+// A flag per key on `app` (--name with '-' for '_', bool keys as switches),
+// with its help and default; after app.parse(), ApplyGiven copies the value
+// of each flag given on the command line, so that flags win over the file and
+// the environment. REQUIRES: this outlives app.parse() (the flags write into it).
+class ConfigFlags {
+ public:
+  explicit ConfigFlags(CLI::App& app);
+  ConfigFlags(const ConfigFlags&) = delete;
+  ConfigFlags& operator=(const ConfigFlags&) = delete;
+
+  void ApplyGiven(DaemonConfig& config) const;
+
+ private:
+  DaemonConfig values_;
+  std::vector<std::pair<const CLI::Option*, size_t>> options_;  // the flag, its key's index
+};
+
+// The table of keys in docs/daemon.md (markdown: key, flag, default, meaning),
+// one row per key in config_keys.inc's order.
+std::string ConfigDocsTable();
 
 struct HostPort {
   std::string host;

@@ -2,6 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
 namespace gpuslice::daemon {
 namespace {
 
@@ -116,6 +124,87 @@ TEST(ConfigTest, ParsesHostPortModeAndGroups) {
   EXPECT_EQ(*ResolveGroup("gpuadmin", lookup), 77u);
   EXPECT_EQ(*ResolveGroup("12", lookup), 12u);
   EXPECT_FALSE(ResolveGroup("nobody-here", lookup).ok());
+}
+
+TEST(ConfigTest, EnvironmentSetsTheKeysThatHaveAVariable) {
+  DaemonConfig c;
+  const std::map<std::string, std::string> env = {{"GPUSLICE_SOCKET", "/tmp/e.sock"},
+                                                  {"GPUSLICE_SHM_DIR", ""},
+                                                  {"GPUSLICE_STATE_DIR", "/elsewhere"}};
+  ApplyConfigEnv(
+      [&env](const char* name) -> const char* {
+        auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      c);
+  EXPECT_EQ(c.socket, "/tmp/e.sock");
+  EXPECT_EQ(c.shm_dir, kDefaultGroupSegmentDir);  // set but empty: ignored
+  EXPECT_EQ(c.state_dir, kDefaultStateDir);       // no such variable
+}
+
+TEST(ConfigTest, FlagsGivenWinAndOthersLeaveTheConfigAlone) {
+  CLI::App app;
+  ConfigFlags flags(app);
+  app.parse("--gpu-memory-unit-mib 256 --dra --socket /f.sock --log-level=debug",
+            /*program_name_included=*/false);
+  DaemonConfig c;
+  c.socket = "/file.sock";
+  c.cdi_dir = "/file/cdi";
+  flags.ApplyGiven(c);
+  EXPECT_EQ(c.socket, "/f.sock");
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.gpu_memory_unit_mib, 256);
+  EXPECT_TRUE(c.dra);
+  EXPECT_FALSE(c.device_plugin);
+  EXPECT_EQ(c.cdi_dir, "/file/cdi");
+  EXPECT_NE(app.help().find("--compute-backstop-unregistered-percent"), std::string::npos);
+  EXPECT_NE(app.help().find("(default: 600)"), std::string::npos);
+}
+
+TEST(ConfigTest, EveryKeyIsAFlagAndAJsonKey) {
+  // Each row of the docs' table names a key and its flag; both must work.
+  std::istringstream table(ConfigDocsTable());
+  std::string line;
+  int keys = 0;
+  while (std::getline(table, line)) {
+    if (!line.starts_with("| `")) continue;
+    const std::string key = line.substr(3, line.find('`', 3) - 3);
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    EXPECT_NE(line.find("`" + flag), std::string::npos) << line;
+    DaemonConfig c;
+    const Status unknown = ApplyConfigJson({{key, nullptr}}, c);
+    EXPECT_EQ(unknown.message().find("unknown"), std::string::npos) << unknown.ToString();
+    CLI::App app;
+    ConfigFlags flags(app);
+    EXPECT_NE(app.get_option_no_throw(flag), nullptr) << flag;
+    ++keys;
+  }
+  EXPECT_GE(keys, 40);
+}
+
+// docs/daemon.md's table of keys, between the two markers, is the one the
+// keys give (ConfigDocsTable); on a difference this prints the table to paste.
+TEST(ConfigTest, DocsTableMatchesTheKeys) {
+  const std::string path = std::string(GPUSLICE_SOURCE_DIR) + "/docs/daemon.md";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "cannot read " << path;
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const std::string begin =
+      "<!-- config-keys:begin (src/daemon/config_keys.inc; daemon_config_test checks it) -->\n";
+  const std::string end = "<!-- config-keys:end -->";
+  const size_t from = doc.find(begin);
+  const size_t to = doc.find(end);
+  ASSERT_NE(from, std::string::npos) << path << " has no line " << begin;
+  ASSERT_NE(to, std::string::npos) << path << " has no line " << end;
+  ASSERT_LT(from, to);
+  const std::string documented = doc.substr(from + begin.size(), to - from - begin.size());
+  EXPECT_TRUE(documented == ConfigDocsTable())
+      << path << "'s table of keys differs from config_keys.inc; between the markers it "
+      << "should read:\n"
+      << ConfigDocsTable();
 }
 
 }  // namespace

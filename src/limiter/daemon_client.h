@@ -30,17 +30,15 @@
 #include <vector>
 
 #include "common/status.h"
+#include "gpuslice/paths.h"
 #include "limiter/core/limit_config.h"
 
 namespace gpuslice::limiter {
 
-// Where gpusliced listens unless GPUSLICE_SOCKET says otherwise.
-inline constexpr std::string_view kDefaultDaemonSocket = "/run/gpuslice/gpusliced.sock";
 // The whole exchange (connect + send + receive) of one registration.
 inline constexpr std::chrono::milliseconds kRegistrationDeadline{250};
 
-// Variables read by DaemonEndpointFromEnv.
-inline constexpr std::string_view kEnvDaemonSocket = "GPUSLICE_SOCKET";
+// Variables read by DaemonEndpointFromEnv (and kEnvDaemonSocket, gpuslice/paths.h).
 inline constexpr std::string_view kEnvHypervisorIp = "HYPERVISOR_IP";
 inline constexpr std::string_view kEnvHypervisorPort = "HYPERVISOR_PORT";
 inline constexpr std::string_view kEnvDaemonToken = "GPUSLICE_DAEMON_TOKEN";

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/quantity.h"
 #include "control/group_keeper.h"
+#include "gpuslice/paths.h"
 #include "limiter/compute_gate.h"
 #include "limiter/core/context_footprint.h"
 #include "limiter/core/limit_config.h"
@@ -321,7 +322,7 @@ bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& device
     state_.store(kFailedClosed, std::memory_order_release);
     return false;
   }
-  const char* dir = Env("GPUSLICE_SHM_DIR");
+  const char* dir = Env(kEnvShmDir);
   auto segment = GroupSegment::Open(dir != nullptr && *dir != '\0' ? dir : kDefaultGroupSegmentDir,
                                     config->group, /*create=*/true);
   if (!segment.ok()) {

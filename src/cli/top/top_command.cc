@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "cli/common_flags.h"
 #include "cli/daemon_client.h"
 #include "cli/paths.h"
 #include "cli/process_lifetime.h"
@@ -213,11 +214,8 @@ void AddTopCommand(CLI::App& app, const DaemonConnector& connect) {
                 "terminal)");
   top->add_flag("--no-daemon", o->no_daemon,
                 "Read the group segments and NVML only; do not ask gpusliced");
-  top->add_option("--socket", o->socket,
-                  "Daemon socket (default: $GPUSLICE_SOCKET or /run/gpuslice/gpusliced.sock)");
-  top->add_option("--shm-dir", o->shm_dir,
-                  "Directory of the group segments (default: $GPUSLICE_SHM_DIR or "
-                  "/dev/shm/gpuslice)");
+  AddSocketOption(*top, o->socket);
+  AddShmDirOption(*top, o->shm_dir);
   top->callback([o, connect] { Top(*o, connect); });
 }
 

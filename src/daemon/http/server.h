@@ -25,11 +25,12 @@
 #include "daemon/api/api.h"
 #include "daemon/event_hub.h"
 #include "daemon/http/http_util.h"
+#include "gpuslice/paths.h"
 
 namespace gpuslice::daemon {
 
 struct ServerOptions {
-  std::string socket_path = "/run/gpuslice/gpusliced.sock";
+  std::string socket_path = kDefaultDaemonSocket;
   mode_t socket_mode = 0660;
   std::optional<gid_t> socket_gid;  // group owner of the socket file
   AuthPolicy auth;

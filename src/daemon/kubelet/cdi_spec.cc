@@ -56,11 +56,11 @@ json CdiSpecFor(const Allocation& a, const CdiOptions& options,
   env.push_back("GPUSLICE_GROUP=" + a.claim_uid);
   if (!memory.empty()) env.push_back("GPUSLICE_MEMORY_LIMIT=" + memory.dump());
   if (!compute.empty()) env.push_back("GPUSLICE_COMPUTE_LIMIT=" + compute.dump());
-  env.push_back("GPUSLICE_SOCKET=" + options.daemon_socket);
+  env.push_back(std::string(kEnvDaemonSocket) + "=" + options.daemon_socket);
   // The claim's own segment directory, nothing else of the shared one
   // (shm/segment_dirs.h, docs/security.md).
   const std::string segments = ClaimSegmentDir(options.shm_dir, a.claim_uid);
-  env.push_back("GPUSLICE_SHM_DIR=" + segments);
+  env.push_back(std::string(kEnvShmDir) + "=" + segments);
   env.push_back("NVIDIA_VISIBLE_DEVICES=" + visible);
   json mounts = json::array();
   mounts.push_back(BindMount(options.library, /*read_only=*/true));

@@ -29,6 +29,7 @@
 #include "common/status.h"
 #include "daemon/kubelet/allocation_store.h"
 #include "daemon/kubelet/claim_reader.h"
+#include "gpuslice/paths.h"
 
 namespace gpuslice::daemon::kubelet {
 
@@ -36,11 +37,11 @@ inline constexpr char kCdiVersion[] = "0.8.0";
 inline constexpr char kCdiKind[] = "gpuslice.io/claim";
 
 struct CdiOptions {
-  std::string dir = "/var/run/cdi";
-  std::string library = "/usr/lib/gpuslice/libgpuslice.so";  // host path, mounted at the same path
+  std::string dir = kDefaultCdiDir;
+  std::string library = kDefaultLimiterLibrary;  // host path, mounted at the same path
   std::string ld_so_preload;  // host file for /etc/ld.so.preload; "": LD_PRELOAD instead
-  std::string daemon_socket = "/run/gpuslice/gpusliced.sock";  // its directory is mounted
-  std::string shm_dir = "/dev/shm/gpuslice";
+  std::string daemon_socket = kDefaultDaemonSocket;  // its directory is mounted
+  std::string shm_dir = kDefaultGroupSegmentDir;
   std::string dev_root = "/dev";
 };
 

@@ -57,6 +57,20 @@ std::string NodeName(const std::string& kube_node) {
   return host;
 }
 
+KubeletConfig KubeletConfigOf(const DaemonConfig& config) {
+  return KubeletConfig{
+      .kubelet_dir = config.kubelet_dir,
+      .dra = config.dra,
+      .device_plugin = config.device_plugin,
+      .cdi_dir = config.cdi_dir,
+      .claims_dir = config.dra_claims_dir,
+      .limiter_library = config.limiter_library,
+      .ld_so_preload = config.ld_so_preload,
+      .device_plugin_slices = static_cast<uint32_t>(config.vgpu_per_gpu),
+      .memory_unit_mib = static_cast<uint32_t>(config.gpu_memory_unit_mib),
+  };
+}
+
 StatusOr<std::unique_ptr<KubeletSide>> KubeletSide::Start(const KubeletConfig& config,
                                                           Context context) {
   std::unique_ptr<KubeletSide> side(new KubeletSide());

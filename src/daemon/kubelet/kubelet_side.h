@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/config.h"
 #include "daemon/gpu/gpu_monitor.h"
 #include "daemon/kubelet/allocation_store.h"
 #include "daemon/kubelet/claim_reader.h"
@@ -20,24 +21,27 @@
 
 namespace gpuslice::daemon::kubelet {
 
+// What the kubelet's side takes of the daemon's configuration: the keys
+// dra, device_plugin, kubelet_dir, cdi_dir, dra_claims_dir, limiter_library,
+// ld_so_preload, vgpu_per_gpu and gpu_memory_unit_mib (daemon/config_keys.inc,
+// which gives their defaults and checks). Built by KubeletConfigOf; a
+// default-constructed one enables nothing.
 struct KubeletConfig {
-  std::string kubelet_dir = "/var/lib/kubelet";  // plugins/, plugins_registry/, device-plugins/
+  std::string kubelet_dir;  // plugins/, plugins_registry/, device-plugins/
   bool dra = false;
   bool device_plugin = false;
-  std::string cdi_dir = "/var/run/cdi";
+  std::string cdi_dir;
   std::string claims_dir;  // ResourceClaims as files (FileClaimReader); "": the API server's
-  std::string limiter_library = "/usr/lib/gpuslice/libgpuslice.so";
-  std::string ld_so_preload;           // host file mounted as /etc/ld.so.preload; "": LD_PRELOAD
-  uint32_t device_plugin_slices = 10;  // gpuslice.io/vgpu devices per GPU
-  uint32_t memory_unit_mib = 1;        // MiB per gpuslice.io/gpu-memory device
+  std::string limiter_library;
+  std::string ld_so_preload;          // host file mounted as /etc/ld.so.preload; "": LD_PRELOAD
+  uint32_t device_plugin_slices = 0;  // gpuslice.io/vgpu devices per GPU
+  uint32_t memory_unit_mib = 0;       // MiB per gpuslice.io/gpu-memory device
 
   bool enabled() const { return dra || device_plugin; }
 };
 
-// The flags (and --config keys, docs/daemon.md) are the DaemonConfig fields
-// dra, device_plugin, kubelet_dir, cdi_dir, dra_claims_dir, limiter_library,
-// ld_so_preload, vgpu_per_gpu and gpu_memory_unit_mib; main.cc binds them
-// like every other flag and builds a KubeletConfig from them.
+// REQUIRES: ValidateConfig(config) is ok (the counts fit in 32 bits).
+KubeletConfig KubeletConfigOf(const DaemonConfig& config);
 
 // Each GPU of `snapshot` as the DRA health service reports it: Unknown
 // before its first read, Unhealthy while its reads fail (NVML_ERROR_GPU_IS_LOST

@@ -43,11 +43,12 @@
 #include "common/thread_annotations.h"
 #include "daemon/mps/mps_host.h"
 #include "daemon/mps/mps_state.h"
+#include "gpuslice/paths.h"
 
 namespace gpuslice::daemon::mps {
 
 struct MpsOptions {
-  std::string root = "/run/gpuslice/mps";
+  std::string root = kDefaultMpsRoot;
   // A path, or a name looked up on PATH.
   std::string control_binary = "nvidia-cuda-mps-control";
   int64_t command_timeout_ns = 5'000'000'000;  // every control command
