@@ -32,10 +32,11 @@
 //     whatever the cgroup runs next. A restart re-sets the limits of the
 //     groups still there on its first Reconcile; in between, the limiter in
 //     each process holds the limit (docs/backstop.md "Enforcers").
-// The daemon calls Reconcile after every registry event (a tenant
-// registered or left, a group's limits changed or forgotten: synchronously,
-// so a registration's reply follows its driver limit) and after every GPU
-// sample.
+// Reconcile runs after every registry event that changes who is in a group
+// or what it may use (as a RegistryObserver the daemon adds: a tenant
+// registered or left, a group's limits or schedule changed, a group
+// forgotten; synchronously, so a registration's reply follows its driver
+// limit) and after every GPU sample.
 //
 // Thread-safe: Reconcile calls are serialised by one lock; ChoiceOf,
 // Choices and FormatMetrics read under another.
@@ -61,7 +62,7 @@ namespace gpuslice::daemon {
 
 inline constexpr const char* kDriverLimitsRecordName = "driver_limits";
 
-class Enforcers {
+class Enforcers final : public RegistryObserver {
  public:
   struct Options {
     std::string cgroup_root = "/sys/fs/cgroup";
@@ -83,6 +84,13 @@ class Enforcers {
 
   // Does nothing once ClearAll has run.
   void Reconcile();
+
+  // RegistryObserver: each a Reconcile.
+  void OnTenantRegistered(const TenantRegistered& /*event*/) override { Reconcile(); }
+  void OnTenantExited(const TenantExited& /*event*/) override { Reconcile(); }
+  void OnLimitsChanged(const GroupLimitsChanged& /*event*/) override { Reconcile(); }
+  void OnScheduleChanged(const GroupScheduleChanged& /*event*/) override { Reconcile(); }
+  void OnGroupForgotten(const GroupForgotten& /*event*/) override { Reconcile(); }
   // Rule 5: clears every held limit and saves what is left (a limit whose
   // clear failed stays recorded, so the next start clears it); every later
   // Reconcile does nothing. Returns the first failure, if any.

@@ -72,6 +72,18 @@ void GpuMonitor::Sample() {
     current_ = next;
   }
   if (sink_) sink_(*next);
+  MutexLock lock(observers_mu_);
+  for (Observer* o : observers_) o->OnSample(*next);
+}
+
+void GpuMonitor::AddObserver(Observer* observer) {
+  MutexLock lock(observers_mu_);
+  observers_.push_back(observer);
+}
+
+void GpuMonitor::RemoveObserver(Observer* observer) {
+  MutexLock lock(observers_mu_);
+  std::erase(observers_, observer);
 }
 
 void GpuMonitor::Start() {
@@ -111,6 +123,8 @@ void GpuMonitor::Loop() {
     }
     Sample();
     if (tick_) tick_();
+    MutexLock lock(observers_mu_);
+    for (Observer* o : observers_) o->OnTick();
   }
 }
 

@@ -7,8 +7,9 @@
 // (event=gpu_unreachable) and once when a read works again
 // (event=gpu_reachable_again failed_reads=N).
 //
-// Thread safety: Current() and Poke() from any thread; Sample() runs on the
-// monitor thread (or the caller's, in tests). Set the callbacks before Start.
+// Thread safety: Current(), Poke() and Add/RemoveObserver from any thread;
+// Sample() runs on the monitor thread (or the caller's, in tests). Set the
+// callbacks before Start.
 #pragma once
 
 #include <chrono>
@@ -54,6 +55,18 @@ class GpuMonitor {
   // Called on the sampling thread with every new snapshot, once it is current.
   using SampleSink = std::function<void(const Snapshot&)>;
 
+  // Told of the samples from when it is added (AddObserver) until it is
+  // removed: what is built after the monitor starts (the node segment, the
+  // kubelet side) registers so. Calls never overlap.
+  class Observer {
+   public:
+    virtual ~Observer() = default;
+    // After every sample, once it is current, after the sample sink.
+    virtual void OnSample(const Snapshot& /*snapshot*/) {}
+    // On the monitor thread after each sample of its loop, after the tick hook.
+    virtual void OnTick() {}
+  };
+
   // `clock` (CLOCK_MONOTONIC; null: the real one) stamps the reads and must
   // outlive the monitor.
   GpuMonitor(GpuBackend& backend, std::chrono::milliseconds interval, const Clock* clock = nullptr);
@@ -72,6 +85,12 @@ class GpuMonitor {
   // Runs after every sample, Start's first one included (the daemon writes the
   // node segment there). Samples, and so calls, never overlap.
   void SetSampleSink(SampleSink sink) { sink_ = std::move(sink); }
+  // REQUIRES: `observer` stays valid until RemoveObserver returns (or the
+  // monitor goes).
+  void AddObserver(Observer* observer);
+  // Once this returns `observer` is not called again (a call under way has
+  // ended). REQUIRES: not called from an observer's call.
+  void RemoveObserver(Observer* observer);
 
   // One sampling round, synchronously.
   void Sample();
@@ -99,6 +118,8 @@ class GpuMonitor {
   std::shared_ptr<const Snapshot> current_ GUARDED_BY(mu_);
   bool poked_ GUARDED_BY(mu_) = false;
   bool stop_ GUARDED_BY(mu_) = false;
+  Mutex observers_mu_;  // held during their calls
+  std::vector<Observer*> observers_ GUARDED_BY(observers_mu_);
   Mutex sample_mu_;  // one Sample at a time
   // By index: GpuReadState::failures when the GPU's current run of failed reads began.
   std::vector<uint64_t> failures_at_loss_ GUARDED_BY(sample_mu_);

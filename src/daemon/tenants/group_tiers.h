@@ -58,7 +58,10 @@
 
 namespace gpuslice::daemon {
 
-class GroupTiers {
+// As a RegistryObserver (the daemon adds it): a tenant's exit is TenantLeft,
+// a change of a group's limits or schedule (its request: an SM partition)
+// LimitsChanged.
+class GroupTiers final : public RegistryObserver {
  public:
   // What a tenant runs on.
   struct Grant {
@@ -138,6 +141,11 @@ class GroupTiers {
   void LimitsChanged(const std::string& group);
   // Synchronous form of LimitsChanged.
   void ApplyLimits(const std::string& group);
+  void OnTenantExited(const TenantExited& event) override { TenantLeft(event.group); }
+  void OnLimitsChanged(const GroupLimitsChanged& event) override { LimitsChanged(event.group.id); }
+  void OnScheduleChanged(const GroupScheduleChanged& event) override {
+    LimitsChanged(event.group.id);
+  }
   // Synchronous form of TenantLeft (the worker's step; tests).
   void ReleaseIfUnused(const std::string& group);
   // See rule 6. Call once, after the registry and the manager restored.

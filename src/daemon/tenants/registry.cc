@@ -302,10 +302,33 @@ TenantRegistry::TenantRegistry(Options options, const Clock& clock, LivenessWatc
       clock_(clock),
       watcher_(watcher),
       store_(store),
-      sink_(std::move(sink)) {}
+      json_(sink ? std::make_unique<RegistryEventJson>(std::move(sink)) : nullptr),
+      observers_(std::make_shared<const std::vector<RegistryObserver*>>()) {
+  if (json_) AddObserver(json_.get());
+}
 
-void TenantRegistry::Emit(std::string_view type, const json& data) const {
-  if (sink_) sink_(type, data);
+void TenantRegistry::AddObserver(RegistryObserver* observer) {
+  MutexLock lock(observers_mu_);
+  auto next = std::make_shared<std::vector<RegistryObserver*>>(*observers_);
+  next->push_back(observer);
+  observers_ = std::move(next);
+}
+
+void TenantRegistry::RemoveObserver(RegistryObserver* observer) {
+  MutexLock lock(observers_mu_);
+  auto next = std::make_shared<std::vector<RegistryObserver*>>(*observers_);
+  std::erase(*next, observer);
+  observers_ = std::move(next);
+}
+
+template <typename Event>
+void TenantRegistry::Notify(void (RegistryObserver::*on)(const Event&), const Event& event) const {
+  std::shared_ptr<const std::vector<RegistryObserver*>> observers;
+  {
+    MutexLock lock(observers_mu_);
+    observers = observers_;
+  }
+  for (RegistryObserver* o : *observers) (o->*on)(event);
 }
 
 Status TenantRegistry::Restore() {
@@ -369,10 +392,11 @@ Status TenantRegistry::Restore() {
   for (const Tenant& t : dropped) {
     GS_LOG(kInfo, "gpusliced", "event=tenant_exited pid=%d group=%s reason=gone_at_restart",
            t.host_pid, t.group.c_str());
-    Emit("tenant_exited",
-         {{"host_pid", t.host_pid}, {"group", t.group}, {"reason", "gone_at_restart"}});
+    Notify(&RegistryObserver::OnTenantExited,
+           TenantExited{
+               .host_pid = t.host_pid, .group = t.group, .reason = ExitReason::kGoneAtRestart});
   }
-  EmitForgotten(forgotten, "last_member_gone");
+  NotifyForgotten(forgotten, "last_member_gone");
   return Persist(version);
 }
 
@@ -384,11 +408,8 @@ Status TenantRegistry::Refuse(const Registration& reg, Status why) {
   GS_LOG(kInfo, "gpusliced", "event=registration_refused pid=%d uid=%d group=%s reason=\"%s\"",
          reg.pid, reg.uid ? static_cast<int>(*reg.uid) : -1, reg.group.c_str(),
          why.message().c_str());
-  Emit("registration_refused", {{"pid", reg.pid},
-                                {"uid", Optional(reg.uid)},
-                                {"group", reg.group},
-                                {"code", std::string(StatusCodeName(why.code()))},
-                                {"reason", why.message()}});
+  Notify(&RegistryObserver::OnRegistrationRefused,
+         RegistrationRefused{.pid = reg.pid, .uid = reg.uid, .group = reg.group, .why = why});
   return why;
 }
 
@@ -527,13 +548,11 @@ StatusOr<Tenant> TenantRegistry::Register(const Registration& reg, std::string* 
          "event=tenant_registered pid=%d container_pid=%d uid=%u group=%s pod_uid=%s conflicts=%zu",
          t.host_pid, t.container_pid, t.uid, t.group.c_str(), t.cgroup.pod_uid.c_str(),
          t.hint_conflicts.size());
-  Emit("tenant_registered", TenantJson(t));
+  Notify(&RegistryObserver::OnTenantRegistered, TenantRegistered{.tenant = t});
   if (scheduled) {
     GS_LOG(kInfo, "gpusliced", "event=group_schedule_changed group=%s schedule=%s by=registration",
            reg.group.c_str(), GroupJson(*scheduled)["schedule"].dump().c_str());
-    Emit("group_schedule_changed", {{"group", reg.group},
-                                    {"schedule", GroupJson(*scheduled)["schedule"]},
-                                    {"paused", scheduled->paused}});
+    Notify(&RegistryObserver::OnScheduleChanged, GroupScheduleChanged{.group = *scheduled});
   }
   if (!refused_schedule.empty()) {
     GS_LOG(kInfo, "gpusliced", "event=schedule_refused pid=%d group=%s reason=\"%s\"", t.host_pid,
@@ -559,8 +578,9 @@ Status TenantRegistry::Unregister(pid_t pid) {
     if (!forgotten.empty()) groups_version_ = version_;
   }
   Status s = Persist(version);
-  Emit("tenant_exited", {{"host_pid", pid}, {"group", gone->group}, {"reason", "unregistered"}});
-  EmitForgotten(forgotten, "last_member_gone");
+  Notify(&RegistryObserver::OnTenantExited,
+         TenantExited{.host_pid = pid, .group = gone->group, .reason = ExitReason::kUnregistered});
+  NotifyForgotten(forgotten, "last_member_gone");
   return s;
 }
 
@@ -583,9 +603,10 @@ void TenantRegistry::OnExited(const std::vector<pid_t>& pids) {
   }
   for (const Tenant& t : gone) {
     GS_LOG(kInfo, "gpusliced", "event=tenant_exited pid=%d group=%s", t.host_pid, t.group.c_str());
-    Emit("tenant_exited", {{"host_pid", t.host_pid}, {"group", t.group}, {"reason", "exited"}});
+    Notify(&RegistryObserver::OnTenantExited,
+           TenantExited{.host_pid = t.host_pid, .group = t.group, .reason = ExitReason::kExited});
   }
-  EmitForgotten(forgotten, "last_member_gone");
+  NotifyForgotten(forgotten, "last_member_gone");
   // A failed save is logged by Persist and retried by RetryCheckpoint.
   (void)Persist(version);
 }
@@ -715,14 +736,12 @@ StatusOr<Group> TenantRegistry::UpdateGroup(const std::string& id, const GroupCh
   if (change.limits || change.tier) {
     GS_LOG(kInfo, "gpusliced", "event=group_limits_changed group=%s limits=%s", id.c_str(),
            GroupJson(result)["limits"].dump().c_str());
-    Emit("group_limits_changed", GroupJson(result));
+    Notify(&RegistryObserver::OnLimitsChanged, GroupLimitsChanged{.group = result});
   }
   if (schedule_changed) {
-    const json schedule = GroupJson(result)["schedule"];
     GS_LOG(kInfo, "gpusliced", "event=group_schedule_changed group=%s schedule=%s", id.c_str(),
-           schedule.dump().c_str());
-    Emit("group_schedule_changed",
-         {{"group", id}, {"schedule", schedule}, {"paused", result.paused}});
+           GroupJson(result)["schedule"].dump().c_str());
+    Notify(&RegistryObserver::OnScheduleChanged, GroupScheduleChanged{.group = result});
   }
   return result;
 }
@@ -745,7 +764,7 @@ StatusOr<Group> TenantRegistry::SetPaused(const std::string& id, bool paused) {
   if (changed) {
     const char* event = paused ? "group_paused" : "group_resumed";
     GS_LOG(kInfo, "gpusliced", "event=%s group=%s", event, id.c_str());
-    Emit(event, {{"group", id}});
+    Notify(&RegistryObserver::OnPauseChanged, GroupPauseChanged{.group = id, .paused = paused});
   }
   return result;
 }
@@ -861,7 +880,7 @@ Status TenantRegistry::ForgetGroup(const std::string& id) {
     groups_version_ = version_;
   }
   GS_RETURN_IF_ERROR(Persist(version));
-  Emit("group_forgotten", {{"group", id}});
+  Notify(&RegistryObserver::OnGroupForgotten, GroupForgotten{.group = id});
   return Status::Ok();
 }
 
@@ -888,7 +907,7 @@ Status TenantRegistry::ForgetWhenEmpty(const std::string& id) {
     GS_LOG(kInfo, "gpusliced", "event=group_forget_when_empty group=%s members=%zu", id.c_str(),
            members);
   }
-  EmitForgotten(forgotten, "no_member");
+  NotifyForgotten(forgotten, "no_member");
   return s;
 }
 
@@ -905,10 +924,11 @@ std::vector<std::string> TenantRegistry::ForgetEmptyMarkedLocked() {
   return out;
 }
 
-void TenantRegistry::EmitForgotten(const std::vector<std::string>& ids, const char* reason) const {
+void TenantRegistry::NotifyForgotten(const std::vector<std::string>& ids,
+                                     const char* reason) const {
   for (const std::string& id : ids) {
     GS_LOG(kInfo, "gpusliced", "event=group_forgotten group=%s reason=%s", id.c_str(), reason);
-    Emit("group_forgotten", {{"group", id}});
+    Notify(&RegistryObserver::OnGroupForgotten, GroupForgotten{.group = id});
   }
 }
 

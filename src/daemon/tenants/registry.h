@@ -29,7 +29,8 @@
 //     checkpoint fails is undone and refused. Restore re-adopts at start the
 //     tenants that still run (same pid and start time) and drops the rest.
 //
-// Thread-safe. Events go to the sink after the registry's lock is released.
+// Thread-safe. Events (RegistryObserver) are delivered after the registry's
+// lock is released.
 #pragma once
 
 #include <sys/types.h>
@@ -38,6 +39,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -158,18 +160,107 @@ nlohmann::json TenantJson(const Tenant& tenant);
 StatusOr<Group> GroupFromJson(const nlohmann::json& j);
 StatusOr<Tenant> TenantFromJson(const nlohmann::json& j);
 
+// What the registry tells its observers (RegistryObserver), each once the
+// change it reports is made (and saved, where it is), the registry's lock
+// released. Each is one server-sent event of the name in its comment
+// (RegistryEventJson).
+
+// tenant_registered.
+struct TenantRegistered {
+  Tenant tenant;
+};
+// registration_refused.
+struct RegistrationRefused {
+  pid_t pid = 0;
+  std::optional<uid_t> uid;  // the caller's, when known
+  std::string group;
+  Status why;
+};
+enum class ExitReason { kExited, kUnregistered, kGoneAtRestart };
+// "exited", "unregistered", "gone_at_restart".
+std::string_view ExitReasonName(ExitReason reason);
+// tenant_exited: the tenant is no longer registered.
+struct TenantExited {
+  pid_t host_pid = 0;
+  std::string group;
+  ExitReason reason = ExitReason::kExited;
+};
+// group_limits_changed: the group's limits or tier were set; `group` as it is now.
+struct GroupLimitsChanged {
+  Group group;
+};
+// group_schedule_changed: the group's schedule changed; `group` as it is now.
+struct GroupScheduleChanged {
+  Group group;
+};
+// group_paused (paused) or group_resumed: the group's paused flag changed.
+struct GroupPauseChanged {
+  std::string group;
+  bool paused = false;
+};
+// group_forgotten.
+struct GroupForgotten {
+  std::string group;
+};
+
+// Told of the registry's events (TenantRegistry::AddObserver), on the thread
+// of the call that made the change (an API worker, the liveness watcher's).
+// REQUIRES: an observer does not block for long and does not add or remove
+// observers from a call.
+class RegistryObserver {
+ public:
+  virtual ~RegistryObserver() = default;
+  virtual void OnTenantRegistered(const TenantRegistered& /*event*/) {}
+  virtual void OnRegistrationRefused(const RegistrationRefused& /*event*/) {}
+  virtual void OnTenantExited(const TenantExited& /*event*/) {}
+  virtual void OnLimitsChanged(const GroupLimitsChanged& /*event*/) {}
+  virtual void OnScheduleChanged(const GroupScheduleChanged& /*event*/) {}
+  virtual void OnPauseChanged(const GroupPauseChanged& /*event*/) {}
+  virtual void OnGroupForgotten(const GroupForgotten& /*event*/) {}
+};
+
+// The JSON form of the registry's events: each handed to `sink` as its
+// server-sent event name and one JSON object (docs/api.md "Events").
+class RegistryEventJson final : public RegistryObserver {
+ public:
+  using Sink = std::function<void(std::string_view type, const nlohmann::json& data)>;
+  explicit RegistryEventJson(Sink sink) : sink_(std::move(sink)) {}
+
+  void OnTenantRegistered(const TenantRegistered& event) override;
+  void OnRegistrationRefused(const RegistrationRefused& event) override;
+  void OnTenantExited(const TenantExited& event) override;
+  void OnLimitsChanged(const GroupLimitsChanged& event) override;
+  void OnScheduleChanged(const GroupScheduleChanged& event) override;
+  void OnPauseChanged(const GroupPauseChanged& event) override;
+  void OnGroupForgotten(const GroupForgotten& event) override;
+
+ private:
+  const Sink sink_;
+};
+
 class TenantRegistry {
  public:
   struct Options {
     std::string proc_root = "/proc";
   };
-  // `type` is the SSE event name; `data` one JSON object.
-  using EventSink = std::function<void(std::string_view type, const nlohmann::json& data)>;
+  // The JSON form of every event (RegistryEventJson::Sink).
+  using EventSink = RegistryEventJson::Sink;
 
   // REQUIRES: `clock`, `watcher` and `store` (may be null: nothing is
   // saved) outlive the registry. The watcher's exits must reach OnExited.
+  // `sink` (may be empty) gets the JSON form of every event, first of the
+  // observers.
   TenantRegistry(Options options, const Clock& clock, LivenessWatcher& watcher, StateStore* store,
                  EventSink sink);
+
+  // `observer` is told of every event that begins after this call, after
+  // the observers added before it. Thread-safe.
+  // REQUIRES: `observer` stays valid until RemoveObserver returns (or the
+  // registry goes).
+  void AddObserver(RegistryObserver* observer);
+  // No event that begins after this returns reaches `observer`; one under
+  // way may still (stop the registry's callers first when it goes).
+  void RemoveObserver(RegistryObserver* observer);
 
   // The node's GPU UUIDs, for the admission of "all" requests (called
   // without the registry's lock held); without it, or while it answers
@@ -245,11 +336,11 @@ class TenantRegistry {
   // range or a request above the group's compute limit on a GPU;
   // kResourceExhausted when the requests on a GPU would sum above 100 (the
   // message names the GPU and the current total). Nothing changes on error.
-  // Emits group_limits_changed (limits or tier given) and
-  // group_schedule_changed (the schedule changed).
+  // Notifies GroupLimitsChanged (limits or tier given) and
+  // GroupScheduleChanged (the schedule changed).
   StatusOr<Group> UpdateGroup(const std::string& id, const GroupChange& change);
-  // Sets group `id`'s paused flag (checkpointed; emits group_paused or
-  // group_resumed when it changes). kNotFound if the group is unknown.
+  // Sets group `id`'s paused flag (checkpointed; notifies GroupPauseChanged
+  // when it changes). kNotFound if the group is unknown.
   StatusOr<Group> SetPaused(const std::string& id, bool paused);
   // Group `id`'s scheduling on the GPU `uuid`, for the scheduler: its
   // request (never above its limit), its limit (the group's compute limit
@@ -273,13 +364,15 @@ class TenantRegistry {
   // Saves the state of `version` or later; returns once it is on disk.
   Status Persist(uint64_t version);
   Status Refuse(const Registration& reg, Status why);
-  void Emit(std::string_view type, const nlohmann::json& data) const;
+  // Calls `on` of every observer with `event`.
+  template <typename Event>
+  void Notify(void (RegistryObserver::*on)(const Event&), const Event& event) const;
   size_t CountMembersLocked(const std::string& group) const REQUIRES(mu_);
   // Erases the groups marked forget_when_empty that have no member left and
   // returns their ids (the caller bumps groups_version_ when there are any).
   std::vector<std::string> ForgetEmptyMarkedLocked() REQUIRES(mu_);
-  // Logs (with `reason`) and emits group_forgotten for each of `ids`.
-  void EmitForgotten(const std::vector<std::string>& ids, const char* reason) const;
+  // Logs (with `reason`) and notifies GroupForgotten for each of `ids`.
+  void NotifyForgotten(const std::vector<std::string>& ids, const char* reason) const;
   // Whether the registry with `candidate` in place of
   // its group (or added) is admissible: the candidate's requests within its
   // limits, and on each GPU in `gpus` (and each GPU a group names) where
@@ -294,8 +387,12 @@ class TenantRegistry {
   const Clock& clock_;
   LivenessWatcher& watcher_;
   StateStore* const store_;
-  const EventSink sink_;
+  const std::unique_ptr<RegistryEventJson> json_;  // null without a sink
   std::function<std::vector<std::string>()> node_gpus_;
+
+  // Copied on change: a delivery walks the list it began with, unlocked.
+  mutable Mutex observers_mu_;
+  std::shared_ptr<const std::vector<RegistryObserver*>> observers_ GUARDED_BY(observers_mu_);
 
   mutable Mutex mu_;
   std::map<std::string, Group> groups_ GUARDED_BY(mu_);
