@@ -12,8 +12,8 @@
 //
 // On the Unix socket the daemon identifies the caller itself (SO_PEERCRED):
 // the request names no pid. Over TCP it names its host pid, which the daemon
-// proves by the connection (the pid must hold its socket). Hints (pod name, namespace, container) are
-// claims it checks.
+// proves by the connection (the pid must hold its socket). Hints (pod name, namespace, container)
+// are claims it checks.
 //
 // No exception escapes a function declared here (allocation failure
 // included: it becomes kUnavailable or an error Status). Thread-safe: no

@@ -7,8 +7,6 @@
 
 namespace gpuslice::daemon {
 
-using json = nlohmann::json;
-
 std::string_view ExitReasonName(ExitReason reason) {
   switch (reason) {
     case ExitReason::kExited:
@@ -26,11 +24,12 @@ void RegistryEventJson::OnTenantRegistered(const TenantRegistered& event) {
 }
 
 void RegistryEventJson::OnRegistrationRefused(const RegistrationRefused& event) {
-  sink_("registration_refused", {{"pid", event.pid},
-                                 {"uid", event.uid ? json(*event.uid) : json(nullptr)},
-                                 {"group", event.group},
-                                 {"code", std::string(StatusCodeName(event.why.code()))},
-                                 {"reason", event.why.message()}});
+  sink_("registration_refused",
+        {{"pid", event.pid},
+         {"uid", event.uid ? nlohmann::json(*event.uid) : nlohmann::json(nullptr)},
+         {"group", event.group},
+         {"code", std::string(StatusCodeName(event.why.code()))},
+         {"reason", event.why.message()}});
 }
 
 void RegistryEventJson::OnTenantExited(const TenantExited& event) {

@@ -96,8 +96,7 @@ bool HoldsTcpConnection(const std::string& proc_root, pid_t pid, const TcpEndpoi
   while (const dirent* d = readdir(fds)) {
     if (d->d_name[0] == '.') continue;
     char target[64];
-    const ssize_t n =
-        readlink((dir + "/fd/" + d->d_name).c_str(), target, sizeof(target) - 1);
+    const ssize_t n = readlink((dir + "/fd/" + d->d_name).c_str(), target, sizeof(target) - 1);
     if (n <= 0) continue;
     const std::string_view link(target, static_cast<size_t>(n));
     for (const std::string& inode : inodes) {
