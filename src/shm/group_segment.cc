@@ -40,16 +40,20 @@ T Load(const T& field) {
 // launch path).
 constexpr int kTurnReadTries = 1000;
 
+// No fences (ThreadSanitizer has none): the plan's fields are stored with
+// release and loaded with acquire, so a reader that loads a field a writer
+// stored inside also sees that writer's odd sequence number when it looks
+// again, and its second look cannot move before its loads.
 void StorePlan(TurnPlan& to, const TurnPlan& from) {
-  Atomic(to.epoch_ns).store(from.epoch_ns, std::memory_order_relaxed);
-  Atomic(to.period_ns).store(from.period_ns, std::memory_order_relaxed);
-  Atomic(to.begin_ns).store(from.begin_ns, std::memory_order_relaxed);
-  Atomic(to.length_ns).store(from.length_ns, std::memory_order_relaxed);
+  Atomic(to.epoch_ns).store(from.epoch_ns, std::memory_order_release);
+  Atomic(to.period_ns).store(from.period_ns, std::memory_order_release);
+  Atomic(to.begin_ns).store(from.begin_ns, std::memory_order_release);
+  Atomic(to.length_ns).store(from.length_ns, std::memory_order_release);
 }
 
 TurnPlan LoadPlan(const TurnPlan& from) {
   auto load = [](const int64_t& f) {
-    return std::atomic_ref<int64_t>(const_cast<int64_t&>(f)).load(std::memory_order_relaxed);
+    return std::atomic_ref<int64_t>(const_cast<int64_t&>(f)).load(std::memory_order_acquire);
   };
   return {load(from.epoch_ns), load(from.period_ns), load(from.begin_ns), load(from.length_ns)};
 }
@@ -58,8 +62,7 @@ void WriteTurns(DeviceCompute& c, const TurnPlan& current, const TurnPlan& next)
   auto seq = Atomic(c.turn_seq);
   // Odd while inside (taken over from a writer that died inside, if any).
   const uint32_t inside = (seq.load(std::memory_order_relaxed) + 1) | 1u;
-  seq.store(inside, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
+  seq.store(inside, std::memory_order_relaxed);  // ordered before the plans' release stores
   StorePlan(c.turns[0], current);
   StorePlan(c.turns[1], next);
   seq.store(inside + 1, std::memory_order_release);
@@ -71,7 +74,6 @@ std::pair<TurnPlan, TurnPlan> ReadTurns(const DeviceCompute& c) {
     const uint32_t before = seq.load(std::memory_order_acquire);
     if ((before & 1u) != 0) continue;
     std::pair<TurnPlan, TurnPlan> plans{LoadPlan(c.turns[0]), LoadPlan(c.turns[1])};
-    std::atomic_thread_fence(std::memory_order_acquire);
     if (seq.load(std::memory_order_relaxed) == before) return plans;
   }
   return {};
