@@ -99,7 +99,7 @@ void LaunchCostMeter::TickDevice(int dev, const std::vector<GroupSegment::Member
     while (recent > 0 && now - m.history[recent - 1].t_ns <= kRecentNs) --recent;
     size_t few = m.history.size() - 1;
     while (few > 0 && p.busy_launches - m.history[few].busy_launches < kFewLaunches) --few;
-    const double horizon = static_cast<double>(ChargeOf(m.history));
+    const auto horizon = static_cast<double>(ChargeOf(m.history));
     const auto ratio_from = [&](size_t i) {
       return Ratio(p.busy_ns - m.history[i].busy_ns, p.busy_launches - m.history[i].busy_launches);
     };
@@ -107,7 +107,7 @@ void LaunchCostMeter::TickDevice(int dev, const std::vector<GroupSegment::Member
     if (recent > 0) {
       const std::deque<Point> tail(m.history.begin() + static_cast<std::ptrdiff_t>(recent),
                                    m.history.end());
-      const double fresh = static_cast<double>(ChargeOf(tail));
+      const auto fresh = static_cast<double>(ChargeOf(tail));
       if (horizon > 0 && fresh > 0 &&
           (fresh > horizon * kShiftRatio || fresh * kShiftRatio < horizon)) {
         cut = recent;

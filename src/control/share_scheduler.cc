@@ -77,17 +77,16 @@ std::vector<ShareScheduler::Output> ShareScheduler::Tick(
     active += v.active ? 1 : 0;
     wanting_any = wanting_any || (v.active && v.wanting);
     // A latency group too heavy to run free takes turns (kLatencyFreeBp).
-    if (!in.latency || in.paused) {
-      st.latency_turns = false;
-    } else if (!st.latency_turns) {
+    const bool latency_running = in.latency && !in.paused;
+    if (latency_running && !st.latency_turns) {
       st.latency_turns = v.use.floor_bp > kLatencyFreeBp;
       st.light_since_ns = -1;
-    } else if (2 * v.use.used_bp >= kLatencyFreeBp) {
+    } else if (latency_running && 2 * v.use.used_bp >= kLatencyFreeBp) {
       st.light_since_ns = -1;
-    } else if (st.light_since_ns < 0) {
+    } else if (latency_running && st.light_since_ns < 0) {
       st.light_since_ns = now;
-    } else if (now - st.light_since_ns >= kWantNs) {
-      st.latency_turns = false;
+    } else if (!latency_running || now - st.light_since_ns >= kWantNs) {
+      st.latency_turns = false;  // not a running latency group, or light for kWantNs
     }
     st.waits = in.counters.waits;
     st.cut_off = in.counters.cut_off;

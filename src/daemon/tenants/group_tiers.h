@@ -86,7 +86,7 @@ class GroupTiers final : public RegistryObserver {
   using EventListener = std::function<void(std::string_view type, const nlohmann::json& data)>;
 
   GroupTiers(TenantRegistry& registry, mps::MpsManager& mps, EventListener events = {});
-  ~GroupTiers();
+  ~GroupTiers() override;
   GroupTiers(const GroupTiers&) = delete;
   GroupTiers& operator=(const GroupTiers&) = delete;
 
