@@ -17,13 +17,34 @@
 //    a release takes from the slot, then from memory_used. So memory_used
 //    never falls below the slots' sum (invariant 1), and a member killed
 //    between its two steps leaves that one charge counted, never less.
-//  - `mutex` (robust, process-shared) serialises membership (joining a slot,
-//    reaping a dead member's) and device entries. A holder killed inside it
-//    leaves state the next holder repairs (EOWNERDEAD: memory_used is raised
-//    to the slots' sum if below it; never lowered while a member lives, since
-//    the excess may be charges in flight). Whoever clears the last owned slot
-//    (a member leaving, a dead one reaped) zeroes memory_used: with no member
-//    nothing is in flight, and what is left was orphaned by dead members.
+//  - The ledger lock (`ledger_lock`, v8) serialises membership (joining a
+//    slot, leaving, reaping a dead member's) and device entries. It is a
+//    lease of our own, not a pthread mutex, so that no member can hold it
+//    for ever: the word is 0 when free, else the holder's token (drawn with
+//    a fetch_add on `ledger_tickets`, unique, never 0). A locker swaps 0 for
+//    its token; while another token holds it, the locker waits (sleeping
+//    20 us, doubling up to 1 ms) and remembers when it first saw that
+//    token. Once the same token has held it longer than the locker's
+//    deadline (200 ms by default; the sections take microseconds), the
+//    locker evicts it: it swaps that token for its own (one evictor wins;
+//    the others wait for the new token), counts `ledger_evictions` and
+//    repairs the ledger. A holder that dies, is stopped (SIGSTOP) or hangs
+//    inside is recovered this way, and only this way: nothing frees the
+//    word of a holder that died. A holder stores its token in
+//    `ledger_dirty` once it holds the lock and swaps it back to 0 before
+//    releasing; a locker that finds it nonzero (a holder that died or was
+//    evicted inside) repairs the ledger first. Releasing swaps the holder's
+//    token for 0 and changes nothing if the token is no longer there (the
+//    holder was evicted): a hold is never released by anyone but its
+//    holder, and never freed by an evicted one. Repair: memory_used is
+//    raised to the slots' sum if below it, never lowered while a member
+//    lives, since the excess may be charges in flight. Whoever clears the
+//    last owned slot (a member leaving, a dead one reaped) zeroes
+//    memory_used: with no member nothing is in flight, and what is left was
+//    orphaned by dead members. An evicted holder that resumes finishes its
+//    section unlocked; the sections are written so that it can neither
+//    overwrite a device entry another published nor leave memory_used below
+//    the slots' sum (src/shm/group_segment.cc, "the ledger's lock").
 //  - Slot ownership is an OFD lock (fcntl F_OFD_SETLK) on byte
 //    kSlotLockOffset + slot index of the file: held by the owner for its whole
 //    life and dropped by the kernel when it dies, so liveness is checked
@@ -70,8 +91,7 @@
 //  2. A slot with owner_pid == 0 holds no memory.
 #pragma once
 
-#include <pthread.h>
-
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -80,7 +100,7 @@
 namespace gpuslice {
 
 inline constexpr uint64_t kGroupSegmentMagic = 0x5052475f534c5047;  // "GPLS_GRP"
-inline constexpr uint32_t kGroupSegmentVersion = 7;
+inline constexpr uint32_t kGroupSegmentVersion = 8;
 
 inline constexpr int kGroupMaxDevices = 16;
 inline constexpr int kGroupMaxSlots = 256;
@@ -240,7 +260,11 @@ struct SlotCompute {
 struct GroupSegmentLayout {
   GroupSegmentHeader header;
   char group[kGroupIdBytes];  // NUL-terminated group id
-  alignas(64) pthread_mutex_t mutex;
+  // The ledger lock (v8; "Concurrency" above), a cache line of its own.
+  alignas(64) uint64_t ledger_lock;   // 0: free; otherwise the holder's token
+  uint64_t ledger_tickets;            // tokens drawn so far (the next is this + 1)
+  uint64_t ledger_dirty;              // the token of a holder inside; 0: none
+  uint64_t ledger_evictions;          // holders evicted for holding it past a deadline
   alignas(64) uint32_t device_count;  // entries of devices[] in use
   uint32_t change_word;               // bumped (and futex-woken) on every limit change
   uint64_t limits_generation;         // bumped on every limit change
@@ -264,7 +288,10 @@ static_assert(sizeof(DeviceCompute) == 256);
 static_assert(sizeof(GroupDevice) == 384);
 static_assert(sizeof(ProcessSlot) == 168);
 static_assert(sizeof(SlotCompute) == 72);
-static_assert(sizeof(pthread_mutex_t) <= 64, "the mutex must fit its 64-byte line");
+static_assert(offsetof(GroupSegmentLayout, device_count) -
+                      offsetof(GroupSegmentLayout, ledger_lock) ==
+                  64,
+              "the ledger lock has its 64-byte line");
 static_assert(sizeof(GroupSegmentLayout) < kAttachLockOffset);
 
 }  // namespace gpuslice

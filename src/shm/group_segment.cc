@@ -13,6 +13,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
+#include <iterator>
 
 #include "common/clock.h"
 #include "common/hot.h"
@@ -148,12 +150,6 @@ void Initialize(GroupSegmentLayout* s, std::string_view group) {
     d.memory_limit = kUnlimitedBytes;
     d.compute_limit = kUnlimitedPercent;
   }
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-  pthread_mutex_init(&s->mutex, &attr);
-  pthread_mutexattr_destroy(&attr);
   Atomic(s->header.ready).store(1, std::memory_order_release);
 }
 
@@ -319,6 +315,8 @@ int GroupSegment::FindDevice(std::string_view uuid) const {
   const int n = device_count();
   for (int i = 0; i < n; ++i) {
     const char* u = layout_->devices[i].uuid;
+    // First byte 0: claimed and not yet written (AttachDevice), or never.
+    if (Load(u[0]) == '\0') continue;
     if (uuid.size() < kUuidBytes && strncmp(u, uuid.data(), uuid.size()) == 0 &&
         u[uuid.size()] == '\0') {
       return i;
@@ -332,16 +330,29 @@ StatusOr<int> GroupSegment::AttachDevice(std::string_view uuid) {
     return InvalidArgument("device UUID '" + std::string(uuid) + "' is not a GPU UUID");
   }
   if (int d = FindDevice(uuid); d >= 0) return d;
-  LockLedger();
-  int d = FindDevice(uuid);  // another member may have added it meanwhile
-  if (d < 0 && device_count() < kGroupMaxDevices) {
-    d = device_count();
-    GroupDevice& dev = layout_->devices[d];
-    memset(dev.uuid, 0, sizeof dev.uuid);
-    memcpy(dev.uuid, uuid.data(), uuid.size());
-    Atomic(layout_->device_count).store(static_cast<uint32_t>(d + 1), std::memory_order_release);
+  int d = -1;
+  {
+    const LedgerHold hold(*this);
+    // An entry is claimed by moving device_count past it from the count
+    // read, and written only by its claimant, its UUID's first byte last
+    // (FindDevice skips the entry until then): a holder evicted here that
+    // resumes cannot overwrite an entry another holder published.
+    auto count = Atomic(layout_->device_count);
+    for (;;) {
+      d = FindDevice(uuid);  // another member may have added it meanwhile
+      if (d >= 0) break;
+      uint32_t n = count.load(std::memory_order_acquire);
+      if (n >= kGroupMaxDevices) break;
+      if (count.compare_exchange_strong(n, n + 1, std::memory_order_acq_rel)) {
+        char* to = layout_->devices[n].uuid;
+        memset(to + 1, 0, kUuidBytes - 1);
+        memcpy(to + 1, uuid.data() + 1, uuid.size() - 1);
+        Atomic(to[0]).store(uuid[0], std::memory_order_release);
+        d = static_cast<int>(n);
+        break;
+      }
+    }
   }
-  UnlockLedger();
   if (d < 0) {
     return ResourceExhausted("group '" + group_ + "' already spans " +
                              std::to_string(kGroupMaxDevices) + " devices");
@@ -517,21 +528,111 @@ uint32_t GroupSegment::WaitingMembers(int dev) const {
 }
 
 // ---- the ledger's lock ----
+//
+// A lease in the segment (include/gpuslice/group_segment.h, "Concurrency"),
+// not a pthread mutex: a mutex cannot be taken from a live holder, so one
+// member stopped (SIGSTOP) or hung inside stalled every other member's
+// joining, reaping and device attaching for ever. A holder that dies is
+// recovered the same way, by eviction once the deadline has passed (a robust
+// mutex's EOWNERDEAD did it at once, but only for death).
+//
+// What an evicted holder that resumes can and cannot do: it runs the rest of
+// its section unlocked, beside the new holder, and the sections are written
+// for that:
+//  - AttachDevice claims an entry with a compare-and-swap of device_count and
+//    writes only the entry it claimed: it cannot overwrite an entry another
+//    holder published. It can add a second entry for a GPU another holder
+//    added meanwhile (both attaching the same new UUID), and a claimant that
+//    dies before writing its UUID leaves an entry no one finds.
+//  - Join, Leave and ReapDead write only slots whose OFD lock the caller holds
+//    (no other process holds it meanwhile); ClearSlotLocked takes the slot's
+//    bytes with an exchange before taking them from memory_used, so each byte
+//    is given back once and memory_used stays >= the slots' sum.
+//  - DropOrphanChargesLocked zeroes a count only by a compare-and-swap from
+//    what it read after seeing no owned slot, and looks at the slots again
+//    in between: a member that joined and charged meanwhile (which an
+//    evicted dropper cannot exclude) makes it drop nothing.
+//  - RepairLedger only raises memory_used.
+//  - Its release frees nothing: the lock word is no longer its token, and
+//    ledger_dirty is cleared only from its own token.
+// Anything else it writes it could write anyway: the members of a group
+// trust each other with their own segment (docs/security.md). The goal is
+// liveness (a stopped, hung or dead holder costs the others one deadline)
+// and a repaired ledger, not a defence against a member's arbitrary writes.
 
-GS_HOT void GroupSegment::LockLedger() const {
-  int r = pthread_mutex_lock(&layout_->mutex);
-  if (r == EOWNERDEAD) {
-    RepairLedger();
-    pthread_mutex_consistent(&layout_->mutex);
+namespace {
+// The waits of a locker while another holds the lock: the lock is rarely
+// contended, and its sections take microseconds.
+constexpr int64_t kFirstNapNs = 20'000;
+constexpr int64_t kLongestNapNs = 1'000'000;
+}  // namespace
+
+GroupSegment::LedgerHold::LedgerHold(const GroupSegment& segment)
+    : segment_(segment), token_(segment.LockLedger()) {}
+
+GroupSegment::LedgerHold::~LedgerHold() { segment_.UnlockLedger(token_); }
+
+bool GroupSegment::LedgerHold::held() const {
+  return Load(segment_.layout_->ledger_lock) == token_;
+}
+
+uint64_t GroupSegment::LockLedger() const {
+  uint64_t mine = 0;
+  while (mine == 0) mine = Atomic(layout_->ledger_tickets).fetch_add(1) + 1;
+  const int64_t deadline_ns = ledger_deadline_ns_.load(std::memory_order_relaxed);
+  auto lock = Atomic(layout_->ledger_lock);
+  uint64_t holder = 0;   // the token seen holding the lock
+  int64_t since_ns = 0;  // when this locker first saw it there
+  int64_t nap_ns = kFirstNapNs;
+  int64_t evicted_after_ns = -1;
+  for (;;) {
+    uint64_t seen = 0;
+    if (lock.compare_exchange_strong(seen, mine, std::memory_order_acquire)) break;
+    const int64_t now_ns = MonotonicNs();
+    if (seen != holder) {
+      holder = seen;
+      since_ns = now_ns;
+    } else if (now_ns - since_ns >= deadline_ns) {
+      // Tokens are never reused: the swap succeeds only if `holder` has held
+      // the lock all along. One evictor wins; the others see its token.
+      if (lock.compare_exchange_strong(seen, mine, std::memory_order_acquire)) {
+        evicted_after_ns = now_ns - since_ns;
+        break;
+      }
+      continue;
+    }
+    timespec nap{0, static_cast<long>(nap_ns)};
+    nanosleep(&nap, nullptr);
+    nap_ns = std::min(2 * nap_ns, kLongestNapNs);
+  }
+  const uint64_t left_inside = Atomic(layout_->ledger_dirty).exchange(mine);
+  if (evicted_after_ns >= 0) {
+    Atomic(layout_->ledger_evictions).fetch_add(1);
+    GS_LOG(kWarn, "shm",
+           "group '%s': evicted the holder of the ledger lock after waiting %lld ms for it (a "
+           "member stopped, hung or dead inside); repairing the ledger",
+           group_.c_str(), static_cast<long long>(evicted_after_ns / 1'000'000));
+  }
+  if (evicted_after_ns >= 0 || left_inside != 0) RepairLedger();
+  return mine;
+}
+
+void GroupSegment::UnlockLedger(uint64_t token) const {
+  uint64_t inside = token;
+  Atomic(layout_->ledger_dirty).compare_exchange_strong(inside, 0, std::memory_order_release);
+  uint64_t held = token;
+  if (!Atomic(layout_->ledger_lock).compare_exchange_strong(held, 0, std::memory_order_release)) {
+    GS_LOG(kWarn, "shm",
+           "group '%s': this process held the ledger lock past another member's deadline and was "
+           "evicted; its section ran unlocked (the lock stays with its new holder)",
+           group_.c_str());
   }
 }
 
-GS_HOT void GroupSegment::UnlockLedger() const { pthread_mutex_unlock(&layout_->mutex); }
-
 void GroupSegment::RepairLedger() const {
   // memory_used never falls below the slots' sum (invariant 1): raise it if
-  // a dead holder left it lower. Never lowered: the excess may be members'
-  // charges in flight.
+  // a holder that died or was evicted left it lower. Never lowered: the
+  // excess may be members' charges in flight.
   for (int d = 0; d < kGroupMaxDevices; ++d) {
     uint64_t sum = 0;
     for (const ProcessSlot& s : layout_->slots) sum += Load(s.memory[d]);
@@ -542,17 +643,26 @@ void GroupSegment::RepairLedger() const {
 
 void GroupSegment::DropOrphanChargesLocked() const {
   // No member owns a slot: no charge can be in flight (every step of the
-  // ledger is made by a member, for its own slot), so whatever memory_used
-  // still counts is what dead members left between two steps (invariant 1's
-  // excess, or a holder killed inside ClearSlotLocked). Zeroed, counted.
-  for (const ProcessSlot& s : layout_->slots) {
-    if (Load(s.owner_pid) != 0) return;
-  }
+  // ledger is made by a member, for its own slot, after it joined), so
+  // whatever memory_used still counts is what dead members left between two
+  // steps (invariant 1's excess, or a holder killed inside ClearSlotLocked).
+  // Zeroed, counted. Each count is zeroed from the value read between two
+  // looks at the slots: a member that joins and charges meanwhile (possible
+  // when this holder was evicted, or beside an evicted joiner) either shows
+  // in the second look or changes the count, and nothing is dropped.
+  auto owned = [this] {
+    return std::any_of(std::begin(layout_->slots), std::end(layout_->slots),
+                       [](const ProcessSlot& s) { return Load(s.owner_pid) != 0; });
+  };
+  if (owned()) return;
+  uint64_t left[kGroupMaxDevices];
+  for (int d = 0; d < kGroupMaxDevices; ++d) left[d] = Load(layout_->devices[d].memory_used);
+  if (owned()) return;
   for (int d = 0; d < kGroupMaxDevices; ++d) {
-    const uint64_t left = Atomic(layout_->devices[d].memory_used).exchange(0);
-    if (left != 0) {
+    if (left[d] == 0) continue;
+    if (Atomic(layout_->devices[d].memory_used).compare_exchange_strong(left[d], 0)) {
       GS_LOG(kWarn, "shm", "group '%s': dropped %llu orphan bytes of device %d (no live member)",
-             group_.c_str(), static_cast<unsigned long long>(left), d);
+             group_.c_str(), static_cast<unsigned long long>(left[d]), d);
     }
   }
 }
@@ -594,14 +704,15 @@ StatusOr<int> GroupSegment::Join(pid_t pid, uint64_t start_time, std::string_vie
   if (own_slot_ >= 0) return own_slot_;
   for (int s = 0; s < kGroupMaxSlots; ++s) {
     if (OfdLock(fd_, kSlotLockOffset + s, F_WRLCK, false) != 0) continue;  // a live member's
-    LockLedger();
-    ClearSlotLocked(s);  // whatever a dead owner left
-    ProcessSlot& slot = layout_->slots[s];
-    slot.start_time = start_time;
-    Atomic(slot.joined_ns).store(MonotonicNs());
-    memcpy(slot.name, name.data(), std::min<size_t>(name.size(), sizeof slot.name - 1));
-    Atomic(slot.owner_pid).store(pid);
-    UnlockLedger();
+    {
+      const LedgerHold hold(*this);
+      ClearSlotLocked(s);  // whatever a dead owner left
+      ProcessSlot& slot = layout_->slots[s];
+      slot.start_time = start_time;
+      Atomic(slot.joined_ns).store(MonotonicNs());
+      memcpy(slot.name, name.data(), std::min<size_t>(name.size(), sizeof slot.name - 1));
+      Atomic(slot.owner_pid).store(pid);
+    }
     own_slot_ = s;
     return s;
   }
@@ -611,10 +722,11 @@ StatusOr<int> GroupSegment::Join(pid_t pid, uint64_t start_time, std::string_vie
 
 void GroupSegment::Leave(int slot) {
   if (slot != own_slot_ || slot < 0) return;
-  LockLedger();
-  ClearSlotLocked(slot);
-  DropOrphanChargesLocked();
-  UnlockLedger();
+  {
+    const LedgerHold hold(*this);
+    ClearSlotLocked(slot);
+    DropOrphanChargesLocked();
+  }
   OfdLock(fd_, kSlotLockOffset + slot, F_UNLCK, false);
   own_slot_ = -1;
 }
@@ -624,13 +736,14 @@ int GroupSegment::ReapDead() {
   for (int s = 0; s < kGroupMaxSlots; ++s) {
     if (s == own_slot_ || Load(layout_->slots[s].owner_pid) == 0) continue;
     if (OfdLock(fd_, kSlotLockOffset + s, F_WRLCK, false) != 0) continue;  // alive
-    LockLedger();
-    if (Load(layout_->slots[s].owner_pid) != 0) {
-      ClearSlotLocked(s);
-      ++reaped;
-      DropOrphanChargesLocked();
+    {
+      const LedgerHold hold(*this);
+      if (Load(layout_->slots[s].owner_pid) != 0) {
+        ClearSlotLocked(s);
+        ++reaped;
+        DropOrphanChargesLocked();
+      }
     }
-    UnlockLedger();
     OfdLock(fd_, kSlotLockOffset + s, F_UNLCK, false);
   }
   return reaped;
@@ -712,6 +825,7 @@ uint64_t GroupSegment::SlotMemory(int slot, int dev) const {
 
 std::string GroupSegment::DeviceUuid(int dev) const {
   const char* uuid = layout_->devices[dev].uuid;
+  if (Load(uuid[0]) == '\0') return {};  // claimed, not yet written (AttachDevice)
   return {uuid, strnlen(uuid, kUuidBytes)};
 }
 
@@ -811,7 +925,11 @@ std::vector<int32_t> GroupSegment::MemberPids() const {
 // ---- readers ----
 
 GroupSnapshot GroupSegment::Snapshot() const {
-  GroupSnapshot snap{.group = group_, .paused = Paused(), .devices = {}, .members = {}};
+  GroupSnapshot snap{.group = group_,
+                     .paused = Paused(),
+                     .ledger_evictions = Load(layout_->ledger_evictions),
+                     .devices = {},
+                     .members = {}};
   const int n = device_count();
   for (int d = 0; d < n; ++d) {
     const GroupDevice& dev = layout_->devices[d];

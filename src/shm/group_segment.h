@@ -57,6 +57,9 @@ struct GroupSnapshot {
   };
   std::string group;
   bool paused = false;  // launches wait (gpusliced paused the group)
+  // Holders of the ledger lock evicted for holding it past a locker's
+  // deadline (stopped, hung or dead inside; GroupSegmentLayout::ledger_evictions).
+  uint64_t ledger_evictions = 0;
   std::vector<Device> devices;
   std::vector<Member> members;  // live ones (SlotLive), by slot
 };
@@ -64,6 +67,12 @@ struct GroupSnapshot {
 // Idle time after which a group's segment is removed (by `gpuslice status
 // --gc` and by gpusliced): no process attached and no controller heartbeat.
 inline constexpr int64_t kDefaultGroupGcGraceS = 600;
+
+// How long a locker of a group's ledger lock waits for one holder before it
+// evicts it (include/gpuslice/group_segment.h, "Concurrency"): far beyond
+// the sections' microseconds, short enough that a member stopped (SIGSTOP),
+// hung or killed inside delays the others' joins and reaping by little.
+inline constexpr int64_t kLedgerLockDeadlineNs = 200'000'000;
 
 // The launch path's handle on one device's compute budget (DeviceCompute in
 // include/gpuslice/group_segment.h; the arithmetic is launch_pacer.h) and on
@@ -218,6 +227,38 @@ class GroupSegment {
 
   const std::string& group() const { return group_; }
   const std::string& path() const { return path_; }
+
+  // ---- the ledger lock ----
+
+  // A hold of the group's ledger lock, for its lifetime: what Join, Leave,
+  // ReapDead and AttachDevice take inside. Taking it waits for the holder,
+  // and evicts one that has held it past this handle's deadline (repairing
+  // the ledger). Public so that tests can stage a member stopped or killed
+  // while it holds the lock; code outside src/shm has no use for it.
+  // Each hold has a token of its own: threads of one process may hold (and
+  // wait for) the lock through one handle.
+  class LedgerHold {
+   public:
+    explicit LedgerHold(const GroupSegment& segment);
+    // Releases the lock unless this hold was evicted meanwhile (then it
+    // logs that and changes nothing).
+    ~LedgerHold();
+    LedgerHold(const LedgerHold&) = delete;
+    LedgerHold& operator=(const LedgerHold&) = delete;
+
+    // True while the lock is still this hold's (not evicted).
+    bool held() const;
+
+   private:
+    const GroupSegment& segment_;
+    uint64_t token_;
+  };
+
+  // How long a locker through this handle waits for one holder before it
+  // evicts it (kLedgerLockDeadlineNs unless set; tests set it short).
+  void set_ledger_deadline_ns(int64_t ns) {
+    ledger_deadline_ns_.store(ns, std::memory_order_relaxed);
+  }
 
   // ---- devices ----
 
@@ -472,9 +513,12 @@ class GroupSegment {
   GroupSegment(std::string group, std::string path, int fd, GroupSegmentLayout* layout,
                bool attached);
 
-  // Locks the accounting mutex, repairing state a dead holder left behind.
-  void LockLedger() const;
-  void UnlockLedger() const;
+  // Takes the ledger lock (waiting, or evicting a holder past the deadline)
+  // and returns this acquisition's token; repairs the ledger first if a
+  // holder was evicted or left it inside. UnlockLedger(token) releases it if
+  // it is still the token's.
+  uint64_t LockLedger() const;
+  void UnlockLedger(uint64_t token) const;
   // Recomputes devices[].memory_used from the slots (invariant 1).
   void RepairLedger() const;
   // When no slot has an owner, zeroes devices[].memory_used: what is left is
@@ -499,6 +543,7 @@ class GroupSegment {
   bool attached_;            // holds the attach lock (opened with `create`)
   int own_slot_ = -1;        // the slot this handle's fd holds a lock on
   bool controller_ = false;  // this handle holds the controller lock
+  std::atomic<int64_t> ledger_deadline_ns_{kLedgerLockDeadlineNs};
 };
 
 }  // namespace gpuslice

@@ -23,6 +23,9 @@ namespace {
 constexpr uint64_t kMiB = 1 << 20;
 constexpr char kUuid[] = "GPU-00000000-1111-2222-3333-444444444444";
 
+// A short ledger lock deadline, so that a test evicting a holder runs fast.
+constexpr int64_t kShortDeadlineNs = 20'000'000;
+
 class GroupSegmentTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -521,32 +524,37 @@ TEST_F(GroupSegmentTest, LiveMembersInOtherProcessesAreNotReaped) {
 
 TEST_F(GroupSegmentTest, AHolderKilledInsideTheLedgerLockDoesNotWedgeTheGroup) {
   auto seg = OpenGroup();
+  seg->set_ledger_deadline_ns(kShortDeadlineNs);
   const int d = *seg->AttachDevice(kUuid);
   const int mine = *seg->Join(getpid(), 1, "parent");
   ASSERT_TRUE(seg->Reserve(mine, d, 10 * kMiB));
   InChildThenKill([&] {
-    // Dies holding the mutex, having left the slots' sum above the group's
+    // Dies holding the lock, having left the slots' sum above the group's
     // count (which the ledger's own steps never do: invariant 1).
-    pthread_mutex_lock(&seg->layout().mutex);
+    const GroupSegment::LedgerHold hold(*seg);
     seg->layout().slots[mine].memory[d] += 7 * kMiB;
+    raise(SIGKILL);  // inside the hold
   });
   // Reservations take no lock: not wedged.
   EXPECT_TRUE(seg->Reserve(mine, d, 1 * kMiB));
   EXPECT_EQ(seg->MemoryUsed(d), 11 * kMiB);
-  // The next holder of the lock (here: a new device) repairs it first.
+  // The next locker (here: a new device) evicts the dead holder once the
+  // deadline has passed, and repairs the ledger first.
   ASSERT_TRUE(seg->AttachDevice("GPU-00000000-1111-2222-3333-555555555555").ok());
   EXPECT_EQ(seg->MemoryUsed(d), 18 * kMiB);
+  EXPECT_EQ(seg->Snapshot().ledger_evictions, 1u);
 }
 
 // Fault: a tenant (its own process and mapping) is killed while it holds the
-// robust ledger lock, half way through leaving: its slot's bytes are gone but
-// the group's count still holds them. The next locker recovers the lock
-// (EOWNERDEAD, made consistent) instead of hanging; the dead member's slot is
+// ledger lock, half way through leaving: its slot's bytes are gone but the
+// group's count still holds them. The next locker evicts the dead holder
+// once the deadline has passed instead of hanging; the dead member's slot is
 // reclaimed; and the orphaned charge, which no live member may lower while
 // charges can be in flight, is dropped once no member is left, so the next
 // tenant gets the whole limit.
 TEST_F(GroupSegmentTest, ATenantKilledHoldingTheLockIsRecoveredAndItsChargeRepaired) {
   auto seg = OpenGroup();
+  seg->set_ledger_deadline_ns(kShortDeadlineNs);
   const int d = *seg->AttachDevice(kUuid);
   seg->SetMemoryLimit(d, 64 * kMiB);
   const int mine = *seg->Join(getpid(), 1, "parent");
@@ -561,7 +569,7 @@ TEST_F(GroupSegmentTest, ATenantKilledHoldingTheLockIsRecoveredAndItsChargeRepai
     if (!(*own)->Reserve(slot, dev, 20 * kMiB)) _exit(1);
     (void)!write(tenant_slot[1], &slot, sizeof slot);
     // ClearSlotLocked's first step (the slot's bytes), under the lock, then death.
-    pthread_mutex_lock(&(*own)->layout().mutex);
+    const GroupSegment::LedgerHold hold(**own);
     (*own)->layout().slots[slot].memory[dev] = 0;
     raise(SIGKILL);  // here, with the segment still mapped (not after `own` unmaps it)
   });
@@ -570,13 +578,19 @@ TEST_F(GroupSegmentTest, ATenantKilledHoldingTheLockIsRecoveredAndItsChargeRepai
   close(tenant_slot[0]);
   close(tenant_slot[1]);
   EXPECT_EQ(seg->MemoryUsed(d), 30 * kMiB);
-  // The dead holder is reaped under the recovered lock (this would hang on a
-  // non-robust mutex); its 20 MiB stay counted while a member lives.
+  // The dead holder is reaped under the lock taken from it (this would hang
+  // on a lock no one can take back); its 20 MiB stay counted while a member
+  // lives.
   EXPECT_EQ(seg->ReapDead(), 1);
   EXPECT_EQ(seg->layout().slots[slot].owner_pid, 0);
   EXPECT_EQ(seg->MemoryUsed(d), 30 * kMiB);
-  EXPECT_EQ(pthread_mutex_trylock(&seg->layout().mutex), 0);  // consistent, not wedged
-  pthread_mutex_unlock(&seg->layout().mutex);
+  EXPECT_EQ(seg->Snapshot().ledger_evictions, 1u);
+  {
+    const GroupSegment::LedgerHold again(*seg);  // free again: taken at once
+    EXPECT_TRUE(again.held());
+  }
+  EXPECT_EQ(seg->layout().ledger_lock, 0u);
+  EXPECT_EQ(seg->Snapshot().ledger_evictions, 1u);
   // The last member leaves: the orphaned charge goes with it.
   seg->Release(mine, d, 10 * kMiB);
   seg->Leave(mine);

@@ -9,8 +9,8 @@
 // as records [offset: 2 bytes, little-endian][length: 1 byte][bytes], offsets
 // taken modulo the layout's size. The patches never touch the header's magic
 // and version when the first byte is 1 mod 4 (so the fuzzer reaches the
-// contents), nor the ledger mutex (bytes there could leave it "held" by no
-// one, which hangs a lock: shared-memory peers are trusted not to do that).
+// contents). They may leave the ledger lock "held" by no one: the member
+// evicts that holder after its deadline (short here) and repairs the ledger.
 // Then it is read as an observer and as a member (attach a device, join,
 // reserve, charge, release, reap), checking that the counts stay in range.
 #include <fcntl.h>
@@ -31,6 +31,8 @@ namespace gpuslice {
 namespace {
 
 constexpr size_t kSize = sizeof(GroupSegmentLayout);
+// How long the member waits for a ledger lock the patches left "held".
+constexpr int64_t kLedgerDeadlineNs = 1'000'000;
 
 // A directory of our own (the segment code refuses files others could write).
 const std::string& Dir() {
@@ -52,8 +54,6 @@ const std::string& Fresh() {
 std::string Patched(const uint8_t* data, size_t size, bool keep_header) {
   std::string file = Fresh();
   if (file.size() != kSize) fuzz::Fail("fresh segment size", std::to_string(file.size()));
-  const size_t mutex_begin = offsetof(GroupSegmentLayout, mutex);
-  const size_t mutex_end = mutex_begin + sizeof(pthread_mutex_t);
   const size_t header_end = offsetof(GroupSegmentHeader, size);  // magic and version
   size_t i = 0;
   while (i + 3 <= size) {
@@ -61,7 +61,6 @@ std::string Patched(const uint8_t* data, size_t size, bool keep_header) {
     size_t len = data[i + 2];
     i += 3;
     for (size_t k = 0; k < len && i < size; ++k, ++i, offset = (offset + 1) % kSize) {
-      if (offset >= mutex_begin && offset < mutex_end) continue;
       if (keep_header && offset < header_end) continue;
       file[offset] = static_cast<char>(data[i]);
     }
@@ -125,6 +124,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto member = GroupSegment::Open(Dir(), "g", /*create=*/true);
   if (!member.ok()) fuzz::Fail("member open", member.status().message());
   GroupSegment& seg = **member;
+  seg.set_ledger_deadline_ns(kLedgerDeadlineNs);
   Check(seg);
   auto dev = seg.AttachDevice("GPU-fuzz");
   auto slot = seg.Join(getpid(), 1, "fuzz");
