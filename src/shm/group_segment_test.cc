@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -23,8 +24,47 @@ namespace {
 constexpr uint64_t kMiB = 1 << 20;
 constexpr char kUuid[] = "GPU-00000000-1111-2222-3333-444444444444";
 
-// A short ledger lock deadline, so that a test evicting a holder runs fast.
+// Ledger lock deadlines: short, so that a test evicting a holder runs fast;
+// long, for a locker that must never evict (far beyond any test's waits).
 constexpr int64_t kShortDeadlineNs = 20'000'000;
+constexpr int64_t kStoppedDeadlineNs = 50'000'000;
+constexpr int64_t kLongDeadlineNs = 10'000'000'000;
+
+// Waits until `done()` holds, at most `timeout_ns`; false if it never did.
+template <typename F>
+bool WaitUntil(F done, int64_t timeout_ns = 10'000'000'000) {
+  const int64_t until = MonotonicNs() + timeout_ns;
+  while (!done()) {
+    if (MonotonicNs() > until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+uint64_t Shared(const uint64_t& field) {
+  return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(field)).load();
+}
+
+// The slots' sum on `dev` (invariant 1: memory_used never below it).
+uint64_t SlotsSum(const GroupSegment& seg, int dev) {
+  uint64_t sum = 0;
+  for (int s = 0; s < kGroupMaxSlots; ++s) sum += seg.SlotMemory(s, dev);
+  return sum;
+}
+
+// A forked child, killed (whether stopped or running) and reaped unless the
+// test reaped it itself (then it sets `pid` to -1).
+struct Child {
+  explicit Child(pid_t p) : pid(p) {}
+  ~Child() {
+    if (pid <= 0) return;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  pid_t pid;
+};
 
 class GroupSegmentTest : public ::testing::Test {
  protected:
@@ -597,6 +637,129 @@ TEST_F(GroupSegmentTest, ATenantKilledHoldingTheLockIsRecoveredAndItsChargeRepai
   EXPECT_EQ(seg->MemoryUsed(d), 0u);
   const int next = *seg->Join(getpid(), 3, "next");
   EXPECT_TRUE(seg->Reserve(next, d, 64 * kMiB));
+}
+
+// A member stopped (SIGSTOP: hostile, or under a debugger) while it holds
+// the ledger lock: what an allocation does when it needs the lock (reaping a
+// dead member to make room), a join and a device attach all complete once
+// the deadline has passed; the holder is evicted once and the ledger is
+// consistent. When the stopped member resumes, its release frees nothing: a
+// hold taken after the eviction stays held, and a locker waiting for that
+// hold keeps waiting for it.
+TEST_F(GroupSegmentTest, AMemberStoppedHoldingTheLedgerLockIsEvictedAndItsLateReleaseFreesNothing) {
+  auto seg = OpenGroup();
+  seg->set_ledger_deadline_ns(kStoppedDeadlineNs);
+  const int d = *seg->AttachDevice(kUuid);
+  seg->SetMemoryLimit(d, 64 * kMiB);
+  const int mine = *seg->Join(getpid(), 1, "parent");
+  ASSERT_TRUE(seg->Reserve(mine, d, 10 * kMiB));
+  int joined[2], go[2];
+  ASSERT_EQ(pipe(joined), 0);
+  ASSERT_EQ(pipe(go), 0);
+  Child child(fork());
+  ASSERT_GE(child.pid, 0);
+  if (child.pid == 0) {
+    auto own = GroupSegment::Open(dir_, "g1", true);
+    if (!own.ok()) _exit(1);
+    const auto dev = (*own)->AttachDevice(kUuid);
+    const auto slot = (*own)->Join(getpid(), 3, "stopped");
+    if (!dev.ok() || !slot.ok() || !(*own)->Reserve(*slot, *dev, 20 * kMiB)) _exit(2);
+    char c = 1;
+    if (write(joined[1], &c, 1) != 1 || read(go[0], &c, 1) != 1) _exit(2);
+    int code = 0;
+    {
+      const GroupSegment::LedgerHold hold(**own);
+      raise(SIGSTOP);
+      code = hold.held() ? 3 : 0;  // 3: not evicted while stopped
+    }                              // its late release
+    _exit(code);
+  }
+  char c = 0;
+  ASSERT_EQ(read(joined[0], &c, 1), 1);
+  InChildThenKill([&] {  // a dead member whose 30 MiB only reaping gives back
+    if (!seg->ReopenAfterFork().ok()) _exit(1);
+    auto s = seg->Join(getpid(), 2, "dead");
+    if (!s.ok() || !seg->Reserve(*s, d, 30 * kMiB)) _exit(1);
+  });
+  ASSERT_EQ(write(go[1], &c, 1), 1);
+  for (int fd : {joined[0], joined[1], go[0], go[1]}) close(fd);
+  int status = 0;
+  ASSERT_EQ(waitpid(child.pid, &status, WUNTRACED), child.pid);
+  if (!WIFSTOPPED(status)) child.pid = -1;  // it ended (and is reaped) before it stopped
+  ASSERT_TRUE(WIFSTOPPED(status)) << "the child failed first: status " << status;
+  EXPECT_EQ(seg->MemoryUsed(d), 60 * kMiB);
+
+  // Over the limit: the reservation reaps the dead member, under the lock it
+  // takes from the stopped one.
+  EXPECT_TRUE(seg->Reserve(mine, d, 30 * kMiB));
+  EXPECT_EQ(seg->Snapshot().ledger_evictions, 1u);
+  auto joiner = OpenGroup();
+  joiner->set_ledger_deadline_ns(kStoppedDeadlineNs);
+  EXPECT_TRUE(joiner->Join(getpid(), 4, "joiner").ok());
+  EXPECT_TRUE(seg->AttachDevice("GPU-00000000-1111-2222-3333-555555555555").ok());
+  EXPECT_EQ(seg->ReapDead(), 0);  // a stopped member is alive
+  EXPECT_EQ(seg->Snapshot().ledger_evictions, 1u);
+  EXPECT_EQ(seg->MemoryUsed(d), 60 * kMiB);  // 40 of the parent's, 20 of the stopped member's
+  EXPECT_EQ(seg->MemoryUsed(d), SlotsSum(*seg, d));
+
+  // The parent holds the lock; a third locker (a thread with a handle of its
+  // own and a deadline far off) waits for it; then the stopped member resumes
+  // and releases.
+  auto third = OpenGroup();
+  third->set_ledger_deadline_ns(kLongDeadlineNs);
+  std::atomic<bool> third_holds{false};
+  std::jthread waiter;  // declared before the hold: joined after it is released
+  std::optional<GroupSegment::LedgerHold> held(std::in_place, *seg);
+  ASSERT_TRUE(held->held());
+  const uint64_t tickets = Shared(seg->layout().ledger_tickets);
+  waiter = std::jthread([&] {
+    const GroupSegment::LedgerHold hold(*third);
+    third_holds = true;
+  });
+  ASSERT_TRUE(WaitUntil([&] { return Shared(seg->layout().ledger_tickets) > tickets; }));
+  ASSERT_EQ(kill(child.pid, SIGCONT), 0);
+  ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
+  child.pid = -1;
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1, 2: its setup failed; 3: it was not evicted";
+  EXPECT_TRUE(held->held());  // the stopped member's release did not free it
+  EXPECT_FALSE(third_holds.load());
+  held.reset();
+  waiter.join();
+  EXPECT_TRUE(third_holds.load());
+  EXPECT_EQ(Shared(seg->layout().ledger_lock), 0u);
+  EXPECT_EQ(seg->Snapshot().ledger_evictions, 1u);
+}
+
+// Within its deadline a holder is waited for, not evicted: a locker that
+// waits behind it gets the lock when it is released, and nothing is counted.
+// The holder keeps the lock for twice the default deadline (which a locker
+// that ignored its own, far longer, one would have evicted it after).
+TEST_F(GroupSegmentTest, ALockerWaitsForAHolderWithinTheDeadlineAndEvictsNoOne) {
+  auto seg = OpenGroup();
+  auto other = OpenGroup();
+  other->set_ledger_deadline_ns(kLongDeadlineNs);
+  std::atomic<bool> waiter_holds{false};
+  std::jthread waiter;  // declared before the hold: joined after it is released
+  std::optional<GroupSegment::LedgerHold> held(std::in_place, *seg);
+  const uint64_t tickets = Shared(seg->layout().ledger_tickets);
+  waiter = std::jthread([&] {
+    const GroupSegment::LedgerHold hold(*other);
+    waiter_holds = true;
+  });
+  ASSERT_TRUE(WaitUntil([&] { return Shared(seg->layout().ledger_tickets) > tickets; }));
+  const int64_t until = MonotonicNs() + 2 * kLedgerLockDeadlineNs;
+  while (MonotonicNs() < until) {
+    ASSERT_TRUE(held->held());
+    ASSERT_FALSE(waiter_holds.load());
+    ASSERT_EQ(seg->Snapshot().ledger_evictions, 0u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  held.reset();
+  waiter.join();
+  EXPECT_TRUE(waiter_holds.load());
+  EXPECT_EQ(seg->Snapshot().ledger_evictions, 0u);
+  EXPECT_EQ(Shared(seg->layout().ledger_lock), 0u);
 }
 
 // Several processes of several threads fill the group to its limit and free
