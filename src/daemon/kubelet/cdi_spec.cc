@@ -91,8 +91,6 @@ json CdiSpecFor(const Allocation& a, const CdiOptions& options,
   if (!nodes.empty()) edits["deviceNodes"] = nodes;
   return json{{"cdiVersion", kCdiVersion},
               {"kind", kCdiKind},
-              {"annotations", json{{"gpuslice.io/claim-namespace", a.claim_namespace},
-                                   {"gpuslice.io/claim-name", a.claim_name}}},
               {"devices", json::array({json{{"name", a.claim_uid}, {"containerEdits", edits}}})}};
 }
 
@@ -143,10 +141,8 @@ std::string CdiMpsSpecPath(const std::string& dir, const std::string& group) {
 
 std::vector<std::string> MpsDirs(const std::map<std::string, std::string>& env) {
   std::vector<std::string> dirs;
-  for (const char* name : {"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"}) {
-    if (auto it = env.find(name); it != env.end() && !it->second.empty()) {
-      dirs.push_back(it->second);
-    }
+  if (auto it = env.find("CUDA_MPS_PIPE_DIRECTORY"); it != env.end() && !it->second.empty()) {
+    dirs.push_back(it->second);
   }
   return dirs;
 }

@@ -33,7 +33,12 @@
 
 namespace gpuslice::daemon::kubelet {
 
-inline constexpr char kCdiVersion[] = "0.8.0";
+// The least CDI version that has every field the specs use (deviceNodes'
+// hostPath came in 0.5.0), as the CDI library's own rule picks one: a
+// runtime refuses a spec whose version it does not know, and older runtimes
+// know fewer (Debian 12's podman 4.3 reads up to 0.5.0). Annotations (0.6.0)
+// are therefore not written.
+inline constexpr char kCdiVersion[] = "0.5.0";
 inline constexpr char kCdiKind[] = "gpuslice.io/claim";
 
 struct CdiOptions {
@@ -72,7 +77,7 @@ Status RemoveCdiFile(const std::string& path);
 // reads when it creates the container, after PreStartContainer has written
 // what the pod's tier gives: for `mps`, the client environment of the
 // group's MPS tenant (`env`) and a read-write bind mount, at the same path,
-// of each directory in `dirs` (its pipe and log directories); otherwise only
+// of each directory in `dirs` (MpsDirs: its pipe directory); otherwise only
 // GPUSLICE_MPS=off (a CDI device needs an edit).
 inline constexpr char kCdiMpsKind[] = "gpuslice.io/mps";
 // What acquiring a group's MPS tenant gave (the daemon: GroupTiers, the grant
@@ -85,8 +90,11 @@ struct MpsGrant {
 using MpsAcquire =
     std::function<MpsGrant(const std::string& group, const std::vector<std::string>& uuids)>;
 using MpsRelease = std::function<void(const std::string& group)>;
-// The directories of a client environment to mount (its pipe and log
-// directories), in that order.
+// The directories of a client environment to mount: its pipe directory,
+// the only one a client uses (NVIDIA's MPS documentation sets the log
+// directory in the control daemon's environment, whence its servers inherit
+// it; a client neither reads nor writes it). On MPS v3 the pipe directory is
+// the group's own tenant's, so a container sees no other group's.
 std::vector<std::string> MpsDirs(const std::map<std::string, std::string>& env);
 std::string CdiMpsDeviceId(const std::string& group);
 std::string CdiMpsSpecPath(const std::string& dir, const std::string& group);
