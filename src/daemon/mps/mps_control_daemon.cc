@@ -68,11 +68,15 @@ MpsControlDaemon::MpsControlDaemon(GpuRef gpu, const MpsDaemonConfig& config, Gp
       clock_(clock),
       save_(std::move(save)) {}
 
+std::string MpsGpuDir(const std::string& root, const std::string& uuid) {
+  return root + "/" + uuid.substr(0, 12);
+}
+
 std::string MpsControlDaemon::PipeDir() const {
-  return config_.options.root + "/" + gpu_.uuid + "/pipe";
+  return MpsGpuDir(config_.options.root, gpu_.uuid) + "/pipe";
 }
 std::string MpsControlDaemon::LogDir() const {
-  return config_.options.root + "/" + gpu_.uuid + "/log";
+  return MpsGpuDir(config_.options.root, gpu_.uuid) + "/log";
 }
 
 std::map<std::string, std::string> MpsControlDaemon::ControlEnv() const {
@@ -141,7 +145,7 @@ Status MpsControlDaemon::StartDaemon() {
     for (const auto& [name, tenant] : tenants_) {
       if (UsesNamespace(name)) namespaces.emplace_back(name, tenant.settings);
     }
-    const std::string config = config_.options.root + "/" + gpu_.uuid + "/mps.toml";
+    const std::string config = MpsGpuDir(config_.options.root, gpu_.uuid) + "/mps.toml";
     GS_RETURN_IF_ERROR(host_.WriteFileAtomic(config, V3Config(gpu_.uuid, namespaces)));
     spec.argv.insert(spec.argv.end(), {"-p", "3", "-a", config});
   }
@@ -312,14 +316,12 @@ GpuEnv MpsControlDaemon::EnvFor(const std::string& tenant) const {
   if (UsesNamespace(tenant)) {
     // Its namespace holds its limits; the socket chooses the namespace.
     env["CUDA_MPS_PIPE_DIRECTORY"] = V3TenantPipeDir(PipeDir(), tenant);
-    env["CUDA_MPS_LOG_DIRECTORY"] = LogDir();
     // Its static SM partition, by name (how a v3 client picks one is not
     // documented; the variable of legacy static partitioning).
     if (tenants_.at(tenant).partition_sms > 0) env["CUDA_MPS_SM_PARTITION"] = tenant;
     return out;
   }
   env["CUDA_MPS_PIPE_DIRECTORY"] = PipeDir();
-  env["CUDA_MPS_LOG_DIRECTORY"] = LogDir();
   auto it = tenants_.find(tenant);
   if (it == tenants_.end()) return out;
   const TenantSettings& s = it->second.settings;

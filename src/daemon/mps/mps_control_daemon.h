@@ -77,6 +77,15 @@ struct MpsDaemonConfig {
 // sun_path holds 108 bytes; a control socket path must fit.
 inline constexpr size_t kMaxSocketPath = 107;
 
+// The directory of GPU `uuid`'s control daemon under the MPS root `root`
+// (its pipe/ and log/ are in it): the UUID's first 12 characters, "GPU-" and
+// 8 hex digits. Short, so that an MPS v3 namespace's control socket,
+// <dir>/pipe/<server>/<namespace>/control, fits a socket address for a
+// namespace named by a claim UID (36 characters) under a root of up to 30:
+// with the whole UUID it never did, and every claim's client fell back to
+// the GPU's shared pipe directory.
+std::string MpsGpuDir(const std::string& root, const std::string& uuid);
+
 class MpsControlDaemon {
  public:
   // What the daemon's record holds at the last change; see the header.

@@ -99,7 +99,7 @@ Status MpsManager::Probe() {
   }
   for (int i = 0; i < *count; ++i) {
     GS_ASSIGN_OR_RETURN(std::string uuid, gpus_.Uuid(i));
-    const std::string socket = options_.root + "/" + uuid + "/pipe/control";
+    const std::string socket = MpsGpuDir(options_.root, uuid) + "/pipe/control";
     if (socket.size() > kMaxSocketPath) {
       return InvalidArgument("MPS root " + options_.root + " is too long: the control socket " +
                              socket + " would exceed " + std::to_string(kMaxSocketPath) + " bytes");
@@ -165,18 +165,22 @@ Status MpsManager::Recover() {
     }
   }
   // Re-adopt what is alive, restart what died under tenants, stop the rest.
-  std::set<std::string> known;
+  std::set<std::string> known;  // their directories under the root
   for (const MpsState::GpuRecord& g : state.gpus) {
-    known.insert(g.uuid);
+    known.insert(MpsGpuDir(options_.root, g.uuid));
     DaemonOf({g.index, g.uuid})->Recover(g, settings, available_, unavailable_);
   }
   // Daemons under the root that the state does not know (a crash between
   // starting one and saving): nobody uses them.
   auto entries = host_.ListDir(options_.root);
   if (entries.ok()) {
-    for (const std::string& uuid : *entries) {
-      if (uuid == kStateFile || uuid.starts_with(".") || known.contains(uuid)) continue;
-      MpsControlDaemon orphan({-1, uuid}, config_, gpus_, host_, clock_, nullptr);
+    for (const std::string& dir : *entries) {
+      if (dir == kStateFile || dir.starts_with(".") ||
+          known.contains(MpsGpuDir(options_.root, dir))) {
+        continue;
+      }
+      // `dir` is the GPU's directory name (MpsGpuDir), all the daemon needs.
+      MpsControlDaemon orphan({-1, dir}, config_, gpus_, host_, clock_, nullptr);
       orphan.StopOrphan();
     }
   }

@@ -41,7 +41,7 @@ class MpsManagerTest : public ::testing::Test {
     return result.ok() ? *result : AcquireResult{};
   }
 
-  std::string Pipe(int gpu) const { return std::string(kRoot) + "/" + gpus_.uuids[gpu] + "/pipe"; }
+  std::string Pipe(int gpu) const { return MpsGpuDir(kRoot, gpus_.uuids[gpu]) + "/pipe"; }
 
   GpuMpsStatus GpuStatus(const MpsManager& m, int index) {
     for (const auto& g : m.GetStatus().gpus) {
@@ -68,7 +68,7 @@ TEST_F(MpsManagerTest, FirstAcquireStartsDaemonInExclusiveProcessMode) {
   EXPECT_EQ(host_.start_env["CUDA_VISIBLE_DEVICES"], gpus_.uuids[0]);
   EXPECT_EQ(host_.start_env["CUDA_MPS_PIPE_DIRECTORY"], Pipe(0));
   EXPECT_EQ(r.env["CUDA_MPS_PIPE_DIRECTORY"], Pipe(0));
-  EXPECT_EQ(r.env["CUDA_MPS_LOG_DIRECTORY"], std::string(kRoot) + "/" + gpus_.uuids[0] + "/log");
+  EXPECT_FALSE(r.env.contains("CUDA_MPS_LOG_DIRECTORY"));  // the control daemon's, not a client's
   EXPECT_EQ(r.env["CUDA_VISIBLE_DEVICES"], gpus_.uuids[0]);
   EXPECT_FALSE(r.env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
 
@@ -221,7 +221,7 @@ TEST_F(MpsManagerTest, NewManagerRestartsDaemonThatDiedMeanwhile) {
 
 TEST_F(MpsManagerTest, NewManagerStopsOrphanDaemons) {
   // A daemon under the root that the state does not know.
-  const std::string orphan_pipe = std::string(kRoot) + "/" + gpus_.uuids[1] + "/pipe";
+  const std::string orphan_pipe = MpsGpuDir(kRoot, gpus_.uuids[1]) + "/pipe";
   CommandSpec start{
       {FakeHost::kBinary, "-d"}, {{"CUDA_MPS_PIPE_DIRECTORY", orphan_pipe}}, "", 0, "/dev/null"};
   ASSERT_TRUE(host_.Run(start).ok());
@@ -297,7 +297,7 @@ TEST_F(MpsManagerTest, NoPermissionForComputeModeFallsBackToSharedTier) {
 }
 
 TEST_F(MpsManagerTest, RootTooLongForTheControlSocketFallsBackToSharedTier) {
-  MpsManager m({.root = "/" + std::string(80, 'r')}, gpus_, host_, clock_);
+  MpsManager m({.root = "/" + std::string(90, 'r')}, gpus_, host_, clock_);
   ASSERT_TRUE(m.Start().ok());
   EXPECT_FALSE(m.GetStatus().available);
   EXPECT_THAT(m.GetStatus().reason, HasSubstr("too long"));

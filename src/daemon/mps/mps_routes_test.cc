@@ -46,7 +46,7 @@ TEST_F(MpsRoutesTest, AcquireReturnsTierAndEnvironment) {
   EXPECT_EQ(body["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "30");
   EXPECT_EQ(body["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=4G");
   EXPECT_EQ(body["env"]["CUDA_MPS_CLIENT_PRIORITY"], "0");
-  EXPECT_EQ(body["env"]["CUDA_MPS_PIPE_DIRECTORY"], "/mps/" + gpus_.uuids[0] + "/pipe");
+  EXPECT_EQ(body["env"]["CUDA_MPS_PIPE_DIRECTORY"], MpsGpuDir("/mps", gpus_.uuids[0]) + "/pipe");
   EXPECT_EQ(body["gpus"][0]["uuid"], gpus_.uuids[0]);
   EXPECT_FALSE(body.contains("reason"));
 
@@ -131,7 +131,7 @@ TEST_F(MpsRoutesTest, SettingsUpdateTheTenant) {
 
 TEST_F(MpsRoutesTest, TerminateChecksItsArguments) {
   ASSERT_EQ(HandleAcquire(manager_, Post(R"({"tenant": "t", "gpus": "0"})")).status, 200);
-  host_.servers["/mps/" + gpus_.uuids[0] + "/pipe"][50] = {60};
+  host_.servers[MpsGpuDir("/mps", gpus_.uuids[0]) + "/pipe"][50] = {60};
   EXPECT_EQ(HandleTerminate(manager_, Post(R"({"gpu": 0, "client_pid": 60})")).status, 200);
   EXPECT_EQ(host_.CountCommands("terminate_client 50 60"), 1);
   EXPECT_EQ(HandleTerminate(manager_, Post(R"({"gpu": "0", "client_pid": 61})")).status, 404);

@@ -56,7 +56,7 @@ class GroupTiersTest : public ::testing::Test {
     return t.ok() ? *t : Tenant{};
   }
   std::string Uuid(int i) const { return gpus_.uuids[i]; }
-  std::string Pipe(int i) const { return "/mps/" + gpus_.uuids[i] + "/pipe"; }
+  std::string Pipe(int i) const { return mps::MpsGpuDir("/mps", gpus_.uuids[i]) + "/pipe"; }
 
   FakeProc proc_;
   SimulatedClock clock_;

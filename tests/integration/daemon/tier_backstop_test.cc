@@ -69,7 +69,7 @@ class TierBackstopTest : public testing::SimProcessTest {
         StartProgram("gpusliced", n, args, {std::string("GPUSLICE_SIM_CONFIG=") + kSimConfig});
     ASSERT_TRUE(testing::WaitForDaemonReady(socket_)) << Read("err" + std::to_string(n));
   }
-  // A short MPS root: <root>/<uuid>/pipe/control must fit a socket address.
+  // A short MPS root: <root>/<gpu>/pipe/control must fit a socket address.
   std::vector<std::string> MpsFlags(const std::string& control) {
     char root[] = "/tmp/gs-mps.XXXXXX";
     EXPECT_NE(mkdtemp(root), nullptr);

@@ -80,7 +80,7 @@ class MpsIntegrationTest : public gpuslice::testing::SimProcessTest {
   }
 
   std::string PidFile() const {
-    return options_.root + "/" + gpus_.uuids[0] + "/pipe/nvidia-cuda-mps-control.pid";
+    return MpsGpuDir(options_.root, gpus_.uuids[0]) + "/pipe/nvidia-cuda-mps-control.pid";
   }
   pid_t ControlPid(const MpsManager& m) {
     auto status = m.GetStatus();
@@ -137,7 +137,8 @@ TEST_F(MpsIntegrationTest, StartsOnFirstAcquireSharesAndStopsAfterLastRelease) {
   ASSERT_GT(pid, 0);
   EXPECT_TRUE(host_.ProcessAlive(pid));
   EXPECT_EQ(std::stoi(*host_.ReadFile(PidFile())), pid);
-  EXPECT_EQ(a->env.at("CUDA_MPS_PIPE_DIRECTORY"), options_.root + "/" + gpus_.uuids[0] + "/pipe");
+  EXPECT_EQ(a->env.at("CUDA_MPS_PIPE_DIRECTORY"),
+            MpsGpuDir(options_.root, gpus_.uuids[0]) + "/pipe");
 
   auto b = m->Acquire({"b", gpus_.uuids[0], {}});
   ASSERT_TRUE(b.ok());
@@ -209,7 +210,7 @@ TEST_F(MpsIntegrationTest, OnAnR615NodeEachTenantsNamespaceCapsItsClients) {
   auto b = m->Acquire({"b", "0", {.active_thread_percentage = 60}});
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ(a->tier, Tier::kMps) << a->reason;
-  const std::string pipe = options_.root + "/" + gpus_.uuids[0] + "/pipe";
+  const std::string pipe = MpsGpuDir(options_.root, gpus_.uuids[0]) + "/pipe";
   EXPECT_EQ(a->env.at("CUDA_MPS_PIPE_DIRECTORY"), pipe + "/gpuslice/a");
   EXPECT_FALSE(a->env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
 
@@ -256,7 +257,7 @@ TEST_F(MpsIntegrationTest, OnAnR615NodeTheWrittenConfigurationAloneCapsEachNames
   ASSERT_TRUE(WaitFor([&] { return !host_.ProcessAlive(old_pid); }, seconds(20)));
   m->CheckHealth();
   ASSERT_EQ(m->GetStatus().gpus[0].restarts, 1) << m->GetStatus().gpus[0].last_error;
-  const std::string file = options_.root + "/" + gpus_.uuids[0] + "/mps.toml";
+  const std::string file = MpsGpuDir(options_.root, gpus_.uuids[0]) + "/mps.toml";
   const std::string written = *host_.ReadFile(file);
   std::cerr << file << ":\n" << written;
   EXPECT_NE(written.find("[servers.gpuslice.namespaces.\"a\"]"), std::string::npos) << written;
@@ -422,7 +423,7 @@ TEST_F(MpsIntegrationTest, AHungDaemonOnGpu0NeverBlocksATenantOnGpu1) {
     PosixMpsHost& real_;
     const std::string pipe_;
     std::atomic<bool> started_ = false;
-  } host(host_, options_.root + "/" + two.uuids[0] + "/pipe");
+  } host(host_, MpsGpuDir(options_.root, two.uuids[0]) + "/pipe");
   auto stuck = host.stuck.get_future();
   MpsManager m(options_, two, host, clock_);
   ASSERT_TRUE(m.Start().ok());
@@ -436,7 +437,7 @@ TEST_F(MpsIntegrationTest, AHungDaemonOnGpu0NeverBlocksATenantOnGpu1) {
   struct KillLeft {
     ~KillLeft() {
       for (const std::string& uuid : uuids) {
-        auto pid = host.ReadFile(root + "/" + uuid + "/pipe/nvidia-cuda-mps-control.pid");
+        auto pid = host.ReadFile(MpsGpuDir(root, uuid) + "/pipe/nvidia-cuda-mps-control.pid");
         const int n = pid.ok() ? std::atoi(pid->c_str()) : 0;
         if (n > 0) kill(n, SIGKILL);
       }

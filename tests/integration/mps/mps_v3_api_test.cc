@@ -41,7 +41,7 @@ class MpsV3ApiTest : public testing::SimProcessTest {
     SimProcessTest::SetUp();
     socket_ = dir_ + "/gpusliced.sock";
     tenants_.set_socket(socket_);
-    char root[] = "/tmp/gs-mps.XXXXXX";  // short: <root>/<uuid>/pipe/... is a socket path
+    char root[] = "/tmp/gs-mps.XXXXXX";  // short: <root>/<gpu>/pipe/... is a socket path
     ASSERT_NE(mkdtemp(root), nullptr);
     mps_root_ = root;
     const std::vector<std::string> args = {
