@@ -20,7 +20,8 @@ inline constexpr char kDefaultGroupSegmentDir[] = "/dev/shm/gpuslice";
 // The daemon's durable records (gpusliced --state-dir).
 inline constexpr char kDefaultStateDir[] = "/var/lib/gpuslice";
 // MPS pipe and log directories and the MPS state (gpusliced --mps-root).
-inline constexpr char kDefaultMpsRoot[] = "/run/gpuslice/mps";
+// Not under the socket's directory, which containers mount whole.
+inline constexpr char kDefaultMpsRoot[] = "/run/gpuslice-mps";
 // The limiter as installed on the host (gpusliced --limiter-library).
 inline constexpr char kDefaultLimiterLibrary[] = "/usr/lib/gpuslice/libgpuslice.so";
 

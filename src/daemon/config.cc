@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstddef>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -32,6 +33,32 @@ constexpr Check Parses(Status (*parse)(const std::string&)) {
 }
 
 Status CheckMode(const std::string& text) { return ParseMode(text).status(); }
+
+// Whether `path` is `dir` or lies under it, lexically (neither need exist).
+bool Within(const std::string& path, const std::string& dir) {
+  const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  const std::filesystem::path d = std::filesystem::path(dir).lexically_normal();
+  const std::filesystem::path rest = p.lexically_relative(d);
+  return !rest.empty() && *rest.begin() != "..";
+}
+
+// Containers of claims and slices mount the socket's whole directory
+// (docs/kubelet.md "CDI specs"): none of the node's other state may be in it.
+Status CheckSocketDirHoldsOnlyTheSocket(const DaemonConfig& c) {
+  if (!c.dra && !c.device_plugin) return Status::Ok();
+  const std::string socket_dir = std::filesystem::path(c.socket).parent_path().string();
+  const std::pair<const char*, const std::string*> dirs[] = {{"mps_root", &c.mps_root},
+                                                             {"shm_dir", &c.shm_dir},
+                                                             {"state_dir", &c.state_dir},
+                                                             {"cdi_dir", &c.cdi_dir}};
+  for (const auto& [name, dir] : dirs) {
+    if (dir->empty() || !Within(*dir, socket_dir)) continue;
+    return InvalidArgument(
+        std::string(name) + " \"" + *dir + "\" is inside the socket's directory \"" + socket_dir +
+        "\", which every container of a claim or slice mounts: put it elsewhere");
+  }
+  return Status::Ok();
+}
 Status CheckHostPort(const std::string& text) {
   return text.empty() ? Status::Ok() : ParseHostPort(text).status();
 }
@@ -287,7 +314,7 @@ Status ValidateConfig(const DaemonConfig& c) {
     return InvalidArgument("kube_api \"" + c.kube_api +
                            R"(" is neither "in-cluster" nor an http(s):// URL)");
   }
-  return Status::Ok();
+  return CheckSocketDirHoldsOnlyTheSocket(c);
 }
 
 }  // namespace gpuslice::daemon

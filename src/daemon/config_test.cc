@@ -110,6 +110,30 @@ TEST(ConfigTest, KubeletKeys) {
   EXPECT_NE(ValidateConfig(c).message().find("vgpu_per_gpu"), std::string::npos);
 }
 
+// Every container of a claim or a slice mounts the socket's directory: with
+// the kubelet side on, nothing else of the node's may be in it.
+TEST(ConfigTest, TheSocketsDirectoryHoldsNothingContainersMustNotSee) {
+  DaemonConfig c;
+  EXPECT_TRUE(ValidateConfig(c).ok()) << ValidateConfig(c).ToString();  // the defaults
+  c.dra = true;
+  EXPECT_TRUE(ValidateConfig(c).ok()) << ValidateConfig(c).ToString();
+  c.socket = "/run/gs/api.sock";
+  for (const char* mps_root : {"/run/gs/mps", "/run/gs", "/run/gs/./x/../mps/"}) {
+    c.mps_root = mps_root;
+    const Status s = ValidateConfig(c);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << mps_root;
+    EXPECT_NE(s.message().find("mps_root"), std::string::npos) << s.ToString();
+  }
+  c.mps_root = "/run/gs-mps";  // a sibling, not inside
+  EXPECT_TRUE(ValidateConfig(c).ok()) << ValidateConfig(c).ToString();
+  c.state_dir = "/run/gs/state";
+  EXPECT_NE(ValidateConfig(c).message().find("state_dir"), std::string::npos);
+  c.dra = false;  // no container mounts it
+  EXPECT_TRUE(ValidateConfig(c).ok()) << ValidateConfig(c).ToString();
+  c.device_plugin = true;
+  EXPECT_FALSE(ValidateConfig(c).ok());
+}
+
 TEST(ConfigTest, ParsesHostPortModeAndGroups) {
   EXPECT_EQ(ParseHostPort("127.0.0.1:9400")->port, 9400);
   EXPECT_EQ(ParseHostPort("[::1]:80")->host, "::1");

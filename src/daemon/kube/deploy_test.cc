@@ -118,6 +118,7 @@ TEST(DeployManifest, TheDaemonSetServesTheKubeletAndMountsEveryHostPathItUses) {
       {parent(config.limiter_library), "the limiter library the CDI specs mount"},
       {config.shm_dir, "the group segments"},
       {parent(config.socket), "the daemon's socket"},
+      {config.mps_root, "the MPS pipe directories the CDI specs mount"},
       {config.state_dir, "the checkpoints"},
       {config.cgroup_root, "the pods' cgroups"},
   };
