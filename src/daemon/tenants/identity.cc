@@ -82,8 +82,9 @@ std::string QosOfSegment(std::string_view segment) {
   return "";
 }
 
-// A container's own cgroup: "<prefix><id>.scope" of a known runtime, or a
-// bare id where a runtime puts one: inside a pod's cgroup (the kubelet's
+// A container's own cgroup: "<prefix><id>.scope" of a known runtime,
+// podman's "libpod-<id>" under the cgroupfs manager, or a bare id where a
+// runtime puts one: inside a pod's cgroup (the kubelet's
 // cgroupfs driver) or under /docker. Any other hex name (a host's own
 // cgroup, e.g. /process_api/<hash>) names no container. Sets id and runtime
 // on success.
@@ -108,6 +109,14 @@ bool ContainerOfSegment(std::string_view segment, std::string_view parent, bool 
       return true;
     }
     return false;
+  }
+  // podman's cgroupfs manager: /libpod_parent/libpod-<id> (no scope unit).
+  if (segment.starts_with("libpod-")) {
+    std::string_view id = segment.substr(7);
+    if (id.size() < 12 || !IsHex(id)) return false;  // libpod-conmon-<id>: the monitor
+    info.container_id = Lower(id);
+    info.runtime = "podman";
+    return true;
   }
   if ((in_pod || parent == "docker") && segment.size() >= 12 && IsHex(segment)) {
     info.container_id = Lower(segment);

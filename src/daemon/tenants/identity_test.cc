@@ -62,6 +62,14 @@ TEST(ParseCgroupPathTest, ContainerWithoutPodAndPlainProcesses) {
   EXPECT_EQ(docker.container_id, kId);
   EXPECT_EQ(docker.runtime, "docker");
   EXPECT_EQ(ParseCgroupPath("/docker/" + kId).runtime, "docker");
+  // podman: a systemd scope, or (its cgroupfs manager) libpod-<id> under
+  // libpod_parent, as a real podman's containers read /proc/self/cgroup
+  // (tests/integration/kubelet: ContainerE2eTest); its monitor is none.
+  EXPECT_EQ(ParseCgroupPath("/machine.slice/libpod-" + kId + ".scope").container_id, kId);
+  CgroupInfo podman = ParseCgroupPath("/libpod_parent/libpod-" + kId);
+  EXPECT_EQ(podman.container_id, kId);
+  EXPECT_EQ(podman.runtime, "podman");
+  EXPECT_EQ(ParseCgroupPath("/libpod_parent/libpod-conmon-" + kId).container_id, "");
   CgroupInfo plain = ParseCgroupPath("/user.slice/user-1000.slice/session-3.scope");
   EXPECT_EQ(plain, (CgroupInfo{"/user.slice/user-1000.slice/session-3.scope", "", "", "", "", ""}));
   // A host's own cgroup with a hex name is no container: only a runtime's
