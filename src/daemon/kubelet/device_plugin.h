@@ -61,7 +61,7 @@
 // registration of the group gets, through GroupTiers) and rewrites the spec
 // with the tenant's client environment (CUDA_MPS_PIPE_DIRECTORY, thread
 // percentage, pinned memory limit, SM partition on v3) and a mount of its
-// pipe and log directories. Where MPS cannot be had the spec stays empty
+// pipe directory. Where MPS cannot be had the spec stays empty
 // (the group runs shared; GroupTiers logs why, event=tier_fallback). A
 // release removes the spec and lets the tenant go (`mps_release`).
 //
@@ -89,6 +89,7 @@
 #include "common/thread_annotations.h"
 #include "daemon/kubelet/allocation_store.h"
 #include "daemon/kubelet/cdi_spec.h"
+#include "daemon/kubelet/kubelet_paths.h"
 #include "kubelet_proto/deviceplugin_v1beta1.grpc.pb.h"
 
 namespace gpuslice::daemon::kubelet {
@@ -117,8 +118,8 @@ struct GpuOffer {
 };
 
 struct DevicePluginOptions {
-  std::string dir = "/var/lib/kubelet/device-plugins";
-  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  std::string dir = DevicePluginDir();
+  std::string pod_resources_socket = PodResourcesSocket();
   uint32_t vgpu_per_gpu = 10;
   uint32_t memory_unit_mib = 1;
   std::chrono::milliseconds poll_interval{1000};

@@ -40,6 +40,7 @@
 #include "daemon/kubelet/allocation_store.h"
 #include "daemon/kubelet/cdi_spec.h"
 #include "daemon/kubelet/claim_reader.h"
+#include "daemon/kubelet/kubelet_paths.h"
 
 namespace grpc {
 class Server;
@@ -60,8 +61,8 @@ struct DeviceHealthReport {
 
 struct DraPluginOptions {
   std::string driver_name = kDriverName;
-  std::string plugin_socket = "/var/lib/kubelet/plugins/gpuslice.io/dra.sock";
-  std::string registration_socket = "/var/lib/kubelet/plugins_registry/gpuslice.io-reg.sock";
+  std::string plugin_socket = DraPluginSocket();
+  std::string registration_socket = DraRegistrationSocket();
   CdiOptions cdi;
   // The health service (v1alpha1.DRAResourceHealth, on plugin_socket): the
   // node's devices now, looked at every `health_poll`; the complete list is
@@ -72,7 +73,7 @@ struct DraPluginOptions {
   std::string pool;
   // A claim asking for the MPS tier (ClaimInfo::mps): at prepare its group's
   // MPS tenant is acquired and the claim's CDI spec carries its client
-  // environment and a mount of its pipe and log directories; where MPS
+  // environment and a mount of its pipe directory; where MPS
   // cannot be had the spec has neither (the group runs shared, the reason
   // logged). Unprepare lets the tenant go. Unset: no MPS client injected.
   MpsAcquire mps_acquire;

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "daemon/kubelet/device_plugin.h"
+#include "daemon/kubelet/kubelet_paths.h"
 #include "shm/segment_dirs.h"
 
 namespace gpuslice::daemon::kubelet {
@@ -98,9 +99,8 @@ StatusOr<std::unique_ptr<KubeletSide>> KubeletSide::Start(const KubeletConfig& c
       reader = side->owned_reader_.get();
     }
     DraPluginOptions options;
-    options.plugin_socket = config.kubelet_dir + "/plugins/" + kDriverName + "/dra.sock";
-    options.registration_socket =
-        config.kubelet_dir + "/plugins_registry/" + kDriverName + "-reg.sock";
+    options.plugin_socket = DraPluginSocket(config.kubelet_dir);
+    options.registration_socket = DraRegistrationSocket(config.kubelet_dir);
     options.cdi = cdi;
     options.mps_acquire = context.mps_acquire;
     options.mps_release = context.mps_release;
@@ -120,8 +120,8 @@ StatusOr<std::unique_ptr<KubeletSide>> KubeletSide::Start(const KubeletConfig& c
              s.message().c_str());
     }
     DevicePluginOptions options;
-    options.dir = config.kubelet_dir + "/device-plugins";
-    options.pod_resources_socket = config.kubelet_dir + "/pod-resources/kubelet.sock";
+    options.dir = DevicePluginDir(config.kubelet_dir);
+    options.pod_resources_socket = PodResourcesSocket(config.kubelet_dir);
     options.vgpu_per_gpu = config.device_plugin_slices;
     options.memory_unit_mib = config.memory_unit_mib;
     options.inject = cdi;
