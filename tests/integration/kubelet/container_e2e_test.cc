@@ -294,19 +294,10 @@ TEST_F(ContainerE2eTest, AContainerSeesItsOwnGroupsMpsPipeDirectoryAndNoOtherGro
 // pod's 1 GiB.
 TEST_F(ContainerE2eTest, ADevicePluginSlicesContainerGetsItsAnswerAndItsMpsDevice) {
   std::unique_ptr<testing::FakeKubeApi> api;
-  ASSERT_NO_FATAL_FAILURE(StartMpsPodNode(api));
-  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
-  const std::string uuid = GpuUuid(0);
-  ASSERT_FALSE(uuid.empty());
-  const AllocatedSlice allocated = AllocateSlice(uuid);
-  ASSERT_FALSE(allocated.group.empty());
+  std::string uuid;
+  AllocatedSlice allocated;
+  ASSERT_NO_FATAL_FAILURE(StartMpsPodSlice(api, uuid, allocated));
   specs_.push_back(daemon::kubelet::CdiMpsSpecPath(cdi_dir_, allocated.group));
-  ASSERT_EQ(allocated.answer.cdi_devices_size(), 1) << allocated.answer.DebugString();
-  kubelet_.SetPods({daemon::kubelet::PodWithDevices("mps-trainer", "team-a",
-                                                    {{"gpuslice.io/vgpu", allocated.ids}})});
-  ASSERT_TRUE(WaitFor([&] { return HasLimits(allocated.group, uuid, kGiB, 40); }, 10s))
-      << Get("/v1/groups/" + allocated.group).dump() << Read("err0");
-  ASSERT_TRUE(kubelet_.PreStart(allocated.socket, allocated.ids).ok()) << Read("err0");
 
   std::vector<std::string> extra = {"--detach"};
   for (const auto& [name, value] : allocated.env)

@@ -411,6 +411,32 @@ class KubeletE2eTest : public testing::SimProcessTest {
     return l.value("memory_bytes", uint64_t{0}) == memory && l.value("compute_percent", 0) == cores;
   }
 
+  // On the MPS pod node (StartMpsPodNode), what the kubelet does before the
+  // runtime makes pod team-a/mps-trainer's container: its slice of the
+  // node's one GPU (`uuid`) allocated, naming the group's MPS device; the
+  // pod seen by the pod watch (the group's limits, 1 GiB and 40 %, and tier
+  // mps); PreStartContainer, which fills that device's spec.
+  void StartMpsPodSlice(std::unique_ptr<testing::FakeKubeApi>& api, std::string& uuid,
+                        AllocatedSlice& allocated) {
+    ASSERT_NO_FATAL_FAILURE(StartMpsPodNode(api));
+    ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
+    uuid = GpuUuid(0);
+    ASSERT_FALSE(uuid.empty());
+    allocated = AllocateSlice(uuid);
+    ASSERT_FALSE(allocated.group.empty());
+    ASSERT_EQ(allocated.answer.cdi_devices_size(), 1) << allocated.answer.DebugString();
+    EXPECT_EQ(allocated.answer.cdi_devices(0).name(),
+              daemon::kubelet::CdiMpsDeviceId(allocated.group));
+    kubelet_.SetPods({daemon::kubelet::PodWithDevices("mps-trainer", "team-a",
+                                                      {{"gpuslice.io/vgpu", allocated.ids}})});
+    // The pod watch has seen the pod before the kubelet starts its container
+    // (as it has in a cluster: the pod is on the node from its binding on).
+    ASSERT_TRUE(WaitFor([&] { return HasLimits(allocated.group, uuid, kGiB, 40); }, 10s))
+        << Get("/v1/groups/" + allocated.group).dump() << Read("err0");
+    EXPECT_EQ(Get("/v1/groups/" + allocated.group).value("tier", ""), "mps");
+    ASSERT_TRUE(kubelet_.PreStart(allocated.socket, allocated.ids).ok()) << Read("err0");
+  }
+
   std::string kubelet_dir_;
   std::string socket_;
   std::string cdi_dir_;  // where the daemon writes the CDI specs

@@ -415,28 +415,11 @@ TEST_F(KubeletE2eTest, AnnotationsGiveADevicePluginContainerTheSameSliceAsDra) {
 // limit even without the limiter.
 TEST_F(KubeletE2eTest, AnMpsPodsContainerIsAClientOfItsGroupsMpsServer) {
   std::unique_ptr<testing::FakeKubeApi> api;
-  ASSERT_NO_FATAL_FAILURE(StartMpsPodNode(api));
-  ASSERT_TRUE(kubelet_.WaitForRegistrations(3, 10s)) << kubelet_.Registrations().size();
-  const std::string uuid = GpuUuid(0);
-  ASSERT_FALSE(uuid.empty());
-
-  const AllocatedSlice allocated = AllocateSlice(uuid);
-  ASSERT_FALSE(allocated.group.empty());
-  const std::vector<std::string>& slice = allocated.ids;
-  const std::string& socket = allocated.socket;
-  const auto& answer = allocated.answer;
+  std::string uuid;
+  AllocatedSlice allocated;
+  ASSERT_NO_FATAL_FAILURE(StartMpsPodSlice(api, uuid, allocated));
   std::map<std::string, std::string> env = allocated.env;
   const std::string& group = allocated.group;
-  ASSERT_EQ(answer.cdi_devices_size(), 1) << answer.DebugString();
-  EXPECT_EQ(answer.cdi_devices(0).name(), daemon::kubelet::CdiMpsDeviceId(group));
-  kubelet_.SetPods(
-      {daemon::kubelet::PodWithDevices("mps-trainer", "team-a", {{"gpuslice.io/vgpu", slice}})});
-  // The pod watch has seen the pod before the kubelet starts its container
-  // (as it has in a cluster: the pod is on the node from its binding on).
-  ASSERT_TRUE(WaitFor([&] { return HasLimits(group, uuid, kGiB, 40); }, 10s))
-      << Get("/v1/groups/" + group).dump() << Read("err0");
-  EXPECT_EQ(Get("/v1/groups/" + group).value("tier", ""), "mps");
-  ASSERT_TRUE(kubelet_.PreStart(socket, slice).ok()) << Read("err0");
 
   // What the runtime reads when it creates the container: the CDI device's
   // spec, now the group's MPS client.
