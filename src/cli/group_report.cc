@@ -109,6 +109,7 @@ GroupReport ReadGroupReport(const GroupSegment& segment, int64_t now_ns) {
   r.live = segment.HasAttachedProcess();
   if (!r.live) r.idle_ns = std::max<int64_t>(0, now_ns - segment.LastAliveNs());
   const GroupSnapshot snap = segment.Snapshot();
+  r.ledger_evictions = snap.ledger_evictions;
   for (const GroupSnapshot::Device& d : snap.devices) {
     DeviceReport report{d.index,       d.uuid,           d.memory_used,  d.memory_limit,
                         d.memory_peak, d.alloc_failures, d.compute_limit};
@@ -172,6 +173,7 @@ nlohmann::json StatusJson(const std::vector<GroupReport>& groups, const DaemonVi
                   {"live", g.live},
                   {"idle_seconds", g.live ? json(nullptr) : json(g.idle_ns / 1'000'000'000)},
                   {"live_members", g.members.size()},
+                  {"ledger_evictions", g.ledger_evictions},
                   {"devices", devices},
                   {"members", members}};
     if (daemon.used) {
@@ -268,6 +270,10 @@ std::string StatusText(const std::vector<GroupReport>& groups, const DaemonView&
                memory.empty() ? "-" : memory.c_str());
       out += line;
       if (m.tenant) out += "    tenant: " + TenantText(*m.tenant) + "\n";
+    }
+    if (g.ledger_evictions > 0) {
+      out += "  ledger lock: " + std::to_string(g.ledger_evictions) +
+             " holder(s) evicted for holding it past the deadline (stopped or hung inside)\n";
     }
     if (g.registry) {
       out += "  registry: tier " + g.registry->tier + ", " +

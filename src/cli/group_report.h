@@ -52,6 +52,9 @@ struct GroupReport {
   // is, how long since the group was last alive (its controller's heartbeat).
   bool live = false;
   int64_t idle_ns = 0;
+  // Members evicted from the group's ledger lock for holding it past the
+  // deadline (stopped, hung or dead inside; GroupSnapshot::ledger_evictions).
+  uint64_t ledger_evictions = 0;
   std::vector<DeviceReport> devices;
   std::vector<MemberReport> members;  // live ones only, by slot
   // The registry's view (MergeRegistry): the group's tier and all its

@@ -401,6 +401,10 @@ Node::Node(NodeOptions options, std::unique_ptr<NvmlBackend> backend,
                                     [this](const std::string& group, const std::string& uuid) {
                                       auto c = enforcers_.ChoiceOf(group, uuid);
                                       return c ? EnforcerChoiceJson(*c) : nlohmann::json(nullptr);
+                                    },
+                                .ledger_evictions_of =
+                                    [this](const std::string& group) {
+                                      return controllers_.LedgerEvictionsOf(group);
                                     }});
         mps::RegisterMpsRoutes(router_, mps_);
       }),

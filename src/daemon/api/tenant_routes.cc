@@ -425,6 +425,9 @@ json GroupView(const Group& g, const std::vector<Tenant>& members,
   json pids = json::array();
   for (const Tenant& t : members) pids.push_back(t.host_pid);
   j["members"] = std::move(pids);
+  const std::optional<uint64_t> evictions =
+      options.ledger_evictions_of ? options.ledger_evictions_of(g.id) : std::nullopt;
+  j["ledger_evictions"] = evictions ? json(*evictions) : json(nullptr);
   json gpus = json::array();
   for (const GpuUsage& u : usage) {
     uint64_t used = 0;

@@ -44,6 +44,10 @@ struct TenantRoutesOptions {
   // The enforcer of `group`'s limits on GPU `uuid`, per dimension
   // (EnforcerChoiceJson); null or a null result: unknown (shown as null).
   std::function<nlohmann::json(const std::string& group, const std::string& uuid)> enforcer_of;
+  // How many holders of `group`'s ledger lock were evicted for holding it
+  // past the deadline (GroupSnapshot::ledger_evictions); null or nullopt:
+  // the daemon does not see the group's segment (shown as null).
+  std::function<std::optional<uint64_t>(const std::string& group)> ledger_evictions_of;
 };
 
 // A registration's reply carries the tier granted ("tier", "tier_reason",

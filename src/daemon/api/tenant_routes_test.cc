@@ -30,6 +30,10 @@ class TenantRoutesTest : public TenantRoutesFixture {
         return TenantRoutesOptions::Share{.grant_bp = 5000, .share_bp = 4000};
       return TenantRoutesOptions::Share{.grant_bp = std::nullopt, .share_bp = -1};
     };
+    // A member of "g" was once evicted from its ledger lock.
+    options.ledger_evictions_of = [](const std::string& group) {
+      return group == "g" ? std::optional<uint64_t>(1) : std::nullopt;
+    };
     Install(options);
   }
   // The metrics, with the same group control's shares.
@@ -237,6 +241,7 @@ TEST_F(TenantRoutesTest, ListsTenantsWithTheDriversMemoryAndShare) {
   EXPECT_EQ(g["gpus"][0]["share"], 0.4);
   EXPECT_EQ(g["gpus"][0]["grant_percent"], 50.0);
   EXPECT_EQ(g["gpus"][1]["share"], nullptr);
+  EXPECT_EQ(g["ledger_evictions"], 1);
 
   std::string metrics = Metrics();
   EXPECT_NE(metrics.find("gpuslice_group_tenants{group=\"g\",pod=\"\",namespace=\"\"} 2\n"),

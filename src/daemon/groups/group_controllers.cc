@@ -212,6 +212,14 @@ std::optional<int32_t> GroupControllers::ShareOf(const std::string& group,
   return std::nullopt;
 }
 
+std::optional<uint64_t> GroupControllers::LedgerEvictionsOf(const std::string& group) const {
+  MutexLock lock(snapshot_mu_);
+  for (const GroupControl& g : snapshot_) {
+    if (g.group == group) return g.segment.ledger_evictions;
+  }
+  return std::nullopt;
+}
+
 std::vector<control::UsageMeter::BusyWindow> GroupControllers::BusyWindows(
     const std::string& uuid) {
   if (busy_unavailable_.contains(uuid)) return {};

@@ -132,6 +132,10 @@ class GroupControllers {
   // that controls it published (as of the last rescan); nullopt: the group
   // is not on that GPU or not known. Any thread.
   std::optional<int32_t> ShareOf(const std::string& group, const std::string& uuid) const;
+  // Holders of `group`'s ledger lock evicted for holding it past the
+  // deadline (as of the last rescan); nullopt: no segment of it adopted.
+  // Any thread.
+  std::optional<uint64_t> LedgerEvictionsOf(const std::string& group) const;
   // The adopted groups, for the API and metrics (segment counters refreshed
   // once per rescan).
   std::vector<GroupControl> Snapshot() const;

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "shm/launch_pacer.h"
+#include "shm/ledger_eviction_testing.h"
 #include "shm/segment_dirs.h"
 
 namespace gpuslice::daemon {
@@ -380,6 +381,22 @@ TEST_F(GroupControllersTest, WhatAGroupRanIsPublishedInItsSegment) {
   ASSERT_EQ(controllers->Snapshot()[0].grants.size(), 1u);
   EXPECT_EQ(static_cast<int32_t>(controllers->Snapshot()[0].grants[0].used_bp), share);
   EXPECT_EQ(a->Counters(0).charge_ns, 1'000'000);  // from its markers' evidence
+}
+
+// A member that dies holding its group's ledger lock is evicted by the next
+// locker; the daemon reports the eviction (API, metrics) from the segment.
+TEST_F(GroupControllersTest, CountsTheGroupsLedgerEvictions) {
+  auto a = Member("a");
+  ASSERT_TRUE(a->AttachDevice(kGpu).ok());
+  auto controllers = Controllers();
+  controllers->Tick();
+  EXPECT_EQ(controllers->LedgerEvictionsOf("a"), 0u);
+  EXPECT_EQ(controllers->LedgerEvictionsOf("none"), std::nullopt);
+
+  ASSERT_TRUE(testing::EvictADeadLedgerHolder(*a, dir_, "a"));
+  clock_.Advance(100 * kMs);
+  controllers->Tick();
+  EXPECT_EQ(controllers->LedgerEvictionsOf("a"), 1u);
 }
 
 TEST_F(GroupControllersTest, LeavesGroupsAMemberControlsAloneAndClearsGrantsOnStop) {

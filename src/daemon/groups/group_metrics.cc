@@ -34,6 +34,10 @@ std::string FormatGroupMetrics(const std::vector<GroupControllers::GroupControl>
                   "Allocations the limiter refused for the group's memory limit.", ""};
   Family charged{"gpuslice_group_memory_charged_bytes", "gauge",
                  "GPU memory charged to the group in its segment (the limiter's count).", ""};
+  Family evictions{"gpuslice_group_ledger_evictions_total", "counter",
+                   "Members evicted from the group's ledger lock for holding it past the deadline "
+                   "(stopped, hung or dead inside).",
+                   ""};
   Family grant{
       "gpuslice_group_compute_grant_percent", "gauge",
       "The scheduler's current share of the GPU for the group (100: not paced by it; 0: paused).",
@@ -42,6 +46,8 @@ std::string FormatGroupMetrics(const std::vector<GroupControllers::GroupControl>
     const std::string group = Label("group", g.group);
     controlled.samples +=
         std::string(controlled.name) + "{" + group + "} " + (g.controlling ? "1" : "0") + "\n";
+    evictions.samples += std::string(evictions.name) + "{" + group + "} " +
+                         std::to_string(g.segment.ledger_evictions) + "\n";
     for (const GroupSnapshot::Device& d : g.segment.devices) {
       std::string labels = "{" + group;
       if (auto it = gpu_index.find(d.uuid); it != gpu_index.end()) {
@@ -67,8 +73,8 @@ std::string FormatGroupMetrics(const std::vector<GroupControllers::GroupControl>
     }
   }
   std::string out;
-  for (const Family* f :
-       {&controlled, &launches, &throttled, &throttled_s, &refusals, &charged, &grant}) {
+  for (const Family* f : {&controlled, &evictions, &launches, &throttled, &throttled_s, &refusals,
+                          &charged, &grant}) {
     out += std::string("# HELP ") + f->name + " " + f->help + "\n";
     out += std::string("# TYPE ") + f->name + " " + f->type + "\n";
     out += f->samples;

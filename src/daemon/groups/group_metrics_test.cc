@@ -8,6 +8,7 @@ namespace {
 TEST(GroupMetrics, SeriesPerGroupAndGpuFromTheSegment) {
   GroupControllers::GroupControl g{.group = "train", .controlling = true, .segment = {}};
   g.segment.group = "train";
+  g.segment.ledger_evictions = 3;
   g.segment.devices.push_back({.index = 0,
                                .uuid = "GPU-a",
                                .memory_used = 3 << 20,
@@ -32,6 +33,9 @@ TEST(GroupMetrics, SeriesPerGroupAndGpuFromTheSegment) {
           "# TYPE gpuslice_group_throttled_seconds_total counter\n",
           "gpuslice_group_controlled_by_daemon{group=\"train\"} 1\n",
           "gpuslice_group_controlled_by_daemon{group=\"x\\\"y\"} 0\n",
+          "# TYPE gpuslice_group_ledger_evictions_total counter\n",
+          "gpuslice_group_ledger_evictions_total{group=\"train\"} 3\n",
+          "gpuslice_group_ledger_evictions_total{group=\"x\\\"y\"} 0\n",
           "gpuslice_group_launches_total{group=\"train\",gpu=\"1\",uuid=\"GPU-a\"} 500\n",
           "gpuslice_group_compute_grant_percent{group=\"train\",gpu=\"1\",uuid=\"GPU-a\"} 25.50\n",
           "gpuslice_group_compute_grant_percent{group=\"held\",gpu=\"1\",uuid=\"GPU-a\"} 0.00\n",

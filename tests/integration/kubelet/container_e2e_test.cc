@@ -3,7 +3,7 @@
 // the spec the daemon wrote for a DRA claim the fake kubelet prepared, in a
 // root filesystem made from the machine's own /usr (no image registry), on
 // the simulated GPU. A container gets the spec's environment, mounts and the
-// limiter; its program is held to the claim's memory; two containers are two
+// limiter; its program is held to the claim's memory and compute; two containers are two
 // tenants, each in its own PID namespace and cgroup, listed with their
 // container ids; on MPS v3 a container sees its own group's MPS pipe
 // directory and no other group's; and a device plugin slice's container,
@@ -251,6 +251,39 @@ TEST_F(ContainerE2eTest, APodmanContainerWithAClaimsDeviceIsHeldToTheClaim) {
   }
   EXPECT_NE(tenants[0].value("host_pid", 0), tenants[1].value("host_pid", 0));
   EXPECT_NE(tenants[0].value("cgroup", ""), tenants[1].value("cgroup", ""));
+}
+
+// The claim's compute: a saturating CUDA program in the claim's container
+// runs at the claim's 30 % of the GPU, by the simulator's ground truth (its
+// device time over the simulated clock, named by its host pid as NVIDIA's
+// driver names a containerised process).
+TEST_F(ContainerE2eTest, APodmanContainersProgramIsHeldToTheClaimsCompute) {
+  StartDaemon({"--dra"}, /*claims_dir=*/true, kOneGpu);
+  const std::string endpoint = RegisterPlugin();
+  ASSERT_FALSE(endpoint.empty());
+  PrepareClaim(endpoint, 0);
+  const auto [code, out] = Podman(RunArgs("gs-compute-" + std::to_string(getpid()), ClaimDevice(0),
+                                          {BuildDir() + "/bin/gpuslice-workload", "--kernel-us",
+                                           "2000", "--duration-s", "30", "--quiet"},
+                                          kOneGpu, {"--detach"}));
+  ASSERT_EQ(code, 0) << out;
+  const std::string id = out.substr(0, out.find('\n'));
+  const json tenant = TenantOf(uids_[0]);
+  ASSERT_FALSE(tenant.is_null()) << Get("/v1/tenants").dump() << Podman({"logs", id}).second
+                                 << Read("err0");
+  const pid_t host_pid = tenant.value("host_pid", 0);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json p = Process(Stats(), host_pid);
+        return !p.empty() && p["devices"][0].value("kernels", uint64_t{0}) > 0;
+      },
+      20s))
+      << Stats().dump() << Podman({"logs", id}).second;
+  std::this_thread::sleep_for(1500ms);  // past the limiter's bootstrap
+  const double share = ShareOfDevice({host_pid}, 3000ms);
+  EXPECT_GE(share, 20) << Podman({"logs", id}).second;
+  EXPECT_LE(share, 40) << Podman({"logs", id}).second;
+  RecordProperty("container_share_percent", std::to_string(share));
 }
 
 TEST_F(ContainerE2eTest, AContainerSeesItsOwnGroupsMpsPipeDirectoryAndNoOtherGroups) {

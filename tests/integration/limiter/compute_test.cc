@@ -60,24 +60,6 @@ class ComputeTest : public testing::SimProcessTest {
         << Read("err0");
   }
 
-  // The share (percent) of device 0 that `pids` together took over the next
-  // `span`, from the simulator's ground truth.
-  double Share(const std::vector<pid_t>& pids, milliseconds span) {
-    auto busy = [&](const json& s) {
-      double sum = 0;
-      for (pid_t p : pids) {
-        const json proc = Process(s, p);
-        if (!proc.empty()) sum += proc["devices"][0]["busy_ns"].get<double>();
-      }
-      return sum;
-    };
-    const json a = Stats();
-    std::this_thread::sleep_for(span);
-    const json b = Stats();
-    const double elapsed = b["clock_ns"].get<double>() - a["clock_ns"].get<double>();
-    return elapsed > 0 ? 100.0 * (busy(b) - busy(a)) / elapsed : 0;
-  }
-
   std::unique_ptr<GroupSegment> Segment(const std::string& group) {
     auto seg = GroupSegment::Open(shm_dir_, group, /*create=*/false);
     return seg.ok() ? std::move(seg).value() : nullptr;
@@ -101,7 +83,7 @@ class ComputeTest : public testing::SimProcessTest {
 TEST_F(ComputeTest, WithoutALimitNothingIsPaced) {
   const pid_t p = Tenant(0, Limited("free", "100"), 6);
   WaitRunning({p});
-  EXPECT_GT(Share({p}, milliseconds(1500)), 80);
+  EXPECT_GT(ShareOfDevice({p}, milliseconds(1500)), 80);
 }
 
 class LaunchFormTest : public ComputeTest, public ::testing::WithParamInterface<const char*> {};
@@ -110,7 +92,7 @@ TEST_P(LaunchFormTest, ThirtyPercentLandsNearThirty) {
   const pid_t p = Tenant(0, Limited("g", "30"), 8, {"--launch", GetParam()});
   WaitRunning({p});
   std::this_thread::sleep_for(milliseconds(1500));  // past the bootstrap
-  const double share = Share({p}, milliseconds(3000));
+  const double share = ShareOfDevice({p}, milliseconds(3000));
   EXPECT_GE(share, 20);
   EXPECT_LE(share, 40);
 }
@@ -122,7 +104,7 @@ TEST_F(ComputeTest, ASynchronisingTenantIsPacedToo) {
   const pid_t p = Tenant(0, Limited("g", "30"), 8, {"--sync"});
   WaitRunning({p});
   std::this_thread::sleep_for(milliseconds(1500));
-  const double share = Share({p}, milliseconds(3000));
+  const double share = ShareOfDevice({p}, milliseconds(3000));
   EXPECT_GE(share, 20);
   EXPECT_LE(share, 40);
 }
@@ -132,7 +114,7 @@ TEST_F(ComputeTest, TheProcessesOfAGroupShareOneBudget) {
   const pid_t b = Tenant(1, Limited("pod", "30"), 8);
   WaitRunning({a, b});
   std::this_thread::sleep_for(milliseconds(1500));
-  const double share = Share({a, b}, milliseconds(3000));
+  const double share = ShareOfDevice({a, b}, milliseconds(3000));
   EXPECT_GE(share, 20);
   EXPECT_LE(share, 40);
 }
@@ -141,7 +123,7 @@ TEST_F(ComputeTest, ALiveLimitChangeIsFollowedWithinASecond) {
   const pid_t p = Tenant(0, Limited("live", "20"), 10);
   WaitRunning({p});
   std::this_thread::sleep_for(milliseconds(1500));
-  const double before = Share({p}, milliseconds(1500));
+  const double before = ShareOfDevice({p}, milliseconds(1500));
   EXPECT_GE(before, 12);
   EXPECT_LE(before, 28);
 
@@ -149,7 +131,7 @@ TEST_F(ComputeTest, ALiveLimitChangeIsFollowedWithinASecond) {
   ASSERT_NE(seg, nullptr);
   seg->SetComputeLimit(0, 60);
   std::this_thread::sleep_for(milliseconds(1000));
-  const double after = Share({p}, milliseconds(1500));
+  const double after = ShareOfDevice({p}, milliseconds(1500));
   EXPECT_GE(after, 48);
   EXPECT_LE(after, 72);
 }
@@ -177,7 +159,7 @@ TEST_F(ComputeTest, AnotherMemberTakesOverWhenTheControllerIsKilled) {
                       std::chrono::seconds(3)));
   // ...and the survivor stays paced.
   std::this_thread::sleep_for(milliseconds(1000));
-  const double share = Share({survivor}, milliseconds(2500));
+  const double share = ShareOfDevice({survivor}, milliseconds(2500));
   EXPECT_GE(share, 20);
   EXPECT_LE(share, 40);
 }
@@ -193,7 +175,7 @@ TEST_F(ComputeTest, ACapHoldsWhenGraphsReplaceSingleLaunches) {
             Limited("graphs", "30"));
   WaitRunning({p});
   std::this_thread::sleep_for(milliseconds(4000));  // the switch, then its first second
-  const double share = Share({p}, milliseconds(2000));
+  const double share = ShareOfDevice({p}, milliseconds(2000));
   EXPECT_GE(share, 15);
   EXPECT_LE(share, 45);
 }
@@ -211,9 +193,9 @@ TEST_F(ComputeTest, ACapHoldsWhenKernelsBecomeAHundredTimesLongerUnderAHighCap) 
             Limited("longer", "70"));
   WaitRunning({p});
   std::this_thread::sleep_for(milliseconds(4500));  // the change, then its first second
-  const double second = Share({p}, milliseconds(1000));
+  const double second = ShareOfDevice({p}, milliseconds(1000));
   EXPECT_LE(second, 85) << "the second that follows the change's first";
-  const double after = Share({p}, milliseconds(2000));
+  const double after = ShareOfDevice({p}, milliseconds(2000));
   EXPECT_LE(after, 80);
   EXPECT_GE(after, 35);
 }
@@ -232,7 +214,7 @@ TEST_F(ComputeTest, NoSecondBacklogWhenKernelsBecomeAHundredTimesLonger) {
             Limited("longer30", "30"));
   WaitRunning({p});
   std::this_thread::sleep_for(milliseconds(3000));  // the change
-  const double first = Share({p}, milliseconds(1000));
+  const double first = ShareOfDevice({p}, milliseconds(1000));
   EXPECT_LE(first, 65) << "the first second after the change";
 }
 
@@ -250,7 +232,7 @@ TEST_F(ComputeTest, ACapIsReachedWhenKernelsBecomeALittleShorter) {
             Limited("shorter", "50"));
   WaitRunning({p});
   std::this_thread::sleep_for(milliseconds(3000));  // the change (a little less)
-  const double share = Share({p}, milliseconds(1500));
+  const double share = ShareOfDevice({p}, milliseconds(1500));
   EXPECT_GE(share, 43) << "the 1.5 s after the change";
   EXPECT_LE(share, 58);
 }
@@ -269,9 +251,9 @@ TEST_F(ComputeTest, ACapHoldsWhenAMemberWithMuchLongerKernelsJoins) {
   // (the landed code), the group ran near 100 % for seconds after the join.
   // A loaded machine slows the members down (shares lower, never higher),
   // so the bound from above holds however loaded it is.
-  std::vector<double> windows = {Share({a, b}, milliseconds(2000)),
-                                 Share({a, b}, milliseconds(2000)),
-                                 Share({a, b}, milliseconds(2000))};
+  std::vector<double> windows = {ShareOfDevice({a, b}, milliseconds(2000)),
+                                 ShareOfDevice({a, b}, milliseconds(2000)),
+                                 ShareOfDevice({a, b}, milliseconds(2000))};
   EXPECT_LE(*std::max_element(windows.begin(), windows.end()), 52)
       << "the group's share in each 2 s window after the join: "
       << ::testing::PrintToString(windows);
@@ -279,7 +261,7 @@ TEST_F(ComputeTest, ACapHoldsWhenAMemberWithMuchLongerKernelsJoins) {
   // loaded machine may take longer, hence the deadline).
   const bool reached = WaitFor(
       [&] {
-        windows.push_back(Share({a, b}, milliseconds(2000)));
+        windows.push_back(ShareOfDevice({a, b}, milliseconds(2000)));
         return windows.back() >= 25;
       },
       std::chrono::seconds(10));
@@ -318,7 +300,7 @@ TEST_F(ComputeTest, AGrantPacesAnUnlimitedGroup) {
   // Work queued before pacing began drains first (about 2 s of the
   // simulator's queue), then the bootstrap.
   std::this_thread::sleep_for(milliseconds(3000));
-  const double share = Share({p}, milliseconds(3000));
+  const double share = ShareOfDevice({p}, milliseconds(3000));
   EXPECT_GE(share, 20);
   EXPECT_LE(share, 40);
 }
@@ -351,7 +333,7 @@ TEST_P(TurnsTest, ATurnConfinesLaunchesAndEachCutOffIsCounted) {
   seg->SetTurns(0, plan, plan);
   std::this_thread::sleep_for(milliseconds(3500));
   const uint64_t cut0 = seg->Counters(0).cut_off;
-  const double share = Share({p}, milliseconds(2000));
+  const double share = ShareOfDevice({p}, milliseconds(2000));
   const uint64_t cut = seg->Counters(0).cut_off - cut0;
   // 30 ms of each 100: whole 2 ms kernels that end within it, less the
   // drains' gaps where the queue is bounded.

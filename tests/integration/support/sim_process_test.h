@@ -164,6 +164,25 @@ class SimProcessTest : public ::testing::Test {
     return json::object();
   }
 
+  // The share (percent) of device 0's time that `pids` (host pids, as the
+  // simulator names processes) together took over the next `span`, from the
+  // simulator's ground truth.
+  double ShareOfDevice(const std::vector<pid_t>& pids, std::chrono::milliseconds span) {
+    auto busy = [&](const json& s) {
+      double sum = 0;
+      for (pid_t p : pids) {
+        const json proc = Process(s, p);
+        if (!proc.empty()) sum += proc["devices"][0]["busy_ns"].get<double>();
+      }
+      return sum;
+    };
+    const json a = Stats();
+    std::this_thread::sleep_for(span);
+    const json b = Stats();
+    const double elapsed = b.value("clock_ns", 0.0) - a.value("clock_ns", 0.0);
+    return elapsed > 0 ? 100.0 * (busy(b) - busy(a)) / elapsed : 0;
+  }
+
   std::string dir_, state_, shm_dir_;
   std::vector<pid_t> children_;
 };
