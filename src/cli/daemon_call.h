@@ -17,15 +17,15 @@ inline constexpr std::chrono::milliseconds kCommandTimeout{30'000};
 // Sends the request; on no answer (no daemon, socket unreachable, timeout)
 // prints the client's message, which names the daemon, and exits
 // kExitFailure.
-HttpResponse CallDaemon(const DaemonClient& client, const std::string& method,
-                        const std::string& target, const std::string& body = "");
+HttpReply CallDaemon(const DaemonClient& client, const std::string& method,
+                     const std::string& target, const std::string& body = "");
 
 // The answer's body as JSON; exits kExitFailure naming the HTTP status when
 // it is not JSON.
-nlohmann::json DaemonJson(const HttpResponse& r);
+nlohmann::json DaemonJson(const HttpReply& r);
 
 // The daemon's message for an error answer ({"error":{"message":…}}), else
 // the body.
-std::string DaemonError(const HttpResponse& r, const nlohmann::json& j);
+std::string DaemonError(const HttpReply& r, const nlohmann::json& j);
 
 }  // namespace gpuslice::cli

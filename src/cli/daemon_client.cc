@@ -12,8 +12,8 @@ class BrokenTransport final : public DaemonTransport {
  public:
   BrokenTransport(std::string endpoint, Status why)
       : endpoint_(std::move(endpoint)), why_(std::move(why)) {}
-  StatusOr<HttpResponse> RoundTrip(const std::string&, const std::string&,
-                                   const std::string&) override {
+  StatusOr<HttpReply> RoundTrip(const std::string&, const std::string&,
+                                const std::string&) override {
     return why_;
   }
   Status Stream(const std::string&, std::chrono::milliseconds, std::chrono::milliseconds,
@@ -61,9 +61,8 @@ std::vector<SseEvent> SseParser::Feed(std::string_view bytes) {
   return out;
 }
 
-StatusOr<HttpResponse> SocketTransport::RoundTrip(const std::string& method,
-                                                  const std::string& target,
-                                                  const std::string& body) {
+StatusOr<HttpReply> SocketTransport::RoundTrip(const std::string& method, const std::string& target,
+                                               const std::string& body) {
   return HttpExchange(address_, method, target, body, timeout_);
 }
 
@@ -73,8 +72,8 @@ Status SocketTransport::Stream(const std::string& target, std::chrono::milliseco
   return HttpStream(address_, target, timeout_, tick, idle, on_bytes);
 }
 
-StatusOr<HttpResponse> DaemonClient::Request(const std::string& method, const std::string& target,
-                                             const std::string& body) const {
+StatusOr<HttpReply> DaemonClient::Request(const std::string& method, const std::string& target,
+                                          const std::string& body) const {
   return transport_->RoundTrip(method, target, body);
 }
 
@@ -104,7 +103,7 @@ Status DaemonClient::Events(std::chrono::milliseconds tick, std::chrono::millise
   });
 }
 
-std::string DaemonErrorMessage(const HttpResponse& r) {
+std::string DaemonErrorMessage(const HttpReply& r) {
   const json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
   if (j.is_object() && j.contains("error") && j["error"].is_object()) {
     const json& m = j["error"].value("message", json());

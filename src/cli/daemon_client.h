@@ -50,8 +50,8 @@ class DaemonTransport {
  public:
   virtual ~DaemonTransport() = default;
   // One request and its whole answer; kUnavailable when none came.
-  virtual StatusOr<HttpResponse> RoundTrip(const std::string& method, const std::string& target,
-                                           const std::string& body) = 0;
+  virtual StatusOr<HttpReply> RoundTrip(const std::string& method, const std::string& target,
+                                        const std::string& body) = 0;
   // GET `target` as a stream: its body's bytes to `on_bytes` as they come, ""
   // every `tick` while none do, until `on_bytes` returns false (OK).
   // kUnavailable when it cannot be opened, ends, or is silent for `idle`.
@@ -68,8 +68,8 @@ class SocketTransport final : public DaemonTransport {
  public:
   SocketTransport(DaemonAddress address, std::chrono::milliseconds timeout)
       : address_(std::move(address)), timeout_(timeout) {}
-  StatusOr<HttpResponse> RoundTrip(const std::string& method, const std::string& target,
-                                   const std::string& body) override;
+  StatusOr<HttpReply> RoundTrip(const std::string& method, const std::string& target,
+                                const std::string& body) override;
   Status Stream(const std::string& target, std::chrono::milliseconds tick,
                 std::chrono::milliseconds idle,
                 const std::function<bool(std::string_view)>& on_bytes) override;
@@ -87,8 +87,8 @@ class DaemonClient {
       : transport_(std::move(transport)) {}
 
   // The daemon's answer, whatever its status; kUnavailable when none came.
-  StatusOr<HttpResponse> Request(const std::string& method, const std::string& target,
-                                 const std::string& body = "") const;
+  StatusOr<HttpReply> Request(const std::string& method, const std::string& target,
+                              const std::string& body = "") const;
 
   // GET `target`: the answer when it is 200 with a JSON object; else
   // kUnavailable saying why (no answer, "answered HTTP N: message", not JSON).
@@ -108,7 +108,7 @@ class DaemonClient {
 };
 
 // The message of an error answer ({"error": {"message": …}}), else its body.
-std::string DaemonErrorMessage(const HttpResponse& r);
+std::string DaemonErrorMessage(const HttpReply& r);
 
 // A command's client: from its --socket flag ("" for the default) and how
 // long one request may take.

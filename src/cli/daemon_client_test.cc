@@ -32,15 +32,15 @@ TEST(SseParserTest, SplitsEventsAcrossReadsAndSkipsComments) {
 }
 
 TEST(DaemonClientTest, GetJsonSaysWhyThereIsNoObject) {
-  const DaemonClient client = FakeClient([](const std::string&, const std::string& target,
-                                            const std::string&) -> StatusOr<HttpResponse> {
-    if (target == "/ok") return HttpResponse{200, {}, R"({"x": 1})"};
-    if (target == "/refused") {
-      return HttpResponse{403, {}, R"({"error": {"message": "not an admin"}})"};
-    }
-    if (target == "/text") return HttpResponse{200, {}, "hello"};
-    return Unavailable("cannot reach gpusliced at /fake.sock");
-  });
+  const DaemonClient client = FakeClient(
+      [](const std::string&, const std::string& target, const std::string&) -> StatusOr<HttpReply> {
+        if (target == "/ok") return HttpReply{200, {}, R"({"x": 1})"};
+        if (target == "/refused") {
+          return HttpReply{403, {}, R"({"error": {"message": "not an admin"}})"};
+        }
+        if (target == "/text") return HttpReply{200, {}, "hello"};
+        return Unavailable("cannot reach gpusliced at /fake.sock");
+      });
   auto ok = client.GetJson("/ok");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ((*ok)["x"], 1);

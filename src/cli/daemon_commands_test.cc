@@ -22,13 +22,13 @@ using json = nlohmann::json;
 // A fake daemon behind every client the connector gives: answers by
 // "METHOD target", records the --socket flag each command asked for.
 struct FakeNode {
-  std::map<std::string, HttpResponse> answers;
+  std::map<std::string, HttpReply> answers;
   std::shared_ptr<FakeDaemonTransport> transport = std::make_shared<FakeDaemonTransport>(
       [this](const std::string& method, const std::string& target,
-             const std::string&) -> StatusOr<HttpResponse> {
+             const std::string&) -> StatusOr<HttpReply> {
         auto it = answers.find(method + " " + target);
         if (it == answers.end()) {
-          return HttpResponse{404, {}, R"({"error": {"message": "no such endpoint"}})"};
+          return HttpReply{404, {}, R"({"error": {"message": "no such endpoint"}})"};
         }
         return it->second;
       });
@@ -41,7 +41,7 @@ struct FakeNode {
   }
 };
 
-HttpResponse Ok(const json& body) { return HttpResponse{200, {}, body.dump()}; }
+HttpReply Ok(const json& body) { return HttpReply{200, {}, body.dump()}; }
 
 // Runs `line` through an app with the daemon commands; its stdout.
 std::string RunCli(FakeNode& node, const std::string& line) {
@@ -176,7 +176,7 @@ using DaemonCommandsDeathTest = ::testing::Test;
 TEST(DaemonCommandsDeathTest, ARefusalExitsWithTheDaemonsMessage) {
   FakeNode node;
   node.answers["GET /v1/tenants"] =
-      HttpResponse{403, {}, R"({"error": {"message": "reading tenants needs root"}})"};
+      HttpReply{403, {}, R"({"error": {"message": "reading tenants needs root"}})"};
   EXPECT_EXIT(RunCli(node, "tenants"), ::testing::ExitedWithCode(1),
               "gpuslice: reading tenants needs root");
 }

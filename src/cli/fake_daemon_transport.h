@@ -19,7 +19,7 @@ namespace gpuslice::cli {
 
 class FakeDaemonTransport final : public DaemonTransport {
  public:
-  using Answer = std::function<StatusOr<HttpResponse>(
+  using Answer = std::function<StatusOr<HttpReply>(
       const std::string& method, const std::string& target, const std::string& body)>;
 
   // One stream: its chunks, handed over one per call, then its end.
@@ -30,8 +30,8 @@ class FakeDaemonTransport final : public DaemonTransport {
 
   explicit FakeDaemonTransport(Answer answer = nullptr) : answer_(std::move(answer)) {}
 
-  StatusOr<HttpResponse> RoundTrip(const std::string& method, const std::string& target,
-                                   const std::string& body) override {
+  StatusOr<HttpReply> RoundTrip(const std::string& method, const std::string& target,
+                                const std::string& body) override {
     Answer answer;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -47,21 +47,21 @@ void AddSetOptions(CLI::App* cmd, SetOptions* o, const DaemonConnector& connect)
   cmd->add_option("--holder", o->holder, "A label for this lease (default: your uid only)");
 }
 
-HttpResponse Call(const Common& c, const std::string& method, const std::string& target,
-                  const std::string& body = "") {
+HttpReply Call(const Common& c, const std::string& method, const std::string& target,
+               const std::string& body = "") {
   return CallDaemon(c.connect(c.socket, kCommandTimeout), method, target, body);
 }
 
-json ParseBody(const HttpResponse& r) { return DaemonJson(r); }
+json ParseBody(const HttpReply& r) { return DaemonJson(r); }
 
 // Exits 1 with the daemon's error message unless the request succeeded.
-void FailOnError(const HttpResponse& r, const json& j) {
+void FailOnError(const HttpReply& r, const json& j) {
   if (r.status < 300) return;
   if (j.contains("results")) return;  // per-GPU results are printed by the caller
   Fail(DaemonError(r, j));
 }
 
-void PrintResults(const HttpResponse& r, const json& j, const std::string& what) {
+void PrintResults(const HttpReply& r, const json& j, const std::string& what) {
   if (r.status == 202) {
     printf("queued %s on GPU %s\n", what.c_str(), j["gpus"].dump().c_str());
     return;
@@ -84,7 +84,7 @@ void Put(const SetOptions& o, const std::string& setting, json body, const std::
   if (o.lease_s > 0) body["lease_s"] = o.lease_s;
   if (!o.holder.empty()) body["holder"] = o.holder;
   const std::string target = "/v1/gpus/" + o.ids + "/" + setting + (o.no_wait ? "?wait=false" : "");
-  HttpResponse r = Call(o.common, "PUT", target, body.dump());
+  HttpReply r = Call(o.common, "PUT", target, body.dump());
   json j = ParseBody(r);
   if (o.common.json) {
     printf("%s\n", j.dump(2).c_str());
@@ -165,7 +165,7 @@ void AddGpuCommands(CLI::App& app, const DaemonConnector& connect) {
     AddCommon(cmd, c, connect);
     cmd->add_option("ids", *ids, "GPUs: an index, a list, a UUID, or all (default)");
     cmd->callback([c, ids] {
-      HttpResponse r = Call(*c, "GET", *ids == "all" ? "/v1/gpus" : "/v1/gpus/" + *ids);
+      HttpReply r = Call(*c, "GET", *ids == "all" ? "/v1/gpus" : "/v1/gpus/" + *ids);
       json j = ParseBody(r);
       FailOnError(r, j);
       if (c->json) {
@@ -241,7 +241,7 @@ void AddGpuCommands(CLI::App& app, const DaemonConnector& connect) {
     AddCommon(cmd, c, connect);
     cmd->add_option("ids", *ids, "GPUs: an index, a list, a UUID, or all")->required();
     cmd->callback([c, ids] {
-      HttpResponse r = Call(*c, "GET", "/v1/gpus/" + *ids + "/energy");
+      HttpReply r = Call(*c, "GET", "/v1/gpus/" + *ids + "/energy");
       json j = ParseBody(r);
       FailOnError(r, j);
       if (c->json) {
@@ -268,7 +268,7 @@ void AddGpuCommands(CLI::App& app, const DaemonConnector& connect) {
         ->required();
     cmd->add_option("--holder", *holder, "The label the lease was taken with");
     cmd->callback([c, ids, setting, holder] {
-      HttpResponse r =
+      HttpReply r =
           Call(*c, "DELETE",
                "/v1/gpus/" + *ids + "/" + *setting + (holder->empty() ? "" : "?holder=" + *holder));
       json j = ParseBody(r);
@@ -286,7 +286,7 @@ void AddGpuCommands(CLI::App& app, const DaemonConnector& connect) {
     CLI::App* cmd = gpu->add_subcommand("leases", "Show the settings held under leases");
     AddCommon(cmd, c, connect);
     cmd->callback([c] {
-      HttpResponse r = Call(*c, "GET", "/v1/leases");
+      HttpReply r = Call(*c, "GET", "/v1/leases");
       json j = ParseBody(r);
       FailOnError(r, j);
       if (c->json) {

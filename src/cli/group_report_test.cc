@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "common/clock.h"
+#include "shm/ledger_eviction_testing.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -145,6 +146,26 @@ TEST_F(GroupReportTest, AGroupNobodyIsAttachedToShowsHowLongItHasBeenIdle) {
   EXPECT_EQ(j["groups"][0]["idle_seconds"], 754);
   const std::string text = StatusText({r});
   EXPECT_NE(text.find("none, idle 12m"), std::string::npos) << text;
+}
+
+// A member stopped or dead inside the group's ledger lock was evicted: the
+// status says so (in JSON always, in text once it happened).
+TEST_F(GroupReportTest, CountsMembersEvictedFromTheLedgerLock) {
+  auto member = Open(true);
+  ASSERT_TRUE(member);
+  ASSERT_TRUE(member->AttachDevice(kUuid).ok());
+  EXPECT_EQ(StatusJson({ReadGroupReport(*member, MonotonicNs())})["groups"][0]["ledger_evictions"],
+            0);
+  EXPECT_EQ(StatusText({ReadGroupReport(*member, MonotonicNs())}).find("ledger lock"),
+            std::string::npos);
+  ASSERT_TRUE(testing::EvictADeadLedgerHolder(*member, dir_, "g1"));
+  auto reader = Open(false);
+  ASSERT_TRUE(reader);
+  const GroupReport r = ReadGroupReport(*reader, MonotonicNs());
+  EXPECT_EQ(r.ledger_evictions, 1u);
+  EXPECT_EQ(StatusJson({r})["groups"][0]["ledger_evictions"], 1);
+  const std::string text = StatusText({r});
+  EXPECT_NE(text.find("ledger lock: 1 holder(s) evicted"), std::string::npos) << text;
 }
 
 TEST(IdleText, PicksAReadableUnit) {

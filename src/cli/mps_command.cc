@@ -34,12 +34,12 @@ struct MpsOptions {
 // A command's run: the call, the output and the way out.
 class MpsRun {
  public:
-  MpsRun(const HttpCall& call, const MpsCliIo& io) : call_(call), io_(io) {}
+  MpsRun(const DaemonClient& client, const MpsCliIo& io) : client_(client), io_(io) {}
 
   // The reply body as JSON, or nullopt after reporting why there is none.
   std::optional<json> Request(std::string_view method, const std::string& path,
                               const std::string& body) {
-    auto reply = call_(method, path, body);
+    auto reply = client_.Request(std::string(method), path, body);
     if (!reply.ok()) {
       Fail("cannot reach gpusliced: " + reply.status().message());
       return std::nullopt;
@@ -69,7 +69,7 @@ class MpsRun {
   std::ostream& out() { return *io_.out; }
 
  private:
-  const HttpCall& call_;
+  const DaemonClient& client_;
   const MpsCliIo& io_;
 };
 
@@ -292,18 +292,17 @@ void AddSettingsFlags(CLI::App* cmd, MpsOptions* o) {
       ->check(CLI::Range(0, 1));
 }
 
-// The commands, with `call_for` giving the exchange for the --socket flag's
+// The commands, with `connect` giving the client for the --socket flag's
 // value; `socket_flag`: whether there is a --socket flag.
-void AddMps(CLI::App& app, std::function<HttpCall(const std::string&)> call_for, MpsCliIo io,
-            bool socket_flag) {
+void AddMps(CLI::App& app, DaemonConnector connect, MpsCliIo io, bool socket_flag) {
   // Shared by the callbacks, which CLI11 keeps as long as `app`.
-  auto state = std::make_shared<std::pair<std::function<HttpCall(const std::string&)>, MpsCliIo>>(
-      std::move(call_for), std::move(io));
+  auto state =
+      std::make_shared<std::pair<DaemonConnector, MpsCliIo>>(std::move(connect), std::move(io));
   auto o = std::make_shared<MpsOptions>();
   auto bind = [state, o](void (*command)(MpsRun&, const MpsOptions&)) {
     return [state, o, command] {
-      const HttpCall call = state->first(o->socket);
-      MpsRun run(call, state->second);
+      const DaemonClient client = state->first(o->socket, std::chrono::seconds(30));
+      MpsRun run(client, state->second);
       command(run, *o);
     };
   };
@@ -361,15 +360,6 @@ MpsCliIo StandardIo() {
                   }};
 }
 
-HttpCall CallThrough(const DaemonClient& client) {
-  return [client](std::string_view method, std::string_view path,
-                  std::string_view body) -> StatusOr<HttpReply> {
-    auto r = client.Request(std::string(method), std::string(path), std::string(body));
-    if (!r.ok()) return r.status();
-    return HttpReply{r->status, std::move(r->body)};
-  };
-}
-
 }  // namespace
 
 void AddMpsCommands(CLI::App& app, const DaemonConnector& connect) {
@@ -377,18 +367,16 @@ void AddMpsCommands(CLI::App& app, const DaemonConnector& connect) {
 }
 
 void AddMpsCommands(CLI::App& app, const DaemonConnector& connect, MpsCliIo io) {
-  AddMps(
-      app,
-      [connect](const std::string& socket) {
-        return CallThrough(connect(socket, std::chrono::seconds(30)));
-      },
-      std::move(io), /*socket_flag=*/true);
+  AddMps(app, connect, std::move(io), /*socket_flag=*/true);
 }
 
-void AddMpsCommands(CLI::App& app, HttpCall call, MpsCliIo io) {
+void AddMpsCommands(CLI::App& app, DaemonClient client, MpsCliIo io) {
   AddMps(
-      app, [call = std::move(call)](const std::string&) { return call; }, std::move(io),
-      /*socket_flag=*/false);
+      app,
+      [client = std::move(client)](const std::string&, std::chrono::milliseconds) {
+        return client;
+      },
+      std::move(io), /*socket_flag=*/false);
 }
 
 }  // namespace gpuslice::cli

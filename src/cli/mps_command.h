@@ -1,8 +1,8 @@
 // `gpuslice mps ...`: the daemon's MPS manager from the command line
 // (docs/mps.md). Every subcommand is one or two requests to gpusliced's API
-// through the DaemonClient (cli/daemon_client.h) for its --socket, or an
-// injected HttpCall, so argument handling and output are unit-tested with a
-// fake.
+// through the DaemonClient (cli/daemon_client.h) for its --socket, or one
+// given, so argument handling and output are unit-tested on a
+// FakeDaemonTransport.
 //
 //   mps status    [--json]
 //   mps acquire   --tenant T --gpus G [--threads P] [--pinned-memory Q] [--priority 0|1]
@@ -26,15 +26,6 @@
 
 namespace gpuslice::cli {
 
-// One HTTP exchange with gpusliced: the reply's status and body. An error
-// Status only when no reply came (daemon not running, socket unreachable).
-struct HttpReply {
-  int status = 0;
-  std::string body;
-};
-using HttpCall = std::function<StatusOr<HttpReply>(std::string_view method, std::string_view path,
-                                                   std::string_view body)>;
-
 // Where the mps commands write, and how they end with a non-zero code.
 struct MpsCliIo {
   std::ostream* out;
@@ -50,7 +41,7 @@ struct MpsCliIo {
 void AddMpsCommands(CLI::App& app, const DaemonConnector& connect);
 // The same with explicit output streams and exit (for tests).
 void AddMpsCommands(CLI::App& app, const DaemonConnector& connect, MpsCliIo io);
-// With one fixed exchange and no --socket flag (for tests).
-void AddMpsCommands(CLI::App& app, HttpCall call, MpsCliIo io);
+// With one fixed client and no --socket flag (for tests).
+void AddMpsCommands(CLI::App& app, DaemonClient client, MpsCliIo io);
 
 }  // namespace gpuslice::cli

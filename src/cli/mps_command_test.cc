@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/exit_codes.h"
+#include "cli/fake_daemon_transport.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -30,15 +31,17 @@ class MpsCommandTest : public ::testing::Test {
     app.require_subcommand(1);
     AddMpsCommands(
         app,
-        [this](std::string_view method, std::string_view path,
-               std::string_view body) -> StatusOr<HttpReply> {
-          requests_.push_back(
-              {std::string(method), std::string(path), body.empty() ? json() : json::parse(body)});
+        FakeClient([this](const std::string& method, const std::string& path,
+                          const std::string& body) -> StatusOr<HttpReply> {
+          requests_.push_back({method, path, body.empty() ? json() : json::parse(body)});
           if (!reachable_) return Unavailable("connect /run/gpuslice.sock: No such file");
-          auto it = replies_.find(std::string(path));
-          if (it == replies_.end()) return HttpReply{404, R"({"error":{"message":"no route"}})"};
-          return it->second;
-        },
+          auto it = replies_.find(path);
+          if (it == replies_.end()) {
+            return HttpReply{
+                .status = 404, .headers = {}, .body = R"({"error":{"message":"no route"}})"};
+          }
+          return HttpReply{.status = it->second.status, .headers = {}, .body = it->second.body};
+        }),
         MpsCliIo{&out_, &err_, [this](int code) { exit_code_ = code; }});
     try {
       app.parse(args, /*program_name_included=*/false);
@@ -49,7 +52,11 @@ class MpsCommandTest : public ::testing::Test {
     return exit_code_;
   }
 
-  std::map<std::string, HttpReply> replies_;
+  struct Canned {
+    int status;
+    std::string body;
+  };
+  std::map<std::string, Canned> replies_;  // by path
   std::vector<Request> requests_;
   bool reachable_ = true;
   std::ostringstream out_, err_;

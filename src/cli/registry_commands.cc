@@ -43,13 +43,13 @@ void AddJson(CLI::App* cmd, Options* o) {
   cmd->add_flag("--json", o->json, "Print the daemon's JSON answer");
 }
 
-HttpResponse Ask(const Options& o, const std::string& method, const std::string& target,
-                 const std::string& body = "") {
+HttpReply Ask(const Options& o, const std::string& method, const std::string& target,
+              const std::string& body = "") {
   return CallDaemon(o.connect(o.socket, kCommandTimeout), method, target, body);
 }
 
 // The answer's JSON, or exits 1 with the daemon's message.
-json Expect(const HttpResponse& r, int status = 200) {
+json Expect(const HttpReply& r, int status = 200) {
   json j = DaemonJson(r);
   if (r.status != status) Fail(DaemonError(r, j));
   return j;
@@ -58,7 +58,7 @@ json Expect(const HttpResponse& r, int status = 200) {
 // As Expect, for a change of a group's settings: a refusal for the state of
 // the node (409, e.g. request_overcommit) exits kExitConflict, a value the
 // daemon rejects (400) kExitRejected, each with the daemon's message.
-json ExpectChange(const HttpResponse& r, const std::string& what) {
+json ExpectChange(const HttpReply& r, const std::string& what) {
   json j = DaemonJson(r);
   if (r.status == 200) return j;
   const std::string message = what + ": " + DaemonError(r, j);
@@ -131,7 +131,7 @@ void Set(const Options& o) {
   if (!o.priority.empty()) flags.priority = {{o.gpu, o.priority}};
   if (o.weight) flags.weight = {{o.gpu, *o.weight}};
   // PUT replaces the limits and the schedule: start from the group's current ones.
-  const HttpResponse current = Ask(o, "GET", "/v1/groups/" + o.group);
+  const HttpReply current = Ask(o, "GET", "/v1/groups/" + o.group);
   json limits = json::object();
   json schedule = json::object();
   if (current.status == 200) {
@@ -176,11 +176,11 @@ void Pause(const Options& o, bool pause) {
 }
 
 void Forget(const Options& o) {
-  const HttpResponse r = Ask(o, "DELETE", "/v1/groups/" + o.group);
+  const HttpReply r = Ask(o, "DELETE", "/v1/groups/" + o.group);
   json j = DaemonJson(r);
   if (r.status == 409) {
     std::string pids;
-    const HttpResponse g = Ask(o, "GET", "/v1/groups/" + o.group);
+    const HttpReply g = Ask(o, "GET", "/v1/groups/" + o.group);
     if (g.status == 200) {
       for (const json& pid : DaemonJson(g).value("members", json::array())) {
         pids += (pids.empty() ? "" : ", ") + pid.dump();

@@ -172,9 +172,9 @@ StatusOr<DaemonAddress> ParseDaemonAddress(const std::string& endpoint) {
   return a;
 }
 
-StatusOr<HttpResponse> HttpExchange(const DaemonAddress& address, const std::string& method,
-                                    const std::string& target, const std::string& body,
-                                    std::chrono::milliseconds timeout) {
+StatusOr<HttpReply> HttpExchange(const DaemonAddress& address, const std::string& method,
+                                 const std::string& target, const std::string& body,
+                                 std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   const std::string where = address.Where();
   auto connected = Connect(address);
@@ -185,15 +185,22 @@ StatusOr<HttpResponse> HttpExchange(const DaemonAddress& address, const std::str
       !s.ok()) {
     return s;
   }
+  const HttpReplyLimits limits{.max_header_bytes = HttpReplyLimits().max_header_bytes,
+                               .max_body_bytes = kMaxDaemonReplyBytes,
+                               .head = method == "HEAD"};
   std::string raw;
   for (;;) {
     auto got = ReadSome(fd.get(), RemainingMs(deadline), raw, where);
     if (!got.ok()) return got.status();
     if (*got == -1) return Unavailable("timed out waiting for " + where);
-    if (*got == 0) break;
+    if (*got == 0 && raw.empty()) {
+      return Unavailable(where + " closed the connection without answering");
+    }
+    auto reply = ParseHttpReply(raw, /*at_eof=*/*got == 0, limits);
+    if (!reply.ok())
+      return Internal(where + " sent a reply the CLI cannot read: " + reply.status().message());
+    if (reply->has_value()) return std::move(**reply);
   }
-  if (raw.empty()) return Unavailable(where + " closed the connection without answering");
-  return ParseHttpResponse(raw, method == "HEAD");
 }
 
 Status HttpStream(const DaemonAddress& address, const std::string& target,
@@ -221,8 +228,13 @@ Status HttpStream(const DaemonAddress& address, const std::string& target,
       return Unavailable(where + " closed the event stream");
     }
   }
-  auto head = ParseHttpResponse(raw.substr(0, header_end + 4), /*head=*/true);
-  if (!head.ok()) return head.status();
+  auto parsed = ParseHttpReply(std::string_view(raw).substr(0, header_end + 4), /*at_eof=*/false,
+                               HttpReplyLimits{.head = true});
+  if (!parsed.ok()) {
+    return Internal(where + " sent a reply the CLI cannot read: " + parsed.status().message());
+  }
+  const std::optional<HttpReply>& head = *parsed;
+  if (!head) return Internal(where + " sent an incomplete reply head");
   if (head->status != 200) {
     return Unavailable(where + " answered HTTP " + std::to_string(head->status) + " to GET " +
                        target);
@@ -243,44 +255,11 @@ Status HttpStream(const DaemonAddress& address, const std::string& target,
   }
 }
 
-StatusOr<HttpResponse> UnixHttpClient::Request(const std::string& method, const std::string& target,
-                                               const std::string& body) const {
+StatusOr<HttpReply> UnixHttpClient::Request(const std::string& method, const std::string& target,
+                                            const std::string& body) const {
   DaemonAddress a;
   a.unix_path = socket_path_;
   return HttpExchange(a, method, target, body, timeout_);
-}
-
-StatusOr<HttpResponse> ParseHttpResponse(const std::string& raw, bool head) {
-  const size_t end = raw.find("\r\n\r\n");
-  if (end == std::string::npos || raw.compare(0, 5, "HTTP/") != 0) {
-    return Internal("malformed HTTP response from the daemon");
-  }
-  HttpResponse r;
-  const size_t sp = raw.find(' ');
-  if (sp == std::string::npos || sp + 4 > end) return Internal("malformed HTTP status line");
-  r.status = atoi(raw.c_str() + sp + 1);
-  size_t line = raw.find("\r\n") + 2;
-  while (line < end) {
-    const size_t eol = raw.find("\r\n", line);
-    const std::string h = raw.substr(line, eol - line);
-    const size_t colon = h.find(':');
-    if (colon != std::string::npos) {
-      std::string name = h.substr(0, colon);
-      std::transform(name.begin(), name.end(), name.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      const size_t v = h.find_first_not_of(' ', colon + 1);
-      r.headers[name] = v == std::string::npos ? "" : h.substr(v);
-    }
-    line = eol + 2;
-  }
-  if (head) return r;
-  r.body = raw.substr(end + 4);
-  if (auto it = r.headers.find("content-length"); it != r.headers.end()) {
-    const size_t length = strtoull(it->second.c_str(), nullptr, 10);
-    if (r.body.size() < length) return Internal("truncated HTTP response from the daemon");
-    r.body.resize(length);
-  }
-  return r;
 }
 
 }  // namespace gpuslice::cli

@@ -14,15 +14,10 @@
 #include <string>
 #include <string_view>
 
+#include "common/http_reply.h"
 #include "common/status.h"
 
 namespace gpuslice::cli {
-
-struct HttpResponse {
-  int status = 0;
-  std::map<std::string, std::string> headers;  // names lower-cased
-  std::string body;
-};
 
 // $GPUSLICE_SOCKET if set and non-empty, else kDefaultDaemonSocket (gpuslice/paths.h);
 // `flag` wins when non-empty.
@@ -44,13 +39,19 @@ struct DaemonAddress {
 // InvalidArgument for a malformed tcp: address.
 StatusOr<DaemonAddress> ParseDaemonAddress(const std::string& endpoint);
 
+// The largest reply body the CLI reads (the node's whole tenant list fits
+// many times over).
+inline constexpr size_t kMaxDaemonReplyBytes = size_t{64} << 20;
+
 // One exchange: `method` `target` with an optional JSON body; the whole
-// response (a HEAD's without a body, whatever its Content-Length says).
-// kUnavailable naming the daemon when it cannot be reached or does not answer
-// within `timeout`; kInternal for a malformed response.
-StatusOr<HttpResponse> HttpExchange(const DaemonAddress& address, const std::string& method,
-                                    const std::string& target, const std::string& body,
-                                    std::chrono::milliseconds timeout);
+// response (a HEAD's without a body, whatever its Content-Length says), read
+// by ParseHttpReply (common/http_reply.h) with a body of at most
+// kMaxDaemonReplyBytes. kUnavailable naming the daemon when it cannot be
+// reached or does not answer within `timeout`; kInternal for a response it
+// cannot read.
+StatusOr<HttpReply> HttpExchange(const DaemonAddress& address, const std::string& method,
+                                 const std::string& target, const std::string& body,
+                                 std::chrono::milliseconds timeout);
 
 // GET `target` as an event stream: connects and reads the headers within
 // `timeout`, then hands the body's bytes to `on_bytes` as they arrive, and ""
@@ -69,17 +70,12 @@ class UnixHttpClient {
                           std::chrono::milliseconds timeout = std::chrono::seconds(30))
       : socket_path_(std::move(socket_path)), timeout_(timeout) {}
 
-  StatusOr<HttpResponse> Request(const std::string& method, const std::string& target,
-                                 const std::string& body = "") const;
+  StatusOr<HttpReply> Request(const std::string& method, const std::string& target,
+                              const std::string& body = "") const;
 
  private:
   std::string socket_path_;
   std::chrono::milliseconds timeout_;
 };
-
-// Parses a complete HTTP/1.1 response (status line, headers, body framed by
-// Content-Length or by the end of the data; no body when `head`). Exposed for
-// tests.
-StatusOr<HttpResponse> ParseHttpResponse(const std::string& raw, bool head = false);
 
 }  // namespace gpuslice::cli

@@ -24,18 +24,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr size_t kMaxHeaderBytes = size_t{64} * 1024;
-constexpr size_t kMaxBodyBytes = size_t{1024} * 1024;
-
 std::string ErrnoText(const char* what) { return std::string(what) + ": " + strerror(errno); }
-
-// Case-insensitive ASCII comparison.
-bool EqualsNoCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
-           return lower(x) == lower(y);
-         });
-}
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -193,64 +182,6 @@ StatusOr<std::string> RegistrationHttpRequest(const RegistrationRequest& request
   } catch (const std::bad_alloc&) {
     return Internal("out of memory building the registration");
   }
-}
-
-StatusOr<std::optional<HttpReply>> ParseHttpReply(std::string_view raw, bool at_eof) {
-  const size_t header_end = raw.find("\r\n\r\n");
-  if (header_end == std::string_view::npos) {
-    if (raw.size() > kMaxHeaderBytes) return InvalidArgument("the reply's headers are too long");
-    if (at_eof) return InvalidArgument("the daemon closed the connection before replying");
-    return std::optional<HttpReply>();
-  }
-  std::string_view head = raw.substr(0, header_end);
-  const size_t line_end = std::min(head.find("\r\n"), head.size());
-  const std::string_view status_line = head.substr(0, line_end);
-  // "HTTP/1.1 201 Created"
-  if (!status_line.starts_with("HTTP/1.") || status_line.size() < 12 || status_line[8] != ' ') {
-    return InvalidArgument("not an HTTP/1.x reply");
-  }
-  int status = 0;
-  const char* code = status_line.data() + 9;
-  auto [end, ec] = std::from_chars(code, code + 3, status);
-  if (ec != std::errc() || end != code + 3 || status < 100 || status > 599 ||
-      (status_line.size() > 12 && status_line[12] != ' ')) {
-    return InvalidArgument("the reply's status line is malformed");
-  }
-  std::optional<size_t> content_length;
-  std::string_view rest = head.substr(line_end);
-  while (!rest.empty()) {
-    rest.remove_prefix(std::min<size_t>(2, rest.size()));  // "\r\n"
-    const size_t next = std::min(rest.find("\r\n"), rest.size());
-    const std::string_view line = rest.substr(0, next);
-    rest.remove_prefix(next);
-    const size_t colon = line.find(':');
-    if (colon == std::string_view::npos) continue;
-    const std::string_view name = Trim(line.substr(0, colon));
-    const std::string_view value = Trim(line.substr(colon + 1));
-    if (EqualsNoCase(name, "content-length")) {
-      size_t n = 0;
-      auto [p, e] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (e != std::errc() || p != value.data() + value.size()) {
-        return InvalidArgument("the reply's Content-Length is malformed");
-      }
-      content_length = n;
-    } else if (EqualsNoCase(name, "transfer-encoding") && !EqualsNoCase(value, "identity")) {
-      return InvalidArgument("the reply uses a transfer encoding this client does not read");
-    }
-  }
-  const std::string_view body = raw.substr(header_end + 4);
-  if (content_length) {
-    if (*content_length > kMaxBodyBytes) return InvalidArgument("the reply's body is too large");
-    if (body.size() < *content_length) {
-      if (at_eof) return InvalidArgument("the daemon closed the connection mid-reply");
-      return std::optional<HttpReply>();
-    }
-    return std::optional<HttpReply>(
-        HttpReply{status, std::string(body.substr(0, *content_length))});
-  }
-  if (body.size() > kMaxBodyBytes) return InvalidArgument("the reply's body is too large");
-  if (!at_eof) return std::optional<HttpReply>();
-  return std::optional<HttpReply>(HttpReply{status, std::string(body)});
 }
 
 RegistrationResult InterpretReply(const HttpReply& reply, std::string_view group) {

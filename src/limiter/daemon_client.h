@@ -5,8 +5,8 @@
 // groups": POST /v1/tenants). `gpuslice run` uses it too.
 //
 // Split so that the formats are tested without a socket: RegistrationBody /
-// RegistrationHttpRequest build the request, ParseHttpReply and
-// InterpretReply read the answer, and Register does the exchange with a
+// RegistrationHttpRequest build the request, ParseHttpReply
+// (common/http_reply.h) and InterpretReply read the answer, and Register does the exchange with a
 // deadline that covers connect, send and receive together, so a daemon that
 // hangs or is gone costs a bounded, short time.
 //
@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/http_reply.h"
 #include "common/status.h"
 #include "gpuslice/paths.h"
 #include "limiter/core/limit_config.h"
@@ -94,19 +95,6 @@ StatusOr<std::string> RegistrationBody(const RegistrationRequest& request);
 // Connection: close, and the bearer `token` when not empty).
 StatusOr<std::string> RegistrationHttpRequest(const RegistrationRequest& request,
                                               std::string_view token = "");
-
-struct HttpReply {
-  int status = 0;
-  std::string body;
-};
-
-// Reads an HTTP/1.1 response from the bytes received so far (`at_eof`: the
-// peer closed). Returns the reply once complete (body by Content-Length, or
-// up to the end without one), nullopt if more bytes are needed, or
-// InvalidArgument if the bytes are not a response this client understands
-// (malformed status line or Content-Length, chunked encoding, a header block
-// over 64 KiB, a body over 1 MiB, or the peer closing before the end).
-StatusOr<std::optional<HttpReply>> ParseHttpReply(std::string_view raw, bool at_eof);
 
 // The limit the daemon grants on one GPU (nullopt: none).
 struct EffectiveLimit {

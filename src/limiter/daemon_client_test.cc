@@ -147,47 +147,8 @@ TEST(RegistrationHttpRequestTest, IsAPostWithContentLengthAndConnectionClose) {
   EXPECT_TRUE(req->ends_with("\r\n\r\n" + *body));
 }
 
-TEST(ParseHttpReplyTest, ReadsTheBodyByContentLength) {
-  const std::string raw = "HTTP/1.1 201 Created\r\ncontent-length: 2\r\nX: y\r\n\r\n{}";
-  auto r = ParseHttpReply(raw, false);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_TRUE(r->has_value());
-  EXPECT_EQ((*r)->status, 201);
-  EXPECT_EQ((*r)->body, "{}");
-  // Every prefix is incomplete, not an error.
-  for (size_t n = 0; n < raw.size(); ++n) {
-    auto partial = ParseHttpReply(std::string_view(raw).substr(0, n), false);
-    ASSERT_TRUE(partial.ok()) << n;
-    EXPECT_FALSE(partial->has_value()) << n;
-  }
-}
-
-TEST(ParseHttpReplyTest, WithoutContentLengthTheBodyRunsToTheEnd) {
-  const std::string raw = "HTTP/1.0 503 Service Unavailable\r\n\r\nbusy";
-  auto more = ParseHttpReply(raw, false);
-  ASSERT_TRUE(more.ok());
-  EXPECT_FALSE(more->has_value());
-  auto done = ParseHttpReply(raw, true);
-  ASSERT_TRUE(done.ok());
-  ASSERT_TRUE(done->has_value());
-  EXPECT_EQ((*done)->status, 503);
-  EXPECT_EQ((*done)->body, "busy");
-}
-
-TEST(ParseHttpReplyTest, RefusesWhatItCannotRead) {
-  for (const char* raw : {"SSH-2.0-OpenSSH\r\n\r\n", "HTTP/1.1 20x OK\r\n\r\n",
-                          "HTTP/1.1 201 Created\r\nContent-Length: 1x\r\n\r\n",
-                          "HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}"}) {
-    EXPECT_FALSE(ParseHttpReply(raw, false).ok()) << raw;
-  }
-  // Closed early.
-  EXPECT_FALSE(ParseHttpReply("HTTP/1.1 201 Created\r\nContent-Length: 9\r\n\r\n{}", true).ok());
-  EXPECT_FALSE(ParseHttpReply("HTTP/1.1 201", true).ok());
-  EXPECT_FALSE(ParseHttpReply(std::string(size_t{70} * 1024, 'x'), false).ok());
-}
-
 TEST(InterpretReplyTest, A201IsRegisteredWithTheEffectiveLimits) {
-  const HttpReply reply{201, R"({"tenant": {"host_pid": 7},
+  const HttpReply reply{.status = 201, .headers = {}, .body = R"({"tenant": {"host_pid": 7},
       "effective_limits": {"GPU-aaaa": {"memory_bytes": 1024, "compute_percent": 30},
                            "GPU-bbbb": {"memory_bytes": null, "compute_percent": null},
                            "GPU-cccc": "junk"}})"};
@@ -204,7 +165,8 @@ TEST(InterpretReplyTest, A201IsRegisteredWithTheEffectiveLimits) {
 }
 
 TEST(InterpretReplyTest, A201CarriesTheEnvironmentAndAScheduleRefusal) {
-  const HttpReply reply{201, R"({"env": {"CUDA_MPS_PIPE_DIRECTORY": "/run/mps/0",
+  const HttpReply reply{
+      .status = 201, .headers = {}, .body = R"({"env": {"CUDA_MPS_PIPE_DIRECTORY": "/run/mps/0",
                                         "BAD": 5, "A=B": "x"},
                                 "schedule_refused": "the group exists"})"};
   const RegistrationResult r = InterpretReply(reply, "g");
@@ -214,7 +176,7 @@ TEST(InterpretReplyTest, A201CarriesTheEnvironmentAndAScheduleRefusal) {
 }
 
 TEST(InterpretReplyTest, A201WithABodyItCannotReadIsStillRegistered) {
-  const RegistrationResult r = InterpretReply({201, "not json"}, "g");
+  const RegistrationResult r = InterpretReply({201, {}, "not json"}, "g");
   EXPECT_EQ(r.outcome, Outcome::kRegistered);
   EXPECT_TRUE(r.effective_limits.empty());
 }
@@ -222,35 +184,40 @@ TEST(InterpretReplyTest, A201WithABodyItCannotReadIsStillRegistered) {
 TEST(InterpretReplyTest, RefusalsCarryTheDaemonsMessage) {
   const RegistrationResult r = InterpretReply(
       {403,
+       {},
        R"({"error": {"code": "PERMISSION_DENIED", "message": "group \"g\" belongs to uid 0"}})"},
       "g");
   EXPECT_EQ(r.outcome, Outcome::kRefused);
   EXPECT_EQ(r.http_status, 403);
   EXPECT_EQ(r.message, "group \"g\" belongs to uid 0");
 
-  const RegistrationResult bad = InterpretReply({400, "plain\ntext"}, "g");
+  const RegistrationResult bad = InterpretReply({400, {}, "plain\ntext"}, "g");
   EXPECT_EQ(bad.outcome, Outcome::kRefused);
   EXPECT_EQ(bad.message, "plain text");
 }
 
 TEST(InterpretReplyTest, A409MeansKnownUnlessInAnotherGroup) {
-  EXPECT_EQ(InterpretReply({409, R"({"error": {"message": "already registered"}})"}, "g").outcome,
-            Outcome::kRegistered);
-  EXPECT_EQ(InterpretReply(
-                {409, R"({"error": {"message": "process 7 is registered in group \"g\""}})"}, "g")
-                .outcome,
-            Outcome::kRegistered);
+  EXPECT_EQ(
+      InterpretReply({409, {}, R"({"error": {"message": "already registered"}})"}, "g").outcome,
+      Outcome::kRegistered);
+  EXPECT_EQ(
+      InterpretReply(
+          {409, {}, R"({"error": {"message": "process 7 is registered in group \"g\""}})"}, "g")
+          .outcome,
+      Outcome::kRegistered);
   const RegistrationResult other = InterpretReply(
-      {409, R"({"error": {"message": "process 7 is registered in group \"h\"; DELETE first"}})"},
+      {409,
+       {},
+       R"({"error": {"message": "process 7 is registered in group \"h\"; DELETE first"}})"},
       "g");
   EXPECT_EQ(other.outcome, Outcome::kRefused);
   EXPECT_NE(other.message.find("group \"h\""), std::string::npos);
 }
 
 TEST(InterpretReplyTest, ServerErrorsAreUnavailable) {
-  EXPECT_EQ(InterpretReply({503, R"({"error": {"message": "cannot save"}})"}, "g").outcome,
+  EXPECT_EQ(InterpretReply({503, {}, R"({"error": {"message": "cannot save"}})"}, "g").outcome,
             Outcome::kUnavailable);
-  EXPECT_EQ(InterpretReply({500, ""}, "g").outcome, Outcome::kUnavailable);
+  EXPECT_EQ(InterpretReply({500, {}, ""}, "g").outcome, Outcome::kUnavailable);
 }
 
 // A Unix socket server on a temporary path, one connection at a time, run by

@@ -10,7 +10,7 @@ namespace {
 using json = nlohmann::json;
 
 // "pause train: HTTP 404: no such route" from a refused answer.
-std::string Refusal(const std::string& what, const HttpResponse& r) {
+std::string Refusal(const std::string& what, const HttpReply& r) {
   return what + ": HTTP " + std::to_string(r.status) + ": " + DaemonErrorMessage(r);
 }
 

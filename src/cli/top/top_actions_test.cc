@@ -22,11 +22,11 @@ struct FakeDaemon {
   std::vector<std::string> bodies;
   DaemonClient Fetch() {
     return FakeClient([this](const std::string& method, const std::string& target,
-                             const std::string& sent) -> StatusOr<HttpResponse> {
+                             const std::string& sent) -> StatusOr<HttpReply> {
       calls.push_back(method + " " + target);
       bodies.push_back(sent);
-      if (method == "GET") return HttpResponse{200, {}, group.dump()};
-      return HttpResponse{status, {}, body};
+      if (method == "GET") return HttpReply{200, {}, group.dump()};
+      return HttpReply{status, {}, body};
     });
   }
 };

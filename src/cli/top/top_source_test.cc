@@ -51,12 +51,12 @@ struct FakeDaemon {
   std::vector<std::string> calls;
   DaemonClient Fetch() {
     return FakeClient([this](const std::string& method, const std::string& target,
-                             const std::string&) -> StatusOr<HttpResponse> {
+                             const std::string&) -> StatusOr<HttpReply> {
       calls.push_back(method + " " + target);
       if (!up) return Unavailable("cannot connect to /fake.sock");
       auto it = bodies.find(target);
-      if (it == bodies.end()) return HttpResponse{404, {}, R"({"error":{"message":"no"}})"};
-      return HttpResponse{200, {}, it->second.dump()};
+      if (it == bodies.end()) return HttpReply{404, {}, R"({"error":{"message":"no"}})"};
+      return HttpReply{200, {}, it->second.dump()};
     });
   }
 };

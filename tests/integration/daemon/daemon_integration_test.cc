@@ -322,10 +322,11 @@ TEST_F(DaemonTest, HeadIsAnsweredLikeGetWithoutABody) {
             std::string::npos)
       << head;
   // Right after HEAD's headers: the GET's answer, whole, with the body.
-  auto second = cli::ParseHttpResponse(raw.substr(head_end + 4));
+  auto second = ParseHttpReply(raw.substr(head_end + 4), /*at_eof=*/true);
   ASSERT_TRUE(second.ok()) << second.status().ToString() << "\n" << raw;
-  EXPECT_EQ(second->status, 200);
-  EXPECT_EQ(second->body, get->body);
+  ASSERT_TRUE(second->has_value()) << raw;
+  EXPECT_EQ((*second)->status, 200);
+  EXPECT_EQ((*second)->body, get->body);
 
   // An error is a HEAD too: status and length, no body; HEAD on a path
   // without GET is 405 naming HEAD.
