@@ -80,9 +80,9 @@ void RegisterWithDaemon() {
     const std::string_view s(v);
     if (s == "0" || s == "false" || s == "off" || s == "no") return;
   }
-  auto endpoint = limiter::DaemonEndpointFromEnv(Env);
+  auto endpoint = limiter::DaemonAddressFromEnv(Env);
   if (!endpoint.ok()) Fail("configuration error: " + endpoint.status().message(), kExitUsage);
-  if (!endpoint->tcp() && access(endpoint->socket_path.c_str(), F_OK) != 0) return;  // no daemon
+  if (!endpoint->tcp() && access(endpoint->unix_path.c_str(), F_OK) != 0) return;  // no daemon
   auto schedule = limiter::ParseScheduleRequest(Env);
   if (!schedule.ok()) Fail("configuration error: " + schedule.status().message(), kExitUsage);
 

@@ -138,12 +138,6 @@ std::string DaemonSocket(const std::string& flag) {
   return kDefaultDaemonSocket;
 }
 
-std::string DaemonAddress::Where() const {
-  if (host.empty()) return "gpusliced at " + unix_path;
-  const bool v6 = host.find(':') != std::string::npos;
-  return "gpusliced at tcp:" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
-
 StatusOr<DaemonAddress> ParseDaemonAddress(const std::string& endpoint) {
   DaemonAddress a;
   const std::string e = DaemonSocket(endpoint);

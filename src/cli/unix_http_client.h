@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/daemon_address.h"
 #include "common/http_reply.h"
 #include "common/status.h"
 
@@ -22,17 +23,6 @@ namespace gpuslice::cli {
 // $GPUSLICE_SOCKET if set and non-empty, else kDefaultDaemonSocket (gpuslice/paths.h);
 // `flag` wins when non-empty.
 std::string DaemonSocket(const std::string& flag);
-
-// Where the daemon listens: a Unix socket path, or "tcp:HOST:PORT" (a numeric
-// IPv4 or IPv6 address; then a bearer token is sent when `token` is set).
-struct DaemonAddress {
-  std::string unix_path;
-  std::string host;  // TCP when not empty
-  uint16_t port = 0;
-  std::string token;
-  // "gpusliced at <path>" or "gpusliced at tcp:HOST:PORT".
-  std::string Where() const;
-};
 
 // `endpoint` ("tcp:HOST:PORT" or a socket path; DaemonSocket's rules when
 // empty) as an address; the token of a TCP address is $GPUSLICE_DAEMON_TOKEN.

@@ -66,21 +66,15 @@ std::string ErrorMessage(const HttpReply& reply) {
 
 }  // namespace
 
-std::string DaemonEndpoint::Describe() const {
-  if (!tcp()) return "unix:" + socket_path;
-  const bool v6 = tcp_host.find(':') != std::string::npos;
-  return "tcp:" + (v6 ? "[" + tcp_host + "]" : tcp_host) + ":" + std::to_string(tcp_port);
-}
-
-StatusOr<DaemonEndpoint> DaemonEndpointFromEnv(const EnvLookup& env) {
+StatusOr<DaemonAddress> DaemonAddressFromEnv(const EnvLookup& env) {
   try {
-    DaemonEndpoint endpoint;
+    DaemonAddress endpoint;
     auto value = [&](std::string_view name) -> std::optional<std::string> {
       const char* v = env(name);
       if (v == nullptr || *v == '\0') return std::nullopt;
       return std::string(Trim(v));
     };
-    if (auto socket = value(kEnvDaemonSocket)) endpoint.socket_path = *socket;
+    if (auto socket = value(kEnvDaemonSocket)) endpoint.unix_path = *socket;
     const auto ip = value(kEnvHypervisorIp);
     const auto port = value(kEnvHypervisorPort);
     if (!ip && !port) return endpoint;
@@ -103,8 +97,8 @@ StatusOr<DaemonEndpoint> DaemonEndpointFromEnv(const EnvLookup& env) {
       return InvalidArgument(std::string(kEnvHypervisorPort) + ": '" + port->substr(0, 64) +
                              "' is not a port (expected 1-65535)");
     }
-    endpoint.tcp_host = *ip;
-    endpoint.tcp_port = static_cast<uint16_t>(n);
+    endpoint.host = *ip;
+    endpoint.port = static_cast<uint16_t>(n);
     if (auto token = value(kEnvDaemonToken)) endpoint.token = *token;
     return endpoint;
   } catch (const std::exception& e) {
@@ -326,7 +320,7 @@ StatusOr<HttpReply> ExchangeOverTcp(const std::string& host, uint16_t port,
   return Unavailable("'" + host + "' is not a numeric IPv4 or IPv6 address");
 }
 
-RegistrationResult Register(const DaemonEndpoint& endpoint, const RegistrationRequest& request,
+RegistrationResult Register(const DaemonAddress& endpoint, const RegistrationRequest& request,
                             std::chrono::milliseconds deadline) {
   RegistrationResult result;
   try {
@@ -335,9 +329,8 @@ RegistrationResult Register(const DaemonEndpoint& endpoint, const RegistrationRe
       result.message = http.status().message();
       return result;
     }
-    auto reply = endpoint.tcp()
-                     ? ExchangeOverTcp(endpoint.tcp_host, endpoint.tcp_port, *http, deadline)
-                     : ExchangeOverUnixSocket(endpoint.socket_path, *http, deadline);
+    auto reply = endpoint.tcp() ? ExchangeOverTcp(endpoint.host, endpoint.port, *http, deadline)
+                                : ExchangeOverUnixSocket(endpoint.unix_path, *http, deadline);
     if (!reply.ok()) {
       result.message = reply.status().message();
       return result;
@@ -364,8 +357,8 @@ RegistrationResult Register(const DaemonEndpoint& endpoint, const RegistrationRe
 RegistrationResult Register(const std::string& socket_path, const RegistrationRequest& request,
                             std::chrono::milliseconds deadline) {
   try {
-    DaemonEndpoint endpoint;
-    endpoint.socket_path = socket_path;
+    DaemonAddress endpoint;
+    endpoint.unix_path = socket_path;
     return Register(endpoint, request, deadline);
   } catch (const std::exception& e) {
     RegistrationResult result;

@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/daemon_address.h"
 #include "common/http_reply.h"
 #include "common/status.h"
 #include "gpuslice/paths.h"
@@ -39,30 +40,17 @@ namespace gpuslice::limiter {
 // The whole exchange (connect + send + receive) of one registration.
 inline constexpr std::chrono::milliseconds kRegistrationDeadline{250};
 
-// Variables read by DaemonEndpointFromEnv (and kEnvDaemonSocket, gpuslice/paths.h).
+// Variables read by DaemonAddressFromEnv (and kEnvDaemonSocket, gpuslice/paths.h).
 inline constexpr std::string_view kEnvHypervisorIp = "HYPERVISOR_IP";
 inline constexpr std::string_view kEnvHypervisorPort = "HYPERVISOR_PORT";
 inline constexpr std::string_view kEnvDaemonToken = "GPUSLICE_DAEMON_TOKEN";
 
-// Where to reach the daemon: its Unix socket, or its TCP listener (with a
-// bearer token) when `tcp_host` is set.
-struct DaemonEndpoint {
-  std::string socket_path = std::string(kDefaultDaemonSocket);
-  std::string tcp_host;  // a numeric IPv4 or IPv6 address; empty: the Unix socket
-  uint16_t tcp_port = 0;
-  std::string token;  // sent as "Authorization: Bearer <token>" when not empty
-
-  bool tcp() const { return !tcp_host.empty(); }
-  // "unix:<path>" or "tcp:<host>:<port>", for logs.
-  std::string Describe() const;
-};
-
-// The endpoint the environment names: HYPERVISOR_IP and HYPERVISOR_PORT
+// The daemon address the environment names: HYPERVISOR_IP and HYPERVISOR_PORT
 // (the original system's names; a numeric address, a port 1-65535) with the
 // token in GPUSLICE_DAEMON_TOKEN, else the Unix socket GPUSLICE_SOCKET (else
 // the default). InvalidArgument naming the variable for a malformed address
 // or port, or one of the two set without the other.
-StatusOr<DaemonEndpoint> DaemonEndpointFromEnv(const EnvLookup& env);
+StatusOr<DaemonAddress> DaemonAddressFromEnv(const EnvLookup& env);
 
 // What a limiter tells the daemon about its process.
 struct RegistrationRequest {
@@ -147,7 +135,7 @@ StatusOr<HttpReply> ExchangeOverTcp(const std::string& host, uint16_t port,
 // refuses the request's schedule as an unknown field (one without the
 // scheduler) is asked again without it (a second exchange, same deadline);
 // the result then says so in schedule_refused.
-RegistrationResult Register(const DaemonEndpoint& endpoint, const RegistrationRequest& request,
+RegistrationResult Register(const DaemonAddress& endpoint, const RegistrationRequest& request,
                             std::chrono::milliseconds deadline = kRegistrationDeadline);
 // Registers over the Unix socket at `socket_path`.
 RegistrationResult Register(const std::string& socket_path, const RegistrationRequest& request,

@@ -95,9 +95,9 @@ TEST(RegistrationBodyTest, SendsTheScheduleAndThePidOnlyWhenSet) {
   EXPECT_EQ(j["pid"], 4242);
 }
 
-TEST(DaemonEndpointTest, TheUnixSocketUnlessBothHypervisorVariablesAreSet) {
+TEST(DaemonAddressTest, TheUnixSocketUnlessBothHypervisorVariablesAreSet) {
   auto from = [](const std::map<std::string, std::string, std::less<>>& vars) {
-    return DaemonEndpointFromEnv([vars](std::string_view name) -> const char* {
+    return DaemonAddressFromEnv([vars](std::string_view name) -> const char* {
       auto it = vars.find(name);
       return it == vars.end() ? nullptr : it->second.c_str();
     });
@@ -105,7 +105,7 @@ TEST(DaemonEndpointTest, TheUnixSocketUnlessBothHypervisorVariablesAreSet) {
   auto plain = from({});
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(plain->tcp());
-  EXPECT_EQ(plain->socket_path, kDefaultDaemonSocket);
+  EXPECT_EQ(plain->unix_path, kDefaultDaemonSocket);
   EXPECT_EQ(from({{"GPUSLICE_SOCKET", "/tmp/d.sock"}})->Describe(), "unix:/tmp/d.sock");
   auto tcp = from({{"HYPERVISOR_IP", "10.0.0.7"},
                    {"HYPERVISOR_PORT", " 8000 "},
@@ -398,9 +398,9 @@ TEST_F(RegisterTest, OverTcpTheTokenAndThePidAreSent) {
       R"({"tenant": {}, "effective_limits": {}, "env": {"CUDA_MPS_PIPE_DIRECTORY": "/p"}})";
   FakeDaemon daemon({"HTTP/1.1 201 Created\r\nContent-Length: " + std::to_string(body.size()) +
                      "\r\n\r\n" + body});
-  DaemonEndpoint endpoint;
-  endpoint.tcp_host = "127.0.0.1";
-  endpoint.tcp_port = daemon.port();
+  DaemonAddress endpoint;
+  endpoint.host = "127.0.0.1";
+  endpoint.port = daemon.port();
   endpoint.token = "s3cret";
   RegistrationRequest request = Sample();
   request.pid = 4242;
@@ -422,9 +422,9 @@ TEST_F(RegisterTest, ATcpDaemonThatRefusesOrIsAbsentIsSaidSo) {
   const std::string body = R"({"error": {"message": "registering over TCP needs a valid token"}})";
   FakeDaemon daemon({"HTTP/1.1 403 Forbidden\r\nContent-Length: " + std::to_string(body.size()) +
                      "\r\n\r\n" + body});
-  DaemonEndpoint endpoint;
-  endpoint.tcp_host = "127.0.0.1";
-  endpoint.tcp_port = daemon.port();
+  DaemonAddress endpoint;
+  endpoint.host = "127.0.0.1";
+  endpoint.port = daemon.port();
   const RegistrationResult refused = Register(endpoint, Sample(), 2s);
   EXPECT_EQ(refused.outcome, Outcome::kRefused);
   EXPECT_EQ(refused.message, "registering over TCP needs a valid token");
@@ -437,7 +437,7 @@ TEST_F(RegisterTest, ATcpDaemonThatRefusesOrIsAbsentIsSaidSo) {
   socklen_t len = sizeof addr;
   ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   close(probe);  // bound, never listening, now free
-  endpoint.tcp_port = ntohs(addr.sin_port);
+  endpoint.port = ntohs(addr.sin_port);
   const RegistrationResult absent = Register(endpoint, Sample(), 5s);
   EXPECT_EQ(absent.outcome, Outcome::kUnavailable);
   EXPECT_NE(absent.message.find("connect"), std::string::npos) << absent.message;
@@ -451,9 +451,9 @@ TEST_F(RegisterTest, ADaemonThatDoesNotKnowScheduleIsAskedAgainWithoutIt) {
   FakeDaemon daemon(std::vector<std::string>{
       reply(400, R"({"error": {"message": "unknown field \"schedule\""}})"),
       reply(201, R"({"tenant": {}, "effective_limits": {}})")});
-  DaemonEndpoint endpoint;
-  endpoint.tcp_host = "127.0.0.1";
-  endpoint.tcp_port = daemon.port();
+  DaemonAddress endpoint;
+  endpoint.host = "127.0.0.1";
+  endpoint.port = daemon.port();
   RegistrationRequest request = Sample();
   request.schedule = ScheduleRequest{.request_percent = 20, .priority = {}, .weight = {}};
   const RegistrationResult r = Register(endpoint, request, 2s);

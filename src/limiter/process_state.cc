@@ -81,7 +81,7 @@ int32_t OutermostPid() {
 // disables registration ("0", "false", "off", "no").
 std::optional<RegistrationRequest> RegistrationFor(
     const LimitConfig& config, const std::vector<std::pair<int, std::string>>& devices,
-    const DaemonEndpoint& endpoint) {
+    const DaemonAddress& endpoint) {
   if (const char* v = Env("GPUSLICE_REGISTER"); v != nullptr) {
     const std::string_view s(v);
     if (s == "0" || s == "false" || s == "off" || s == "no") return std::nullopt;
@@ -290,7 +290,7 @@ bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& device
   auto config =
       ParseLimitConfig(Env, ids, ReadFile("/proc/self/cgroup"), static_cast<int>(getpid()));
   Status error = config.status();
-  auto endpoint = DaemonEndpointFromEnv(Env);
+  auto endpoint = DaemonAddressFromEnv(Env);
   if (error.ok() && !endpoint.ok()) error = endpoint.status();
   if (error.ok()) {
     if (const char* v = Env("GPUSLICE_CONTEXT_BYTES"); v != nullptr) {
@@ -539,7 +539,7 @@ uint64_t ProcessState::MemoryUsed(int device) const {
 }
 
 std::string ProcessState::DaemonSocket() const {
-  return registration_ && !daemon_.tcp() ? daemon_.socket_path : std::string();
+  return registration_ && !daemon_.tcp() ? daemon_.unix_path : std::string();
 }
 
 bool ProcessState::IsGroupMember(uint32_t pid) const {

@@ -208,7 +208,7 @@ class alignas(4096) ProcessState {
   // What to tell gpusliced (set by Attach before state_ becomes kAttached,
   // then read-only); nullopt: registration disabled.
   std::optional<RegistrationRequest> registration_;
-  DaemonEndpoint daemon_;  // where registration_ goes
+  DaemonAddress daemon_;  // where registration_ goes
   std::atomic<bool> registration_started_{false};
   // How long the first registration's answer is waited for
   // (GPUSLICE_REGISTER_WAIT_MS; registration_thread.h).

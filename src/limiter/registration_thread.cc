@@ -58,18 +58,18 @@ struct FirstAnswer {
 struct Args {
   GroupSegment* segment;
   RegistrationRequest request;
-  DaemonEndpoint endpoint;
+  DaemonAddress endpoint;
   std::chrono::milliseconds first_deadline;
   std::shared_ptr<FirstAnswer> first;
 };
 
-DaemonObservation Observe(const GroupSegment& segment, const DaemonEndpoint& endpoint) {
+DaemonObservation Observe(const GroupSegment& segment, const DaemonAddress& endpoint) {
   DaemonObservation seen;
   struct stat st {};
   if (endpoint.tcp()) {
     seen.socket_present = true;
     seen.socket_id = 1;
-  } else if (stat(endpoint.socket_path.c_str(), &st) == 0) {
+  } else if (stat(endpoint.unix_path.c_str(), &st) == 0) {
     seen.socket_present = true;
     seen.socket_id = (static_cast<uint64_t>(st.st_dev) << 40) ^ static_cast<uint64_t>(st.st_ino) ^
                      (static_cast<uint64_t>(st.st_ctim.tv_sec) * 1'000'000'007ull) ^
@@ -107,7 +107,7 @@ void* Run(void* arg) {
     auto* args = static_cast<Args*>(arg);
     auto* clock = new MonotonicClock;
     GroupSegment* segment = args->segment;
-    const DaemonEndpoint* endpoint = &args->endpoint;
+    const DaemonAddress* endpoint = &args->endpoint;
     // The first exchange may take as long as the host waits for it.
     auto* deadline = new std::chrono::milliseconds(args->first_deadline);
     auto* registrar = new Registrar(
@@ -141,11 +141,11 @@ void* Run(void* arg) {
 }  // namespace
 
 bool StartRegistrationThread(GroupSegment* segment, RegistrationRequest request,
-                             DaemonEndpoint endpoint, std::chrono::milliseconds first_answer_wait) {
+                             DaemonAddress endpoint, std::chrono::milliseconds first_answer_wait) {
   // Nothing to wait for without a socket file: the daemon is not there.
   struct stat st {};
   const bool wait = first_answer_wait.count() > 0 &&
-                    (endpoint.tcp() || stat(endpoint.socket_path.c_str(), &st) == 0);
+                    (endpoint.tcp() || stat(endpoint.unix_path.c_str(), &st) == 0);
   const std::string where = endpoint.Describe();
   Args* args = nullptr;
   std::shared_ptr<FirstAnswer> first;

@@ -43,7 +43,7 @@ namespace gpuslice::limiter {
 // its limits applied, or the wait is over (then one warning is logged).
 // 0, or no socket file: returns at once.
 bool StartRegistrationThread(GroupSegment* segment, RegistrationRequest request,
-                             DaemonEndpoint endpoint,
+                             DaemonAddress endpoint,
                              std::chrono::milliseconds first_answer_wait = {});
 
 // Default of GPUSLICE_REGISTER_WAIT_MS, and its greatest value.
