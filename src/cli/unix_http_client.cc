@@ -222,8 +222,10 @@ Status HttpStream(const DaemonAddress& address, const std::string& target,
       return Unavailable(where + " closed the event stream");
     }
   }
-  auto parsed = ParseHttpReply(std::string_view(raw).substr(0, header_end + 4), /*at_eof=*/false,
-                               HttpReplyLimits{.head = true});
+  HttpReplyLimits head_only;
+  head_only.head = true;
+  auto parsed =
+      ParseHttpReply(std::string_view(raw).substr(0, header_end + 4), /*at_eof=*/false, head_only);
   if (!parsed.ok()) {
     return Internal(where + " sent a reply the CLI cannot read: " + parsed.status().message());
   }

@@ -57,7 +57,8 @@ TEST(ParseHttpReplyTest, KeepsTheHeadersByLowerCaseName) {
 }
 
 TEST(ParseHttpReplyTest, AHeadsAnswerHasNoBodyWhateverItsLengthSays) {
-  const HttpReplyLimits head{.head = true};
+  HttpReplyLimits head;
+  head.head = true;
   auto r = ParseHttpReply("HTTP/1.1 200 OK\r\nContent-Length: 120\r\n\r\n", false, head);
   ASSERT_TRUE(r.ok() && r->has_value()) << r.status().ToString();
   EXPECT_EQ((*r)->status, 200);
