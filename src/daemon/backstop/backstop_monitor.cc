@@ -67,36 +67,16 @@ BackstopMonitor::BackstopMonitor(Options options, GpuBackend& backend,
       is_ignored_(std::move(options.is_ignored)),
       backstop_({.action = options.action,
                  .allowance_per_process_bytes = options.allowance_per_process_bytes},
-                {.group_of = [this](uint32_t pid) -> std::optional<std::string> {
-                   auto it = group_of_.find(pid);
-                   if (it == group_of_.end()) return std::nullopt;
-                   return it->second;
-                 },
+                {.group_of = [this](uint32_t pid) { return view_.GroupOf(pid); },
                  .limit_of = [this](const std::string& group,
                                     const std::string& uuid) -> std::optional<uint64_t> {
-                   auto it = groups_.find(group);
-                   if (it == groups_.end()) return std::nullopt;
-                   return it->second.LimitOn(uuid).memory_bytes;
+                   const std::optional<GpuLimit> limit = view_.LimitOf(group, uuid);
+                   return limit ? limit->memory_bytes : std::nullopt;
                  }},
                 std::move(killer)) {}
 
-void BackstopMonitor::Refresh() {
-  group_of_.clear();
-  groups_.clear();
-  for (const Group& g : registry_.Groups()) {
-    groups_[g.id] =
-        TenantRegistry::GroupControl{.host_pids = {}, .limits = g.limits, .requested = {}};
-  }
-  for (const Tenant& t : registry_.Tenants()) {
-    group_of_[static_cast<uint32_t>(t.host_pid)] = t.group;
-    TenantRegistry::GroupControl& g = groups_[t.group];
-    g.host_pids.push_back(t.host_pid);
-    g.requested = LowerLimits(g.requested, t.requested);
-  }
-}
-
 std::vector<MemoryBackstop::Finding> BackstopMonitor::Tick(const Snapshot& snapshot) {
-  Refresh();
+  view_ = registry_.TakeView();
   std::vector<MemoryBackstop::Finding> all;
   for (const GpuInfo& gpu : snapshot.gpus) {
     auto processes = backend_.Processes(gpu.index);

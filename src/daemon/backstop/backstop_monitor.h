@@ -60,16 +60,12 @@ class BackstopMonitor {
   std::string FormatMetrics() const;
 
  private:
-  void Refresh();  // the registry's view, once per tick
-
   GpuBackend& backend_;
   const TenantRegistry& registry_;
   const EventSink sink_;
   const std::function<bool(uint32_t)> is_ignored_;
   MemoryBackstop backstop_;
-  // The registry's view at the current tick (Tick's thread only).
-  std::map<uint32_t, std::string> group_of_;
-  std::map<std::string, TenantRegistry::GroupControl> groups_;
+  TenantRegistry::View view_;                      // as of the current tick (Tick's thread only)
   std::array<std::atomic<uint64_t>, 4> counts_{};  // by FindingKind
 };
 

@@ -59,21 +59,15 @@ ComputeBackstopMonitor::ComputeBackstopMonitor(Options options, GpuBackend& back
       throttler_(options_.duty, signaller,
                  [this](const std::vector<ProcessRef>& processes) { Persist(processes); }),
       backstop_(options_.backstop,
-                {.group_of = [this](uint32_t pid) -> std::optional<std::string> {
-                   auto it = group_of_.find(pid);
-                   if (it == group_of_.end()) return std::nullopt;
-                   return it->second;
-                 },
+                {.group_of = [this](uint32_t pid) { return view_.GroupOf(pid); },
                  .limit_of = [this](const std::string& group,
                                     const std::string& uuid) -> std::optional<uint32_t> {
-                   auto it = groups_.find(group);
-                   if (it == groups_.end()) return std::nullopt;
-                   return it->second.LimitOn(uuid).compute_percent;
+                   const std::optional<GpuLimit> limit = view_.LimitOf(group, uuid);
+                   return limit ? limit->compute_percent : std::nullopt;
                  },
                  .is_mps = options_.is_mps,
                  .start_time_of = [this](uint32_t pid) -> uint64_t {
-                   auto it = start_time_of_.find(pid);
-                   if (it != start_time_of_.end()) return it->second;
+                   if (auto start = view_.StartTimeOf(pid)) return *start;
                    return ReadStartTime(options_.proc_root, static_cast<pid_t>(pid));
                  }},
                 &throttler_, std::move(terminator)) {}
@@ -156,24 +150,6 @@ void ComputeBackstopMonitor::Recover() {
   Report(findings);
 }
 
-void ComputeBackstopMonitor::Refresh() {
-  group_of_.clear();
-  start_time_of_.clear();
-  groups_.clear();
-  for (const Group& g : registry_.Groups()) {
-    groups_[g.id] =
-        TenantRegistry::GroupControl{.host_pids = {}, .limits = g.limits, .requested = {}};
-  }
-  for (const Tenant& t : registry_.Tenants()) {
-    const auto pid = static_cast<uint32_t>(t.host_pid);
-    group_of_[pid] = t.group;
-    start_time_of_[pid] = t.start_time;
-    TenantRegistry::GroupControl& g = groups_[t.group];
-    g.host_pids.push_back(t.host_pid);
-    g.requested = LowerLimits(g.requested, t.requested);
-  }
-}
-
 std::vector<Finding> ComputeBackstopMonitor::Sample() {
   MutexLock sample_lock(sample_mu_);
   RetryUnsaved();
@@ -222,7 +198,7 @@ std::vector<Finding> ComputeBackstopMonitor::Sample() {
   {
     MutexLock lock(mu_);
     if (stopped_) return {};
-    Refresh();
+    view_ = registry_.TakeView();  // once per sample
     const int64_t now = clocks_.monotonic.NowNs();
     for (const GpuRead& r : reads) {
       for (Finding& f : r.readable ? backstop_.Check(now, r.index, r.uuid, r.processes, r.samples)

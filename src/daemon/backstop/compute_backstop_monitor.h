@@ -96,7 +96,6 @@ class ComputeBackstopMonitor {
   std::string FormatMetrics(bool header) const;
 
  private:
-  void Refresh() REQUIRES(mu_);  // the registry's view, once per sample
   void Report(std::vector<ComputeBackstop::Finding>& findings);
   // Records the throttled processes (the state store's kComputeBackstopRecordName).
   // A failed save is logged once and kept in `unsaved_`; every Sample saves
@@ -124,9 +123,7 @@ class ComputeBackstopMonitor {
   mutable Mutex mu_;  // never held across an NVML call
   DutyCycleThrottler throttler_;
   ComputeBackstop backstop_;
-  std::map<uint32_t, std::string> group_of_;
-  std::map<uint32_t, uint64_t> start_time_of_;
-  std::map<std::string, TenantRegistry::GroupControl> groups_;
+  TenantRegistry::View view_;  // the registry as of the current sample
   bool stopped_ = false;
 
   Mutex thread_mu_;

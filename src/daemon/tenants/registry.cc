@@ -683,6 +683,41 @@ std::optional<TenantRegistry::GroupControl> TenantRegistry::ControlOf(const std:
   return control;
 }
 
+TenantRegistry::View TenantRegistry::TakeView() const {
+  MutexLock lock(mu_);
+  View view;
+  for (const auto& [id, group] : groups_) {
+    view.groups[id] = GroupControl{.host_pids = {}, .limits = group.limits, .requested = {}};
+  }
+  for (const auto& [pid, tenant] : tenants_) {
+    view.tenants[static_cast<uint32_t>(pid)] =
+        View::Member{.group = tenant.group, .start_time = tenant.start_time};
+    GroupControl& control = view.groups[tenant.group];
+    control.host_pids.push_back(pid);
+    control.requested = LowerLimits(control.requested, tenant.requested);
+  }
+  return view;
+}
+
+std::optional<std::string> TenantRegistry::View::GroupOf(uint32_t pid) const {
+  auto it = tenants.find(pid);
+  if (it == tenants.end()) return std::nullopt;
+  return it->second.group;
+}
+
+std::optional<GpuLimit> TenantRegistry::View::LimitOf(const std::string& group,
+                                                      const std::string& uuid) const {
+  auto it = groups.find(group);
+  if (it == groups.end()) return std::nullopt;
+  return it->second.LimitOn(uuid);
+}
+
+std::optional<uint64_t> TenantRegistry::View::StartTimeOf(uint32_t pid) const {
+  auto it = tenants.find(pid);
+  if (it == tenants.end()) return std::nullopt;
+  return it->second.start_time;
+}
+
 StatusOr<Group> TenantRegistry::SetGroup(const std::string& id, const Limits& limits,
                                          std::optional<Tier> tier) {
   return UpdateGroup(id, GroupChange{.limits = limits, .tier = tier, .schedule = std::nullopt});

@@ -320,6 +320,27 @@ class TenantRegistry {
   };
   std::optional<GroupControl> ControlOf(const std::string& id) const;
 
+  // The registry at one instant (one lock), for the consumers that read it
+  // once per tick instead of asking tenant by tenant: the memory and compute
+  // backstops. Every group is there, with or without tenants.
+  struct View {
+    struct Member {
+      std::string group;
+      uint64_t start_time = 0;  // the tenant's, as registered (/proc/<pid>/stat field 22)
+    };
+    std::map<uint32_t, Member> tenants;          // by host pid
+    std::map<std::string, GroupControl> groups;  // by id
+
+    // The group of the tenant with host pid `pid`; nullopt: no tenant.
+    std::optional<std::string> GroupOf(uint32_t pid) const;
+    // Group `group`'s limit on GPU `uuid`, lowered by its tenants' own;
+    // nullopt: no such group.
+    std::optional<GpuLimit> LimitOf(const std::string& group, const std::string& uuid) const;
+    // The registered start time of the tenant with host pid `pid`.
+    std::optional<uint64_t> StartTimeOf(uint32_t pid) const;
+  };
+  View TakeView() const;
+
   // Replaces group `id`'s limits (and tier, if given), creating the group
   // (without owner) if absent. kFailedPrecondition for a tier change while
   // the group has members; kInvalidArgument for a bad id or percent.

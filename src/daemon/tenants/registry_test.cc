@@ -171,6 +171,36 @@ TEST_F(RegistryTest, ATenantsOwnLimitsArePerGpuAndOnlyLowerTheGroups) {
   EXPECT_EQ(registry_->Register(bad).status().code(), StatusCode::kInvalidArgument);
 }
 
+// One reading of the registry for a tick's consumers: every group (one
+// without tenants too), every tenant by host pid with its start time, and
+// each group's limit lowered by its tenants' own.
+TEST_F(RegistryTest, AViewHoldsEveryGroupAndTenantAtOneInstant) {
+  ASSERT_TRUE(registry_->SetGroup("g", {{kAllGpus, {8ull << 30, 50}}}, std::nullopt).ok());
+  ASSERT_TRUE(registry_->SetGroup("empty", {{kAllGpus, {{}, 20}}}, std::nullopt).ok());
+  Registration r = Reg(100, 1000, "g");
+  r.gpu_limits = {{"GPU-1", {2ull << 30, {}}}};
+  auto t = registry_->Register(r);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(registry_->Register(Reg(101, 1000, "g")).ok());
+
+  const TenantRegistry::View view = registry_->TakeView();
+  EXPECT_EQ(view.groups.size(), 2u);
+  EXPECT_EQ(view.GroupOf(100), "g");
+  EXPECT_EQ(view.GroupOf(101), "g");
+  EXPECT_EQ(view.GroupOf(102), std::nullopt);
+  EXPECT_EQ(view.StartTimeOf(100), t->start_time);
+  EXPECT_EQ(view.StartTimeOf(102), std::nullopt);
+  EXPECT_EQ(view.groups.at("g").host_pids, (std::vector<int32_t>{100, 101}));
+  EXPECT_EQ(view.LimitOf("g", "GPU-0"), (GpuLimit{8ull << 30, 50}));
+  EXPECT_EQ(view.LimitOf("g", "GPU-1"), (GpuLimit{2ull << 30, 50}));
+  EXPECT_EQ(view.LimitOf("empty", "GPU-0"), (GpuLimit{{}, 20}));
+  EXPECT_EQ(view.LimitOf("none", "GPU-0"), std::nullopt);
+  // A view is a copy: what changes after it is not in it.
+  registry_->OnExited({101});
+  EXPECT_EQ(view.GroupOf(101), "g");
+  EXPECT_EQ(registry_->TakeView().GroupOf(101), std::nullopt);
+}
+
 TEST(RegistryLimitsTest, LowerLimitsIsTheTighterOfEachOnEveryGpu) {
   const Limits a = {{kAllGpus, {8, 50}}, {"GPU-0", {4, {}}}};
   const Limits b = {{"GPU-1", {2, 70}}, {"GPU-2", {{}, 20}}};
