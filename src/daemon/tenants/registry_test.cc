@@ -201,32 +201,6 @@ TEST_F(RegistryTest, AViewHoldsEveryGroupAndTenantAtOneInstant) {
   EXPECT_EQ(registry_->TakeView().GroupOf(101), std::nullopt);
 }
 
-TEST(RegistryLimitsTest, LowerLimitsIsTheTighterOfEachOnEveryGpu) {
-  const Limits a = {{kAllGpus, {8, 50}}, {"GPU-0", {4, {}}}};
-  const Limits b = {{"GPU-1", {2, 70}}, {"GPU-2", {{}, 20}}};
-  const Limits both = LowerLimits(a, b);
-  for (const char* gpu : {"GPU-0", "GPU-1", "GPU-2", "GPU-3"}) {
-    EXPECT_EQ(LimitOn(both, gpu), Lower(LimitOn(a, gpu), LimitOn(b, gpu))) << gpu;
-  }
-  EXPECT_EQ(LowerLimits({}, {}), Limits{});
-}
-
-TEST(RegistryLimitsTest, ACheckpointOfOneRequestedLimitReadsAsEveryGpus) {
-  const json old = {{"host_pid", 5},
-                    {"container_pid", 5},
-                    {"start_time", 9},
-                    {"uid", 0},
-                    {"group", "g"},
-                    {"tier", "shared"},
-                    {"requested_limits", {{"memory_bytes", 1024u}, {"compute_percent", nullptr}}}};
-  auto t = TenantFromJson(old);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ(LimitOn(t->requested, "GPU-0"), (GpuLimit{1024, {}}));
-  json bad = old;
-  bad["requested_limits"] = {{"GPU-0", 3}};
-  EXPECT_FALSE(TenantFromJson(bad).ok());
-}
-
 TEST_F(RegistryTest, ExitsRemoveTenantsAndKeepGroups) {
   ASSERT_TRUE(registry_->Register(Reg(100, 1000, "g")).ok());
   ASSERT_TRUE(registry_->Register(Reg(101, 1000, "g")).ok());
