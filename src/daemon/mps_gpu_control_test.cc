@@ -29,7 +29,7 @@ class MpsGpuControlTest : public ::testing::Test {
   void Acquire(mps::MpsManager& m, const std::string& tenant) {
     auto r = m.Acquire({tenant, "0", {}});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ASSERT_EQ(r->tier, mps::Tier::kMps);
+    ASSERT_EQ(r->tier, Tier::kMps);
   }
   ComputeMode Mode() { return backend_.Read(0)->compute_mode; }
   Status LeaseMode(ComputeMode mode, int64_t seconds) {

@@ -542,13 +542,13 @@ Status Node::StartKube() {
   if (mps_.GetStatus().available) {
     mps_acquire = [this](const std::string& group, const std::vector<std::string>& uuids) {
       if (Status s = tiers_.CheckPlacement(group, Tier::kMps, uuids); !s.ok()) {
-        return kubelet::MpsGrant{.mps = false, .reason = s.message(), .env = {}};
+        return kubelet::MpsGrant{.tier = Tier::kShared, .reason = s.message(), .env = {}};
       }
       Tenant t;
       t.group = group;
       t.devices = uuids;
       const GroupTiers::Grant g = tiers_.GrantFor(t);
-      return kubelet::MpsGrant{.mps = g.tier == Tier::kMps, .reason = g.reason, .env = g.env};
+      return kubelet::MpsGrant{.tier = g.tier, .reason = g.reason, .env = g.env};
     };
   }
   GS_ASSIGN_OR_RETURN(

@@ -467,7 +467,7 @@ TEST_F(GpuTierTest, MpsManagerOnRealMps) {
   auto quarter = m->manager->Acquire(
       {"gt-quarter", "0", {.active_thread_percentage = 25, .pinned_memory_limit = limit}});
   ASSERT_TRUE(quarter.ok()) << quarter.status().ToString();
-  ASSERT_EQ(quarter->tier, mps::Tier::kMps) << quarter->reason;
+  ASSERT_EQ(quarter->tier, daemon::Tier::kMps) << quarter->reason;
   auto full = m->manager->Acquire({"gt-full", "0", {.active_thread_percentage = 100}});
   ASSERT_TRUE(full.ok()) << full.status().ToString();
   auto env = [](const std::map<std::string, std::string>& vars) {

@@ -18,13 +18,10 @@ json AllocationJson(const Allocation& a) {
     if (d.cores_percent) j["cores_percent"] = *d.cores_percent;
     devices.push_back(std::move(j));
   }
-  return json{{"claim_uid", a.claim_uid},
-              {"namespace", a.claim_namespace},
-              {"name", a.claim_name},
-              {"pod_uids", a.pod_uids},
-              {"devices", devices},
-              {"source", a.source},
-              {"tier", a.mps ? "mps" : "shared"}};
+  return json{{"claim_uid", a.claim_uid}, {"namespace", a.claim_namespace},
+              {"name", a.claim_name},     {"pod_uids", a.pod_uids},
+              {"devices", devices},       {"source", a.source},
+              {"tier", TierName(a.tier)}};
 }
 
 StatusOr<Allocation> AllocationFromJson(const json& j) {
@@ -35,7 +32,7 @@ StatusOr<Allocation> AllocationFromJson(const json& j) {
     a.claim_name = j.value("name", "");
     a.pod_uids = j.value("pod_uids", std::vector<std::string>{});
     a.source = j.value("source", "");
-    a.mps = j.value("tier", "shared") == "mps";
+    GS_ASSIGN_OR_RETURN(a.tier, ParseTier(j.value("tier", "shared")));
     for (const json& d : j.at("devices")) {
       DeviceShare s;
       s.uuid = d.at("uuid").get<std::string>();
@@ -141,7 +138,7 @@ Status AllocationStore::RetryCheckpoint() {
 }
 
 Status AllocationStore::SetGroup(const Allocation& a) {
-  if (!a.mps) return sink_.SetLimits(a.claim_uid, LimitsOf(a));
+  if (a.tier != Tier::kMps) return sink_.SetLimits(a.claim_uid, LimitsOf(a));
   TenantRegistry::GroupChange change;
   change.limits = LimitsOf(a);
   change.tier = Tier::kMps;

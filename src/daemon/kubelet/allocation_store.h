@@ -74,7 +74,7 @@ struct Allocation {
   std::string source;  // "dra" or "device-plugin"
   // A DRA claim whose opaque config asks for tier mps (claim_reader.h
   // SliceConfig): its group is set to the mps tier with its limits.
-  bool mps = false;
+  Tier tier = Tier::kShared;
 
   bool operator==(const Allocation&) const = default;
 };

@@ -149,11 +149,11 @@ TEST_F(AllocationStoreTest, ARestartKeepsAllocationsAndSetsTheirLimitsAgain) {
   EXPECT_TRUE(third.groups.empty());
 }
 
-// A claim asking for MPS (ClaimInfo::mps): its group is set on the mps tier
+// A claim asking for MPS (ClaimInfo::tier): its group is set on the mps tier
 // with its limits, and again so after a restart.
 TEST_F(AllocationStoreTest, AnMpsClaimsGroupIsOnTheMpsTierAcrossARestart) {
   Allocation a = Claim();
-  a.mps = true;
+  a.tier = Tier::kMps;
   ASSERT_TRUE(store_->Prepare(a).ok());
   EXPECT_EQ(sink_.tiers[kClaim], Tier::kMps);
   EXPECT_EQ(LimitOn(sink_.groups[kClaim], kGpu0).memory_bytes, 4 * kGiB);

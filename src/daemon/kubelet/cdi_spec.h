@@ -29,6 +29,7 @@
 #include "common/status.h"
 #include "daemon/kubelet/allocation_store.h"
 #include "daemon/kubelet/claim_reader.h"
+#include "daemon/tier.h"
 #include "gpuslice/paths.h"
 
 namespace gpuslice::daemon::kubelet {
@@ -83,9 +84,9 @@ inline constexpr char kCdiMpsKind[] = "gpuslice.io/mps";
 // What acquiring a group's MPS tenant gave (the daemon: GroupTiers, the grant
 // a registration of the group gets).
 struct MpsGrant {
-  bool mps = false;
-  std::string reason;                      // why not, when !mps
-  std::map<std::string, std::string> env;  // the client environment, when mps
+  Tier tier = Tier::kShared;
+  std::string reason;                      // why not, when not kMps
+  std::map<std::string, std::string> env;  // the client environment, when kMps
 };
 using MpsAcquire =
     std::function<MpsGrant(const std::string& group, const std::vector<std::string>& uuids)>;

@@ -85,7 +85,7 @@ StatusOr<long double> QuantityOf(const json& value) {
 
 }  // namespace
 
-StatusOr<bool> SliceConfigAsksForMps(const json& parameters, const std::string& where) {
+StatusOr<Tier> SliceConfigTier(const json& parameters, const std::string& where) {
   const std::string what = where + ": opaque config of " + kDriverName;
   if (!parameters.is_object()) {
     return InvalidArgument(what + ": parameters must be an object, not " + parameters.dump());
@@ -106,8 +106,9 @@ StatusOr<bool> SliceConfigAsksForMps(const json& parameters, const std::string& 
                            kSliceConfigApiVersion + " " + kSliceConfigKind);
   }
   const json tier = parameters.value("tier", json("shared"));
-  if (tier == "mps") return true;
-  if (tier == "shared") return false;
+  if (tier.is_string()) {
+    if (auto parsed = ParseTier(tier.get<std::string>()); parsed.ok()) return *parsed;
+  }
   return InvalidArgument(what + ": tier " + tier.dump() + R"( is neither "shared" nor "mps")");
 }
 
@@ -166,7 +167,7 @@ StatusOr<ClaimInfo> ClaimInfoFromResourceClaim(const json& claim, const ClaimRef
       for (const std::string& q : requests) ours = ours || q.starts_with(name + "/");
     }
     if (!ours) continue;
-    GS_ASSIGN_OR_RETURN(info.mps, SliceConfigAsksForMps(opaque.value("parameters", json()), where));
+    GS_ASSIGN_OR_RETURN(info.tier, SliceConfigTier(opaque.value("parameters", json()), where));
   }
   for (const json& consumer : status.value("reservedFor", json::array())) {
     if (Str(consumer, "resource") == "pods" && !Str(consumer, "uid").empty()) {

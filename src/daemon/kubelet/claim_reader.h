@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/tier.h"
 
 namespace gpuslice::daemon::kubelet {
 
@@ -58,7 +59,7 @@ struct ClaimInfo {
   //    "tier": "mps" | "shared"}
   // Any other apiVersion, kind, field or tier is refused (kInvalidArgument
   // naming it; the kubelet shows it in the pod's events).
-  bool mps = false;
+  Tier tier = Tier::kShared;
 };
 
 inline constexpr char kSliceConfigApiVersion[] = "gpuslice.io/v1alpha1";
@@ -82,9 +83,10 @@ StatusOr<long double> ParseKubeQuantity(std::string_view text);
 StatusOr<ClaimInfo> ClaimInfoFromResourceClaim(const nlohmann::json& claim, const ClaimRef& ref,
                                                std::string_view driver = kDriverName);
 
-// A SliceConfig's parameters (ClaimInfo::mps): whether they ask for the MPS
-// tier; kInvalidArgument (prefixed by `where`) for anything else.
-StatusOr<bool> SliceConfigAsksForMps(const nlohmann::json& parameters, const std::string& where);
+// A SliceConfig's parameters (ClaimInfo::tier): the tier they ask for
+// (shared when they name none); kInvalidArgument (prefixed by `where`) for
+// anything else.
+StatusOr<Tier> SliceConfigTier(const nlohmann::json& parameters, const std::string& where);
 
 // ResourceClaim objects read from `dir`/<namespace>/<name>.json.
 // ResourceClaims read from the API server:

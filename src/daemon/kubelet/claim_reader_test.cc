@@ -69,14 +69,14 @@ TEST(ClaimInfoFromResourceClaim, ASliceConfigAsksForMpsAndNothingElseIsAccepted)
       {"apiVersion", "gpuslice.io/v1alpha1"}, {"kind", "SliceConfig"}, {"tier", "mps"}};
   auto plain = ClaimInfoFromResourceClaim(Claim("u-1"), ref);
   ASSERT_TRUE(plain.ok());
-  EXPECT_FALSE(plain->mps);
+  EXPECT_EQ(plain->tier, Tier::kShared);
   auto asks = ClaimInfoFromResourceClaim(
       with(json::array({{{"source", "FromClaim"},
                          {"requests", json::array({"gpu"})},
                          {"opaque", {{"driver", "gpuslice.io"}, {"parameters", mps}}}}})),
       ref);
   ASSERT_TRUE(asks.ok()) << asks.status().ToString();
-  EXPECT_TRUE(asks->mps);
+  EXPECT_EQ(asks->tier, Tier::kMps);
   // No requests named: every request; the claim's (later) config wins.
   json shared = mps;
   shared["tier"] = "shared";
@@ -87,7 +87,7 @@ TEST(ClaimInfoFromResourceClaim, ASliceConfigAsksForMpsAndNothingElseIsAccepted)
             {"opaque", {{"driver", "gpuslice.io"}, {"parameters", shared}}}}})),
       ref);
   ASSERT_TRUE(later.ok());
-  EXPECT_FALSE(later->mps);
+  EXPECT_EQ(later->tier, Tier::kShared);
   // Another request's, or another driver's (whatever it holds): not ours.
   auto other = ClaimInfoFromResourceClaim(
       with(json::array({{{"requests", json::array({"nic"})},
@@ -95,7 +95,7 @@ TEST(ClaimInfoFromResourceClaim, ASliceConfigAsksForMpsAndNothingElseIsAccepted)
                         {{"opaque", {{"driver", "other.example.com"}, {"parameters", 7}}}}})),
       ref);
   ASSERT_TRUE(other.ok()) << other.status().ToString();
-  EXPECT_FALSE(other->mps);
+  EXPECT_EQ(other->tier, Tier::kShared);
   // Refused, with the reason.
   for (const auto& [parameters, reason] : std::vector<std::pair<json, std::string>>{
            {json{{"apiVersion", "gpuslice.io/v1alpha1"},

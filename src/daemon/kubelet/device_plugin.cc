@@ -477,7 +477,7 @@ Status DevicePlugins::WriteMpsSpec(const std::string& group, Tier tier,
   }
   const DevicePluginOptions::MpsGrant grant =
       options_.mps_acquire(group, std::vector<std::string>(gpus.begin(), gpus.end()));
-  if (!grant.mps) {
+  if (grant.tier != Tier::kMps) {
     GS_LOG(kWarn, "kubelet", "event=device_plugin_mps_fallback group=%s reason=\"%s\"",
            group.c_str(), grant.reason.c_str());
     return WriteCdiFile(path, CdiMpsSpecFor(group, {}, {}));

@@ -428,7 +428,7 @@ TEST_F(DevicePluginTest, AnMpsPodsSliceGetsItsGroupsMpsClientBeforeItStarts) {
       g.reason = "no MPS here";
       return g;
     }
-    g.mps = true;
+    g.tier = Tier::kMps;
     g.env = {{"CUDA_MPS_PIPE_DIRECTORY", dir_ + "/mps/pipe"},
              {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "30"}};
     return g;

@@ -246,7 +246,7 @@ StatusOr<std::vector<PreparedDevice>> DraPlugin::Prepare(const ClaimRef& claim) 
   a.claim_name = claim.name;
   a.pod_uids = info.pod_uids;
   a.source = "dra";
-  a.mps = info.mps;
+  a.tier = info.tier;
   for (const ClaimDevice& d : info.devices) {
     GS_ASSIGN_OR_RETURN(std::string uuid, ResolveDevice(d.device, gpus));
     a.devices.push_back(DeviceShare{.uuid = uuid,
@@ -273,13 +273,13 @@ StatusOr<std::vector<PreparedDevice>> DraPlugin::Prepare(const ClaimRef& claim) 
 }
 
 Status DraPlugin::WriteSpec(const Allocation& a, const std::map<std::string, uint32_t>& index) {
-  if (!a.mps || !options_.mps_acquire) return WriteCdiSpec(a, options_.cdi, index);
+  if (a.tier != Tier::kMps || !options_.mps_acquire) return WriteCdiSpec(a, options_.cdi, index);
   GS_RETURN_IF_ERROR(MakeClaimSegmentDir(options_.cdi.shm_dir, a.claim_uid));
   json spec = CdiSpecFor(a, options_.cdi, index);
   std::vector<std::string> uuids;
   for (const auto& [uuid, limit] : LimitsOf(a)) uuids.push_back(uuid);
   const MpsGrant grant = options_.mps_acquire(a.claim_uid, uuids);
-  if (grant.mps) {
+  if (grant.tier == Tier::kMps) {
     // The client's edits, as the device plugin's MPS device has them.
     json& edits = spec["devices"][0]["containerEdits"];
     const json client =
@@ -299,7 +299,7 @@ Status DraPlugin::Unprepare(const ClaimRef& claim) {
   MutexLock lock(prepare_mu_);
   const std::optional<Allocation> was = store_.Get(claim.uid);
   GS_RETURN_IF_ERROR(store_.Unprepare(claim.uid));
-  if (was && was->mps && options_.mps_release && !store_.Get(claim.uid)) {
+  if (was && was->tier == Tier::kMps && options_.mps_release && !store_.Get(claim.uid)) {
     options_.mps_release(claim.uid);
   }
   if (Status s = RemoveClaimSegmentDir(options_.cdi.shm_dir, claim.uid); !s.ok()) {

@@ -71,7 +71,7 @@ struct DraPluginOptions {
   std::function<std::vector<DeviceHealthReport>()> health;
   std::chrono::milliseconds health_poll{1000};
   std::string pool;
-  // A claim asking for the MPS tier (ClaimInfo::mps): at prepare its group's
+  // A claim asking for the MPS tier (ClaimInfo::tier): at prepare its group's
   // MPS tenant is acquired and the claim's CDI spec carries its client
   // environment and a mount of its pipe directory; where MPS
   // cannot be had the spec has neither (the group runs shared, the reason

@@ -34,8 +34,6 @@ TenantSettings SettingsFromJson(const json& j) {
 
 }  // namespace
 
-std::string_view TierName(Tier tier) { return tier == Tier::kMps ? "mps" : "shared"; }
-
 StatusOr<MpsState> MpsState::Parse(std::string_view text) {
   MpsState out;
   try {

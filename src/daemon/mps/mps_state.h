@@ -20,11 +20,9 @@
 
 #include "common/status.h"
 #include "daemon/mps/mps_host.h"
+#include "daemon/tier.h"
 
 namespace gpuslice::daemon::mps {
-
-enum class Tier { kShared, kMps };
-std::string_view TierName(Tier tier);  // "shared", "mps"
 
 // Per-tenant MPS settings, applied through the client environment.
 struct TenantSettings {

@@ -230,10 +230,8 @@ void GroupTiers::Reconcile() {
       continue;
     }
     MutexLock lock(mu_);
-    groups_[t.name] = GroupGrant{.tier = t.tier == mps::Tier::kMps ? Tier::kMps : Tier::kShared,
-                                 .reason = t.reason,
-                                 .uuids = t.uuids,
-                                 .held = true};
+    groups_[t.name] =
+        GroupGrant{.tier = t.tier, .reason = t.reason, .uuids = t.uuids, .held = true};
   }
 }
 
@@ -297,10 +295,7 @@ GroupTiers::Grant GroupTiers::GrantFor(const Tenant& tenant) {
       result = std::move(*acquired);
       // The manager's word (it may have fallen back since, had its tenant
       // been released through /v1/mps).
-      GroupGrant g{.tier = result.tier == mps::Tier::kMps ? Tier::kMps : Tier::kShared,
-                   .reason = result.reason,
-                   .uuids = {},
-                   .held = true};
+      GroupGrant g{.tier = result.tier, .reason = result.reason, .uuids = {}, .held = true};
       for (const mps::GpuEnv& e : result.per_gpu) g.uuids.push_back(e.uuid);
       MutexLock lock(mu_);
       held = groups_[tenant.group] = std::move(g);

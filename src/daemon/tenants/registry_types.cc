@@ -4,14 +4,6 @@
 
 namespace gpuslice::daemon {
 
-std::string_view TierName(Tier tier) { return tier == Tier::kMps ? "mps" : "shared"; }
-
-StatusOr<Tier> ParseTier(std::string_view name) {
-  if (name == "shared") return Tier::kShared;
-  if (name == "mps") return Tier::kMps;
-  return InvalidArgument(R"(tier must be "shared" or "mps", not ")" + std::string(name) + "\"");
-}
-
 GpuLimit Lower(const GpuLimit& a, const GpuLimit& b) {
   auto min = [](const auto& x, const auto& y) {
     if (!x) return y;

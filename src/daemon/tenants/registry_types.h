@@ -17,12 +17,9 @@
 #include "common/status.h"
 #include "daemon/groups/group_schedule.h"
 #include "daemon/tenants/identity.h"
+#include "daemon/tier.h"
 
 namespace gpuslice::daemon {
-
-enum class Tier { kShared, kMps };
-std::string_view TierName(Tier tier);
-StatusOr<Tier> ParseTier(std::string_view name);
 
 // A limit on one GPU; an unset field is no limit.
 struct GpuLimit {
