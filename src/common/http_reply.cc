@@ -6,14 +6,15 @@
 namespace gpuslice {
 namespace {
 
-char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+char LowerAscii(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
-bool EqualsNoCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
-                                            [](char x, char y) { return Lower(x) == Lower(y); });
+bool EqualsIgnoringAsciiCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return LowerAscii(x) == LowerAscii(y);
+         });
 }
 
-std::string_view Trim(std::string_view s) {
+std::string_view TrimHeaderSpace(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
     s.remove_suffix(1);
@@ -22,7 +23,7 @@ std::string_view Trim(std::string_view s) {
 }
 
 // "HTTP/1.1 201 Created" (the reason may be absent): the status.
-StatusOr<int> StatusOf(std::string_view line) {
+StatusOr<int> StatusLineCode(std::string_view line) {
   if (!line.starts_with("HTTP/1.") || line.size() < 12 || line[8] != ' ') {
     return InvalidArgument("not an HTTP/1.x reply");
   }
@@ -51,7 +52,7 @@ StatusOr<std::optional<HttpReply>> ParseHttpReply(std::string_view raw, bool at_
   const std::string_view head = raw.substr(0, header_end);
   const size_t line_end = std::min(head.find("\r\n"), head.size());
   HttpReply reply;
-  auto status = StatusOf(head.substr(0, line_end));
+  auto status = StatusLineCode(head.substr(0, line_end));
   if (!status.ok()) return status.status();
   reply.status = *status;
   std::optional<size_t> content_length;
@@ -63,20 +64,21 @@ StatusOr<std::optional<HttpReply>> ParseHttpReply(std::string_view raw, bool at_
     rest.remove_prefix(next);
     const size_t colon = line.find(':');
     if (colon == std::string_view::npos) continue;
-    const std::string_view name = Trim(line.substr(0, colon));
-    const std::string_view value = Trim(line.substr(colon + 1));
-    if (EqualsNoCase(name, "content-length")) {
+    const std::string_view name = TrimHeaderSpace(line.substr(0, colon));
+    const std::string_view value = TrimHeaderSpace(line.substr(colon + 1));
+    if (EqualsIgnoringAsciiCase(name, "content-length")) {
       size_t n = 0;
       auto [p, e] = std::from_chars(value.data(), value.data() + value.size(), n);
       if (e != std::errc() || p != value.data() + value.size() || value.empty()) {
         return InvalidArgument("the reply's Content-Length is malformed");
       }
       content_length = n;
-    } else if (EqualsNoCase(name, "transfer-encoding") && !EqualsNoCase(value, "identity")) {
+    } else if (EqualsIgnoringAsciiCase(name, "transfer-encoding") &&
+               !EqualsIgnoringAsciiCase(value, "identity")) {
       return InvalidArgument("the reply uses a transfer encoding this client does not read");
     }
     std::string key(name);
-    std::transform(key.begin(), key.end(), key.begin(), Lower);
+    std::transform(key.begin(), key.end(), key.begin(), LowerAscii);
     reply.headers[std::move(key)] = std::string(value);
   }
   if (limits.head) return std::optional<HttpReply>(std::move(reply));
