@@ -39,17 +39,6 @@ bool ScheduleInEffect(const ScheduleSettings& schedule, const ScheduleEntry& ask
 
 }  // namespace
 
-Status ValidateGroupId(std::string_view id) {
-  const bool ok =
-      !id.empty() && id.size() <= 64 && id.front() != '.' &&
-      std::all_of(id.begin(), id.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-';
-      });
-  if (ok) return Status::Ok();
-  return InvalidArgument("group \"" + std::string(id) +
-                         "\" must be 1-64 characters of [A-Za-z0-9._-], not starting with '.'");
-}
-
 TenantRegistry::TenantRegistry(Options options, const Clock& clock, LivenessWatcher& watcher,
                                StateStore* store, EventSink sink)
     : options_(std::move(options)),

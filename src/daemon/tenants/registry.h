@@ -340,7 +340,4 @@ class TenantRegistry {
 std::function<std::optional<GroupSchedule>(const std::string& group, const std::string& uuid)>
 ScheduleOfRegistry(const TenantRegistry& registry);
 
-// A group id: 1-64 of [A-Za-z0-9._-], not starting with '.'.
-Status ValidateGroupId(std::string_view id);
-
 }  // namespace gpuslice::daemon

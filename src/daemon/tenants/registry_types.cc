@@ -1,6 +1,7 @@
 #include "daemon/tenants/registry_types.h"
 
 #include <algorithm>
+#include <cctype>
 
 namespace gpuslice::daemon {
 
@@ -68,6 +69,17 @@ Status ValidateScheduleEntry(const ScheduleEntry& entry, const std::string& wher
     return InvalidArgument("\"" + where + ".weight\" must be from 1 to 1000");
   }
   return Status::Ok();
+}
+
+Status ValidateGroupId(std::string_view id) {
+  const bool ok =
+      !id.empty() && id.size() <= 64 && id.front() != '.' &&
+      std::all_of(id.begin(), id.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-';
+      });
+  if (ok) return Status::Ok();
+  return InvalidArgument("group \"" + std::string(id) +
+                         "\" must be 1-64 characters of [A-Za-z0-9._-], not starting with '.'");
 }
 
 }  // namespace gpuslice::daemon

@@ -62,6 +62,9 @@ ScheduleEntry ScheduleEntryOn(const ScheduleSettings& schedule, const std::strin
 // kInvalidArgument naming the field (`where` prefixes it) when out of range.
 Status ValidateScheduleEntry(const ScheduleEntry& entry, const std::string& where);
 
+// A group id: 1-64 of [A-Za-z0-9._-], not starting with '.'.
+Status ValidateGroupId(std::string_view id);
+
 struct Group {
   std::string id;
   Limits limits;
