@@ -74,15 +74,24 @@ bool MpsGranted(const GroupTiers& tiers, const std::string& group, const std::st
          std::find(grant->uuids.begin(), grant->uuids.end(), uuid) != grant->uuids.end();
 }
 
-ComputeBackstopMonitor::Options ComputeBackstopOptions(const DaemonConfig& config,
-                                                       const GroupTiers& tiers) {
-  ComputeBackstopMonitor::Options o;
-  o.backstop = {
-      .action = config.compute_backstop == "throttle" ? ComputeBackstop::Action::kThrottle
-                                                      : ComputeBackstop::Action::kReport,
-      .tolerance_points = static_cast<uint32_t>(config.compute_backstop_tolerance),
-      .over_for_ns = config.compute_backstop_over_ms * 1'000'000,
-      .unregistered_percent = static_cast<uint32_t>(config.compute_backstop_unregistered_percent)};
+// The backstop's checks as the operator set them (docs/backstop.md).
+BackstopMonitor::Options BackstopOptions(const DaemonConfig& config, const GroupTiers& tiers) {
+  BackstopMonitor::Options o;
+  if (config.memory_backstop != "off") {
+    o.memory = MemoryBackstop::Options{.action = config.memory_backstop == "kill"
+                                                     ? MemoryBackstop::Action::kKill
+                                                     : MemoryBackstop::Action::kReport,
+                                       .allowance_per_process_bytes = 2ull << 20};
+  }
+  if (config.compute_backstop != "off") {
+    o.compute = ComputeBackstop::Options{
+        .action = config.compute_backstop == "throttle" ? ComputeBackstop::Action::kThrottle
+                                                        : ComputeBackstop::Action::kReport,
+        .tolerance_points = static_cast<uint32_t>(config.compute_backstop_tolerance),
+        .over_for_ns = config.compute_backstop_over_ms * 1'000'000,
+        .unregistered_percent =
+            static_cast<uint32_t>(config.compute_backstop_unregistered_percent)};
+  }
   o.is_ignored = [](uint32_t pid) { return IsMpsServer("/proc", pid); };
   o.is_mps = [&tiers](const std::string& group, const std::string& uuid) {
     return MpsGranted(tiers, group, uuid);
@@ -249,7 +258,6 @@ Node::Node(NodeOptions options, std::unique_ptr<NvmlBackend> backend,
           GS_LOG(kError, "gpusliced", "event=checkpoint_failed error=\"%s\"", s.message().c_str());
         }
       }),
-      usage_(*backend_),
       // Segments of groups idle past the grace period (DESIGN.md section 3).
       shm_dir_(options_.config.shm_dir.empty() ? kDefaultGroupSegmentDir : options_.config.shm_dir),
       collector_(shm_dir_, options_.config.group_gc_grace_s * 1'000'000'000,
@@ -319,35 +327,24 @@ Node::Node(NodeOptions options, std::unique_ptr<NvmlBackend> backend,
                                         }},
                  state_.get()),
       enforcers_observing_([this] { registry_.AddObserver(&enforcers_); }),
-      // The memory backstop (docs/backstop.md): NVML's per-process memory
-      // against the registry's groups, each monitor tick.
-      backstop_(options_.config.memory_backstop == "off"
-                    ? nullptr
-                    : std::make_unique<BackstopMonitor>(
-                          BackstopMonitor::Options{
-                              .action = options_.config.memory_backstop == "kill"
-                                            ? MemoryBackstop::Action::kKill
-                                            : MemoryBackstop::Action::kReport,
-                              .allowance_per_process_bytes = 2ull << 20,
-                              .is_ignored = [](uint32_t pid) { return IsMpsServer("/proc", pid); }},
-                          *backend_, registry_, TenantKiller(registry_),
-                          [this](std::string_view type, const nlohmann::json& data) {
-                            Publish(type, data);
-                          })),
-      // The compute backstop (docs/backstop.md): NVML's per-process
-      // utilization against the registry's groups, on a thread of its own,
-      // with the SIGSTOP/SIGCONT duty cycle where the operator enabled it.
-      // Whatever the mode, what a previous run may have left stopped is
-      // continued first.
-      compute_backstop_(
-          ComputeBackstopOptions(options_.config, tiers_), *backend_, registry_, signaller_,
+      // The backstop (docs/backstop.md): NVML's per-process memory and
+      // utilization against the registry's groups, each monitor tick, with
+      // the SIGSTOP/SIGCONT duty cycle on a thread of its own where the
+      // operator enabled it. Whatever the modes, what a previous run may have
+      // left stopped is continued first.
+      backstop_(
+          BackstopOptions(options_.config, tiers_), *backend_, registry_,
+          BackstopMonitor::Actions{
+              .killer = TenantKiller(registry_),
+              .signaller = signaller_,
+              .terminator = [this](const std::string& uuid,
+                                   pid_t pid) { return mps_.TerminateClient(uuid, pid); }},
           state_.get(),
-          [this](const std::string& uuid, pid_t pid) { return mps_.TerminateClient(uuid, pid); },
           [this](std::string_view type, const nlohmann::json& data) { Publish(type, data); },
-          ComputeBackstopMonitor::Clocks{clock_, wall_clock_}),
-      compute_backstop_started_([this] {
-        compute_backstop_.Recover();
-        if (options_.config.compute_backstop != "off") compute_backstop_.Start();
+          BackstopMonitor::Clocks{clock_, wall_clock_}),
+      backstop_started_([this] {
+        backstop_.Recover();
+        if (options_.config.compute_backstop != "off") backstop_.Start();
         monitor_.SetTickHook([this] { OnTick(); });
       }),
       // Every group's controller (DESIGN.md section 3), on a thread of its
@@ -437,26 +434,23 @@ void Node::Publish(std::string_view type, const nlohmann::json& data) {
 }
 
 std::string Node::ExtraMetrics() const {
-  return FormatNodeMetrics(NodeMetricsSources{
-      .registry = registry_,
-      .monitor = monitor_,
-      .usage = usage_,
-      .controllers = controllers_,
-      .backstop = backstop_.get(),
-      .compute_backstop = options_.config.compute_backstop != "off" ? &compute_backstop_ : nullptr,
-      .enforcers = enforcers_,
-      .tiers = tiers_,
-      .mps = mps_,
-      .manager = manager_,
-      .state = *state_});
+  return FormatNodeMetrics(NodeMetricsSources{.registry = registry_,
+                                              .monitor = monitor_,
+                                              .usage = usage_,
+                                              .controllers = controllers_,
+                                              .backstop = backstop_,
+                                              .enforcers = enforcers_,
+                                              .tiers = tiers_,
+                                              .mps = mps_,
+                                              .manager = manager_,
+                                              .state = *state_});
 }
 
 void Node::OnTick() {
   manager_.ExpireDue();
   enforcers_.Reconcile();
   (void)registry_.RetryCheckpoint();  // a checkpoint a full disk left behind (logged there)
-  usage_.Refresh(*monitor_.Current());
-  if (backstop_) backstop_->Tick(*monitor_.Current());
+  usage_.Refresh(backstop_.Tick(*monitor_.Current()).readings);  // one read of the processes
   SegmentCollector::Sweep sweep = collector_.MaybeSweep();
   for (const std::string& group : sweep.removed) {
     GS_LOG(kInfo, "gpusliced", "event=group_removed group=%s reason=idle", group.c_str());
@@ -591,7 +585,7 @@ void Node::Stop() {
   // the executors end before the monitor their callbacks poke is destroyed.
   server_.Stop();
   dashboard_loop_.Stop();
-  compute_backstop_.Stop();  // every throttled process continued
+  backstop_.Stop();  // every throttled process continued
   control_loop_.Stop();
   controllers_.Stop();  // members take their groups back at once
   monitor_.Stop();

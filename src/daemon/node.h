@@ -29,7 +29,6 @@
 #include "common/status.h"
 #include "daemon/api/api.h"
 #include "daemon/backstop/backstop_monitor.h"
-#include "daemon/backstop/compute_backstop_monitor.h"
 #include "daemon/backstop/signaller.h"
 #include "daemon/config.h"
 #include "daemon/dashboard/dashboard_feed.h"
@@ -149,10 +148,9 @@ class Node {
   Step tiers_started_;  // reconciled with what MPS kept, then a registry observer
   Enforcers enforcers_;
   Step enforcers_observing_;
-  std::unique_ptr<BackstopMonitor> backstop_;  // null: --memory-backstop off
   PidfdSignaller signaller_;
-  ComputeBackstopMonitor compute_backstop_;
-  Step compute_backstop_started_;
+  BackstopMonitor backstop_;  // memory and compute, on the GPU monitor's ticks
+  Step backstop_started_;
   BackendBusy device_busy_;
   GroupControllers controllers_;
   ControlLoop control_loop_;

@@ -21,13 +21,10 @@ std::string FormatNodeMetrics(const NodeMetricsSources& s) {
                             return controllers.ShareOf(g, u);
                           }) +
       FormatGroupMetrics(controllers.Snapshot(), gpu_index);
-  if (s.backstop != nullptr) text += s.backstop->FormatMetrics();
+  text += s.backstop.FormatMetrics();  // memory and compute findings, one family
   text += s.enforcers.FormatMetrics(gpu_index);
   text += s.tiers.FormatMetrics();
   text += FormatMpsStateMetrics(s.mps.GetStatus().save_failures);
-  // The findings family's HELP and TYPE come with the memory backstop's lines when it runs.
-  if (s.compute_backstop != nullptr)
-    text += s.compute_backstop->FormatMetrics(s.backstop == nullptr);
   text += FormatRevertMetrics(s.manager.Reverts());
   text += s.state.FormatMetrics();  // failed saves per record
   return text;

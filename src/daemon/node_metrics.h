@@ -9,7 +9,6 @@
 #include <string>
 
 #include "daemon/backstop/backstop_monitor.h"
-#include "daemon/backstop/compute_backstop_monitor.h"
 #include "daemon/enforce/enforcers.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/gpu/gpu_monitor.h"
@@ -28,8 +27,7 @@ struct NodeMetricsSources {
   const GpuMonitor& monitor;
   const GpuUsageCache& usage;
   const GroupControllers& controllers;
-  const BackstopMonitor* backstop;                 // null: the memory backstop is off
-  const ComputeBackstopMonitor* compute_backstop;  // null: the compute backstop is off
+  const BackstopMonitor& backstop;
   const Enforcers& enforcers;
   const GroupTiers& tiers;
   const mps::MpsManager& mps;

@@ -98,7 +98,7 @@ void Handle(const http::request<http::string_body>& req, Caller caller, std::str
   GpuManager manager(backend, clock);
   GpuMonitor monitor(backend, std::chrono::milliseconds(1000), &clock);
   monitor.Sample();
-  GpuUsageCache usage(backend);
+  GpuUsageCache usage;
   AlwaysAlive watcher;
   TenantRegistry registry(TenantRegistry::Options{ProcRoot()}, clock, watcher, nullptr,
                           [](std::string_view, const nlohmann::json&) {});

@@ -64,7 +64,7 @@ class TenantRoutesFixture : public ::testing::Test {
                              events_.emplace_back(std::string(type), data);
                            }};
   GpuMonitor monitor_{backend_, std::chrono::milliseconds(1000)};
-  GpuUsageCache usage_{backend_};
+  GpuUsageCache usage_;
   ApiRouter router_;
 };
 

@@ -218,7 +218,7 @@ TEST_F(TenantRoutesTest, ListsTenantsWithTheDriversMemoryAndShare) {
   // NVML's per-process sample says 90 %: the share is the group control's,
   // never a per-process sample (docs/scheduling.md "Evidence").
   backend_.AddUtilization(0, {{100, 10, 90}});
-  usage_.Refresh(*monitor_.Current());
+  usage_.Refresh(ReadProcesses(backend_, *monitor_.Current(), std::nullopt));
   auto r = Call("GET", "/v1/tenants", "", Unix(300, 65534));
   ASSERT_EQ(r.status, 200);
   json list = Body(r)["tenants"];
@@ -310,7 +310,7 @@ TEST_F(TenantRoutesTest, GroupsAreSetByAdminsAndForgottenWhenEmpty) {
       400);
   EXPECT_EQ(Call("PUT", "/v1/groups/g", R"({"max": 1})", Root()).status, 400);
   ASSERT_EQ(Call("POST", "/v1/tenants", R"({"group": "g"})", Unix(100, 1000)).status, 201);
-  usage_.Refresh(*monitor_.Current());
+  usage_.Refresh(ReadProcesses(backend_, *monitor_.Current(), std::nullopt));
   json listed = Body(Call("GET", "/v1/groups", "", Root()))["groups"];
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_EQ(listed[0]["owner"]["uid"], 1000);

@@ -63,7 +63,7 @@ TEST_F(TenantScheduleRoutesTest, PutSetsTheScheduleAndGetShowsTheEffectiveValues
   ASSERT_EQ(Call("PUT", "/v1/groups/g", R"({"limits": {}})").status, 200);
   EXPECT_EQ(Body(Call("GET", "/v1/groups/g", ""))["schedule"]["all"]["request"], 30);
 
-  usage_.Refresh(*monitor_.Current());
+  usage_.Refresh(ReadProcesses(backend_, *monitor_.Current(), std::nullopt));
   const std::string metrics = FormatTenantMetrics(registry_, *usage_.Current(), nullptr);
   const std::string labels = R"({group="g",pod="",namespace="",gpu="0",uuid="GPU-fake-0"})";
   EXPECT_NE(metrics.find("gpuslice_group_compute_request_ratio" + labels + " 0.3\n"),

@@ -93,6 +93,16 @@ struct ProcessUtilization {
   bool operator==(const ProcessUtilization&) const = default;
 };
 
+// One read of a GPU's compute processes (and, where asked for, its
+// per-process utilization samples), taken once per monitor tick for every
+// reader (the backstop's checks and GpuUsageCache).
+struct GpuProcessReading {
+  uint32_t index = 0;
+  std::string uuid;
+  std::optional<std::vector<GpuProcess>> processes;        // nullopt: could not be read
+  std::optional<std::vector<ProcessUtilization>> samples;  // nullopt: not read, or could not be
+};
+
 // One NVML window of a GPU (nvmlDeviceGetSamples, GPU utilization): the
 // percent of it in which a kernel ran, and its end (CLOCK_REALTIME us).
 struct BusySample {

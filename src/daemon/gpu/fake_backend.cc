@@ -107,7 +107,13 @@ StatusOr<EnergyReading> FakeBackend::Energy(uint32_t index) {
 StatusOr<std::vector<GpuProcess>> FakeBackend::Processes(uint32_t index) {
   MutexLock lock(mu_);
   if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  ++process_reads_;
   return processes_[index];
+}
+
+int FakeBackend::process_reads() const {
+  MutexLock lock(mu_);
+  return process_reads_;
 }
 
 StatusOr<std::vector<ProcessUtilization>> FakeBackend::ProcessUtilizationSince(uint32_t index,

@@ -59,6 +59,8 @@ class FakeBackend final : public GpuBackend {
   void SetHook(std::function<void(uint32_t index, const SettingValue&)> hook);
   // The next Set on `index` (every Set while `sticky`) fails with `status`.
   void FailSets(uint32_t index, Status status, bool sticky = false);
+  // Every Processes call that reached a GPU so far.
+  int process_reads() const;
   // What Processes(index) reports from now on.
   void SetProcesses(uint32_t index, std::vector<GpuProcess> processes);
   // Adds NVML utilization samples of GPU `index` (returned by
@@ -91,6 +93,7 @@ class FakeBackend final : public GpuBackend {
   std::map<uint32_t, Status> memory_limit_failures_;
   std::map<uint32_t, Status> memory_limit_clear_failures_;
   int memory_limit_calls_ = 0;
+  int process_reads_ = 0;
 };
 
 }  // namespace gpuslice::daemon

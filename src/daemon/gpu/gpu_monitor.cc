@@ -128,4 +128,24 @@ void GpuMonitor::Loop() {
   }
 }
 
+std::vector<GpuProcessReading> ReadProcesses(GpuBackend& backend, const Snapshot& snapshot,
+                                             std::optional<uint64_t> samples_since_us) {
+  std::vector<GpuProcessReading> readings;
+  readings.reserve(snapshot.gpus.size());
+  for (const GpuInfo& gpu : snapshot.gpus) {
+    GpuProcessReading& r = readings.emplace_back();
+    r.index = gpu.index;
+    r.uuid = gpu.uuid;
+    auto processes = backend.Processes(gpu.index);
+    if (!processes.ok()) continue;  // unreadable this time
+    r.processes = std::move(*processes);
+    if (!samples_since_us) continue;
+    if (auto samples = backend.ProcessUtilizationSince(gpu.index, *samples_since_us);
+        samples.ok()) {
+      r.samples = std::move(*samples);
+    }
+  }
+  return readings;
+}
+
 }  // namespace gpuslice::daemon

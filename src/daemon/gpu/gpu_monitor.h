@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -125,5 +126,11 @@ class GpuMonitor {
   std::vector<uint64_t> failures_at_loss_ GUARDED_BY(sample_mu_);
   std::thread thread_;
 };
+
+// Reads the compute processes of every GPU of `snapshot` (index and UUID),
+// and, with `samples_since_us`, their utilization samples newer than it: one
+// reading per GPU, in the snapshot's order.
+std::vector<GpuProcessReading> ReadProcesses(GpuBackend& backend, const Snapshot& snapshot,
+                                             std::optional<uint64_t> samples_since_us);
 
 }  // namespace gpuslice::daemon

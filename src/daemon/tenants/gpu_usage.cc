@@ -4,26 +4,22 @@
 
 namespace gpuslice::daemon {
 
-void GpuUsageCache::Refresh(const Snapshot& snapshot) {
+void GpuUsageCache::Refresh(const std::vector<GpuProcessReading>& readings) {
   auto previous = Current();
   auto next = std::make_shared<std::vector<GpuUsage>>();
-  for (const GpuInfo& gpu : snapshot.gpus) {
-    const GpuUsage* old = nullptr;
-    for (const GpuUsage& u : *previous) {
-      if (u.index == gpu.index) old = &u;
-    }
-    GpuUsage usage;
-    usage.index = gpu.index;
-    usage.uuid = gpu.uuid;
-    auto processes = backend_.Processes(gpu.index);
-    if (!processes.ok()) {
-      if (old != nullptr) next->push_back(*old);
+  for (const GpuProcessReading& r : readings) {
+    if (!r.processes) {
+      auto old = std::find_if(previous->begin(), previous->end(),
+                              [&](const GpuUsage& u) { return u.index == r.index; });
+      if (old != previous->end()) next->push_back(*old);
       continue;
     }
-    for (const GpuProcess& p : *processes) {
+    GpuUsage& usage = next->emplace_back();
+    usage.index = r.index;
+    usage.uuid = r.uuid;
+    for (const GpuProcess& p : *r.processes) {
       usage.memory_bytes[p.pid] = p.used_memory_bytes.value_or(0);
     }
-    next->push_back(std::move(usage));
   }
   MutexLock lock(mu_);
   current_ = std::move(next);

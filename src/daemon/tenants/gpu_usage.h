@@ -1,8 +1,8 @@
 // GpuUsageCache: the memory the driver says each process uses on each GPU
-// (NVML's process list, in host pids), refreshed on the monitor thread after
-// each GPU sample so that GET /v1/tenants and /metrics read it without an
-// NVML call per request. Compute shares are not here: they are the group
-// control's (docs/scheduling.md "Evidence"), never NVML's per-process
+// (NVML's process list, in host pids), kept from the backstop's reading of
+// each monitor tick (BackstopMonitor::Tick, the one reader of that list) so
+// that GET /v1/tenants and /metrics read it without an NVML call per request. Compute shares are
+// not here: they are the group control's (docs/scheduling.md "Evidence"), never NVML's per-process
 // samples.
 //
 // Thread safety: Refresh from one thread (the monitor's); Current from any.
@@ -28,17 +28,13 @@ struct GpuUsage {
 
 class GpuUsageCache {
  public:
-  // REQUIRES: `backend` outlives the cache.
-  explicit GpuUsageCache(GpuBackend& backend) : backend_(backend) {}
-
-  // Reads the processes of every GPU of `snapshot`. A GPU whose read fails
-  // keeps its previous entry.
-  void Refresh(const Snapshot& snapshot);
+  // One entry per reading, in its order; a GPU whose processes could not be
+  // read keeps its previous entry (none before its first read).
+  void Refresh(const std::vector<GpuProcessReading>& readings);
   // The latest refresh (empty before the first).
   std::shared_ptr<const std::vector<GpuUsage>> Current() const;
 
  private:
-  GpuBackend& backend_;
   mutable Mutex mu_;
   std::shared_ptr<const std::vector<GpuUsage>> current_ GUARDED_BY(mu_) =
       std::make_shared<const std::vector<GpuUsage>>();
