@@ -30,6 +30,13 @@ constexpr uint64_t kGiB = 1ull << 30;
 constexpr int64_t kMs = 1'000'000;
 constexpr int64_t kS = 1'000'000'000;
 
+using Events = std::vector<std::pair<std::string, nlohmann::json>>;
+std::vector<std::string> TypesOf(const Events& events) {
+  std::vector<std::string> out;
+  for (const auto& [type, data] : events) out.push_back(type);
+  return out;
+}
+
 class BackstopMonitorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -80,11 +87,7 @@ class BackstopMonitorTest : public ::testing::Test {
         BackstopMonitor::Clocks{clock_, clock_});
   }
   std::vector<MemoryBackstop::Finding> Tick(BackstopMonitor& m) { return m.Tick(snapshot_).memory; }
-  std::vector<std::string> EventTypes() const {
-    std::vector<std::string> out;
-    for (const auto& [type, data] : events_) out.push_back(type);
-    return out;
-  }
+  std::vector<std::string> EventTypes() const { return TypesOf(events_); }
 
   FakeProc proc_;
   FakeBackend backend_{2};
@@ -95,7 +98,7 @@ class BackstopMonitorTest : public ::testing::Test {
   Snapshot snapshot_;
   FakeSignaller signaller_;
   std::vector<pid_t> killed_;
-  std::vector<std::pair<std::string, nlohmann::json>> events_;
+  Events events_;
 };
 
 TEST_F(BackstopMonitorTest, AGroupOverItsLimitByTheDriversCountIsReportedPublishedAndCounted) {
@@ -229,11 +232,7 @@ class BackstopMonitorComputeTest : public ::testing::Test {
     }
     return {};
   }
-  std::vector<std::string> EventTypes() const {
-    std::vector<std::string> out;
-    for (const auto& [type, data] : events_) out.push_back(type);
-    return out;
-  }
+  std::vector<std::string> EventTypes() const { return TypesOf(events_); }
 
   FakeProc proc_;
   FakeBackend backend_{2};
@@ -246,7 +245,7 @@ class BackstopMonitorComputeTest : public ::testing::Test {
   FakeSignaller signaller_;
   GpuMonitor monitor_{backend_, std::chrono::milliseconds(1000)};
   Snapshot snapshot_;
-  std::vector<std::pair<std::string, nlohmann::json>> events_;
+  Events events_;
 };
 
 TEST_F(BackstopMonitorComputeTest, AnUnregisteredProcessIsPublishedAndCounted) {
