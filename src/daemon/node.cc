@@ -27,6 +27,22 @@
 namespace gpuslice::daemon {
 namespace {
 
+// The group controllers' word for one tick: the registry's limits (the
+// group's, lowered by its tenants' own) and schedules, from one view.
+GroupControllers::Word WordOfRegistry(RegistryView view) {
+  auto shared = std::make_shared<const RegistryView>(std::move(view));
+  return GroupControllers::Word{
+      .limits_of = [shared](const std::string& group, const std::string& uuid)
+          -> std::optional<GroupControllers::DeviceLimit> {
+        const std::optional<GpuLimit> limit = shared->LimitOf(group, uuid);
+        if (!limit) return std::nullopt;
+        return GroupControllers::DeviceLimit{.memory_bytes = limit->memory_bytes,
+                                             .compute_percent = limit->compute_percent};
+      },
+      .schedule_of = [shared](const std::string& group,
+                              const std::string& uuid) { return shared->ScheduleOn(group, uuid); }};
+}
+
 std::optional<gid_t> LookupGroup(const std::string& name) {
   std::vector<char> buf(16384);
   group g{};
@@ -333,7 +349,7 @@ Node::Node(NodeOptions options, std::unique_ptr<NvmlBackend> backend,
       // operator enabled it. Whatever the modes, what a previous run may have
       // left stopped is continued first.
       backstop_(
-          BackstopOptions(options_.config, tiers_), *backend_, registry_,
+          BackstopOptions(options_.config, tiers_), *backend_,
           BackstopMonitor::Actions{
               .killer = TenantKiller(registry_),
               .signaller = signaller_,
@@ -354,22 +370,13 @@ Node::Node(NodeOptions options, std::unique_ptr<NvmlBackend> backend,
       // tenants' own) are the daemon's word; one scheduler per GPU (issue 13).
       device_busy_(*backend_),
       controllers_(
-          GroupControllers::Options{.shm_dir = shm_dir_, .self = getpid()}, device_busy_,
-          [this](const std::string& group,
-                 const std::string& uuid) -> std::optional<GroupControllers::DeviceLimit> {
-            auto control = registry_.ControlOf(group);
-            if (!control) return std::nullopt;
-            const GpuLimit limit = control->LimitOn(uuid);
-            return GroupControllers::DeviceLimit{.memory_bytes = limit.memory_bytes,
-                                                 .compute_percent = limit.compute_percent};
-          },
+          GroupControllers::Options{
+              .shm_dir = shm_dir_, .self = getpid(), .schedule = true},  // one scheduler per GPU
+          device_busy_, [this] { return WordOfRegistry(registry_.TakeView()); },
           GroupControllers::Clocks{wall_clock_, clock_}),
       control_loop_([this] { return controllers_.Tick(); }),
       scheduler_wake_(std::make_unique<SchedulerWake>(controllers_, control_loop_)),
-      scheduler_wired_([this] {
-        controllers_.SetScheduleOf(ScheduleOfRegistry(registry_));  // one scheduler per GPU
-        registry_.AddObserver(scheduler_wake_.get());
-      }),
+      scheduler_wired_([this] { registry_.AddObserver(scheduler_wake_.get()); }),
       routes_added_([this] {
         GpuRoutesOptions route_options;
         route_options.default_lease_s = options_.config.default_lease_s;
@@ -448,9 +455,10 @@ std::string Node::ExtraMetrics() const {
 
 void Node::OnTick() {
   manager_.ExpireDue();
-  enforcers_.Reconcile();
+  const RegistryView registry = registry_.TakeView();  // one reading, for every consumer below
+  enforcers_.Reconcile(registry);
   (void)registry_.RetryCheckpoint();  // a checkpoint a full disk left behind (logged there)
-  usage_.Refresh(backstop_.Tick(*monitor_.Current()).readings);  // one read of the processes
+  usage_.Refresh(backstop_.Tick(*monitor_.Current(), registry).readings);  // one read of NVML
   SegmentCollector::Sweep sweep = collector_.MaybeSweep();
   for (const std::string& group : sweep.removed) {
     GS_LOG(kInfo, "gpusliced", "event=group_removed group=%s reason=idle", group.c_str());

@@ -155,7 +155,7 @@ class Node {
   GroupControllers controllers_;
   ControlLoop control_loop_;
   const std::unique_ptr<SchedulerWake> scheduler_wake_;
-  Step scheduler_wired_;  // the registry's schedules in; woken by their changes
+  Step scheduler_wired_;  // the control loop woken by the registry's schedule changes
   ApiRouter router_;
   Step routes_added_;
   DashboardFeed dashboard_feed_;

@@ -400,8 +400,7 @@ void AppendTenantView(const Tenant& t, const std::string& text,
   out += '}';
 }
 
-json GroupView(const Group& g, const std::vector<Tenant>& members,
-               const std::vector<GpuUsage>& usage, const TenantRegistry& registry,
+json GroupView(const Group& g, const RegistryView& registry, const std::vector<GpuUsage>& usage,
                const TenantRoutesOptions& options) {
   const GroupTiers* tiers = options.tiers;
   json j = GroupJson(g);
@@ -422,8 +421,9 @@ json GroupView(const Group& g, const std::vector<Tenant>& members,
                                           : "this daemon does not manage MPS";
     }
   }
+  const std::vector<const Tenant*> members = registry.MembersOf(g.id);
   json pids = json::array();
-  for (const Tenant& t : members) pids.push_back(t.host_pid);
+  for (const Tenant* t : members) pids.push_back(t->host_pid);
   j["members"] = std::move(pids);
   const std::optional<uint64_t> evictions =
       options.ledger_evictions_of ? options.ledger_evictions_of(g.id) : std::nullopt;
@@ -431,8 +431,8 @@ json GroupView(const Group& g, const std::vector<Tenant>& members,
   json gpus = json::array();
   for (const GpuUsage& u : usage) {
     uint64_t used = 0;
-    for (const Tenant& t : members) {
-      if (auto m = u.memory_bytes.find(static_cast<uint32_t>(t.host_pid));
+    for (const Tenant* t : members) {
+      if (auto m = u.memory_bytes.find(static_cast<uint32_t>(t->host_pid));
           m != u.memory_bytes.end()) {
         used += m->second;
       }
@@ -455,12 +455,6 @@ json GroupView(const Group& g, const std::vector<Tenant>& members,
   }
   j["gpus"] = std::move(gpus);
   return j;
-}
-
-std::map<std::string, std::vector<Tenant>> MembersByGroup(const TenantRegistry& registry) {
-  std::map<std::string, std::vector<Tenant>> out;
-  for (Tenant& t : registry.Tenants()) out[t.group].push_back(std::move(t));
-  return out;
 }
 
 // A refusal of the registry as the API answers it: an overcommit of the
@@ -586,21 +580,22 @@ void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonit
   router.Add("GET", "/v1/groups", Access::kRead, Dispatch::kBlocking,
              [&registry, &monitor, &usage, options](const ApiRequest&) {
                const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
-               auto members = MembersByGroup(registry);
+               const RegistryView view = registry.TakeView();  // one instant for every group
                json list = json::array();
-               for (const Group& g : registry.Groups()) {
-                 list.push_back(GroupView(g, members[g.id], u, registry, options));
-               }
+               for (const auto& [id, g] : view.groups)
+                 list.push_back(GroupView(g, view, u, options));
                return ApiResponse::Json(200, {{"groups", std::move(list)}});
              });
   router.Add("GET", "/v1/groups/{id}", Access::kRead, Dispatch::kBlocking,
              [&registry, &monitor, &usage, options](const ApiRequest& req) {
                const std::string& id = req.params.at("id");
-               auto g = registry.GroupOf(id);
-               if (!g) return ApiResponse::FromStatus(NotFound("no group \"" + id + "\""));
+               const RegistryView view = registry.TakeView();
+               auto g = view.groups.find(id);
+               if (g == view.groups.end()) {
+                 return ApiResponse::FromStatus(NotFound("no group \"" + id + "\""));
+               }
                const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
-               return ApiResponse::Json(
-                   200, GroupView(*g, MembersByGroup(registry)[id], u, registry, options));
+               return ApiResponse::Json(200, GroupView(g->second, view, u, options));
              });
   router.Add(
       "PUT", "/v1/groups/{id}", Access::kMutate, Dispatch::kBlocking,

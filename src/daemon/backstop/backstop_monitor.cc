@@ -92,12 +92,10 @@ json ComputeFindingJson(const ComputeBackstop::Finding& f) {
   return j;
 }
 
-BackstopMonitor::BackstopMonitor(Options options, GpuBackend& backend,
-                                 const TenantRegistry& registry, Actions actions, StateStore* store,
-                                 EventSink sink, Clocks clocks)
+BackstopMonitor::BackstopMonitor(Options options, GpuBackend& backend, Actions actions,
+                                 StateStore* store, EventSink sink, Clocks clocks)
     : options_(std::move(options)),
       backend_(backend),
-      registry_(registry),
       signaller_(actions.signaller),
       store_(store),
       sink_(std::move(sink)),
@@ -105,28 +103,33 @@ BackstopMonitor::BackstopMonitor(Options options, GpuBackend& backend,
       throttler_(options_.duty, signaller_,
                  [this](const std::vector<ProcessRef>& processes) { Persist(processes); }),
       memory_(options_.memory.value_or(MemoryBackstop::Options{}),
-              {.group_of = [this](uint32_t pid) { return view_.GroupOf(pid); },
+              {.group_of = [this](uint32_t pid) { return Registry().GroupOf(pid); },
                .limit_of = [this](const std::string& group,
                                   const std::string& uuid) -> std::optional<uint64_t> {
-                 const std::optional<GpuLimit> limit = view_.LimitOf(group, uuid);
+                 const std::optional<GpuLimit> limit = Registry().LimitOf(group, uuid);
                  return limit ? limit->memory_bytes : std::nullopt;
                }},
               std::move(actions.killer)),
       compute_(options_.compute.value_or(ComputeBackstop::Options{}),
-               {.group_of = [this](uint32_t pid) { return view_.GroupOf(pid); },
+               {.group_of = [this](uint32_t pid) { return Registry().GroupOf(pid); },
                 .limit_of = [this](const std::string& group,
                                    const std::string& uuid) -> std::optional<uint32_t> {
-                  const std::optional<GpuLimit> limit = view_.LimitOf(group, uuid);
+                  const std::optional<GpuLimit> limit = Registry().LimitOf(group, uuid);
                   return limit ? limit->compute_percent : std::nullopt;
                 },
                 .is_mps = options_.is_mps,
                 .start_time_of = [this](uint32_t pid) -> uint64_t {
-                  if (auto start = view_.StartTimeOf(pid)) return *start;
+                  if (auto start = Registry().StartTimeOf(pid)) return *start;
                   return ReadStartTime(options_.proc_root, static_cast<pid_t>(pid));
                 }},
                &throttler_, std::move(actions.terminator)) {}
 
 BackstopMonitor::~BackstopMonitor() { Stop(); }
+
+const RegistryView& BackstopMonitor::Registry() const {
+  static const RegistryView kNone;
+  return view_ != nullptr ? *view_ : kNone;
+}
 
 void BackstopMonitor::Persist(const std::vector<ProcessRef>& processes) {
   if (store_ == nullptr) return;
@@ -217,7 +220,8 @@ void BackstopMonitor::Recover() {
   Report(findings);
 }
 
-BackstopMonitor::TickResult BackstopMonitor::Tick(const Snapshot& snapshot) {
+BackstopMonitor::TickResult BackstopMonitor::Tick(const Snapshot& snapshot,
+                                                  const RegistryView& registry) {
   RetryUnsaved();
   TickResult result;
   // NVML is read without mu_: a process the duty cycle holds stopped may hold
@@ -233,7 +237,7 @@ BackstopMonitor::TickResult BackstopMonitor::Tick(const Snapshot& snapshot) {
   {
     MutexLock lock(mu_);
     if (stopped_) return result;
-    view_ = registry_.TakeView();  // once per tick, for both checks
+    view_ = &registry;  // for both checks, until the tick ends
     const int64_t now = clocks_.monotonic.NowNs();
     for (const GpuProcessReading& r : result.readings) {
       if (!r.processes) {
@@ -261,6 +265,7 @@ BackstopMonitor::TickResult BackstopMonitor::Tick(const Snapshot& snapshot) {
                           std::back_inserter(result.compute));
       }
     }
+    view_ = nullptr;
     Report(result.memory);
     Report(result.compute);
   }

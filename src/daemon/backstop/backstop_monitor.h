@@ -5,9 +5,10 @@
 //    pids and used memory, which no tenant can forge) and, while the compute
 //    check runs, NVML's per-process utilization samples of the last
 //    `lookback_ns`;
-//  - takes one View of the registry (a tenant's host pid -> its group; a
-//    group's limits on a GPU, the registry's lowered by its tenants' own, as
-//    the group controllers hold them);
+//  - reads the registry from the tick's one RegistryView, which the daemon
+//    takes once per sample for all its consumers (a tenant's host pid -> its
+//    group; a group's limits on a GPU, the registry's lowered by its
+//    tenants' own, as the group controllers hold them);
 //  - runs MemoryBackstop and ComputeBackstop over that one reading, each
 //    where its mode is not off;
 //  - returns the reading, which the daemon's GpuUsageCache keeps for the API
@@ -90,8 +91,8 @@ class BackstopMonitor {
 
   // REQUIRES: everything passed by reference (and `store`, when not null)
   // outlives the monitor.
-  BackstopMonitor(Options options, GpuBackend& backend, const TenantRegistry& registry,
-                  Actions actions, StateStore* store, EventSink sink, Clocks clocks);
+  BackstopMonitor(Options options, GpuBackend& backend, Actions actions, StateStore* store,
+                  EventSink sink, Clocks clocks);
   ~BackstopMonitor();  // Stop()
   BackstopMonitor(const BackstopMonitor&) = delete;
   BackstopMonitor& operator=(const BackstopMonitor&) = delete;
@@ -102,10 +103,11 @@ class BackstopMonitor {
     std::vector<MemoryBackstop::Finding> memory;
     std::vector<ComputeBackstop::Finding> compute;
   };
-  // Reads and checks every GPU of `snapshot` (its index and UUID) once, now;
-  // the findings are also logged, published and counted. After Stop the
-  // processes are still read, and nothing is checked.
-  TickResult Tick(const Snapshot& snapshot);
+  // Reads and checks every GPU of `snapshot` (its index and UUID) once, now,
+  // against `registry` (the registry as of this sample); the findings are
+  // also logged, published and counted. After Stop the processes are still
+  // read, and nothing is checked.
+  TickResult Tick(const Snapshot& snapshot, const RegistryView& registry);
 
   // SIGCONTs the processes a previous run recorded as possibly stopped (each
   // reported as throttle_recovered), then clears the record. Call once,
@@ -136,10 +138,10 @@ class BackstopMonitor {
   void PersistLocked(const std::vector<ProcessRef>& processes) REQUIRES(persist_mu_);
   void RetryUnsaved();
   void RunDutyCycle();
+  const RegistryView& Registry() const;
 
   const Options options_;
   GpuBackend& backend_;
-  const TenantRegistry& registry_;
   Signaller& signaller_;
   StateStore* const store_;
   const EventSink sink_;
@@ -152,7 +154,9 @@ class BackstopMonitor {
   DutyCycleThrottler throttler_;
   MemoryBackstop memory_;
   ComputeBackstop compute_;
-  TenantRegistry::View view_;  // the registry as of the current tick
+  // The current Tick's registry (under mu_; null between ticks), which the
+  // checks' callbacks read through Registry() (an empty view when null).
+  const RegistryView* view_ = nullptr;
   bool stopped_ = false;
 
   Mutex thread_mu_;

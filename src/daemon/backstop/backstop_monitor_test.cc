@@ -72,7 +72,7 @@ class BackstopMonitorTest : public ::testing::Test {
     options.proc_root = proc_.root();
     options.is_ignored = std::move(ignored);
     return std::make_unique<BackstopMonitor>(
-        std::move(options), backend_, registry_,
+        std::move(options), backend_,
         BackstopMonitor::Actions{.killer =
                                      [this](pid_t pid) {
                                        killed_.push_back(pid);
@@ -86,7 +86,9 @@ class BackstopMonitorTest : public ::testing::Test {
         },
         BackstopMonitor::Clocks{clock_, clock_});
   }
-  std::vector<MemoryBackstop::Finding> Tick(BackstopMonitor& m) { return m.Tick(snapshot_).memory; }
+  std::vector<MemoryBackstop::Finding> Tick(BackstopMonitor& m) {
+    return m.Tick(snapshot_, registry_.TakeView()).memory;
+  }
   std::vector<std::string> EventTypes() const { return TypesOf(events_); }
 
   FakeProc proc_;
@@ -167,7 +169,7 @@ TEST_F(BackstopMonitorTest, AGpuWhoseProcessesCannotBeReadIsSkipped) {
   gone.uuid = "GPU-gone";
   ghost.gpus.push_back(gone);
   backend_.SetProcesses(0, {{100, 5 * kGiB}});
-  EXPECT_EQ(m->Tick(ghost).memory.size(), 1u);
+  EXPECT_EQ(m->Tick(ghost, registry_.TakeView()).memory.size(), 1u);
 }
 
 class BackstopMonitorComputeTest : public ::testing::Test {
@@ -208,7 +210,7 @@ class BackstopMonitorComputeTest : public ::testing::Test {
     options.proc_root = proc_.root();
     options.is_ignored = [](uint32_t pid) { return pid == 7; };
     return std::make_unique<BackstopMonitor>(
-        options, backend_, registry_,
+        options, backend_,
         BackstopMonitor::Actions{.killer = nullptr, .signaller = signaller, .terminator = nullptr},
         store_.get(),
         [this](std::string_view type, const nlohmann::json& data) {
@@ -217,7 +219,7 @@ class BackstopMonitorComputeTest : public ::testing::Test {
         BackstopMonitor::Clocks{mono_, real_});
   }
   std::vector<ComputeBackstop::Finding> Sample(BackstopMonitor& m) {
-    return m.Tick(snapshot_).compute;
+    return m.Tick(snapshot_, registry_.TakeView()).compute;
   }
   // Every 500 ms until a finding: processes 100 and 101 at `share` each.
   std::vector<ComputeBackstop::Finding> RunUntilFinding(BackstopMonitor& m, uint32_t share) {
@@ -365,7 +367,7 @@ TEST_F(BackstopMonitorComputeTest, ItsThreadsThrottleAndStopContinuesEverything)
                                              .unregistered_percent = 10};
   options.duty.period_ns = 20 * kMs;
   options.proc_root = proc_.root();
-  BackstopMonitor m(options, backend_, registry_,
+  BackstopMonitor m(options, backend_,
                     {.killer = nullptr, .signaller = signaller, .terminator = nullptr},
                     store_.get(), nullptr, {mono, real});
   backend_.SetProcesses(0, {{100, 1 << 20}});
@@ -377,7 +379,7 @@ TEST_F(BackstopMonitorComputeTest, ItsThreadsThrottleAndStopContinuesEverything)
   std::atomic<bool> ticking = true;
   std::thread ticker([&] {
     while (ticking.load()) {
-      m.Tick(snapshot_);
+      m.Tick(snapshot_, registry_.TakeView());
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
@@ -404,12 +406,12 @@ TEST_F(BackstopMonitorComputeTest, BothChecksShareOneReadingPerTick) {
   options.memory = MemoryBackstop::Options{};
   options.compute = ComputeBackstop::Options{};
   options.proc_root = proc_.root();
-  BackstopMonitor m(options, backend_, registry_,
+  BackstopMonitor m(options, backend_,
                     {.killer = nullptr, .signaller = signaller_, .terminator = nullptr},
                     store_.get(), nullptr, {mono_, real_});
   backend_.SetProcesses(1, {{999, 1 << 20}});
   const int reads = backend_.process_reads();
-  const BackstopMonitor::TickResult r = m.Tick(snapshot_);
+  const BackstopMonitor::TickResult r = m.Tick(snapshot_, registry_.TakeView());
   EXPECT_EQ(backend_.process_reads() - reads, 2) << "one read of each of the two GPUs";
   ASSERT_EQ(r.readings.size(), 2u);
   ASSERT_TRUE(r.readings[1].processes.has_value());
@@ -428,11 +430,11 @@ TEST_F(BackstopMonitorComputeTest, BothChecksShareOneReadingPerTick) {
 // With both checks off the processes are still read (for GpuUsageCache), and
 // nothing is checked or exported.
 TEST_F(BackstopMonitorComputeTest, WithBothChecksOffTheReadingStillComes) {
-  BackstopMonitor m({}, backend_, registry_,
+  BackstopMonitor m({}, backend_,
                     {.killer = nullptr, .signaller = signaller_, .terminator = nullptr},
                     store_.get(), nullptr, {mono_, real_});
   backend_.SetProcesses(0, {{999, 1 << 20}});
-  const BackstopMonitor::TickResult r = m.Tick(snapshot_);
+  const BackstopMonitor::TickResult r = m.Tick(snapshot_, registry_.TakeView());
   ASSERT_EQ(r.readings.size(), 2u);
   ASSERT_TRUE(r.readings[0].processes.has_value());
   EXPECT_FALSE(r.readings[0].samples.has_value()) << "no compute check, no samples";

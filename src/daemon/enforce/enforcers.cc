@@ -43,17 +43,18 @@ Enforcers::Enforcers(Options options, GpuBackend& backend, const TenantRegistry&
   }
 }
 
-void Enforcers::Reconcile() {
+void Enforcers::Reconcile() { Reconcile(registry_.TakeView()); }
+
+void Enforcers::Reconcile(const RegistryView& registry) {
   std::lock_guard reconcile_lock(reconcile_mu_);
-  if (stopped_) return;
+  if (stopped_ || registry.version < reconciled_version_) return;
+  reconciled_version_ = registry.version;
   const std::shared_ptr<const Snapshot> gpus = sources_.gpus ? sources_.gpus() : nullptr;
-  std::map<std::string, std::vector<Tenant>> members;
-  for (Tenant& t : registry_.Tenants()) members[t.group].push_back(std::move(t));
 
   std::map<Key, EnforcerChoice> next;
   if (gpus != nullptr) {
-    for (const Group& g : registry_.Groups()) {
-      const auto m = members.find(g.id);
+    for (const auto& [id, g] : registry.groups) {
+      const std::vector<const Tenant*> members = registry.MembersOf(id);
       for (const GpuInfo& gpu : gpus->gpus) {
         if (gpu.uuid.empty()) continue;
         ChoiceInput in;
@@ -68,10 +69,8 @@ void Enforcers::Reconcile() {
         if (in.mps_granted && sources_.mps_partition_sms) {
           in.mps_partition_sms = sources_.mps_partition_sms(g.id, gpu.uuid);
         }
-        if (m != members.end()) {
-          for (const Tenant& t : m->second) {
-            if (UsesGpu(t, gpu.uuid)) in.member_cgroups.push_back(t.cgroup);
-          }
+        for (const Tenant* t : members) {
+          if (UsesGpu(*t, gpu.uuid)) in.member_cgroups.push_back(t->cgroup);
         }
         next[{g.id, gpu.uuid}] = ChooseEnforcers(in);
       }

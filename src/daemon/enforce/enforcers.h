@@ -82,8 +82,13 @@ class Enforcers final : public RegistryObserver {
   Enforcers(Options options, GpuBackend& backend, const TenantRegistry& registry, Sources sources,
             StateStore* store);
 
-  // Does nothing once ClearAll has run.
+  // Reconcile(registry.TakeView()).
   void Reconcile();
+  // Recomputes every choice from `registry`, the registry as of one instant
+  // (the daemon's per-sample view). Does nothing once ClearAll has run, or
+  // when a newer view was reconciled already (a sample's view taken before
+  // an event's must not undo what the event's Reconcile set).
+  void Reconcile(const RegistryView& registry);
 
   // RegistryObserver: each a Reconcile.
   void OnTenantRegistered(const TenantRegistered& /*event*/) override { Reconcile(); }
@@ -116,10 +121,11 @@ class Enforcers final : public RegistryObserver {
   const Sources sources_;
   StateStore* const store_;
 
-  std::mutex reconcile_mu_;    // one Reconcile at a time; taken before mu_
-  std::map<Key, Held> held_;   // GUARDED_BY(reconcile_mu_): what is set in the driver
-  bool stopped_ = false;       // GUARDED_BY(reconcile_mu_): ClearAll has run
-  bool save_pending_ = false;  // GUARDED_BY(reconcile_mu_): the last Save failed (rule 4)
+  std::mutex reconcile_mu_;          // one Reconcile at a time; taken before mu_
+  std::map<Key, Held> held_;         // GUARDED_BY(reconcile_mu_): what is set in the driver
+  uint64_t reconciled_version_ = 0;  // GUARDED_BY(reconcile_mu_): the newest view's
+  bool stopped_ = false;             // GUARDED_BY(reconcile_mu_): ClearAll has run
+  bool save_pending_ = false;        // GUARDED_BY(reconcile_mu_): the last Save failed (rule 4)
 
   mutable std::mutex mu_;
   std::map<Key, EnforcerChoice> choices_;  // GUARDED_BY(mu_)

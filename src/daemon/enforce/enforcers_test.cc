@@ -124,6 +124,29 @@ TEST_F(EnforcersTest, TheDriverHoldsAGroupsMemoryFromItsFirstMemberUntilItsLast)
   EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->memory.enforcer, Enforcer::kLimiter);
 }
 
+// A sample's view (taken before a registration) reconciled after the
+// registration's own Reconcile must not clear the limit that one set; the
+// view of the same instant again is reconciled as usual.
+TEST_F(EnforcersTest, AViewOlderThanOneReconciledIsLeftAlone) {
+  auto enforcers = Make();
+  Limit("train", 2 * kGiB);
+  const RegistryView before = registry_->TakeView();  // "train" without members
+  Register(100, "train");
+  const RegistryView after = registry_->TakeView();
+  enforcers->Reconcile(after);
+  ASSERT_EQ(backend_.MemoryLimits(0).size(), 1u);
+  enforcers->Reconcile(before);
+  EXPECT_EQ(backend_.MemoryLimits(0).size(), 1u) << "the older view undid the newer";
+  EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->memory.enforcer, Enforcer::kDriver);
+  // The decision is the view's, not the registry's now: the member has left
+  // the registry, the view still has it.
+  registry_->OnExited({100});
+  enforcers->Reconcile(after);
+  EXPECT_EQ(backend_.MemoryLimits(0).size(), 1u);
+  enforcers->Reconcile();  // the registry now: no member, the limit goes
+  EXPECT_TRUE(backend_.MemoryLimits(0).empty());
+}
+
 TEST_F(EnforcersTest, AnOldDriverLeavesMemoryToTheLimiter) {
   Driver("580.65.06");
   auto enforcers = Make();

@@ -20,18 +20,16 @@ ino_t InodeOf(const std::string& path) {
 
 }  // namespace
 
-GroupControllers::GroupControllers(Options options, control::DeviceBusySource& busy,
-                                   LimitsOf limits_of, Clocks clocks)
-    : options_(std::move(options)),
-      busy_(busy),
-      limits_of_(std::move(limits_of)),
-      clocks_(clocks) {}
+GroupControllers::GroupControllers(Options options, control::DeviceBusySource& busy, WordOf word_of,
+                                   Clocks clocks)
+    : options_(std::move(options)), busy_(busy), word_of_(std::move(word_of)), clocks_(clocks) {}
 
-void GroupControllers::ApplyLimits(const std::string& name, GroupSegment& segment) {
-  if (!limits_of_) return;
+void GroupControllers::ApplyLimits(const std::string& name, GroupSegment& segment,
+                                   const Word& word) {
+  if (!word.limits_of) return;
   for (int d = 0; d < segment.device_count(); ++d) {
     const std::string uuid = segment.DeviceUuid(d);
-    const std::optional<DeviceLimit> want = limits_of_(name, uuid);
+    const std::optional<DeviceLimit> want = word.limits_of(name, uuid);
     if (!want) continue;
     const bool memory = want->memory_bytes && segment.MemoryLimit(d) != *want->memory_bytes;
     const bool compute = want->compute_percent && segment.ComputeLimit(d) != *want->compute_percent;
@@ -114,6 +112,11 @@ int64_t GroupControllers::Tick() {
   int64_t next = std::chrono::nanoseconds(control::GroupKeeper::kPeriod).count();
   next = std::min(next, std::max<int64_t>(0, last_adopt_ns_ + options_.adopt_ns - now));
   bool changed = rescanned || adopted;
+  std::optional<Word> word;  // asked for once, when first needed
+  auto word_now = [this, &word]() -> const Word& {
+    if (!word) word = word_of_ ? word_of_() : Word{};
+    return *word;
+  };
   for (auto& [name, g] : groups_) {
     g.segment->BeatAsDaemon(options_.self, clocks_.monotonic.NowNs());
     const bool was = g.segment->is_controller();
@@ -122,15 +125,15 @@ int64_t GroupControllers::Tick() {
         GS_LOG(kInfo, "gpusliced", "event=group_controlled group=%s", name.c_str());
         changed = true;
       }
-      if (rescanned || !was) ApplyLimits(name, *g.segment);
+      if (rescanned || !was) ApplyLimits(name, *g.segment, word_now());
       next = std::min(next, g.keeper->Step());
     }
   }
-  if (schedule_of_) {
+  if (options_.schedule) {
     const int64_t t = clocks_.monotonic.NowNs();
     // Asked for (a pause through the API): now, and the next period from now.
     if (schedule_soon_.exchange(false, std::memory_order_acq_rel) || t >= next_schedule_ns_) {
-      Schedule();
+      Schedule(word_now());
       next_schedule_ns_ = t + std::chrono::nanoseconds(control::ShareScheduler::kPeriod).count();
     }
     next = std::min(next, std::max<int64_t>(0, next_schedule_ns_ - t));
@@ -157,7 +160,7 @@ void GroupControllers::Stop() {
   for (auto& [name, g] : groups_) {
     // Members pace by their limits alone again (the paused flag stays: the
     // registry's checkpoint re-applies it when a daemon comes back).
-    if (schedule_of_ && g.segment->is_controller()) g.segment->ClearSchedule();
+    if (options_.schedule && g.segment->is_controller()) g.segment->ClearSchedule();
     g.segment->EndDaemonClaim(options_.self);
     g.segment->ResignController();
   }
@@ -258,7 +261,7 @@ std::vector<control::UsageMeter::BusyWindow> GroupControllers::BusyWindows(
   return out;
 }
 
-void GroupControllers::Schedule() {
+void GroupControllers::Schedule(const Word& word) {
   using control::ShareScheduler;
   struct Gpu {
     std::vector<ShareScheduler::Input> inputs;
@@ -275,7 +278,9 @@ void GroupControllers::Schedule() {
     std::vector<std::pair<std::string, ShareScheduler::Input>> mine;
     for (int d = 0; d < segment.device_count(); ++d) {
       std::string uuid = segment.DeviceUuid(d);
-      const GroupSchedule schedule = schedule_of_(name, uuid).value_or(GroupSchedule{});
+      const GroupSchedule schedule = word.schedule_of
+                                         ? word.schedule_of(name, uuid).value_or(GroupSchedule{})
+                                         : GroupSchedule{};
       paused = paused || schedule.paused;
       ShareScheduler::Input in;
       in.group = name;

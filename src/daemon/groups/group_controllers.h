@@ -17,7 +17,7 @@
 // Scheduling (DESIGN.md section 4, docs/scheduling.md): every
 // ShareScheduler::kPeriod it runs one control::ShareScheduler per GPU over
 // the groups it controls that are attached to that GPU, with each group's
-// GroupSchedule there (from ScheduleOf; a group it has no word on: the
+// GroupSchedule there (the Word's ScheduleOf; a group it has no word on: the
 // defaults, limited by the segment's compute limit), its launch counters and
 // the GPU's busy samples (DeviceBusySource), and writes the result into the
 // segments: per device the compute grant, burst, queue bound and turns (a
@@ -70,6 +70,16 @@ class GroupControllers {
   using ScheduleOf = std::function<std::optional<GroupSchedule>(const std::string& group,
                                                                 const std::string& uuid)>;
 
+  // The daemon's word on every group at one instant (the registry's view,
+  // registry_view.h): a Tick that applies limits or schedules asks for it
+  // once, so that every group's limits and schedule in that tick come from
+  // the same instant.
+  struct Word {
+    LimitsOf limits_of;      // null: no word on limits (the segments' stand)
+    ScheduleOf schedule_of;  // null: no word on any schedule (defaults)
+  };
+  using WordOf = std::function<Word()>;
+
   struct Options {
     std::string shm_dir;
     pid_t self = 0;                     // the daemon's pid, written in its claims
@@ -78,22 +88,19 @@ class GroupControllers {
     // group is adopted, and scheduled, within about this long of its first
     // member attaching; files found idle are looked at again at rescans).
     int64_t adopt_ns = 100'000'000;
+    // Runs one scheduler per GPU (off: grants, bursts and the paused flag
+    // are left as they are).
+    bool schedule = false;
   };
   struct Clocks {
     const Clock& realtime;   // NVML's sample time base
     const Clock& monotonic;  // the segments' time base
   };
 
-  // REQUIRES: `busy`, the clocks, and whatever `limits_of` uses outlive
-  // this. `limits_of` may be null.
-  GroupControllers(Options options, control::DeviceBusySource& busy, LimitsOf limits_of,
-                   Clocks clocks);
+  // REQUIRES: `busy`, the clocks, and whatever `word_of` uses outlive
+  // this. `word_of` may be null (no word on any group).
+  GroupControllers(Options options, control::DeviceBusySource& busy, WordOf word_of, Clocks clocks);
   ~GroupControllers();  // ends every claim (Stop)
-
-  // Turns scheduling on (null: off, the default; grants, bursts and the
-  // paused flag are then left as they are). REQUIRES: before the first Tick
-  // (the control loop's thread reads it unlocked).
-  void SetScheduleOf(ScheduleOf schedule_of) { schedule_of_ = std::move(schedule_of); }
 
   // Adopts new groups (at most once per adopt_ns), drops groups whose segment
   // is gone, claims and steps every adopted group, and schedules every GPU
@@ -153,19 +160,18 @@ class GroupControllers {
   // True if it adopted one.
   bool Adopt(bool all);
   // Runs every GPU's scheduler and writes the results into the segments.
-  void Schedule();
+  void Schedule(const Word& word);
   // Holds `g` to the daemon's limits, where it has a word on them.
-  void ApplyLimits(const std::string& name, GroupSegment& segment);
+  void ApplyLimits(const std::string& name, GroupSegment& segment, const Word& word);
   // The busy windows of GPU `uuid` closed since the last call, on the
   // monotonic clock (empty where the node has no such figure).
   std::vector<control::UsageMeter::BusyWindow> BusyWindows(const std::string& uuid);
 
   const Options options_;
   control::DeviceBusySource& busy_;
-  LimitsOf limits_of_;
+  WordOf word_of_;
   Clocks clocks_;
   std::map<std::string, Group> groups_;
-  ScheduleOf schedule_of_;
   std::map<std::string, std::unique_ptr<control::ShareScheduler>> schedulers_;  // by GPU UUID
   // Per GPU UUID: the newest busy sample read (CLOCK_REALTIME us) and whether
   // the node has the figure.

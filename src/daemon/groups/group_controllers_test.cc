@@ -8,6 +8,10 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "shm/launch_pacer.h"
 #include "shm/ledger_eviction_testing.h"
@@ -47,22 +51,29 @@ class GroupControllersTest : public ::testing::Test {
     EXPECT_TRUE(seg.ok());
     return seg.ok() ? std::move(seg).value() : nullptr;
   }
-  std::unique_ptr<GroupControllers> Controllers(int64_t rescan_ns = 0) {
+  // The daemon's word: `limits_of_` and `schedule_of_`, asked for at each
+  // tick that needs them (`words_` counts the asks).
+  std::unique_ptr<GroupControllers> Controllers(int64_t rescan_ns = 0, bool schedule = false) {
     return std::make_unique<GroupControllers>(
-        GroupControllers::Options{.shm_dir = dir_, .self = kDaemonPid, .rescan_ns = rescan_ns},
-        busy_, limits_of_, GroupControllers::Clocks{clock_, clock_});
+        GroupControllers::Options{
+            .shm_dir = dir_, .self = kDaemonPid, .rescan_ns = rescan_ns, .schedule = schedule},
+        busy_,
+        [this] {
+          ++words_;
+          return GroupControllers::Word{.limits_of = limits_of_, .schedule_of = schedule_of_};
+        },
+        GroupControllers::Clocks{clock_, clock_});
   }
 
   // Scheduling: `schedules_` is the daemon's word per group (any GPU).
   std::unique_ptr<GroupControllers> Scheduling(int64_t rescan_ns = 0) {
-    auto controllers = Controllers(rescan_ns);
-    controllers->SetScheduleOf(
-        [this](const std::string& group, const std::string&) -> std::optional<GroupSchedule> {
-          auto it = schedules_.find(group);
-          if (it == schedules_.end()) return std::nullopt;
-          return it->second;
-        });
-    return controllers;
+    schedule_of_ = [this](const std::string& group,
+                          const std::string&) -> std::optional<GroupSchedule> {
+      auto it = schedules_.find(group);
+      if (it == schedules_.end()) return std::nullopt;
+      return it->second;
+    };
+    return Controllers(rescan_ns, /*schedule=*/true);
   }
   // What a saturating member's launch gate does to its counters in `ns`:
   // launches of 1 ms at `share` of the device, each measured by its markers
@@ -101,6 +112,8 @@ class GroupControllersTest : public ::testing::Test {
   std::string dir_;
   ScriptedBusy busy_;
   GroupControllers::LimitsOf limits_of_;
+  GroupControllers::ScheduleOf schedule_of_;
+  int words_ = 0;
   SimulatedClock clock_{MonotonicNs() + 1000 * kMs};  // the segments' time base, after creation
 };
 
@@ -201,6 +214,36 @@ TEST_F(GroupControllersTest, HoldsAGroupToTheDaemonsLimitsAndSetsBackAMembersCha
   EXPECT_EQ(ruled->MemoryLimit(0), 1u << 30);
 }
 
+// One instant's word per tick (the registry's view, taken once): a tick that
+// applies every group's limits and schedules them all asks for it once; a
+// tick with nothing due does not ask.
+TEST_F(GroupControllersTest, ATickAsksForTheDaemonsWordOnceForEveryGroup) {
+  limits_of_ = [](const std::string&,
+                  const std::string&) -> std::optional<GroupControllers::DeviceLimit> {
+    return GroupControllers::DeviceLimit{.memory_bytes = 1u << 30, .compute_percent = {}};
+  };
+  std::vector<std::unique_ptr<GroupSegment>> members;
+  for (const char* name : {"a", "b", "c"}) {
+    members.push_back(Member(name));
+    ASSERT_TRUE(members.back()->AttachDevice(kGpu).ok());
+  }
+  std::set<std::string> scheduled;
+  auto controllers = Controllers(/*rescan_ns=*/60'000 * kMs, /*schedule=*/true);
+  schedule_of_ = [&](const std::string& group, const std::string&) -> std::optional<GroupSchedule> {
+    scheduled.insert(group);
+    return GroupSchedule{.request_percent = 10};
+  };
+  controllers->Tick();  // adopts, applies the limits and schedules: one word
+  EXPECT_EQ(words_, 1);
+  EXPECT_EQ(scheduled, (std::set<std::string>{"a", "b", "c"}));
+  for (const auto& m : members) EXPECT_EQ(m->MemoryLimit(0), 1u << 30);
+  controllers->Tick();  // no time has passed: nothing due, no word asked for
+  EXPECT_EQ(words_, 1);
+  clock_.Advance(100 * kMs);  // the next schedule is due: one word again
+  controllers->Tick();
+  EXPECT_EQ(words_, 2);
+}
+
 TEST_F(GroupControllersTest, StopHandsEveryGroupBackAtOnce) {
   auto member = Member("g");
   auto controllers = Controllers();
@@ -292,12 +335,11 @@ TEST_F(GroupControllersTest, AResumedGroupIsPacedAtEveryMomentOfTheTick) {
   schedules_["a"] = {.request_percent = 50};
   schedules_["b"] = {.request_percent = 20};
   bool unpaced = false;  // "a" seen unpaused and not paced
-  auto controllers = Controllers();
-  controllers->SetScheduleOf(
-      [&](const std::string& group, const std::string&) -> std::optional<GroupSchedule> {
-        if (!a->Paused() && (a->ComputeLimitedMask() & 1u) == 0) unpaced = true;
-        return schedules_.at(group);
-      });
+  schedule_of_ = [&](const std::string& group, const std::string&) -> std::optional<GroupSchedule> {
+    if (!a->Paused() && (a->ComputeLimitedMask() & 1u) == 0) unpaced = true;
+    return schedules_.at(group);
+  };
+  auto controllers = Controllers(0, /*schedule=*/true);
   controllers->Tick();
   Run(*controllers, 1000 * kMs, {{a.get(), 0}, {b.get(), 0}});
   schedules_["a"].paused = true;

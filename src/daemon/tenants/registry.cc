@@ -404,61 +404,29 @@ size_t TenantRegistry::CountMembersLocked(const std::string& group) const {
 }
 
 std::map<std::string, GpuLimit> TenantRegistry::EffectiveLimits(const Tenant& tenant) const {
-  std::map<std::string, GpuLimit> out;
-  std::optional<Group> group = GroupOf(tenant.group);
-  for (const std::string& uuid : tenant.devices) {
-    out[uuid] =
-        Lower(group ? LimitOn(group->limits, uuid) : GpuLimit{}, LimitOn(tenant.requested, uuid));
-  }
-  return out;
+  MutexLock lock(mu_);
+  auto group = groups_.find(tenant.group);
+  return EffectiveLimitsOf(tenant, group == groups_.end() ? nullptr : &group->second);
 }
 
-std::optional<TenantRegistry::GroupControl> TenantRegistry::ControlOf(const std::string& id) const {
+std::optional<GroupControl> TenantRegistry::ControlOf(const std::string& id) const {
   MutexLock lock(mu_);
+  return ControlLocked(id);
+}
+
+std::optional<GroupControl> TenantRegistry::ControlLocked(const std::string& id) const {
   auto group = groups_.find(id);
   if (group == groups_.end()) return std::nullopt;
-  GroupControl control{.host_pids = {}, .limits = group->second.limits, .requested = {}};
+  std::vector<const Tenant*> members;
   for (const auto& [pid, tenant] : tenants_) {
-    if (tenant.group != id) continue;
-    control.host_pids.push_back(pid);
-    control.requested = LowerLimits(control.requested, tenant.requested);
+    if (tenant.group == id) members.push_back(&tenant);
   }
-  return control;
+  return ControlOfGroup(group->second, members);
 }
 
-TenantRegistry::View TenantRegistry::TakeView() const {
+RegistryView TenantRegistry::TakeView() const {
   MutexLock lock(mu_);
-  View view;
-  for (const auto& [id, group] : groups_) {
-    view.groups[id] = GroupControl{.host_pids = {}, .limits = group.limits, .requested = {}};
-  }
-  for (const auto& [pid, tenant] : tenants_) {
-    view.tenants[static_cast<uint32_t>(pid)] =
-        View::Member{.group = tenant.group, .start_time = tenant.start_time};
-    GroupControl& control = view.groups[tenant.group];
-    control.host_pids.push_back(pid);
-    control.requested = LowerLimits(control.requested, tenant.requested);
-  }
-  return view;
-}
-
-std::optional<std::string> TenantRegistry::View::GroupOf(uint32_t pid) const {
-  auto it = tenants.find(pid);
-  if (it == tenants.end()) return std::nullopt;
-  return it->second.group;
-}
-
-std::optional<GpuLimit> TenantRegistry::View::LimitOf(const std::string& group,
-                                                      const std::string& uuid) const {
-  auto it = groups.find(group);
-  if (it == groups.end()) return std::nullopt;
-  return it->second.LimitOn(uuid);
-}
-
-std::optional<uint64_t> TenantRegistry::View::StartTimeOf(uint32_t pid) const {
-  auto it = tenants.find(pid);
-  if (it == tenants.end()) return std::nullopt;
-  return it->second.start_time;
+  return RegistryView::Of(version_, tenants_, groups_);
 }
 
 StatusOr<Group> TenantRegistry::SetGroup(const std::string& id, const Limits& limits,
@@ -554,15 +522,6 @@ uint32_t RawRequest(const Group& g, const std::string& uuid) {
   return ScheduleEntryOn(g.schedule, uuid).request_percent.value_or(0);
 }
 
-// A tenant's own limit on `uuid`, whether its limits are one for every GPU
-// or by GPU (reg-protocol makes Tenant::requested per GPU).
-[[maybe_unused]] GpuLimit OwnLimitOn(const GpuLimit& requested, const std::string& /*uuid*/) {
-  return requested;
-}
-[[maybe_unused]] GpuLimit OwnLimitOn(const Limits& requested, const std::string& uuid) {
-  return LimitOn(requested, uuid);
-}
-
 std::string GpuName(const std::string& uuid) {
   return uuid.empty() ? std::string("every GPU") : "GPU " + uuid;
 }
@@ -612,28 +571,9 @@ Status TenantRegistry::AdmitLocked(const Group& candidate,
 std::optional<GroupSchedule> TenantRegistry::ScheduleOn(const std::string& id,
                                                         const std::string& uuid) const {
   MutexLock lock(mu_);
-  auto it = groups_.find(id);
-  if (it == groups_.end()) return std::nullopt;
-  const Group& g = it->second;
-  GpuLimit limit = LimitOn(g.limits, uuid);
-  for (const auto& [pid, t] : tenants_) {
-    if (t.group == id) limit = Lower(limit, OwnLimitOn(t.requested, uuid));
-  }
-  const ScheduleEntry entry = ScheduleEntryOn(g.schedule, uuid);
-  GroupSchedule out;
-  out.limit_percent = std::clamp<uint32_t>(limit.compute_percent.value_or(100), 1, 100);
-  out.request_percent = std::min(entry.request_percent.value_or(0), out.limit_percent);
-  out.priority = entry.priority.value_or(Priority::kBatch);
-  out.weight = std::clamp<uint32_t>(entry.weight.value_or(1), 1, 1000);
-  out.paused = g.paused;
-  return out;
-}
-
-std::function<std::optional<GroupSchedule>(const std::string& group, const std::string& uuid)>
-ScheduleOfRegistry(const TenantRegistry& registry) {
-  return [&registry](const std::string& group, const std::string& uuid) {
-    return registry.ScheduleOn(group, uuid);
-  };
+  const std::optional<GroupControl> control = ControlLocked(id);
+  if (!control) return std::nullopt;
+  return EffectiveSchedule(groups_.at(id), *control, uuid);
 }
 
 uint32_t TenantRegistry::RequestedOn(const std::string& uuid) const {

@@ -56,6 +56,7 @@
 #include "daemon/tenants/pid_watcher.h"
 #include "daemon/tenants/registry_json.h"
 #include "daemon/tenants/registry_types.h"
+#include "daemon/tenants/registry_view.h"
 
 namespace gpuslice::daemon {
 
@@ -205,40 +206,13 @@ class TenantRegistry {
   // The tenant's limit on each of its devices: its group's, lowered by its own.
   std::map<std::string, GpuLimit> EffectiveLimits(const Tenant& tenant) const;
 
-  // For the group controllers: what the registry says of group `id`, or
-  // nullopt when it does not know the group.
-  struct GroupControl {
-    std::vector<int32_t> host_pids;  // its tenants
-    Limits limits;                   // the group's
-    Limits requested;                // its tenants' own limits, the tightest on each GPU
-
-    // The group's limit on GPU `uuid`, lowered by its tenants' own.
-    GpuLimit LimitOn(const std::string& uuid) const {
-      return Lower(daemon::LimitOn(limits, uuid), daemon::LimitOn(requested, uuid));
-    }
-  };
+  // What the registry says of group `id`'s limits; nullopt when it does not
+  // know the group.
   std::optional<GroupControl> ControlOf(const std::string& id) const;
 
-  // The registry at one instant (one lock), for the consumers that read it
-  // once per tick instead of asking tenant by tenant: the memory and compute
-  // backstops. Every group is there, with or without tenants.
-  struct View {
-    struct Member {
-      std::string group;
-      uint64_t start_time = 0;  // the tenant's, as registered (/proc/<pid>/stat field 22)
-    };
-    std::map<uint32_t, Member> tenants;          // by host pid
-    std::map<std::string, GroupControl> groups;  // by id
-
-    // The group of the tenant with host pid `pid`; nullopt: no tenant.
-    std::optional<std::string> GroupOf(uint32_t pid) const;
-    // Group `group`'s limit on GPU `uuid`, lowered by its tenants' own;
-    // nullopt: no such group.
-    std::optional<GpuLimit> LimitOf(const std::string& group, const std::string& uuid) const;
-    // The registered start time of the tenant with host pid `pid`.
-    std::optional<uint64_t> StartTimeOf(uint32_t pid) const;
-  };
-  View TakeView() const;
+  // The registry at one instant, under one lock (registry_view.h): what a
+  // consumer that reads every group in one pass takes, once per pass.
+  RegistryView TakeView() const;
 
   // Replaces group `id`'s limits (and tier, if given), creating the group
   // (without owner) if absent. kFailedPrecondition for a tier change while
@@ -288,6 +262,7 @@ class TenantRegistry {
   template <typename Event>
   void Notify(void (RegistryObserver::*on)(const Event&), const Event& event) const;
   size_t CountMembersLocked(const std::string& group) const REQUIRES(mu_);
+  std::optional<GroupControl> ControlLocked(const std::string& id) const REQUIRES(mu_);
   // Erases the groups marked forget_when_empty that have no member left and
   // returns their ids (the caller bumps groups_version_ when there are any).
   std::vector<std::string> ForgetEmptyMarkedLocked() REQUIRES(mu_);
@@ -334,10 +309,5 @@ class TenantRegistry {
   uint64_t failed_version_ GUARDED_BY(persist_mu_) = 0;  // the last failed save covered this
   Status last_error_ GUARDED_BY(persist_mu_);            // and failed so
 };
-
-// GroupControllers' ScheduleOf callback over `registry` (ScheduleOn).
-// REQUIRES: `registry` outlives the function.
-std::function<std::optional<GroupSchedule>(const std::string& group, const std::string& uuid)>
-ScheduleOfRegistry(const TenantRegistry& registry);
 
 }  // namespace gpuslice::daemon

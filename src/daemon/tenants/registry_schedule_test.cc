@@ -132,10 +132,11 @@ TEST_F(RegistryScheduleTest, ScheduleOnIsTheEffectiveValuesOnOneGpu) {
   EXPECT_EQ(d->limit_percent, 100u);
   EXPECT_EQ(d->priority, Priority::kBatch);
   EXPECT_EQ(d->weight, 1u);
-  // The adapter GroupControllers is given answers the same.
-  auto of = ScheduleOfRegistry(*registry_);
-  EXPECT_EQ(of("g", "GPU-0")->request_percent, 30u);
-  EXPECT_FALSE(of("nobody", "GPU-0").has_value());
+  // A view of the registry (what GroupControllers is given) answers the same.
+  const RegistryView view = registry_->TakeView();
+  EXPECT_EQ(view.ScheduleOn("g", "GPU-0")->request_percent, 30u);
+  EXPECT_EQ(view.ScheduleOn("g", "GPU-1")->limit_percent, s1->limit_percent);
+  EXPECT_FALSE(view.ScheduleOn("nobody", "GPU-0").has_value());
 }
 
 TEST_F(RegistryScheduleTest, PauseAndResumeAreEventsOnceAndShowInScheduleOn) {

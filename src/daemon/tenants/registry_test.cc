@@ -183,14 +183,26 @@ TEST_F(RegistryTest, AViewHoldsEveryGroupAndTenantAtOneInstant) {
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ASSERT_TRUE(registry_->Register(Reg(101, 1000, "g")).ok());
 
-  const TenantRegistry::View view = registry_->TakeView();
+  const RegistryView view = registry_->TakeView();
   EXPECT_EQ(view.groups.size(), 2u);
+  EXPECT_EQ(view.control.size(), 2u);
+  EXPECT_EQ(view.tenants.at(100).requested, t->requested);  // the full records
+  ASSERT_EQ(view.MembersOf("g").size(), 2u);
+  EXPECT_EQ(view.MembersOf("g")[1]->host_pid, 101);
+  EXPECT_TRUE(view.MembersOf("empty").empty());
+  EXPECT_TRUE(view.MembersOf("none").empty());
+  // The registry's per-group answers are the view's.
+  EXPECT_EQ(view.EffectiveLimits(*t), registry_->EffectiveLimits(*t));
+  EXPECT_EQ(view.ScheduleOn("g", "GPU-1")->limit_percent,
+            registry_->ScheduleOn("g", "GPU-1")->limit_percent);
+  EXPECT_EQ(view.ScheduleOn("none", "GPU-1"), std::nullopt);
   EXPECT_EQ(view.GroupOf(100), "g");
   EXPECT_EQ(view.GroupOf(101), "g");
   EXPECT_EQ(view.GroupOf(102), std::nullopt);
   EXPECT_EQ(view.StartTimeOf(100), t->start_time);
   EXPECT_EQ(view.StartTimeOf(102), std::nullopt);
-  EXPECT_EQ(view.groups.at("g").host_pids, (std::vector<int32_t>{100, 101}));
+  EXPECT_EQ(view.control.at("g").host_pids, (std::vector<int32_t>{100, 101}));
+  EXPECT_EQ(view.control.at("g").LimitOn("GPU-1"), registry_->ControlOf("g")->LimitOn("GPU-1"));
   EXPECT_EQ(view.LimitOf("g", "GPU-0"), (GpuLimit{8ull << 30, 50}));
   EXPECT_EQ(view.LimitOf("g", "GPU-1"), (GpuLimit{2ull << 30, 50}));
   EXPECT_EQ(view.LimitOf("empty", "GPU-0"), (GpuLimit{{}, 20}));
@@ -198,7 +210,10 @@ TEST_F(RegistryTest, AViewHoldsEveryGroupAndTenantAtOneInstant) {
   // A view is a copy: what changes after it is not in it.
   registry_->OnExited({101});
   EXPECT_EQ(view.GroupOf(101), "g");
-  EXPECT_EQ(registry_->TakeView().GroupOf(101), std::nullopt);
+  const RegistryView later = registry_->TakeView();
+  EXPECT_EQ(later.GroupOf(101), std::nullopt);
+  EXPECT_GT(later.version, view.version);                   // the newer view says so
+  EXPECT_EQ(registry_->TakeView().version, later.version);  // nothing changed since
 }
 
 TEST_F(RegistryTest, ExitsRemoveTenantsAndKeepGroups) {

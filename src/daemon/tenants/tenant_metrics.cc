@@ -80,19 +80,18 @@ std::string FormatTenantMetrics(const TenantRegistry& registry, const std::vecto
   Family refused{
       "gpuslice_registrations_refused_total", "counter", "Registrations the daemon refused.", {}};
 
-  std::map<std::string, std::vector<Tenant>> members;
-  for (Tenant& t : registry.Tenants()) members[t.group].push_back(std::move(t));
-  std::vector<std::string> gpu_labels;  // by position in usage
+  const RegistryView view = registry.TakeView();  // every series of one scrape from one instant
+  std::vector<std::string> gpu_labels;            // by position in usage
   gpu_labels.reserve(usage.size());
   for (const GpuUsage& u : usage) {
     gpu_labels.push_back(Label("gpu", std::to_string(u.index)) + "," + Label("uuid", u.uuid));
   }
-  for (const Group& g : registry.Groups()) {
-    const std::vector<Tenant>& m = members[g.id];
+  for (const auto& [id, g] : view.groups) {
+    const std::vector<const Tenant*> m = view.MembersOf(id);
     std::string pod, ns;
-    for (const Tenant& t : m) {
-      if (pod.empty()) pod = t.hints.pod_name;
-      if (ns.empty()) ns = t.hints.pod_namespace;
+    for (const Tenant* t : m) {
+      if (pod.empty()) pod = t->hints.pod_name;
+      if (ns.empty()) ns = t->hints.pod_namespace;
     }
     const std::string base =
         Label("group", g.id) + "," + Label("pod", pod) + "," + Label("namespace", ns);
@@ -107,8 +106,8 @@ std::string FormatTenantMetrics(const TenantRegistry& registry, const std::vecto
       const GpuUsage& u = usage[i];
       const std::string labels = "{" + base + "," + gpu_labels[i] + "}";
       uint64_t used = 0;
-      for (const Tenant& t : m) {
-        const auto pid = static_cast<uint32_t>(t.host_pid);
+      for (const Tenant* t : m) {
+        const auto pid = static_cast<uint32_t>(t->host_pid);
         if (auto it = u.memory_bytes.find(pid); it != u.memory_bytes.end()) used += it->second;
       }
       group_mem.samples.push_back(labels + " " + std::to_string(used));
@@ -121,7 +120,7 @@ std::string FormatTenantMetrics(const TenantRegistry& registry, const std::vecto
         group_compute_limit.samples.push_back(labels + " " +
                                               Number(*limit.compute_percent / 100.0));
       }
-      if (auto schedule = registry.ScheduleOn(g.id, u.uuid)) {
+      if (auto schedule = view.ScheduleOn(g.id, u.uuid)) {
         group_request.samples.push_back(labels + " " + Number(schedule->request_percent / 100.0));
         group_sched_limit.samples.push_back(labels + " " + Number(schedule->limit_percent / 100.0));
         group_weight.samples.push_back(labels + " " + std::to_string(schedule->weight));
@@ -129,11 +128,11 @@ std::string FormatTenantMetrics(const TenantRegistry& registry, const std::vecto
                                         (schedule->priority == Priority::kLatency ? "1" : "0"));
       }
     }
-    for (const Tenant& t : m) {
-      const std::string tbase = base + "," + Label("container", t.hints.container_name) + "," +
-                                Label("pid", std::to_string(t.host_pid));
-      const auto limits = registry.EffectiveLimits(t);
-      const auto pid = static_cast<uint32_t>(t.host_pid);
+    for (const Tenant* t : m) {
+      const std::string tbase = base + "," + Label("container", t->hints.container_name) + "," +
+                                Label("pid", std::to_string(t->host_pid));
+      const auto limits = view.EffectiveLimits(*t);
+      const auto pid = static_cast<uint32_t>(t->host_pid);
       for (size_t i = 0; i < usage.size(); ++i) {
         const GpuUsage& u = usage[i];
         auto mem = u.memory_bytes.find(pid);

@@ -4,8 +4,9 @@
 // and uuid; tenants add container and pid. Memory is the driver's count
 // (NVML, host pids); compute shares are the group control's (`share_of`,
 // docs/scheduling.md "Evidence"): a tenant has one only as its group's sole
-// member. Limits are the daemon's.
-// Pure function of its arguments; thread-safe.
+// member. Limits are the daemon's. The registry is read once (one
+// RegistryView), so every series of a scrape is of the same instant.
+// Thread-safe.
 #pragma once
 
 #include <cstdint>
