@@ -146,9 +146,10 @@ CUresult CreateContext(CUcontext* pctx, CUdevice dev, auto&& create) {
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   if (pctx == nullptr) return create();
   const int device = l.GroupDevice(dev);
-  const CUresult rc = Reserved(l, device, l.ContextEstimate(device), 0, Resource::kContext, create,
-                               [&] { return reinterpret_cast<uint64_t>(*pctx); });
-  if (rc != CUDA_SUCCESS || device < 0 || l.SettleContext(reinterpret_cast<uint64_t>(*pctx))) {
+  const CUresult rc = Reserved(l, device, l.contexts().Estimate(device), 0, Resource::kContext,
+                               create, [&] { return reinterpret_cast<uint64_t>(*pctx); });
+  if (rc != CUDA_SUCCESS || device < 0 ||
+      l.contexts().SettleContext(reinterpret_cast<uint64_t>(*pctx))) {
     return rc;
   }
   CUcontext ctx = *pctx;
@@ -489,7 +490,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) noexcept {
   if (pctx == nullptr || device < 0) return GS_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
   std::optional<Charge> charge;
   if (l.ledger().PrimaryNeedsCharge(device)) {
-    charge = l.ledger().Reserve(device, l.ContextEstimate(device));
+    charge = l.ledger().Reserve(device, l.contexts().Estimate(device));
     if (!charge) return CUDA_ERROR_OUT_OF_MEMORY;
   }
   const CUresult rc = GS_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
@@ -498,7 +499,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) noexcept {
     return rc;
   }
   if (l.ledger().PrimaryRetainDone(device, reinterpret_cast<uintptr_t>(*pctx), charge) &&
-      !l.SettlePrimary(device)) {
+      !l.contexts().SettlePrimary(device)) {
     // No room for the context as the driver counts it: undo this retain.
     ReleasePrimary(dev, false, [&] { return GS_REAL(cuDevicePrimaryCtxRelease_v2, dev); });
     *pctx = nullptr;

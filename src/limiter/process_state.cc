@@ -135,6 +135,20 @@ class RealPoolDriver final : public PoolDriver {
   }
 };
 
+// The driver's count of this process on a device of its group (NVML).
+class RealContextDriver final : public ContextDriver {
+ public:
+  // REQUIRES: `segment` (the process's) outlives this.
+  explicit RealContextDriver(const std::unique_ptr<GroupSegment>& segment) : segment_(segment) {}
+  std::optional<uint64_t> ProcessBytes(int device) override {
+    if (segment_ == nullptr || device < 0) return std::nullopt;
+    return DriverProcessBytes(segment_->DeviceUuid(device), static_cast<uint32_t>(getpid()));
+  }
+
+ private:
+  const std::unique_ptr<GroupSegment>& segment_;
+};
+
 // The pools' refresh thread: every 200 ms, while any pool is charged, their
 // charges settle on what the driver reserves (a synchronize releases pool
 // memory without a call the limiter sees). Blocks every signal; detached.
@@ -163,7 +177,8 @@ ProcessState::ProcessState()
     : pool_driver_(std::make_unique<RealPoolDriver>()),
       pools_(ledger_, *pool_driver_, granularity_),
       graph_memory_driver_(std::make_unique<RealGraphMemDriver>()),
-      graph_memory_(ledger_, *graph_memory_driver_) {
+      graph_memory_(ledger_, *graph_memory_driver_),
+      context_driver_(std::make_unique<RealContextDriver>(segment_)) {
   InitLogging(LogLevel::kOff);
   pthread_atfork(&AtForkPrepare, &AtForkParent, &AtForkChild);
 }
@@ -174,14 +189,14 @@ void ProcessState::AtForkPrepare() {
   l.ledger_.LockForFork();
   l.pools_.LockForFork();
   l.graph_memory_.LockForFork();
-  l.context_mu_.lock();
+  l.contexts_.LockForFork();
   l.compute_gate_.LockForFork();
 }
 
 void ProcessState::AtForkParent() {
   ProcessState& l = Get();
   l.compute_gate_.UnlockForFork();
-  l.context_mu_.unlock();
+  l.contexts_.UnlockForFork();
   l.graph_memory_.UnlockForFork();
   l.pools_.UnlockForFork();
   l.ledger_.UnlockForFork();
@@ -193,7 +208,7 @@ void ProcessState::AtForkChild() {
   l.forked_.store(true, std::memory_order_release);
   l.registration_started_.store(false);  // the parent's thread did not survive the fork
   l.compute_gate_.UnlockForFork();
-  l.context_mu_.unlock();
+  l.contexts_.UnlockForFork();
   l.graph_memory_.UnlockForFork();
   l.pools_.UnlockForFork();
   l.ledger_.UnlockForFork();
@@ -292,12 +307,14 @@ bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& device
   Status error = config.status();
   auto endpoint = DaemonAddressFromEnv(Env);
   if (error.ok() && !endpoint.ok()) error = endpoint.status();
+  ContextCharges::Options context{
+      .estimate_bytes = kDefaultContextBytes, .fixed = false, .granularity = granularity_};
   if (error.ok()) {
     if (const char* v = Env("GPUSLICE_CONTEXT_BYTES"); v != nullptr) {
       auto bytes = ParseBytes(v);
       if (bytes.ok()) {
-        context_bytes_ = *bytes;
-        context_bytes_fixed_ = true;
+        context.estimate_bytes = *bytes;
+        context.fixed = true;
       } else {
         error = bytes.status().WithContext("GPUSLICE_CONTEXT_BYTES");
       }
@@ -357,6 +374,7 @@ bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& device
   }
   StartKeeperThread(segment_.get(), daemon_socket);
   ledger_.Bind(segment_.get());
+  contexts_.Bind(segment_.get(), context, context_driver_.get());
   compute_gate_.Arm(segment_.get(), map, &ledger_, &captures_);
   ordinal_to_device_ = std::move(map);
   ForgetContexts();  // the ordinals' group devices may have changed
@@ -479,55 +497,6 @@ std::optional<Charge> ProcessState::ReserveAfterPoolRefresh(int device, uint64_t
 
 int ProcessState::GroupDeviceByUuid(const char* uuid) const {
   return segment_ != nullptr ? segment_->FindDevice(uuid) : -1;
-}
-
-// ---- contexts' charges ----
-
-uint64_t ProcessState::ContextEstimate(int device) const {
-  MutexLock lock(context_mu_);
-  auto it = settled_context_.find(device);
-  return it != settled_context_.end() ? it->second : context_bytes_;
-}
-
-std::optional<uint64_t> ProcessState::SettledContext(const Charge& c) {
-  const int slot = ledger_.slot();
-  if (context_bytes_fixed_ || slot < 0 || c.device < 0 || !HasMemoryLimit(c.device)) {
-    return c.bytes;
-  }
-  const std::optional<uint64_t> driver =
-      DriverProcessBytes(segment_->DeviceUuid(c.device), static_cast<uint32_t>(getpid()));
-  if (!driver) return c.bytes;  // the estimate stands
-  const uint64_t settled =
-      SettledContextBytes(*driver, segment_->SlotMemory(slot, c.device), c.bytes, granularity_);
-  if (settled > c.bytes && !ledger_.Reserve(c.device, settled - c.bytes)) return std::nullopt;
-  if (settled < c.bytes) ledger_.Release(Charge{c.device, c.bytes - settled, 0});
-  MutexLock lock(context_mu_);
-  settled_context_[c.device] = settled;
-  return settled;
-}
-
-bool ProcessState::SettleContext(uint64_t id) {
-  std::optional<Charge> c = ledger_.Untrack(Resource::kContext, id);
-  if (!c) return true;
-  const std::optional<uint64_t> settled = SettledContext(*c);
-  if (settled) c->bytes = *settled;
-  ledger_.Track(Resource::kContext, id, *c);
-  return settled.has_value();
-}
-
-bool ProcessState::SettlePrimary(int device) {
-  const std::optional<Charge> c = ledger_.PrimaryCharge(device);
-  if (!c) return true;
-  const std::optional<uint64_t> settled = SettledContext(*c);
-  if (!settled) return false;
-  // A release racing with this retain may have given the charge back already.
-  if (ledger_.ResizePrimaryCharge(device, *settled)) return true;
-  if (*settled > c->bytes) {
-    ledger_.Release(Charge{device, *settled - c->bytes, 0});
-  } else if (*settled < c->bytes) {
-    ledger_.ForceCharge(Charge{device, c->bytes - *settled, 0});  // that release gave back c->bytes
-  }
-  return true;
 }
 
 uint64_t ProcessState::MemoryLimit(int device) const {

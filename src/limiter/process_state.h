@@ -36,12 +36,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "common/thread_annotations.h"
 #include "cuda_abi/cuda_driver_api.h"
 #include "limiter/compute_gate.h"
+#include "limiter/core/context_charges.h"
 #include "limiter/daemon_client.h"
 #include "limiter/graph_memory_charges.h"
 #include "limiter/ledger.h"
@@ -114,22 +114,11 @@ class alignas(4096) ProcessState {
     if ((g & (g - 1)) == 0) return (bytes + g - 1) & ~(g - 1);  // no division on the hot path
     return (bytes + g - 1) / g * g;
   }
-  // Bytes a new context on `device` reserves before it exists: what the last
-  // context there settled at, else GPUSLICE_CONTEXT_BYTES (300 MiB by default).
-  uint64_t ContextEstimate(int device) const;
-
-  // Contexts are charged ContextEstimate() first, then settled on the driver's
-  // count (core/context_footprint.h) where their device has a memory limit and
-  // GPUSLICE_CONTEXT_BYTES does not fix the size. False if the group has no
-  // room for the difference: nothing changed, and the caller destroys the
-  // context and refuses it. The tracked context `id`:
-  bool SettleContext(uint64_t id);
-  // The primary context of `device`, whose charge this caller made:
-  bool SettlePrimary(int device);
-
   // The process's memory ledger (valid for the process's life; charges
   // only once attached).
   Ledger& ledger() { return ledger_; }
+  // The charges of its contexts' own memory (core/context_charges.h).
+  ContextCharges& contexts() { return contexts_; }
   // The charges of its stream-ordered memory pools (pool_charges.h).
   PoolCharges& pools() { return pools_; }
   // The charges of its CUDA graphs' memory (graph_memory_charges.h).
@@ -180,9 +169,6 @@ class alignas(4096) ProcessState {
   // The daemon's socket when this process registers over one; empty
   // otherwise (a daemon reached over TCP cannot be looked for on disk).
   std::string DaemonSocket() const;
-  // The settled size of context charge `c` (see SettleContext), with the
-  // difference charged or given back; nullopt if the group has no room.
-  std::optional<uint64_t> SettledContext(const Charge& c);
   // pthread_atfork's handlers take every lock in Prepare and give them back
   // in Parent or Child: a pairing across functions the analysis cannot follow.
   static void AtForkPrepare() NO_THREAD_SAFETY_ANALYSIS;
@@ -203,8 +189,6 @@ class alignas(4096) ProcessState {
   Mutex attach_mu_;  // serialises Attach
   std::unique_ptr<GroupSegment> segment_;
   std::vector<int> ordinal_to_device_;  // CUDA ordinal -> group device
-  uint64_t context_bytes_ = 300ull << 20;
-  bool context_bytes_fixed_ = false;  // GPUSLICE_CONTEXT_BYTES given: never settled
   // What to tell gpusliced (set by Attach before state_ becomes kAttached,
   // then read-only); nullopt: registration disabled.
   std::optional<RegistrationRequest> registration_;
@@ -218,9 +202,9 @@ class alignas(4096) ProcessState {
   PoolCharges pools_;
   std::unique_ptr<GraphMemDriver> graph_memory_driver_;  // the real driver's graph pools
   GraphMemCharges graph_memory_;
-  std::atomic<bool> pools_watched_{false};  // the refresh thread was started
-  mutable Mutex context_mu_;
-  std::unordered_map<int, uint64_t> settled_context_ GUARDED_BY(context_mu_);  // device -> bytes
+  std::atomic<bool> pools_watched_{false};         // the refresh thread was started
+  std::unique_ptr<ContextDriver> context_driver_;  // NVML's count of this process
+  ContextCharges contexts_{ledger_};
   StreamCaptures captures_;
   ComputeGate compute_gate_;  // large (its stream cache): last
   // This thread's current context and its group device, valid while
