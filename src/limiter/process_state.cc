@@ -3,7 +3,6 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -14,12 +13,11 @@
 #include "common/clock.h"
 #include "common/hot.h"
 #include "common/log.h"
-#include "common/quantity.h"
 #include "control/group_keeper.h"
 #include "gpuslice/paths.h"
+#include "limiter/attachment.h"
 #include "limiter/compute_gate.h"
 #include "limiter/core/context_footprint.h"
-#include "limiter/core/limit_config.h"
 #include "limiter/driver_usage.h"
 #include "limiter/keeper_thread.h"
 #include "limiter/real/real_driver.h"
@@ -52,19 +50,6 @@ std::string ReadFile(const char* path) {
   return out;
 }
 
-// "GPU-" followed by the 16 bytes in the usual 8-4-4-4-12 grouping.
-std::string FormatUuid(const CUuuid& u) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s = "GPU-";
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
-    const auto b = static_cast<unsigned char>(u.bytes[i]);
-    s += kHex[b >> 4];
-    s += kHex[b & 15];
-  }
-  return s;
-}
-
 // This process's pid as the outermost pid namespace its /proc shows it
 // (the first NSpid entry): the host pid unless /proc is a container's own.
 int32_t OutermostPid() {
@@ -75,29 +60,6 @@ int32_t OutermostPid() {
     if (pid > 0) return pid;
   }
   return static_cast<int32_t>(getpid());
-}
-
-// What this process tells gpusliced, or nullopt when GPUSLICE_REGISTER
-// disables registration ("0", "false", "off", "no").
-std::optional<RegistrationRequest> RegistrationFor(
-    const LimitConfig& config, const std::vector<std::pair<int, std::string>>& devices,
-    const DaemonAddress& endpoint) {
-  if (const char* v = Env("GPUSLICE_REGISTER"); v != nullptr) {
-    const std::string_view s(v);
-    if (s == "0" || s == "false" || s == "off" || s == "no") return std::nullopt;
-  }
-  RegistrationRequest r;
-  r.group = config.group;
-  for (const auto& [index, uuid] : devices) r.devices.push_back(uuid);
-  r.limits = config.devices;
-  r.schedule = config.schedule;
-  if (endpoint.tcp()) r.pid = OutermostPid();
-  for (auto [name, field] :
-       {std::pair{"POD_NAME", &r.pod_name}, std::pair{"POD_NAMESPACE", &r.pod_namespace},
-        std::pair{"CONTAINER_NAME", &r.container_name}}) {
-    if (const char* v = Env(name); v != nullptr) *field = v;
-  }
-  return r;
 }
 
 // The real driver's answers about a device's graph memory pool.
@@ -256,18 +218,8 @@ CUresult ProcessState::AttachWithCuda() {
   if (state == kAttached) return CUDA_SUCCESS;
   if (state == kFailedClosed) return CUDA_ERROR_NOT_INITIALIZED;
 
-  const real::CudaTable& cu = real::Cuda();
-  if (cu.cuDeviceGetCount == nullptr || cu.cuDeviceGetUuid_v2 == nullptr) {
-    return cu.loaded ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_INITIALIZED;
-  }
-  int count = 0;
-  if (CUresult rc = cu.cuDeviceGetCount(&count); rc != CUDA_SUCCESS) return rc;
-  std::vector<std::pair<int, std::string>> devices;
-  for (int i = 0; i < count; ++i) {
-    CUuuid uuid{};
-    if (CUresult rc = cu.cuDeviceGetUuid_v2(&uuid, i); rc != CUDA_SUCCESS) return rc;
-    devices.emplace_back(i, FormatUuid(uuid));
-  }
+  std::vector<DriverDevice> devices;
+  if (CUresult rc = CudaDevices(real::Cuda(), &devices); rc != CUDA_SUCCESS) return rc;
   return Attach(devices) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
 
@@ -278,93 +230,25 @@ bool ProcessState::EnsureAttachedForNvml() {
   if (real::CudaHandle() != nullptr && EnsureAttached() == CUDA_SUCCESS) return true;
   MutexLock lock(attach_mu_);
   if (state_.load() != kDetached) return state_.load() == kAttached;
-  const real::NvmlTable& nv = real::Nvml();
-  if (nv.nvmlDeviceGetCount_v2 == nullptr || nv.nvmlDeviceGetHandleByIndex_v2 == nullptr ||
-      nv.nvmlDeviceGetUUID == nullptr) {
-    return false;
-  }
-  unsigned count = 0;
-  if (nv.nvmlDeviceGetCount_v2(&count) != NVML_SUCCESS) return false;
-  std::vector<std::pair<int, std::string>> devices;
-  for (unsigned i = 0; i < count; ++i) {
-    nvmlDevice_t dev = nullptr;
-    char uuid[96] = {};
-    if (nv.nvmlDeviceGetHandleByIndex_v2(i, &dev) != NVML_SUCCESS ||
-        nv.nvmlDeviceGetUUID(dev, uuid, sizeof uuid) != NVML_SUCCESS) {
-      return false;
-    }
-    devices.emplace_back(static_cast<int>(i), uuid);
-  }
+  std::vector<DriverDevice> devices;
+  if (!NvmlDevices(real::Nvml(), &devices)) return false;
   return Attach(devices);
 }
 
-bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& devices) {
-  std::vector<DeviceId> ids;
-  ids.reserve(devices.size());
-  for (const auto& [index, uuid] : devices) ids.push_back(DeviceId{index, uuid});
-  auto config =
-      ParseLimitConfig(Env, ids, ReadFile("/proc/self/cgroup"), static_cast<int>(getpid()));
-  Status error = config.status();
-  auto endpoint = DaemonAddressFromEnv(Env);
-  if (error.ok() && !endpoint.ok()) error = endpoint.status();
-  ContextCharges::Options context{
-      .estimate_bytes = kDefaultContextBytes, .fixed = false, .granularity = granularity_};
-  if (error.ok()) {
-    if (const char* v = Env("GPUSLICE_CONTEXT_BYTES"); v != nullptr) {
-      auto bytes = ParseBytes(v);
-      if (bytes.ok()) {
-        context.estimate_bytes = *bytes;
-        context.fixed = true;
-      } else {
-        error = bytes.status().WithContext("GPUSLICE_CONTEXT_BYTES");
-      }
-    }
-  }
-  if (error.ok()) {
-    if (const char* v = Env("GPUSLICE_REGISTER_WAIT_MS"); v != nullptr) {
-      char* end = nullptr;
-      errno = 0;
-      const long long ms = strtoll(v, &end, 10);
-      if (*v == '\0' || *end != '\0' || errno != 0 || ms < 0 || ms > kMaxFirstAnswerWait.count()) {
-        error = InvalidArgument("GPUSLICE_REGISTER_WAIT_MS: '" + std::string(v).substr(0, 64) +
-                                "' is not a number of milliseconds from 0 to " +
-                                std::to_string(kMaxFirstAnswerWait.count()));
-      } else {
-        registration_wait_ = std::chrono::milliseconds(ms);
-      }
-    }
-  }
-  if (!error.ok()) {
-    ReportConfigError(error.message());
+bool ProcessState::Attach(const std::vector<DriverDevice>& devices) {
+  auto settings = ReadAttachSettings(Env, devices, ReadFile("/proc/self/cgroup"),
+                                     static_cast<int>(getpid()), OutermostPid());
+  StatusOr<Attachment> attachment =
+      settings.ok() ? AttachToGroup(*settings, devices) : StatusOr<Attachment>(settings.status());
+  if (!attachment.ok()) {
+    ReportConfigError(attachment.status().message());
     state_.store(kFailedClosed, std::memory_order_release);
     return false;
   }
-  const char* dir = Env(kEnvShmDir);
-  auto segment = GroupSegment::Open(dir != nullptr && *dir != '\0' ? dir : kDefaultGroupSegmentDir,
-                                    config->group, /*create=*/true);
-  if (!segment.ok()) {
-    // Without a segment limits cannot be shared, and so cannot be honoured.
-    ReportConfigError("group '" + config->group + "': " + segment.status().message());
-    state_.store(kFailedClosed, std::memory_order_release);
-    return false;
-  }
-  std::vector<int> map(devices.size(), -1);
-  for (size_t i = 0; i < devices.size(); ++i) {
-    auto d = (*segment)->AttachDevice(devices[i].second);
-    if (!d.ok()) {
-      ReportConfigError(d.status().message());
-      state_.store(kFailedClosed, std::memory_order_release);
-      return false;
-    }
-    map[i] = *d;
-    const DeviceLimits& limits = config->devices[i];
-    if (limits.memory_bytes) (*segment)->LowerMemoryLimit(*d, *limits.memory_bytes);
-    if (limits.compute_percent) (*segment)->LowerComputeLimit(*d, *limits.compute_percent);
-  }
-  (*segment)->ReapDead();  // members that left since the last one looked
-  daemon_ = std::move(*endpoint);
-  registration_ = RegistrationFor(*config, devices, daemon_);
-  segment_ = std::move(segment).value();
+  daemon_ = std::move(settings->daemon);
+  registration_ = std::move(settings->registration);
+  registration_wait_ = settings->registration_wait;
+  segment_ = std::move(attachment->segment);
   const std::string daemon_socket = DaemonSocket();
   if (!daemon_socket.empty() && !segment_->DaemonClaims(MonotonicNs()) &&
       access(daemon_socket.c_str(), F_OK) == 0) {
@@ -374,9 +258,11 @@ bool ProcessState::Attach(const std::vector<std::pair<int, std::string>>& device
   }
   StartKeeperThread(segment_.get(), daemon_socket);
   ledger_.Bind(segment_.get());
+  ContextCharges::Options context = settings->context;
+  context.granularity = granularity_;
   contexts_.Bind(segment_.get(), context, context_driver_.get());
-  compute_gate_.Arm(segment_.get(), map, &ledger_, &captures_);
-  ordinal_to_device_ = std::move(map);
+  compute_gate_.Arm(segment_.get(), attachment->ordinal_to_device, &ledger_, &captures_);
+  ordinal_to_device_ = std::move(attachment->ordinal_to_device);
   ForgetContexts();  // the ordinals' group devices may have changed
   GS_LOG(kInfo, "limiter", "attached to group '%s' (%zu devices)", segment_->group().c_str(),
          devices.size());

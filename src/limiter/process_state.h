@@ -1,17 +1,20 @@
 // ProcessState: the per-process state of libgpuslice.so (DESIGN.md sections 2, 3).
 //
-// It attaches the process to its group: reads the configuration, opens the
-// group's segment, maps the process's CUDA devices onto the group's (by
-// UUID) and finds the group device of a context or stream; it owns the
-// process's memory ledger (ledger.h: which allocation holds how many bytes
-// of which device) and starts registration and the keeper thread.
+// It keeps the process attached to its group: the attachment (attachment.h:
+// the devices the driver lists, the settings from the environment, the
+// group's segment with the limits applied), the CUDA ordinal -> group device
+// map and the group device of a context or stream; it owns the process's
+// memory ledger (ledger.h: which allocation holds how many bytes of which
+// device) with the contexts', pools' and graphs' charges on it, the compute
+// gate, and starts registration and the keeper thread.
 //
 // Lifecycle: nothing happens before the first hook. Attach() runs once the
 // driver is initialised (from cuInit, or lazily from the first hook that
-// needs it): it enumerates devices, reads the configuration, opens the
-// segment and applies the limits. A configuration error is terminal for the
-// process: it is printed once and every CUDA entry point that could hand out
-// resources fails with CUDA_ERROR_NOT_INITIALIZED (fail closed).
+// needs it): it makes the attachment from the real driver's table and binds
+// the ledger, the charges and the gate to it. A configuration error is
+// terminal for the process: it is printed once and every CUDA entry point
+// that could hand out resources fails with CUDA_ERROR_NOT_INITIALIZED (fail
+// closed).
 //
 // Registration: once attached through CUDA, the process registers with
 // gpusliced (when its socket exists and GPUSLICE_REGISTER is not 0) on a
@@ -40,6 +43,7 @@
 
 #include "common/thread_annotations.h"
 #include "cuda_abi/cuda_driver_api.h"
+#include "limiter/attachment.h"
 #include "limiter/compute_gate.h"
 #include "limiter/core/context_charges.h"
 #include "limiter/daemon_client.h"
@@ -165,7 +169,8 @@ class alignas(4096) ProcessState {
   // EnsureAttached and CurrentGroupDevice when the fast answer does not hold.
   CUresult EnsureAttachedSlow();
   int CurrentGroupDeviceSlow(uintptr_t* ctx) const;
-  bool Attach(const std::vector<std::pair<int, std::string>>& devices) REQUIRES(attach_mu_);
+  // Attaches to the group (attachment.h) and starts what keeps it.
+  bool Attach(const std::vector<DriverDevice>& devices) REQUIRES(attach_mu_);
   // The daemon's socket when this process registers over one; empty
   // otherwise (a daemon reached over TCP cannot be looked for on disk).
   std::string DaemonSocket() const;
