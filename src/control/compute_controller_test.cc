@@ -9,6 +9,8 @@
 #include <map>
 #include <string>
 
+#include "shm/raw_layout_testing.h"
+
 namespace gpuslice::control {
 namespace {
 
@@ -282,7 +284,8 @@ class MixedMembersTest : public ComputeControllerTest {
       realtime_.Advance(50 * kMs);
       monotonic_.Advance(50 * kMs);
       for (auto [slot, n] : {std::pair{short_, 100}, std::pair{long_, 3}}) {
-        std::atomic_ref<uint64_t>(segment_->layout().slot_compute[slot][0].launches) += n;
+        std::atomic_ref<uint64_t>(testing::RawLayout(*segment_).slot_compute[slot][0].launches) +=
+            n;
         std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += n;
       }
       if (i % 4 == 0) {
@@ -343,7 +346,7 @@ TEST_F(ComputeControllerTest, AGroupMeasuredOverItsRateIsChargedMoreWithinTwoWin
     for (int i = 1; i <= static_cast<int>(seconds * 20); ++i) {
       realtime_.Advance(50 * kMs);
       monotonic_.Advance(50 * kMs);
-      std::atomic_ref<uint64_t>(segment_->layout().slot_compute[slot][0].launches) += 5;
+      std::atomic_ref<uint64_t>(testing::RawLayout(*segment_).slot_compute[slot][0].launches) += 5;
       std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 5;
       if (i % 4 == 0) {
         source_.samples[kUuid].push_back(
@@ -392,7 +395,7 @@ TEST_F(ComputeControllerTest, ADrainOfTheQueueAfterAHoldIsNoCostShift) {
     const bool held = (i - 1) % 20 >= 8;
     if (!held) {
       queue += 35;
-      std::atomic_ref<uint64_t>(segment_->layout().slot_compute[slot][0].launches) += 35;
+      std::atomic_ref<uint64_t>(testing::RawLayout(*segment_).slot_compute[slot][0].launches) += 35;
       std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 35;
     }
     // The device runs the queue for the tick.
@@ -408,7 +411,7 @@ TEST_F(ComputeControllerTest, ADrainOfTheQueueAfterAHoldIsNoCostShift) {
       }
     }
     // What the launch path has seen complete (its markers: every launch run).
-    segment_->layout().slot_compute[slot][0].queued = static_cast<uint32_t>(queue);
+    testing::RawLayout(*segment_).slot_compute[slot][0].queued = static_cast<uint32_t>(queue);
     if (i % 4 == 0) {  // NVML's 200 ms window
       source_.samples[kUuid].push_back(
           {4242, static_cast<uint64_t>(realtime_.NowNs() / 1000),
@@ -449,7 +452,7 @@ TEST_P(HeldBackTest, AGroupUnderItsRateWhileHeldBackIsChargedLessIfTheDeviceHasR
     for (int i = 1; i <= static_cast<int>(seconds * 20); ++i) {
       realtime_.Advance(50 * kMs);
       monotonic_.Advance(50 * kMs);
-      std::atomic_ref<uint64_t>(segment_->layout().slot_compute[slot][0].launches) += 5;
+      std::atomic_ref<uint64_t>(testing::RawLayout(*segment_).slot_compute[slot][0].launches) += 5;
       std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 5;
       std::atomic_ref<uint64_t>(segment_->Compute(0).waits) += 1;  // held back by its budget
       if (i % 4 == 0) {

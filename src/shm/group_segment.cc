@@ -109,13 +109,13 @@ std::string Errno(const std::string& what) { return what + ": " + strerror(errno
 
 // OFD lock on one byte at `offset`: F_WRLCK to take (non-blocking unless
 // `wait`), F_UNLCK to drop. Returns 0 or an errno value.
-int OfdLock(int fd, int64_t offset, short type, bool wait) {
+int OfdLock(SegmentOs& os, int fd, int64_t offset, short type, bool wait) {
   struct flock fl {};
   fl.l_type = type;
   fl.l_whence = SEEK_SET;
   fl.l_start = offset;
   fl.l_len = 1;
-  while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) != 0) {
+  while (os.FcntlLock(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) != 0) {
     if (errno != EINTR) return errno;
   }
   return 0;
@@ -123,13 +123,13 @@ int OfdLock(int fd, int64_t offset, short type, bool wait) {
 
 // True if another open file description holds a lock on the byte at `offset`
 // that conflicts with taking it as `type` (F_WRLCK: any lock; F_RDLCK: a write lock).
-bool LockedByOther(int fd, int64_t offset, short type) {
+bool LockedByOther(SegmentOs& os, int fd, int64_t offset, short type) {
   struct flock fl {};
   fl.l_type = type;
   fl.l_whence = SEEK_SET;
   fl.l_start = offset;
   fl.l_len = 1;
-  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return true;  // unknown: assume alive
+  if (os.FcntlLock(fd, F_OFD_GETLK, &fl) != 0) return true;  // unknown: assume alive
   return fl.l_type != F_UNLCK;
 }
 
@@ -179,10 +179,10 @@ bool InOurGroups(gid_t gid) {
 // A member joins only a segment that no one outside its uid, its gid and root
 // can write: a file another user made in the shared directory (to squat a
 // group's name) is refused, not trusted with the group's limits and ledger.
-Status CheckTrusted(int fd, const struct stat& st, const std::string& path) {
+Status CheckTrusted(SegmentOs& os, int fd, const struct stat& st, const std::string& path) {
   const bool mine = st.st_uid == geteuid();
   bool others_write = (st.st_mode & 0002) != 0;
-  if (others_write && mine && fchmod(fd, kSegmentMode) == 0) others_write = false;  // tightened
+  if (others_write && mine && os.Fchmod(fd, kSegmentMode) == 0) others_write = false;  // tightened
   const bool owner_ok = mine || st.st_uid == 0 || geteuid() == 0 || InOurGroups(st.st_gid);
   if (!others_write && owner_ok) return Status::Ok();
   return PermissionDenied(path + " is not trusted: it belongs to uid " + std::to_string(st.st_uid) +
@@ -191,9 +191,9 @@ Status CheckTrusted(int fd, const struct stat& st, const std::string& path) {
                           "; remove it (as root) or pick another group");
 }
 
-Status MakeDir(const std::string& dir) {
-  if (mkdir(dir.c_str(), 01777) == 0) {
-    chmod(dir.c_str(), 01777);  // members of one pod may run as different users
+Status MakeDir(SegmentOs& os, const std::string& dir) {
+  if (os.Mkdir(dir.c_str(), 01777) == 0) {
+    os.Chmod(dir.c_str(), 01777);  // members of one pod may run as different users
     return Status::Ok();
   }
   if (errno == EEXIST) return Status::Ok();
@@ -226,83 +226,85 @@ std::vector<std::string> GroupSegment::ListGroups(const std::string& dir) {
 }
 
 StatusOr<std::unique_ptr<GroupSegment>> GroupSegment::Open(const std::string& dir,
-                                                           std::string_view group, bool create) {
-  if (create) GS_RETURN_IF_ERROR(MakeDir(dir));
+                                                           std::string_view group, bool create,
+                                                           SegmentOs& os) {
+  if (create) GS_RETURN_IF_ERROR(MakeDir(os, dir));
   const std::string path = PathFor(dir, group);
   int fd = -1;
   // An attacher holds the attach lock for its life; a segment unlinked by a
   // collector between our open and our lock is stale: open the path again.
   for (int attempt = 0;; ++attempt) {
-    fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), kSegmentMode);
+    fd = os.Open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), kSegmentMode);
     if (fd < 0) {
       if (errno == ENOENT) return NotFound("group '" + std::string(group) + "' has no segment");
       if (errno == EACCES) return NotYours(path, group);
       return Unavailable(Errno("cannot open " + path));
     }
     if (!create) break;
-    if (int err = OfdLock(fd, kAttachLockOffset, F_RDLCK, true); err != 0) {
-      close(fd);
+    if (int err = OfdLock(os, fd, kAttachLockOffset, F_RDLCK, true); err != 0) {
+      os.Close(fd);
       errno = err;
       return Unavailable(Errno("cannot take the attach lock of " + path));
     }
     struct stat linked {};
-    if (fstat(fd, &linked) == 0 && linked.st_nlink > 0) break;
-    close(fd);
+    if (os.Fstat(fd, &linked) == 0 && linked.st_nlink > 0) break;
+    os.Close(fd);
     if (attempt == 8) return Unavailable(path + " keeps being removed while it is opened");
   }
   // Creation and validation are serialised by flock (independent of the OFD
   // byte locks that members hold for their slots).
-  while (flock(fd, LOCK_EX) != 0) {
+  while (os.Flock(fd, LOCK_EX) != 0) {
     if (errno != EINTR) {
       Status s = Unavailable(Errno("cannot lock " + path));
-      close(fd);
+      os.Close(fd);
       return s;
     }
   }
   auto fail = [&](Status s) {
-    flock(fd, LOCK_UN);
-    close(fd);
+    os.Flock(fd, LOCK_UN);
+    os.Close(fd);
     return s;
   };
   struct stat st {};
-  if (fstat(fd, &st) != 0) return fail(Unavailable(Errno("cannot stat " + path)));
+  if (os.Fstat(fd, &st) != 0) return fail(Unavailable(Errno("cannot stat " + path)));
   if (create) {
-    if (Status trusted = CheckTrusted(fd, st, path); !trusted.ok()) return fail(trusted);
+    if (Status trusted = CheckTrusted(os, fd, st, path); !trusted.ok()) return fail(trusted);
   }
   const bool fresh = static_cast<size_t>(st.st_size) != sizeof(GroupSegmentLayout);
   if (fresh) {
     if (!create) return fail(FailedPrecondition(path + " is not a valid group segment"));
-    fchmod(fd, kSegmentMode);  // whatever the umask: the group's gid may join
-    if (ftruncate(fd, 0) != 0 || ftruncate(fd, sizeof(GroupSegmentLayout)) != 0) {
+    os.Fchmod(fd, kSegmentMode);  // whatever the umask: the group's gid may join
+    if (os.Ftruncate(fd, 0) != 0 || os.Ftruncate(fd, sizeof(GroupSegmentLayout)) != 0) {
       return fail(Unavailable(Errno("cannot size " + path)));
     }
   }
-  void* p = mmap(nullptr, sizeof(GroupSegmentLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = os.Mmap(sizeof(GroupSegmentLayout), PROT_READ | PROT_WRITE, fd);
   if (p == MAP_FAILED) return fail(Unavailable(Errno("cannot map " + path)));
   auto* layout = static_cast<GroupSegmentLayout*>(p);
   if (fresh || !HeaderValid(layout)) {
     if (!create) {
-      munmap(p, sizeof(GroupSegmentLayout));
+      os.Munmap(p, sizeof(GroupSegmentLayout));
       return fail(FailedPrecondition(path + " is not a valid group segment"));
     }
     Initialize(layout, group);
   }
-  flock(fd, LOCK_UN);
+  os.Flock(fd, LOCK_UN);
   return std::unique_ptr<GroupSegment>(
-      new GroupSegment(std::string(group), path, fd, layout, /*attached=*/create));
+      new GroupSegment(os, std::string(group), path, fd, layout, /*attached=*/create));
 }
 
-GroupSegment::GroupSegment(std::string group, std::string path, int fd, GroupSegmentLayout* layout,
-                           bool attached)
-    : group_(std::move(group)),
+GroupSegment::GroupSegment(SegmentOs& os, std::string group, std::string path, int fd,
+                           GroupSegmentLayout* layout, bool attached)
+    : os_(os),
+      group_(std::move(group)),
       path_(std::move(path)),
       fd_(fd),
       layout_(layout),
       attached_(attached) {}
 
 GroupSegment::~GroupSegment() {
-  munmap(layout_, sizeof(GroupSegmentLayout));
-  close(fd_);  // drops this handle's OFD locks
+  os_.Munmap(layout_, sizeof(GroupSegmentLayout));
+  os_.Close(fd_);  // drops this handle's OFD locks
 }
 
 // ---- devices ----
@@ -671,7 +673,7 @@ void GroupSegment::DropOrphanChargesLocked() const {
 
 bool GroupSegment::SlotLive(int slot) const {
   if (slot == own_slot_) return true;
-  return LockedByOther(fd_, kSlotLockOffset + slot, F_WRLCK);
+  return LockedByOther(os_, fd_, kSlotLockOffset + slot, F_WRLCK);
 }
 
 void GroupSegment::ClearSlotLocked(int s) {
@@ -703,7 +705,7 @@ void GroupSegment::ClearSlotLocked(int s) {
 StatusOr<int> GroupSegment::Join(pid_t pid, uint64_t start_time, std::string_view name) {
   if (own_slot_ >= 0) return own_slot_;
   for (int s = 0; s < kGroupMaxSlots; ++s) {
-    if (OfdLock(fd_, kSlotLockOffset + s, F_WRLCK, false) != 0) continue;  // a live member's
+    if (OfdLock(os_, fd_, kSlotLockOffset + s, F_WRLCK, false) != 0) continue;  // a live member's
     {
       const LedgerHold hold(*this);
       ClearSlotLocked(s);  // whatever a dead owner left
@@ -727,7 +729,7 @@ void GroupSegment::Leave(int slot) {
     ClearSlotLocked(slot);
     DropOrphanChargesLocked();
   }
-  OfdLock(fd_, kSlotLockOffset + slot, F_UNLCK, false);
+  OfdLock(os_, fd_, kSlotLockOffset + slot, F_UNLCK, false);
   own_slot_ = -1;
 }
 
@@ -735,7 +737,7 @@ int GroupSegment::ReapDead() {
   int reaped = 0;
   for (int s = 0; s < kGroupMaxSlots; ++s) {
     if (s == own_slot_ || Load(layout_->slots[s].owner_pid) == 0) continue;
-    if (OfdLock(fd_, kSlotLockOffset + s, F_WRLCK, false) != 0) continue;  // alive
+    if (OfdLock(os_, fd_, kSlotLockOffset + s, F_WRLCK, false) != 0) continue;  // alive
     {
       const LedgerHold hold(*this);
       if (Load(layout_->slots[s].owner_pid) != 0) {
@@ -744,7 +746,7 @@ int GroupSegment::ReapDead() {
         DropOrphanChargesLocked();
       }
     }
-    OfdLock(fd_, kSlotLockOffset + s, F_UNLCK, false);
+    OfdLock(os_, fd_, kSlotLockOffset + s, F_UNLCK, false);
   }
   return reaped;
 }
@@ -968,7 +970,7 @@ GroupSnapshot GroupSegment::Snapshot() const {
 
 bool GroupSegment::TryBecomeController() {
   if (controller_) return true;
-  if (OfdLock(fd_, kControllerLockOffset, F_WRLCK, false) != 0) return false;
+  if (OfdLock(os_, fd_, kControllerLockOffset, F_WRLCK, false) != 0) return false;
   controller_ = true;
   Atomic(layout_->controller_pid).store(getpid());
   return true;
@@ -976,7 +978,7 @@ bool GroupSegment::TryBecomeController() {
 
 Status GroupSegment::WaitToBecomeController() {
   if (controller_) return Status::Ok();
-  if (int err = OfdLock(fd_, kControllerLockOffset, F_WRLCK, true); err != 0) {
+  if (int err = OfdLock(os_, fd_, kControllerLockOffset, F_WRLCK, true); err != 0) {
     errno = err;
     return Unavailable(Errno("cannot take the controller lock of " + path_));
   }
@@ -989,7 +991,7 @@ void GroupSegment::ResignController() {
   if (!controller_) return;
   int32_t me = getpid();
   Atomic(layout_->controller_pid).compare_exchange_strong(me, 0);
-  OfdLock(fd_, kControllerLockOffset, F_UNLCK, false);
+  OfdLock(os_, fd_, kControllerLockOffset, F_UNLCK, false);
   controller_ = false;
 }
 
@@ -1022,7 +1024,7 @@ void GroupSegment::Beat(int64_t now_ns) {
 // ---- liveness and collection ----
 
 bool GroupSegment::HasAttachedProcess() const {
-  return LockedByOther(fd_, kAttachLockOffset, F_WRLCK);
+  return LockedByOther(os_, fd_, kAttachLockOffset, F_WRLCK);
 }
 
 int64_t GroupSegment::LastAliveNs() const {
@@ -1030,25 +1032,25 @@ int64_t GroupSegment::LastAliveNs() const {
 }
 
 StatusOr<bool> GroupSegment::RemoveIfAbandoned(const std::string& dir, std::string_view group,
-                                               int64_t grace_ns, int64_t now_ns) {
+                                               int64_t grace_ns, int64_t now_ns, SegmentOs& os) {
   const std::string path = PathFor(dir, group);
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  int fd = os.Open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
   if (fd < 0) {
     if (errno == ENOENT) return false;  // already gone
     return Unavailable(Errno("cannot open " + path));
   }
   // Held until the file is unlinked: no process can attach meanwhile.
-  if (OfdLock(fd, kAttachLockOffset, F_WRLCK, false) != 0) {
-    close(fd);
+  if (OfdLock(os, fd, kAttachLockOffset, F_WRLCK, false) != 0) {
+    os.Close(fd);
     return false;  // a process is attached
   }
   struct stat st {};
   bool remove = false;
-  if (fstat(fd, &st) == 0 && st.st_nlink > 0) {
+  if (os.Fstat(fd, &st) == 0 && st.st_nlink > 0) {
     int64_t last_alive_ns = 0;
     bool valid = false;
     if (static_cast<size_t>(st.st_size) == sizeof(GroupSegmentLayout)) {
-      void* p = mmap(nullptr, sizeof(GroupSegmentLayout), PROT_READ, MAP_SHARED, fd, 0);
+      void* p = os.Mmap(sizeof(GroupSegmentLayout), PROT_READ, fd);
       if (p != MAP_FAILED) {
         const auto* layout = static_cast<const GroupSegmentLayout*>(p);
         if (HeaderValid(layout)) {
@@ -1056,7 +1058,7 @@ StatusOr<bool> GroupSegment::RemoveIfAbandoned(const std::string& dir, std::stri
           last_alive_ns =
               std::max(Load(layout->header.created_ns), Load(layout->controller_heartbeat_ns));
         }
-        munmap(p, sizeof(GroupSegmentLayout));
+        os.Munmap(p, sizeof(GroupSegmentLayout));
       }
     }
     // Not a segment (a creator died before initialising it): nobody can be
@@ -1064,10 +1066,10 @@ StatusOr<bool> GroupSegment::RemoveIfAbandoned(const std::string& dir, std::stri
     remove = !valid || now_ns - last_alive_ns >= grace_ns;
   }
   Status result = Status::Ok();
-  if (remove && unlink(path.c_str()) != 0 && errno != ENOENT) {
+  if (remove && os.Unlink(path.c_str()) != 0 && errno != ENOENT) {
     result = Unavailable(Errno("cannot remove " + path));
   }
-  close(fd);  // drops the exclusive lock: a waiting attacher finds the file unlinked
+  os.Close(fd);  // drops the exclusive lock: a waiting attacher finds the file unlinked
   if (!result.ok()) return result;
   return remove;
 }
@@ -1075,17 +1077,17 @@ StatusOr<bool> GroupSegment::RemoveIfAbandoned(const std::string& dir, std::stri
 // ---- fork ----
 
 Status GroupSegment::ReopenAfterFork() {
-  int fd = open(path_.c_str(), O_RDWR | O_CLOEXEC);
+  int fd = os_.Open(path_.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return Unavailable(Errno("cannot reopen " + path_));
   // The parent, attached, keeps the file linked until the child holds its own lock.
   if (attached_) {
-    if (int err = OfdLock(fd, kAttachLockOffset, F_RDLCK, true); err != 0) {
-      close(fd);
+    if (int err = OfdLock(os_, fd, kAttachLockOffset, F_RDLCK, true); err != 0) {
+      os_.Close(fd);
       errno = err;
       return Unavailable(Errno("cannot take the attach lock of " + path_));
     }
   }
-  close(fd_);  // the parent's open file description, and its locks, stay with the parent
+  os_.Close(fd_);  // the parent's open file description, and its locks, stay with the parent
   fd_ = fd;
   own_slot_ = -1;
   controller_ = false;

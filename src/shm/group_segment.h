@@ -28,6 +28,7 @@
 #include "common/status.h"
 #include "gpuslice/group_segment.h"
 #include "shm/launch_pacer.h"
+#include "shm/segment_os.h"
 
 namespace gpuslice {
 
@@ -212,8 +213,12 @@ class GroupSegment {
   // until it is destroyed (or its process dies), which keeps the segment from
   // being collected (RemoveIfAbandoned). Members open with `create`;
   // observers (status, limit set, the daemon's readers) without.
+  //
+  // Every system call goes through `os` (segment_os.h; a test's may fail
+  // any of them), which must outlive the handle.
   static StatusOr<std::unique_ptr<GroupSegment>> Open(const std::string& dir,
-                                                      std::string_view group, bool create);
+                                                      std::string_view group, bool create,
+                                                      SegmentOs& os = SegmentOs::Real());
 
   // The file of `group` under `dir`.
   static std::string PathFor(const std::string& dir, std::string_view group);
@@ -496,7 +501,8 @@ class GroupSegment {
   // grace period, or already gone. Safe against concurrent attachers: they
   // either keep it alive or open a fresh segment after it is gone.
   static StatusOr<bool> RemoveIfAbandoned(const std::string& dir, std::string_view group,
-                                          int64_t grace_ns, int64_t now_ns);
+                                          int64_t grace_ns, int64_t now_ns,
+                                          SegmentOs& os = SegmentOs::Real());
 
   // ---- fork ----
 
@@ -504,14 +510,9 @@ class GroupSegment {
   // file description) so the child can join as itself. The mapping is kept.
   Status ReopenAfterFork();
 
-  // The shared layout, for readers (status, the daemon). Use std::atomic_ref
-  // for fields other processes write.
-  const GroupSegmentLayout& layout() const { return *layout_; }
-  GroupSegmentLayout& layout() { return *layout_; }
-
  private:
-  GroupSegment(std::string group, std::string path, int fd, GroupSegmentLayout* layout,
-               bool attached);
+  GroupSegment(SegmentOs& os, std::string group, std::string path, int fd,
+               GroupSegmentLayout* layout, bool attached);
 
   // Takes the ledger lock (waiting, or evicting a holder past the deadline)
   // and returns this acquisition's token; repairs the ledger first if a
@@ -536,6 +537,7 @@ class GroupSegment {
   // Members with a thread in a launch-gate wait on `dev` (SlotCompute::waiting).
   uint32_t WaitingMembers(int dev) const;
 
+  SegmentOs& os_;
   std::string group_;
   std::string path_;
   int fd_;

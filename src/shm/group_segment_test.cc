@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "shm/raw_layout_testing.h"
 
 namespace gpuslice {
 namespace {
@@ -103,9 +104,9 @@ class GroupSegmentTest : public ::testing::Test {
 TEST_F(GroupSegmentTest, CreatesAValidSegmentAndListsIt) {
   auto seg = OpenGroup("pod-abc");
   ASSERT_NE(seg, nullptr);
-  EXPECT_EQ(seg->layout().header.magic, kGroupSegmentMagic);
-  EXPECT_EQ(seg->layout().header.size, sizeof(GroupSegmentLayout));
-  EXPECT_STREQ(seg->layout().group, "pod-abc");
+  EXPECT_EQ(testing::RawLayout(*seg).header.magic, kGroupSegmentMagic);
+  EXPECT_EQ(testing::RawLayout(*seg).header.size, sizeof(GroupSegmentLayout));
+  EXPECT_STREQ(testing::RawLayout(*seg).group, "pod-abc");
   EXPECT_EQ(GroupSegment::ListGroups(dir_), std::vector<std::string>{"pod-abc"});
   EXPECT_EQ(GroupSegment::Open(dir_, "other", false).status().code(), StatusCode::kNotFound);
 }
@@ -301,7 +302,7 @@ TEST_F(GroupSegmentTest, EachMemberHasItsOwnComputeAndANewOwnerStartsAfresh) {
   EXPECT_EQ(members[0].pid, getpid());
   EXPECT_GT(members[0].joined_ns, 0);
   // A value another member wrote out of range is bounded when read.
-  std::atomic_ref<int64_t>(seg->layout().slot_compute[slot][d].charge_ns).store(-1);
+  std::atomic_ref<int64_t>(testing::RawLayout(*seg).slot_compute[slot][d].charge_ns).store(-1);
   EXPECT_EQ(seg->SlotCharge(slot, d), 0);
   seg->PublishSlotCharge(slot, d, INT64_MAX);
   EXPECT_EQ(seg->SlotCharge(slot, d), kMaxChargeNs);
@@ -392,12 +393,13 @@ TEST_F(GroupSegmentTest, ASegmentOfAnotherLayoutVersionIsRefused) {
   {
     auto seg = GroupSegment::Open(dir_, "g1", false);
     ASSERT_TRUE(seg.ok());
-    (*seg)->layout().header.version = kGroupSegmentVersion - 1;  // v5: no count of queued launches
+    testing::RawLayout(**seg).header.version =
+        kGroupSegmentVersion - 1;  // v5: no count of queued launches
   }
   EXPECT_EQ(GroupSegment::Open(dir_, "g1", false).status().code(), StatusCode::kFailedPrecondition);
   auto rebuilt = OpenGroup();  // a member re-initialises it
-  EXPECT_EQ(rebuilt->layout().header.version, kGroupSegmentVersion);
-  EXPECT_EQ(rebuilt->layout().header.size, sizeof(GroupSegmentLayout));
+  EXPECT_EQ(testing::RawLayout(*rebuilt).header.version, kGroupSegmentVersion);
+  EXPECT_EQ(testing::RawLayout(*rebuilt).header.size, sizeof(GroupSegmentLayout));
 }
 
 TEST_F(GroupSegmentTest, MembersAndTheDaemonAreAskedForNotRead) {
@@ -430,8 +432,8 @@ TEST_F(GroupSegmentTest, ReserveIsAllOrNothingAgainstTheLimit) {
   EXPECT_EQ(seg->SlotMemory(s, d), 70 * kMiB);
   seg->Release(s, d, 1000 * kMiB);  // never below zero
   EXPECT_EQ(seg->MemoryUsed(d), 0u);
-  EXPECT_EQ(seg->layout().devices[d].alloc_failures, 2u);
-  EXPECT_EQ(seg->layout().devices[d].memory_peak, 100 * kMiB);
+  EXPECT_EQ(testing::RawLayout(*seg).devices[d].alloc_failures, 2u);
+  EXPECT_EQ(testing::RawLayout(*seg).devices[d].memory_peak, 100 * kMiB);
 }
 
 // The two steps apart (the limiter's ledger orders its own slot's changes):
@@ -455,8 +457,8 @@ TEST_F(GroupSegmentTest, TheDeviceAndSlotStepsApartKeepTheirContracts) {
   EXPECT_EQ(seg->SlotMemory(s, d), 0u);
   seg->ReleaseDevice(d, 1000 * kMiB);
   EXPECT_EQ(seg->MemoryUsed(d), 0u);
-  EXPECT_EQ(seg->layout().devices[d].alloc_failures, 1u);
-  EXPECT_EQ(seg->layout().devices[d].memory_peak, 110 * kMiB);
+  EXPECT_EQ(testing::RawLayout(*seg).devices[d].alloc_failures, 1u);
+  EXPECT_EQ(testing::RawLayout(*seg).devices[d].memory_peak, 110 * kMiB);
 }
 
 TEST_F(GroupSegmentTest, LoweringBelowUsageRefusesNewAllocationsUntilUsageFalls) {
@@ -572,7 +574,7 @@ TEST_F(GroupSegmentTest, AHolderKilledInsideTheLedgerLockDoesNotWedgeTheGroup) {
     // Dies holding the lock, having left the slots' sum above the group's
     // count (which the ledger's own steps never do: invariant 1).
     const GroupSegment::LedgerHold hold(*seg);
-    seg->layout().slots[mine].memory[d] += 7 * kMiB;
+    testing::RawLayout(*seg).slots[mine].memory[d] += 7 * kMiB;
     raise(SIGKILL);  // inside the hold
   });
   // Reservations take no lock: not wedged.
@@ -610,7 +612,7 @@ TEST_F(GroupSegmentTest, ATenantKilledHoldingTheLockIsRecoveredAndItsChargeRepai
     (void)!write(tenant_slot[1], &slot, sizeof slot);
     // ClearSlotLocked's first step (the slot's bytes), under the lock, then death.
     const GroupSegment::LedgerHold hold(**own);
-    (*own)->layout().slots[slot].memory[dev] = 0;
+    testing::RawLayout(**own).slots[slot].memory[dev] = 0;
     raise(SIGKILL);  // here, with the segment still mapped (not after `own` unmaps it)
   });
   int slot = -1;
@@ -622,14 +624,14 @@ TEST_F(GroupSegmentTest, ATenantKilledHoldingTheLockIsRecoveredAndItsChargeRepai
   // on a lock no one can take back); its 20 MiB stay counted while a member
   // lives.
   EXPECT_EQ(seg->ReapDead(), 1);
-  EXPECT_EQ(seg->layout().slots[slot].owner_pid, 0);
+  EXPECT_EQ(testing::RawLayout(*seg).slots[slot].owner_pid, 0);
   EXPECT_EQ(seg->MemoryUsed(d), 30 * kMiB);
   EXPECT_EQ(seg->Snapshot().ledger_evictions, 1u);
   {
     const GroupSegment::LedgerHold again(*seg);  // free again: taken at once
     EXPECT_TRUE(again.held());
   }
-  EXPECT_EQ(seg->layout().ledger_lock, 0u);
+  EXPECT_EQ(testing::RawLayout(*seg).ledger_lock, 0u);
   EXPECT_EQ(seg->Snapshot().ledger_evictions, 1u);
   // The last member leaves: the orphaned charge goes with it.
   seg->Release(mine, d, 10 * kMiB);
@@ -711,12 +713,12 @@ TEST_F(GroupSegmentTest, AMemberStoppedHoldingTheLedgerLockIsEvictedAndItsLateRe
   std::jthread waiter;  // declared before the hold: joined after it is released
   std::optional<GroupSegment::LedgerHold> held(std::in_place, *seg);
   ASSERT_TRUE(held->held());
-  const uint64_t tickets = Shared(seg->layout().ledger_tickets);
+  const uint64_t tickets = Shared(testing::RawLayout(*seg).ledger_tickets);
   waiter = std::jthread([&] {
     const GroupSegment::LedgerHold hold(*third);
     third_holds = true;
   });
-  ASSERT_TRUE(WaitUntil([&] { return Shared(seg->layout().ledger_tickets) > tickets; }));
+  ASSERT_TRUE(WaitUntil([&] { return Shared(testing::RawLayout(*seg).ledger_tickets) > tickets; }));
   ASSERT_EQ(kill(child.pid, SIGCONT), 0);
   ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
   child.pid = -1;
@@ -727,7 +729,7 @@ TEST_F(GroupSegmentTest, AMemberStoppedHoldingTheLedgerLockIsEvictedAndItsLateRe
   held.reset();
   waiter.join();
   EXPECT_TRUE(third_holds.load());
-  EXPECT_EQ(Shared(seg->layout().ledger_lock), 0u);
+  EXPECT_EQ(Shared(testing::RawLayout(*seg).ledger_lock), 0u);
   EXPECT_EQ(seg->Snapshot().ledger_evictions, 1u);
 }
 
@@ -742,12 +744,12 @@ TEST_F(GroupSegmentTest, ALockerWaitsForAHolderWithinTheDeadlineAndEvictsNoOne) 
   std::atomic<bool> waiter_holds{false};
   std::jthread waiter;  // declared before the hold: joined after it is released
   std::optional<GroupSegment::LedgerHold> held(std::in_place, *seg);
-  const uint64_t tickets = Shared(seg->layout().ledger_tickets);
+  const uint64_t tickets = Shared(testing::RawLayout(*seg).ledger_tickets);
   waiter = std::jthread([&] {
     const GroupSegment::LedgerHold hold(*other);
     waiter_holds = true;
   });
-  ASSERT_TRUE(WaitUntil([&] { return Shared(seg->layout().ledger_tickets) > tickets; }));
+  ASSERT_TRUE(WaitUntil([&] { return Shared(testing::RawLayout(*seg).ledger_tickets) > tickets; }));
   const int64_t until = MonotonicNs() + 2 * kLedgerLockDeadlineNs;
   while (MonotonicNs() < until) {
     ASSERT_TRUE(held->held());
@@ -759,7 +761,7 @@ TEST_F(GroupSegmentTest, ALockerWaitsForAHolderWithinTheDeadlineAndEvictsNoOne) 
   waiter.join();
   EXPECT_TRUE(waiter_holds.load());
   EXPECT_EQ(seg->Snapshot().ledger_evictions, 0u);
-  EXPECT_EQ(Shared(seg->layout().ledger_lock), 0u);
+  EXPECT_EQ(Shared(testing::RawLayout(*seg).ledger_lock), 0u);
 }
 
 // Several processes of several threads fill the group to its limit and free
@@ -811,10 +813,10 @@ TEST_F(GroupSegmentTest, ACorruptSegmentIsReinitialisedNotTrusted) {
     auto seg = OpenGroup();
     const int d = *seg->AttachDevice(kUuid);
     seg->LowerMemoryLimit(d, 5 * kMiB);
-    seg->layout().header.magic = 0xdeadbeef;
+    testing::RawLayout(*seg).header.magic = 0xdeadbeef;
   }
   auto seg = OpenGroup();
-  EXPECT_EQ(seg->layout().header.magic, kGroupSegmentMagic);
+  EXPECT_EQ(testing::RawLayout(*seg).header.magic, kGroupSegmentMagic);
   EXPECT_EQ(seg->device_count(), 0);
   // A file of the wrong size is rebuilt too, and refused to readers.
   const std::string path = GroupSegment::PathFor(dir_, "g2");
@@ -825,7 +827,7 @@ TEST_F(GroupSegmentTest, ACorruptSegmentIsReinitialisedNotTrusted) {
   EXPECT_EQ(GroupSegment::Open(dir_, "g2", false).status().code(), StatusCode::kFailedPrecondition);
   auto rebuilt = GroupSegment::Open(dir_, "g2", true);
   ASSERT_TRUE(rebuilt.ok());
-  EXPECT_STREQ((*rebuilt)->layout().group, "g2");
+  EXPECT_STREQ(testing::RawLayout(**rebuilt).group, "g2");
 }
 
 TEST_F(GroupSegmentTest, TheControllerRolePassesWhenItsHolderDies) {
@@ -848,7 +850,7 @@ TEST_F(GroupSegmentTest, TheControllerRolePassesWhenItsHolderDies) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(seg->WaitToBecomeController().ok());  // returns at once: the lock is free
-  EXPECT_EQ(seg->layout().controller_pid, getpid());
+  EXPECT_EQ(testing::RawLayout(*seg).controller_pid, getpid());
   close(ready[0]);
   close(ready[1]);
 }

@@ -17,6 +17,7 @@
 
 #include "cli/unix_http_client.h"
 #include "shm/group_segment.h"
+#include "shm/raw_layout_testing.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -59,7 +60,7 @@ class GroupControlTest : public testing::SimProcessTest {
   int32_t ControllerOf(const std::string& group) {
     auto seg = GroupSegment::Open(shm_dir_, group, /*create=*/false);
     if (!seg.ok()) return 0;
-    return std::atomic_ref<int32_t>((*seg)->layout().controller_pid).load();
+    return std::atomic_ref<int32_t>(testing::RawLayout(**seg).controller_pid).load();
   }
 
   int next_ = 0;

@@ -22,6 +22,7 @@
 
 #include "cli/unix_http_client.h"
 #include "shm/group_segment.h"
+#include "shm/raw_layout_testing.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -80,7 +81,8 @@ class GroupScheduleTest : public testing::SimProcessTest {
         [&] {
           auto seg = Segment(group);
           return seg != nullptr && seg->device_count() > 0 &&
-                 std::atomic_ref<int32_t>(seg->layout().controller_pid).load() == daemon &&
+                 std::atomic_ref<int32_t>(testing::RawLayout(*seg).controller_pid).load() ==
+                     daemon &&
                  seg->ComputeGrant(0) > 0;
         },
         20s);

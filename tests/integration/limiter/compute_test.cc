@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "shm/group_segment.h"
+#include "shm/raw_layout_testing.h"
 #include "tests/integration/support/sim_process_test.h"
 
 namespace gpuslice {
@@ -143,7 +144,9 @@ TEST_F(ComputeTest, AnotherMemberTakesOverWhenTheControllerIsKilled) {
   WaitRunning({b});
   auto seg = Segment("lead");
   ASSERT_NE(seg, nullptr);
-  auto controller = [&] { return std::atomic_ref<int32_t>(seg->layout().controller_pid).load(); };
+  auto controller = [&] {
+    return std::atomic_ref<int32_t>(testing::RawLayout(*seg).controller_pid).load();
+  };
   ASSERT_TRUE(
       WaitFor([&] { return controller() == a || controller() == b; }, std::chrono::seconds(5)));
   const pid_t leader = controller();
@@ -426,7 +429,8 @@ TEST_F(ComputeTest, ABudgetRunAheadOnAnInflatedProbeIsPulledBackOnceTheChargeIsK
   (*seg)->SetComputeGrant(0, kGrantBp);
   // ...and the probe's measurement charged at it (Probe's ChargeAfter).
   constexpr int64_t kMeasured = 400'000'000;
-  std::atomic_ref<int64_t>((*seg)->layout().slot_compute[slot][0].probe_ns).store(kMeasured);
+  std::atomic_ref<int64_t>(testing::RawLayout(**seg).slot_compute[slot][0].probe_ns)
+      .store(kMeasured);
   const int64_t now = MonotonicNs();
   (*seg)->Budget(0, slot).ChargeAfter(now, PacedIntervalBpNs(kMeasured, kGrantBp));
   // The member goes on launching: 2 ms at 4 % is one launch every 50 ms.
