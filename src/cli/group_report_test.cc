@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "shm/ledger_eviction_testing.h"
+#include "shm/raw_layout_testing.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -98,7 +99,7 @@ TEST_F(GroupReportTest, ShowsTheMeasuredComputeShare) {
   ASSERT_TRUE(seg);
   ASSERT_TRUE(seg->AttachDevice(kUuid).ok());
   seg->SetComputeLimit(0, 30);
-  DeviceCompute& c = seg->Compute(0);
+  DeviceCompute& c = testing::RawCompute(*seg, 0);
   c.share_bp = 2975;
   c.measured_at_ns = 1;
   c.charge_ns = 2'000'000;

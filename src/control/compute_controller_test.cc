@@ -62,7 +62,7 @@ class ComputeControllerTest : public ::testing::Test {
     for (int i = 1; i <= ticks; ++i) {
       realtime_.Advance(50 * kMs);
       monotonic_.Advance(50 * kMs);
-      std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += launches_per_s / 20;
+      std::atomic_ref<uint64_t>(testing::RawCompute(*segment_, 0).launches) += launches_per_s / 20;
       if (i % 4 == 0) {
         for (const auto& [pid, percent] : busy) {
           source_.samples[kUuid].push_back(
@@ -85,7 +85,7 @@ TEST_F(ComputeControllerTest, LearnsTheDeviceTimeOfALaunchFromItsMembersSamples)
   ComputeController c = MakeController({4242});
   // 100 launches a second keeping the GPU 40% busy: 4 ms of device time each.
   Simulate(c, 3.0, 100, {{4242, 40}});
-  const DeviceCompute& budget = segment_->Compute(0);
+  const DeviceCompute& budget = testing::RawCompute(*segment_, 0);
   EXPECT_NEAR(budget.charge_ns, 4 * kMs, 0.4 * kMs);
   EXPECT_NEAR(budget.share_bp, 4000, 200);
   EXPECT_EQ(budget.measured_at_ns, monotonic_.NowNs());
@@ -95,24 +95,24 @@ TEST_F(ComputeControllerTest, OtherProcessesSamplesDoNotCount) {
   segment_->SetComputeLimit(0, 50);
   ComputeController c = MakeController({4242, 4243});
   Simulate(c, 3.0, 100, {{4242, 10}, {4243, 10}, {999, 70}});
-  EXPECT_NEAR(segment_->Compute(0).share_bp, 2000, 200);
-  EXPECT_NEAR(segment_->Compute(0).charge_ns, 2 * kMs, 0.2 * kMs);
+  EXPECT_NEAR(testing::RawCompute(*segment_, 0).share_bp, 2000, 200);
+  EXPECT_NEAR(testing::RawCompute(*segment_, 0).charge_ns, 2 * kMs, 0.2 * kMs);
 }
 
 TEST_F(ComputeControllerTest, WithoutSamplesTheBootstrapChargeStays) {
   segment_->SetComputeLimit(0, 50);
-  segment_->Compute(0).charge_ns = 7 * kMs;  // what the members measured
+  testing::RawCompute(*segment_, 0).charge_ns = 7 * kMs;  // what the members measured
   source_.available = false;
   ComputeController c = MakeController({4242});
   Simulate(c, 2.0, 100, {});
-  EXPECT_EQ(segment_->Compute(0).charge_ns, 7 * kMs);
-  EXPECT_EQ(segment_->Compute(0).measured_at_ns, 0);
+  EXPECT_EQ(testing::RawCompute(*segment_, 0).charge_ns, 7 * kMs);
+  EXPECT_EQ(testing::RawCompute(*segment_, 0).measured_at_ns, 0);
 
   // Samples that match no member publish a share of zero, never a charge.
   source_.available = true;
   ComputeController unmatched = MakeController({1});
   Simulate(unmatched, 2.0, 100, {{4242, 50}});
-  EXPECT_EQ(segment_->Compute(0).charge_ns, 7 * kMs);
+  EXPECT_EQ(testing::RawCompute(*segment_, 0).charge_ns, 7 * kMs);
 }
 
 TEST_F(ComputeControllerTest, NothingToDoWithoutAComputeLimit) {
@@ -122,7 +122,7 @@ TEST_F(ComputeControllerTest, NothingToDoWithoutAComputeLimit) {
   segment_->SetComputeLimit(0, 30);
   EXPECT_TRUE(c.Tick());
   EXPECT_EQ(source_.calls, 0);  // nothing paced has run yet
-  std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 1;
+  std::atomic_ref<uint64_t>(testing::RawCompute(*segment_, 0).launches) += 1;
   EXPECT_TRUE(c.Tick());
   EXPECT_EQ(source_.calls, 1);
 }
@@ -141,7 +141,7 @@ TEST_F(ComputeControllerTest, QueuedWorkFromBeforePacingIsNoEvidenceOfCost) {
   // Then paced launches: 100 a second at 2 ms each (20% busy), for less
   // than the estimator's horizon (the drain would be inside it).
   Simulate(c, 1.0, 100, {{4242, 20}});
-  EXPECT_NEAR(segment_->Compute(0).charge_ns, 2 * kMs, 0.3 * kMs);
+  EXPECT_NEAR(testing::RawCompute(*segment_, 0).charge_ns, 2 * kMs, 0.3 * kMs);
 }
 
 // NVML as on an H100 (r580) with time-sliced contexts: each 200 ms window
@@ -160,7 +160,7 @@ TEST_F(ComputeControllerTest, UnderWindowAttributionEachSampleCountsForItsOwnWin
   for (int i = 1; i <= 16 * 20; ++i) {
     realtime_.Advance(50 * kMs);
     monotonic_.Advance(50 * kMs);
-    std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 5;
+    std::atomic_ref<uint64_t>(testing::RawCompute(*segment_, 0).launches) += 5;
     if (i % 4 == 0) {
       rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
       const bool ours = (rng >> 33) % 5 == 0;
@@ -174,8 +174,8 @@ TEST_F(ComputeControllerTest, UnderWindowAttributionEachSampleCountsForItsOwnWin
     if (i % 8 != 0) continue;
     c.Tick();
     if (i > 6 * 20) {
-      charges.push_back(segment_->Compute(0).charge_ns);
-      shares.push_back(static_cast<int32_t>(segment_->Compute(0).share_bp));
+      charges.push_back(testing::RawCompute(*segment_, 0).charge_ns);
+      shares.push_back(static_cast<int32_t>(testing::RawCompute(*segment_, 0).share_bp));
     }
   }
   double mean_share = 0;
@@ -221,7 +221,7 @@ class QuietDeviceTest : public ComputeControllerTest {
     for (int i = 1; i <= ticks; ++i) {
       realtime_.Advance(50 * kMs);
       monotonic_.Advance(50 * kMs);
-      std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 5;
+      std::atomic_ref<uint64_t>(testing::RawCompute(*segment_, 0).launches) += 5;
       if (i % 4 == 0) {
         const auto now_us = static_cast<uint64_t>(realtime_.NowNs() / 1000);
         if (process_percent > 0) source_.samples[kUuid].push_back({4242, now_us, process_percent});
@@ -239,11 +239,11 @@ TEST_F(QuietDeviceTest, AnIdleDeviceBoundsAGroupThatNvmlNoLongerSamples) {
       *segment_, source_, [] { return std::vector<int32_t>{4242}; }, {realtime_, monotonic_},
       &busy_);
   Run(c, 3.0, 40, 40);
-  EXPECT_NEAR(segment_->Compute(0).charge_ns, 4 * kMs, 0.4 * kMs);
+  EXPECT_NEAR(testing::RawCompute(*segment_, 0).charge_ns, 4 * kMs, 0.4 * kMs);
   Run(c, 3.0, 0, 0);
   // Within a few windows the charge is that of launches the device did not
   // see: well under a tenth of the old one.
-  EXPECT_LT(segment_->Compute(0).charge_ns, 0.4 * kMs);
+  EXPECT_LT(testing::RawCompute(*segment_, 0).charge_ns, 0.4 * kMs);
 }
 
 TEST_F(QuietDeviceTest, WithoutTheDevicesFigureTheOldChargeStays) {
@@ -251,7 +251,7 @@ TEST_F(QuietDeviceTest, WithoutTheDevicesFigureTheOldChargeStays) {
   ComputeController c = MakeController({4242});
   Run(c, 3.0, 40, 40);
   Run(c, 3.0, 0, 0);
-  EXPECT_NEAR(segment_->Compute(0).charge_ns, 4 * kMs, 0.4 * kMs);
+  EXPECT_NEAR(testing::RawCompute(*segment_, 0).charge_ns, 4 * kMs, 0.4 * kMs);
 }
 
 TEST_F(QuietDeviceTest, ABusyDeviceWithoutTheGroupsSampleIsNoEvidence) {
@@ -263,7 +263,7 @@ TEST_F(QuietDeviceTest, ABusyDeviceWithoutTheGroupsSampleIsNoEvidence) {
       &busy_);
   Run(c, 3.0, 40, 40);
   Run(c, 3.0, 0, 30);
-  EXPECT_NEAR(segment_->Compute(0).charge_ns, 4 * kMs, 0.4 * kMs);
+  EXPECT_NEAR(testing::RawCompute(*segment_, 0).charge_ns, 4 * kMs, 0.4 * kMs);
 }
 
 // Two members whose kernels differ 250x: 20 us kernels (2000 a second, 4 %
@@ -286,7 +286,7 @@ class MixedMembersTest : public ComputeControllerTest {
       for (auto [slot, n] : {std::pair{short_, 100}, std::pair{long_, 3}}) {
         std::atomic_ref<uint64_t>(testing::RawLayout(*segment_).slot_compute[slot][0].launches) +=
             n;
-        std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += n;
+        std::atomic_ref<uint64_t>(testing::RawCompute(*segment_, 0).launches) += n;
       }
       if (i % 4 == 0) {
         const auto t = static_cast<uint64_t>(realtime_.NowNs() / 1000);
@@ -307,7 +307,7 @@ TEST_F(MixedMembersTest, EachMemberIsChargedWhatItsOwnLaunchesCost) {
   EXPECT_NEAR(segment_->SlotCharge(short_, 0), 20'000, 3'000);
   EXPECT_NEAR(segment_->SlotCharge(long_, 0), 5 * kMs, 0.5 * kMs);
   // The group's mean, for readers: 340 ms busy a second over 2060 launches.
-  EXPECT_NEAR(segment_->Compute(0).charge_ns, 165'000, 20'000);
+  EXPECT_NEAR(testing::RawCompute(*segment_, 0).charge_ns, 165'000, 20'000);
 }
 
 TEST_F(MixedMembersTest, MembersKnownByPidOnlyShareTheGroupsMean) {
@@ -347,7 +347,7 @@ TEST_F(ComputeControllerTest, AGroupMeasuredOverItsRateIsChargedMoreWithinTwoWin
       realtime_.Advance(50 * kMs);
       monotonic_.Advance(50 * kMs);
       std::atomic_ref<uint64_t>(testing::RawLayout(*segment_).slot_compute[slot][0].launches) += 5;
-      std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 5;
+      std::atomic_ref<uint64_t>(testing::RawCompute(*segment_, 0).launches) += 5;
       if (i % 4 == 0) {
         source_.samples[kUuid].push_back(
             {4242, static_cast<uint64_t>(realtime_.NowNs() / 1000), percent});
@@ -358,13 +358,13 @@ TEST_F(ComputeControllerTest, AGroupMeasuredOverItsRateIsChargedMoreWithinTwoWin
   run(4.0, 50);  // 100 launches a second, 50 % busy: 5 ms each, at the rate
   EXPECT_NEAR(segment_->SlotCharge(slot, 0), 5 * kMs, 0.3 * kMs);
   run(0.4, 65);  // two windows at 6.5 ms each
-  const auto estimate = static_cast<double>(segment_->Compute(0).charge_ns);
+  const auto estimate = static_cast<double>(testing::RawCompute(*segment_, 0).charge_ns);
   EXPECT_LT(estimate, 5.6 * kMs);  // the estimator is still averaging the old work in
   EXPECT_GT(static_cast<double>(segment_->SlotCharge(slot, 0)), 1.2 * estimate);
   // Measured under the rate again: the correction lets go.
   run(3.0, 30);
   EXPECT_NEAR(static_cast<double>(segment_->SlotCharge(slot, 0)),
-              static_cast<double>(segment_->Compute(0).charge_ns), 0.05 * kMs);
+              static_cast<double>(testing::RawCompute(*segment_, 0).charge_ns), 0.05 * kMs);
 }
 
 // Issue 13: the scheduler holds a group (another batch group's turn) while
@@ -396,7 +396,7 @@ TEST_F(ComputeControllerTest, ADrainOfTheQueueAfterAHoldIsNoCostShift) {
     if (!held) {
       queue += 35;
       std::atomic_ref<uint64_t>(testing::RawLayout(*segment_).slot_compute[slot][0].launches) += 35;
-      std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 35;
+      std::atomic_ref<uint64_t>(testing::RawCompute(*segment_, 0).launches) += 35;
     }
     // The device runs the queue for the tick.
     int64_t budget = kTickNs;
@@ -421,7 +421,7 @@ TEST_F(ComputeControllerTest, ADrainOfTheQueueAfterAHoldIsNoCostShift) {
     }
     c.Tick();
     if (i > 5 * 20) {  // past the first horizon
-      group.push_back(segment_->Compute(0).charge_ns);
+      group.push_back(testing::RawCompute(*segment_, 0).charge_ns);
       member.push_back(segment_->SlotCharge(slot, 0));
     }
   }
@@ -453,8 +453,9 @@ TEST_P(HeldBackTest, AGroupUnderItsRateWhileHeldBackIsChargedLessIfTheDeviceHasR
       realtime_.Advance(50 * kMs);
       monotonic_.Advance(50 * kMs);
       std::atomic_ref<uint64_t>(testing::RawLayout(*segment_).slot_compute[slot][0].launches) += 5;
-      std::atomic_ref<uint64_t>(segment_->Compute(0).launches) += 5;
-      std::atomic_ref<uint64_t>(segment_->Compute(0).waits) += 1;  // held back by its budget
+      std::atomic_ref<uint64_t>(testing::RawCompute(*segment_, 0).launches) += 5;
+      std::atomic_ref<uint64_t>(testing::RawCompute(*segment_, 0).waits) +=
+          1;  // held back by its budget
       if (i % 4 == 0) {
         const auto now_us = static_cast<uint64_t>(realtime_.NowNs() / 1000);
         source_.samples[kUuid].push_back({4242, now_us, percent});
@@ -465,7 +466,7 @@ TEST_P(HeldBackTest, AGroupUnderItsRateWhileHeldBackIsChargedLessIfTheDeviceHasR
   };
   run(4.0, 50);  // 5 ms a launch, at the rate
   run(1.0, 40);  // under it, held back
-  const auto estimate = static_cast<double>(segment_->Compute(0).charge_ns);
+  const auto estimate = static_cast<double>(testing::RawCompute(*segment_, 0).charge_ns);
   const auto charge = static_cast<double>(segment_->SlotCharge(slot, 0));
   if (other + 40 < 90) {
     EXPECT_LT(charge, 0.92 * estimate);

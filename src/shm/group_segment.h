@@ -296,8 +296,6 @@ class GroupSegment {
   ComputeBudget Budget(int dev, int slot) {
     return {layout_->devices[dev].compute, layout_->slot_compute[slot][dev]};
   }
-  // The raw budget fields of `dev` (tests that stage a state; code uses Budget).
-  DeviceCompute& Compute(int dev) { return layout_->devices[dev].compute; }
   // The UUID of `dev` ("GPU-…"). REQUIRES: dev < device_count().
   std::string DeviceUuid(int dev) const;
 

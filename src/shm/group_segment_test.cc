@@ -190,7 +190,7 @@ TEST_F(GroupSegmentTest, CountersSayWhatTheSchedulerReads) {
   auto seg = OpenGroup();
   const int d = *seg->AttachDevice(kUuid);
   EXPECT_EQ(seg->Counters(d).share_bp, -1);  // never measured
-  DeviceCompute& c = seg->Compute(d);
+  DeviceCompute& c = testing::RawCompute(*seg, d);
   std::atomic_ref<uint64_t>(c.launches).store(7);
   std::atomic_ref<uint64_t>(c.waits).store(3);
   std::atomic_ref<uint64_t>(c.wait_ns).store(900);
@@ -241,7 +241,7 @@ TEST_F(GroupSegmentTest, ATurnWriterThatDiedInsideStopsNoReader) {
   auto seg = OpenGroup();
   const int d = *seg->AttachDevice(kUuid);
   seg->SetTurns(d, {.epoch_ns = 1, .period_ns = 100, .begin_ns = 0, .length_ns = 50}, {});
-  std::atomic_ref<uint32_t>(seg->Compute(d).turn_seq).fetch_add(1);  // inside, forever
+  std::atomic_ref<uint32_t>(testing::RawCompute(*seg, d).turn_seq).fetch_add(1);  // inside, forever
   EXPECT_EQ(seg->TurnAt(d, 10).period_ns, 0);
   seg->SetTurns(d, {.epoch_ns = 1, .period_ns = 300, .begin_ns = 0, .length_ns = 50}, {});
   EXPECT_EQ(seg->TurnAt(d, 10).period_ns, 300);
@@ -328,7 +328,7 @@ TEST_F(GroupSegmentTest, ABudgetRunAheadIsPulledBackToTheCurrentRate) {
   const int64_t at_30 = PacedIntervalBpNs(20'000'000, 3000);
   EXPECT_GT(budget.TryAdmit(now, at_30, kPacerBurstNs), at_30);  // held for the old charge
   EXPECT_TRUE(budget.ClampAhead(now, kPacerBurstNs + at_30));
-  EXPECT_EQ(std::atomic_ref<int64_t>(seg->Compute(d).next_free_ns).load(),
+  EXPECT_EQ(std::atomic_ref<int64_t>(testing::RawCompute(*seg, d).next_free_ns).load(),
             now + kPacerBurstNs + at_30);
   EXPECT_FALSE(budget.ClampAhead(now, kPacerBurstNs + at_30));       // nothing beyond: unchanged
   EXPECT_EQ(budget.TryAdmit(now + at_30, at_30, kPacerBurstNs), 0);  // the current rate's wait

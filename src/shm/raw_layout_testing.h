@@ -37,4 +37,10 @@ inline GroupSegmentLayout& RawLayout(const GroupSegment& segment) {
   return *layout;
 }
 
+// The raw budget fields of device `dev` (a test that stages a state; code
+// uses GroupSegment::Budget).
+inline DeviceCompute& RawCompute(const GroupSegment& segment, int dev) {
+  return RawLayout(segment).devices[dev].compute;
+}
+
 }  // namespace gpuslice::testing

@@ -156,7 +156,7 @@ TEST_F(ComputeTest, AnotherMemberTakesOverWhenTheControllerIsKilled) {
 
   ASSERT_TRUE(WaitFor([&] { return controller() == survivor; }, std::chrono::seconds(5)));
   // The new controller keeps estimating...
-  DeviceCompute& c = seg->Compute(0);
+  DeviceCompute& c = testing::RawCompute(*seg, 0);
   const int64_t seen = std::atomic_ref<int64_t>(c.measured_at_ns).load();
   EXPECT_TRUE(WaitFor([&] { return std::atomic_ref<int64_t>(c.measured_at_ns).load() > seen; },
                       std::chrono::seconds(3)));
@@ -393,7 +393,8 @@ TEST_F(ComputeTest, ALaunchAdmittedAtAnOldTinyGrantDoesNotHoldTheProgramOnceItIs
   // admitted under it...
   (*seg)->SetComputeGrant(0, 1);
   auto ahead_ns = [&] {
-    return std::atomic_ref<int64_t>((*seg)->Compute(0).next_free_ns).load() - MonotonicNs();
+    return std::atomic_ref<int64_t>(testing::RawCompute(**seg, 0).next_free_ns).load() -
+           MonotonicNs();
   };
   ASSERT_TRUE(WaitFor([&] { return ahead_ns() > 10'000'000'000; }, std::chrono::seconds(10)))
       << ahead_ns() << "\n"
@@ -437,7 +438,8 @@ TEST_F(ComputeTest, ABudgetRunAheadOnAnInflatedProbeIsPulledBackOnceTheChargeIsK
   const uint64_t before = (*seg)->Launches(0);
   EXPECT_TRUE(WaitFor([&] { return (*seg)->Launches(0) >= before + 5; }, std::chrono::seconds(4)))
       << "launches " << (*seg)->Launches(0) - before << ", budget ahead by "
-      << std::atomic_ref<int64_t>((*seg)->Compute(0).next_free_ns).load() - now << " ns\n"
+      << std::atomic_ref<int64_t>(testing::RawCompute(**seg, 0).next_free_ns).load() - now
+      << " ns\n"
       << Read("err0");
 }
 
@@ -458,7 +460,8 @@ TEST_F(ComputeTest, ALaunchWaitingOnAnInflatedChargeFollowsItsRefinement) {
   const int64_t real_charge = (*seg)->SlotCharge(slot, 0);
   (*seg)->SetComputeGrant(0, 400);
   auto ahead_ns = [&] {
-    return std::atomic_ref<int64_t>((*seg)->Compute(0).next_free_ns).load() - MonotonicNs();
+    return std::atomic_ref<int64_t>(testing::RawCompute(**seg, 0).next_free_ns).load() -
+           MonotonicNs();
   };
   // Until a launch has been admitted at the inflated charge (the controller
   // overwrites it every tick meanwhile).
