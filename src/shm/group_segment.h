@@ -31,6 +31,9 @@
 #include "shm/segment_os.h"
 
 namespace gpuslice {
+namespace testing {
+struct LedgerLock;  // ledger_eviction_testing.h
+}  // namespace testing
 
 // A reading of a group segment, field by field (each field atomically; not
 // one transaction: a member may allocate between two fields). What readers
@@ -234,36 +237,6 @@ class GroupSegment {
   const std::string& path() const { return path_; }
 
   // ---- the ledger lock ----
-
-  // A hold of the group's ledger lock, for its lifetime: what Join, Leave,
-  // ReapDead and AttachDevice take inside. Taking it waits for the holder,
-  // and evicts one that has held it past this handle's deadline (repairing
-  // the ledger). Public so that tests can stage a member stopped or killed
-  // while it holds the lock; code outside src/shm has no use for it.
-  // Each hold has a token of its own: threads of one process may hold (and
-  // wait for) the lock through one handle.
-  class LedgerHold {
-   public:
-    explicit LedgerHold(const GroupSegment& segment);
-    // Releases the lock unless this hold was evicted meanwhile (then it
-    // logs that and changes nothing).
-    ~LedgerHold();
-    LedgerHold(const LedgerHold&) = delete;
-    LedgerHold& operator=(const LedgerHold&) = delete;
-
-    // True while the lock is still this hold's (not evicted).
-    bool held() const;
-
-   private:
-    const GroupSegment& segment_;
-    uint64_t token_;
-  };
-
-  // How long a locker through this handle waits for one holder before it
-  // evicts it (kLedgerLockDeadlineNs unless set; tests set it short).
-  void set_ledger_deadline_ns(int64_t ns) {
-    ledger_deadline_ns_.store(ns, std::memory_order_relaxed);
-  }
 
   // ---- devices ----
 
@@ -509,6 +482,32 @@ class GroupSegment {
   Status ReopenAfterFork();
 
  private:
+  friend struct testing::LedgerLock;
+
+  // A hold of the group's ledger lock, for its lifetime: what Join, Leave,
+  // ReapDead and AttachDevice take inside. Taking it waits for the holder,
+  // and evicts one that has held it past this handle's deadline (repairing
+  // the ledger). Tests stage a member stopped or killed while it holds the
+  // lock through testing::LedgerLock (ledger_eviction_testing.h).
+  // Each hold has a token of its own: threads of one process may hold (and
+  // wait for) the lock through one handle.
+  class LedgerHold {
+   public:
+    explicit LedgerHold(const GroupSegment& segment);
+    // Releases the lock unless this hold was evicted meanwhile (then it
+    // logs that and changes nothing).
+    ~LedgerHold();
+    LedgerHold(const LedgerHold&) = delete;
+    LedgerHold& operator=(const LedgerHold&) = delete;
+
+    // True while the lock is still this hold's (not evicted).
+    bool held() const;
+
+   private:
+    const GroupSegment& segment_;
+    uint64_t token_;
+  };
+
   GroupSegment(SegmentOs& os, std::string group, std::string path, int fd,
                GroupSegmentLayout* layout, bool attached);
 
@@ -543,6 +542,8 @@ class GroupSegment {
   bool attached_;            // holds the attach lock (opened with `create`)
   int own_slot_ = -1;        // the slot this handle's fd holds a lock on
   bool controller_ = false;  // this handle holds the controller lock
+  // How long a locker through this handle waits for one holder before it
+  // evicts it (tests set it short).
   std::atomic<int64_t> ledger_deadline_ns_{kLedgerLockDeadlineNs};
 };
 

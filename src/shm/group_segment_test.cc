@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "shm/ledger_eviction_testing.h"
 #include "shm/raw_layout_testing.h"
 
 namespace gpuslice {
@@ -566,14 +567,14 @@ TEST_F(GroupSegmentTest, LiveMembersInOtherProcessesAreNotReaped) {
 
 TEST_F(GroupSegmentTest, AHolderKilledInsideTheLedgerLockDoesNotWedgeTheGroup) {
   auto seg = OpenGroup();
-  seg->set_ledger_deadline_ns(kShortDeadlineNs);
+  testing::LedgerLock::SetDeadline(*seg, kShortDeadlineNs);
   const int d = *seg->AttachDevice(kUuid);
   const int mine = *seg->Join(getpid(), 1, "parent");
   ASSERT_TRUE(seg->Reserve(mine, d, 10 * kMiB));
   InChildThenKill([&] {
     // Dies holding the lock, having left the slots' sum above the group's
     // count (which the ledger's own steps never do: invariant 1).
-    const GroupSegment::LedgerHold hold(*seg);
+    const testing::LedgerLock::Hold hold(*seg);
     testing::RawLayout(*seg).slots[mine].memory[d] += 7 * kMiB;
     raise(SIGKILL);  // inside the hold
   });
@@ -596,7 +597,7 @@ TEST_F(GroupSegmentTest, AHolderKilledInsideTheLedgerLockDoesNotWedgeTheGroup) {
 // tenant gets the whole limit.
 TEST_F(GroupSegmentTest, ATenantKilledHoldingTheLockIsRecoveredAndItsChargeRepaired) {
   auto seg = OpenGroup();
-  seg->set_ledger_deadline_ns(kShortDeadlineNs);
+  testing::LedgerLock::SetDeadline(*seg, kShortDeadlineNs);
   const int d = *seg->AttachDevice(kUuid);
   seg->SetMemoryLimit(d, 64 * kMiB);
   const int mine = *seg->Join(getpid(), 1, "parent");
@@ -611,7 +612,7 @@ TEST_F(GroupSegmentTest, ATenantKilledHoldingTheLockIsRecoveredAndItsChargeRepai
     if (!(*own)->Reserve(slot, dev, 20 * kMiB)) _exit(1);
     (void)!write(tenant_slot[1], &slot, sizeof slot);
     // ClearSlotLocked's first step (the slot's bytes), under the lock, then death.
-    const GroupSegment::LedgerHold hold(**own);
+    const testing::LedgerLock::Hold hold(**own);
     testing::RawLayout(**own).slots[slot].memory[dev] = 0;
     raise(SIGKILL);  // here, with the segment still mapped (not after `own` unmaps it)
   });
@@ -628,7 +629,7 @@ TEST_F(GroupSegmentTest, ATenantKilledHoldingTheLockIsRecoveredAndItsChargeRepai
   EXPECT_EQ(seg->MemoryUsed(d), 30 * kMiB);
   EXPECT_EQ(seg->Snapshot().ledger_evictions, 1u);
   {
-    const GroupSegment::LedgerHold again(*seg);  // free again: taken at once
+    const testing::LedgerLock::Hold again(*seg);  // free again: taken at once
     EXPECT_TRUE(again.held());
   }
   EXPECT_EQ(testing::RawLayout(*seg).ledger_lock, 0u);
@@ -650,7 +651,7 @@ TEST_F(GroupSegmentTest, ATenantKilledHoldingTheLockIsRecoveredAndItsChargeRepai
 // hold keeps waiting for it.
 TEST_F(GroupSegmentTest, AMemberStoppedHoldingTheLedgerLockIsEvictedAndItsLateReleaseFreesNothing) {
   auto seg = OpenGroup();
-  seg->set_ledger_deadline_ns(kStoppedDeadlineNs);
+  testing::LedgerLock::SetDeadline(*seg, kStoppedDeadlineNs);
   const int d = *seg->AttachDevice(kUuid);
   seg->SetMemoryLimit(d, 64 * kMiB);
   const int mine = *seg->Join(getpid(), 1, "parent");
@@ -670,7 +671,7 @@ TEST_F(GroupSegmentTest, AMemberStoppedHoldingTheLedgerLockIsEvictedAndItsLateRe
     if (write(joined[1], &c, 1) != 1 || read(go[0], &c, 1) != 1) _exit(2);
     int code = 0;
     {
-      const GroupSegment::LedgerHold hold(**own);
+      const testing::LedgerLock::Hold hold(**own);
       raise(SIGSTOP);
       code = hold.held() ? 3 : 0;  // 3: not evicted while stopped
     }                              // its late release
@@ -696,7 +697,7 @@ TEST_F(GroupSegmentTest, AMemberStoppedHoldingTheLedgerLockIsEvictedAndItsLateRe
   EXPECT_TRUE(seg->Reserve(mine, d, 30 * kMiB));
   EXPECT_EQ(seg->Snapshot().ledger_evictions, 1u);
   auto joiner = OpenGroup();
-  joiner->set_ledger_deadline_ns(kStoppedDeadlineNs);
+  testing::LedgerLock::SetDeadline(*joiner, kStoppedDeadlineNs);
   EXPECT_TRUE(joiner->Join(getpid(), 4, "joiner").ok());
   EXPECT_TRUE(seg->AttachDevice("GPU-00000000-1111-2222-3333-555555555555").ok());
   EXPECT_EQ(seg->ReapDead(), 0);  // a stopped member is alive
@@ -708,14 +709,14 @@ TEST_F(GroupSegmentTest, AMemberStoppedHoldingTheLedgerLockIsEvictedAndItsLateRe
   // own and a deadline far off) waits for it; then the stopped member resumes
   // and releases.
   auto third = OpenGroup();
-  third->set_ledger_deadline_ns(kLongDeadlineNs);
+  testing::LedgerLock::SetDeadline(*third, kLongDeadlineNs);
   std::atomic<bool> third_holds{false};
   std::jthread waiter;  // declared before the hold: joined after it is released
-  std::optional<GroupSegment::LedgerHold> held(std::in_place, *seg);
+  std::optional<testing::LedgerLock::Hold> held(std::in_place, *seg);
   ASSERT_TRUE(held->held());
   const uint64_t tickets = Shared(testing::RawLayout(*seg).ledger_tickets);
   waiter = std::jthread([&] {
-    const GroupSegment::LedgerHold hold(*third);
+    const testing::LedgerLock::Hold hold(*third);
     third_holds = true;
   });
   ASSERT_TRUE(WaitUntil([&] { return Shared(testing::RawLayout(*seg).ledger_tickets) > tickets; }));
@@ -740,13 +741,13 @@ TEST_F(GroupSegmentTest, AMemberStoppedHoldingTheLedgerLockIsEvictedAndItsLateRe
 TEST_F(GroupSegmentTest, ALockerWaitsForAHolderWithinTheDeadlineAndEvictsNoOne) {
   auto seg = OpenGroup();
   auto other = OpenGroup();
-  other->set_ledger_deadline_ns(kLongDeadlineNs);
+  testing::LedgerLock::SetDeadline(*other, kLongDeadlineNs);
   std::atomic<bool> waiter_holds{false};
   std::jthread waiter;  // declared before the hold: joined after it is released
-  std::optional<GroupSegment::LedgerHold> held(std::in_place, *seg);
+  std::optional<testing::LedgerLock::Hold> held(std::in_place, *seg);
   const uint64_t tickets = Shared(testing::RawLayout(*seg).ledger_tickets);
   waiter = std::jthread([&] {
-    const GroupSegment::LedgerHold hold(*other);
+    const testing::LedgerLock::Hold hold(*other);
     waiter_holds = true;
   });
   ASSERT_TRUE(WaitUntil([&] { return Shared(testing::RawLayout(*seg).ledger_tickets) > tickets; }));

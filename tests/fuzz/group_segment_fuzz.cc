@@ -26,6 +26,7 @@
 #include "fuzz_input.h"
 #include "gpuslice/group_segment.h"
 #include "shm/group_segment.h"
+#include "shm/ledger_eviction_testing.h"
 
 namespace gpuslice {
 namespace {
@@ -124,7 +125,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto member = GroupSegment::Open(Dir(), "g", /*create=*/true);
   if (!member.ok()) fuzz::Fail("member open", member.status().message());
   GroupSegment& seg = **member;
-  seg.set_ledger_deadline_ns(kLedgerDeadlineNs);
+  gpuslice::testing::LedgerLock::SetDeadline(seg, kLedgerDeadlineNs);
   Check(seg);
   auto dev = seg.AttachDevice("GPU-fuzz");
   auto slot = seg.Join(getpid(), 1, "fuzz");
