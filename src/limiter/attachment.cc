@@ -122,8 +122,7 @@ StatusOr<Attachment> AttachToGroup(const AttachSettings& settings,
   auto segment = GroupSegment::Open(settings.shm_dir, settings.config.group, /*create=*/true);
   if (!segment.ok()) {
     // Without a segment limits cannot be shared, and so cannot be honoured.
-    return Status(segment.status().code(),
-                  "group '" + settings.config.group + "': " + segment.status().message());
+    return segment.status().WithContext("group '" + settings.config.group + "'");
   }
   Attachment a{.segment = std::move(segment).value(),
                .ordinal_to_device = std::vector<int>(devices.size(), -1)};

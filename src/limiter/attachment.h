@@ -66,8 +66,8 @@ struct AttachSettings {
   DaemonAddress daemon;  // where registration goes
   std::optional<RegistrationRequest> registration;  // nullopt: registration disabled
   std::chrono::milliseconds registration_wait = kDefaultFirstAnswerWait;
-  ContextCharges::Options context;  // granularity: the caller's
-  std::string shm_dir;              // the group segments' directory
+  ContextCharges::Options context;
+  std::string shm_dir;  // the group segments' directory
 };
 
 // The settings for `devices` from `env`. `cgroup_text` is /proc/self/cgroup

@@ -258,9 +258,7 @@ bool ProcessState::Attach(const std::vector<DriverDevice>& devices) {
   }
   StartKeeperThread(segment_.get(), daemon_socket);
   ledger_.Bind(segment_.get());
-  ContextCharges::Options context = settings->context;
-  context.granularity = granularity_;
-  contexts_.Bind(segment_.get(), context, context_driver_.get());
+  contexts_.Bind(segment_.get(), settings->context, context_driver_.get());
   compute_gate_.Arm(segment_.get(), attachment->ordinal_to_device, &ledger_, &captures_);
   ordinal_to_device_ = std::move(attachment->ordinal_to_device);
   ForgetContexts();  // the ordinals' group devices may have changed

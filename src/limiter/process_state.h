@@ -209,7 +209,7 @@ class alignas(4096) ProcessState {
   GraphMemCharges graph_memory_;
   std::atomic<bool> pools_watched_{false};         // the refresh thread was started
   std::unique_ptr<ContextDriver> context_driver_;  // NVML's count of this process
-  ContextCharges contexts_{ledger_};
+  ContextCharges contexts_{ledger_, granularity_};
   StreamCaptures captures_;
   ComputeGate compute_gate_;  // large (its stream cache): last
   // This thread's current context and its group device, valid while

@@ -582,8 +582,9 @@ void AddTenantRoutes(ApiRouter& router, TenantRegistry& registry, const GpuMonit
                const auto u = UsageOfEach(*monitor.Current(), *usage.Current());
                const RegistryView view = registry.TakeView();  // one instant for every group
                json list = json::array();
-               for (const auto& [id, g] : view.groups)
+               for (const auto& [id, g] : view.groups) {
                  list.push_back(GroupView(g, view, u, options));
+               }
                return ApiResponse::Json(200, {{"groups", std::move(list)}});
              });
   router.Add("GET", "/v1/groups/{id}", Access::kRead, Dispatch::kBlocking,

@@ -46,11 +46,12 @@ class ContextCharges {
   struct Options {
     uint64_t estimate_bytes = kDefaultContextBytes;
     bool fixed = false;  // the estimate was given (GPUSLICE_CONTEXT_BYTES): never settled
-    uint64_t granularity = 2ull << 20;  // the driver's allocation granularity
   };
 
-  // REQUIRES: `ledger` outlives this.
-  explicit ContextCharges(Ledger& ledger) : ledger_(ledger) {}
+  // Settled sizes are rounded up to `granularity` (the driver's allocation
+  // granularity). REQUIRES: `ledger` outlives this.
+  ContextCharges(Ledger& ledger, uint64_t granularity)
+      : ledger_(ledger), granularity_(granularity) {}
   ContextCharges(const ContextCharges&) = delete;
   ContextCharges& operator=(const ContextCharges&) = delete;
 
@@ -79,6 +80,7 @@ class ContextCharges {
   std::optional<uint64_t> Settled(const Charge& c);
 
   Ledger& ledger_;
+  const uint64_t granularity_;
   const GroupSegment* segment_ = nullptr;  // set by Bind, then read-only
   Options options_;
   ContextDriver* driver_ = nullptr;

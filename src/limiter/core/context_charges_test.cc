@@ -27,9 +27,7 @@ class ContextChargesTest : public LedgerFixture {
  protected:
   explicit ContextChargesTest(uint64_t limit = 1024 * kMiB) : LedgerFixture(limit) {}
   void Bind(bool fixed = false) {
-    contexts_.Bind(segment_.get(),
-                   {.estimate_bytes = 300 * kMiB, .fixed = fixed, .granularity = 2 * kMiB},
-                   &driver_);
+    contexts_.Bind(segment_.get(), {.estimate_bytes = 300 * kMiB, .fixed = fixed}, &driver_);
   }
   // What the context hook does before the context exists: its estimate
   // charged and tracked as context `id`.
@@ -46,7 +44,7 @@ class ContextChargesTest : public LedgerFixture {
   }
 
   ScriptedDriver driver_;
-  ContextCharges contexts_{ledger_};
+  ContextCharges contexts_{ledger_, /*granularity=*/2 * kMiB};
 };
 
 TEST_F(ContextChargesTest, AContextSettlesOnTheDriversCountAndTheNextIsEstimatedSo) {
