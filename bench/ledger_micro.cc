@@ -1,7 +1,7 @@
 // ledger_micro: what the limiter's allocation path spends its time on, part
 // by part (google benchmark; no GPU, no simulator):
 //
-// - BM_SegmentReserveRelease: one GroupSegment::Reserve + Release pair, the
+// - BM_SegmentReserveRelease: one MemoryLedger::Reserve + Release pair, the
 //   group's shared ledger (lock-free: compare-and-swap in a file mapping);
 // - BM_LedgerTrackUntrack: one Ledger::Track + Untrack pair, the process's
 //   table of tracked pointers, with `range(0)` other pointers live;
@@ -54,8 +54,8 @@ struct TempSegment {
 void BM_SegmentReserveRelease(benchmark::State& state) {
   TempSegment t;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(t.segment->Reserve(t.slot, t.device, kMiB));
-    t.segment->Release(t.slot, t.device, kMiB);
+    benchmark::DoNotOptimize(t.segment->ledger().Reserve(t.slot, t.device, kMiB));
+    t.segment->ledger().Release(t.slot, t.device, kMiB);
   }
 }
 BENCHMARK(BM_SegmentReserveRelease);

@@ -41,7 +41,7 @@ TEST_F(GroupReportTest, ShowsLimitsUsageAndLiveMembersSeenFromAnotherHandle) {
   member->SetMemoryLimit(0, 1024 * kMiB);
   member->SetComputeLimit(0, 40);
   int slot = *member->Join(getpid(), 1, "trainer");
-  ASSERT_TRUE(member->Reserve(slot, 0, 300 * kMiB));
+  ASSERT_TRUE(member->ledger().Reserve(slot, 0, 300 * kMiB));
 
   auto reader = Open(false);  // like `gpuslice status`: its own open file description
   ASSERT_TRUE(reader);

@@ -78,9 +78,9 @@ void LimitSet(const LimitSetOptions& o) {
       s.SetMemoryLimit(d, after);
       printf("%s: memory limit %s -> %s\n", name.c_str(), MemoryText(before).c_str(),
              MemoryText(after).c_str());
-      if (after != kUnlimitedBytes && s.MemoryUsed(d) > after) {
+      if (after != kUnlimitedBytes && s.ledger().MemoryUsed(d) > after) {
         printf("%s: %s in use is above the new limit; allocations fail until it drops\n",
-               name.c_str(), FormatBytes(s.MemoryUsed(d)).c_str());
+               name.c_str(), FormatBytes(s.ledger().MemoryUsed(d)).c_str());
       }
     }
     if (!o.compute.empty()) {

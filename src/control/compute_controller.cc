@@ -65,7 +65,7 @@ ComputeController::Members ComputeController::SlotMembers(const GroupSegment& se
 }
 
 bool ComputeController::Tick() {
-  const uint32_t limited = segment_.ComputeLimitedMask();
+  const uint32_t limited = segment_.schedule().ComputeLimitedMask();
   if (limited == 0) return false;
   const int count = segment_.device_count();
   std::vector<Member> members;
@@ -101,10 +101,10 @@ uint64_t ComputeController::RecordSlots(int dev, Device& d, const std::vector<Me
   d.unslotted_queued = false;
   uint64_t queued_total = 0;
   for (const GroupSegment::MemberRef& ref : segment_.Members()) {
-    const uint64_t count = segment_.SlotLaunches(ref.slot, dev);
+    const uint64_t count = segment_.usage().SlotLaunches(ref.slot, dev);
     // A launch counts when the GPU has run it (the member saw its marker
     // complete: SlotCompute::queued), the time its busy time arrives.
-    uint64_t queued = std::min<uint64_t>(segment_.SlotQueued(ref.slot, dev), count);
+    uint64_t queued = std::min<uint64_t>(segment_.usage().SlotQueued(ref.slot, dev), count);
     auto it = d.slots.find(ref.slot);
     if (it == d.slots.end() || it->second.joined_ns != ref.joined_ns) {
       // A member seen for the first time: its launches so far are no
@@ -215,12 +215,13 @@ ComputeController::Quiet ComputeController::QuietSince(int dev, uint64_t since_u
 
 void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>& members) {
   const int64_t now_real = clocks_.realtime.NowNs();
-  const uint64_t launches = segment_.Launches(dev);
+  const uint64_t launches = segment_.usage().Launches(dev);
   // Waits that are not the budget's: a pause, the scheduler's (a burst or
   // turns it set). Looked at every tick: a pause can begin and end between
   // two windows.
-  d.waited_otherwise |= segment_.Paused() || segment_.ComputeBurst(dev) != 0 ||
-                        segment_.TurnAt(dev, clocks_.monotonic.NowNs()).period_ns > 0;
+  d.waited_otherwise |= segment_.schedule().Paused() ||
+                        segment_.schedule().ComputeBurst(dev) != 0 ||
+                        segment_.schedule().TurnAt(dev, clocks_.monotonic.NowNs()).period_ns > 0;
   if (d.first_tick_ns == 0) {
     d.first_tick_ns = now_real;
     d.last_seen_us = static_cast<uint64_t>(now_real / 1000);
@@ -370,18 +371,19 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
   // device had room for more (on a full device a group under its rate
   // queues more than runs; lower charges would only deepen its queue, which
   // the backlog watch then drains, and the group would get less).
-  const GroupSegment::ComputeCounters counters = segment_.Counters(dev);
+  const ComputeCounters counters = segment_.schedule().Counters(dev);
   const bool held = (counters.waits != d.waits_seen || counters.waiting > 0) &&
                     !d.waited_otherwise && device_percent < kFullDevicePercent;
   d.waits_seen = counters.waits;
   d.waited_otherwise = false;
   d.correction.Update(end_ns, d.estimator.RecentShare(ShareCorrection::kWindowNs),
-                      static_cast<double>(segment_.PacedRateBp(dev)) / 10000.0, longest, held);
+                      static_cast<double>(segment_.schedule().PacedRateBp(dev)) / 10000.0, longest,
+                      held);
   const double factor = d.correction.factor();
 
   const double share = d.estimator.RecentShare(1'000'000'000);
-  segment_.PublishEstimate(
-      dev, GroupSegment::Estimate{
+  segment_.usage().PublishEstimate(
+      dev, ComputeUsage::Estimate{
                .charge_ns = d.estimator.CostNs(),
                .share_bp = share >= 0 ? static_cast<int32_t>(std::lround(share * 10000)) : -1,
                .measured_at_ns = clocks_.monotonic.NowNs()});
@@ -390,8 +392,8 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
   for (const auto& [slot, st] : d.slots) {
     const int64_t charge = d.unknown.contains(slot) ? unslotted_charge : st.estimator.CostNs();
     if (charge > 0) {
-      segment_.PublishSlotCharge(slot, dev,
-                                 static_cast<int64_t>(static_cast<double>(charge) * factor));
+      segment_.usage().PublishSlotCharge(
+          slot, dev, static_cast<int64_t>(static_cast<double>(charge) * factor));
     }
   }
 

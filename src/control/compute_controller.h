@@ -9,13 +9,13 @@
 //  - one per member whose slot it knows (Member::slot >= 0): that member's
 //    own launches (SlotCompute) against its own samples, so members whose
 //    kernels differ a hundredfold are each charged what theirs cost
-//    (GroupSegment::PublishSlotCharge: the launch path paces by it);
+//    (ComputeUsage::PublishSlotCharge: the launch path paces by it);
 //  - one for the members it cannot tell apart (a pid without a slot, e.g.
 //    the daemon's host pids of members in containers): their launches
 //    together against their samples together; each such member is charged
 //    that mean;
 //  - one for the whole group: its mean charge and measured share, for
-//    `gpuslice status` and the scheduler (GroupSegment::PublishEstimate).
+//    `gpuslice status` and the scheduler (ComputeUsage::PublishEstimate).
 // The members' published charges are the estimates multiplied by the
 // group's ShareCorrection: a group NVML measures over its rate is slowed
 // within a window or two whatever its estimates say, and one measured under

@@ -130,7 +130,7 @@ TEST_F(ComputeControllerTest, NothingToDoWithoutAComputeLimit) {
 TEST_F(ComputeControllerTest, QueuedWorkFromBeforePacingIsNoEvidenceOfCost) {
   // A group that ran unpaced gets a grant: for a second its old queue keeps
   // the device 100% busy while no paced launch has been made yet.
-  segment_->SetComputeGrant(0, 3000);
+  segment_->schedule().SetComputeGrant(0, 3000);
   ComputeController c = MakeController({4242});
   for (int i = 0; i < 20; ++i) {
     realtime_.Advance(50 * kMs);
@@ -304,8 +304,8 @@ TEST_F(MixedMembersTest, EachMemberIsChargedWhatItsOwnLaunchesCost) {
   ComputeController c(*segment_, source_, ComputeController::SlotMembers(*segment_),
                       {realtime_, monotonic_});
   Run(c, 3.0);
-  EXPECT_NEAR(segment_->SlotCharge(short_, 0), 20'000, 3'000);
-  EXPECT_NEAR(segment_->SlotCharge(long_, 0), 5 * kMs, 0.5 * kMs);
+  EXPECT_NEAR(segment_->usage().SlotCharge(short_, 0), 20'000, 3'000);
+  EXPECT_NEAR(segment_->usage().SlotCharge(long_, 0), 5 * kMs, 0.5 * kMs);
   // The group's mean, for readers: 340 ms busy a second over 2060 launches.
   EXPECT_NEAR(testing::RawCompute(*segment_, 0).charge_ns, 165'000, 20'000);
 }
@@ -313,24 +313,24 @@ TEST_F(MixedMembersTest, EachMemberIsChargedWhatItsOwnLaunchesCost) {
 TEST_F(MixedMembersTest, MembersKnownByPidOnlyShareTheGroupsMean) {
   ComputeController c = MakeController({4242, 4243});  // the daemon's host pids
   Run(c, 3.0);
-  EXPECT_NEAR(segment_->SlotCharge(short_, 0), 165'000, 20'000);
-  EXPECT_NEAR(segment_->SlotCharge(long_, 0), 165'000, 20'000);
+  EXPECT_NEAR(segment_->usage().SlotCharge(short_, 0), 165'000, 20'000);
+  EXPECT_NEAR(segment_->usage().SlotCharge(long_, 0), 165'000, 20'000);
 }
 
 TEST_F(MixedMembersTest, AMemberThatJoinsStartsWithNoChargeOfItsOwn) {
   ComputeController c(*segment_, source_, ComputeController::SlotMembers(*segment_),
                       {realtime_, monotonic_});
   Run(c, 3.0);
-  ASSERT_GT(segment_->SlotCharge(long_, 0), 0);
+  ASSERT_GT(segment_->usage().SlotCharge(long_, 0), 0);
   // The long member leaves; a new process takes its slot.
   other_->Leave(long_);
-  EXPECT_EQ(segment_->SlotCharge(long_, 0), 0);
-  EXPECT_EQ(segment_->SlotLaunches(long_, 0), 0u);
+  EXPECT_EQ(segment_->usage().SlotCharge(long_, 0), 0);
+  EXPECT_EQ(segment_->usage().SlotLaunches(long_, 0), 0u);
   auto again = GroupSegment::Open(dir_, "g", true);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*(*again)->Join(4244, 1, "new"), long_);
   c.Tick();
-  EXPECT_EQ(segment_->SlotCharge(long_, 0), 0);  // measured by its own probes first
+  EXPECT_EQ(segment_->usage().SlotCharge(long_, 0), 0);  // measured by its own probes first
 }
 
 // Kernels 1.3x longer: within the estimator's shift factor, so its estimate
@@ -356,14 +356,14 @@ TEST_F(ComputeControllerTest, AGroupMeasuredOverItsRateIsChargedMoreWithinTwoWin
     }
   };
   run(4.0, 50);  // 100 launches a second, 50 % busy: 5 ms each, at the rate
-  EXPECT_NEAR(segment_->SlotCharge(slot, 0), 5 * kMs, 0.3 * kMs);
+  EXPECT_NEAR(segment_->usage().SlotCharge(slot, 0), 5 * kMs, 0.3 * kMs);
   run(0.4, 65);  // two windows at 6.5 ms each
   const auto estimate = static_cast<double>(testing::RawCompute(*segment_, 0).charge_ns);
   EXPECT_LT(estimate, 5.6 * kMs);  // the estimator is still averaging the old work in
-  EXPECT_GT(static_cast<double>(segment_->SlotCharge(slot, 0)), 1.2 * estimate);
+  EXPECT_GT(static_cast<double>(segment_->usage().SlotCharge(slot, 0)), 1.2 * estimate);
   // Measured under the rate again: the correction lets go.
   run(3.0, 30);
-  EXPECT_NEAR(static_cast<double>(segment_->SlotCharge(slot, 0)),
+  EXPECT_NEAR(static_cast<double>(segment_->usage().SlotCharge(slot, 0)),
               static_cast<double>(testing::RawCompute(*segment_, 0).charge_ns), 0.05 * kMs);
 }
 
@@ -422,7 +422,7 @@ TEST_F(ComputeControllerTest, ADrainOfTheQueueAfterAHoldIsNoCostShift) {
     c.Tick();
     if (i > 5 * 20) {  // past the first horizon
       group.push_back(testing::RawCompute(*segment_, 0).charge_ns);
-      member.push_back(segment_->SlotCharge(slot, 0));
+      member.push_back(segment_->usage().SlotCharge(slot, 0));
     }
   }
   const auto [gmin, gmax] = std::minmax_element(group.begin(), group.end());
@@ -467,7 +467,7 @@ TEST_P(HeldBackTest, AGroupUnderItsRateWhileHeldBackIsChargedLessIfTheDeviceHasR
   run(4.0, 50);  // 5 ms a launch, at the rate
   run(1.0, 40);  // under it, held back
   const auto estimate = static_cast<double>(testing::RawCompute(*segment_, 0).charge_ns);
-  const auto charge = static_cast<double>(segment_->SlotCharge(slot, 0));
+  const auto charge = static_cast<double>(segment_->usage().SlotCharge(slot, 0));
   if (other + 40 < 90) {
     EXPECT_LT(charge, 0.92 * estimate);
   } else {

@@ -17,7 +17,7 @@ int64_t GroupKeeper::Step() {
       GS_LOG(kInfo, "control", "group '%s': reclaimed the memory of %d departed member(s)",
              segment_.group().c_str(), n);
     }
-    segment_.Beat(now);
+    segment_.control().Beat(now);
     next_reap_ns_ = now + period_ns;
   }
   const int64_t tick_ns =
@@ -27,29 +27,30 @@ int64_t GroupKeeper::Step() {
 
 void GroupKeeper::GrantProvisionally(GroupSegment& segment) {
   for (int d = 0; d < segment.device_count(); ++d) {
-    if (segment.ComputeGrant(d) == 0) segment.SetComputeGrant(d, kProvisionalGrantBp);
+    if (segment.schedule().ComputeGrant(d) == 0)
+      segment.schedule().SetComputeGrant(d, kProvisionalGrantBp);
   }
 }
 
 int64_t GroupKeeper::MemberStep() {
   const int64_t period_ns = std::chrono::nanoseconds(kPeriod).count();
-  if (segment_.DaemonClaims(clock_.NowNs())) {
+  if (segment_.control().DaemonClaims(clock_.NowNs())) {
     if (role_ != Role::kDaemon) {
       GS_LOG(kInfo, "control", "gpusliced controls group '%s'", segment_.group().c_str());
       role_ = Role::kDaemon;
     }
-    segment_.ResignController();
+    segment_.control().ResignController();
     return period_ns;
   }
   // A daemon that holds the role but no longer claims the group (hung)
   // does not block it: members step without the role.
-  if (segment_.TryBecomeController() || segment_.ControllerIsDaemon()) {
+  if (segment_.control().TryBecomeController() || segment_.control().ControllerIsDaemon()) {
     if (role_ != Role::kThisProcess) {
       GS_LOG(kInfo, "control", "this process now keeps group '%s'", segment_.group().c_str());
       role_ = Role::kThisProcess;
       // The daemon's scheduler no longer runs: pace by the limits alone, or
       // provisionally while a daemon is expected to adopt the group.
-      segment_.ClearSchedule();
+      segment_.schedule().ClearSchedule();
       if (daemon_expected_ && daemon_expected_()) GrantProvisionally(segment_);
     }
     return Step();

@@ -54,13 +54,13 @@ TEST_F(GroupKeeperTest, ReclaimsDepartedMembersAndBeatsOncePerPeriod) {
     auto member = Open();
     ASSERT_NE(member, nullptr);
     const int slot = *member->Join(4242, 1, "victim");
-    ASSERT_TRUE(member->Reserve(slot, 0, 64 * kMiB));
+    ASSERT_TRUE(member->ledger().Reserve(slot, 0, 64 * kMiB));
   }
-  ASSERT_EQ(segment_->MemoryUsed(0), 64 * kMiB);
+  ASSERT_EQ(segment_->ledger().MemoryUsed(0), 64 * kMiB);
   GroupKeeper keeper(*segment_, *compute_, clock_);
 
   EXPECT_EQ(keeper.Step(), 200 * kMs);
-  EXPECT_EQ(segment_->MemoryUsed(0), 0u);
+  EXPECT_EQ(segment_->ledger().MemoryUsed(0), 0u);
   EXPECT_EQ(segment_->LastAliveNs(), clock_.NowNs());
   const int64_t beat = clock_.NowNs();
 
@@ -90,25 +90,25 @@ TEST_F(GroupKeeperTest, MemberPacesProvisionallyWhileADaemonIsExpected) {
   GroupKeeper keeper(*segment_, *compute_, clock_);
   keeper.set_daemon_expected([&] { return expected; });
   keeper.MemberStep();
-  EXPECT_TRUE(segment_->is_controller());
-  EXPECT_EQ(segment_->ComputeGrant(0), GroupKeeper::kProvisionalGrantBp);
-  EXPECT_LT(segment_->PacedRateBp(0), kFullGrantBp);
-  EXPECT_NE(segment_->ComputeLimitedMask() & 1u, 0u);  // the launch gate's slow path
+  EXPECT_TRUE(segment_->control().is_controller());
+  EXPECT_EQ(segment_->schedule().ComputeGrant(0), GroupKeeper::kProvisionalGrantBp);
+  EXPECT_LT(segment_->schedule().PacedRateBp(0), kFullGrantBp);
+  EXPECT_NE(segment_->schedule().ComputeLimitedMask() & 1u, 0u);  // the launch gate's slow path
 
   // A grant the daemon wrote is not overwritten.
-  segment_->SetComputeGrant(0, 2500);
+  segment_->schedule().SetComputeGrant(0, 2500);
   GroupKeeper::GrantProvisionally(*segment_);
-  EXPECT_EQ(segment_->ComputeGrant(0), 2500u);
+  EXPECT_EQ(segment_->schedule().ComputeGrant(0), 2500u);
 }
 
 TEST_F(GroupKeeperTest, MemberPacesByItsLimitsAloneWithoutADaemon) {
-  segment_->SetComputeGrant(0, 2500);  // a departed daemon's
+  segment_->schedule().SetComputeGrant(0, 2500);  // a departed daemon's
   GroupKeeper keeper(*segment_, *compute_, clock_);
   keeper.set_daemon_expected([] { return false; });
   keeper.MemberStep();
-  EXPECT_TRUE(segment_->is_controller());
-  EXPECT_EQ(segment_->ComputeGrant(0), 0u);
-  EXPECT_EQ(segment_->PacedRateBp(0), kFullGrantBp);
+  EXPECT_TRUE(segment_->control().is_controller());
+  EXPECT_EQ(segment_->schedule().ComputeGrant(0), 0u);
+  EXPECT_EQ(segment_->schedule().PacedRateBp(0), kFullGrantBp);
 }
 
 }  // namespace

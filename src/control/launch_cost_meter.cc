@@ -43,7 +43,7 @@ bool LaunchCostMeter::Tick() {
   const int n = std::min(segment_.device_count(), kGroupMaxDevices);
   for (int d = 0; d < n; ++d) {
     TickDevice(d, live, now);
-    paced = paced || (segment_.ComputeLimitedMask() & (1u << d)) != 0;
+    paced = paced || (segment_.schedule().ComputeLimitedMask() & (1u << d)) != 0;
   }
   return paced;
 }
@@ -73,9 +73,10 @@ void LaunchCostMeter::TickDevice(int dev, const std::vector<GroupSegment::Member
   for (const GroupSegment::MemberRef& ref : live) {
     Member& m = d.members[ref.slot];
     m.joined_ns = ref.joined_ns;
-    const GroupSegment::SlotBusy busy = segment_.SlotBusyOf(ref.slot, dev);
-    const uint64_t launches = segment_.SlotLaunches(ref.slot, dev);
-    const uint64_t queued = std::min<uint64_t>(segment_.SlotQueued(ref.slot, dev), launches);
+    const ComputeUsage::SlotBusy busy = segment_.usage().SlotBusyOf(ref.slot, dev);
+    const uint64_t launches = segment_.usage().SlotLaunches(ref.slot, dev);
+    const uint64_t queued =
+        std::min<uint64_t>(segment_.usage().SlotQueued(ref.slot, dev), launches);
     Point p{now,           busy.busy_ns,       busy.launches, launches - queued,
             busy.bound_ns, busy.bound_launches};
     if (!m.history.empty()) {
@@ -157,11 +158,11 @@ void LaunchCostMeter::TickDevice(int dev, const std::vector<GroupSegment::Member
     const int64_t charge = m.charge_ns > 0         ? m.charge_ns
                            : fallback_ns_[dev] > 0 ? fallback_ns_[dev]
                                                    : d.group_charge_ns;
-    if (charge > 0) segment_.PublishSlotCharge(ref.slot, dev, charge);
+    if (charge > 0) segment_.usage().PublishSlotCharge(ref.slot, dev, charge);
   }
   if (d.group_charge_ns > 0 || fallback_ns_[dev] > 0) {
-    segment_.PublishEstimate(
-        dev, GroupSegment::Estimate{
+    segment_.usage().PublishEstimate(
+        dev, ComputeUsage::Estimate{
                  .charge_ns = d.group_charge_ns > 0 ? d.group_charge_ns : fallback_ns_[dev],
                  .share_bp = -1,
                  .measured_at_ns = now});

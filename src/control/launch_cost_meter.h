@@ -23,7 +23,7 @@
 //    the device's busy time), else the group's mean, else nothing (its gate
 //    measures its first launches itself);
 //  - the group's mean charge (launch-weighted over the last second) is
-//    published for readers (GroupSegment::PublishEstimate);
+//    published for readers (ComputeUsage::PublishEstimate);
 //  - what the member's bracketed launches bounded (SlotCompute::bound_ns: a
 //    launch's time from its queueing to its end, beside other groups) gives
 //    the group's bound per launch (BoundCharge), an upper bound of its cost

@@ -44,7 +44,7 @@ class LaunchCostMeterTest : public ::testing::Test {
   // The member in `slot` ran `launches` launches of `kernel_ns` each, of
   // which `measured` were in measured intervals; `queued` are still queued.
   void Run(int slot, uint64_t launches, int64_t kernel_ns, uint64_t measured, uint32_t queued = 0) {
-    ComputeBudget b = handle_.at(slot)->Budget(0, slot);
+    ComputeBudget b = handle_.at(slot)->usage().Budget(0, slot);
     for (uint64_t i = 0; i < launches; ++i) b.CountLaunch();
     b.Queued(queued);
     b.AddBusy(kernel_ns * static_cast<int64_t>(measured), measured);
@@ -73,8 +73,8 @@ TEST_F(LaunchCostMeterTest, EachMemberIsChargedWhatItsMarkersMeasured) {
     Run(b, 1, 20 * kMs, 1);
     Tick(meter);
   }
-  EXPECT_EQ(segment_->SlotCharge(a, 0), 200'000);
-  EXPECT_EQ(segment_->SlotCharge(b, 0), 20 * kMs);
+  EXPECT_EQ(segment_->usage().SlotCharge(a, 0), 200'000);
+  EXPECT_EQ(segment_->usage().SlotCharge(b, 0), 20 * kMs);
   // The group's mean is launch-weighted.
   const double mean = (500.0 * 200'000 + 10.0 * 20 * kMs) / 510.0;
   EXPECT_NEAR(static_cast<double>(meter.GroupCharge(0)), mean, mean * 0.01);
@@ -88,12 +88,12 @@ TEST_F(LaunchCostMeterTest, KernelsThatBecomeLongerAreChargedTheNewCostWithinAFe
     Run(a, 20, 1 * kMs, 20);
     Tick(meter);
   }
-  ASSERT_EQ(segment_->SlotCharge(a, 0), 1 * kMs);
+  ASSERT_EQ(segment_->usage().SlotCharge(a, 0), 1 * kMs);
   for (int i = 0; i < 8; ++i) {  // 400 ms of the new workload
     Run(a, 2, 10 * kMs, 2);
     Tick(meter);
   }
-  EXPECT_NEAR(static_cast<double>(segment_->SlotCharge(a, 0)), 10.0 * kMs, 0.5 * kMs);
+  EXPECT_NEAR(static_cast<double>(segment_->usage().SlotCharge(a, 0)), 10.0 * kMs, 0.5 * kMs);
 }
 
 // A member with long kernels and a small share launches rarely; its first
@@ -107,12 +107,12 @@ TEST_F(LaunchCostMeterTest, AFewLaunchesWellBelowStretchedOnesAreItsChargeAtOnce
     Run(a, 1, stretched, 1);
     Tick(meter, 10);
   }
-  ASSERT_GT(segment_->SlotCharge(a, 0), 60 * kMs);
+  ASSERT_GT(segment_->usage().SlotCharge(a, 0), 60 * kMs);
   Run(a, 1, 20 * kMs, 1);
   Tick(meter, 20);
   Run(a, 1, 20 * kMs, 1);
   Tick(meter);
-  EXPECT_EQ(segment_->SlotCharge(a, 0), 20 * kMs);
+  EXPECT_EQ(segment_->usage().SlotCharge(a, 0), 20 * kMs);
 }
 
 TEST_F(LaunchCostMeterTest, AMemberWithoutEvidenceIsChargedTheFallbackElseTheGroupsMean) {
@@ -124,11 +124,11 @@ TEST_F(LaunchCostMeterTest, AMemberWithoutEvidenceIsChargedTheFallbackElseTheGro
     Run(waited, 10, 50'000, 0);
     Tick(meter);
   }
-  EXPECT_EQ(segment_->SlotCharge(waited, 0), 2 * kMs);  // the group's mean
-  meter.SetFallbackCharge(0, 50'000);                   // the device's residual says
+  EXPECT_EQ(segment_->usage().SlotCharge(waited, 0), 2 * kMs);  // the group's mean
+  meter.SetFallbackCharge(0, 50'000);                           // the device's residual says
   Tick(meter);
-  EXPECT_EQ(segment_->SlotCharge(waited, 0), 50'000);
-  EXPECT_EQ(segment_->SlotCharge(measured, 0), 2 * kMs);
+  EXPECT_EQ(segment_->usage().SlotCharge(waited, 0), 50'000);
+  EXPECT_EQ(segment_->usage().SlotCharge(measured, 0), 2 * kMs);
 }
 
 TEST_F(LaunchCostMeterTest, CompletedLaunchesLeaveOutTheQueuedAndKeepWhatLeaversRan) {
@@ -142,7 +142,7 @@ TEST_F(LaunchCostMeterTest, CompletedLaunchesLeaveOutTheQueuedAndKeepWhatLeavers
   Leave(b);
   Tick(meter);
   EXPECT_EQ(meter.CompletedLaunches(0), 35u);  // b's ten stay counted
-  handle_.at(a)->Budget(0, a).Completed(5);
+  handle_.at(a)->usage().Budget(0, a).Completed(5);
   Tick(meter);
   EXPECT_EQ(meter.CompletedLaunches(0), 40u);
 }
@@ -152,7 +152,7 @@ TEST_F(LaunchCostMeterTest, TooLittleEvidenceIsNoCharge) {
   const int a = Join(1);
   Run(a, 2, 1 * kMs, 2);  // two launches: below kMinLaunches
   Tick(meter, 3);
-  EXPECT_EQ(segment_->SlotCharge(a, 0), 0);
+  EXPECT_EQ(segment_->usage().SlotCharge(a, 0), 0);
   EXPECT_EQ(meter.GroupCharge(0), 0);
   EXPECT_TRUE(meter.Tick());  // the device is paced
 }

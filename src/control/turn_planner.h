@@ -36,7 +36,7 @@
 //
 // A plan is for whole cycles: Tick plans the cycle that starts at the next
 // boundary (once per cycle), and the caller writes it to take effect there
-// (GroupSegment::SetTurns), so that no turn is cut short mid-cycle and every
+// (ComputeSchedule::SetTurns), so that no turn is cut short mid-cycle and every
 // group has its plan before any group starts on it; a group that joins or
 // leaves the takers while that cycle is still 20 ms or more ahead has it
 // planned again (a joiner gets a turn in it), else it waits a cycle. A boundary less than

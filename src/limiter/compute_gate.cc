@@ -49,23 +49,23 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
   for (;;) {
     const uint32_t seen = segment.ChangeWord();
     now = MonotonicNs();
-    if (segment.Paused()) {
+    if (segment.schedule().Paused()) {
       // Resuming bumps the change word, which ends this wait at once.
       begin_wait();
       segment.WaitForChange(seen, std::min(kPausedRecheckNs, follow_queue()));
       continue;
     }
     // Gpusliced gave the device turns meanwhile: the caller admits by them.
-    if (segment.TurnAt(dev, now).period_ns > 0) {
+    if (segment.schedule().TurnAt(dev, now).period_ns > 0) {
       paced = false;
       break;
     }
-    const uint32_t rate_bp = segment.PacedRateBp(dev);
+    const uint32_t rate_bp = segment.schedule().PacedRateBp(dev);
     if (rate_bp >= kFullGrantBp) {
       paced = false;
       break;
     }
-    const int64_t burst = segment.ComputeBurst(dev) > 0 ? segment.ComputeBurst(dev) : kPacerBurstNs;
+    const int64_t burst = segment.schedule().BurstOrDefault(dev);
     const int64_t interval = PacedIntervalBpNs(charge_ns, rate_bp);
     // At the current rate the budget is never more than the burst and one
     // launch of any member ahead of now: anything beyond was charged at an
@@ -80,7 +80,7 @@ bool Admit(const GroupSegment& segment, int dev, ComputeBudget budget, int64_t c
     // that a budget run ahead on a measurement charged at a small grant is
     // pulled back soon after the charge is refined (issue 13's stall).
     if (budget.AheadBy(now) > burst + interval) {
-      const int64_t known = std::max(charge_ns, segment.MaxMemberCharge(dev));
+      const int64_t known = std::max(charge_ns, segment.usage().MaxMemberCharge(dev));
       if (known > 0) budget.ClampAhead(now, burst + PacedIntervalBpNs(known, rate_bp));
     }
     const int64_t wait = budget.TryAdmit(now, interval, burst);
@@ -123,7 +123,7 @@ CUresult Probe(const GroupSegment& segment, int dev, ComputeBudget budget, CUstr
   }
   const int64_t measured = std::max<int64_t>(1, MonotonicNs() - start);
   budget.RecordProbe(measured);
-  if (const uint32_t rate_bp = segment.PacedRateBp(dev); rate_bp < kFullGrantBp) {
+  if (const uint32_t rate_bp = segment.schedule().PacedRateBp(dev); rate_bp < kFullGrantBp) {
     budget.ChargeAfter(start, PacedIntervalBpNs(measured, rate_bp));
   }
   return rc;
@@ -194,7 +194,7 @@ void Drain(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog&
   const int64_t deadline = now + kBacklogMaxWaitNs;
   int64_t nap_ns = 100'000;
   while (cu.cuStreamQuery(stream) == CUDA_ERROR_NOT_READY && now < deadline &&
-         segment.PacedRateBp(dev) < kFullGrantBp) {
+         segment.schedule().PacedRateBp(dev) < kFullGrantBp) {
     const timespec ts{0, nap_ns};
     nanosleep(&ts, nullptr);
     nap_ns = std::min<int64_t>(nap_ns * 2, 2'000'000);
@@ -220,12 +220,12 @@ void Drain(const GroupSegment& segment, int dev, CUstream stream, StreamBacklog&
 int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget, CUstream stream,
                      StreamBacklog& b, int64_t charge_ns, ChargeFloor& floor, bool turns = false) {
   constexpr int64_t kNoCap = INT64_MAX / 4;
-  const uint32_t rate_bp = segment.PacedRateBp(dev);
+  const uint32_t rate_bp = segment.schedule().PacedRateBp(dev);
   const real::CudaTable& cu = real::Cuda();
   if (rate_bp >= kFullGrantBp || cu.cuEventQuery == nullptr || cu.cuStreamQuery == nullptr) {
     return kNoCap;
   }
-  const int64_t burst = segment.ComputeBurst(dev) > 0 ? segment.ComputeBurst(dev) : kPacerBurstNs;
+  const int64_t burst = segment.schedule().BurstOrDefault(dev);
   // The queue ahead of a first marker is unknown: what a correctly charged
   // stream can hold.
   const int64_t unknown_ahead =
@@ -245,7 +245,7 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
     // A scheduled group's queue is bounded (shm/launch_pacer.h): by age while
     // taking turns beside a latency group, else by how far behind the device
     // serves it.
-    const bool by_age = BoundsQueueByAge(segment.ComputeBurst(dev));
+    const bool by_age = BoundsQueueByAge(segment.schedule().ComputeBurst(dev));
     const bool deep =
         by_age ? b.watch.PendingSince(now - queue_bound) : b.watch.BehindBy(queue_bound);
     b.Unlock();
@@ -255,12 +255,13 @@ int64_t WatchBacklog(const GroupSegment& segment, int dev, ComputeBudget budget,
       const int64_t drained = MonotonicNs();
       b.watch.Drained(drained);
       floor.Measured(drained, b.watch.TakeDrainedCost(), charge_ns, rate_bp,
-                     /*scheduled=*/segment.ComputeBurst(dev) > 0);
+                     /*scheduled=*/segment.schedule().ComputeBurst(dev) > 0);
       b.Confirm();
       b.Unlock();
       return kNoCap;
     }
-    if (turns || !deep || segment.ComputeBurst(dev) <= 0 || now - since >= kBacklogMaxWaitNs) {
+    if (turns || !deep || segment.schedule().ComputeBurst(dev) <= 0 ||
+        now - since >= kBacklogMaxWaitNs) {
       return pending > 0 ? kWatchNapNs : kNoCap;
     }
     // What the budget would bank meanwhile would end the wait in a burst
@@ -352,10 +353,10 @@ bool AdmitInTurn(const GroupSegment& segment, int dev, ComputeBudget budget, CUs
     const uint32_t seen = segment.ChangeWord();
     const int64_t now = MonotonicNs();
     int64_t nap = 0;
-    if (segment.Paused()) {
+    if (segment.schedule().Paused()) {
       nap = kPausedRecheckNs;
     } else {
-      const auto [current, next] = segment.Turns(dev);
+      const auto [current, next] = segment.schedule().Turns(dev);
       const TurnPlan& plan = PlanAt(current, next, now);
       const bool switched = &plan == &next;
       if (plan.period_ns <= 0) {
@@ -366,7 +367,7 @@ bool AdmitInTurn(const GroupSegment& segment, int dev, ComputeBudget budget, CUs
       FollowMarkersLocked(b);
       const uint64_t queued = b.watch.queued();
       const int64_t ahead = static_cast<int64_t>(queued) * charge_ns;
-      const int64_t bound = segment.QueueBound(dev);
+      const int64_t bound = segment.schedule().QueueBound(dev);
       if (bound <= 0 || queued == 0) b.refill = false;
       // A launch longer than the bound goes alone (its bracket measures it):
       // begun on a fresh slice, a kernel shorter than the slice is not
@@ -376,8 +377,7 @@ bool AdmitInTurn(const GroupSegment& segment, int dev, ComputeBudget budget, CUs
       // burst does (two launches at least, so that the device never waits for
       // the next one).
       const bool whole = plan.length_ns >= plan.period_ns;
-      const int64_t burst = std::max(
-          segment.ComputeBurst(dev) > 0 ? segment.ComputeBurst(dev) : kPacerBurstNs, 2 * charge_ns);
+      const int64_t burst = std::max(segment.schedule().BurstOrDefault(dev), 2 * charge_ns);
       if (b.refill) {
         FlushMarkerLocked(stream, b);
         // Until about when the queue runs dry, then a short look again.
@@ -454,7 +454,7 @@ void BracketIfIdle(CUstream stream, StreamBacklog& b, bool alone) {
 // bound there (or not measured yet), which never queues behind another and
 // is bracketed still (the latency kernels that preempt it count with it).
 bool AloneInTurn(const GroupSegment& segment, int dev, int64_t charge_ns, bool started) {
-  const int64_t bound = segment.QueueBound(dev);
+  const int64_t bound = segment.schedule().QueueBound(dev);
   return started && (bound <= 0 || charge_ns == 0 || charge_ns > bound);
 }
 
@@ -491,7 +491,7 @@ void ComputeGate::PublishLocked() {
   } else if (segment == nullptr) {
     LaunchFastPath::SetUnpaced(cuda);
   } else {
-    LaunchFastPath::Set(segment->ComputeLimitedWord(), cuda);
+    LaunchFastPath::Set(segment->schedule().ComputeLimitedWord(), cuda);
   }
 }
 
@@ -505,11 +505,11 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   }
   StreamBacklog* backlog = nullptr;
   const int dev = streams_.Resolve(stream, &backlog);
-  if (dev < 0 || (segment->ComputeLimitedMask() & (1u << dev)) == 0) return call(launch);
+  if (dev < 0 || (segment->schedule().ComputeLimitedMask() & (1u << dev)) == 0) return call(launch);
   Ledger* ledger = ledger_.load(std::memory_order_acquire);
   const int slot = ledger != nullptr ? ledger->JoinedSlot() : -1;
   if (slot < 0) return call(launch);  // not a member (no slot left): nothing to charge to
-  ComputeBudget budget = segment->Budget(dev, slot);
+  ComputeBudget budget = segment->usage().Budget(dev, slot);
 
   // Until the controller has an estimate of this member's launches, its
   // first launches are measured. After a drain, at least what it measured.
@@ -526,14 +526,15 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   }
   const bool watched = !probe && charge > 0;
   // A batch group under gpusliced takes turns: its turn is its rate.
-  if (segment->TurnAt(dev, MonotonicNs()).period_ns > 0) {
+  if (segment->schedule().TurnAt(dev, MonotonicNs()).period_ns > 0) {
     bool started = false;
     const int64_t fit = probe ? budget.probe_ns() : charge;
     if (watched) WatchBacklog(*segment, dev, budget, stream, *backlog, charge, floor, true);
     if (AdmitInTurn(*segment, dev, budget, stream, *backlog, fit, &started)) {
       if (probe) return Probe(*segment, dev, budget, stream, call, launch);
       if (AloneInTurn(*segment, dev, charge, started)) BracketIfIdle(stream, *backlog, true);
-      return LaunchWatched(stream, *backlog, budget, charge, call, launch, segment->QueueBound(dev),
+      return LaunchWatched(stream, *backlog, budget, charge, call, launch,
+                           segment->schedule().QueueBound(dev),
                            /*in_turn=*/true);
     }
     // No turns any more: the rate paces it, below.
@@ -554,7 +555,7 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   };
   if (!Admit(*segment, dev, budget, charge, floor, before_nap, follow_queue)) {
     // No longer paced, or turns since: a launch under turns waits for them.
-    if (segment->TurnAt(dev, MonotonicNs()).period_ns > 0) {
+    if (segment->schedule().TurnAt(dev, MonotonicNs()).period_ns > 0) {
       return PacedSlow(stream, per_thread, call, launch);
     }
     return call(launch);
@@ -563,7 +564,7 @@ CUresult ComputeGate::PacedSlow(CUstream stream, bool per_thread, Trampoline cal
   // Under gpusliced (it set the burst) a group paced by its rate beside
   // others brackets launches on an idle stream: its launches' time bounds
   // their cost from above (a latency group's, each waited for).
-  if (watched && segment->ComputeBurst(dev) > 0) BracketIfIdle(stream, *backlog, false);
+  if (watched && segment->schedule().ComputeBurst(dev) > 0) BracketIfIdle(stream, *backlog, false);
   if (!watched) {
     const CUresult rc = call(launch);
     if (rc == CUDA_SUCCESS) budget.CountLaunch();

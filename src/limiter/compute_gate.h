@@ -98,7 +98,7 @@ class ComputeGate {
   // grant, or the group is paused).
   bool Active() const {
     const GroupSegment* s = segment_.load(std::memory_order_acquire);
-    return s != nullptr && s->ComputeLimitedMask() != 0;
+    return s != nullptr && s->schedule().ComputeLimitedMask() != 0;
   }
 
   // Runs `launch` (a real launch on `stream`; `per_thread`: a _ptsz entry
@@ -107,7 +107,7 @@ class ComputeGate {
   template <typename Launch>
   CUresult Paced(CUstream stream, bool per_thread, Launch&& launch) {
     GroupSegment* s = segment_.load(std::memory_order_acquire);
-    if (s == nullptr || s->ComputeLimitedMask() == 0) [[likely]] {
+    if (s == nullptr || s->schedule().ComputeLimitedMask() == 0) [[likely]] {
       // Armed before the driver was loaded: the fast path opens once it is.
       if (s != nullptr && !LaunchFastPath::Published()) [[unlikely]]
         PublishFastPath();

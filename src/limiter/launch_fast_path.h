@@ -5,7 +5,7 @@
 // The exported launch shims (shims/cuda_shims.cc: cuLaunchKernel,
 // cuLaunchKernelEx, cuLaunchCooperativeKernel and their _ptsz forms) ask
 // Direct() before anything else. While no device of the process's group is
-// paced (GroupSegment::ComputeLimitedMask() is 0: no compute limit, no grant
+// paced (ComputeSchedule::ComputeLimitedMask() is 0: no compute limit, no grant
 // below the whole device, not paused) it returns the driver's own entry
 // point and the shim tail-calls it: one load of the word's address, one of
 // the word, one of the driver table's address and one of the entry point; no

@@ -124,7 +124,7 @@ uint64_t Ledger::Room(int device) const {
   if (segment_ == nullptr || device < 0) return kUnlimitedBytes;
   const uint64_t limit = segment_->MemoryLimit(device);
   if (limit == kUnlimitedBytes) return kUnlimitedBytes;
-  const uint64_t used = segment_->MemoryUsed(device);
+  const uint64_t used = segment_->ledger().MemoryUsed(device);
   return limit > used ? limit - used : 0;
 }
 
@@ -150,7 +150,7 @@ GS_HOT std::optional<Charge> Ledger::ReserveDevice(int device, uint64_t bytes) {
   if (slot < 0) [[unlikely]]
     slot = Slot();
   if (slot < 0 || device < 0) return std::nullopt;
-  if (!segment_->ReserveDevice(device, bytes)) return std::nullopt;
+  if (!segment_->ledger().ReserveDevice(device, bytes)) return std::nullopt;
   return Charge{device, bytes};
 }
 
@@ -160,19 +160,19 @@ GS_HOT void Ledger::TrackReserved(Resource kind, uint64_t id, const Charge& c) {
   {
     SpinLockGuard lock(mu_);
     kept = tracked_.Insert(kind, id, c);
-    if (slot >= 0 && c.device >= 0) segment_->AddToOwnSlot(slot, c.device, c.bytes);
+    if (slot >= 0 && c.device >= 0) segment_->ledger().AddToOwnSlot(slot, c.device, c.bytes);
   }
   if (!kept) GS_LOG(kError, "limiter", "out of host memory: a charge stays until exit");
 }
 
 GS_HOT void Ledger::ReleaseReserved(const Charge& c) {
-  if (c.device >= 0 && c.bytes > 0) segment_->ReleaseDevice(c.device, c.bytes);
+  if (c.device >= 0 && c.bytes > 0) segment_->ledger().ReleaseDevice(c.device, c.bytes);
 }
 
 GS_HOT uint64_t Ledger::TakeFromSlotLocked(const Charge& c) {
   const int slot = slot_.load(std::memory_order_acquire);
   if (slot < 0 || c.device < 0 || c.bytes == 0) return 0;
-  return segment_->TakeFromOwnSlot(slot, c.device, c.bytes);
+  return segment_->ledger().TakeFromOwnSlot(slot, c.device, c.bytes);
 }
 
 GS_HOT std::optional<Charge> Ledger::UntrackAndRelease(Resource kind, uint64_t id) {
@@ -184,7 +184,7 @@ GS_HOT std::optional<Charge> Ledger::UntrackAndRelease(Resource kind, uint64_t i
     if (!c) return std::nullopt;
     taken = TakeFromSlotLocked(*c);
   }
-  if (taken > 0) segment_->ReleaseDevice(c->device, taken);
+  if (taken > 0) segment_->ledger().ReleaseDevice(c->device, taken);
   return c;
 }
 
@@ -192,16 +192,16 @@ std::optional<Charge> Ledger::Reserve(int device, uint64_t bytes) {
   std::optional<Charge> c = ReserveDevice(device, bytes);
   if (!c) return std::nullopt;
   SpinLockGuard lock(mu_);
-  segment_->AddToOwnSlot(slot_.load(std::memory_order_acquire), device, bytes);
+  segment_->ledger().AddToOwnSlot(slot_.load(std::memory_order_acquire), device, bytes);
   return c;
 }
 
 void Ledger::ForceCharge(const Charge& c) {
   const int slot = Slot();
   if (slot < 0 || c.device < 0 || c.bytes == 0) return;
-  segment_->ChargeDevice(c.device, c.bytes);
+  segment_->ledger().ChargeDevice(c.device, c.bytes);
   SpinLockGuard lock(mu_);
-  segment_->AddToOwnSlot(slot, c.device, c.bytes);
+  segment_->ledger().AddToOwnSlot(slot, c.device, c.bytes);
 }
 
 void Ledger::Release(const Charge& c) {
@@ -210,7 +210,7 @@ void Ledger::Release(const Charge& c) {
     SpinLockGuard lock(mu_);
     taken = TakeFromSlotLocked(c);
   }
-  if (taken > 0) segment_->ReleaseDevice(c.device, taken);
+  if (taken > 0) segment_->ledger().ReleaseDevice(c.device, taken);
 }
 
 GS_HOT void Ledger::Track(Resource kind, uint64_t id, const Charge& c) {

@@ -165,7 +165,7 @@ class Ledger {
   // ---- the allocation fast path (one critical section per driver call) ----
   //
   // The process's slot count changes only under this ledger's lock (a plain
-  // load and store: GroupSegment::AddToOwnSlot), so recording a resource and
+  // load and store: MemoryLedger::AddToOwnSlot), so recording a resource and
   // charging its slot share one critical section. The group's count is
   // charged first and given back last (the segment's invariant 1).
 

@@ -37,7 +37,7 @@ class LedgerFixture : public ::testing::Test {
   }
 
   // What the group has charged on the device.
-  uint64_t Used() const { return segment_->MemoryUsed(device_); }
+  uint64_t Used() const { return segment_->ledger().MemoryUsed(device_); }
 
   std::string dir_;
   std::unique_ptr<GroupSegment> segment_;

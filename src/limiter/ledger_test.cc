@@ -151,9 +151,9 @@ TEST_F(LedgerTest, TheFastPathChargesTheGroupThenTheSlotAndAFreeTakesBoth) {
   const int slot = ledger_.slot();
   ASSERT_GE(slot, 0);
   EXPECT_EQ(Used(), 3 * kMiB);
-  EXPECT_EQ(segment_->SlotMemory(slot, device_), 0u);  // not recorded yet
+  EXPECT_EQ(segment_->ledger().SlotMemory(slot, device_), 0u);  // not recorded yet
   ledger_.TrackReserved(Resource::kPointer, 0x7000'0000, *c);
-  EXPECT_EQ(segment_->SlotMemory(slot, device_), 3 * kMiB);
+  EXPECT_EQ(segment_->ledger().SlotMemory(slot, device_), 3 * kMiB);
   EXPECT_FALSE(ledger_.ReserveDevice(device_, 8 * kMiB));  // would overshoot 10 MiB
   EXPECT_EQ(Used(), 3 * kMiB);
 
@@ -161,7 +161,7 @@ TEST_F(LedgerTest, TheFastPathChargesTheGroupThenTheSlotAndAFreeTakesBoth) {
   ASSERT_TRUE(back);
   EXPECT_EQ(back->bytes, 3 * kMiB);
   EXPECT_EQ(Used(), 0u);
-  EXPECT_EQ(segment_->SlotMemory(slot, device_), 0u);
+  EXPECT_EQ(segment_->ledger().SlotMemory(slot, device_), 0u);
   EXPECT_FALSE(ledger_.UntrackAndRelease(Resource::kPointer, 0x7000'0000));  // a double free
   EXPECT_EQ(Used(), 0u);
 }
@@ -173,7 +173,7 @@ TEST_F(LedgerTest, AReservationTheDriverRefusedGivesBackOnlyTheGroupsCount) {
   ASSERT_TRUE(c);
   ledger_.ReleaseReserved(*c);
   EXPECT_EQ(Used(), 2 * kMiB);
-  EXPECT_EQ(segment_->SlotMemory(ledger_.slot(), device_), 2 * kMiB);
+  EXPECT_EQ(segment_->ledger().SlotMemory(ledger_.slot(), device_), 2 * kMiB);
 }
 
 // Every path that changes the slot (the fast one, Reserve/Release, forced
@@ -205,7 +205,7 @@ TEST_F(LedgerTest, ThreadsMixingThePathsKeepTheSlotEqualToTheGroupsCount) {
   for (auto& th : threads) th.join();
   // Half the pointers are still held: 1 MiB each.
   EXPECT_EQ(Used(), uint64_t{kThreads} * 1000 * kMiB);
-  EXPECT_EQ(segment_->SlotMemory(ledger_.slot(), device_), Used());
+  EXPECT_EQ(segment_->ledger().SlotMemory(ledger_.slot(), device_), Used());
   EXPECT_EQ(ledger_.tracked(), uint64_t{kThreads} * 1000);
 }
 

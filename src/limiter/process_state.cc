@@ -250,7 +250,7 @@ bool ProcessState::Attach(const std::vector<DriverDevice>& devices) {
   registration_wait_ = settings->registration_wait;
   segment_ = std::move(attachment->segment);
   const std::string daemon_socket = DaemonSocket();
-  if (!daemon_socket.empty() && !segment_->DaemonClaims(MonotonicNs()) &&
+  if (!daemon_socket.empty() && !segment_->control().DaemonClaims(MonotonicNs()) &&
       access(daemon_socket.c_str(), F_OK) == 0) {
     // Paced from the first launch while gpusliced is about to adopt the group
     // (the keeper thread keeps this when it takes the role meanwhile).
@@ -388,7 +388,7 @@ uint64_t ProcessState::MemoryLimit(int device) const {
 }
 
 uint64_t ProcessState::MemoryUsed(int device) const {
-  return segment_ != nullptr && device >= 0 ? segment_->MemoryUsed(device) : 0;
+  return segment_ != nullptr && device >= 0 ? segment_->ledger().MemoryUsed(device) : 0;
 }
 
 std::string ProcessState::DaemonSocket() const {

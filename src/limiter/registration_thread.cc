@@ -76,8 +76,8 @@ DaemonObservation Observe(const GroupSegment& segment, const DaemonAddress& endp
                      static_cast<uint64_t>(st.st_ctim.tv_nsec);
     if (seen.socket_id == 0) seen.socket_id = 1;
   }
-  if (segment.DaemonClaims(MonotonicNs())) {
-    seen.daemon_pid = segment.DaemonPid();
+  if (segment.control().DaemonClaims(MonotonicNs())) {
+    seen.daemon_pid = segment.control().DaemonPid();
   }
   return seen;
 }

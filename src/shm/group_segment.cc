@@ -17,121 +17,25 @@
 #include <iterator>
 
 #include "common/clock.h"
-#include "common/hot.h"
 #include "common/log.h"
+#include "shm/segment_fields.h"
 
 namespace gpuslice {
+
+using segment_fields::Atomic;
+using segment_fields::Load;
+using segment_fields::LockedByOther;
+using segment_fields::OfdLock;
+using segment_fields::RaiseTo;
+using segment_fields::TakeAtMost;
+
 namespace {
 
 constexpr std::string_view kFilePrefix = "group-";
 // A function, not a global std::string: the limiter has no dynamic initialisers.
 std::string FileSuffix() { return ".v" + std::to_string(kGroupSegmentVersion); }
 
-template <typename T>
-std::atomic_ref<T> Atomic(T& field) {
-  return std::atomic_ref<T>(field);
-}
-template <typename T>
-T Load(const T& field) {
-  return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_acquire);
-}
-
-// The turn plans of a device, under its sequence lock (`turn_seq` odd while
-// a writer is inside). Readers retry; one that finds a writer inside for
-// kTurnReadTries reads no turns (a writer that died there must not stop the
-// launch path).
-constexpr int kTurnReadTries = 1000;
-
-// No fences (ThreadSanitizer has none): the plan's fields are stored with
-// release and loaded with acquire, so a reader that loads a field a writer
-// stored inside also sees that writer's odd sequence number when it looks
-// again, and its second look cannot move before its loads.
-void StorePlan(TurnPlan& to, const TurnPlan& from) {
-  Atomic(to.epoch_ns).store(from.epoch_ns, std::memory_order_release);
-  Atomic(to.period_ns).store(from.period_ns, std::memory_order_release);
-  Atomic(to.begin_ns).store(from.begin_ns, std::memory_order_release);
-  Atomic(to.length_ns).store(from.length_ns, std::memory_order_release);
-}
-
-TurnPlan LoadPlan(const TurnPlan& from) {
-  auto load = [](const int64_t& f) {
-    return std::atomic_ref<int64_t>(const_cast<int64_t&>(f)).load(std::memory_order_acquire);
-  };
-  return {load(from.epoch_ns), load(from.period_ns), load(from.begin_ns), load(from.length_ns)};
-}
-
-void WriteTurns(DeviceCompute& c, const TurnPlan& current, const TurnPlan& next) {
-  auto seq = Atomic(c.turn_seq);
-  // Odd while inside (taken over from a writer that died inside, if any).
-  const uint32_t inside = (seq.load(std::memory_order_relaxed) + 1) | 1u;
-  seq.store(inside, std::memory_order_relaxed);  // ordered before the plans' release stores
-  StorePlan(c.turns[0], current);
-  StorePlan(c.turns[1], next);
-  seq.store(inside + 1, std::memory_order_release);
-}
-
-std::pair<TurnPlan, TurnPlan> ReadTurns(const DeviceCompute& c) {
-  const std::atomic_ref<uint32_t> seq(const_cast<uint32_t&>(c.turn_seq));
-  for (int i = 0; i < kTurnReadTries; ++i) {
-    const uint32_t before = seq.load(std::memory_order_acquire);
-    if ((before & 1u) != 0) continue;
-    std::pair<TurnPlan, TurnPlan> plans{LoadPlan(c.turns[0]), LoadPlan(c.turns[1])};
-    if (seq.load(std::memory_order_relaxed) == before) return plans;
-  }
-  return {};
-}
-
-bool HasTurnPlan(const DeviceCompute& c) {
-  const auto [current, next] = ReadTurns(c);
-  return current.period_ns > 0 || next.period_ns > 0;
-}
-
-// Raises `field` to `value` if that is higher.
-void RaiseTo(uint64_t& field, uint64_t value) {
-  auto f = Atomic(field);
-  uint64_t seen = f.load(std::memory_order_relaxed);
-  while (value > seen && !f.compare_exchange_weak(seen, value, std::memory_order_acq_rel)) {
-  }
-}
-
-// Subtracts up to `bytes` from `count` (never below 0); returns what it took.
-uint64_t TakeAtMost(uint64_t& count, uint64_t bytes) {
-  auto c = Atomic(count);
-  uint64_t seen = c.load(std::memory_order_relaxed);
-  uint64_t taken = 0;
-  do {
-    taken = std::min(bytes, seen);
-  } while (!c.compare_exchange_weak(seen, seen - taken, std::memory_order_acq_rel));
-  return taken;
-}
-
-std::string Errno(const std::string& what) { return what + ": " + strerror(errno); }
-
-// OFD lock on one byte at `offset`: F_WRLCK to take (non-blocking unless
-// `wait`), F_UNLCK to drop. Returns 0 or an errno value.
-int OfdLock(SegmentOs& os, int fd, int64_t offset, short type, bool wait) {
-  struct flock fl {};
-  fl.l_type = type;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = offset;
-  fl.l_len = 1;
-  while (os.FcntlLock(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) != 0) {
-    if (errno != EINTR) return errno;
-  }
-  return 0;
-}
-
-// True if another open file description holds a lock on the byte at `offset`
-// that conflicts with taking it as `type` (F_WRLCK: any lock; F_RDLCK: a write lock).
-bool LockedByOther(SegmentOs& os, int fd, int64_t offset, short type) {
-  struct flock fl {};
-  fl.l_type = type;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = offset;
-  fl.l_len = 1;
-  if (os.FcntlLock(fd, F_OFD_GETLK, &fl) != 0) return true;  // unknown: assume alive
-  return fl.l_type != F_UNLCK;
-}
+std::string Errno(const std::string& what) { return segment_fields::ErrnoText(what, errno); }
 
 bool HeaderValid(const GroupSegmentLayout* s) {
   return s->header.magic == kGroupSegmentMagic && s->header.version == kGroupSegmentVersion &&
@@ -300,7 +204,8 @@ GroupSegment::GroupSegment(SegmentOs& os, std::string group, std::string path, i
       path_(std::move(path)),
       fd_(fd),
       layout_(layout),
-      attached_(attached) {}
+      attached_(attached),
+      control_(os, fd_, path_, *layout) {}
 
 GroupSegment::~GroupSegment() {
   os_.Munmap(layout_, sizeof(GroupSegmentLayout));
@@ -391,7 +296,6 @@ void GroupSegment::SetComputeLimit(int dev, uint32_t percent) {
 uint64_t GroupSegment::MemoryLimit(int dev) const {
   return Load(layout_->devices[dev].memory_limit);
 }
-uint64_t GroupSegment::MemoryUsed(int dev) const { return Load(layout_->devices[dev].memory_used); }
 uint32_t GroupSegment::ComputeLimit(int dev) const {
   return Load(layout_->devices[dev].compute_limit);
 }
@@ -408,125 +312,7 @@ void GroupSegment::WaitForChange(uint32_t seen, int64_t timeout_ns) const {
 
 void GroupSegment::BumpLimits() {
   Atomic(layout_->limits_generation).fetch_add(1);
-  BumpChange();
-}
-
-void GroupSegment::BumpChange() {
-  // Writers may race: each recomputes the mask from the fields after its own
-  // store and stores again until what it stored is still what they say.
-  auto mask = Atomic(layout_->compute_limited);
-  for (uint32_t paced = PacedMask();;) {
-    mask.store(paced, std::memory_order_release);
-    const uint32_t again = PacedMask();
-    if (again == paced) break;
-    paced = again;
-  }
-  Atomic(layout_->change_word).fetch_add(1);
-  syscall(SYS_futex, &layout_->change_word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-}
-
-uint32_t GroupSegment::PacedMask() const {
-  const bool paused = Paused();
-  uint32_t paced = 0;
-  for (int d = 0; d < kGroupMaxDevices; ++d) {
-    if (paused || PacedRateBp(d) < kFullGrantBp || HasTurnPlan(layout_->devices[d].compute)) {
-      paced |= 1u << d;
-    }
-  }
-  return paced;
-}
-
-// ---- gpusliced's scheduler ----
-
-void GroupSegment::SetComputeGrant(int dev, uint32_t grant_bp) {
-  grant_bp = std::min(grant_bp, kFullGrantBp);
-  if (Atomic(layout_->devices[dev].compute_grant_bp).exchange(grant_bp) != grant_bp) BumpChange();
-}
-
-uint32_t GroupSegment::ComputeGrant(int dev) const {
-  return Load(layout_->devices[dev].compute_grant_bp);
-}
-
-void GroupSegment::SetComputeBurst(int dev, int64_t burst_ns) {
-  burst_ns = std::max<int64_t>(0, burst_ns);
-  if (Atomic(layout_->devices[dev].compute.burst_ns).exchange(burst_ns) != burst_ns) BumpChange();
-}
-
-int64_t GroupSegment::ComputeBurst(int dev) const {
-  return Load(layout_->devices[dev].compute.burst_ns);
-}
-
-void GroupSegment::SetQueueBound(int dev, int64_t queue_ns) {
-  queue_ns = std::max<int64_t>(0, queue_ns);
-  if (Atomic(layout_->devices[dev].compute.queue_ns).exchange(queue_ns) != queue_ns) BumpChange();
-}
-
-int64_t GroupSegment::QueueBound(int dev) const {
-  return Load(layout_->devices[dev].compute.queue_ns);
-}
-
-void GroupSegment::SetTurns(int dev, const TurnPlan& current, const TurnPlan& next) {
-  WriteTurns(layout_->devices[dev].compute, current, next);
-  BumpChange();
-}
-
-TurnPlan GroupSegment::TurnAt(int dev, int64_t now_ns) const {
-  const auto [current, next] = ReadTurns(layout_->devices[dev].compute);
-  return next.epoch_ns != 0 && now_ns >= next.epoch_ns ? next : current;
-}
-
-std::pair<TurnPlan, TurnPlan> GroupSegment::Turns(int dev) const {
-  return ReadTurns(layout_->devices[dev].compute);
-}
-
-void GroupSegment::SetPaused(bool paused) {
-  const uint32_t word = paused ? 1 : 0;
-  if (Atomic(layout_->paused).exchange(word) != word) BumpChange();
-}
-
-bool GroupSegment::Paused() const { return Load(layout_->paused) != 0; }
-
-void GroupSegment::ClearSchedule() {
-  bool changed = false;
-  for (GroupDevice& d : layout_->devices) {
-    changed |= Atomic(d.compute_grant_bp).exchange(0) != 0;
-    changed |= Atomic(d.compute.burst_ns).exchange(0) != 0;
-    changed |= Atomic(d.compute.queue_ns).exchange(0) != 0;
-    if (HasTurnPlan(d.compute)) {
-      WriteTurns(d.compute, TurnPlan{}, TurnPlan{});
-      changed = true;
-    }
-  }
-  if (changed) BumpChange();
-}
-
-uint32_t GroupSegment::PacedRateBp(int dev) const {
-  const GroupDevice& d = layout_->devices[dev];
-  const uint32_t limit = Load(d.compute_limit);
-  const uint32_t grant = Load(d.compute_grant_bp);
-  uint32_t rate = limit >= kUnlimitedPercent ? kFullGrantBp : limit * 100;
-  if (grant != 0) rate = std::min(rate, grant);
-  return rate;
-}
-
-GroupSegment::ComputeCounters GroupSegment::Counters(int dev) const {
-  const DeviceCompute& c = layout_->devices[dev].compute;
-  return {.launches = Load(c.launches),
-          .waits = Load(c.waits),
-          .wait_ns = Load(c.wait_ns),
-          .cut_off = Load(c.cut_off),
-          .charge_ns = Load(c.charge_ns),
-          .share_bp = Load(c.measured_at_ns) != 0 ? static_cast<int32_t>(Load(c.share_bp)) : -1,
-          .waiting = WaitingMembers(dev),
-          .next_free_ns = Load(c.next_free_ns)};
-}
-
-uint32_t GroupSegment::WaitingMembers(int dev) const {
-  uint32_t n = 0;
-  for (const auto& slot : layout_->slot_compute) {
-    if (Load(slot[dev].waiting) != 0) ++n;
-  }
-  return n;
+  segment_fields::SignalChange(*layout_);
 }
 
 // ---- the ledger's lock ----
@@ -676,7 +462,7 @@ bool GroupSegment::SlotLive(int slot) const {
   return LockedByOther(os_, fd_, kSlotLockOffset + slot, F_WRLCK);
 }
 
-void GroupSegment::ClearSlotLocked(int s) {
+void GroupSegment::ClearSlotLocked(int s) const {
   ProcessSlot& slot = layout_->slots[s];
   for (int d = 0; d < kGroupMaxDevices; ++d) {
     // The slot's bytes first, then the group's (see Release).
@@ -733,7 +519,7 @@ void GroupSegment::Leave(int slot) {
   own_slot_ = -1;
 }
 
-int GroupSegment::ReapDead() {
+int GroupSegment::ReapDead() const {
   int reaped = 0;
   for (int s = 0; s < kGroupMaxSlots; ++s) {
     if (s == own_slot_ || Load(layout_->slots[s].owner_pid) == 0) continue;
@@ -751,141 +537,12 @@ int GroupSegment::ReapDead() {
   return reaped;
 }
 
-// ---- the ledger ----
-
-// The ledger's lock-free steps (include/gpuslice/group_segment.h, "Memory
-// accounting"): the device's count grows before the slot's and the slot's
-// shrinks before the device's, so memory_used >= the sum of the slots at
-// every instant, and a member killed between two steps leaves the group
-// charged (never less).
-
-GS_HOT bool GroupSegment::Reserve(int slot, int dev, uint64_t bytes) {
-  if (!ReserveDevice(dev, bytes)) return false;
-  Atomic(layout_->slots[slot].memory[dev]).fetch_add(bytes, std::memory_order_acq_rel);
-  return true;
-}
-
-GS_HOT bool GroupSegment::ReserveDevice(int dev, uint64_t bytes) {
-  GroupDevice& d = layout_->devices[dev];
-  auto used = Atomic(d.memory_used);
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    uint64_t seen = used.load(std::memory_order_acquire);
-    const uint64_t limit = Load(d.memory_limit);
-    while (bytes <= limit && seen <= limit - bytes) {
-      if (used.compare_exchange_weak(seen, seen + bytes, std::memory_order_acq_rel)) {
-        RaiseTo(d.memory_peak, seen + bytes);
-        return true;
-      }
-    }
-    // Over the limit: a dead member's memory may be what is in the way.
-    if (attempt == 0 && ReapDead() == 0) break;
-  }
-  Atomic(d.alloc_failures).fetch_add(1, std::memory_order_relaxed);
-  return false;
-}
-
-void GroupSegment::Charge(int slot, int dev, uint64_t bytes) {
-  ChargeDevice(dev, bytes);
-  Atomic(layout_->slots[slot].memory[dev]).fetch_add(bytes, std::memory_order_acq_rel);
-}
-
-void GroupSegment::ChargeDevice(int dev, uint64_t bytes) {
-  GroupDevice& d = layout_->devices[dev];
-  const uint64_t used = Atomic(d.memory_used).fetch_add(bytes, std::memory_order_acq_rel) + bytes;
-  RaiseTo(d.memory_peak, used);
-}
-
-GS_HOT void GroupSegment::Release(int slot, int dev, uint64_t bytes) {
-  const uint64_t taken = TakeAtMost(layout_->slots[slot].memory[dev], bytes);
-  TakeAtMost(layout_->devices[dev].memory_used, taken);
-}
-
-GS_HOT void GroupSegment::ReleaseDevice(int dev, uint64_t bytes) {
-  TakeAtMost(layout_->devices[dev].memory_used, bytes);
-}
-
-GS_HOT void GroupSegment::AddToOwnSlot(int slot, int dev, uint64_t bytes) {
-  // Only the owner changes a live slot's count, under its own lock: a plain
-  // load and store (atomic, so readers never see a torn value).
-  auto held = Atomic(layout_->slots[slot].memory[dev]);
-  held.store(held.load(std::memory_order_relaxed) + bytes, std::memory_order_release);
-}
-
-GS_HOT uint64_t GroupSegment::TakeFromOwnSlot(int slot, int dev, uint64_t bytes) {
-  auto held = Atomic(layout_->slots[slot].memory[dev]);
-  const uint64_t seen = held.load(std::memory_order_relaxed);
-  const uint64_t taken = std::min(bytes, seen);
-  held.store(seen - taken, std::memory_order_release);
-  return taken;
-}
-
-uint64_t GroupSegment::SlotMemory(int slot, int dev) const {
-  return Load(layout_->slots[slot].memory[dev]);
-}
-
-// ---- what the group controller reads and publishes ----
+// ---- devices and members ----
 
 std::string GroupSegment::DeviceUuid(int dev) const {
   const char* uuid = layout_->devices[dev].uuid;
   if (Load(uuid[0]) == '\0') return {};  // claimed, not yet written (AttachDevice)
   return {uuid, strnlen(uuid, kUuidBytes)};
-}
-
-uint64_t GroupSegment::Launches(int dev) const {
-  return std::atomic_ref<uint64_t>(layout_->devices[dev].compute.launches)
-      .load(std::memory_order_relaxed);
-}
-
-uint64_t GroupSegment::SlotLaunches(int slot, int dev) const {
-  return Load(layout_->slot_compute[slot][dev].launches);
-}
-
-uint32_t GroupSegment::SlotQueued(int slot, int dev) const {
-  return Load(layout_->slot_compute[slot][dev].queued);
-}
-
-GroupSegment::SlotBusy GroupSegment::SlotBusyOf(int slot, int dev) const {
-  const SlotCompute& c = layout_->slot_compute[slot][dev];
-  return {.busy_ns = Load(c.busy_ns),
-          .launches = Load(c.busy_launches),
-          .bound_ns = Load(c.bound_ns),
-          .bound_launches = Load(c.bound_launches),
-          .bound_floor_ns = Load(c.bound_floor_ns)};
-}
-
-void ComputeBudget::Completed(uint64_t n) {
-  // Never below 0, whatever another member wrote there.
-  std::atomic_ref<uint32_t> q(m_.queued);
-  uint32_t seen = q.load(std::memory_order_relaxed);
-  while (seen > 0 &&
-         !q.compare_exchange_weak(seen, static_cast<uint32_t>(seen - std::min<uint64_t>(seen, n)),
-                                  std::memory_order_relaxed)) {
-  }
-}
-
-void GroupSegment::PublishSlotCharge(int slot, int dev, int64_t charge_ns) {
-  Atomic(layout_->slot_compute[slot][dev].charge_ns)
-      .store(std::clamp<int64_t>(charge_ns, 0, kMaxChargeNs), std::memory_order_release);
-}
-
-int64_t GroupSegment::MaxMemberCharge(int dev) const {
-  int64_t most = 0;
-  for (int s = 0; s < kGroupMaxSlots; ++s) {
-    if (Load(layout_->slots[s].owner_pid) == 0) continue;
-    const SlotCompute& c = layout_->slot_compute[s][dev];
-    // The bootstrap measurement is a launch's wall time, an upper bound that
-    // the charge refines (a 20 ms kernel beside 20 contexts measured 0.4 s):
-    // once a charge is known, a launch charged the measurement was charged
-    // too much, and the pull-back must not keep it (issue 13's stall).
-    const int64_t charge = std::clamp<int64_t>(Load(c.charge_ns), 0, kMaxChargeNs);
-    most = std::max(most,
-                    charge > 0 ? charge : std::clamp<int64_t>(Load(c.probe_ns), 0, kMaxChargeNs));
-  }
-  return most;
-}
-
-int64_t GroupSegment::SlotCharge(int slot, int dev) const {
-  return std::clamp<int64_t>(Load(layout_->slot_compute[slot][dev].charge_ns), 0, kMaxChargeNs);
 }
 
 std::vector<GroupSegment::MemberRef> GroupSegment::Members() const {
@@ -897,15 +554,6 @@ std::vector<GroupSegment::MemberRef> GroupSegment::Members() const {
     }
   }
   return out;
-}
-
-void GroupSegment::PublishEstimate(int dev, const Estimate& estimate) {
-  DeviceCompute& c = layout_->devices[dev].compute;
-  if (estimate.charge_ns > 0) {
-    Atomic(c.charge_ns).store(estimate.charge_ns, std::memory_order_release);
-  }
-  if (estimate.share_bp >= 0) Atomic(c.share_bp).store(static_cast<uint32_t>(estimate.share_bp));
-  Atomic(c.measured_at_ns).store(estimate.measured_at_ns);
 }
 
 bool GroupSegment::IsLiveMember(int32_t pid) const {
@@ -927,8 +575,9 @@ std::vector<int32_t> GroupSegment::MemberPids() const {
 // ---- readers ----
 
 GroupSnapshot GroupSegment::Snapshot() const {
+  const ComputeSchedule schedule(*layout_);
   GroupSnapshot snap{.group = group_,
-                     .paused = Paused(),
+                     .paused = schedule.Paused(),
                      .ledger_evictions = Load(layout_->ledger_evictions),
                      .devices = {},
                      .members = {}};
@@ -939,13 +588,13 @@ GroupSnapshot GroupSegment::Snapshot() const {
     snap.devices.push_back(
         {.index = d,
          .uuid = DeviceUuid(d),
-         .memory_used = MemoryUsed(d),
+         .memory_used = Load(dev.memory_used),
          .memory_limit = MemoryLimit(d),
          .memory_peak = Load(dev.memory_peak),
          .alloc_failures = Load(dev.alloc_failures),
          .compute_limit = ComputeLimit(d),
-         .grant_bp = ComputeGrant(d),
-         .burst_ns = ComputeBurst(d),
+         .grant_bp = schedule.ComputeGrant(d),
+         .burst_ns = schedule.ComputeBurst(d),
          .share_bp = Load(c.measured_at_ns) != 0 ? static_cast<int32_t>(Load(c.share_bp)) : -1,
          .charge_ns = Load(c.charge_ns),
          .launches = Load(c.launches),
@@ -964,61 +613,6 @@ GroupSnapshot GroupSegment::Snapshot() const {
     snap.members.push_back(std::move(m));
   }
   return snap;
-}
-
-// ---- the group controller ----
-
-bool GroupSegment::TryBecomeController() {
-  if (controller_) return true;
-  if (OfdLock(os_, fd_, kControllerLockOffset, F_WRLCK, false) != 0) return false;
-  controller_ = true;
-  Atomic(layout_->controller_pid).store(getpid());
-  return true;
-}
-
-Status GroupSegment::WaitToBecomeController() {
-  if (controller_) return Status::Ok();
-  if (int err = OfdLock(os_, fd_, kControllerLockOffset, F_WRLCK, true); err != 0) {
-    errno = err;
-    return Unavailable(Errno("cannot take the controller lock of " + path_));
-  }
-  controller_ = true;
-  Atomic(layout_->controller_pid).store(getpid());
-  return Status::Ok();
-}
-
-void GroupSegment::ResignController() {
-  if (!controller_) return;
-  int32_t me = getpid();
-  Atomic(layout_->controller_pid).compare_exchange_strong(me, 0);
-  OfdLock(os_, fd_, kControllerLockOffset, F_UNLCK, false);
-  controller_ = false;
-}
-
-void GroupSegment::BeatAsDaemon(pid_t pid, int64_t now_ns) {
-  Atomic(layout_->daemon_pid).store(pid);
-  Atomic(layout_->daemon_heartbeat_ns).store(now_ns, std::memory_order_release);
-}
-
-bool GroupSegment::DaemonClaims(int64_t now_ns) const {
-  if (Load(layout_->daemon_pid) == 0) return false;
-  return now_ns - Load(layout_->daemon_heartbeat_ns) < kDaemonStaleNs;
-}
-
-bool GroupSegment::ControllerIsDaemon() const {
-  const int32_t daemon = Load(layout_->daemon_pid);
-  return daemon != 0 && Load(layout_->controller_pid) == daemon;
-}
-
-int32_t GroupSegment::DaemonPid() const { return Load(layout_->daemon_pid); }
-
-void GroupSegment::EndDaemonClaim(pid_t pid) {
-  int32_t expected = pid;
-  Atomic(layout_->daemon_pid).compare_exchange_strong(expected, 0);
-}
-
-void GroupSegment::Beat(int64_t now_ns) {
-  Atomic(layout_->controller_heartbeat_ns).store(now_ns, std::memory_order_release);
 }
 
 // ---- liveness and collection ----
@@ -1090,7 +684,7 @@ Status GroupSegment::ReopenAfterFork() {
   os_.Close(fd_);  // the parent's open file description, and its locks, stay with the parent
   fd_ = fd;
   own_slot_ = -1;
-  controller_ = false;
+  control_.held_ = false;
   return Status::Ok();
 }
 

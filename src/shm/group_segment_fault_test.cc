@@ -68,7 +68,7 @@ TEST_F(GroupSegmentFaultTest, AnOpenFailsCleanlyWhicheverCallFails) {
       ASSERT_TRUE(again.ok()) << again.status().ToString();
       auto d = (*again)->AttachDevice(kUuid);
       ASSERT_TRUE(d.ok()) << d.status().ToString();
-      EXPECT_EQ((*again)->MemoryUsed(*d), 0u);
+      EXPECT_EQ((*again)->ledger().MemoryUsed(*d), 0u);
     }
   }
   EXPECT_GE(failed_opens, 7) << "each necessary call failed an open at least once";

@@ -164,7 +164,7 @@ inline void RaiseBehind(std::atomic_ref<int64_t> next_free, int64_t now_ns, int6
 // batch contexts have work a latency kernel waits two slices.
 inline constexpr int64_t kTurnLeadNs = 500'000;
 
-// Which of a group's two plans (GroupSegment::Turns: the one in hand, and
+// Which of a group's two plans (ComputeSchedule::Turns: the one in hand, and
 // the next from its epoch) a launch at `now_ns` goes by: the next from its
 // epoch, and from the lead into it too. A launch queued early under the plan
 // in hand, for a turn of its that the next plan does not keep, would run

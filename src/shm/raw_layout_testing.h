@@ -38,7 +38,7 @@ inline GroupSegmentLayout& RawLayout(const GroupSegment& segment) {
 }
 
 // The raw budget fields of device `dev` (a test that stages a state; code
-// uses GroupSegment::Budget).
+// uses ComputeUsage::Budget).
 inline DeviceCompute& RawCompute(const GroupSegment& segment, int dev) {
   return RawLayout(segment).devices[dev].compute;
 }

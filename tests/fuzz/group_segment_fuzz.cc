@@ -79,20 +79,20 @@ void Check(const GroupSegment& seg) {
   for (int d = 0; d < n; ++d) {
     (void)seg.DeviceUuid(d);
     (void)seg.MemoryLimit(d);
-    (void)seg.MemoryUsed(d);
+    (void)seg.ledger().MemoryUsed(d);
     (void)seg.ComputeLimit(d);
-    (void)seg.ComputeGrant(d);
-    (void)seg.PacedRateBp(d);
-    (void)seg.Counters(d);
+    (void)seg.schedule().ComputeGrant(d);
+    (void)seg.schedule().PacedRateBp(d);
+    (void)seg.schedule().Counters(d);
   }
   (void)seg.FindDevice("GPU-fuzz");
   (void)seg.MemberPids();
   (void)seg.ChangeWord();
-  (void)seg.Paused();
-  (void)seg.ControllerIsDaemon();
+  (void)seg.schedule().Paused();
+  (void)seg.control().ControllerIsDaemon();
   (void)seg.HasAttachedProcess();
   (void)seg.LastAliveNs();
-  (void)seg.DaemonClaims(0);
+  (void)seg.control().DaemonClaims(0);
 }
 
 }  // namespace
@@ -132,9 +132,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (dev.ok() && slot.ok()) {
     if (*dev < 0 || *dev >= kGroupMaxDevices) fuzz::Fail("device index", std::to_string(*dev));
     if (*slot < 0 || *slot >= kGroupMaxSlots) fuzz::Fail("slot index", std::to_string(*slot));
-    if (seg.Reserve(*slot, *dev, 4096)) seg.Release(*slot, *dev, 4096);
-    seg.Charge(*slot, *dev, 1);
-    (void)seg.SlotMemory(*slot, *dev);
+    if (seg.ledger().Reserve(*slot, *dev, 4096)) seg.ledger().Release(*slot, *dev, 4096);
+    seg.ledger().Charge(*slot, *dev, 1);
+    (void)seg.ledger().SlotMemory(*slot, *dev);
     seg.Leave(*slot);
   }
   (void)seg.ReapDead();

@@ -59,8 +59,8 @@ void GroupControllers::Rescan() {
     }
     GS_LOG(kInfo, "gpusliced", "event=group_released group=%s reason=%s", it->first.c_str(),
            reason);
-    segment.EndDaemonClaim(options_.self);
-    segment.ResignController();
+    segment.control().EndDaemonClaim(options_.self);
+    segment.control().ResignController();
     it = groups_.erase(it);
   }
   Adopt(/*all=*/true);
@@ -118,9 +118,9 @@ int64_t GroupControllers::Tick() {
     return *word;
   };
   for (auto& [name, g] : groups_) {
-    g.segment->BeatAsDaemon(options_.self, clocks_.monotonic.NowNs());
-    const bool was = g.segment->is_controller();
-    if (g.segment->TryBecomeController()) {
+    g.segment->control().BeatAsDaemon(options_.self, clocks_.monotonic.NowNs());
+    const bool was = g.segment->control().is_controller();
+    if (g.segment->control().TryBecomeController()) {
       if (!was) {
         GS_LOG(kInfo, "gpusliced", "event=group_controlled group=%s", name.c_str());
         changed = true;
@@ -145,7 +145,7 @@ int64_t GroupControllers::Tick() {
     snapshot.reserve(groups_.size());
     for (auto& [name, g] : groups_) {
       snapshot.push_back({.group = name,
-                          .controlling = g.segment->is_controller(),
+                          .controlling = g.segment->control().is_controller(),
                           .segment = g.segment->Snapshot(),
                           .paused = false,
                           .grants = {}});
@@ -160,9 +160,10 @@ void GroupControllers::Stop() {
   for (auto& [name, g] : groups_) {
     // Members pace by their limits alone again (the paused flag stays: the
     // registry's checkpoint re-applies it when a daemon comes back).
-    if (options_.schedule && g.segment->is_controller()) g.segment->ClearSchedule();
-    g.segment->EndDaemonClaim(options_.self);
-    g.segment->ResignController();
+    if (options_.schedule && g.segment->control().is_controller())
+      g.segment->schedule().ClearSchedule();
+    g.segment->control().EndDaemonClaim(options_.self);
+    g.segment->control().ResignController();
   }
   groups_.clear();
   MutexLock lock(snapshot_mu_);
@@ -273,7 +274,7 @@ void GroupControllers::Schedule(const Word& word) {
   std::vector<std::pair<GroupSegment*, std::string>> resumed;
   for (auto& [name, g] : groups_) {
     GroupSegment& segment = *g.segment;
-    if (!segment.is_controller()) continue;  // a member still controls it
+    if (!segment.control().is_controller()) continue;  // a member still controls it
     bool paused = false;
     std::vector<std::pair<std::string, ShareScheduler::Input>> mine;
     for (int d = 0; d < segment.device_count(); ++d) {
@@ -290,14 +291,14 @@ void GroupControllers::Schedule(const Word& word) {
           schedule.limit_percent, segment_limit >= 1 && segment_limit <= 100 ? segment_limit : 100);
       in.weight = schedule.weight;
       in.latency = schedule.priority == Priority::kLatency;
-      const GroupSegment::ComputeCounters c = segment.Counters(d);
+      const ComputeCounters c = segment.schedule().Counters(d);
       in.counters = {.launches = c.launches,
                      .completed = g.compute->CompletedLaunches(d),
                      .waits = c.waits,
                      .cut_off = c.cut_off,
                      .waiting = c.waiting,
                      .charge_ns = g.compute->GroupCharge(d),
-                     .probe_ns = segment.MaxMemberCharge(d),
+                     .probe_ns = segment.usage().MaxMemberCharge(d),
                      .bound_ns = g.compute->BoundCharge(d),
                      .bound_floor_ns = g.compute->BoundFloor(d)};
       mine.emplace_back(std::move(uuid), std::move(in));
@@ -316,10 +317,10 @@ void GroupControllers::Schedule(const Word& word) {
     // and uncounted, as did every launch after it until the grant came: one
     // filled the driver's queue (1,024 launches, 2 s of 2 ms kernels) that
     // way, which then ran for seconds.
-    if (paused && !segment.Paused()) {
-      segment.SetPaused(true);
+    if (paused && !segment.schedule().Paused()) {
+      segment.schedule().SetPaused(true);
       GS_LOG(kInfo, "gpusliced", "event=group_paused group=%s", name.c_str());
-    } else if (!paused && segment.Paused()) {
+    } else if (!paused && segment.schedule().Paused()) {
       resumed.emplace_back(&segment, name);
     }
     grants[name].first = paused;
@@ -368,29 +369,33 @@ void GroupControllers::Schedule(const Word& word) {
       // Below the whole device even when alone, so that its launches stay on
       // the paced path, which counts them (what the scheduler reads).
       const uint32_t grant = std::min(o.grant_bp, kFullGrantBp - 1);
-      if (segment->ComputeGrant(d) != grant) segment->SetComputeGrant(d, grant);
-      if (segment->ComputeBurst(d) != o.burst_ns) segment->SetComputeBurst(d, o.burst_ns);
-      if (segment->QueueBound(d) != o.queue_ns) segment->SetQueueBound(d, o.queue_ns);
+      if (segment->schedule().ComputeGrant(d) != grant)
+        segment->schedule().SetComputeGrant(d, grant);
+      if (segment->schedule().ComputeBurst(d) != o.burst_ns)
+        segment->schedule().SetComputeBurst(d, o.burst_ns);
+      if (segment->schedule().QueueBound(d) != o.queue_ns)
+        segment->schedule().SetQueueBound(d, o.queue_ns);
       // A new plan takes effect at its epoch (a cycle boundary); the plan
       // in effect now stands until then.
-      const auto [current, next] = segment->Turns(d);
+      const auto [current, next] = segment->schedule().Turns(d);
       const TurnPlan& pending = next.epoch_ns != 0 ? next : current;
       const bool same = pending.period_ns == o.turn.period_ns &&
                         pending.begin_ns == o.turn.begin_ns &&
                         pending.length_ns == o.turn.length_ns &&
                         (o.turn.period_ns == 0 || pending.epoch_ns == o.turn.epoch_ns);
       if (!same) {
-        const TurnPlan now_plan = segment->TurnAt(d, now);
+        const TurnPlan now_plan = segment->schedule().TurnAt(d, now);
         if (o.turn.period_ns == 0 || now_plan.period_ns == 0 || o.turn.epoch_ns <= now) {
-          segment->SetTurns(d, o.turn, TurnPlan{});  // at once: no turns, or none to wait for
+          segment->schedule().SetTurns(d, o.turn,
+                                       TurnPlan{});  // at once: no turns, or none to wait for
         } else {
-          segment->SetTurns(d, now_plan, o.turn);
+          segment->schedule().SetTurns(d, now_plan, o.turn);
         }
       }
       group->compute->SetFallbackCharge(d, o.latency_charge_ns);
-      segment->PublishEstimate(
+      segment->usage().PublishEstimate(
           d,
-          GroupSegment::Estimate{
+          ComputeUsage::Estimate{
               .charge_ns = 0, .share_bp = static_cast<int32_t>(o.used_bp), .measured_at_ns = now});
       grants[o.group].second.push_back({.uuid = uuid,
                                         .grant_bp = o.grant_bp,
@@ -401,7 +406,7 @@ void GroupControllers::Schedule(const Word& word) {
     }
   }
   for (auto& [segment, name] : resumed) {
-    segment->SetPaused(false);
+    segment->schedule().SetPaused(false);
     GS_LOG(kInfo, "gpusliced", "event=group_resumed group=%s", name.c_str());
   }
   MutexLock lock(snapshot_mu_);

@@ -82,7 +82,7 @@ class GroupControllersTest : public ::testing::Test {
   void Launch(GroupSegment& member, int64_t ns, double share, bool held = true) {
     auto [it, fresh] = slots_.try_emplace(&member, -1);
     if (fresh) it->second = *member.Join(getpid(), 1000 + slots_.size(), "member");
-    ComputeBudget budget = member.Budget(0, it->second);
+    ComputeBudget budget = member.usage().Budget(0, it->second);
     const auto n = static_cast<uint64_t>(share * static_cast<double>(ns) / 1e6);
     for (uint64_t i = 0; i < n; ++i) budget.CountLaunch();
     budget.Queued(static_cast<uint32_t>(n));
@@ -100,7 +100,8 @@ class GroupControllersTest : public ::testing::Test {
     for (int64_t t = 0; t < ns; t += kPeriodNs) {
       clock_.Advance(kPeriodNs);
       for (auto [member, share] : busy) {
-        Launch(*member, kPeriodNs, share > 0 ? share : member->ComputeGrant(0) / 10000.0);
+        Launch(*member, kPeriodNs,
+               share > 0 ? share : member->schedule().ComputeGrant(0) / 10000.0);
       }
       controllers.Tick();
     }
@@ -119,19 +120,20 @@ class GroupControllersTest : public ::testing::Test {
 
 TEST_F(GroupControllersTest, ClaimsAGroupAndControlsItOnceTheMemberYields) {
   auto member = Member("g");
-  ASSERT_TRUE(member->TryBecomeController());  // a member keeps it, as before the daemon came
+  ASSERT_TRUE(
+      member->control().TryBecomeController());  // a member keeps it, as before the daemon came
   auto controllers = Controllers();
 
   controllers->Tick();
-  EXPECT_TRUE(member->DaemonClaims(clock_.NowNs()));
+  EXPECT_TRUE(member->control().DaemonClaims(clock_.NowNs()));
   ASSERT_EQ(controllers->Snapshot().size(), 1u);
   EXPECT_FALSE(controllers->Snapshot()[0].controlling);  // the member still holds the role
 
-  member->ResignController();  // what a member's keeper does when it sees the claim
+  member->control().ResignController();  // what a member's keeper does when it sees the claim
   clock_.Advance(50 * kMs);
   controllers->Tick();
   EXPECT_TRUE(controllers->Snapshot()[0].controlling);
-  EXPECT_FALSE(member->TryBecomeController());
+  EXPECT_FALSE(member->control().TryBecomeController());
   EXPECT_EQ(member->LastAliveNs(), clock_.NowNs());  // the daemon's keeper beats
 }
 
@@ -147,10 +149,10 @@ TEST_F(GroupControllersTest, AdoptsANewGroupWithinAnAdoptPeriodBetweenRescans) {
   auto member = Member("new");
   clock_.Advance(50 * kMs);
   controllers->Tick();
-  EXPECT_FALSE(member->DaemonClaims(clock_.NowNs()));  // not due yet
+  EXPECT_FALSE(member->control().DaemonClaims(clock_.NowNs()));  // not due yet
   clock_.Advance(50 * kMs);
   const int64_t next = controllers->Tick();
-  EXPECT_TRUE(member->DaemonClaims(clock_.NowNs()));
+  EXPECT_TRUE(member->control().DaemonClaims(clock_.NowNs()));
   ASSERT_EQ(controllers->Snapshot().size(), 1u);
   EXPECT_EQ(controllers->Snapshot()[0].group, "new");
   EXPECT_LE(next, 100 * kMs);
@@ -167,9 +169,9 @@ TEST_F(GroupControllersTest, AdoptsGroupsInTheirClaimsOwnDirectory) {
   auto controllers = Controllers();
   controllers->Tick();
   ASSERT_EQ(controllers->Snapshot().size(), 2u);
-  EXPECT_TRUE((*in_claim)->DaemonClaims(clock_.NowNs()));
-  EXPECT_FALSE(squat->DaemonClaims(clock_.NowNs()));
-  EXPECT_TRUE(local->DaemonClaims(clock_.NowNs()));
+  EXPECT_TRUE((*in_claim)->control().DaemonClaims(clock_.NowNs()));
+  EXPECT_FALSE(squat->control().DaemonClaims(clock_.NowNs()));
+  EXPECT_TRUE(local->control().DaemonClaims(clock_.NowNs()));
 }
 
 TEST_F(GroupControllersTest, LeavesIdleGroupsAloneAndReleasesGroupsThatGoIdle) {
@@ -186,7 +188,8 @@ TEST_F(GroupControllersTest, LeavesIdleGroupsAloneAndReleasesGroupsThatGoIdle) {
   EXPECT_TRUE(controllers->Snapshot().empty());
   auto observer = GroupSegment::Open(dir_, "busy", false);
   ASSERT_TRUE(observer.ok());
-  EXPECT_FALSE((*observer)->DaemonClaims(clock_.NowNs()));  // nothing keeps it looking alive
+  EXPECT_FALSE(
+      (*observer)->control().DaemonClaims(clock_.NowNs()));  // nothing keeps it looking alive
 }
 
 TEST_F(GroupControllersTest, HoldsAGroupToTheDaemonsLimitsAndSetsBackAMembersChange) {
@@ -250,16 +253,16 @@ TEST_F(GroupControllersTest, StopHandsEveryGroupBackAtOnce) {
   controllers->Tick();
   ASSERT_TRUE(controllers->Snapshot()[0].controlling);
   controllers->Stop();
-  EXPECT_FALSE(member->DaemonClaims(clock_.NowNs()));
-  EXPECT_TRUE(member->TryBecomeController());
+  EXPECT_FALSE(member->control().DaemonClaims(clock_.NowNs()));
+  EXPECT_TRUE(member->control().TryBecomeController());
 }
 
 TEST_F(GroupControllersTest, AClaimGoesStaleWhenTheDaemonStopsBeating) {
   auto member = Member("g");
   auto controllers = Controllers();
   controllers->Tick();
-  EXPECT_TRUE(member->DaemonClaims(clock_.NowNs() + kDaemonStaleNs - 1));
-  EXPECT_FALSE(member->DaemonClaims(clock_.NowNs() + kDaemonStaleNs));
+  EXPECT_TRUE(member->control().DaemonClaims(clock_.NowNs() + kDaemonStaleNs - 1));
+  EXPECT_FALSE(member->control().DaemonClaims(clock_.NowNs() + kDaemonStaleNs));
 }
 
 TEST_F(GroupControllersTest, SchedulesTheGroupsOfAGpuAndWritesTheirGrants) {
@@ -271,12 +274,12 @@ TEST_F(GroupControllersTest, SchedulesTheGroupsOfAGpuAndWritesTheirGrants) {
   auto controllers = Scheduling(/*rescan_ns=*/60'000 * kMs);  // segments snapshotted once
   controllers->Tick();
   Run(*controllers, 3000 * kMs, {{a.get(), 0}, {b.get(), 0}});
-  const uint32_t ga = a->ComputeGrant(0), gb = b->ComputeGrant(0);
+  const uint32_t ga = a->schedule().ComputeGrant(0), gb = b->schedule().ComputeGrant(0);
   EXPECT_GE(ga, 5400u);  // its request, of what the device can give
   EXPECT_GT(gb, 1000u);  // the surplus
   EXPECT_LE(ga + gb, 10000u);
-  EXPECT_EQ(a->ComputeBurst(0), kPacerBurstNs);  // set: the gate bounds its queue
-  EXPECT_FALSE(a->Paused());
+  EXPECT_EQ(a->schedule().ComputeBurst(0), kPacerBurstNs);  // set: the gate bounds its queue
+  EXPECT_FALSE(a->schedule().Paused());
   for (const auto& g : controllers->Snapshot()) {
     ASSERT_EQ(g.grants.size(), 1u) << g.group;
     EXPECT_EQ(g.grants[0].uuid, kGpu);
@@ -289,7 +292,7 @@ TEST_F(GroupControllersTest, SchedulesTheGroupsOfAGpuAndWritesTheirGrants) {
   // Alone on the GPU, a group gets all of it (just below, so that its
   // launches stay counted): "b" stops launching (idle within about 2 s).
   Run(*controllers, 2500 * kMs, {{a.get(), 0}});
-  EXPECT_EQ(a->ComputeGrant(0), kFullGrantBp - 1);
+  EXPECT_EQ(a->schedule().ComputeGrant(0), kFullGrantBp - 1);
 }
 
 TEST_F(GroupControllersTest, PausesAGroupAndLendsItsShare) {
@@ -302,14 +305,14 @@ TEST_F(GroupControllersTest, PausesAGroupAndLendsItsShare) {
   auto controllers = Scheduling();
   controllers->Tick();
   Run(*controllers, 2000 * kMs, {{a.get(), 0}, {b.get(), 0}});
-  EXPECT_LT(b->ComputeGrant(0), 6000u);
+  EXPECT_LT(b->schedule().ComputeGrant(0), 6000u);
 
   schedules_["a"].paused = true;
   Run(*controllers, 100 * kMs, {{b.get(), 0}});
-  EXPECT_TRUE(a->Paused());
-  EXPECT_EQ(a->ComputeGrant(0), 0u);
+  EXPECT_TRUE(a->schedule().Paused());
+  EXPECT_EQ(a->schedule().ComputeGrant(0), 0u);
   Run(*controllers, 1000 * kMs, {{b.get(), 0}});
-  EXPECT_EQ(b->ComputeGrant(0), kFullGrantBp - 1);  // a's share is lent
+  EXPECT_EQ(b->schedule().ComputeGrant(0), kFullGrantBp - 1);  // a's share is lent
   bool paused_in_snapshot = false;
   for (const auto& g : controllers->Snapshot()) {
     if (g.group == "a") paused_in_snapshot = g.paused;
@@ -318,8 +321,8 @@ TEST_F(GroupControllersTest, PausesAGroupAndLendsItsShare) {
 
   schedules_["a"].paused = false;
   Run(*controllers, 100 * kMs, {{a.get(), 0.01}, {b.get(), 0}});
-  EXPECT_FALSE(a->Paused());
-  EXPECT_GE(a->ComputeGrant(0), 4500u);  // its request back at once
+  EXPECT_FALSE(a->schedule().Paused());
+  EXPECT_GE(a->schedule().ComputeGrant(0), 4500u);  // its request back at once
 }
 
 // A resumed group is unpaused only once its grant is written: a paused
@@ -336,7 +339,7 @@ TEST_F(GroupControllersTest, AResumedGroupIsPacedAtEveryMomentOfTheTick) {
   schedules_["b"] = {.request_percent = 20};
   bool unpaced = false;  // "a" seen unpaused and not paced
   schedule_of_ = [&](const std::string& group, const std::string&) -> std::optional<GroupSchedule> {
-    if (!a->Paused() && (a->ComputeLimitedMask() & 1u) == 0) unpaced = true;
+    if (!a->schedule().Paused() && (a->schedule().ComputeLimitedMask() & 1u) == 0) unpaced = true;
     return schedules_.at(group);
   };
   auto controllers = Controllers(0, /*schedule=*/true);
@@ -344,14 +347,14 @@ TEST_F(GroupControllersTest, AResumedGroupIsPacedAtEveryMomentOfTheTick) {
   Run(*controllers, 1000 * kMs, {{a.get(), 0}, {b.get(), 0}});
   schedules_["a"].paused = true;
   Run(*controllers, 500 * kMs, {{b.get(), 0}});
-  ASSERT_TRUE(a->Paused());
-  ASSERT_EQ(a->ComputeGrant(0), 0u);
+  ASSERT_TRUE(a->schedule().Paused());
+  ASSERT_EQ(a->schedule().ComputeGrant(0), 0u);
 
   unpaced = false;
   schedules_["a"].paused = false;
   Run(*controllers, 100 * kMs, {{b.get(), 0}});
-  EXPECT_FALSE(a->Paused());
-  EXPECT_GT(a->ComputeGrant(0), 0u);
+  EXPECT_FALSE(a->schedule().Paused());
+  EXPECT_GT(a->schedule().ComputeGrant(0), 0u);
   EXPECT_FALSE(unpaced) << "unpaused before its grant was written";
 }
 
@@ -367,11 +370,11 @@ TEST_F(GroupControllersTest, APauseAskedForIsWrittenAtTheNextTick) {
   schedules_["a"].paused = true;
   clock_.Advance(10 * kMs);  // within the period
   controllers->Tick();
-  EXPECT_FALSE(a->Paused());  // not due yet
+  EXPECT_FALSE(a->schedule().Paused());  // not due yet
   controllers->ScheduleSoon();
   controllers->Tick();
-  EXPECT_TRUE(a->Paused());
-  EXPECT_EQ(a->ComputeGrant(0), 0u);
+  EXPECT_TRUE(a->schedule().Paused());
+  EXPECT_EQ(a->schedule().ComputeGrant(0), 0u);
 }
 
 // Batch groups take turns; beside an active latency group their queues are
@@ -387,25 +390,25 @@ TEST_F(GroupControllersTest, BatchGroupsTakeTurnsAndBesideALatencyGroupTheirQueu
   auto controllers = Scheduling();
   controllers->Tick();
   Run(*controllers, 1000 * kMs, {{a.get(), 0.5}, {b.get(), 0.4}});
-  const TurnPlan ta = a->TurnAt(0, clock_.NowNs());
-  const TurnPlan tb = b->TurnAt(0, clock_.NowNs());
+  const TurnPlan ta = a->schedule().TurnAt(0, clock_.NowNs());
+  const TurnPlan tb = b->schedule().TurnAt(0, clock_.NowNs());
   ASSERT_GT(ta.period_ns, 0);
   EXPECT_EQ(ta.period_ns, tb.period_ns);
   EXPECT_GT(ta.length_ns, tb.length_ns);               // a's request
   EXPECT_EQ(ta.begin_ns + ta.length_ns, tb.begin_ns);  // back to back
-  EXPECT_EQ(a->QueueBound(0), 0);                      // no latency group active yet
+  EXPECT_EQ(a->schedule().QueueBound(0), 0);           // no latency group active yet
   // Pending: the plan for the next cycle, from its boundary on.
-  const auto [current, next] = a->Turns(0);
+  const auto [current, next] = a->schedule().Turns(0);
   if (next.epoch_ns != 0) {
     EXPECT_GT(next.epoch_ns, clock_.NowNs() - 100 * kMs);
   }
   // The latency group becomes active.
   Run(*controllers, 500 * kMs, {{lat.get(), 0.05}, {a.get(), 0.5}, {b.get(), 0.4}});
-  EXPECT_EQ(a->QueueBound(0), control::ShareScheduler::kLatencyQueueNs);
-  EXPECT_EQ(b->QueueBound(0), control::ShareScheduler::kLatencyQueueNs);
-  EXPECT_EQ(lat->TurnAt(0, clock_.NowNs()).period_ns, 0);
-  EXPECT_EQ(lat->QueueBound(0), 0);
-  EXPECT_EQ(lat->ComputeBurst(0), kPacerBurstNs);
+  EXPECT_EQ(a->schedule().QueueBound(0), control::ShareScheduler::kLatencyQueueNs);
+  EXPECT_EQ(b->schedule().QueueBound(0), control::ShareScheduler::kLatencyQueueNs);
+  EXPECT_EQ(lat->schedule().TurnAt(0, clock_.NowNs()).period_ns, 0);
+  EXPECT_EQ(lat->schedule().QueueBound(0), 0);
+  EXPECT_EQ(lat->schedule().ComputeBurst(0), kPacerBurstNs);
 }
 
 // What the scheduler says each group ran is in the group's segment, for
@@ -417,12 +420,12 @@ TEST_F(GroupControllersTest, WhatAGroupRanIsPublishedInItsSegment) {
   auto controllers = Scheduling();
   controllers->Tick();
   Run(*controllers, 2000 * kMs, {{a.get(), 0.3}});
-  const int32_t share = a->Counters(0).share_bp;
+  const int32_t share = a->schedule().Counters(0).share_bp;
   EXPECT_NEAR(share, 3000, 150);
   ASSERT_EQ(controllers->Snapshot().size(), 1u);
   ASSERT_EQ(controllers->Snapshot()[0].grants.size(), 1u);
   EXPECT_EQ(static_cast<int32_t>(controllers->Snapshot()[0].grants[0].used_bp), share);
-  EXPECT_EQ(a->Counters(0).charge_ns, 1'000'000);  // from its markers' evidence
+  EXPECT_EQ(a->schedule().Counters(0).charge_ns, 1'000'000);  // from its markers' evidence
 }
 
 // A member that dies holding its group's ledger lock is evicted by the next
@@ -446,14 +449,14 @@ TEST_F(GroupControllersTest, LeavesGroupsAMemberControlsAloneAndClearsGrantsOnSt
   auto theirs = Member("theirs");
   ASSERT_TRUE(mine->AttachDevice(kGpu).ok());
   ASSERT_TRUE(theirs->AttachDevice(kGpu).ok());
-  ASSERT_TRUE(theirs->TryBecomeController());  // a member keeps the role
+  ASSERT_TRUE(theirs->control().TryBecomeController());  // a member keeps the role
   auto controllers = Scheduling();
   controllers->Tick();
   Run(*controllers, 500 * kMs, {{mine.get(), 0}, {theirs.get(), 0.3}});
-  EXPECT_EQ(theirs->ComputeGrant(0), 0u);
-  EXPECT_GT(mine->ComputeGrant(0), 0u);
+  EXPECT_EQ(theirs->schedule().ComputeGrant(0), 0u);
+  EXPECT_GT(mine->schedule().ComputeGrant(0), 0u);
   controllers->Stop();
-  EXPECT_EQ(mine->ComputeGrant(0), 0u);  // self-control: the limits alone
+  EXPECT_EQ(mine->schedule().ComputeGrant(0), 0u);  // self-control: the limits alone
 }
 
 // The CPU a tick costs with 100 groups on one GPU, all scheduled (printed;
@@ -480,12 +483,13 @@ TEST_F(GroupControllersTest, TickCpuWithAHundredGroups) {
   int64_t spent = 0;
   for (int t = 0; t < kTicks; ++t) {
     clock_.Advance(100 * kMs);
-    for (auto [member, share] : busy) Launch(*member, 100 * kMs, member->ComputeGrant(0) / 1e4);
+    for (auto [member, share] : busy)
+      Launch(*member, 100 * kMs, member->schedule().ComputeGrant(0) / 1e4);
     const int64_t start = cpu_ns();
     controllers->Tick();
     spent += cpu_ns() - start;
   }
-  for (const auto& m : members) EXPECT_GE(m->ComputeGrant(0), 80u);  // ~1 % each
+  for (const auto& m : members) EXPECT_GE(m->schedule().ComputeGrant(0), 80u);  // ~1 % each
   std::printf("GroupControllers::Tick, 100 groups on one GPU, scheduling: %.1f us CPU per tick\n",
               static_cast<double>(spent) / kTicks / 1000);
 }

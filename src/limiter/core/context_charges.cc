@@ -24,8 +24,8 @@ std::optional<uint64_t> ContextCharges::Settled(const Charge& c) {
   }
   const std::optional<uint64_t> driver = driver_->ProcessBytes(c.device);
   if (!driver) return c.bytes;  // the estimate stands
-  const uint64_t settled =
-      SettledContextBytes(*driver, segment_->SlotMemory(slot, c.device), c.bytes, granularity_);
+  const uint64_t settled = SettledContextBytes(
+      *driver, segment_->ledger().SlotMemory(slot, c.device), c.bytes, granularity_);
   if (settled > c.bytes && !ledger_.Reserve(c.device, settled - c.bytes)) return std::nullopt;
   if (settled < c.bytes) ledger_.Release(Charge{c.device, c.bytes - settled, 0});
   MutexLock lock(mu_);

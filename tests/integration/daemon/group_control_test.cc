@@ -161,7 +161,7 @@ TEST_F(GroupControlTest, LimitedGraphLaunchersFinishWhenTheDaemonStops) {
   // Let the daemon's controller publish charges before it goes.
   auto launches = [&] {
     auto seg = GroupSegment::Open(shm_dir_, "graphs", /*create=*/false);
-    return seg.ok() ? (*seg)->Launches(0) : 0;
+    return seg.ok() ? (*seg)->usage().Launches(0) : 0;
   };
   ASSERT_TRUE(WaitFor([&] { return launches() > 20; }, 10s)) << launches();
   kill(daemon, SIGTERM);

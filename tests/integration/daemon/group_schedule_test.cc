@@ -83,7 +83,7 @@ class GroupScheduleTest : public testing::SimProcessTest {
           return seg != nullptr && seg->device_count() > 0 &&
                  std::atomic_ref<int32_t>(testing::RawLayout(*seg).controller_pid).load() ==
                      daemon &&
-                 seg->ComputeGrant(0) > 0;
+                 seg->schedule().ComputeGrant(0) > 0;
         },
         20s);
   }
@@ -93,7 +93,7 @@ class GroupScheduleTest : public testing::SimProcessTest {
   bool WaitPastBootstrap(const GroupSegment& seg) {
     return WaitFor(
         [&] {
-          const GroupSegment::ComputeCounters c = seg.Counters(0);
+          const ComputeCounters c = seg.schedule().Counters(0);
           return c.charge_ns > 0 && c.launches > 100;
         },
         20s);
@@ -191,25 +191,26 @@ TEST_F(GroupScheduleTest, PauseStopsLaunchesAndResumeRestartsThem) {
   ASSERT_TRUE(WaitPastBootstrap(*seg)) << Read("err0") << Read("err1");
 
   ASSERT_EQ(Call("POST", "/v1/groups/p/pause"), 200);
-  ASSERT_TRUE(WaitFor([&] { return seg->Paused(); }, 2s)) << Read("err0");
+  ASSERT_TRUE(WaitFor([&] { return seg->schedule().Paused(); }, 2s)) << Read("err0");
   // A launch that passed the gate just before may still be counted.
   std::this_thread::sleep_for(50ms);
-  const uint64_t paused_at = seg->Counters(0).launches;
+  const uint64_t paused_at = seg->schedule().Counters(0).launches;
   const auto until = std::chrono::steady_clock::now() + 1500ms;
   while (std::chrono::steady_clock::now() < until) {
-    ASSERT_EQ(seg->Counters(0).launches, paused_at) << "launched while paused";
+    ASSERT_EQ(seg->schedule().Counters(0).launches, paused_at) << "launched while paused";
     std::this_thread::sleep_for(10ms);
   }
 
   ASSERT_EQ(Call("POST", "/v1/groups/p/resume"), 200);
   const auto resumed = std::chrono::steady_clock::now();
-  EXPECT_TRUE(WaitFor([&] { return !seg->Paused(); }, 2s));
+  EXPECT_TRUE(WaitFor([&] { return !seg->schedule().Paused(); }, 2s));
   RecordProperty("resume_to_unpaused_ms",
                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                     std::chrono::steady_clock::now() - resumed)
                                     .count()));
-  EXPECT_TRUE(WaitFor([&] { return seg->Counters(0).launches > paused_at; }, 1s)) << Read("err0");
-  EXPECT_FALSE(seg->Paused());
+  EXPECT_TRUE(WaitFor([&] { return seg->schedule().Counters(0).launches > paused_at; }, 1s))
+      << Read("err0");
+  EXPECT_FALSE(seg->schedule().Paused());
   RecordProperty("resume_to_launch_ms",
                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                     std::chrono::steady_clock::now() - resumed)
@@ -241,7 +242,7 @@ TEST_F(GroupScheduleTest, APausedGroupsQueuedWorkIsBounded) {
   // Long enough for a queue to build (bench/scheduler pauses after 4 s).
   std::this_thread::sleep_for(5s);
   ASSERT_EQ(Call("POST", "/v1/groups/p/pause"), 200);
-  ASSERT_TRUE(WaitFor([&] { return seg->Paused(); }, 2s)) << Read("err0");
+  ASSERT_TRUE(WaitFor([&] { return seg->schedule().Paused(); }, 2s)) << Read("err0");
   const double at_pause = BusyNs(p);
   double busy = 0;
   ASSERT_TRUE(WaitDeviceTimeStill(p, &busy, 5s)) << "still running 5 s after the pause";
@@ -278,16 +279,17 @@ TEST_F(GroupScheduleTest, AResumedGroupIsPacedFromItsFirstLaunch) {
   // two writes): three rounds.
   for (int round = 0; round < 3; ++round) {
     ASSERT_EQ(Call("POST", "/v1/groups/p/pause"), 200);
-    ASSERT_TRUE(WaitFor([&] { return seg->Paused(); }, 2s)) << Read("err0");
+    ASSERT_TRUE(WaitFor([&] { return seg->schedule().Paused(); }, 2s)) << Read("err0");
     // What it queued before the pause has run: its device time stands still.
     double busy0 = 0;
     ASSERT_TRUE(WaitDeviceTimeStill(p, &busy0, 5s)) << "still running while paused";
-    const uint64_t launches0 = seg->Counters(0).launches;
+    const uint64_t launches0 = seg->schedule().Counters(0).launches;
     ASSERT_EQ(Call("POST", "/v1/groups/p/resume"), 200);
-    ASSERT_TRUE(WaitFor([&] { return seg->Counters(0).launches > launches0; }, 2s)) << Read("err0");
+    ASSERT_TRUE(WaitFor([&] { return seg->schedule().Counters(0).launches > launches0; }, 2s))
+        << Read("err0");
     std::this_thread::sleep_for(1s);
     const double busy_ms = (BusyNs(p) - busy0) / 1e6;
-    const uint64_t counted = seg->Counters(0).launches - launches0;
+    const uint64_t counted = seg->schedule().Counters(0).launches - launches0;
     RecordProperty("busy_ms_after_resume_" + std::to_string(round), std::to_string(busy_ms));
     RecordProperty("launches_counted_after_resume_" + std::to_string(round),
                    std::to_string(counted));

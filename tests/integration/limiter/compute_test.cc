@@ -72,7 +72,7 @@ class ComputeTest : public testing::SimProcessTest {
     WaitFor(
         [&] {
           for (const GroupSegment::MemberRef& m : seg.Members()) {
-            if (m.pid == pid && seg.SlotCharge(m.slot, 0) > 0) slot = m.slot;
+            if (m.pid == pid && seg.usage().SlotCharge(m.slot, 0) > 0) slot = m.slot;
           }
           return slot >= 0;
         },
@@ -284,7 +284,7 @@ TEST_F(ComputeTest, CapturedKernelsAreNotAdmittedOneByOne) {
   ASSERT_EQ(Join(p), 0) << Read("err0");
   auto seg = Segment("captured");
   ASSERT_NE(seg, nullptr);
-  EXPECT_EQ(seg->Launches(0), 5u);
+  EXPECT_EQ(seg->usage().Launches(0), 5u);
 }
 
 // gpusliced's scheduler writes grants and pauses into the segment
@@ -299,7 +299,7 @@ TEST_F(ComputeTest, AGrantPacesAnUnlimitedGroup) {
   // first step): the grant is written once it has (a heartbeat after now).
   const int64_t now_ns = MonotonicNs();
   ASSERT_TRUE(WaitFor([&] { return seg->LastAliveNs() > now_ns; }, std::chrono::seconds(10)));
-  seg->SetComputeGrant(0, 3000);
+  seg->schedule().SetComputeGrant(0, 3000);
   // Work queued before pacing began drains first (about 2 s of the
   // simulator's queue), then the bootstrap.
   std::this_thread::sleep_for(milliseconds(3000));
@@ -331,13 +331,13 @@ TEST_P(TurnsTest, ATurnConfinesLaunchesAndEachCutOffIsCounted) {
                       .period_ns = kPeriodNs,
                       .begin_ns = 0,
                       .length_ns = 30'000'000};
-  seg->SetQueueBound(0, GetParam());
-  seg->SetComputeGrant(0, 3000);
-  seg->SetTurns(0, plan, plan);
+  seg->schedule().SetQueueBound(0, GetParam());
+  seg->schedule().SetComputeGrant(0, 3000);
+  seg->schedule().SetTurns(0, plan, plan);
   std::this_thread::sleep_for(milliseconds(3500));
-  const uint64_t cut0 = seg->Counters(0).cut_off;
+  const uint64_t cut0 = seg->schedule().Counters(0).cut_off;
   const double share = ShareOfDevice({p}, milliseconds(2000));
-  const uint64_t cut = seg->Counters(0).cut_off - cut0;
+  const uint64_t cut = seg->schedule().Counters(0).cut_off - cut0;
   // 30 ms of each 100: whole 2 ms kernels that end within it, less the
   // drains' gaps where the queue is bounded.
   EXPECT_GE(share, 18);
@@ -356,7 +356,7 @@ TEST_F(ComputeTest, APausedGroupLaunchesNothingUntilResumed) {
   WaitRunning({p});
   auto seg = Segment("pausable");
   ASSERT_NE(seg, nullptr);
-  seg->SetPaused(true);
+  seg->schedule().SetPaused(true);
   // Launches already admitted drain; after that the kernel count stays put.
   auto kernels = [&] { return Process(Stats(), p)["devices"][0]["kernels"].get<uint64_t>(); };
   uint64_t settled = kernels();
@@ -373,7 +373,7 @@ TEST_F(ComputeTest, APausedGroupLaunchesNothingUntilResumed) {
 
   // Resuming wakes the waiting launch at once (the bar is 100 ms; the
   // deadline here is wide for a loaded machine).
-  seg->SetPaused(false);
+  seg->schedule().SetPaused(false);
   EXPECT_TRUE(WaitFor([&] { return kernels() > settled; }, std::chrono::seconds(5)));
 }
 
@@ -391,7 +391,7 @@ TEST_F(ComputeTest, ALaunchAdmittedAtAnOldTinyGrantDoesNotHoldTheProgramOnceItIs
   ASSERT_TRUE(seg.ok()) << seg.status().ToString();
   // As gpusliced's scheduler would: a tiny grant, until a launch has been
   // admitted under it...
-  (*seg)->SetComputeGrant(0, 1);
+  (*seg)->schedule().SetComputeGrant(0, 1);
   auto ahead_ns = [&] {
     return std::atomic_ref<int64_t>(testing::RawCompute(**seg, 0).next_free_ns).load() -
            MonotonicNs();
@@ -400,7 +400,7 @@ TEST_F(ComputeTest, ALaunchAdmittedAtAnOldTinyGrantDoesNotHoldTheProgramOnceItIs
       << ahead_ns() << "\n"
       << Read("err0");
   // ...then gone (gpusliced stopped: GroupControllers::Stop clears it).
-  (*seg)->ClearSchedule();
+  (*seg)->schedule().ClearSchedule();
   const bool exited = WaitFor(
       [&] {
         int status = 0;
@@ -427,17 +427,18 @@ TEST_F(ComputeTest, ABudgetRunAheadOnAnInflatedProbeIsPulledBackOnceTheChargeIsK
   ASSERT_GE(slot, 0) << Read("err0");
   // As gpusliced's scheduler would once the cost is known: a small grant...
   constexpr uint32_t kGrantBp = 400;
-  (*seg)->SetComputeGrant(0, kGrantBp);
+  (*seg)->schedule().SetComputeGrant(0, kGrantBp);
   // ...and the probe's measurement charged at it (Probe's ChargeAfter).
   constexpr int64_t kMeasured = 400'000'000;
   std::atomic_ref<int64_t>(testing::RawLayout(**seg).slot_compute[slot][0].probe_ns)
       .store(kMeasured);
   const int64_t now = MonotonicNs();
-  (*seg)->Budget(0, slot).ChargeAfter(now, PacedIntervalBpNs(kMeasured, kGrantBp));
+  (*seg)->usage().Budget(0, slot).ChargeAfter(now, PacedIntervalBpNs(kMeasured, kGrantBp));
   // The member goes on launching: 2 ms at 4 % is one launch every 50 ms.
-  const uint64_t before = (*seg)->Launches(0);
-  EXPECT_TRUE(WaitFor([&] { return (*seg)->Launches(0) >= before + 5; }, std::chrono::seconds(4)))
-      << "launches " << (*seg)->Launches(0) - before << ", budget ahead by "
+  const uint64_t before = (*seg)->usage().Launches(0);
+  EXPECT_TRUE(
+      WaitFor([&] { return (*seg)->usage().Launches(0) >= before + 5; }, std::chrono::seconds(4)))
+      << "launches " << (*seg)->usage().Launches(0) - before << ", budget ahead by "
       << std::atomic_ref<int64_t>(testing::RawCompute(**seg, 0).next_free_ns).load() - now
       << " ns\n"
       << Read("err0");
@@ -457,8 +458,8 @@ TEST_F(ComputeTest, ALaunchWaitingOnAnInflatedChargeFollowsItsRefinement) {
   ASSERT_TRUE(seg.ok()) << seg.status().ToString();
   const int slot = ChargedSlot(**seg, p);
   ASSERT_GE(slot, 0) << Read("err0");
-  const int64_t real_charge = (*seg)->SlotCharge(slot, 0);
-  (*seg)->SetComputeGrant(0, 400);
+  const int64_t real_charge = (*seg)->usage().SlotCharge(slot, 0);
+  (*seg)->schedule().SetComputeGrant(0, 400);
   auto ahead_ns = [&] {
     return std::atomic_ref<int64_t>(testing::RawCompute(**seg, 0).next_free_ns).load() -
            MonotonicNs();
@@ -467,16 +468,17 @@ TEST_F(ComputeTest, ALaunchWaitingOnAnInflatedChargeFollowsItsRefinement) {
   // overwrites it every tick meanwhile).
   ASSERT_TRUE(WaitFor(
       [&] {
-        (*seg)->PublishSlotCharge(slot, 0, 400'000'000);
+        (*seg)->usage().PublishSlotCharge(slot, 0, 400'000'000);
         return ahead_ns() > 5'000'000'000;
       },
       std::chrono::seconds(10)))
       << ahead_ns() << "\n"
       << Read("err0");
-  const uint64_t before = (*seg)->Launches(0);
-  EXPECT_TRUE(WaitFor([&] { return (*seg)->Launches(0) >= before + 5; }, std::chrono::seconds(4)))
-      << "launches " << (*seg)->Launches(0) - before << ", budget ahead by " << ahead_ns()
-      << " ns, charge " << (*seg)->SlotCharge(slot, 0) << " (was " << real_charge << ")\n"
+  const uint64_t before = (*seg)->usage().Launches(0);
+  EXPECT_TRUE(
+      WaitFor([&] { return (*seg)->usage().Launches(0) >= before + 5; }, std::chrono::seconds(4)))
+      << "launches " << (*seg)->usage().Launches(0) - before << ", budget ahead by " << ahead_ns()
+      << " ns, charge " << (*seg)->usage().SlotCharge(slot, 0) << " (was " << real_charge << ")\n"
       << Read("err0");
 }
 

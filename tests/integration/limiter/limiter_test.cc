@@ -195,7 +195,7 @@ TEST_F(LimiterTest, TheLimitersCountAgreesWithTheDriversWithinOneGranule) {
   ASSERT_NE(seg, nullptr);
   const int d = 0;
   const uint64_t driver = DriverMemory(p);
-  const uint64_t limiter = seg->MemoryUsed(d);
+  const uint64_t limiter = seg->ledger().MemoryUsed(d);
   EXPECT_GT(driver, kContext);
   EXPECT_LE(limiter > driver ? limiter - driver : driver - limiter, kGranularity)
       << "limiter " << limiter << " driver " << driver;
@@ -228,7 +228,7 @@ TEST_F(LimiterTest, ManyThreadsInSeveralProcessesNeverOvershoot) {
   EXPECT_GT(granted + 3 * kContext, limit - kMiB * 12 * 16);
   auto seg = Segment("race");
   ASSERT_NE(seg, nullptr);
-  EXPECT_EQ(seg->MemoryUsed(0), granted + 3 * kContext);
+  EXPECT_EQ(seg->ledger().MemoryUsed(0), granted + 3 * kContext);
 }
 
 // ---- stream-ordered pools ----
@@ -265,7 +265,8 @@ TEST_P(PoolCapTest, AllocatingUntilRefusedLeavesTheDriverWithinTheCap) {
   ASSERT_NE(seg, nullptr);
   const uint64_t driver = DriverMemory(p);
   EXPECT_LE(driver, limit) << "the driver counts more than the cap";
-  EXPECT_GE(seg->MemoryUsed(0), driver) << "the group is charged less than the driver holds";
+  EXPECT_GE(seg->ledger().MemoryUsed(0), driver)
+      << "the group is charged less than the driver holds";
   RecordProperty("driver_mib", std::to_string(driver / kMiB));
   // No growth passes the cap even for a moment, the first included: a pool's
   // block is probed before its first growth, whatever its size (the 64 and
@@ -313,7 +314,7 @@ TEST_P(PoolFirstGrowthTest, AFirstGrowthLargerThanTheRoomIsRefusedAndNeverPasses
   EXPECT_LE(DriverPeak(a) + DriverPeak(b), limit) << "the group's memory passed the cap";
   auto seg = Segment("first-growth");
   ASSERT_NE(seg, nullptr);
-  EXPECT_EQ(seg->MemoryUsed(0), limit - 40 * kMiB);
+  EXPECT_EQ(seg->ledger().MemoryUsed(0), limit - 40 * kMiB);
 }
 
 INSTANTIATE_TEST_SUITE_P(Limiter, PoolFirstGrowthTest,
@@ -349,8 +350,8 @@ TEST_F(LimiterTest, MembersAllocatingFromPoolsAtOnceEndWithinTheCap) {
   EXPECT_LE(driver, limit);
   auto seg = Segment("pool-race");
   ASSERT_NE(seg, nullptr);
-  EXPECT_GE(seg->MemoryUsed(0), driver);
-  EXPECT_LE(seg->MemoryUsed(0), limit);
+  EXPECT_GE(seg->ledger().MemoryUsed(0), driver);
+  EXPECT_LE(seg->ledger().MemoryUsed(0), limit);
   // Full, up to one 32 MiB block per member.
   EXPECT_GT(driver, limit - kMiB * 32 * 3);
 }
@@ -366,8 +367,9 @@ TEST_F(LimiterTest, PoolMemoryReleasedAtASynchronizeReturnsToTheGroup) {
   WaitForJson("out0", 2);  // allocated, then freed and synchronized
   auto seg = Segment("release");
   ASSERT_NE(seg, nullptr);
-  EXPECT_TRUE(WaitFor([&] { return seg->MemoryUsed(0) == kContext; }, std::chrono::seconds(10)))
-      << seg->MemoryUsed(0);
+  EXPECT_TRUE(
+      WaitFor([&] { return seg->ledger().MemoryUsed(0) == kContext; }, std::chrono::seconds(10)))
+      << seg->ledger().MemoryUsed(0);
   EXPECT_EQ(DriverMemory(p), kContext);
 }
 
@@ -416,7 +418,7 @@ TEST_P(GraphMemoryTest, GraphMemoryIsChargedFromTheLaunchUntilTheTrim) {
   EXPECT_LE(DriverPeak(p), limit) << "the driver's count passed the cap";
   auto seg = Segment("graph-fits");
   ASSERT_NE(seg, nullptr);
-  EXPECT_EQ(seg->MemoryUsed(0), DriverMemory(p));
+  EXPECT_EQ(seg->ledger().MemoryUsed(0), DriverMemory(p));
 }
 
 INSTANTIATE_TEST_SUITE_P(Limiter, GraphMemoryTest, ::testing::Values("node", "upload", "capture"));
@@ -436,14 +438,14 @@ TEST_F(LimiterTest, AKilledMembersMemoryReturnsToTheGroup) {
   EXPECT_EQ(out_b["granted"], 1);
   auto seg = Segment("reclaim");
   ASSERT_NE(seg, nullptr);
-  EXPECT_EQ(seg->MemoryUsed(0), 2 * kContext + kMiB * 6 * 64);
+  EXPECT_EQ(seg->ledger().MemoryUsed(0), 2 * kContext + kMiB * 6 * 64);
   kill(a, SIGKILL);
   EXPECT_EQ(Join(a), 128 + SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
   // The surviving member's keeper reclaims it (within GroupKeeper::kPeriod).
-  EXPECT_TRUE(
-      WaitFor([&] { return seg->MemoryUsed(0) == kContext + 64 * kMiB; }, std::chrono::seconds(10)))
-      << seg->MemoryUsed(0);
+  EXPECT_TRUE(WaitFor([&] { return seg->ledger().MemoryUsed(0) == kContext + 64 * kMiB; },
+                      std::chrono::seconds(10)))
+      << seg->ledger().MemoryUsed(0);
   RecordProperty("reclaim_ms", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                                   std::chrono::steady_clock::now() - killed)
                                                   .count()));
@@ -465,8 +467,8 @@ TEST_P(ContextSwitchTest, EachAllocationIsChargedToTheDeviceCurrentWhenItWasMade
   auto seg = Segment("switch");
   ASSERT_NE(seg, nullptr);
   ASSERT_EQ(seg->device_count(), 2);
-  EXPECT_EQ(seg->MemoryUsed(0), kContext + 128 * kMiB);
-  EXPECT_EQ(seg->MemoryUsed(1), kContext + 256 * kMiB);
+  EXPECT_EQ(seg->ledger().MemoryUsed(0), kContext + 128 * kMiB);
+  EXPECT_EQ(seg->ledger().MemoryUsed(1), kContext + 256 * kMiB);
 }
 
 INSTANTIATE_TEST_SUITE_P(Limiter, ContextSwitchTest,
