@@ -1,7 +1,8 @@
 // The group segment: one shared-memory file per group (a pod, or any set of
 // processes sharing one quota), mapped by every member's limiter, by the CLI
 // and by the daemon (DESIGN.md section 3). This header is the layout contract
-// between those processes; src/shm/group_segment.h is the code that uses it.
+// between those processes; src/shm/group_segment.h (the handle) and its
+// views are the code that uses it.
 //
 // File: $GPUSLICE_SHM_DIR/group-<id>.v<kGroupSegmentVersion> (default dir
 // /dev/shm/gpuslice). The layout version is part of the name, so processes
