@@ -76,6 +76,12 @@ uint32_t PacedMask(GroupSegmentLayout& layout) {
   return paced;
 }
 
+// Stores `value` in `field` of `layout`; a change of value wakes the waiters.
+template <typename T>
+void StoreAndSignal(GroupSegmentLayout& layout, T& field, T value) {
+  if (Atomic(field).exchange(value) != value) segment_fields::SignalChange(layout);
+}
+
 }  // namespace
 
 void segment_fields::SignalChange(GroupSegmentLayout& layout) {
@@ -93,10 +99,7 @@ void segment_fields::SignalChange(GroupSegmentLayout& layout) {
 }
 
 void ComputeSchedule::SetComputeGrant(int dev, uint32_t grant_bp) {
-  grant_bp = std::min(grant_bp, kFullGrantBp);
-  if (Atomic(layout_.devices[dev].compute_grant_bp).exchange(grant_bp) != grant_bp) {
-    segment_fields::SignalChange(layout_);
-  }
+  StoreAndSignal(layout_, layout_.devices[dev].compute_grant_bp, std::min(grant_bp, kFullGrantBp));
 }
 
 uint32_t ComputeSchedule::ComputeGrant(int dev) const {
@@ -104,10 +107,7 @@ uint32_t ComputeSchedule::ComputeGrant(int dev) const {
 }
 
 void ComputeSchedule::SetComputeBurst(int dev, int64_t burst_ns) {
-  burst_ns = std::max<int64_t>(0, burst_ns);
-  if (Atomic(layout_.devices[dev].compute.burst_ns).exchange(burst_ns) != burst_ns) {
-    segment_fields::SignalChange(layout_);
-  }
+  StoreAndSignal(layout_, layout_.devices[dev].compute.burst_ns, std::max<int64_t>(0, burst_ns));
 }
 
 int64_t ComputeSchedule::ComputeBurst(int dev) const {
@@ -115,10 +115,7 @@ int64_t ComputeSchedule::ComputeBurst(int dev) const {
 }
 
 void ComputeSchedule::SetQueueBound(int dev, int64_t queue_ns) {
-  queue_ns = std::max<int64_t>(0, queue_ns);
-  if (Atomic(layout_.devices[dev].compute.queue_ns).exchange(queue_ns) != queue_ns) {
-    segment_fields::SignalChange(layout_);
-  }
+  StoreAndSignal(layout_, layout_.devices[dev].compute.queue_ns, std::max<int64_t>(0, queue_ns));
 }
 
 int64_t ComputeSchedule::QueueBound(int dev) const {
@@ -140,8 +137,7 @@ std::pair<TurnPlan, TurnPlan> ComputeSchedule::Turns(int dev) const {
 }
 
 void ComputeSchedule::SetPaused(bool paused) {
-  const uint32_t word = paused ? 1 : 0;
-  if (Atomic(layout_.paused).exchange(word) != word) segment_fields::SignalChange(layout_);
+  StoreAndSignal(layout_, layout_.paused, paused ? 1u : 0u);
 }
 
 bool ComputeSchedule::Paused() const { return Load(layout_.paused) != 0; }
