@@ -25,9 +25,10 @@ namespace gpuslice::limiter::hooks {
 namespace {
 
 using real::CallCuda;
-using real::Cuda;
 
-#define GS_REAL(name, ...) CallCuda(Cuda().name, [&](auto fn) { return fn(__VA_ARGS__); })
+// The driver's `name` (the state's table) called with the arguments.
+#define GS_REAL(name, ...) \
+  CallCuda(l.cuda(), &real::CudaTable::name, [&](auto fn) { return fn(__VA_ARGS__); })
 
 // Runs `allocate` with `bytes` reserved on group device `device` first.
 // On success the charge is tracked as `kind` under the id `id_of()` gives.
@@ -103,7 +104,7 @@ template <typename Query, typename Handle>
 void TrueUpArray(ProcessState& l, Resource kind, Handle handle, Query query) {
   if (query == nullptr) return;
   CUdevice dev = -1;
-  if (Cuda().cuCtxGetDevice == nullptr || Cuda().cuCtxGetDevice(&dev) != CUDA_SUCCESS) return;
+  if (l.cuda().cuCtxGetDevice == nullptr || l.cuda().cuCtxGetDevice(&dev) != CUDA_SUCCESS) return;
   CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
   if (query(&req, handle, dev) != CUDA_SUCCESS || req.size == 0) return;
   l.ledger().Settle(kind, reinterpret_cast<uint64_t>(handle), l.Rounded(req.size));
@@ -111,8 +112,8 @@ void TrueUpArray(ProcessState& l, Resource kind, Handle handle, Query query) {
 
 // Creates an array through `create` (the real call) with its estimated size
 // reserved first, then settles on the driver's figure.
-CUresult CreateArray(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& desc, auto&& create) {
-  ProcessState& l = ProcessState::Get();
+CUresult CreateArray(ProcessState& l, CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& desc,
+                     auto&& create) {
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   if (handle == nullptr) return create();
   uintptr_t ctx = 0;
@@ -120,13 +121,12 @@ CUresult CreateArray(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& desc, auto&
   const CUresult rc = Reserved(l, device, l.Rounded(ArrayBytes(desc, 1)), ctx, Resource::kArray,
                                create, [&] { return reinterpret_cast<uint64_t>(*handle); });
   if (rc == CUDA_SUCCESS && device >= 0) {
-    TrueUpArray(l, Resource::kArray, *handle, Cuda().cuArrayGetMemoryRequirements);
+    TrueUpArray(l, Resource::kArray, *handle, l.cuda().cuArrayGetMemoryRequirements);
   }
   return rc;
 }
 
-CUresult DestroyContext(CUcontext ctx, auto&& destroy) {
-  ProcessState& l = ProcessState::Get();
+CUresult DestroyContext(ProcessState& l, CUcontext ctx, auto&& destroy) {
   const CUresult rc = destroy();
   if (rc == CUDA_SUCCESS) {
     l.ForgetContexts();
@@ -141,8 +141,7 @@ CUresult DestroyContext(CUcontext ctx, auto&& destroy) {
 // Creates a context with its estimated reservation charged first, then
 // settles on the driver's count; a context the group has no room for is
 // destroyed again and refused.
-CUresult CreateContext(CUcontext* pctx, CUdevice dev, auto&& create) {
-  ProcessState& l = ProcessState::Get();
+CUresult CreateContext(ProcessState& l, CUcontext* pctx, CUdevice dev, auto&& create) {
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   if (pctx == nullptr) return create();
   const int device = l.GroupDevice(dev);
@@ -153,13 +152,12 @@ CUresult CreateContext(CUcontext* pctx, CUdevice dev, auto&& create) {
     return rc;
   }
   CUcontext ctx = *pctx;
-  DestroyContext(ctx, [&] { return GS_REAL(cuCtxDestroy_v2, ctx); });
+  DestroyContext(l, ctx, [&] { return GS_REAL(cuCtxDestroy_v2, ctx); });
   *pctx = nullptr;
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-CUresult ReleasePrimary(CUdevice dev, bool reset, auto&& release) {
-  ProcessState& l = ProcessState::Get();
+CUresult ReleasePrimary(ProcessState& l, CUdevice dev, bool reset, auto&& release) {
   const CUresult rc = release();
   if (rc == CUDA_SUCCESS) {
     l.ForgetContexts();
@@ -179,8 +177,8 @@ constexpr int kPoolMaxSizeVersion = 12020;
 // before it returns (freed, `stream` synchronized, the pool destroyed).
 // kUnknown where it cannot be done: a driver without maxSize, a stream being
 // captured (the allocation would become a graph node), any other error.
-BlockProbe ProbePoolBlock(CUdevice ordinal, CUstream stream, uint64_t span) {
-  const real::CudaTable& cu = Cuda();
+BlockProbe ProbePoolBlock(const ProcessState& l, CUdevice ordinal, CUstream stream, uint64_t span) {
+  const real::CudaTable& cu = l.cuda();
   if (ordinal < 0 || cu.cuDriverGetVersion == nullptr || cu.cuMemPoolCreate == nullptr ||
       cu.cuMemAllocFromPoolAsync == nullptr || cu.cuMemFreeAsync == nullptr ||
       cu.cuMemPoolDestroy == nullptr || cu.cuMemPoolGetAttribute == nullptr ||
@@ -226,13 +224,12 @@ BlockProbe ProbePoolBlock(CUdevice ordinal, CUstream stream, uint64_t span) {
 // stream's device). A pool is charged its reserve (pool_charges.h); where the
 // driver cannot report a pool's usage, each allocation is charged instead.
 // `per_thread`: a null stream is the per-thread default stream (_ptsz).
-CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, CUmemoryPool pool,
-                          bool per_thread, auto&& allocate) {
-  ProcessState& l = ProcessState::Get();
+CUresult AllocateOnStream(ProcessState& l, CUdeviceptr* dptr, size_t bytes, CUstream stream,
+                          CUmemoryPool pool, bool per_thread, auto&& allocate) {
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   if (dptr == nullptr || bytes == 0) return allocate();
   if (l.captures().Capturing(stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream,
-                             Cuda().cuStreamIsCapturing)) {
+                             l.cuda().cuStreamIsCapturing)) {
     // An allocation node of the capture graph, not memory: its graph's
     // memory is charged when an exec of it runs (graph_memory_charges.h).
     return allocate();
@@ -240,7 +237,7 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, CUme
   int device = -1;
   if (pool == nullptr) {
     const CUdevice ordinal = l.StreamOrdinal(stream);
-    const auto current = Cuda().cuDeviceGetMemPool;
+    const auto current = l.cuda().cuDeviceGetMemPool;
     if (ordinal >= 0 && current != nullptr && current(&pool, ordinal) != CUDA_SUCCESS) {
       pool = nullptr;
     }
@@ -259,7 +256,7 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, CUme
           GS_REAL(cuStreamSynchronize, sync);
         },
         [&] { return uint64_t{*dptr}; },
-        [&](uint64_t span) { return ProbePoolBlock(l.Ordinal(device), sync, span); });
+        [&](uint64_t span) { return ProbePoolBlock(l, l.Ordinal(device), sync, span); });
     if (rc) {
       if (*rc == CUDA_SUCCESS) l.WatchPools();
       return *rc;
@@ -274,10 +271,9 @@ CUresult AllocateOnStream(CUdeviceptr* dptr, size_t bytes, CUstream stream, CUme
 // what its allocation nodes need, read from the driver (their bytes rounded
 // to the granularity, on the first one's device), goes to the graph memory
 // charges. Nodes of child graphs are not walked.
-CUresult Instantiated(CUresult rc, CUgraphExec* exec, CUgraph graph) {
+CUresult Instantiated(ProcessState& l, CUresult rc, CUgraphExec* exec, CUgraph graph) {
   if (rc != CUDA_SUCCESS || exec == nullptr || *exec == nullptr) return rc;
-  ProcessState& l = ProcessState::Get();
-  const real::CudaTable& cu = Cuda();
+  const real::CudaTable& cu = l.cuda();
   if (l.EnsureAttached() != CUDA_SUCCESS || cu.cuGraphGetNodes == nullptr ||
       cu.cuGraphNodeGetType == nullptr || cu.cuGraphMemAllocNodeGetParams == nullptr) {
     return rc;
@@ -309,18 +305,17 @@ CUresult Instantiated(CUresult rc, CUgraphExec* exec, CUgraph graph) {
 // graph's memory inside the call, before its allocation nodes are known: the
 // flag is taken off, and the exec uploaded after, charged as any upload;
 // an upload refused (no room) destroys the exec and fails the call.
-CUresult InstantiateWithParams(CUgraphExec* exec, CUgraph graph,
+CUresult InstantiateWithParams(ProcessState& l, CUgraphExec* exec, CUgraph graph,
                                CUDA_GRAPH_INSTANTIATE_PARAMS* params, auto&& instantiate) {
   if (params == nullptr || (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) == 0) {
-    return Instantiated(instantiate(params), exec, graph);
+    return Instantiated(l, instantiate(params), exec, graph);
   }
   CUDA_GRAPH_INSTANTIATE_PARAMS plain = *params;
   plain.flags &= ~static_cast<cuuint64_t>(CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD);
-  CUresult rc = Instantiated(instantiate(&plain), exec, graph);
+  CUresult rc = Instantiated(l, instantiate(&plain), exec, graph);
   params->hErrNode_out = plain.hErrNode_out;
   params->result_out = plain.result_out;
   if (rc != CUDA_SUCCESS || exec == nullptr) return rc;
-  ProcessState& l = ProcessState::Get();
   const CUgraphExec made = *exec;
   rc = l.graph_memory().Run(reinterpret_cast<uint64_t>(made),
                             [&] { return GS_REAL(cuGraphUpload, made, params->hUploadStream); });
@@ -357,8 +352,7 @@ void SubstituteShim(const char* symbol, void** pfn) {
 
 // ---- initialisation and lookup ----
 
-CUresult cuInit(unsigned int Flags) noexcept {
-  ProcessState& l = ProcessState::Get();
+CUresult cuInit(ProcessState& l, unsigned int Flags) noexcept {
   if (l.failed_closed()) return CUDA_ERROR_NOT_INITIALIZED;
   if (CUresult rc = GS_REAL(cuInit, Flags); rc != CUDA_SUCCESS) return rc;
   const CUresult rc = l.EnsureAttached();
@@ -368,14 +362,15 @@ CUresult cuInit(unsigned int Flags) noexcept {
   return rc;
 }
 
-CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+CUresult cuGetProcAddress(ProcessState& l, const char* symbol, void** pfn, int cudaVersion,
                           cuuint64_t flags) noexcept {
   const CUresult rc = GS_REAL(cuGetProcAddress, symbol, pfn, cudaVersion, flags);
   if (rc == CUDA_SUCCESS) SubstituteShim(symbol, pfn);
   return rc;
 }
 
-CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
+CUresult cuGetProcAddress_v2(ProcessState& l, const char* symbol, void** pfn, int cudaVersion,
+                             cuuint64_t flags,
                              CUdriverProcAddressQueryResult* symbolStatus) noexcept {
   const CUresult rc = GS_REAL(cuGetProcAddress_v2, symbol, pfn, cudaVersion, flags, symbolStatus);
   if (rc == CUDA_SUCCESS) SubstituteShim(symbol, pfn);
@@ -384,28 +379,26 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cu
 
 // ---- the group's view of memory ----
 
-CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) noexcept {
+CUresult cuDeviceTotalMem_v2(ProcessState& l, size_t* bytes, CUdevice dev) noexcept {
   const CUresult rc = GS_REAL(cuDeviceTotalMem_v2, bytes, dev);
   if (rc != CUDA_SUCCESS) return rc;
-  ProcessState& l = ProcessState::Get();
   if (l.EnsureAttached() != CUDA_SUCCESS) return rc;
   const int device = l.GroupDevice(dev);
   if (l.HasMemoryLimit(device)) *bytes = std::min<uint64_t>(*bytes, l.MemoryLimit(device));
   return rc;
 }
 
-CUresult cuDeviceTotalMem(unsigned int* bytes, CUdevice dev) noexcept {
+CUresult cuDeviceTotalMem(ProcessState& l, unsigned int* bytes, CUdevice dev) noexcept {
   if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
   size_t total = 0;
-  const CUresult rc = cuDeviceTotalMem_v2(&total, dev);
+  const CUresult rc = cuDeviceTotalMem_v2(l, &total, dev);
   if (rc == CUDA_SUCCESS) *bytes = static_cast<unsigned>(std::min<size_t>(total, UINT_MAX));
   return rc;
 }
 
-CUresult cuMemGetInfo_v2(size_t* free, size_t* total) noexcept {
+CUresult cuMemGetInfo_v2(ProcessState& l, size_t* free, size_t* total) noexcept {
   const CUresult rc = GS_REAL(cuMemGetInfo_v2, free, total);
   if (rc != CUDA_SUCCESS) return rc;
-  ProcessState& l = ProcessState::Get();
   if (l.EnsureAttached() != CUDA_SUCCESS) return rc;
   const int device = l.CurrentGroupDevice();
   if (!l.HasMemoryLimit(device)) return rc;
@@ -418,10 +411,10 @@ CUresult cuMemGetInfo_v2(size_t* free, size_t* total) noexcept {
   return rc;
 }
 
-CUresult cuMemGetInfo(unsigned int* free, unsigned int* total) noexcept {
+CUresult cuMemGetInfo(ProcessState& l, unsigned int* free, unsigned int* total) noexcept {
   if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
   size_t f = 0, t = 0;
-  const CUresult rc = cuMemGetInfo_v2(&f, &t);
+  const CUresult rc = cuMemGetInfo_v2(l, &f, &t);
   if (rc == CUDA_SUCCESS) {
     *free = static_cast<unsigned>(std::min<size_t>(f, UINT_MAX));
     *total = static_cast<unsigned>(std::min<size_t>(t, UINT_MAX));
@@ -442,49 +435,52 @@ CUresult Switched(CUresult rc) {
 
 }  // namespace
 
-CUresult cuCtxSetCurrent(CUcontext ctx) noexcept { return Switched(GS_REAL(cuCtxSetCurrent, ctx)); }
-CUresult cuCtxPushCurrent(CUcontext ctx) noexcept {
+CUresult cuCtxSetCurrent(ProcessState& l, CUcontext ctx) noexcept {
+  return Switched(GS_REAL(cuCtxSetCurrent, ctx));
+}
+CUresult cuCtxPushCurrent(ProcessState& l, CUcontext ctx) noexcept {
   return Switched(GS_REAL(cuCtxPushCurrent, ctx));
 }
-CUresult cuCtxPushCurrent_v2(CUcontext ctx) noexcept {
+CUresult cuCtxPushCurrent_v2(ProcessState& l, CUcontext ctx) noexcept {
   return Switched(GS_REAL(cuCtxPushCurrent_v2, ctx));
 }
-CUresult cuCtxPopCurrent(CUcontext* pctx) noexcept {
+CUresult cuCtxPopCurrent(ProcessState& l, CUcontext* pctx) noexcept {
   return Switched(GS_REAL(cuCtxPopCurrent, pctx));
 }
-CUresult cuCtxPopCurrent_v2(CUcontext* pctx) noexcept {
+CUresult cuCtxPopCurrent_v2(ProcessState& l, CUcontext* pctx) noexcept {
   return Switched(GS_REAL(cuCtxPopCurrent_v2, pctx));
 }
 
 // ---- contexts (a created context becomes current) ----
 
-CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) noexcept {
-  return Switched(CreateContext(pctx, dev, [&] { return GS_REAL(cuCtxCreate, pctx, flags, dev); }));
-}
-CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) noexcept {
+CUresult cuCtxCreate(ProcessState& l, CUcontext* pctx, unsigned int flags, CUdevice dev) noexcept {
   return Switched(
-      CreateContext(pctx, dev, [&] { return GS_REAL(cuCtxCreate_v2, pctx, flags, dev); }));
+      CreateContext(l, pctx, dev, [&] { return GS_REAL(cuCtxCreate, pctx, flags, dev); }));
 }
-CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
-                        unsigned int flags, CUdevice dev) noexcept {
-  return Switched(CreateContext(pctx, dev, [&] {
+CUresult cuCtxCreate_v2(ProcessState& l, CUcontext* pctx, unsigned int flags,
+                        CUdevice dev) noexcept {
+  return Switched(
+      CreateContext(l, pctx, dev, [&] { return GS_REAL(cuCtxCreate_v2, pctx, flags, dev); }));
+}
+CUresult cuCtxCreate_v3(ProcessState& l, CUcontext* pctx, CUexecAffinityParam* paramsArray,
+                        int numParams, unsigned int flags, CUdevice dev) noexcept {
+  return Switched(CreateContext(l, pctx, dev, [&] {
     return GS_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev);
   }));
 }
-CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams, unsigned int flags,
-                        CUdevice dev) noexcept {
+CUresult cuCtxCreate_v4(ProcessState& l, CUcontext* pctx, CUctxCreateParams* ctxCreateParams,
+                        unsigned int flags, CUdevice dev) noexcept {
   return Switched(CreateContext(
-      pctx, dev, [&] { return GS_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev); }));
+      l, pctx, dev, [&] { return GS_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev); }));
 }
-CUresult cuCtxDestroy(CUcontext ctx) noexcept {
-  return DestroyContext(ctx, [&] { return GS_REAL(cuCtxDestroy, ctx); });
+CUresult cuCtxDestroy(ProcessState& l, CUcontext ctx) noexcept {
+  return DestroyContext(l, ctx, [&] { return GS_REAL(cuCtxDestroy, ctx); });
 }
-CUresult cuCtxDestroy_v2(CUcontext ctx) noexcept {
-  return DestroyContext(ctx, [&] { return GS_REAL(cuCtxDestroy_v2, ctx); });
+CUresult cuCtxDestroy_v2(ProcessState& l, CUcontext ctx) noexcept {
+  return DestroyContext(l, ctx, [&] { return GS_REAL(cuCtxDestroy_v2, ctx); });
 }
 
-CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) noexcept {
-  ProcessState& l = ProcessState::Get();
+CUresult cuDevicePrimaryCtxRetain(ProcessState& l, CUcontext* pctx, CUdevice dev) noexcept {
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   const int device = l.GroupDevice(dev);
   if (pctx == nullptr || device < 0) return GS_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
@@ -501,44 +497,46 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) noexcept {
   if (l.ledger().PrimaryRetainDone(device, reinterpret_cast<uintptr_t>(*pctx), charge) &&
       !l.contexts().SettlePrimary(device)) {
     // No room for the context as the driver counts it: undo this retain.
-    ReleasePrimary(dev, false, [&] { return GS_REAL(cuDevicePrimaryCtxRelease_v2, dev); });
+    ReleasePrimary(l, dev, false, [&] { return GS_REAL(cuDevicePrimaryCtxRelease_v2, dev); });
     *pctx = nullptr;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   return rc;
 }
-CUresult cuDevicePrimaryCtxRelease(CUdevice dev) noexcept {
-  return ReleasePrimary(dev, false, [&] { return GS_REAL(cuDevicePrimaryCtxRelease, dev); });
+CUresult cuDevicePrimaryCtxRelease(ProcessState& l, CUdevice dev) noexcept {
+  return ReleasePrimary(l, dev, false, [&] { return GS_REAL(cuDevicePrimaryCtxRelease, dev); });
 }
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) noexcept {
-  return ReleasePrimary(dev, false, [&] { return GS_REAL(cuDevicePrimaryCtxRelease_v2, dev); });
+CUresult cuDevicePrimaryCtxRelease_v2(ProcessState& l, CUdevice dev) noexcept {
+  return ReleasePrimary(l, dev, false, [&] { return GS_REAL(cuDevicePrimaryCtxRelease_v2, dev); });
 }
-CUresult cuDevicePrimaryCtxReset(CUdevice dev) noexcept {
-  return ReleasePrimary(dev, true, [&] { return GS_REAL(cuDevicePrimaryCtxReset, dev); });
+CUresult cuDevicePrimaryCtxReset(ProcessState& l, CUdevice dev) noexcept {
+  return ReleasePrimary(l, dev, true, [&] { return GS_REAL(cuDevicePrimaryCtxReset, dev); });
 }
-CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) noexcept {
-  return ReleasePrimary(dev, true, [&] { return GS_REAL(cuDevicePrimaryCtxReset_v2, dev); });
+CUresult cuDevicePrimaryCtxReset_v2(ProcessState& l, CUdevice dev) noexcept {
+  return ReleasePrimary(l, dev, true, [&] { return GS_REAL(cuDevicePrimaryCtxReset_v2, dev); });
 }
 
 // ---- allocations ----
 
-CUresult cuMemAlloc(CUdeviceptr_v1*, unsigned int) noexcept { return Legacy("cuMemAlloc"); }
-CUresult cuMemAllocPitch(CUdeviceptr_v1*, unsigned int*, unsigned int, unsigned int,
-                         unsigned int) noexcept {
+CUresult cuMemAlloc(ProcessState& /*l*/, CUdeviceptr_v1*, unsigned int) noexcept {
+  return Legacy("cuMemAlloc");
+}
+CUresult cuMemAllocPitch(ProcessState& /*l*/, CUdeviceptr_v1*, unsigned int*, unsigned int,
+                         unsigned int, unsigned int) noexcept {
   return Legacy("cuMemAllocPitch");
 }
-CUresult cuArrayCreate(CUarray*, const CUDA_ARRAY_DESCRIPTOR_v1*) noexcept {
+CUresult cuArrayCreate(ProcessState& /*l*/, CUarray*, const CUDA_ARRAY_DESCRIPTOR_v1*) noexcept {
   return Legacy("cuArrayCreate");
 }
-CUresult cuArray3DCreate(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR_v1*) noexcept {
+CUresult cuArray3DCreate(ProcessState& /*l*/, CUarray*,
+                         const CUDA_ARRAY3D_DESCRIPTOR_v1*) noexcept {
   return Legacy("cuArray3DCreate");
 }
 
 // The first function of this file's .text.hot, page-aligned so the hot
 // section (a little over a page) starts on a page and spans two, not three.
-__attribute__((aligned(4096))) GS_HOT CUresult cuMemAlloc_v2(CUdeviceptr* dptr,
+__attribute__((aligned(4096))) GS_HOT CUresult cuMemAlloc_v2(ProcessState& l, CUdeviceptr* dptr,
                                                              size_t bytesize) noexcept {
-  ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   auto allocate = [&] { return GS_REAL(cuMemAlloc_v2, dptr, bytesize); };
   if (dptr == nullptr || bytesize == 0) return allocate();
@@ -548,9 +546,8 @@ __attribute__((aligned(4096))) GS_HOT CUresult cuMemAlloc_v2(CUdeviceptr* dptr,
                   [&] { return uint64_t{*dptr}; });
 }
 
-CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
-                            unsigned int ElementSizeBytes) noexcept {
-  ProcessState& l = ProcessState::Get();
+CUresult cuMemAllocPitch_v2(ProcessState& l, CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes,
+                            size_t Height, unsigned int ElementSizeBytes) noexcept {
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   auto allocate = [&] {
     return GS_REAL(cuMemAllocPitch_v2, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
@@ -572,8 +569,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInByt
   return rc;
 }
 
-CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) noexcept {
-  ProcessState& l = ProcessState::Get();
+CUresult cuMemAllocManaged(ProcessState& l, CUdeviceptr* dptr, size_t bytesize,
+                           unsigned int flags) noexcept {
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   auto allocate = [&] { return GS_REAL(cuMemAllocManaged, dptr, bytesize, flags); };
   if (dptr == nullptr || bytesize == 0) return allocate();
@@ -583,33 +580,35 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flag
                   [&] { return uint64_t{*dptr}; });
 }
 
-CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) noexcept {
-  return AllocateOnStream(dptr, bytesize, hStream, nullptr, false,
+CUresult cuMemAllocAsync(ProcessState& l, CUdeviceptr* dptr, size_t bytesize,
+                         CUstream hStream) noexcept {
+  return AllocateOnStream(l, dptr, bytesize, hStream, nullptr, false,
                           [&] { return GS_REAL(cuMemAllocAsync, dptr, bytesize, hStream); });
 }
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) noexcept {
-  return AllocateOnStream(dptr, bytesize, hStream, nullptr, true,
+CUresult cuMemAllocAsync_ptsz(ProcessState& l, CUdeviceptr* dptr, size_t bytesize,
+                              CUstream hStream) noexcept {
+  return AllocateOnStream(l, dptr, bytesize, hStream, nullptr, true,
                           [&] { return GS_REAL(cuMemAllocAsync_ptsz, dptr, bytesize, hStream); });
 }
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                 CUstream hStream) noexcept {
+CUresult cuMemAllocFromPoolAsync(ProcessState& l, CUdeviceptr* dptr, size_t bytesize,
+                                 CUmemoryPool pool, CUstream hStream) noexcept {
   if (pool == nullptr) return GS_REAL(cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream);
-  return AllocateOnStream(dptr, bytesize, hStream, pool, false, [&] {
+  return AllocateOnStream(l, dptr, bytesize, hStream, pool, false, [&] {
     return GS_REAL(cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream);
   });
 }
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                      CUstream hStream) noexcept {
+CUresult cuMemAllocFromPoolAsync_ptsz(ProcessState& l, CUdeviceptr* dptr, size_t bytesize,
+                                      CUmemoryPool pool, CUstream hStream) noexcept {
   if (pool == nullptr) return GS_REAL(cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
-  return AllocateOnStream(dptr, bytesize, hStream, pool, true, [&] {
+  return AllocateOnStream(l, dptr, bytesize, hStream, pool, true, [&] {
     return GS_REAL(cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
   });
 }
 
 // ---- stream-ordered memory pools (pool_charges.h) ----
 
-CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) noexcept {
-  ProcessState& l = ProcessState::Get();
+CUresult cuMemPoolCreate(ProcessState& l, CUmemoryPool* pool,
+                         const CUmemPoolProps* poolProps) noexcept {
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   const CUresult rc = GS_REAL(cuMemPoolCreate, pool, poolProps);
   if (rc == CUDA_SUCCESS && pool != nullptr && poolProps != nullptr) {
@@ -619,19 +618,18 @@ CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) no
   }
   return rc;
 }
-CUresult cuMemPoolDestroy(CUmemoryPool pool) noexcept {
-  return ProcessState::Get().pools().Destroy(reinterpret_cast<uint64_t>(pool),
-                                             [&] { return GS_REAL(cuMemPoolDestroy, pool); });
+CUresult cuMemPoolDestroy(ProcessState& l, CUmemoryPool pool) noexcept {
+  return l.pools().Destroy(reinterpret_cast<uint64_t>(pool),
+                           [&] { return GS_REAL(cuMemPoolDestroy, pool); });
 }
-CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) noexcept {
+CUresult cuMemPoolTrimTo(ProcessState& l, CUmemoryPool pool, size_t minBytesToKeep) noexcept {
   const CUresult rc = GS_REAL(cuMemPoolTrimTo, pool, minBytesToKeep);
-  if (rc == CUDA_SUCCESS) ProcessState::Get().pools().Refresh(reinterpret_cast<uint64_t>(pool));
+  if (rc == CUDA_SUCCESS) l.pools().Refresh(reinterpret_cast<uint64_t>(pool));
   return rc;
 }
 
-CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+CUresult cuMemCreate(ProcessState& l, CUmemGenericAllocationHandle* handle, size_t size,
                      const CUmemAllocationProp* prop, unsigned long long flags) noexcept {
-  ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   auto create = [&] { return GS_REAL(cuMemCreate, handle, size, prop, flags); };
   if (handle == nullptr || prop == nullptr || size == 0 ||
@@ -643,28 +641,28 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                   create, [&] { return uint64_t{*handle}; });
 }
 
-CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* pAllocateArray) noexcept {
+CUresult cuArrayCreate_v2(ProcessState& l, CUarray* pHandle,
+                          const CUDA_ARRAY_DESCRIPTOR* pAllocateArray) noexcept {
   if (pAllocateArray == nullptr) return GS_REAL(cuArrayCreate_v2, pHandle, pAllocateArray);
   CUDA_ARRAY3D_DESCRIPTOR desc{};
   desc.Width = pAllocateArray->Width;
   desc.Height = pAllocateArray->Height;
   desc.Format = pAllocateArray->Format;
   desc.NumChannels = pAllocateArray->NumChannels;
-  return CreateArray(pHandle, desc,
+  return CreateArray(l, pHandle, desc,
                      [&] { return GS_REAL(cuArrayCreate_v2, pHandle, pAllocateArray); });
 }
 
-CUresult cuArray3DCreate_v2(CUarray* pHandle,
+CUresult cuArray3DCreate_v2(ProcessState& l, CUarray* pHandle,
                             const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) noexcept {
   if (pAllocateArray == nullptr) return GS_REAL(cuArray3DCreate_v2, pHandle, pAllocateArray);
-  return CreateArray(pHandle, *pAllocateArray,
+  return CreateArray(l, pHandle, *pAllocateArray,
                      [&] { return GS_REAL(cuArray3DCreate_v2, pHandle, pAllocateArray); });
 }
 
-CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
+CUresult cuMipmappedArrayCreate(ProcessState& l, CUmipmappedArray* pHandle,
                                 const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
                                 unsigned int numMipmapLevels) noexcept {
-  ProcessState& l = ProcessState::Get();
   if (CUresult rc = l.EnsureAttached(); rc != CUDA_SUCCESS) return rc;
   auto create = [&] {
     return GS_REAL(cuMipmappedArrayCreate, pHandle, pMipmappedArrayDesc, numMipmapLevels);
@@ -679,90 +677,88 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
                                [&] { return reinterpret_cast<uint64_t>(*pHandle); });
   if (rc == CUDA_SUCCESS && device >= 0) {
     TrueUpArray(l, Resource::kMipmappedArray, *pHandle,
-                Cuda().cuMipmappedArrayGetMemoryRequirements);
+                l.cuda().cuMipmappedArrayGetMemoryRequirements);
   }
   return rc;
 }
 
 // ---- frees ----
 
-GS_HOT CUresult cuMemFree_v2(CUdeviceptr dptr) noexcept {
-  return FreedPointer(ProcessState::Get(), GS_REAL(cuMemFree_v2, dptr), dptr);
+GS_HOT CUresult cuMemFree_v2(ProcessState& l, CUdeviceptr dptr) noexcept {
+  return FreedPointer(l, GS_REAL(cuMemFree_v2, dptr), dptr);
 }
-CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) noexcept {
-  return FreedPointer(ProcessState::Get(), GS_REAL(cuMemFreeAsync, dptr, hStream), dptr);
+CUresult cuMemFreeAsync(ProcessState& l, CUdeviceptr dptr, CUstream hStream) noexcept {
+  return FreedPointer(l, GS_REAL(cuMemFreeAsync, dptr, hStream), dptr);
 }
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) noexcept {
-  return FreedPointer(ProcessState::Get(), GS_REAL(cuMemFreeAsync_ptsz, dptr, hStream), dptr);
+CUresult cuMemFreeAsync_ptsz(ProcessState& l, CUdeviceptr dptr, CUstream hStream) noexcept {
+  return FreedPointer(l, GS_REAL(cuMemFreeAsync_ptsz, dptr, hStream), dptr);
 }
-CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
-  return Freed(ProcessState::Get(), GS_REAL(cuMemRelease, handle), Resource::kVmmHandle, handle);
+CUresult cuMemRelease(ProcessState& l, CUmemGenericAllocationHandle handle) noexcept {
+  return Freed(l, GS_REAL(cuMemRelease, handle), Resource::kVmmHandle, handle);
 }
-CUresult cuArrayDestroy(CUarray hArray) noexcept {
-  return Freed(ProcessState::Get(), GS_REAL(cuArrayDestroy, hArray), Resource::kArray,
+CUresult cuArrayDestroy(ProcessState& l, CUarray hArray) noexcept {
+  return Freed(l, GS_REAL(cuArrayDestroy, hArray), Resource::kArray,
                reinterpret_cast<uint64_t>(hArray));
 }
-CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) noexcept {
-  return Freed(ProcessState::Get(), GS_REAL(cuMipmappedArrayDestroy, hMipmappedArray),
-               Resource::kMipmappedArray, reinterpret_cast<uint64_t>(hMipmappedArray));
+CUresult cuMipmappedArrayDestroy(ProcessState& l, CUmipmappedArray hMipmappedArray) noexcept {
+  return Freed(l, GS_REAL(cuMipmappedArrayDestroy, hMipmappedArray), Resource::kMipmappedArray,
+               reinterpret_cast<uint64_t>(hMipmappedArray));
 }
 
 // ---- launches: paced by the group's compute budget (compute_gate.h) ----
 
-#define GS_PACED(stream, per_thread, name, ...)                \
-  ProcessState::Get().compute_gate().Paced(stream, per_thread, \
-                                           [&] { return GS_REAL(name, __VA_ARGS__); })
+#define GS_PACED(stream, per_thread, name, ...) \
+  l.compute_gate().Paced(stream, per_thread, [&] { return GS_REAL(name, __VA_ARGS__); })
 
-CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+CUresult cuLaunchKernel(ProcessState& l, CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                         void** kernelParams, void** extra) noexcept {
   return GS_PACED(hStream, false, cuLaunchKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX,
                   blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
 }
-CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                             unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-                             unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
-                             void** kernelParams, void** extra) noexcept {
+CUresult cuLaunchKernel_ptsz(ProcessState& l, CUfunction f, unsigned int gridDimX,
+                             unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,
+                             unsigned int blockDimY, unsigned int blockDimZ,
+                             unsigned int sharedMemBytes, CUstream hStream, void** kernelParams,
+                             void** extra) noexcept {
   return GS_PACED(hStream, true, cuLaunchKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX,
                   blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
 }
-CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
-                          void** extra) noexcept {
+CUresult cuLaunchKernelEx(ProcessState& l, const CUlaunchConfig* config, CUfunction f,
+                          void** kernelParams, void** extra) noexcept {
   return GS_PACED(config != nullptr ? config->hStream : nullptr, false, cuLaunchKernelEx, config, f,
                   kernelParams, extra);
 }
-CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
-                               void** extra) noexcept {
+CUresult cuLaunchKernelEx_ptsz(ProcessState& l, const CUlaunchConfig* config, CUfunction f,
+                               void** kernelParams, void** extra) noexcept {
   return GS_PACED(config != nullptr ? config->hStream : nullptr, true, cuLaunchKernelEx_ptsz,
                   config, f, kernelParams, extra);
 }
-CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                                   unsigned int gridDimZ, unsigned int blockDimX,
-                                   unsigned int blockDimY, unsigned int blockDimZ,
-                                   unsigned int sharedMemBytes, CUstream hStream,
-                                   void** kernelParams) noexcept {
+CUresult cuLaunchCooperativeKernel(ProcessState& l, CUfunction f, unsigned int gridDimX,
+                                   unsigned int gridDimY, unsigned int gridDimZ,
+                                   unsigned int blockDimX, unsigned int blockDimY,
+                                   unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                   CUstream hStream, void** kernelParams) noexcept {
   return GS_PACED(hStream, false, cuLaunchCooperativeKernel, f, gridDimX, gridDimY, gridDimZ,
                   blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
 }
-CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                                        unsigned int gridDimZ, unsigned int blockDimX,
-                                        unsigned int blockDimY, unsigned int blockDimZ,
-                                        unsigned int sharedMemBytes, CUstream hStream,
-                                        void** kernelParams) noexcept {
+CUresult cuLaunchCooperativeKernel_ptsz(ProcessState& l, CUfunction f, unsigned int gridDimX,
+                                        unsigned int gridDimY, unsigned int gridDimZ,
+                                        unsigned int blockDimX, unsigned int blockDimY,
+                                        unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                        CUstream hStream, void** kernelParams) noexcept {
   return GS_PACED(hStream, true, cuLaunchCooperativeKernel_ptsz, f, gridDimX, gridDimY, gridDimZ,
                   blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
 }
 // A graph launch: paced, then its graph memory charged (graph_memory_charges.h).
-CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) noexcept {
-  ProcessState& l = ProcessState::Get();
+CUresult cuGraphLaunch(ProcessState& l, CUgraphExec hGraphExec, CUstream hStream) noexcept {
   return l.compute_gate().Paced(hStream, false, [&] {
     return l.graph_memory().Run(reinterpret_cast<uint64_t>(hGraphExec),
                                 [&] { return GS_REAL(cuGraphLaunch, hGraphExec, hStream); });
   });
 }
-CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) noexcept {
-  ProcessState& l = ProcessState::Get();
+CUresult cuGraphLaunch_ptsz(ProcessState& l, CUgraphExec hGraphExec, CUstream hStream) noexcept {
   return l.compute_gate().Paced(hStream, true, [&] {
     return l.graph_memory().Run(reinterpret_cast<uint64_t>(hGraphExec),
                                 [&] { return GS_REAL(cuGraphLaunch_ptsz, hGraphExec, hStream); });
@@ -773,68 +769,67 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) noexcept {
 
 // ---- graph memory (graph_memory_charges.h) ----
 
-CUresult cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
-                            char* logBuffer, size_t bufferSize) noexcept {
+CUresult cuGraphInstantiate(ProcessState& l, CUgraphExec* phGraphExec, CUgraph hGraph,
+                            CUgraphNode* phErrorNode, char* logBuffer, size_t bufferSize) noexcept {
   return Instantiated(
-      GS_REAL(cuGraphInstantiate, phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize),
+      l, GS_REAL(cuGraphInstantiate, phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize),
       phGraphExec, hGraph);
 }
-CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
-                               char* logBuffer, size_t bufferSize) noexcept {
+CUresult cuGraphInstantiate_v2(ProcessState& l, CUgraphExec* phGraphExec, CUgraph hGraph,
+                               CUgraphNode* phErrorNode, char* logBuffer,
+                               size_t bufferSize) noexcept {
   return Instantiated(
-      GS_REAL(cuGraphInstantiate_v2, phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize),
+      l, GS_REAL(cuGraphInstantiate_v2, phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize),
       phGraphExec, hGraph);
 }
-CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+CUresult cuGraphInstantiateWithFlags(ProcessState& l, CUgraphExec* phGraphExec, CUgraph hGraph,
                                      unsigned long long flags) noexcept {
-  return Instantiated(GS_REAL(cuGraphInstantiateWithFlags, phGraphExec, hGraph, flags), phGraphExec,
-                      hGraph);
+  return Instantiated(l, GS_REAL(cuGraphInstantiateWithFlags, phGraphExec, hGraph, flags),
+                      phGraphExec, hGraph);
 }
-CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+CUresult cuGraphInstantiateWithParams(ProcessState& l, CUgraphExec* phGraphExec, CUgraph hGraph,
                                       CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) noexcept {
-  return InstantiateWithParams(phGraphExec, hGraph, instantiateParams, [&](auto* params) {
+  return InstantiateWithParams(l, phGraphExec, hGraph, instantiateParams, [&](auto* params) {
     return GS_REAL(cuGraphInstantiateWithParams, phGraphExec, hGraph, params);
   });
 }
 CUresult cuGraphInstantiateWithParams_ptsz(
-    CUgraphExec* phGraphExec, CUgraph hGraph,
+    ProcessState& l, CUgraphExec* phGraphExec, CUgraph hGraph,
     CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) noexcept {
-  return InstantiateWithParams(phGraphExec, hGraph, instantiateParams, [&](auto* params) {
+  return InstantiateWithParams(l, phGraphExec, hGraph, instantiateParams, [&](auto* params) {
     return GS_REAL(cuGraphInstantiateWithParams_ptsz, phGraphExec, hGraph, params);
   });
 }
 // An upload maps the graph's memory as its first launch would.
-CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) noexcept {
-  return ProcessState::Get().graph_memory().Run(reinterpret_cast<uint64_t>(hGraphExec), [&] {
-    return GS_REAL(cuGraphUpload, hGraphExec, hStream);
-  });
+CUresult cuGraphUpload(ProcessState& l, CUgraphExec hGraphExec, CUstream hStream) noexcept {
+  return l.graph_memory().Run(reinterpret_cast<uint64_t>(hGraphExec),
+                              [&] { return GS_REAL(cuGraphUpload, hGraphExec, hStream); });
 }
-CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) noexcept {
-  return ProcessState::Get().graph_memory().Run(reinterpret_cast<uint64_t>(hGraphExec), [&] {
-    return GS_REAL(cuGraphUpload_ptsz, hGraphExec, hStream);
-  });
+CUresult cuGraphUpload_ptsz(ProcessState& l, CUgraphExec hGraphExec, CUstream hStream) noexcept {
+  return l.graph_memory().Run(reinterpret_cast<uint64_t>(hGraphExec),
+                              [&] { return GS_REAL(cuGraphUpload_ptsz, hGraphExec, hStream); });
 }
-CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) noexcept {
+CUresult cuGraphExecDestroy(ProcessState& l, CUgraphExec hGraphExec) noexcept {
   const CUresult rc = GS_REAL(cuGraphExecDestroy, hGraphExec);
   if (rc == CUDA_SUCCESS) {
-    ProcessState::Get().graph_memory().Destroyed(reinterpret_cast<uint64_t>(hGraphExec));
+    l.graph_memory().Destroyed(reinterpret_cast<uint64_t>(hGraphExec));
   }
   return rc;
 }
-CUresult cuDeviceGraphMemTrim(CUdevice device) noexcept {
+CUresult cuDeviceGraphMemTrim(ProcessState& l, CUdevice device) noexcept {
   const CUresult rc = GS_REAL(cuDeviceGraphMemTrim, device);
-  if (rc == CUDA_SUCCESS) ProcessState::Get().graph_memory().Trimmed(device);
+  if (rc == CUDA_SUCCESS) l.graph_memory().Trimmed(device);
   return rc;
 }
 
 // ---- streams: a destroyed stream's handle may come back for another device ----
 
-CUresult cuStreamDestroy(CUstream hStream) noexcept {
-  ProcessState::Get().compute_gate().ForgetStream(hStream);
+CUresult cuStreamDestroy(ProcessState& l, CUstream hStream) noexcept {
+  l.compute_gate().ForgetStream(hStream);
   return GS_REAL(cuStreamDestroy, hStream);
 }
-CUresult cuStreamDestroy_v2(CUstream hStream) noexcept {
-  ProcessState::Get().compute_gate().ForgetStream(hStream);
+CUresult cuStreamDestroy_v2(ProcessState& l, CUstream hStream) noexcept {
+  l.compute_gate().ForgetStream(hStream);
   return GS_REAL(cuStreamDestroy_v2, hStream);
 }
 
@@ -848,36 +843,36 @@ CUstream Effective(CUstream stream, bool per_thread) {
   return stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream;
 }
 
-CUresult EndCapture(CUstream stream, bool per_thread, auto&& end) {
-  return ProcessState::Get().captures().End(Effective(stream, per_thread),
-                                            Cuda().cuStreamIsCapturing, end);
+CUresult EndCapture(ProcessState& l, CUstream stream, bool per_thread, auto&& end) {
+  return l.captures().End(Effective(stream, per_thread), l.cuda().cuStreamIsCapturing, end);
 }
 
 }  // namespace
 
-#define GS_BEGIN_CAPTURE(name, ...) \
-  ProcessState::Get().captures().Begin([&] { return GS_REAL(name, __VA_ARGS__); })
+#define GS_BEGIN_CAPTURE(name, ...) l.captures().Begin([&] { return GS_REAL(name, __VA_ARGS__); })
 
-CUresult cuStreamBeginCapture(CUstream hStream) noexcept {
+CUresult cuStreamBeginCapture(ProcessState& l, CUstream hStream) noexcept {
   return GS_BEGIN_CAPTURE(cuStreamBeginCapture, hStream);
 }
-CUresult cuStreamBeginCapture_ptsz(CUstream hStream) noexcept {
+CUresult cuStreamBeginCapture_ptsz(ProcessState& l, CUstream hStream) noexcept {
   return GS_BEGIN_CAPTURE(cuStreamBeginCapture_ptsz, hStream);
 }
-CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) noexcept {
+CUresult cuStreamBeginCapture_v2(ProcessState& l, CUstream hStream,
+                                 CUstreamCaptureMode mode) noexcept {
   return GS_BEGIN_CAPTURE(cuStreamBeginCapture_v2, hStream, mode);
 }
-CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) noexcept {
+CUresult cuStreamBeginCapture_v2_ptsz(ProcessState& l, CUstream hStream,
+                                      CUstreamCaptureMode mode) noexcept {
   return GS_BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, hStream, mode);
 }
-CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+CUresult cuStreamBeginCaptureToGraph(ProcessState& l, CUstream hStream, CUgraph hGraph,
                                      const CUgraphNode* dependencies,
                                      const CUgraphEdgeData* dependencyData, size_t numDependencies,
                                      CUstreamCaptureMode mode) noexcept {
   return GS_BEGIN_CAPTURE(cuStreamBeginCaptureToGraph, hStream, hGraph, dependencies,
                           dependencyData, numDependencies, mode);
 }
-CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+CUresult cuStreamBeginCaptureToGraph_ptsz(ProcessState& l, CUstream hStream, CUgraph hGraph,
                                           const CUgraphNode* dependencies,
                                           const CUgraphEdgeData* dependencyData,
                                           size_t numDependencies,
@@ -888,11 +883,12 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
 
 #undef GS_BEGIN_CAPTURE
 
-CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) noexcept {
-  return EndCapture(hStream, false, [&] { return GS_REAL(cuStreamEndCapture, hStream, phGraph); });
+CUresult cuStreamEndCapture(ProcessState& l, CUstream hStream, CUgraph* phGraph) noexcept {
+  return EndCapture(l, hStream, false,
+                    [&] { return GS_REAL(cuStreamEndCapture, hStream, phGraph); });
 }
-CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) noexcept {
-  return EndCapture(hStream, true,
+CUresult cuStreamEndCapture_ptsz(ProcessState& l, CUstream hStream, CUgraph* phGraph) noexcept {
+  return EndCapture(l, hStream, true,
                     [&] { return GS_REAL(cuStreamEndCapture_ptsz, hStream, phGraph); });
 }
 

@@ -16,24 +16,25 @@ namespace gpuslice::limiter::hooks {
 namespace {
 
 using real::CallNvml;
-using real::Nvml;
 
-#define GS_REAL_NVML(name, ...) CallNvml(Nvml().name, [&](auto fn) { return fn(__VA_ARGS__); })
+// NVML's `name` (the state's table) called with the arguments.
+#define GS_REAL_NVML(name, ...) \
+  CallNvml(l.nvml(), &real::NvmlTable::name, [&](auto fn) { return fn(__VA_ARGS__); })
 
 // The group device `device` stands for, or -1 outside a group.
-int GroupDeviceOf(nvmlDevice_t device) {
-  ProcessState& l = ProcessState::Get();
-  if (!l.EnsureAttachedForNvml() || Nvml().nvmlDeviceGetUUID == nullptr) return -1;
+int GroupDeviceOf(ProcessState& l, nvmlDevice_t device) {
+  if (!l.EnsureAttachedForNvml()) return -1;
+  const auto get_uuid = l.nvml().nvmlDeviceGetUUID;
+  if (get_uuid == nullptr) return -1;
   char uuid[96] = {};
-  if (Nvml().nvmlDeviceGetUUID(device, uuid, sizeof uuid) != NVML_SUCCESS) return -1;
+  if (get_uuid(device, uuid, sizeof uuid) != NVML_SUCCESS) return -1;
   return l.GroupDeviceByUuid(uuid);
 }
 
 // Fills total/used/free with the group's view. False if the device has no limit.
-bool GroupMemory(nvmlDevice_t device, unsigned long long* total, unsigned long long* used,
-                 unsigned long long* free) {
-  const int d = GroupDeviceOf(device);
-  ProcessState& l = ProcessState::Get();
+bool GroupMemory(ProcessState& l, nvmlDevice_t device, unsigned long long* total,
+                 unsigned long long* used, unsigned long long* free) {
+  const int d = GroupDeviceOf(l, device);
   if (!l.HasMemoryLimit(d)) return false;
   const unsigned long long limit = std::min<unsigned long long>(l.MemoryLimit(d), *total);
   const unsigned long long group_used = l.MemoryUsed(d);
@@ -47,9 +48,9 @@ bool GroupMemory(nvmlDevice_t device, unsigned long long* total, unsigned long l
 // NVML size protocol: with too small a buffer, NVML_ERROR_INSUFFICIENT_SIZE
 // and the count needed.
 template <typename Info, typename Query>
-nvmlReturn_t FilteredProcesses(nvmlDevice_t device, unsigned int* count, Info* infos, Query query) {
+nvmlReturn_t FilteredProcesses(ProcessState& l, nvmlDevice_t device, unsigned int* count,
+                               Info* infos, Query query) {
   if (count == nullptr) return query(device, count, infos);
-  ProcessState& l = ProcessState::Get();
   if (!l.EnsureAttachedForNvml()) return query(device, count, infos);
   std::vector<Info> all(64);
   nvmlReturn_t rc;
@@ -74,28 +75,31 @@ nvmlReturn_t FilteredProcesses(nvmlDevice_t device, unsigned int* count, Info* i
 
 }  // namespace
 
-nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) noexcept {
+nvmlReturn_t nvmlDeviceGetMemoryInfo(ProcessState& l, nvmlDevice_t device,
+                                     nvmlMemory_t* memory) noexcept {
   const nvmlReturn_t rc = GS_REAL_NVML(nvmlDeviceGetMemoryInfo, device, memory);
   if (rc == NVML_SUCCESS && memory != nullptr) {
-    GroupMemory(device, &memory->total, &memory->used, &memory->free);
+    GroupMemory(l, device, &memory->total, &memory->used, &memory->free);
   }
   return rc;
 }
 
-nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) noexcept {
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(ProcessState& l, nvmlDevice_t device,
+                                        nvmlMemory_v2_t* memory) noexcept {
   const nvmlReturn_t rc = GS_REAL_NVML(nvmlDeviceGetMemoryInfo_v2, device, memory);
   if (rc == NVML_SUCCESS && memory != nullptr) {
-    if (GroupMemory(device, &memory->total, &memory->used, &memory->free)) memory->reserved = 0;
+    if (GroupMemory(l, device, &memory->total, &memory->used, &memory->free)) memory->reserved = 0;
   }
   return rc;
 }
 
 // NOLINTBEGIN(bugprone-macro-parentheses): `Info` is a type.
-#define GS_FILTERED(name, Info)                                                                \
-  nvmlReturn_t name(nvmlDevice_t device, unsigned int* infoCount, Info* infos) noexcept {      \
-    return FilteredProcesses(                                                                  \
-        device, infoCount, infos,                                                              \
-        [](nvmlDevice_t d, unsigned int* n, Info* i) { return GS_REAL_NVML(name, d, n, i); }); \
+#define GS_FILTERED(name, Info)                                                                  \
+  nvmlReturn_t name(ProcessState& l, nvmlDevice_t device, unsigned int* infoCount,               \
+                    Info* infos) noexcept {                                                      \
+    return FilteredProcesses(                                                                    \
+        l, device, infoCount, infos,                                                             \
+        [&l](nvmlDevice_t d, unsigned int* n, Info* i) { return GS_REAL_NVML(name, d, n, i); }); \
   }
 GS_FILTERED(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t)
 GS_FILTERED(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
@@ -109,7 +113,7 @@ GS_FILTERED(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
 #undef GS_FILTERED
 // NOLINTEND(bugprone-macro-parentheses)
 
-nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+nvmlReturn_t nvmlDeviceGetProcessUtilization(ProcessState& l, nvmlDevice_t device,
                                              nvmlProcessUtilizationSample_t* utilization,
                                              unsigned int* processSamplesCount,
                                              unsigned long long lastSeenTimeStamp) noexcept {
@@ -117,7 +121,6 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                        processSamplesCount, lastSeenTimeStamp);
   // A size query (no buffer) answers with an upper bound: left as is.
   if (rc != NVML_SUCCESS || utilization == nullptr || processSamplesCount == nullptr) return rc;
-  ProcessState& l = ProcessState::Get();
   if (!l.EnsureAttachedForNvml()) return rc;
   nvmlProcessUtilizationSample_t* end = std::remove_if(
       utilization, utilization + *processSamplesCount,

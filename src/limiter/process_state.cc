@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <string_view>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/hot.h"
@@ -25,8 +26,6 @@
 
 namespace gpuslice::limiter {
 namespace {
-
-const char* Env(std::string_view name) { return getenv(std::string(name).c_str()); }
 
 // One line on stderr, whatever the log level: an operator must see why CUDA
 // is refused.
@@ -62,11 +61,13 @@ int32_t OutermostPid() {
   return static_cast<int32_t>(getpid());
 }
 
-// The real driver's answers about a device's graph memory pool.
+// The driver's answers about a device's graph memory pool.
 class RealGraphMemDriver final : public GraphMemDriver {
  public:
+  // REQUIRES: `state` outlives this.
+  explicit RealGraphMemDriver(const ProcessState& state) : state_(state) {}
   std::optional<PoolUsage> Usage(int ordinal) override {
-    const auto get = real::Cuda().cuDeviceGetGraphMemAttribute;
+    const auto get = state_.cuda().cuDeviceGetGraphMemAttribute;
     if (get == nullptr || ordinal < 0) return std::nullopt;
     cuuint64_t reserved = 0, used = 0;
     if (get(ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
@@ -75,13 +76,18 @@ class RealGraphMemDriver final : public GraphMemDriver {
     }
     return PoolUsage{reserved, used};
   }
+
+ private:
+  const ProcessState& state_;
 };
 
-// The real driver's answers about a pool.
+// The driver's answers about a pool.
 class RealPoolDriver final : public PoolDriver {
  public:
+  // REQUIRES: `state` outlives this.
+  explicit RealPoolDriver(const ProcessState& state) : state_(state) {}
   std::optional<PoolUsage> Usage(uint64_t pool) override {
-    const auto get = real::Cuda().cuMemPoolGetAttribute;
+    const auto get = state_.cuda().cuMemPoolGetAttribute;
     if (get == nullptr) return std::nullopt;
     auto* handle = reinterpret_cast<CUmemoryPool>(pool);  // NOLINT(performance-no-int-to-ptr)
     cuuint64_t reserved = 0, used = 0;
@@ -92,9 +98,12 @@ class RealPoolDriver final : public PoolDriver {
     return PoolUsage{reserved, used};
   }
   void TrimTo(uint64_t pool, uint64_t keep) override {
-    const auto trim = real::Cuda().cuMemPoolTrimTo;
+    const auto trim = state_.cuda().cuMemPoolTrimTo;
     if (trim != nullptr) trim(reinterpret_cast<CUmemoryPool>(pool), keep);  // NOLINT
   }
+
+ private:
+  const ProcessState& state_;
 };
 
 // The driver's count of this process on a device of its group (NVML).
@@ -130,19 +139,31 @@ void* WatchPoolsForever(void* arg) {
 
 }  // namespace
 
+uint64_t ProcessState::FirstGeneration() {
+  static constinit std::atomic<uint64_t> next{1};
+  return next.fetch_add(uint64_t{1} << 32, std::memory_order_relaxed);
+}
+
 GS_HOT ProcessState& ProcessState::Get() {
-  static auto* limiter = new ProcessState();  // never destroyed: hooks may run during exit
+  // Never destroyed: hooks may run during exit.
+  static ProcessState* const limiter = [] {
+    auto* state = new ProcessState(ProcessSources{});
+    pthread_atfork(&AtForkPrepare, &AtForkParent, &AtForkChild);
+    return state;
+  }();
   return *limiter;
 }
 
-ProcessState::ProcessState()
-    : pool_driver_(std::make_unique<RealPoolDriver>()),
+ProcessState::ProcessState(ProcessSources sources)
+    : cuda_(sources.cuda),
+      nvml_(sources.nvml),
+      env_(std::move(sources.env)),
+      pool_driver_(std::make_unique<RealPoolDriver>(*this)),
       pools_(ledger_, *pool_driver_, granularity_),
-      graph_memory_driver_(std::make_unique<RealGraphMemDriver>()),
+      graph_memory_driver_(std::make_unique<RealGraphMemDriver>(*this)),
       graph_memory_(ledger_, *graph_memory_driver_),
       context_driver_(std::make_unique<RealContextDriver>(segment_)) {
   InitLogging(LogLevel::kOff);
-  pthread_atfork(&AtForkPrepare, &AtForkParent, &AtForkChild);
 }
 
 void ProcessState::AtForkPrepare() {
@@ -219,7 +240,7 @@ CUresult ProcessState::AttachWithCuda() {
   if (state == kFailedClosed) return CUDA_ERROR_NOT_INITIALIZED;
 
   std::vector<DriverDevice> devices;
-  if (CUresult rc = CudaDevices(real::Cuda(), &devices); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = CudaDevices(cuda(), &devices); rc != CUDA_SUCCESS) return rc;
   return Attach(devices) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
 
@@ -227,17 +248,22 @@ bool ProcessState::EnsureAttachedForNvml() {
   if (state_.load(std::memory_order_acquire) == kAttached && !forked_.load()) return true;
   if (failed_closed()) return false;
   // A process with CUDA initialised attaches through CUDA (its ordinals).
-  if (real::CudaHandle() != nullptr && EnsureAttached() == CUDA_SUCCESS) return true;
+  const bool has_cuda = cuda_ != nullptr || real::CudaHandle() != nullptr;
+  if (has_cuda && EnsureAttached() == CUDA_SUCCESS) return true;
   MutexLock lock(attach_mu_);
   if (state_.load() != kDetached) return state_.load() == kAttached;
   std::vector<DriverDevice> devices;
-  if (!NvmlDevices(real::Nvml(), &devices)) return false;
+  if (!NvmlDevices(nvml(), &devices)) return false;
   return Attach(devices);
 }
 
 bool ProcessState::Attach(const std::vector<DriverDevice>& devices) {
-  auto settings = ReadAttachSettings(Env, devices, ReadFile("/proc/self/cgroup"),
-                                     static_cast<int>(getpid()), OutermostPid());
+  const EnvLookup getenv_lookup = [](std::string_view name) {
+    return getenv(std::string(name).c_str());
+  };
+  auto settings =
+      ReadAttachSettings(env_ ? env_ : getenv_lookup, devices, ReadFile("/proc/self/cgroup"),
+                         static_cast<int>(getpid()), OutermostPid());
   StatusOr<Attachment> attachment =
       settings.ok() ? AttachToGroup(*settings, devices) : StatusOr<Attachment>(settings.status());
   if (!attachment.ok()) {
@@ -285,7 +311,7 @@ CUdevice ProcessState::Ordinal(int device) const {
 
 int ProcessState::CurrentGroupDeviceSlow(uintptr_t* ctx) const {
   const uint64_t generation = contexts_generation_.load(std::memory_order_acquire);
-  const real::CudaTable& cu = real::Cuda();
+  const real::CudaTable& cu = cuda();
   CUcontext current = nullptr;
   if (cu.cuCtxGetCurrent == nullptr || cu.cuCtxGetCurrent(&current) != CUDA_SUCCESS) return -1;
   const auto raw = reinterpret_cast<uintptr_t>(current);
@@ -307,7 +333,7 @@ int ProcessState::StreamGroupDevice(CUstream stream) const {
 }
 
 CUdevice ProcessState::StreamOrdinal(CUstream stream) const {
-  const real::CudaTable& cu = real::Cuda();
+  const real::CudaTable& cu = cuda();
   const auto raw = reinterpret_cast<uintptr_t>(stream);
   CUdevice dev = -1;
   if (raw == 0 || raw == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY) ||
@@ -336,7 +362,7 @@ int ProcessState::PoolGroupDevice(CUmemoryPool pool, CUstream stream) {
   const auto raw = reinterpret_cast<uint64_t>(pool);
   if (std::optional<int> known = pools_.DeviceOf(raw)) return *known;
   // A device's default pool, handed to cuMemAllocFromPoolAsync by its handle.
-  if (const auto get = real::Cuda().cuDeviceGetDefaultMemPool; get != nullptr) {
+  if (const auto get = cuda().cuDeviceGetDefaultMemPool; get != nullptr) {
     for (size_t ordinal = 0; ordinal < ordinal_to_device_.size(); ++ordinal) {
       CUmemoryPool p = nullptr;
       if (get(&p, static_cast<CUdevice>(ordinal)) == CUDA_SUCCESS && p == pool) {

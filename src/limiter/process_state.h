@@ -10,7 +10,7 @@
 //
 // Lifecycle: nothing happens before the first hook. Attach() runs once the
 // driver is initialised (from cuInit, or lazily from the first hook that
-// needs it): it makes the attachment from the real driver's table and binds
+// needs it): it makes the attachment from the driver's table and binds
 // the ledger, the charges and the gate to it. A configuration error is
 // terminal for the process: it is printed once and every CUDA entry point
 // that could hand out resources fails with CUDA_ERROR_NOT_INITIALIZED (fail
@@ -28,8 +28,15 @@
 // destroyed or a primary context released (ForgetContexts), so a handle
 // reused for a context on another device is asked about again.
 //
-// Thread-safe. Fork: the child starts with an empty ledger and joins the
-// group as itself on its first call (pthread_atfork), and registers itself.
+// Sources: the process's own state (Get()) reads the real libraries, loaded
+// on first use, and the process's environment; a test builds one on its own
+// driver tables and environment (ProcessSources) and calls the hooks
+// (hooks.h) with it. The compute gate and the count of a context's memory
+// (NVML's) always use the real libraries.
+//
+// Thread-safe. Fork: the child of Get()'s state starts with an empty ledger
+// and joins the group as itself on its first call (pthread_atfork), and
+// registers itself.
 #pragma once
 
 #include <atomic>
@@ -46,10 +53,12 @@
 #include "limiter/attachment.h"
 #include "limiter/compute_gate.h"
 #include "limiter/core/context_charges.h"
+#include "limiter/core/limit_config.h"
 #include "limiter/daemon_client.h"
 #include "limiter/graph_memory_charges.h"
 #include "limiter/ledger.h"
 #include "limiter/pool_charges.h"
+#include "limiter/real/real_driver.h"
 #include "limiter/registration_thread.h"
 #include "limiter/stream_captures.h"
 #include "nvml_abi/nvml.h"
@@ -57,10 +66,35 @@
 
 namespace gpuslice::limiter {
 
+// Where a ProcessState's drivers and settings come from.
+struct ProcessSources {
+  const real::CudaTable* cuda = nullptr;  // nullptr: the real driver (real::Cuda())
+  const real::NvmlTable* nvml = nullptr;  // nullptr: the real NVML (real::Nvml())
+  EnvLookup env;                          // empty: getenv
+};
+
 class alignas(4096) ProcessState {
  public:
-  // The process's limiter; created on first use, never destroyed.
+  // The process's limiter, on the real libraries and the environment;
+  // created on first use (and pthread_atfork's handlers registered), never
+  // destroyed.
   static ProcessState& Get();
+
+  // A limiter on `sources` (the tables must outlive it). It starts detached;
+  // once attached it runs a keeper thread on its segment, so it must then
+  // live as long as the process. Not forked with the process.
+  explicit ProcessState(ProcessSources sources);
+  ProcessState(const ProcessState&) = delete;
+  ProcessState& operator=(const ProcessState&) = delete;
+
+  // The driver table the hooks call (the real one unless a test gave its own).
+  const real::CudaTable& cuda() const {
+    if (cuda_ != nullptr) [[unlikely]] {
+      return *cuda_;
+    }
+    return real::Cuda();
+  }
+  const real::NvmlTable& nvml() const { return nvml_ != nullptr ? *nvml_ : real::Nvml(); }
 
   // Attaches if not yet attached. Returns CUDA_SUCCESS once attached,
   // CUDA_ERROR_NOT_INITIALIZED after a configuration error, or the driver's
@@ -164,7 +198,8 @@ class alignas(4096) ProcessState {
 
  private:
   enum State : int { kDetached = 0, kAttached, kFailedClosed };
-  ProcessState();
+  // The first context generation of a new state: 2^32 past the last one's.
+  static uint64_t FirstGeneration();
   CUresult AttachWithCuda();
   // EnsureAttached and CurrentGroupDevice when the fast answer does not hold.
   CUresult EnsureAttachedSlow();
@@ -187,11 +222,16 @@ class alignas(4096) ProcessState {
   std::atomic<bool> forked_{false};
   uint64_t granularity_ = 2ull << 20;
   // Bumped by ForgetContexts (and attach): per-thread context -> device
-  // entries of an older generation are stale.
-  std::atomic<uint64_t> contexts_generation_{1};
+  // entries of an older generation are stale. Each state's generations lie
+  // in a range of their own (FirstGeneration), so a thread's entry for
+  // another state never matches.
+  std::atomic<uint64_t> contexts_generation_{FirstGeneration()};
+  const real::CudaTable* const cuda_;  // nullptr: real::Cuda()
   Ledger ledger_;
 
-  Mutex attach_mu_;  // serialises Attach
+  const real::NvmlTable* const nvml_;  // nullptr: real::Nvml()
+  const EnvLookup env_;                // empty: getenv
+  Mutex attach_mu_;                    // serialises Attach
   std::unique_ptr<GroupSegment> segment_;
   std::vector<int> ordinal_to_device_;  // CUDA ordinal -> group device
   // What to tell gpusliced (set by Attach before state_ becomes kAttached,

@@ -104,6 +104,22 @@ CUresult CallCuda(Fn fn, Call&& call) {
   if (fn == nullptr) return Cuda().loaded ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_INITIALIZED;
   return call(fn);
 }
+// Calls `table`'s `entry` through `call` if present, else returns the error
+// for a missing library or entry point (as CallCuda above, on any table).
+template <typename Fn, typename Call>
+CUresult CallCuda(const CudaTable& table, Fn CudaTable::*entry, Call&& call) {
+  const Fn fn = table.*entry;
+  if (fn == nullptr) return table.loaded ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_INITIALIZED;
+  return call(fn);
+}
+template <typename Fn, typename Call>
+nvmlReturn_t CallNvml(const NvmlTable& table, Fn NvmlTable::*entry, Call&& call) {
+  const Fn fn = table.*entry;
+  if (fn == nullptr) {
+    return table.loaded ? NVML_ERROR_FUNCTION_NOT_FOUND : NVML_ERROR_LIBRARY_NOT_FOUND;
+  }
+  return call(fn);
+}
 template <typename Fn, typename Call>
 nvmlReturn_t CallNvml(Fn fn, Call&& call) {
   if (fn == nullptr) {

@@ -6,6 +6,7 @@
 #include "common/hot.h"
 #include "limiter/hooks.h"
 #include "limiter/launch_fast_path.h"
+#include "limiter/process_state.h"
 #include "limiter/real/real_driver.h"
 #include "limiter/reentrancy.h"
 #include "limiter/symbols.h"
@@ -46,7 +47,7 @@ constexpr bool IsKernelLaunch(std::string_view name) {
   if (guard.reentered())                                                               \
     return ::gpuslice::limiter::real::CallCuda(::gpuslice::limiter::real::Cuda().name, \
                                                [&](auto fn) { return fn args; });      \
-  return ::gpuslice::limiter::hooks::name args;
+  return ::gpuslice::limiter::hooks::name GS_OWN_STATE_FIRST args;
 
 // Every shim gets an out-of-line guarded call, which only the kernel launches
 // use: their shim is then the fast path's test and a tail call either way,

@@ -2,6 +2,7 @@
 // nvml_hooks.inc, forwarding to gpuslice::limiter::hooks (reentrant calls go
 // straight to the real library, as in cuda_shims.cc).
 #include "limiter/hooks.h"
+#include "limiter/process_state.h"
 #include "limiter/real/real_driver.h"
 #include "limiter/reentrancy.h"
 #include "limiter/symbols.h"
@@ -12,7 +13,7 @@
     if (guard.reentered())                                                               \
       return ::gpuslice::limiter::real::CallNvml(::gpuslice::limiter::real::Nvml().name, \
                                                  [&](auto fn) { return fn args; });      \
-    return ::gpuslice::limiter::hooks::name args;                                        \
+    return ::gpuslice::limiter::hooks::name GS_OWN_STATE_FIRST args;                     \
   }
 #include "limiter/shims/nvml_hooks.inc"
 #undef GS_NVML_HOOK
