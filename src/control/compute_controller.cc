@@ -173,26 +173,39 @@ void ComputeController::NoteAttribution(Device& d,
     while (d.windows.size() > kWindowAttributionWindows) d.windows.pop_front();
   }
   std::set<uint32_t> pids;
-  bool one_each = d.windows.size() == kWindowAttributionWindows;
+  bool one_each = true;
   for (const auto& [count, pid] : d.windows) {
     one_each = one_each && count == 1;
     pids.insert(pid);
   }
-  const bool window_attribution = one_each && pids.size() >= 2;
-  // Split evidence (a window with several processes' samples) ends it at
-  // once; one process alone on the device leaves it as it was.
-  if (window_attribution == d.window_attribution ||
-      (!window_attribution && one_each && pids.size() < 2)) {
-    return;
+  // Split evidence settles it at once. Window attribution takes
+  // kWindowAttributionWindows in a row after split evidence, and is assumed
+  // from the first windows of two processes before any: a member that just
+  // joined its group's other member has no sample of the windows the other
+  // won, and until the estimators take the window options, the evidence of
+  // the few windows in their short horizon is all or nothing for each.
+  using Attribution = Device::Attribution;
+  Attribution next = d.attribution;
+  if (std::any_of(windows.begin(), windows.end(), [](const auto& w) { return w.first >= 2; })) {
+    next = Attribution::kSplit;
+  } else if (one_each && pids.size() >= 2 &&
+             (d.attribution == Attribution::kUnknown ||
+              d.windows.size() == kWindowAttributionWindows)) {
+    next = Attribution::kWindow;
   }
-  d.window_attribution = window_attribution;
+  // One process alone on the device leaves it as it was.
+  if (next == d.attribution) return;
+  const bool was_window = d.attribution == Attribution::kWindow;
+  d.attribution = next;
+  const bool window_attribution = next == Attribution::kWindow;
+  GS_LOG(kInfo, "control", "event=nvml_attribution group=%s mode=%s", segment_.group().c_str(),
+         window_attribution ? "window" : "split");
+  if (window_attribution == was_window) return;  // unknown -> split: the options stay
   const CostEstimator::Options options =
       window_attribution ? WindowAttributionOptions() : CostEstimator::Options{};
   d.estimator.SetOptions(options);
   d.unslotted.SetOptions(options);
   for (auto& [slot, st] : d.slots) st.estimator.SetOptions(options);
-  GS_LOG(kInfo, "control", "event=nvml_attribution group=%s mode=%s", segment_.group().c_str(),
-         window_attribution ? "window" : "split");
 }
 
 ComputeController::Quiet ComputeController::QuietSince(int dev, uint64_t since_us) {
@@ -339,13 +352,15 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
     d.estimator.AddBusy(start_ns, end_ns, std::min(busy_percent, 100.0) / 100.0, matched_here);
     d.unslotted.AddBusy(start_ns, end_ns, std::min(unslotted_percent, 100.0) / 100.0, matched_here);
     // A member without a sample while others had theirs was idle or below
-    // NVML's rounding (matched: the estimator bounds it from above), or,
-    // under window attribution, the window went to another process.
+    // NVML's rounding where the attribution is split (sampled: the estimator
+    // bounds it from above); otherwise the window may have gone to another
+    // process: unknown for this member (see compute_controller.h).
+    const bool split = d.attribution == Device::Attribution::kSplit;
     for (size_t i = 0; i < members.size(); ++i) {
       auto it = members[i].slot >= 0 ? d.slots.find(members[i].slot) : d.slots.end();
       if (it == d.slots.end() || d.unknown.contains(members[i].slot)) continue;
       it->second.estimator.AddBusy(start_ns, end_ns, std::max(0.0, member_percent[i]) / 100.0,
-                                   matched_here);
+                                   member_percent[i] >= 0 || (matched_here && split));
     }
     d.last_seen_us = w.end_us;
     matched = matched || matched_here;
@@ -360,7 +375,7 @@ void ComputeController::TickDevice(int dev, Device& d, const std::vector<Member>
   for (const auto& [slot, st] : d.slots) shifts += st.estimator.shifts();
   // Under window attribution the correction's third of a second is one or
   // two whole windows: no measurement; it stays off (factor 1).
-  if (shifts != d.shifts_seen || d.window_attribution) {
+  if (shifts != d.shifts_seen || d.attribution == Device::Attribution::kWindow) {
     d.shifts_seen = shifts;
     d.correction.Hold(end_ns);
   }

@@ -27,16 +27,25 @@
 // each window goes to ONE process with the whole window's busy percent
 // ("window"): right on average, in whole windows. Each sample is credited to
 // its own window (the span since the previous window's close), never to the
-// other windows a tick's samples cover. The controller tells the window
-// attribution from the samples (several processes seen, every window with
-// one sample: kWindowAttributionWindows in a row) and then measures over
+// other windows a tick's samples cover. The controller tells the
+// attribution from the samples: a window with several processes' samples is
+// split attribution; windows of one sample each, of several processes, are
+// window attribution (the first ones, before any split evidence; after it,
+// kWindowAttributionWindows in a row). Under window attribution it measures over
 // more windows: the estimators take WindowAttributionOptions() (a 10 s
 // horizon holding 8 windows the group won at least: a group's busy time over
 // a few windows is a few whole windows; workload changes are then followed
 // over that horizon), and the share correction is off (its third of a
 // second is one or two windows, all or nothing). Whatever the options, a
 // window the group had no sample of is no ground for a workload shift
-// (CostEstimator).
+// (CostEstimator). A member without a sample of a window that another
+// member has one of was idle or below NVML's rounding only where the
+// attribution is known to be split; otherwise (window, or not yet known:
+// a member just joined beside another) the window may have gone to the
+// other, and is unknown for this member, not a window of next to nothing:
+// taken for one, a member of 20 us kernels charged 0.5 % for every window
+// its 5 ms neighbour won ran its group at 85 % of the device under a 40 %
+// cap for the two seconds after the neighbour joined.
 //
 // A device that NVML shows all but idle (its own figure, DeviceBusySource:
 // every window since the last sample at most kQuietPercent, for at least
@@ -104,8 +113,8 @@ struct CompletedLaunches {
 
 class ComputeController final : public ComputeControl {
  public:
-  // Windows in a row, each with one sample, of two processes or more: NVML
-  // attributes each window to one process (see above).
+  // Windows in a row, each with one sample, of two processes or more, after
+  // split evidence: NVML attributes each window to one process (see above).
   static constexpr size_t kWindowAttributionWindows = 8;
   // Samples less than this apart belong to the same window.
   static constexpr uint64_t kSameWindowUs = 20'000;
@@ -187,7 +196,11 @@ class ComputeController final : public ComputeControl {
     bool waited_otherwise = false;   // paused or scheduled since (not the budget)
     // The newest windows: their sample count and, with one, its pid.
     std::deque<std::pair<size_t, uint32_t>> windows;
-    bool window_attribution = false;  // NVML gives each window to one process
+    // How NVML attributes the windows (see above): unknown until a window
+    // with several processes' samples (split) or kWindowAttributionWindows
+    // in a row of one sample each, of several processes (window).
+    enum class Attribution { kUnknown, kSplit, kWindow };
+    Attribution attribution = Attribution::kUnknown;
   };
 
   void TickDevice(int dev, Device& d, const std::vector<Member>& members);

@@ -333,6 +333,60 @@ TEST_F(MixedMembersTest, AMemberThatJoinsStartsWithNoChargeOfItsOwn) {
   EXPECT_EQ(segment_->usage().SlotCharge(long_, 0), 0);  // measured by its own probes first
 }
 
+// NVML as on an H100: each 200 ms window goes to ONE process, with the
+// whole window's busy. The short member runs alone for 3 s; then the long
+// one joins, and the first windows still go to the short one (the long one
+// has run little yet), later most of them to the long one. A member
+// without a sample of a window its neighbour won is unknown there, not
+// idle: charged half a percent of those windows, the long member was
+// charged a sixtieth of its 5 ms within half a second of joining (and, in
+// the sim, its group ran at 85 % of the device under a 40 % cap).
+TEST_F(MixedMembersTest, UnderWindowAttributionAJoinersLostWindowsAreNotIdleOnes) {
+  ComputeController c(*segment_, source_, ComputeController::SlotMembers(*segment_),
+                      {realtime_, monotonic_});
+  std::vector<int64_t> short_charges;
+  std::vector<int64_t> long_charges;
+  int window = 0;
+  for (int i = 1; i <= 7 * 20; ++i) {
+    realtime_.Advance(50 * kMs);
+    monotonic_.Advance(50 * kMs);
+    const bool joined = i > 3 * 20;
+    for (auto [slot, n] : {std::pair{short_, 100}, std::pair{long_, joined ? 3 : 0}}) {
+      std::atomic_ref<uint64_t>(testing::RawLayout(*segment_).slot_compute[slot][0].launches) += n;
+      std::atomic_ref<uint64_t>(testing::RawCompute(*segment_, 0).launches) += n;
+    }
+    if (i % 4 == 0) {
+      const auto t = static_cast<uint64_t>(realtime_.NowNs() / 1000);
+      if (!joined) {
+        source_.samples[kUuid].push_back({4242, t, 4});
+      } else {
+        const bool short_wins = window < 3 || window % 8 == 0;
+        source_.samples[kUuid].push_back({short_wins ? 4242u : 4243u, t, 34});
+        ++window;
+      }
+    }
+    c.Tick();
+    if (joined) {
+      short_charges.push_back(segment_->usage().SlotCharge(short_, 0));
+      long_charges.push_back(segment_->usage().SlotCharge(long_, 0));
+    }
+  }
+  // The long member: on its probes (0 here) until it has won windows. Its
+  // first estimate (a second of evidence: five windows, the first three
+  // lost) is about 2/5 of what it ran then, right on average only as more
+  // windows come; never below a third of its 5 ms, and within a factor of
+  // two by the end.
+  for (int64_t charge : long_charges) {
+    if (charge == 0) continue;
+    EXPECT_GE(charge, 5 * kMs / 3) << ::testing::PrintToString(long_charges);
+  }
+  EXPECT_GT(long_charges.back(), 2500 * 1000);
+  EXPECT_LT(long_charges.back(), 10 * kMs);
+  // The short member: never below half its 20 us (its windows won say more).
+  EXPECT_GE(*std::min_element(short_charges.begin(), short_charges.end()), 10'000)
+      << ::testing::PrintToString(short_charges);
+}
+
 // Kernels 1.3x longer: within the estimator's shift factor, so its estimate
 // creeps up over its horizon while NVML measures the group over its rate.
 // The measured share raises the member's charge beyond the estimate within
