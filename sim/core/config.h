@@ -21,8 +21,8 @@
 //     "process_util": "window"        // per-process NVML samples as an H100 on r580
 //                                     // gives them; "split": an idealisation (docs/sim.md)
 //   }
-// A device may also say "mig": true (NVML reports MIG mode enabled; the r615
-// memory limits are refused on it; no MIG instances are modelled).
+// A device may also say "mig": true: it starts in MIG mode (mig_state.h; the
+// r615 memory limits are refused on it).
 // Unknown keys are errors (a typo must not silently fall back to a default).
 #pragma once
 

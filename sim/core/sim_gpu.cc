@@ -67,6 +67,7 @@ void InitializeState(SimState* s, const SimConfig& config, uint64_t config_hash,
     d.last_ctx = -1;
     d.sched_ns = s->header.created_ns;
     d.window_start_ns = s->header.created_ns;
+    d.mig_mode = d.mig_pending_mode = d.info.mig_enabled;
   }
 }
 

@@ -27,8 +27,9 @@ namespace gpuslice::sim {
 
 inline constexpr uint64_t kStateMagic = 0x4d49535f534c5047;  // "GPLS_SIM"
 // 2: MPS fields; 3: host pids (ProcessRecord); 4: r615 per-cgroup memory limits;
-// 5: a window's per-process samples for every context (kWindowProcesses)
-inline constexpr uint32_t kStateVersion = 5;
+// 5: a window's per-process samples for every context (kWindowProcesses);
+// 6: MIG mode and instances (DeviceState::mig_*)
+inline constexpr uint32_t kStateVersion = 6;
 
 inline constexpr int kMaxDevices = 8;
 inline constexpr int kMaxContexts = 128;
@@ -42,6 +43,8 @@ inline constexpr int kMaxFunctions = 64;            // per-function wave_ns over
 inline constexpr int kMaxMpsClientsPerDevice = 48;  // Volta+ MPS limit
 inline constexpr int kMaxMemoryLimits = 32;         // r615 cgroup memory limits per device
 inline constexpr int kCgroupPathBytes = 256;        // full sysfs cgroup path, NUL-terminated
+inline constexpr int kMaxGpuInstances = 8;          // MIG: a GPU has 8 memory slices
+inline constexpr int kMaxComputeInstances = 8;      // per GPU instance (at most 7 compute slices)
 
 // ---- configuration (immutable after creation) ----
 
@@ -110,7 +113,7 @@ struct DeviceInfo {  // immutable
   uint32_t power_busy_mw;  // at 100% utilization, before the limit caps it
   uint32_t temperature_c;
   uint32_t memory_bus_width;
-  uint32_t mig_enabled;  // MIG mode reported by NVML (config "mig"); no instances are modelled
+  uint32_t mig_enabled;  // MIG mode at creation (config "mig"); DeviceState::mig_mode is live
   uint64_t total_bytes;
 };
 
@@ -131,6 +134,27 @@ struct MemoryLimitRecord {
   char cgroup[kCgroupPathBytes];  // full sysfs path, e.g. "/sys/fs/cgroup/tenants/a"
   uint64_t soft_bytes;            // recorded and reported only (see docs/sim.md)
   uint64_t hard_bytes;            // allocations beyond fail with out-of-memory
+};
+
+// MIG instances (mig_state.h). A record is in use iff `used` != 0. The
+// placements are in the units of NVML's: a GPU instance's memory slices of
+// the GPU's eight, a compute instance's compute slices of its GPU instance's.
+struct MigComputeInstanceRecord {
+  uint32_t used;
+  uint32_t id;       // within its GPU instance (nvmlComputeInstanceInfo_t::id)
+  uint32_t profile;  // NVML_COMPUTE_INSTANCE_PROFILE_* index
+  uint32_t start, size;
+  uint32_t pad;
+  char uuid[48];  // "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+};
+
+struct MigGpuInstanceRecord {
+  uint32_t used;
+  uint32_t id;       // nvmlGpuInstanceInfo_t::id
+  uint32_t profile;  // NVML_GPU_INSTANCE_PROFILE_* index (MigProfileIndex)
+  uint32_t start, size;
+  uint32_t pad;
+  MigComputeInstanceRecord compute[kMaxComputeInstances];
 };
 
 struct DeviceState {
@@ -175,6 +199,13 @@ struct DeviceState {
   UtilWindow windows[kUtilWindows];
 
   MemoryLimitRecord memory_limits[kMaxMemoryLimits];  // r615 driver only
+
+  // MIG (mig_state.h): the mode and the mode after the next activation
+  // (NVML_DEVICE_MIG_ENABLE 1 or _DISABLE 0), and the instances.
+  uint32_t mig_mode;
+  uint32_t mig_pending_mode;
+  uint64_t mig_created;  // compute instances ever created: each one's UUID is new
+  MigGpuInstanceRecord gpu_instances[kMaxGpuInstances];
 };
 
 // ---- processes ----
