@@ -36,6 +36,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -47,6 +48,7 @@
 #include "common/process.h"
 #include "nvml_abi/nvml.h"
 #include "sim/core/memory_limits.h"
+#include "sim/core/mig_state.h"
 #include "sim/core/nvml_faults.h"
 #include "sim/core/sim_gpu.h"
 #include "sim/core/xid_log.h"
@@ -59,6 +61,19 @@
 // the library for its whole life, so handles stay valid across shutdown/init.
 struct nvmlDevice_st {
   int index;
+};
+
+// MIG handles: one object per GPU-instance and compute-instance record of
+// every device (sim/core/state.h), and one MIG device handle per compute
+// instance record; a handle is valid while its record is in use.
+struct nvmlGpuInstance_st {
+  int device;
+  int slot;  // in DeviceState::gpu_instances
+};
+struct nvmlComputeInstance_st {
+  int device;
+  int gi;    // in DeviceState::gpu_instances
+  int slot;  // in that record's compute
 };
 
 // An event set (nvmlEventSetCreate): per registered device, the event types
@@ -108,11 +123,23 @@ struct Library {
   // guarded by mu; set with gpu: the faults to inject (docs/sim-nvml.md "NVML faults")
   std::unique_ptr<NvmlFaultInjector> faults;
   nvmlDevice_st devices[kMaxDevices];
+  nvmlGpuInstance_st gpu_instances[kMaxDevices][kMaxGpuInstances];
+  nvmlComputeInstance_st compute_instances[kMaxDevices][kMaxGpuInstances][kMaxComputeInstances];
+  nvmlDevice_st mig_devices[kMaxDevices][kMaxGpuInstances][kMaxComputeInstances];
   std::mutex sets_mu;
   std::set<nvmlEventSet_t> sets;  // guarded by sets_mu: the live event sets
 
   Library() {
-    for (int i = 0; i < kMaxDevices; ++i) devices[i].index = i;
+    for (int i = 0; i < kMaxDevices; ++i) {
+      devices[i].index = i;
+      for (int g = 0; g < kMaxGpuInstances; ++g) {
+        gpu_instances[i][g] = {i, g};
+        for (int c = 0; c < kMaxComputeInstances; ++c) {
+          compute_instances[i][g][c] = {i, g, c};
+          mig_devices[i][g][c].index = -1;  // not a GPU: DeviceIndex() refuses it
+        }
+      }
+    }
   }
 };
 
@@ -499,7 +526,7 @@ MemoryView OwnMemoryView(const SimState& s, int index) {
 // nodes without cgroup v2 are NVML_ERROR_NOT_SUPPORTED.
 nvmlReturn_t MemoryLimitsAvailable(const SimState& s, const DeviceState& d) {
   if (!HasCgroupMemoryLimits(s.params.driver_version)) return NVML_ERROR_FUNCTION_NOT_FOUND;
-  if (d.info.mig_enabled != 0) return NVML_ERROR_NOT_SUPPORTED;
+  if (d.mig_mode == gpuslice::sim::kMigEnabled) return NVML_ERROR_NOT_SUPPORTED;
   if (!IsCgroupV2Root(CgroupRoot())) return NVML_ERROR_NOT_SUPPORTED;
   return NVML_SUCCESS;
 }
@@ -612,6 +639,169 @@ nvmlReturn_t EventSetWait(nvmlEventSet_t set, nvmlEventData_t* data, unsigned in
   }
 }
 
+// ---- MIG handles (see nvmlGpuInstance_st) ----
+
+// The index of `p` in the array of `n` objects at `base`, or -1 (compared
+// as integers: an arbitrary pointer must not be dereferenced).
+template <typename T>
+int IndexIn(const T* p, const T* base, size_t n) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  const auto first = reinterpret_cast<uintptr_t>(base);
+  if (at < first || (at - first) % sizeof(T) != 0) return -1;
+  const uintptr_t index = (at - first) / sizeof(T);
+  return index < n ? static_cast<int>(index) : -1;
+}
+
+// How many handles of each MIG kind the library has.
+constexpr size_t kGpuInstanceHandles = size_t{kMaxDevices} * kMaxGpuInstances;
+constexpr size_t kComputeInstanceHandles = kGpuInstanceHandles * kMaxComputeInstances;
+
+// A GPU instance, compute instance or MIG device: the records it names.
+struct MigRef {
+  int device = -1;
+  MigGpuInstanceRecord* gi = nullptr;
+  MigComputeInstanceRecord* ci = nullptr;  // not for a GPU instance
+};
+
+// The record a GPU-instance handle names while it is in use.
+std::optional<MigRef> GpuInstanceOf(SimState& s, nvmlGpuInstance_t handle) {
+  const int flat = IndexIn(handle, &Lib().gpu_instances[0][0], kGpuInstanceHandles);
+  if (flat < 0 || flat / kMaxGpuInstances >= static_cast<int>(s.device_count)) return std::nullopt;
+  MigGpuInstanceRecord& gi =
+      s.devices[flat / kMaxGpuInstances].gpu_instances[flat % kMaxGpuInstances];
+  if (gi.used == 0) return std::nullopt;
+  return MigRef{flat / kMaxGpuInstances, &gi, nullptr};
+}
+
+// The records a compute-instance or MIG-device handle (`flat`: its index in
+// the [device][gi][ci] arrays) names while they are in use.
+std::optional<MigRef> ComputeInstanceAt(SimState& s, int flat) {
+  constexpr int kPerDevice = kMaxGpuInstances * kMaxComputeInstances;
+  if (flat < 0 || flat / kPerDevice >= static_cast<int>(s.device_count)) return std::nullopt;
+  DeviceState& d = s.devices[flat / kPerDevice];
+  MigGpuInstanceRecord& gi = d.gpu_instances[flat % kPerDevice / kMaxComputeInstances];
+  MigComputeInstanceRecord& ci = gi.compute[flat % kMaxComputeInstances];
+  if (gi.used == 0 || ci.used == 0) return std::nullopt;
+  return MigRef{flat / kPerDevice, &gi, &ci};
+}
+std::optional<MigRef> ComputeInstanceOf(SimState& s, nvmlComputeInstance_t handle) {
+  return ComputeInstanceAt(
+      s, IndexIn(handle, &Lib().compute_instances[0][0][0], kComputeInstanceHandles));
+}
+std::optional<MigRef> MigDeviceOf(SimState& s, nvmlDevice_t handle) {
+  return ComputeInstanceAt(s,
+                           IndexIn(handle, &Lib().mig_devices[0][0][0], kComputeInstanceHandles));
+}
+
+// Whether `handle` is one of the MIG device handles (live or not).
+bool IsMigHandle(nvmlDevice_t handle) {
+  return IndexIn(handle, &Lib().mig_devices[0][0][0], kComputeInstanceHandles) >= 0;
+}
+
+// The handles of a GPU instance's or compute instance's record.
+nvmlGpuInstance_t GpuInstanceHandle(const DeviceState& d, int dev, const MigGpuInstanceRecord* gi) {
+  return &Lib().gpu_instances[dev][gi - d.gpu_instances];
+}
+nvmlComputeInstance_t ComputeInstanceHandle(const DeviceState& d, int dev, const MigRef& ref) {
+  return &Lib().compute_instances[dev][ref.gi - d.gpu_instances][ref.ci - ref.gi->compute];
+}
+nvmlDevice_t MigDeviceHandle(const DeviceState& d, int dev, const MigRef& ref) {
+  return &Lib().mig_devices[dev][ref.gi - d.gpu_instances][ref.ci - ref.gi->compute];
+}
+
+// Runs f(SimState&, DeviceState&, MigRef) for a live handle of kind `of`.
+template <typename Handle, typename Of, typename F>
+nvmlReturn_t WithMig(Handle handle, Of&& of, F&& f) {
+  return WithSim([&](SimState& s) -> nvmlReturn_t {
+    const std::optional<MigRef> ref = of(s, handle);
+    if (!ref) return NVML_ERROR_INVALID_ARGUMENT;
+    return f(s, s.devices[ref->device], *ref);
+  });
+}
+
+// A device's MIG geometry, NOT_SUPPORTED unless it is in MIG mode.
+nvmlReturn_t MigGeometry(const DeviceState& d, const gpuslice::sim::MigGeometry** out) {
+  *out = gpuslice::sim::GeometryOf(d);
+  if (*out == nullptr || d.mig_mode != gpuslice::sim::kMigEnabled) return NVML_ERROR_NOT_SUPPORTED;
+  return NVML_SUCCESS;
+}
+
+// The GPU-instance profile of the id the create calls take.
+const gpuslice::sim::MigProfile* ProfileById(const gpuslice::sim::MigGeometry& g, unsigned id) {
+  return g.FindById(id);
+}
+
+template <typename Info>
+void FillProfileInfo(const DeviceState& d, const gpuslice::sim::MigProfile& p, Info* info) {
+  info->id = p.id;
+  info->isP2pSupported = 0;
+  info->sliceCount = p.compute_slices;
+  info->instanceCount = p.instance_count;
+  info->multiprocessorCount = p.sm_count;
+  info->copyEngineCount = p.copy_engines;
+  info->decoderCount = p.decoders;
+  info->encoderCount = 0;
+  info->jpegCount = p.jpegs;
+  info->ofaCount = p.ofas;
+  info->memorySizeMB = gpuslice::sim::MigMemoryBytes(p, d.info.total_bytes) >> 20;
+}
+
+// Copies up to *count of `all` to `out` (a null `out` asks for the count).
+template <typename T>
+nvmlReturn_t CopyList(const std::vector<T>& all, T* out, unsigned int* count) {
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (out == nullptr) {
+    *count = static_cast<unsigned>(all.size());
+    return NVML_SUCCESS;
+  }
+  if (*count < all.size()) {
+    *count = static_cast<unsigned>(all.size());
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  std::copy(all.begin(), all.end(), out);
+  *count = static_cast<unsigned>(all.size());
+  return NVML_SUCCESS;
+}
+
+// A created instance's failure as NVML says it.
+nvmlReturn_t CreateError(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kResourceExhausted:
+      return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    case StatusCode::kInvalidArgument:
+      return NVML_ERROR_INVALID_ARGUMENT;
+    case StatusCode::kNotFound:
+      return NVML_ERROR_NOT_FOUND;
+    case StatusCode::kFailedPrecondition:
+      return NVML_ERROR_NOT_SUPPORTED;
+    default:
+      return NVML_ERROR_UNKNOWN;
+  }
+}
+
+nvmlReturn_t CreateGpuInstance(nvmlDevice_t device, unsigned int profile_id,
+                               const nvmlGpuInstancePlacement_t* placement, nvmlGpuInstance_t* out,
+                               const char* fn) {
+  return WithDevice(
+      device,
+      [&](SimState&, DeviceState& d, int dev) -> nvmlReturn_t {
+        if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        const gpuslice::sim::MigGeometry* g = nullptr;
+        if (nvmlReturn_t rc = MigGeometry(d, &g); rc != NVML_SUCCESS) return rc;
+        const gpuslice::sim::MigProfile* p = ProfileById(*g, profile_id);
+        if (p == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (!CallerIsRoot()) return NVML_ERROR_NO_PERMISSION;
+        std::optional<gpuslice::sim::MigPlacement> at;
+        if (placement != nullptr)
+          at = gpuslice::sim::MigPlacement{placement->start, placement->size};
+        auto slot = gpuslice::sim::CreateGpuInstance(d, p->index, at);
+        if (!slot.ok()) return CreateError(slot.status());
+        *out = &Lib().gpu_instances[dev][*slot];
+        return NVML_SUCCESS;
+      },
+      fn);
+}
+
 }  // namespace
 }  // namespace gpuslice::sim::nvml
 
@@ -707,12 +897,26 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* id, nvmlDe
 }
 
 GS_NVML_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
+  if (ns::IsMigHandle(device)) {  // "<GPU> MIG 1g.10gb"
+    return ns::WithMig(
+        device, ns::MigDeviceOf, [&](SimState&, DeviceState& d, const ns::MigRef& ref) {
+          const std::string mig_name = std::string(d.info.name) + " MIG " +
+                                       gpuslice::sim::MigDeviceProfileName(d, *ref.gi, *ref.ci);
+          return ns::CopyString(mig_name.c_str(), name, length);
+        });
+  }
   return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
     return ns::CopyString(d.info.name, name, length);
   });
 }
 
 GS_NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
+  if (ns::IsMigHandle(device)) {
+    return ns::WithMig(device, ns::MigDeviceOf,
+                       [&](SimState&, DeviceState&, const ns::MigRef& ref) {
+                         return ns::CopyString(ref.ci->uuid, uuid, length);
+                       });
+  }
   return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
     return ns::CopyString(d.info.uuid, uuid, length);
   });
@@ -758,6 +962,16 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device,
 // ---- memory and utilization ----
 
 GS_NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  if (ns::IsMigHandle(device)) {  // the instance's memory (no context is in one yet)
+    return ns::WithMig(device, ns::MigDeviceOf,
+                       [&](SimState&, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
+                         if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+                         memory->total = memory->free =
+                             gpuslice::sim::MigDeviceMemoryBytes(d, *ref.gi);
+                         memory->used = 0;
+                         return NVML_SUCCESS;
+                       });
+  }
   return ns::WithDevice(device, [&](SimState& s, DeviceState&, int index) {
     if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     // Inside a cgroup with a driver memory limit: the limit's view.
@@ -1112,8 +1326,28 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int*
                                               unsigned int* pending) {
   return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) {
     if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    *current = *pending =
-        d.info.mig_enabled != 0 ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    *current =
+        d.mig_mode == gpuslice::sim::kMigEnabled ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    *pending = d.mig_pending_mode == gpuslice::sim::kMigEnabled ? NVML_DEVICE_MIG_ENABLE
+                                                                : NVML_DEVICE_MIG_DISABLE;
+    return NVML_SUCCESS;
+  });
+}
+
+// NVIDIA: the call sets the pending mode; the activation status says whether
+// it took effect (NVML_SUCCESS) or not, e.g. NVML_ERROR_IN_USE on a GPU that
+// is not idle (sim/core/mig_state.h).
+GS_NVML_API nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
+                                              nvmlReturn_t* activation_status) {
+  return ns::WithDevice(device, [&](SimState& s, DeviceState& d, int index) -> nvmlReturn_t {
+    if (activation_status == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (mode != NVML_DEVICE_MIG_DISABLE && mode != NVML_DEVICE_MIG_ENABLE) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (gpuslice::sim::GeometryOf(d) == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+    if (!ns::CallerIsRoot()) return NVML_ERROR_NO_PERMISSION;
+    const gpuslice::Status st = gpuslice::sim::SetMigMode(s, index, mode);
+    *activation_status = st.ok() ? NVML_SUCCESS : NVML_ERROR_IN_USE;
     return NVML_SUCCESS;
   });
 }
@@ -1164,4 +1398,325 @@ GS_NVML_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned 
 GS_NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data,
                                              unsigned int timeoutms) {
   return ns::EventSetWait(set, data, timeoutms);
+}
+
+// ---- MIG (sim/core/mig_state.h; docs/sim.md "MIG mode and instances") ----
+
+namespace mig = gpuslice::sim;
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device,
+                                                             unsigned int profile,
+                                                             nvmlGpuInstanceProfileInfo_t* info) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) -> nvmlReturn_t {
+    if (info == nullptr || profile >= NVML_GPU_INSTANCE_PROFILE_COUNT) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    const mig::MigGeometry* g = nullptr;
+    if (nvmlReturn_t rc = ns::MigGeometry(d, &g); rc != NVML_SUCCESS) return rc;
+    const mig::MigProfile* p = g->FindByIndex(profile);
+    if (p == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+    ns::FillProfileInfo(d, *p, info);
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(
+    nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_v2_t* info) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) -> nvmlReturn_t {
+    if (info == nullptr || profile >= NVML_GPU_INSTANCE_PROFILE_COUNT) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (info->version != nvmlGpuInstanceProfileInfo_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    const mig::MigGeometry* g = nullptr;
+    if (nvmlReturn_t rc = ns::MigGeometry(d, &g); rc != NVML_SUCCESS) return rc;
+    const mig::MigProfile* p = g->FindByIndex(profile);
+    if (p == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+    ns::FillProfileInfo(d, *p, info);
+    snprintf(info->name, sizeof info->name, "MIG %.*s", static_cast<int>(p->name.size()),
+             p->name.data());
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+    nvmlDevice_t device, unsigned int profile_id, nvmlGpuInstancePlacement_t* placements,
+    unsigned int* count) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) -> nvmlReturn_t {
+    const mig::MigGeometry* g = nullptr;
+    if (nvmlReturn_t rc = ns::MigGeometry(d, &g); rc != NVML_SUCCESS) return rc;
+    const mig::MigProfile* p = ns::ProfileById(*g, profile_id);
+    if (p == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    std::vector<nvmlGpuInstancePlacement_t> all;
+    for (const mig::MigPlacement& at : mig::PossiblePlacements(*p))
+      all.push_back({at.start, at.size});
+    return ns::CopyList(all, placements, count);
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device,
+                                                                   unsigned int profile_id,
+                                                                   unsigned int* count) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) -> nvmlReturn_t {
+    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const mig::MigGeometry* g = nullptr;
+    if (nvmlReturn_t rc = ns::MigGeometry(d, &g); rc != NVML_SUCCESS) return rc;
+    const mig::MigProfile* p = ns::ProfileById(*g, profile_id);
+    if (p == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = mig::RemainingCapacity(*p, mig::GpuInstanceUses(d));
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profile_id,
+                                                     nvmlGpuInstance_t* gpu_instance) {
+  return ns::CreateGpuInstance(device, profile_id, nullptr, gpu_instance, __func__);
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(
+    nvmlDevice_t device, unsigned int profile_id, const nvmlGpuInstancePlacement_t* placement,
+    nvmlGpuInstance_t* gpu_instance) {
+  if (placement == nullptr) {
+    return ns::WithSim([](SimState&) { return NVML_ERROR_INVALID_ARGUMENT; });
+  }
+  return ns::CreateGpuInstance(device, profile_id, placement, gpu_instance, __func__);
+}
+
+GS_NVML_API nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpu_instance) {
+  return ns::WithMig(gpu_instance, ns::GpuInstanceOf,
+                     [&](SimState&, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
+                       if (!ns::CallerIsRoot()) return NVML_ERROR_NO_PERMISSION;
+                       const gpuslice::Status st = mig::DestroyGpuInstance(d, ref.gi->id);
+                       return st.ok() ? NVML_SUCCESS : NVML_ERROR_IN_USE;
+                     });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profile_id,
+                                                   nvmlGpuInstance_t* gpu_instances,
+                                                   unsigned int* count) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int dev) -> nvmlReturn_t {
+    const mig::MigGeometry* g = nullptr;
+    if (nvmlReturn_t rc = ns::MigGeometry(d, &g); rc != NVML_SUCCESS) return rc;
+    const mig::MigProfile* p = ns::ProfileById(*g, profile_id);
+    if (p == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    std::vector<nvmlGpuInstance_t> all;
+    for (const mig::MigGpuInstanceRecord& gi : d.gpu_instances) {
+      if (gi.used != 0 && gi.profile == p->index) all.push_back(ns::GpuInstanceHandle(d, dev, &gi));
+    }
+    return ns::CopyList(all, gpu_instances, count);
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                                      nvmlGpuInstance_t* gpu_instance) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int dev) -> nvmlReturn_t {
+    if (gpu_instance == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const mig::MigGeometry* g = nullptr;
+    if (nvmlReturn_t rc = ns::MigGeometry(d, &g); rc != NVML_SUCCESS) return rc;
+    const mig::MigGpuInstanceRecord* gi = mig::FindGpuInstance(d, id);
+    if (gi == nullptr) return NVML_ERROR_NOT_FOUND;
+    *gpu_instance = ns::GpuInstanceHandle(d, dev, gi);
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpu_instance,
+                                                nvmlGpuInstanceInfo_t* info) {
+  return ns::WithMig(gpu_instance, ns::GpuInstanceOf,
+                     [&](SimState&, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
+                       if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+                       info->device = &ns::Lib().devices[ref.device];
+                       info->id = ref.gi->id;
+                       info->profileId = mig::GeometryOf(d)->FindByIndex(ref.gi->profile)->id;
+                       info->placement = {ref.gi->start, ref.gi->size};
+                       return NVML_SUCCESS;
+                     });
+}
+
+GS_NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    nvmlGpuInstance_t gpu_instance, unsigned int profile, unsigned int eng_profile,
+    nvmlComputeInstanceProfileInfo_t* info) {
+  return ns::WithMig(
+      gpu_instance, ns::GpuInstanceOf,
+      [&](SimState&, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
+        if (info == nullptr || profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT ||
+            eng_profile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED) {
+          return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        const mig::MigProfile& gi = *mig::GeometryOf(d)->FindByIndex(ref.gi->profile);
+        const uint32_t slices = mig::MigComputeSlices(profile);
+        if (slices == 0 || slices > gi.compute_slices) return NVML_ERROR_NOT_SUPPORTED;
+        *info = {};
+        info->id = profile;
+        info->sliceCount = slices;
+        info->instanceCount =
+            static_cast<unsigned>(mig::ComputePlacementStarts(slices, gi.compute_slices).size());
+        info->multiprocessorCount = gi.sm_count * slices / gi.compute_slices;
+        info->sharedCopyEngineCount = gi.copy_engines;
+        info->sharedDecoderCount = gi.decoders;
+        info->sharedJpegCount = gi.jpegs;
+        info->sharedOfaCount = gi.ofas;
+        return NVML_SUCCESS;
+      });
+}
+
+GS_NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
+    nvmlGpuInstance_t gpu_instance, unsigned int profile_id, unsigned int* count) {
+  return ns::WithMig(
+      gpu_instance, ns::GpuInstanceOf,
+      [&](SimState&, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
+        if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        const mig::MigProfile& gi = *mig::GeometryOf(d)->FindByIndex(ref.gi->profile);
+        const uint32_t slices = mig::MigComputeSlices(profile_id);
+        if (slices == 0 || slices > gi.compute_slices) return NVML_ERROR_INVALID_ARGUMENT;
+        uint32_t taken = 0;
+        for (const mig::MigComputeInstanceRecord& c : ref.gi->compute) {
+          if (c.used != 0) taken |= ((1u << c.size) - 1) << c.start;
+        }
+        unsigned free = 0;
+        for (uint32_t start : mig::ComputePlacementStarts(slices, gi.compute_slices)) {
+          const uint32_t bits = ((1u << slices) - 1) << start;
+          if ((taken & bits) == 0) {
+            taken |= bits;
+            ++free;
+          }
+        }
+        *count = free;
+        return NVML_SUCCESS;
+      });
+}
+
+GS_NVML_API nvmlReturn_t
+nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpu_instance, unsigned int profile_id,
+                                     nvmlComputeInstance_t* compute_instance) {
+  return ns::WithMig(gpu_instance, ns::GpuInstanceOf,
+                     [&](SimState&, DeviceState& d, ns::MigRef ref) -> nvmlReturn_t {
+                       if (compute_instance == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+                       if (!ns::CallerIsRoot()) return NVML_ERROR_NO_PERMISSION;
+                       auto slot = mig::CreateComputeInstance(d, ref.gi->id, profile_id);
+                       if (!slot.ok()) return ns::CreateError(slot.status());
+                       ref.ci = &ref.gi->compute[*slot];
+                       *compute_instance = ns::ComputeInstanceHandle(d, ref.device, ref);
+                       return NVML_SUCCESS;
+                     });
+}
+
+GS_NVML_API nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t compute_instance) {
+  return ns::WithMig(compute_instance, ns::ComputeInstanceOf,
+                     [&](SimState&, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
+                       if (!ns::CallerIsRoot()) return NVML_ERROR_NO_PERMISSION;
+                       const gpuslice::Status st =
+                           mig::DestroyComputeInstance(d, ref.gi->id, ref.ci->id);
+                       return st.ok() ? NVML_SUCCESS : NVML_ERROR_IN_USE;
+                     });
+}
+
+GS_NVML_API nvmlReturn_t
+nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpu_instance, unsigned int profile_id,
+                                   nvmlComputeInstance_t* compute_instances, unsigned int* count) {
+  return ns::WithMig(gpu_instance, ns::GpuInstanceOf,
+                     [&](SimState&, DeviceState& d, ns::MigRef ref) -> nvmlReturn_t {
+                       if (mig::MigComputeSlices(profile_id) == 0)
+                         return NVML_ERROR_INVALID_ARGUMENT;
+                       std::vector<nvmlComputeInstance_t> all;
+                       for (mig::MigComputeInstanceRecord& c : ref.gi->compute) {
+                         if (c.used == 0 || c.profile != profile_id) continue;
+                         ref.ci = &c;
+                         all.push_back(ns::ComputeInstanceHandle(d, ref.device, ref));
+                       }
+                       return ns::CopyList(all, compute_instances, count);
+                     });
+}
+
+GS_NVML_API nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t compute_instance,
+                                                       nvmlComputeInstanceInfo_t* info) {
+  return ns::WithMig(compute_instance, ns::ComputeInstanceOf,
+                     [&](SimState&, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
+                       if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+                       info->device = &ns::Lib().devices[ref.device];
+                       info->gpuInstance = ns::GpuInstanceHandle(d, ref.device, ref.gi);
+                       info->id = ref.ci->id;
+                       info->profileId = ref.ci->profile;
+                       info->placement = {ref.ci->start, ref.ci->size};
+                       return NVML_SUCCESS;
+                     });
+}
+
+GS_NVML_API nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t compute_instance,
+                                                    nvmlComputeInstanceInfo_t* info) {
+  return nvmlComputeInstanceGetInfo_v2(compute_instance, info);
+}
+
+// MIG devices: a GPU in MIG mode lists one per compute instance, in record
+// order (NVIDIA's order is not documented); a MIG handle answers the calls
+// below and nvmlDeviceGetUUID, nvmlDeviceGetName and
+// nvmlDeviceGetMemoryInfo(_v2).
+
+GS_NVML_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device,
+                                                     unsigned int* is_mig_device) {
+  return ns::WithSim([&](SimState& s) -> nvmlReturn_t {
+    if (is_mig_device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (ns::MigDeviceOf(s, device)) {
+      *is_mig_device = 1;
+      return NVML_SUCCESS;
+    }
+    if (ns::DeviceIndex(device, s.device_count) < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    *is_mig_device = 0;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int* id) {
+  return ns::WithMig(device, ns::MigDeviceOf,
+                     [&](SimState&, DeviceState&, const ns::MigRef& ref) -> nvmlReturn_t {
+                       if (id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+                       *id = ref.gi->id;
+                       return NVML_SUCCESS;
+                     });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int* id) {
+  return ns::WithMig(device, ns::MigDeviceOf,
+                     [&](SimState&, DeviceState&, const ns::MigRef& ref) -> nvmlReturn_t {
+                       if (id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+                       *id = ref.ci->id;
+                       return NVML_SUCCESS;
+                     });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int* count) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) -> nvmlReturn_t {
+    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = mig::GeometryOf(d) != nullptr ? mig::kMigComputeSlices : 0;
+    return NVML_SUCCESS;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
+                                                             unsigned int index,
+                                                             nvmlDevice_t* mig_device) {
+  return ns::WithDevice(device, [&](SimState&, DeviceState& d, int dev) -> nvmlReturn_t {
+    if (mig_device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    const mig::MigGeometry* g = nullptr;
+    if (nvmlReturn_t rc = ns::MigGeometry(d, &g); rc != NVML_SUCCESS) return rc;
+    unsigned seen = 0;
+    for (mig::MigGpuInstanceRecord& gi : d.gpu_instances) {
+      if (gi.used == 0) continue;
+      for (mig::MigComputeInstanceRecord& ci : gi.compute) {
+        if (ci.used == 0 || seen++ != index) continue;
+        *mig_device = ns::MigDeviceHandle(d, dev, ns::MigRef{dev, &gi, &ci});
+        return NVML_SUCCESS;
+      }
+    }
+    return NVML_ERROR_NOT_FOUND;
+  });
+}
+
+GS_NVML_API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig_device,
+                                                                      nvmlDevice_t* device) {
+  return ns::WithMig(mig_device, ns::MigDeviceOf,
+                     [&](SimState&, DeviceState&, const ns::MigRef& ref) -> nvmlReturn_t {
+                       if (device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+                       *device = &ns::Lib().devices[ref.device];
+                       return NVML_SUCCESS;
+                     });
 }

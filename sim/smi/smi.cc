@@ -10,13 +10,11 @@
 #include <string_view>
 
 #include "common/quantity.h"
+#include "sim/smi/smi_mig.h"
+#include "sim/smi/smi_text.h"
 
 namespace gpuslice::smi {
-namespace {
 
-constexpr unsigned long long kMiB = 1ull << 20;
-
-std::string Format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string Format(const char* fmt, ...) {
   char buf[512];
   va_list ap;
@@ -49,15 +47,25 @@ SmiResult Fail(int code, std::string message) {
   return r;
 }
 
-constexpr char kBadCombination[] =
-    "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n";
+int ExitCodeFor(nvmlReturn_t r) {
+  switch (r) {
+    case NVML_ERROR_NO_PERMISSION:
+      return kExitNoPermission;
+    case NVML_ERROR_NOT_SUPPORTED:
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return kExitNotSupported;
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return kExitInvalidArgument;
+    default:
+      return kExitQueryFailed;
+  }
+}
+
+namespace {
+
+constexpr unsigned long long kMiB = 1ull << 20;
 
 // ---- one device's view ----
-
-struct Gpu {
-  unsigned int index = 0;
-  nvmlDevice_t handle = nullptr;
-};
 
 // A value in a query column: text plus the unit appended unless nounits.
 struct Value {
@@ -320,6 +328,13 @@ const std::vector<GpuField>& GpuFields() {
          nvmlReturn_t r = c.nvml.Call(&NvmlApi::nvmlDeviceGetMigMode, g.handle, &cur, &pending);
          return Checked(r, c.nvml, cur == NVML_DEVICE_MIG_ENABLE ? "Enabled" : "Disabled", false);
        }},
+      {"mig.mode.pending", nullptr, nullptr, nullptr,
+       [](const Context& c, const Gpu& g) {
+         unsigned int cur = 0, pending = 0;
+         nvmlReturn_t r = c.nvml.Call(&NvmlApi::nvmlDeviceGetMigMode, g.handle, &cur, &pending);
+         return Checked(r, c.nvml, pending == NVML_DEVICE_MIG_ENABLE ? "Enabled" : "Disabled",
+                        false);
+       }},
   };
   return *fields;
 }
@@ -512,6 +527,7 @@ SmiResult ListGpus(const NvmlApi& nvml, const std::vector<Gpu>& gpus) {
                                            nvml.ErrorString(r1 != NVML_SUCCESS ? r1 : r2)));
     }
     res.out += Format("GPU %u: %s (UUID: %s)\n", g.index, name.c_str(), uuid.c_str());
+    res.out += MigDeviceLines(nvml, g);  // a GPU in MIG mode: its MIG devices
   }
   return res;
 }
@@ -766,6 +782,11 @@ std::string SmiHelp() {
          "    -i,   --id=                 Target a specific GPU (index, UUID or PCI bus id;\n"
          "                                a comma-separated list selects several).\n"
          "\n"
+         "  DEVICE MODIFICATION OPTIONS:\n"
+         "\n"
+         "    -mig, --multi-instance-gpu= Enable (1) or disable (0) MIG mode (root; the GPU\n"
+         "                                must be idle, else the change stays pending).\n"
+         "\n"
          "  SELECTIVE QUERY OPTIONS:\n"
          "\n"
          "    --query-gpu=                Information about GPU.\n"
@@ -783,7 +804,8 @@ std::string SmiHelp() {
          "  memory.used, memory.free, utilization.gpu, utilization.memory, temperature.gpu,\n"
          "  power.draw, power.limit, enforced.power.limit, power.default_limit,\n"
          "  power.min_limit, power.max_limit, clocks.gr, clocks.sm, clocks.mem,\n"
-         "  clocks.max.gr, clocks.max.sm, clocks.max.mem, mig.mode.current, timestamp.\n";
+         "  clocks.max.gr, clocks.max.sm, clocks.max.mem, mig.mode.current, mig.mode.pending,\n"
+         "  timestamp.\n";
 }
 
 namespace {
@@ -854,21 +876,46 @@ bool ParseMemoryLimitsArgs(const std::vector<std::string>& args, SmiOptions* o, 
   return true;
 }
 
-int ExitCodeFor(nvmlReturn_t r) {
-  switch (r) {
-    case NVML_ERROR_NO_PERMISSION:
-      return kExitNoPermission;
-    case NVML_ERROR_NOT_SUPPORTED:
-    case NVML_ERROR_FUNCTION_NOT_FOUND:
-      return kExitNotSupported;
-    case NVML_ERROR_INVALID_ARGUMENT:
-      return kExitInvalidArgument;
-    default:
-      return kExitQueryFailed;
+std::string MiB(unsigned long long bytes) { return Format("%llu MiB", bytes >> 20); }
+
+std::string BusId(const NvmlApi& nvml, const Gpu& g) {
+  nvmlPciInfo_t pci;
+  memset(&pci, 0, sizeof pci);
+  if (nvml.Call(&NvmlApi::nvmlDeviceGetPciInfo_v3, g.handle, &pci) != NVML_SUCCESS) {
+    return std::to_string(g.index);
   }
+  return pci.busId;
 }
 
-std::string MiB(unsigned long long bytes) { return Format("%llu MiB", bytes >> 20); }
+// nvidia-smi -mig: each selected GPU's mode; a GPU in use keeps the change
+// pending (a warning, not a failure, as NVIDIA's tool does).
+SmiResult RunMigMode(const SmiOptions& o, const NvmlApi& nvml, const std::vector<Gpu>& gpus) {
+  SmiResult out;
+  const char* verb = o.mig_mode == 1 ? "enable" : "disable";
+  for (const Gpu& g : gpus) {
+    const std::string bus = BusId(nvml, g);
+    nvmlReturn_t activation = NVML_SUCCESS;
+    const nvmlReturn_t r = nvml.Call(&NvmlApi::nvmlDeviceSetMigMode, g.handle,
+                                     static_cast<unsigned int>(o.mig_mode), &activation);
+    if (r != NVML_SUCCESS) {
+      return Fail(ExitCodeFor(r), Format("Unable to %s MIG Mode for GPU %s: %s\n", verb,
+                                         bus.c_str(), nvml.ErrorString(r)));
+    }
+    if (activation == NVML_SUCCESS) {
+      out.out +=
+          Format("%s MIG Mode for GPU %s\n", o.mig_mode == 1 ? "Enabled" : "Disabled", bus.c_str());
+      continue;
+    }
+    out.out += Format("Warning: MIG mode is in pending %s state for GPU %s:%s\n", verb, bus.c_str(),
+                      nvml.ErrorString(activation));
+    out.out += Format(
+        "%s is in use by one or more processes; stop them and run the command "
+        "again to make the MIG mode change take effect.\n",
+        bus.c_str());
+  }
+  out.out += "All done.\n";
+  return out;
+}
 
 SmiResult RunMemoryLimits(const SmiOptions& o, const NvmlApi& nvml, const std::vector<Gpu>& gpus) {
   SmiResult out;
@@ -921,6 +968,7 @@ bool ParseSmiArgs(const std::vector<std::string>& args, SmiOptions* o, SmiResult
     return false;
   };
   if (!args.empty() && args[0] == "memory-limits") return ParseMemoryLimitsArgs(args, o, result);
+  if (!args.empty() && args[0] == "mig") return ParseMigArgs(args, o, result);
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     std::string value;
@@ -936,6 +984,13 @@ bool ParseSmiArgs(const std::vector<std::string>& args, SmiOptions* o, SmiResult
         if (id.empty()) return bad(kBadCombination);
         o->ids.push_back(std::move(id));
       }
+    } else if (OptionValue(args, &i, "-mig", &value, &missing) ||
+               OptionValue(args, &i, "--multi-instance-gpu", &value, &missing)) {
+      if (missing || (value != "0" && value != "1")) {
+        return bad("\"" + value + "\" is not a MIG mode: 0 (disable) or 1 (enable).\n" +
+                   std::string(kBadCombination));
+      }
+      o->mig_mode = value == "1" ? 1 : 0;
     } else if (OptionValue(args, &i, "--query-gpu", &value, &missing)) {
       if (missing || value.empty()) return bad(kBadCombination);
       o->query_gpu = value;
@@ -970,13 +1025,14 @@ bool ParseSmiArgs(const std::vector<std::string>& args, SmiOptions* o, SmiResult
                std::string(kBadCombination));
   }
   if (!query && o->format_given) return bad(kBadCombination);
+  if (o->mig_mode >= 0 && (query || o->list)) return bad(kBadCombination);
   return true;
 }
 
 SmiResult RunSmi(const SmiOptions& o, const NvmlApi& nvml) {
   if (o.help) {
     SmiResult r;
-    r.out = o.memory_limits ? MemoryLimitsHelp() : SmiHelp();
+    r.out = o.memory_limits ? MemoryLimitsHelp() : o.mig ? MigHelp() : SmiHelp();
     return r;
   }
   unsigned int count = 0;
@@ -989,6 +1045,11 @@ SmiResult RunSmi(const SmiOptions& o, const NvmlApi& nvml) {
   std::vector<Gpu> gpus;
   if (!SelectGpus(o, nvml, count, &gpus, &failed)) return failed;
   if (o.memory_limits) return RunMemoryLimits(o, nvml, gpus);
+  if (o.mig) return RunMig(o, nvml, gpus);
+  if (o.mig_mode >= 0) {
+    if (gpus.empty()) return Fail(kExitQueryFailed, "No devices were found\n");
+    return RunMigMode(o, nvml, gpus);
+  }
   if (!o.query_gpu.empty()) {
     // Field errors come first, even with no GPUs, as in the real tool.
     std::vector<const GpuField*> fields;

@@ -14,6 +14,11 @@
 //     CGROUP is the full sysfs path of a cgroup v2 directory; SIZE is bytes or
 //     a quantity such as 2GiB. Setting needs root (exit 4); a driver without
 //     the limits, a MIG device or a node without cgroup v2 exits 3.
+//   nvidia-smi -i ID -mig 0|1        sets the MIG mode (root; pending while in use)
+//   nvidia-smi mig [-i ID] -lgip | -lgipp | -lgi | -lci    MIG profiles, placements, instances
+//   nvidia-smi mig [-i ID] -cgi PROFILE[,PROFILE...] [-C]  creates GPU (and compute) instances
+//   nvidia-smi mig [-i ID] -dci [-gi IDS] [-ci IDS] | -dgi [-gi IDS]   destroys them
+//     (smi_mig.h); -L lists each GPU's MIG devices under it.
 //
 // Exit codes are the real tool's: 0 success, 2 invalid argument or field,
 // 6 no such device / query failed, 9 driver (NVML init) failure, 12 NVML
@@ -50,6 +55,13 @@ struct SmiOptions {
   std::string query_apps;
   bool format_given = false;
   bool csv = false, noheader = false, nounits = false;
+  int mig_mode = -1;  // -mig / --multi-instance-gpu: 0 or 1 sets the MIG mode
+  // mig subcommand (smi_mig.h)
+  bool mig = false;
+  std::string mig_action;  // "-lgip", "-lgipp", "-cgi", "-lgi", "-lci", "-dci", "-dgi"
+  std::vector<std::string> mig_profiles;  // -cgi: profile names or ids
+  bool mig_default_ci = false;            // -C: a compute instance in each created GPU instance
+  std::vector<unsigned> gi_ids, ci_ids;   // -gi / -ci: only these instances
   // memory-limits subcommand
   bool memory_limits = false;
   std::string cgroup;  // -c / --cgroup

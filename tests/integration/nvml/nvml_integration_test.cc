@@ -23,6 +23,8 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "nvml_abi/nvml.h"
+#include "sim/core/mig_state.h"
 #include "sim/core/sim_gpu.h"
 #include "sim/core/stats.h"
 
@@ -363,7 +366,7 @@ TEST_F(NvmlIntegrationTest, ExportsExactlyTheListedNames) {
 // (the stubs read no arguments: called here with none).
 TEST_F(NvmlIntegrationTest, EveryUnsupportedNameResolvesAndAnswersNotSupported) {
   const std::set<std::string> names = UnsupportedNames();
-  ASSERT_GT(names.size(), 300u);  // the real library exports ~400 names; ~70 are simulated
+  ASSERT_GT(names.size(), 250u);  // the real library exports ~400 names; ~100 are simulated
   for (const char* known : {"nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetBrand",
                             "nvmlUnitGetCount", "nvmlGpmSampleAlloc", "nvmlDeviceGetFanSpeed_v2"}) {
     EXPECT_TRUE(names.contains(known)) << known;
@@ -596,6 +599,157 @@ TEST_F(NvmlIntegrationTest, SettersAsRootChangeTheSharedState) {
   nvmlEnableState_t pers;
   ASSERT_EQ(n.nvmlDeviceGetPersistenceMode(dev_, &pers), NVML_SUCCESS);
   EXPECT_EQ(pers, NVML_FEATURE_ENABLED);
+}
+
+// MIG mode (sim/core/mig_state.h): the call sets the pending mode; on a GPU
+// a process uses, the activation status is IN_USE and the mode stays; once
+// the GPU is idle, a change applies at once.
+TEST_F(NvmlIntegrationTest, MigModeChangesOnlyOnAnIdleGpu) {
+  const Nvml& n = Lib();
+  nvmlReturn_t activation = NVML_ERROR_UNKNOWN;
+  EXPECT_EQ(n.nvmlDeviceSetMigMode(dev_, 2, &activation), NVML_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(n.nvmlDeviceSetMigMode(dev_, NVML_DEVICE_MIG_ENABLE, nullptr),
+            NVML_ERROR_INVALID_ARGUMENT);
+  setenv("GPUSLICE_SIM_AS_USER", "1", 1);
+  EXPECT_EQ(n.nvmlDeviceSetMigMode(dev_, NVML_DEVICE_MIG_ENABLE, &activation),
+            NVML_ERROR_NO_PERMISSION);
+  unsetenv("GPUSLICE_SIM_AS_USER");
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (the simulated setters are root-only)";
+  unsigned int current = 9, pending = 9;
+  ASSERT_EQ(n.nvmlDeviceGetMigMode(dev_, &current, &pending), NVML_SUCCESS);
+  EXPECT_EQ(current, static_cast<unsigned>(NVML_DEVICE_MIG_DISABLE));
+  EXPECT_EQ(pending, static_cast<unsigned>(NVML_DEVICE_MIG_DISABLE));
+
+  auto load = std::make_unique<LoadProcess>(1000, 1000, 0);
+  ASSERT_TRUE(load->WaitReady());
+  ASSERT_EQ(n.nvmlDeviceSetMigMode(dev_, NVML_DEVICE_MIG_ENABLE, &activation), NVML_SUCCESS);
+  EXPECT_EQ(activation, NVML_ERROR_IN_USE);
+  ASSERT_EQ(n.nvmlDeviceGetMigMode(dev_, &current, &pending), NVML_SUCCESS);
+  EXPECT_EQ(current, static_cast<unsigned>(NVML_DEVICE_MIG_DISABLE));
+  EXPECT_EQ(pending, static_cast<unsigned>(NVML_DEVICE_MIG_ENABLE));
+
+  load.reset();  // killed: the simulation reaps its context
+  EXPECT_TRUE(WaitFor([&] {
+    return n.nvmlDeviceSetMigMode(dev_, NVML_DEVICE_MIG_ENABLE, &activation) == NVML_SUCCESS &&
+           activation == NVML_SUCCESS;
+  }));
+  ASSERT_EQ(n.nvmlDeviceGetMigMode(dev_, &current, &pending), NVML_SUCCESS);
+  EXPECT_EQ(current, static_cast<unsigned>(NVML_DEVICE_MIG_ENABLE));
+  EXPECT_EQ(pending, static_cast<unsigned>(NVML_DEVICE_MIG_ENABLE));
+  truth_gpu_->WithState([](gpuslice::sim::SimState& s) {
+    EXPECT_EQ(s.devices[0].mig_mode, gpuslice::sim::kMigEnabled);
+    return 0;
+  });
+}
+
+// NVML's MIG management on the simulated H100 80GB, as nvidia-smi mig -cgi
+// 1g.10gb,3g.40gb -C drives it: GPU instances by profile id, a compute
+// instance in each, and a MIG device per compute instance.
+TEST_F(NvmlIntegrationTest, MigInstancesAndDevicesThroughNvml) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (the simulated setters are root-only)";
+  const Nvml& n = Lib();
+  nvmlGpuInstanceProfileInfo_t small{};
+  EXPECT_EQ(n.nvmlDeviceGetGpuInstanceProfileInfo(dev_, 0, &small), NVML_ERROR_NOT_SUPPORTED)
+      << "not in MIG mode";
+  nvmlReturn_t activation = NVML_ERROR_UNKNOWN;
+  ASSERT_EQ(n.nvmlDeviceSetMigMode(dev_, NVML_DEVICE_MIG_ENABLE, &activation), NVML_SUCCESS);
+  ASSERT_EQ(activation, NVML_SUCCESS);
+
+  ASSERT_EQ(n.nvmlDeviceGetGpuInstanceProfileInfo(dev_, 0, &small), NVML_SUCCESS);
+  EXPECT_EQ(small.id, 19u);
+  EXPECT_EQ(small.sliceCount, 1u);
+  EXPECT_EQ(small.instanceCount, 7u);
+  EXPECT_EQ(small.memorySizeMB, 10240u);
+  nvmlGpuInstanceProfileInfo_v2_t large{};
+  large.version = nvmlGpuInstanceProfileInfo_v2;
+  ASSERT_EQ(n.nvmlDeviceGetGpuInstanceProfileInfoV(dev_, 2, &large), NVML_SUCCESS);
+  EXPECT_EQ(large.id, 9u);
+  EXPECT_STREQ(large.name, "MIG 3g.40gb");
+  nvmlGpuInstancePlacement_t placements[8];
+  unsigned int count = 8;
+  ASSERT_EQ(n.nvmlDeviceGetGpuInstancePossiblePlacements_v2(dev_, 9, placements, &count),
+            NVML_SUCCESS);
+  ASSERT_EQ(count, 2u);
+  EXPECT_EQ(placements[1].start, 4u);
+  EXPECT_EQ(placements[1].size, 4u);
+
+  nvmlGpuInstance_t gi_small = nullptr, gi_large = nullptr;
+  ASSERT_EQ(n.nvmlDeviceCreateGpuInstance(dev_, 19, &gi_small), NVML_SUCCESS);
+  const nvmlGpuInstancePlacement_t at4{4, 4};
+  ASSERT_EQ(n.nvmlDeviceCreateGpuInstanceWithPlacement(dev_, 9, &at4, &gi_large), NVML_SUCCESS);
+  EXPECT_EQ(n.nvmlDeviceCreateGpuInstanceWithPlacement(dev_, 9, &at4, &gi_large),
+            NVML_ERROR_INSUFFICIENT_RESOURCES);
+  EXPECT_EQ(n.nvmlDeviceCreateGpuInstance(dev_, 0, &gi_large), NVML_ERROR_INSUFFICIENT_RESOURCES)
+      << "a 7g.80gb no longer fits";
+  unsigned int left = 0;
+  ASSERT_EQ(n.nvmlDeviceGetGpuInstanceRemainingCapacity(dev_, 19, &left), NVML_SUCCESS);
+  EXPECT_EQ(left, 3u);  // slices 1, 2, 3
+  nvmlGpuInstanceInfo_t info{};
+  ASSERT_EQ(n.nvmlGpuInstanceGetInfo(gi_large, &info), NVML_SUCCESS);
+  EXPECT_EQ(info.device, dev_);
+  EXPECT_EQ(info.profileId, 9u);
+  EXPECT_EQ(info.placement.start, 4u);
+  nvmlGpuInstance_t by_id = nullptr;
+  ASSERT_EQ(n.nvmlDeviceGetGpuInstanceById(dev_, info.id, &by_id), NVML_SUCCESS);
+  EXPECT_EQ(by_id, gi_large);
+
+  nvmlComputeInstanceProfileInfo_t ci_profile{};
+  ASSERT_EQ(n.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gi_large, 0, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &ci_profile),
+            NVML_SUCCESS);
+  EXPECT_EQ(ci_profile.instanceCount, 3u);
+  EXPECT_EQ(ci_profile.multiprocessorCount, 20u);
+  nvmlComputeInstance_t ci_small = nullptr, ci_large = nullptr;
+  ASSERT_EQ(n.nvmlGpuInstanceCreateComputeInstance(gi_small, 0, &ci_small), NVML_SUCCESS);
+  ASSERT_EQ(n.nvmlGpuInstanceCreateComputeInstance(gi_large, 2, &ci_large), NVML_SUCCESS);
+  nvmlComputeInstanceInfo_t ci_info{};
+  ASSERT_EQ(n.nvmlComputeInstanceGetInfo_v2(ci_large, &ci_info), NVML_SUCCESS);
+  EXPECT_EQ(ci_info.gpuInstance, gi_large);
+  EXPECT_EQ(ci_info.placement.size, 3u);
+
+  // Two MIG devices, each with its own UUID, name and memory.
+  nvmlDevice_t mig[2] = {};
+  ASSERT_EQ(n.nvmlDeviceGetMigDeviceHandleByIndex(dev_, 0, &mig[0]), NVML_SUCCESS);
+  ASSERT_EQ(n.nvmlDeviceGetMigDeviceHandleByIndex(dev_, 1, &mig[1]), NVML_SUCCESS);
+  nvmlDevice_t none = nullptr;
+  EXPECT_EQ(n.nvmlDeviceGetMigDeviceHandleByIndex(dev_, 2, &none), NVML_ERROR_NOT_FOUND);
+  char uuid[2][96] = {};
+  char name[96] = {};
+  unsigned long long totals[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    unsigned int is_mig = 0;
+    ASSERT_EQ(n.nvmlDeviceIsMigDeviceHandle(mig[i], &is_mig), NVML_SUCCESS);
+    EXPECT_EQ(is_mig, 1u);
+    ASSERT_EQ(n.nvmlDeviceGetUUID(mig[i], uuid[i], sizeof uuid[i]), NVML_SUCCESS);
+    EXPECT_EQ(std::string(uuid[i]).rfind("MIG-", 0), 0u) << uuid[i];
+    nvmlMemory_t mem{};
+    ASSERT_EQ(n.nvmlDeviceGetMemoryInfo(mig[i], &mem), NVML_SUCCESS);
+    totals[i] = mem.total;
+    nvmlDevice_t parent = nullptr;
+    ASSERT_EQ(n.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig[i], &parent), NVML_SUCCESS);
+    EXPECT_EQ(parent, dev_);
+  }
+  EXPECT_STRNE(uuid[0], uuid[1]);
+  EXPECT_EQ(totals[0], 10ull << 30);
+  EXPECT_EQ(totals[1], 40ull << 30);
+  ASSERT_EQ(n.nvmlDeviceGetName(mig[1], name, sizeof name), NVML_SUCCESS);
+  EXPECT_STREQ(name, "NVIDIA H100 80GB HBM3 MIG 3g.40gb");
+  unsigned int is_mig = 1;
+  ASSERT_EQ(n.nvmlDeviceIsMigDeviceHandle(dev_, &is_mig), NVML_SUCCESS);
+  EXPECT_EQ(is_mig, 0u);
+
+  // Torn down in order: a GPU instance with a compute instance is in use.
+  EXPECT_EQ(n.nvmlGpuInstanceDestroy(gi_large), NVML_ERROR_IN_USE);
+  setenv("GPUSLICE_SIM_AS_USER", "1", 1);
+  EXPECT_EQ(n.nvmlComputeInstanceDestroy(ci_large), NVML_ERROR_NO_PERMISSION);
+  unsetenv("GPUSLICE_SIM_AS_USER");
+  ASSERT_EQ(n.nvmlComputeInstanceDestroy(ci_large), NVML_SUCCESS);
+  ASSERT_EQ(n.nvmlGpuInstanceDestroy(gi_large), NVML_SUCCESS);
+  EXPECT_EQ(n.nvmlGpuInstanceGetInfo(gi_large, &info), NVML_ERROR_INVALID_ARGUMENT)
+      << "a destroyed instance's handle";
+  EXPECT_EQ(n.nvmlDeviceGetUUID(mig[1], uuid[1], sizeof uuid[1]), NVML_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(n.nvmlDeviceSetMigMode(dev_, NVML_DEVICE_MIG_DISABLE, &activation), NVML_SUCCESS);
+  EXPECT_EQ(activation, NVML_ERROR_IN_USE) << "the 1g.10gb is still there";
 }
 
 // ---- against load ----
@@ -876,6 +1030,95 @@ TEST_F(NvmlIntegrationTest, SmiRejectsUnknownFieldsAndArguments) {
   const CommandResult help = Shell(Smi("-h"));
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("--query-gpu="), std::string::npos);
+}
+
+// nvidia-smi -mig, as NVIDIA's: a GPU in use keeps the change pending (a
+// warning, exit 0); an idle one changes at once.
+TEST_F(NvmlIntegrationTest, SmiSetsTheMigMode) {
+  EXPECT_EQ(Shell(Smi("-i 0 -mig 2")).exit_code, 2);
+  EXPECT_EQ(Shell(Smi("-mig 1 -L")).exit_code, 2);
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (the simulated setters are root-only)";
+  nvmlPciInfo_t pci{};
+  ASSERT_EQ(Lib().nvmlDeviceGetPciInfo_v3(dev_, &pci), NVML_SUCCESS);
+  const std::string bus = pci.busId;
+  auto load = std::make_unique<LoadProcess>(1000, 1000, 0);
+  ASSERT_TRUE(load->WaitReady());
+  const CommandResult pending = Shell(Smi("-i 0 -mig 1"));
+  EXPECT_EQ(pending.exit_code, 0) << pending.out;
+  EXPECT_EQ(pending.out.rfind("Warning: MIG mode is in pending enable state for GPU " + bus +
+                                  ":In use by another client\n",
+                              0),
+            0u)
+      << pending.out;
+  const auto modes = [&] {
+    return Shell(Smi("-i 0 --query-gpu=mig.mode.current,mig.mode.pending --format=csv,noheader"))
+        .out;
+  };
+  EXPECT_EQ(modes(), "Disabled, Enabled\n");
+  load.reset();
+  std::string out;
+  EXPECT_TRUE(WaitFor([&] {
+    out = Shell(Smi("-i 0 -mig 1")).out;
+    return out == "Enabled MIG Mode for GPU " + bus + "\nAll done.\n";
+  })) << out;
+  EXPECT_EQ(modes(), "Enabled, Enabled\n");
+  EXPECT_EQ(Shell(Smi("-i 0 -mig 0")).out, "Disabled MIG Mode for GPU " + bus + "\nAll done.\n");
+  EXPECT_EQ(modes(), "Disabled, Disabled\n");
+}
+
+// The MIG user guide's walk-through with nvidia-smi on the simulated H100:
+// MIG mode on, a 1g.10gb and a 3g.40gb each with a compute instance, two MIG
+// devices under the GPU in -L, then torn down in order.
+TEST_F(NvmlIntegrationTest, SmiCreatesListsAndDestroysMigInstances) {
+  EXPECT_EQ(Shell(Smi("mig -lgi -lci")).exit_code, 2);
+  EXPECT_EQ(Shell(Smi("mig -C -lgi")).exit_code, 2);
+  const CommandResult not_mig = Shell(Smi("mig -lgip"));
+  EXPECT_EQ(not_mig.exit_code, 6);
+  EXPECT_EQ(not_mig.out, "No MIG-enabled devices found.\n");
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (the simulated setters are root-only)";
+  ASSERT_EQ(Shell(Smi("-i 0 -mig 1")).exit_code, 0);
+
+  const CommandResult created = Shell(Smi("mig -i 0 -cgi 1g.10gb,3g.40gb -C"));
+  EXPECT_EQ(created.exit_code, 0) << created.out;
+  EXPECT_EQ(created.out,
+            "Successfully created GPU instance ID  1 on GPU  0 using profile MIG 1g.10gb (ID 19)\n"
+            "Successfully created compute instance ID  0 on GPU  0 GPU instance ID  1 using "
+            "profile MIG 1g.10gb (ID  0)\n"
+            "Successfully created GPU instance ID  2 on GPU  0 using profile MIG 3g.40gb (ID  9)\n"
+            "Successfully created compute instance ID  0 on GPU  0 GPU instance ID  2 using "
+            "profile MIG 3g.40gb (ID  2)\n");
+  const CommandResult list = Shell(Smi("-L"));
+  const std::regex mig_line(
+      R"(  MIG (1g\.10gb|3g\.40gb) +Device +([01]): \(UUID: MIG-[0-9a-f-]{36}\)\n)");
+  std::vector<std::string> devices;
+  for (std::sregex_iterator it(list.out.begin(), list.out.end(), mig_line), end; it != end; ++it) {
+    devices.push_back((*it)[1].str() + "/" + (*it)[2].str());
+  }
+  EXPECT_EQ(devices, (std::vector<std::string>{"1g.10gb/0", "3g.40gb/1"})) << list.out;
+  EXPECT_EQ(list.out.rfind("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-", 0), 0u) << list.out;
+
+  const CommandResult gis = Shell(Smi("mig -lgi"));
+  EXPECT_NE(gis.out.find("MIG 3g.40gb           9        2        4:4"), std::string::npos)
+      << gis.out;
+  const CommandResult cis = Shell(Smi("mig -lci"));
+  EXPECT_NE(cis.out.find("MIG 1g.10gb           0         0        0:1"), std::string::npos)
+      << cis.out;
+  const CommandResult full = Shell(Smi("mig -cgi 7g.80gb"));
+  EXPECT_EQ(full.exit_code, 6) << "no room for a 7g.80gb";
+  EXPECT_EQ(Shell(Smi("mig -cgi 5g.50gb")).exit_code, 2) << "no such profile";
+  const CommandResult busy = Shell(Smi("mig -dgi -gi 2"));
+  EXPECT_NE(busy.exit_code, 0);
+  EXPECT_EQ(busy.out,
+            "Unable to destroy GPU instance ID  2 from GPU  0: In use by another client\n");
+
+  EXPECT_EQ(Shell(Smi("mig -dci")).out,
+            "Successfully destroyed compute instance ID  0 from GPU  0 GPU instance ID  1\n"
+            "Successfully destroyed compute instance ID  0 from GPU  0 GPU instance ID  2\n");
+  EXPECT_EQ(Shell(Smi("mig -dgi")).out,
+            "Successfully destroyed GPU instance ID  1 from GPU  0\n"
+            "Successfully destroyed GPU instance ID  2 from GPU  0\n");
+  EXPECT_EQ(Shell(Smi("mig -lgi")).exit_code, 6) << "none left";
+  EXPECT_EQ(Shell(Smi("-L")).out.find("MIG "), std::string::npos);
 }
 
 TEST_F(NvmlIntegrationTest, SmiShowsComputeAppsAndTheTable) {
