@@ -1,6 +1,7 @@
 #include "sim/smi/smi_mig.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 namespace gpuslice::smi {
@@ -340,7 +341,46 @@ bool ParseIds(const std::string& list, std::vector<unsigned>* out) {
   return true;
 }
 
+std::string BusId(const NvmlApi& nvml, const Gpu& g) {
+  nvmlPciInfo_t pci;
+  memset(&pci, 0, sizeof pci);
+  if (nvml.Call(&NvmlApi::nvmlDeviceGetPciInfo_v3, g.handle, &pci) != NVML_SUCCESS) {
+    return std::to_string(g.index);
+  }
+  return pci.busId;
+}
+
 }  // namespace
+
+// nvidia-smi -mig: each selected GPU's mode; a GPU in use keeps the change
+// pending (a warning, not a failure, as NVIDIA's tool does).
+SmiResult RunMigMode(const SmiOptions& o, const NvmlApi& nvml, const std::vector<Gpu>& gpus) {
+  SmiResult out;
+  const char* verb = o.mig_mode == 1 ? "enable" : "disable";
+  for (const Gpu& g : gpus) {
+    const std::string bus = BusId(nvml, g);
+    nvmlReturn_t activation = NVML_SUCCESS;
+    const nvmlReturn_t r = nvml.Call(&NvmlApi::nvmlDeviceSetMigMode, g.handle,
+                                     static_cast<unsigned int>(o.mig_mode), &activation);
+    if (r != NVML_SUCCESS) {
+      return Fail(ExitCodeFor(r), Format("Unable to %s MIG Mode for GPU %s: %s\n", verb,
+                                         bus.c_str(), nvml.ErrorString(r)));
+    }
+    if (activation == NVML_SUCCESS) {
+      out.out +=
+          Format("%s MIG Mode for GPU %s\n", o.mig_mode == 1 ? "Enabled" : "Disabled", bus.c_str());
+      continue;
+    }
+    out.out += Format("Warning: MIG mode is in pending %s state for GPU %s:%s\n", verb, bus.c_str(),
+                      nvml.ErrorString(activation));
+    out.out += Format(
+        "%s is in use by one or more processes; stop them and run the command "
+        "again to make the MIG mode change take effect.\n",
+        bus.c_str());
+  }
+  out.out += "All done.\n";
+  return out;
+}
 
 std::string MigHelp() { return kMigUsage; }
 

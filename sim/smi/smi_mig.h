@@ -1,5 +1,6 @@
 // The simulated nvidia-smi's MIG commands, on NVML's MIG API:
 //
+//   nvidia-smi [-i ID] -mig 0|1                   MIG mode (root)
 //   nvidia-smi mig [-i ID] -lgip                  GPU-instance profiles (free/total each)
 //   nvidia-smi mig [-i ID] -lgipp                 their possible placements
 //   nvidia-smi mig [-i ID] -cgi P[,P...] [-C]     creates GPU instances of profiles P
@@ -29,6 +30,10 @@ namespace gpuslice::smi {
 bool ParseMigArgs(const std::vector<std::string>& args, SmiOptions* o, SmiResult* result);
 
 SmiResult RunMig(const SmiOptions& o, const NvmlApi& nvml, const std::vector<Gpu>& gpus);
+
+// nvidia-smi -i ID -mig 0|1: sets each selected GPU's MIG mode; a GPU in use
+// keeps the change pending (a warning, exit 0, as NVIDIA's tool does).
+SmiResult RunMigMode(const SmiOptions& o, const NvmlApi& nvml, const std::vector<Gpu>& gpus);
 
 // The lines -L prints under a GPU in MIG mode: one per MIG device.
 std::string MigDeviceLines(const NvmlApi& nvml, const Gpu& gpu);
