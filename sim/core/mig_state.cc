@@ -226,15 +226,47 @@ StatusOr<int> CreateComputeInstance(DeviceState& d, uint32_t gi_id, uint32_t ind
                            "-slice compute instance in GPU instance " + std::to_string(gi_id));
 }
 
-Status DestroyComputeInstance(DeviceState& d, uint32_t gi_id, uint32_t ci_id) {
+Status DestroyComputeInstance(SimState& s, int dev, uint32_t gi_id, uint32_t ci_id) {
+  DeviceState& d = s.devices[dev];
   MigGpuInstanceRecord* gi = FindGpuInstance(d, gi_id);
   if (gi == nullptr) return NotFound("no GPU instance " + std::to_string(gi_id));
   if (MigComputeInstanceRecord* c = FindById(gi->compute, ci_id); c != nullptr) {
+    if (LaneInUse(
+            s, dev,
+            MigLane(static_cast<int>(gi - d.gpu_instances), static_cast<int>(c - gi->compute)))) {
+      return FailedPrecondition("compute instance " + std::to_string(ci_id) +
+                                " is in use by a process");
+    }
     *c = MigComputeInstanceRecord{};
     return Status::Ok();
   }
   return NotFound("no compute instance " + std::to_string(ci_id) + " in GPU instance " +
                   std::to_string(gi_id));
+}
+
+MigLaneRecords LaneRecords(DeviceState& d, int lane) {
+  if (lane <= 0 || lane >= kSchedLanes) return {};
+  MigGpuInstanceRecord& gi = d.gpu_instances[(lane - 1) / kMaxComputeInstances];
+  MigComputeInstanceRecord& ci = gi.compute[(lane - 1) % kMaxComputeInstances];
+  if (gi.used == 0 || ci.used == 0) return {};
+  return {&gi, &ci};
+}
+
+uint64_t MigUsedBytes(const SimState& s, int dev, int gi) {
+  uint64_t used = 0;
+  for (const ContextRecord& c : s.contexts) {
+    if (c.status == kContextActive && c.device == dev && c.lane > 0 &&
+        (c.lane - 1) / kMaxComputeInstances == gi) {
+      used += c.reservation_bytes + c.allocated_bytes;
+    }
+  }
+  return used;
+}
+
+bool LaneInUse(const SimState& s, int dev, int lane) {
+  return std::any_of(std::begin(s.contexts), std::end(s.contexts), [&](const ContextRecord& c) {
+    return c.status == kContextActive && c.device == dev && c.lane == lane;
+  });
 }
 
 std::optional<MigDeviceRef> FindMigDevice(const SimState& s, std::string_view uuid) {

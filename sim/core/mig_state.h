@@ -88,8 +88,24 @@ const MigGpuInstanceRecord* FindGpuInstance(const DeviceState& d, uint32_t gi_id
 // GPU instance), InvalidArgument (no such profile, or larger than the GPU
 // instance), ResourceExhausted (no free placement).
 StatusOr<int> CreateComputeInstance(DeviceState& d, uint32_t gi_id, uint32_t index);
-// NotFound (no such GPU or compute instance).
-Status DestroyComputeInstance(DeviceState& d, uint32_t gi_id, uint32_t ci_id);
+// NotFound (no such GPU or compute instance), FailedPrecondition (a context
+// is on it).
+Status DestroyComputeInstance(SimState& s, int dev, uint32_t gi_id, uint32_t ci_id);
+
+// The scheduling lane (state.h SchedLane) of the MIG device in compute
+// instance record `ci` of GPU-instance record `gi`; lane 0 is the whole GPU.
+inline int MigLane(int gi, int ci) { return 1 + gi * kMaxComputeInstances + ci; }
+// The records of lane `lane` (> 0) of `d`, both nullptr unless in use.
+struct MigLaneRecords {
+  MigGpuInstanceRecord* gi = nullptr;
+  MigComputeInstanceRecord* ci = nullptr;
+};
+MigLaneRecords LaneRecords(DeviceState& d, int lane);
+// The memory the contexts in GPU instance record `gi` of device `dev` hold
+// (its compute instances share it).
+uint64_t MigUsedBytes(const SimState& s, int dev, int gi);
+// Whether a context is in lane `lane` of device `dev`.
+bool LaneInUse(const SimState& s, int dev, int lane);
 
 // A MIG device (a compute instance) by its UUID.
 struct MigDeviceRef {

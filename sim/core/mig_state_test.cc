@@ -171,8 +171,8 @@ TEST_F(MigStateTest, ComputeInstancesAreMigDevicesWithTheirOwnUuids) {
   const std::string first_uuid = c.uuid;
   // In use: the GPU instance stays while it has a compute instance.
   EXPECT_EQ(DestroyGpuInstance(h100(), g.id).code(), StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(DestroyComputeInstance(h100(), g.id, c.id).ok());
-  EXPECT_EQ(DestroyComputeInstance(h100(), g.id, 0).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(DestroyComputeInstance(*state_, 0, g.id, c.id).ok());
+  EXPECT_EQ(DestroyComputeInstance(*state_, 0, g.id, 0).code(), StatusCode::kNotFound);
   // Three 1-slice compute instances: three MIG devices, each its own UUID.
   std::set<std::string> uuids;
   for (int i = 0; i < 3; ++i) {

@@ -7,8 +7,8 @@
 namespace gpuslice::sim {
 namespace {
 
-bool HasWork(const ContextRecord& c, int device) {
-  return c.status == kContextActive && c.device == device && c.count > 0;
+bool HasWork(const ContextRecord& c, int device, int lane) {
+  return c.status == kContextActive && c.device == device && c.lane == lane && c.count > 0;
 }
 
 bool IsMpsClient(const ContextRecord& c) {
@@ -30,13 +30,13 @@ int32_t ReportSlot(const ContextRecord& c) {
   return IsMpsClient(c) && c.report_slot >= 0 ? c.report_slot : c.process_slot;
 }
 
-// The next context with work, round-robin from the device's cursor, skipping
-// the group of `exclude` (-1: skip nothing); -1 if none.
-int PickNext(const SimState& s, int device, int exclude) {
-  const DeviceState& d = s.devices[device];
+// The next context of `lane` with work, round-robin from the lane's cursor,
+// skipping the group of `exclude` (-1: skip nothing); -1 if none.
+int PickNext(const SimState& s, int device, int lane, int exclude) {
+  const SchedLane& l = s.devices[device].lanes[lane];
   for (int k = 0; k < kMaxContexts; ++k) {
-    int i = static_cast<int>((d.rr_next + k) % kMaxContexts);
-    if (!HasWork(s.contexts[i], device)) continue;
+    int i = static_cast<int>((l.rr_next + k) % kMaxContexts);
+    if (!HasWork(s.contexts[i], device, lane)) continue;
     if (exclude >= 0 && SameGroup(s, i, exclude)) continue;
     return i;
   }
@@ -100,10 +100,10 @@ void CompleteReadyOps(SimState& s, int ctx, int64_t t) {
 }
 
 // The running context stops executing (ran dry, preempted or destroyed).
-void Release(DeviceState& d) {
-  d.last_ctx = d.running_ctx;
-  d.rr_next = static_cast<uint32_t>((d.running_ctx + 1) % kMaxContexts);
-  d.running_ctx = -1;
+void Release(SchedLane& l) {
+  l.last_ctx = l.running_ctx;
+  l.rr_next = static_cast<uint32_t>((l.running_ctx + 1) % kMaxContexts);
+  l.running_ctx = -1;
 }
 
 // Executes the MPS group of the device's running context from `t` for one
@@ -111,14 +111,14 @@ void Release(DeviceState& d) {
 // `now_ns`. Model: every member with work runs concurrently; while the
 // members' thread percentages sum to at most 100 each progresses at full
 // speed, beyond that all progress at 100/sum (the SMs are oversubscribed).
-// Returns the time reached; releases the device when the group ran dry.
-int64_t StepGroup(SimState& s, int device, int64_t t, int64_t now_ns) {
-  DeviceState& d = s.devices[device];
+// Returns the time reached; releases the lane when the group ran dry.
+int64_t StepGroup(SimState& s, int device, int lane, int64_t t, int64_t now_ns) {
+  SchedLane& l = s.devices[device].lanes[lane];
   int members[kMaxContexts];
   int n = 0;
   int64_t percent_sum = 0;
   for (int i = 0; i < kMaxContexts; ++i) {
-    if (HasWork(s.contexts[i], device) && SameGroup(s, i, d.running_ctx)) {
+    if (HasWork(s.contexts[i], device, lane) && SameGroup(s, i, l.running_ctx)) {
       members[n++] = i;
       percent_sum += std::max<uint32_t>(1, s.contexts[i].thread_percent);
     }
@@ -129,9 +129,9 @@ int64_t StepGroup(SimState& s, int device, int64_t t, int64_t now_ns) {
     const int64_t remaining = s.contexts[i].queue[s.contexts[i].head].remaining_ns;
     return (remaining * den + 99) / 100;
   };
-  int64_t run = std::min(d.slice_end_ns - t, now_ns - t);
+  int64_t run = std::min(l.slice_end_ns - t, now_ns - t);
   for (int k = 0; k < n; ++k) run = std::min(run, wall_needed(members[k]));
-  AccountDevice(s, device, ReportSlot(s.contexts[d.running_ctx]), t, t + run);
+  AccountDevice(s, device, ReportSlot(s.contexts[l.running_ctx]), t, t + run);
   for (int k = 0; k < n; ++k) {
     ContextRecord& c = s.contexts[members[k]];
     QueuedOp& op = c.queue[c.head];
@@ -143,15 +143,15 @@ int64_t StepGroup(SimState& s, int device, int64_t t, int64_t now_ns) {
     if (op.remaining_ns == 0) CompleteReadyOps(s, members[k], t + run);
   }
   t += run;
-  if (s.contexts[d.running_ctx].count == 0) {  // keep a member with work in front
+  if (s.contexts[l.running_ctx].count == 0) {  // keep a member with work in front
     int next = -1;
     for (int k = 0; k < n && next < 0; ++k) {
       if (s.contexts[members[k]].count > 0) next = members[k];
     }
     if (next < 0) {
-      Release(d);
+      Release(l);
     } else {
-      d.running_ctx = next;
+      l.running_ctx = next;
     }
   }
   return t;
@@ -188,68 +188,108 @@ void CloseWindows(SimState& s, int device, int64_t now_ns) {
   }
 }
 
-void AdvanceDevice(SimState& s, int device, int64_t now_ns) {
-  DeviceState& d = s.devices[device];
-  if (now_ns <= d.sched_ns) return;
-  const SimParams& p = s.params;
-  const int64_t start = d.sched_ns;
-  const int64_t busy_before = d.busy_ns;
-  int64_t t = start;
+namespace {
 
+// Runs lane `lane` of `device` from `t` to `now_ns`: executes, completes and
+// accounts its work.
+void AdvanceLane(SimState& s, int device, int lane, int64_t t, int64_t now_ns) {
+  SchedLane& l = s.devices[device].lanes[lane];
+  DeviceState& d = s.devices[device];
+  const SimParams& p = s.params;
   while (t < now_ns) {
-    if (d.running_ctx < 0) {
+    if (l.running_ctx < 0) {
       // Round-robin over groups: another group first, the last one only if alone.
-      int next = d.last_ctx >= 0 ? PickNext(s, device, d.last_ctx) : -1;
-      if (next < 0) next = PickNext(s, device, -1);
+      int next = l.last_ctx >= 0 ? PickNext(s, device, lane, l.last_ctx) : -1;
+      if (next < 0) next = PickNext(s, device, lane, -1);
       if (next < 0) break;  // idle until now
-      d.running_ctx = next;
-      d.switch_end_ns = t;
-      if (d.last_ctx >= 0 && !SameGroup(s, d.last_ctx, next) && p.switch_ns > 0) {
-        d.switch_end_ns = t + p.switch_ns;
+      l.running_ctx = next;
+      l.switch_end_ns = t;
+      if (l.last_ctx >= 0 && !SameGroup(s, l.last_ctx, next) && p.switch_ns > 0) {
+        l.switch_end_ns = t + p.switch_ns;
         ++d.switches;
       }
-      d.slice_end_ns = d.switch_end_ns + p.timeslice_ns;
+      l.slice_end_ns = l.switch_end_ns + p.timeslice_ns;
     }
-    if (t < d.switch_end_ns) {  // switching: nothing executes
-      t = std::min(now_ns, d.switch_end_ns);
+    if (t < l.switch_end_ns) {  // switching: nothing executes
+      t = std::min(now_ns, l.switch_end_ns);
       continue;
     }
-    if (IsMpsClient(s.contexts[d.running_ctx])) {
-      t = StepGroup(s, device, t, now_ns);
-      if (d.running_ctx < 0) continue;  // the group ran dry: yield early
+    if (IsMpsClient(s.contexts[l.running_ctx])) {
+      t = StepGroup(s, device, lane, t, now_ns);
+      if (l.running_ctx < 0) continue;  // the group ran dry: yield early
     } else {
-      ContextRecord& c = s.contexts[d.running_ctx];
+      ContextRecord& c = s.contexts[l.running_ctx];
       assert(c.count > 0 && c.queue[c.head].remaining_ns > 0);
       QueuedOp& op = c.queue[c.head];
-      int64_t run = std::min({op.remaining_ns, d.slice_end_ns - t, now_ns - t});
+      int64_t run = std::min({op.remaining_ns, l.slice_end_ns - t, now_ns - t});
       AccountDevice(s, device, ReportSlot(c), t, t + run);
-      AccountContext(s, d.running_ctx, run);
+      AccountContext(s, l.running_ctx, run);
       t += run;
       op.remaining_ns -= run;
       if (op.remaining_ns == 0) {
-        CompleteReadyOps(s, d.running_ctx, t);
+        CompleteReadyOps(s, l.running_ctx, t);
         if (c.count == 0) {  // ran dry: yield early
-          Release(d);
+          Release(l);
           continue;
         }
       }
     }
-    if (t >= d.slice_end_ns) {
-      if (PickNext(s, device, d.running_ctx) >= 0) {
-        Release(d);  // preempted; its kernel resumes in a later slice
+    if (t >= l.slice_end_ns) {
+      if (PickNext(s, device, lane, l.running_ctx) >= 0) {
+        Release(l);  // preempted; its kernel resumes in a later slice
       } else {
-        d.slice_end_ns = t + p.timeslice_ns;  // nobody waiting: keep going
+        l.slice_end_ns = t + p.timeslice_ns;  // nobody waiting: keep going
       }
+    }
+  }
+}
+
+}  // namespace
+
+void AdvanceDevice(SimState& s, int device, int64_t now_ns) {
+  DeviceState& d = s.devices[device];
+  if (now_ns <= d.sched_ns) return;
+  const int64_t start = d.sched_ns;
+  const int64_t busy_before = d.busy_ns;
+
+  // The lanes with something to run: the whole GPU's alone (no MIG device
+  // in use) runs the whole span at once; several run side by side, one NVML
+  // window at a time, so that each window is credited what ran in it.
+  bool active[kSchedLanes] = {};
+  int active_count = 0;
+  int only = 0;
+  auto mark = [&](int lane) {
+    if (lane < 0 || lane >= kSchedLanes || active[lane]) return;
+    active[lane] = true;
+    ++active_count;
+    only = lane;
+  };
+  for (const ContextRecord& c : s.contexts) {
+    if (c.status == kContextActive && c.device == device && c.count > 0) mark(c.lane);
+  }
+  for (int lane = 0; lane < kSchedLanes; ++lane) {
+    if (d.lanes[lane].running_ctx >= 0) mark(lane);
+  }
+  if (active_count == 1) {
+    AdvanceLane(s, device, only, start, now_ns);
+  } else if (active_count > 1) {
+    for (int64_t t = start; t < now_ns;) {
+      CloseWindows(s, device, t);
+      const int64_t end = std::min(now_ns, d.window_start_ns + s.params.sample_ns);
+      for (int lane = 0; lane < kSchedLanes; ++lane) {
+        if (active[lane]) AdvanceLane(s, device, lane, t, end);
+      }
+      t = end;
     }
   }
 
   CloseWindows(s, device, now_ns);
-  // Energy: idle power while idle or switching, busy power while executing,
-  // both capped by the power limit.
+  // Energy: idle power while idle or switching, busy power while executing
+  // (lanes side by side count once), both capped by the power limit.
   const double limit_mw = d.power_limit_mw;
   const double idle_mw = std::min<double>(d.info.power_idle_mw, limit_mw);
   const double busy_mw = std::min<double>(d.info.power_busy_mw, limit_mw);
-  const int64_t busy = d.busy_ns - busy_before;
+  const int64_t busy = std::min(d.busy_ns - busy_before, now_ns - start);
   d.energy_mj +=
       (idle_mw * static_cast<double>(now_ns - start - busy) + busy_mw * static_cast<double>(busy)) *
       1e-9;
@@ -282,9 +322,9 @@ int64_t CompletionLowerBoundNs(const SimState& s, int ctx, uint64_t seq) {
     if (op.seq > seq) break;
     work += op.remaining_ns;
   }
-  const DeviceState& d = s.devices[c.device];
+  const SchedLane& d = s.devices[c.device].lanes[c.lane];
   if (d.running_ctx == ctx) {
-    work += std::max<int64_t>(0, d.switch_end_ns - d.sched_ns);
+    work += std::max<int64_t>(0, d.switch_end_ns - s.devices[c.device].sched_ns);
   } else if (d.last_ctx != ctx) {
     work += s.params.switch_ns;
   }
@@ -302,8 +342,8 @@ void DropQueuedWork(SimState& s, int ctx, int64_t now_ns) {
   }
   c.count = 0;
   c.completed_seq = c.next_seq - 1;
-  DeviceState& d = s.devices[c.device];
-  if (d.running_ctx == ctx) Release(d);
+  SchedLane& l = s.devices[c.device].lanes[c.lane];
+  if (l.running_ctx == ctx) Release(l);
 }
 
 }  // namespace gpuslice::sim

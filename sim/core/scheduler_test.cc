@@ -73,6 +73,38 @@ TEST_F(SchedulerTest, AloneAContextRunsBackToBackWithoutSwitches) {
   EXPECT_EQ(Dev().switches, 0);
 }
 
+// MIG: contexts in different lanes (MIG devices) run side by side, each at
+// full speed; contexts in one lane time-slice as on a whole GPU. Each NVML
+// window credits what ran in it.
+TEST_F(SchedulerTest, MigLanesRunSideBySide) {
+  Init();
+  const int a = AddContext(0), b = AddContext(1), c = AddContext(2);
+  state_->contexts[a].lane = 1;
+  state_->contexts[b].lane = 2;
+  state_->contexts[c].lane = 2;
+  for (int i = 0; i < 10; ++i) {
+    Kernel(a, 2 * kMs, 0);
+    Kernel(b, 1 * kMs, 0);
+    Kernel(c, 1 * kMs, 0);
+  }
+  AdvanceTo(20 * kMs);
+  // Lane 1 alone ran a's 20 ms; lane 2 time-sliced b and c (20 ms of
+  // kernels and their switches), so a's kernels did not wait for theirs.
+  EXPECT_EQ(Ctx(a).kernels, 10u);
+  EXPECT_EQ(Ctx(a).busy_ns, 20 * kMs);
+  EXPECT_LT(Ctx(b).kernels + Ctx(c).kernels, 20u) << "the switches take lane 2 past 20 ms";
+  EXPECT_GT(Ctx(b).kernels, 5u);
+  EXPECT_GT(Ctx(c).kernels, 5u);
+  AdvanceTo(40 * kMs);
+  EXPECT_EQ(Ctx(b).kernels + Ctx(c).kernels, 20u);
+  // The two 10 ms windows of 0-20 ms each hold both lanes' busy time.
+  const UtilWindow& first = Dev().windows[0];
+  EXPECT_EQ(first.end_ns, 10 * kMs);
+  EXPECT_EQ(first.process_count, 3u);
+  EXPECT_EQ(Dev().busy_ns, Ctx(a).busy_ns + Ctx(b).busy_ns + Ctx(c).busy_ns);
+  EXPECT_GT(Dev().switches, 10) << "lane 2 switched between b and c";
+}
+
 TEST_F(SchedulerTest, MpsClientsOfOneServerRunConcurrently) {
   Init();
   int a = AddContext(0), b = AddContext(1);
@@ -291,7 +323,7 @@ TEST_F(SchedulerTest, RandomWorkloadsConserveTimeAndKernels) {
     EXPECT_EQ(kernels, enqueued) << "seed " << seed;
     EXPECT_EQ(Dev().kernels, enqueued);
     EXPECT_EQ(busy, Dev().busy_ns);
-    EXPECT_EQ(Dev().running_ctx, -1);
+    EXPECT_EQ(Dev().lanes[0].running_ctx, -1);
   }
 }
 

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "sim/core/memory_limits.h"
+#include "sim/core/mig_state.h"
 #include "sim/core/scheduler.h"
 
 namespace gpuslice::sim {
@@ -63,8 +64,7 @@ void InitializeState(SimState* s, const SimConfig& config, uint64_t config_hash,
     d.info = config.devices[i];
     d.power_limit_mw = d.info.power_default_mw;
     d.compute_mode = kComputeDefault;
-    d.running_ctx = -1;
-    d.last_ctx = -1;
+    for (SchedLane& lane : d.lanes) lane.running_ctx = lane.last_ctx = -1;
     d.sched_ns = s->header.created_ns;
     d.window_start_ns = s->header.created_ns;
     d.mig_mode = d.mig_pending_mode = d.info.mig_enabled;
@@ -358,7 +358,8 @@ ContextRecord* SimGpu::LookupLocked(ContextId ctx) {
   return &c;
 }
 
-StatusOr<ContextId> SimGpu::CreateContext(int device, uint32_t flags, const MpsAttachment* mps) {
+StatusOr<ContextId> SimGpu::CreateContext(int device, uint32_t flags, const MpsAttachment* mps,
+                                          int lane) {
   if (observer_) return FailedPrecondition("an observer of the simulation cannot create contexts");
   if (process_slot_ < 0) return ResourceExhausted("this process has no slot in the simulation");
   if (device < 0 || device >= device_count()) {
@@ -425,7 +426,22 @@ StatusOr<ContextId> SimGpu::CreateContext(int device, uint32_t flags, const MpsA
       if (p.status == kProcessAlive && p.pid == mps->server_pid) server_slot = i;
     }
   }
+  // MIG: a context is on one MIG device, within its GPU instance's memory.
+  const MigLaneRecords mig = LaneRecords(d, lane);
+  if (lane != 0 && mig.ci == nullptr) {
+    return FailedPrecondition("MIG device " + std::to_string(lane) + " of GPU " +
+                              std::to_string(device) + " no longer exists");
+  }
+  if (lane == 0 && d.mig_mode == kMigEnabled) {
+    return FailedPrecondition("GPU " + std::to_string(device) +
+                              " is in MIG mode: contexts run on its MIG devices");
+  }
   const uint64_t reserve = state_->params.context_bytes;
+  if (mig.gi != nullptr &&
+      MigUsedBytes(*state_, device, static_cast<int>(mig.gi - d.gpu_instances)) + reserve >
+          MigDeviceMemoryBytes(d, *mig.gi)) {
+    return ResourceExhausted("not enough free memory on the MIG device for a context");
+  }
   if (d.used_bytes + reserve > d.info.total_bytes) {
     ReapDeadProcessesLocked(now, true);
     if (d.used_bytes + reserve > d.info.total_bytes) {
@@ -459,6 +475,7 @@ StatusOr<ContextId> SimGpu::CreateContext(int device, uint32_t flags, const MpsA
   c.device = device;
   c.process_slot = process_slot_;
   c.report_slot = process_slot_;
+  c.lane = lane;
   c.generation = generation;
   c.reservation_bytes = reserve;
   c.thread_percent = 100;
@@ -501,6 +518,16 @@ Status SimGpu::Allocate(ContextId ctx, uint64_t bytes, bool managed) {
                              std::to_string(c->device));
   }
   DeviceState& d = state_->devices[c->device];
+  if (const MigLaneRecords mig = LaneRecords(d, c->lane); mig.gi != nullptr) {
+    const uint64_t total = MigDeviceMemoryBytes(d, *mig.gi);
+    const uint64_t used =
+        MigUsedBytes(*state_, c->device, static_cast<int>(mig.gi - d.gpu_instances));
+    if (rounded > total - std::min(total, used)) {
+      return ResourceExhausted("out of memory on MIG device " + std::string(mig.ci->uuid) + ": " +
+                               std::to_string(rounded) + " bytes requested, " +
+                               std::to_string(total - std::min(total, used)) + " free");
+    }
+  }
   if (rounded > d.info.total_bytes - d.used_bytes) {
     ReapDeadProcessesLocked(NowNs(), true);
     // Soft-limit eviction (opt-in): a process within its soft limit takes
@@ -548,9 +575,16 @@ void SimGpu::Free(ContextId ctx, uint64_t bytes, bool managed) {
   state_->processes[process_slot_].devices[c->device].memory_bytes -= rounded;
 }
 
-void SimGpu::MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes) {
+void SimGpu::MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes, int lane) {
   Locked lock(*this);
   ReapDeadProcessesLocked(NowNs(), false);
+  DeviceState& d = state_->devices[device];
+  if (const MigLaneRecords mig = LaneRecords(d, lane); mig.gi != nullptr) {
+    *total_bytes = MigDeviceMemoryBytes(d, *mig.gi);
+    const uint64_t used = MigUsedBytes(*state_, device, static_cast<int>(mig.gi - d.gpu_instances));
+    *free_bytes = *total_bytes - std::min(*total_bytes, used);
+    return;
+  }
   const MemoryView v = ViewFromCgroup(
       *state_, device, process_slot_ >= 0 ? state_->processes[process_slot_].cgroup : "");
   *total_bytes = v.total_bytes;
@@ -559,7 +593,7 @@ void SimGpu::MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes)
 
 int64_t SimGpu::KernelDurationNs(int device, std::string_view function_name, uint64_t blocks,
                                  uint32_t threads_per_block, uint64_t spin_ns,
-                                 uint32_t thread_percent) const {
+                                 uint32_t thread_percent, uint32_t sm_count) const {
   if (function_name == "gpuslice_sim_spin") {
     return std::max<int64_t>(1, static_cast<int64_t>(spin_ns));
   }
@@ -572,7 +606,8 @@ int64_t SimGpu::KernelDurationNs(int device, std::string_view function_name, uin
   const uint32_t tpb = std::max<uint32_t>(1, threads_per_block);
   const uint64_t per_sm =
       std::clamp<uint64_t>(d.info.max_threads_per_sm / tpb, 1, d.info.max_blocks_per_sm);
-  const uint64_t per_wave = per_sm * MpsSmCount(d.info.sm_count, thread_percent);
+  const uint64_t per_wave =
+      per_sm * (sm_count > 0 ? sm_count : MpsSmCount(d.info.sm_count, thread_percent));
   const uint64_t waves = std::max<uint64_t>(1, (blocks + per_wave - 1) / per_wave);
   // Locked clocks slow kernels down in proportion (read racily: a setting).
   const uint32_t locked = __atomic_load_n(&d.locked_sm_max_mhz, __ATOMIC_RELAXED);

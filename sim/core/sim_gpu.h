@@ -93,13 +93,18 @@ class SimGpu {
   // kContextMpsClient): EXCLUSIVE_PROCESS admits it beside that server and its
   // other clients; at most kMaxMpsClientsPerDevice per device
   // (ResourceExhausted). A kContextMpsServer context is the server's own.
+  // With `lane` > 0 the context is on that MIG device of `device` (mig_state.h
+  // MigLane): FailedPrecondition if the compute instance is gone; its memory
+  // is its GPU instance's. A GPU in MIG mode takes contexts only on its MIG
+  // devices (FailedPrecondition for lane 0).
   StatusOr<ContextId> CreateContext(int device, uint32_t flags = 0,
-                                    const MpsAttachment* mps = nullptr);
+                                    const MpsAttachment* mps = nullptr, int lane = 0);
   Status DestroyContext(ContextId ctx);
 
   // ---- memory accounting (callers back the bytes themselves) ----
   // Charges `bytes` rounded up to the granularity to the context's device.
-  // ResourceExhausted when the device has not that much free, an MPS
+  // ResourceExhausted when the device (or the context's MIG instance) has
+  // not that much free, an MPS
   // client's pinned memory limit would be exceeded, or (not `managed`) a
   // driver memory limit of this process's cgroup would (memory_limits.h).
   // Managed memory is charged to the device but not to cgroup limits.
@@ -108,18 +113,20 @@ class SimGpu {
   void Free(ContextId ctx, uint64_t bytes, bool managed = false);
   uint64_t RoundToGranularity(uint64_t bytes) const;
   // The device's free/total, or inside a limited cgroup the limit's view
-  // (ViewFromCgroup). Observers see the device's.
-  void MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes);
+  // (ViewFromCgroup); on a MIG device (`lane` > 0) its GPU instance's.
+  // Observers see the device's.
+  void MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes, int lane = 0);
 
   // ---- work ----
   // Duration of a kernel launch per the model (DESIGN.md section 7): a kernel
   // named "gpuslice_sim_spin" takes `spin_ns`; others launch_ns + waves *
   // wave_ns * clock_factor.
   // An MPS client passes its thread percentage: the waves are counted over
-  // MpsSmCount(SMs, thread_percent) SMs.
+  // MpsSmCount(SMs, thread_percent) SMs; a MIG device passes its SMs
+  // (`sm_count` > 0: counted over those).
   int64_t KernelDurationNs(int device, std::string_view function_name, uint64_t blocks,
                            uint32_t threads_per_block, uint64_t spin_ns,
-                           uint32_t thread_percent = 100) const;
+                           uint32_t thread_percent = 100, uint32_t sm_count = 0) const;
   // Queues a kernel; blocks while max_pending ops are in flight. Returns its seq.
   StatusOr<uint64_t> EnqueueKernel(ContextId ctx, int64_t duration_ns);
   // Queues an event marker for `event_slot`. Returns its seq.

@@ -13,9 +13,10 @@
 //     event markers are completed as soon as everything before them is.
 //  3. DeviceState::used_bytes = sum over its active contexts of
 //     reservation_bytes + allocated_bytes; ProcessRecord memory likewise.
-//  4. At most one scheduling group of a device executes at any instant
+//  4. At most one scheduling group of a device's lane executes at any instant
 //     (time-slicing). A group is one plain context, or all MPS client contexts
-//     of one server on the device (their kernels run concurrently).
+//     of one server on the device (their kernels run concurrently). Lanes
+//     (MIG devices) execute independently.
 #pragma once
 
 #include <pthread.h>
@@ -136,6 +137,19 @@ struct MemoryLimitRecord {
   uint64_t hard_bytes;            // allocations beyond fail with out-of-memory
 };
 
+// One time-slicing domain of a device (scheduler.h): lane 0 is the whole
+// GPU; lane MigLane(gi, ci) (mig_state.h) a MIG compute instance, whose
+// contexts time-slice among themselves only.
+struct SchedLane {
+  int32_t running_ctx;    // context index executing or switching in; -1 idle
+  int32_t last_ctx;       // context that executed last; -1 none
+  int64_t switch_end_ns;  // running_ctx starts executing at this time
+  int64_t slice_end_ns;   // running_ctx's slice ends at this time
+  uint32_t rr_next;       // round-robin cursor: first context index to consider
+  uint32_t pad;
+};
+inline constexpr int kSchedLanes = 1 + kMaxGpuInstances * kMaxComputeInstances;
+
 // MIG instances (mig_state.h). A record is in use iff `used` != 0. The
 // placements are in the units of NVML's: a GPU instance's memory slices of
 // the GPU's eight, a compute instance's compute slices of its GPU instance's.
@@ -170,14 +184,10 @@ struct DeviceState {
 
   uint64_t used_bytes;  // invariant 3
 
-  // Scheduler (see scheduler.h). The schedule is computed up to sched_ns.
+  // Scheduler (see scheduler.h). The schedule is computed up to sched_ns;
+  // each lane time-slices its own contexts.
   int64_t sched_ns;
-  int32_t running_ctx;    // context index executing or switching in; -1 idle
-  int32_t last_ctx;       // context that executed last; -1 none
-  int64_t switch_end_ns;  // running_ctx starts executing at this time
-  int64_t slice_end_ns;   // running_ctx's slice ends at this time
-  uint32_t rr_next;       // round-robin cursor: first context index to consider
-  uint32_t pad1;
+  SchedLane lanes[kSchedLanes];
 
   // Ground truth.
   int64_t busy_ns;   // time a kernel executed
@@ -268,6 +278,8 @@ struct ContextRecord {
   uint64_t pinned_limit_bytes;  // MPS clients: allocated_bytes cap; 0 = none
   uint32_t mps_priority;        // MPS clients: CUDA_MPS_CLIENT_PRIORITY (recorded only)
   int32_t report_slot;          // process slot NVML attributes its work to (server for MPS)
+  int32_t lane;                 // DeviceState::lanes index: 0 the whole GPU, else a MIG device
+  uint32_t pad_lane;
   int64_t busy_ns;
   uint64_t kernels;
 

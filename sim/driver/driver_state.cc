@@ -17,7 +17,7 @@ Driver& D() {
 
 CUresult CheckDevice(CUdevice dev) {
   if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
-  return dev >= 0 && dev < D().gpu->device_count() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  return dev >= 0 && dev < VisibleCount() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 CUresult FromStatus(const Status& s) {
@@ -104,7 +104,7 @@ CUresult ConnectMps(CUdevice dev, MpsAttachment* mps, bool* is_client) {
     GS_LOG(kError, "sim-driver", "%s", env.status().message().c_str());
     return CUDA_ERROR_MPS_CONNECTION_FAILED;
   }
-  auto attachment = mps::ConnectClient(*env, dev);
+  auto attachment = mps::ConnectClient(*env, Visible(dev).device);
   if (!attachment.ok()) {
     switch (attachment.status().code()) {
       case StatusCode::kNotFound:  // no daemon: a plain context, as the real driver
@@ -127,8 +127,8 @@ CUresult CreateContextOn(CUdevice dev, unsigned flags, bool primary, uint64_t* h
   MpsAttachment mps;
   bool is_client = false;
   if (CUresult rc = ConnectMps(dev, &mps, &is_client); rc != CUDA_SUCCESS) return rc;
-  auto id = D().gpu->CreateContext(dev, primary ? uint32_t{kContextPrimary} : 0u,
-                                   is_client ? &mps : nullptr);
+  auto id = D().gpu->CreateContext(Visible(dev).device, primary ? uint32_t{kContextPrimary} : 0u,
+                                   is_client ? &mps : nullptr, Visible(dev).lane);
   if (!id.ok()) {
     GS_LOG(kInfo, "sim-driver", "context on device %d: %s", dev, id.status().message().c_str());
     return FromStatus(id.status());
@@ -218,7 +218,7 @@ CUresult EnqueueKernel(Context& ctx, Stream* stream, const Function& fn, uint64_
                        const uint32_t grid[3], const uint32_t block[3], uint64_t spin_ns) {
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t threads = uint64_t{block[0]} * block[1] * block[2];
-  const DeviceInfo& info = D().gpu->device(ctx.device);
+  const DeviceInfo& info = GpuInfo(ctx.device);
   if (threads == 0 || threads > info.max_threads_per_block || block[2] > 64) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -239,8 +239,11 @@ CUresult EnqueueKernel(Context& ctx, Stream* stream, const Function& fn, uint64_
     }
   }
   const uint64_t blocks = uint64_t{grid[0]} * grid[1] * grid[2];
-  const int64_t duration = D().gpu->KernelDurationNs(
-      ctx.device, fn.name, blocks, static_cast<uint32_t>(threads), spin_ns, ctx.thread_percent);
+  // On a MIG device, its SMs.
+  const VisibleDevice& on = Visible(ctx.device);
+  const int64_t duration =
+      D().gpu->KernelDurationNs(on.device, fn.name, blocks, static_cast<uint32_t>(threads), spin_ns,
+                                ctx.thread_percent, on.lane > 0 ? on.sm_count : 0);
   auto seq = D().gpu->EnqueueKernel(ctx.id, duration);
   if (!seq.ok()) {
     return IsMpsClientTerminated(seq.status()) ? CUDA_ERROR_MPS_CLIENT_TERMINATED

@@ -29,6 +29,7 @@
 #include "cuda_abi/cuda_driver_api.h"
 #include "sim/core/pool_model.h"
 #include "sim/core/sim_gpu.h"
+#include "sim/core/visible_devices.h"
 
 #define GS_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -303,6 +304,9 @@ struct Driver {
   bool init_failed = false;                          // GUARDED_BY(mu): cuInit failed for good
   CUresult init_error = CUDA_ERROR_NOT_INITIALIZED;  // GUARDED_BY(mu): what it returns then
   std::unique_ptr<SimGpu> gpu;                       // set once, before `initialized`
+  // The devices this process sees (CUDA_VISIBLE_DEVICES, sim/core/visible_devices.h):
+  // a CUdevice is an index here. Set once, before `initialized`.
+  std::vector<VisibleDevice> visible;
 
   uint64_t primary[kMaxDevices] = {};        // GUARDED_BY(mu): context handle or 0
   int primary_refs[kMaxDevices] = {};        // GUARDED_BY(mu)
@@ -348,6 +352,12 @@ inline CUresult Ready() {
                                                          : CUDA_ERROR_NOT_INITIALIZED;
 }
 CUresult CheckDevice(CUdevice dev);  // Ready() and a valid ordinal
+// The device ordinal `dev` names: its GPU (`device`) and MIG device (`lane`).
+// REQUIRES: CheckDevice(dev) == CUDA_SUCCESS.
+inline const VisibleDevice& Visible(CUdevice dev) { return D().visible[static_cast<size_t>(dev)]; }
+// Its GPU's configuration.
+inline const DeviceInfo& GpuInfo(CUdevice dev) { return D().gpu->device(Visible(dev).device); }
+inline int VisibleCount() { return static_cast<int>(D().visible.size()); }
 
 // Maps a SimGpu status to the CUDA error the real driver gives in that case.
 CUresult FromStatus(const Status& s);

@@ -16,7 +16,7 @@ int I(uint64_t v) { return v > INT_MAX ? INT_MAX : static_cast<int>(v); }
 // them, else those of the device class it models (Hopper-like defaults).
 // NOT_FOUND for an attribute this driver does not know (INVALID_VALUE then).
 bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
-  const DeviceInfo& info = D().gpu->device(dev);
+  const DeviceInfo& info = GpuInfo(dev);
   const uint32_t blocks_per_sm = info.max_blocks_per_sm;
   switch (attrib) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
@@ -78,7 +78,7 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       *out = 1;
       return true;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-      *out = I(info.sm_count);
+      *out = I(Visible(dev).sm_count);  // a MIG device's own
       return true;
     case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT:
     case CU_DEVICE_ATTRIBUTE_INTEGRATED:
@@ -89,7 +89,8 @@ bool Attribute(int dev, CUdevice_attribute attrib, int* out) {
       *out = 1;
       return true;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
-      *out = D().gpu->WithState([&](SimState& s) { return I(s.devices[dev].compute_mode); });
+      *out = D().gpu->WithState(
+          [&](SimState& s) { return I(s.devices[Visible(dev).device].compute_mode); });
       return true;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED:
@@ -237,7 +238,7 @@ using namespace gpuslice::sim::driver;  // NOLINT
 GS_EXPORT CUresult cuDeviceGetCount(int* count) {
   if (CUresult rc = Ready(); rc != CUDA_SUCCESS) return rc;
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *count = D().gpu->device_count();
+  *count = VisibleCount();
   return CUDA_SUCCESS;
 }
 
@@ -252,16 +253,17 @@ GS_EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
 GS_EXPORT CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
   if (CUresult rc = CheckDevice(dev); rc != CUDA_SUCCESS) return rc;
   if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  snprintf(name, static_cast<size_t>(len), "%s", D().gpu->device(dev).name);
+  snprintf(name, static_cast<size_t>(len), "%s", Visible(dev).name.c_str());
   return CUDA_SUCCESS;
 }
 
 GS_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
   if (CUresult rc = CheckDevice(dev); rc != CUDA_SUCCESS) return rc;
   if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx": 32 hex digits after "GPU-".
-  const char* text = D().gpu->device(dev).uuid;
-  if (strncmp(text, "GPU-", 4) == 0) text += 4;
+  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (a MIG device's "MIG-..."):
+  // 32 hex digits after the prefix.
+  const char* text = Visible(dev).uuid.c_str();
+  if (strncmp(text, "GPU-", 4) == 0 || strncmp(text, "MIG-", 4) == 0) text += 4;
   int n = 0;
   int high = -1;
   for (const char* p = text; *p != '\0' && n < 16; ++p) {
@@ -285,7 +287,7 @@ GS_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
 GS_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   if (CUresult rc = CheckDevice(dev); rc != CUDA_SUCCESS) return rc;
   if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *bytes = D().gpu->device(dev).total_bytes;
+  *bytes = Visible(dev).total_bytes;  // a MIG device's: its GPU instance's
   return CUDA_SUCCESS;
 }
 
@@ -302,7 +304,7 @@ GS_EXPORT CUresult cuDeviceTotalMem(unsigned int* bytes, CUdevice dev) {
 GS_EXPORT CUresult cuDeviceGetPCIBusId(char* id, int len, CUdevice dev) {
   if (CUresult rc = CheckDevice(dev); rc != CUDA_SUCCESS) return rc;
   if (id == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  const DeviceInfo& info = D().gpu->device(dev);
+  const DeviceInfo& info = GpuInfo(dev);
   snprintf(id, static_cast<size_t>(len), "%04X:%02X:%02X.0", info.pci_domain, info.pci_bus,
            info.pci_device);
   return CUDA_SUCCESS;
@@ -323,8 +325,8 @@ GS_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
       return CUDA_ERROR_INVALID_VALUE;
     }
   }
-  for (int i = 0; i < D().gpu->device_count(); ++i) {
-    const DeviceInfo& info = D().gpu->device(i);
+  for (int i = 0; i < VisibleCount(); ++i) {
+    const DeviceInfo& info = GpuInfo(i);
     if (info.pci_domain == domain && info.pci_bus == bus && info.pci_device == device &&
         function == 0) {
       *dev = i;
@@ -337,8 +339,8 @@ GS_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
 GS_EXPORT CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
   if (CUresult rc = CheckDevice(dev); rc != CUDA_SUCCESS) return rc;
   if (major == nullptr || minor == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *major = I(D().gpu->device(dev).cc_major);
-  *minor = I(D().gpu->device(dev).cc_minor);
+  *major = I(GpuInfo(dev).cc_major);
+  *minor = I(GpuInfo(dev).cc_minor);
   return CUDA_SUCCESS;
 }
 
@@ -369,7 +371,7 @@ GS_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, C
       // In a static SM partition, exactly its SMs.
       v = attrib == CU_DEVICE_ATTRIBUTE_MPS_ENABLED ? 1
           : partition_sms > 0                       ? I(partition_sms)
-                              : I(MpsSmCount(D().gpu->device(dev).sm_count, percent));
+                                                    : I(MpsSmCount(Visible(dev).sm_count, percent));
     }
   }
   *value = v;
@@ -379,7 +381,7 @@ GS_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, C
 GS_EXPORT CUresult cuDeviceGetProperties(CUdevprop* prop, CUdevice dev) {
   if (CUresult rc = CheckDevice(dev); rc != CUDA_SUCCESS) return rc;
   if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const DeviceInfo& info = D().gpu->device(dev);
+  const DeviceInfo& info = GpuInfo(dev);
   *prop = CUdevprop{};
   prop->maxThreadsPerBlock = I(info.max_threads_per_block);
   prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = I(info.max_threads_per_block);

@@ -144,7 +144,12 @@ GS_EXPORT CUresult cuInit(unsigned int flags) {
     d.init_error = CUDA_ERROR_NOT_INITIALIZED;
     return d.init_error;
   }
-  if ((*gpu)->device_count() == 0) {
+  // The devices CUDA_VISIBLE_DEVICES names (every GPU, or a GPU in MIG mode
+  // its MIG devices, when unset); none: no device, as the real driver says.
+  d.visible = (*gpu)->WithState([](gpuslice::sim::SimState& s) {
+    return gpuslice::sim::VisibleDevices(s, getenv("CUDA_VISIBLE_DEVICES"));
+  });
+  if (d.visible.empty()) {
     d.init_failed = true;
     d.init_error = CUDA_ERROR_NO_DEVICE;
     return d.init_error;

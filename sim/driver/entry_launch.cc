@@ -57,11 +57,11 @@ CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   const uint32_t block[3] = {bx, by, bz};
   if (cooperative) {
     // Every block must be resident at once.
-    const DeviceInfo& info = D().gpu->device(ctx->device);
+    const DeviceInfo& info = GpuInfo(ctx->device);
     const uint64_t threads = std::max<uint64_t>(uint64_t{bx} * by * bz, 1);
     const uint64_t per_sm =
         std::min<uint64_t>(info.max_threads_per_sm / threads, info.max_blocks_per_sm);
-    if (uint64_t{gx} * gy * gz > per_sm * info.sm_count) {
+    if (uint64_t{gx} * gy * gz > per_sm * Visible(ctx->device).sm_count) {
       return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
     }
   }
@@ -179,7 +179,7 @@ CUresult GetGlobal(uint64_t module, const char* name, CUdeviceptr* dptr, size_t*
 }
 
 CUresult FunctionAttribute(const Function& fn, CUfunction_attribute attrib, int dev, int* out) {
-  const DeviceInfo& info = D().gpu->device(dev);
+  const DeviceInfo& info = GpuInfo(dev);
   switch (attrib) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
       *out = static_cast<int>(info.max_threads_per_block);

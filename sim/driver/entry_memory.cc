@@ -170,7 +170,7 @@ void DropPhysicalRef(uint64_t handle) {
 }
 
 bool ValidDeviceLocation(const CUmemLocation& loc) {
-  return loc.type == CU_MEM_LOCATION_TYPE_DEVICE && loc.id >= 0 && loc.id < D().gpu->device_count();
+  return loc.type == CU_MEM_LOCATION_TYPE_DEVICE && loc.id >= 0 && loc.id < VisibleCount();
 }
 
 // The live pool `pool` names (not one destroyed with allocations outstanding).
@@ -274,7 +274,7 @@ GS_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
   Context* ctx = CurrentContext(&rc);
   if (ctx == nullptr) return rc;
   uint64_t f = 0, t = 0;
-  D().gpu->MemoryInfo(ctx->device, &f, &t);
+  D().gpu->MemoryInfo(Visible(ctx->device).device, &f, &t, Visible(ctx->device).lane);
   *free_bytes = f;
   *total = t;
   return CUDA_SUCCESS;

@@ -36,7 +36,7 @@ uint64_t GraphPool(int dev) {
   return GraphPoolLocked(dev);
 }
 
-bool ValidDevice(CUdevice dev) { return dev >= 0 && dev < D().gpu->device_count(); }
+bool ValidDevice(CUdevice dev) { return dev >= 0 && dev < VisibleCount(); }
 
 // The graph a node handle belongs to (node handles keep the graph's slot,
 // not its generation: the live graph in that slot), and the node's index.
@@ -58,7 +58,7 @@ CUresult AddGraphAlloc(uint64_t graph, int device, uint64_t bytes, CUdeviceptr* 
   Driver& d = D();
   Graph* g = d.graphs.Get(graph);
   if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (bytes == 0 || device < 0 || device >= d.gpu->device_count()) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes == 0 || device < 0 || device >= VisibleCount()) return CUDA_ERROR_INVALID_VALUE;
   // The address, fixed for the node's life: a mapping of its own (the
   // simulated kernels never touch it; copies may).
   Range r;

@@ -962,13 +962,16 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device,
 // ---- memory and utilization ----
 
 GS_NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-  if (ns::IsMigHandle(device)) {  // the instance's memory (no context is in one yet)
+  if (ns::IsMigHandle(device)) {  // its GPU instance's memory, and what contexts hold of it
     return ns::WithMig(device, ns::MigDeviceOf,
-                       [&](SimState&, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
+                       [&](SimState& s, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
                          if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-                         memory->total = memory->free =
-                             gpuslice::sim::MigDeviceMemoryBytes(d, *ref.gi);
-                         memory->used = 0;
+                         memory->total = gpuslice::sim::MigDeviceMemoryBytes(d, *ref.gi);
+                         memory->used = std::min<unsigned long long>(
+                             memory->total,
+                             gpuslice::sim::MigUsedBytes(
+                                 s, ref.device, static_cast<int>(ref.gi - d.gpu_instances)));
+                         memory->free = memory->total - memory->used;
                          return NVML_SUCCESS;
                        });
   }
@@ -1602,10 +1605,10 @@ nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpu_instance, unsigned in
 
 GS_NVML_API nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t compute_instance) {
   return ns::WithMig(compute_instance, ns::ComputeInstanceOf,
-                     [&](SimState&, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
+                     [&](SimState& s, DeviceState&, const ns::MigRef& ref) -> nvmlReturn_t {
                        if (!ns::CallerIsRoot()) return NVML_ERROR_NO_PERMISSION;
                        const gpuslice::Status st =
-                           mig::DestroyComputeInstance(d, ref.gi->id, ref.ci->id);
+                           mig::DestroyComputeInstance(s, ref.device, ref.gi->id, ref.ci->id);
                        return st.ok() ? NVML_SUCCESS : NVML_ERROR_IN_USE;
                      });
 }
