@@ -252,15 +252,19 @@ MigLaneRecords LaneRecords(DeviceState& d, int lane) {
   return {&gi, &ci};
 }
 
-uint64_t MigUsedBytes(const SimState& s, int dev, int gi) {
-  uint64_t used = 0;
+MigMemory MigDeviceMemory(const SimState& s, int dev, const MigGpuInstanceRecord& gi) {
+  const DeviceState& d = s.devices[dev];
+  const auto slot = static_cast<int>(&gi - d.gpu_instances);
+  MigMemory m;
+  m.total_bytes = MigDeviceMemoryBytes(d, gi);
   for (const ContextRecord& c : s.contexts) {
     if (c.status == kContextActive && c.device == dev && c.lane > 0 &&
-        (c.lane - 1) / kMaxComputeInstances == gi) {
-      used += c.reservation_bytes + c.allocated_bytes;
+        (c.lane - 1) / kMaxComputeInstances == slot) {
+      m.used_bytes += c.reservation_bytes + c.allocated_bytes;
     }
   }
-  return used;
+  m.free_bytes = m.total_bytes - std::min(m.total_bytes, m.used_bytes);
+  return m;
 }
 
 bool LaneInUse(const SimState& s, int dev, int lane) {

@@ -101,9 +101,14 @@ struct MigLaneRecords {
   MigComputeInstanceRecord* ci = nullptr;
 };
 MigLaneRecords LaneRecords(DeviceState& d, int lane);
-// The memory the contexts in GPU instance record `gi` of device `dev` hold
-// (its compute instances share it).
-uint64_t MigUsedBytes(const SimState& s, int dev, int gi);
+// A MIG device's memory: its GPU instance's (its compute instances share
+// it), what the contexts in that GPU instance hold, and what is left.
+struct MigMemory {
+  uint64_t total_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t free_bytes = 0;
+};
+MigMemory MigDeviceMemory(const SimState& s, int dev, const MigGpuInstanceRecord& gi);
 // Whether a context is in lane `lane` of device `dev`.
 bool LaneInUse(const SimState& s, int dev, int lane);
 

@@ -437,10 +437,9 @@ StatusOr<ContextId> SimGpu::CreateContext(int device, uint32_t flags, const MpsA
                               " is in MIG mode: contexts run on its MIG devices");
   }
   const uint64_t reserve = state_->params.context_bytes;
-  if (mig.gi != nullptr &&
-      MigUsedBytes(*state_, device, static_cast<int>(mig.gi - d.gpu_instances)) + reserve >
-          MigDeviceMemoryBytes(d, *mig.gi)) {
-    return ResourceExhausted("not enough free memory on the MIG device for a context");
+  if (mig.gi != nullptr && MigDeviceMemory(*state_, device, *mig.gi).free_bytes < reserve) {
+    return ResourceExhausted("not enough free memory on MIG device " + std::string(mig.ci->uuid) +
+                             " for a context");
   }
   if (d.used_bytes + reserve > d.info.total_bytes) {
     ReapDeadProcessesLocked(now, true);
@@ -519,13 +518,11 @@ Status SimGpu::Allocate(ContextId ctx, uint64_t bytes, bool managed) {
   }
   DeviceState& d = state_->devices[c->device];
   if (const MigLaneRecords mig = LaneRecords(d, c->lane); mig.gi != nullptr) {
-    const uint64_t total = MigDeviceMemoryBytes(d, *mig.gi);
-    const uint64_t used =
-        MigUsedBytes(*state_, c->device, static_cast<int>(mig.gi - d.gpu_instances));
-    if (rounded > total - std::min(total, used)) {
+    const uint64_t free = MigDeviceMemory(*state_, c->device, *mig.gi).free_bytes;
+    if (rounded > free) {
       return ResourceExhausted("out of memory on MIG device " + std::string(mig.ci->uuid) + ": " +
                                std::to_string(rounded) + " bytes requested, " +
-                               std::to_string(total - std::min(total, used)) + " free");
+                               std::to_string(free) + " free");
     }
   }
   if (rounded > d.info.total_bytes - d.used_bytes) {
@@ -580,9 +577,9 @@ void SimGpu::MemoryInfo(int device, uint64_t* free_bytes, uint64_t* total_bytes,
   ReapDeadProcessesLocked(NowNs(), false);
   DeviceState& d = state_->devices[device];
   if (const MigLaneRecords mig = LaneRecords(d, lane); mig.gi != nullptr) {
-    *total_bytes = MigDeviceMemoryBytes(d, *mig.gi);
-    const uint64_t used = MigUsedBytes(*state_, device, static_cast<int>(mig.gi - d.gpu_instances));
-    *free_bytes = *total_bytes - std::min(*total_bytes, used);
+    const MigMemory m = MigDeviceMemory(*state_, device, *mig.gi);
+    *total_bytes = m.total_bytes;
+    *free_bytes = m.free_bytes;
     return;
   }
   const MemoryView v = ViewFromCgroup(

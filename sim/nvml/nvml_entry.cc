@@ -964,14 +964,13 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device,
 GS_NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   if (ns::IsMigHandle(device)) {  // its GPU instance's memory, and what contexts hold of it
     return ns::WithMig(device, ns::MigDeviceOf,
-                       [&](SimState& s, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
+                       [&](SimState& s, DeviceState&, const ns::MigRef& ref) -> nvmlReturn_t {
                          if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-                         memory->total = gpuslice::sim::MigDeviceMemoryBytes(d, *ref.gi);
-                         memory->used = std::min<unsigned long long>(
-                             memory->total,
-                             gpuslice::sim::MigUsedBytes(
-                                 s, ref.device, static_cast<int>(ref.gi - d.gpu_instances)));
-                         memory->free = memory->total - memory->used;
+                         const gpuslice::sim::MigMemory m =
+                             gpuslice::sim::MigDeviceMemory(s, ref.device, *ref.gi);
+                         memory->total = m.total_bytes;
+                         memory->used = std::min(m.used_bytes, m.total_bytes);
+                         memory->free = m.free_bytes;
                          return NVML_SUCCESS;
                        });
   }
