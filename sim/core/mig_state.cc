@@ -19,6 +19,18 @@ uint32_t LowestFreeId(const Record (&records)[N], uint32_t first) {
   }
 }
 
+// Compute slices [start, start + size) as bits.
+uint32_t SliceBits(uint32_t start, uint32_t size) { return ((1u << size) - 1) << start; }
+
+// The compute slices the compute instances of `gi` hold, as bits.
+uint32_t TakenComputeSlices(const MigGpuInstanceRecord& gi) {
+  uint32_t taken = 0;
+  for (const MigComputeInstanceRecord& c : gi.compute) {
+    if (c.used != 0) taken |= SliceBits(c.start, c.size);
+  }
+  return taken;
+}
+
 // The used record of `records` with `id`, nullptr if none.
 template <typename Record, size_t N>
 Record* FindById(Record (&records)[N], uint32_t id) {
@@ -202,13 +214,7 @@ StatusOr<int> CreateComputeInstance(DeviceState& d, uint32_t gi_id, uint32_t ind
                            " GPU instance has no compute-instance profile " +
                            std::to_string(index));
   }
-  uint32_t taken = 0;  // bit s: compute slice s is in a compute instance
-  for (const MigComputeInstanceRecord& c : gi->compute) {
-    if (c.used != 0) taken |= ((1u << c.size) - 1) << c.start;
-  }
-  for (uint32_t start : ComputePlacementStarts(slices, profile->compute_slices)) {
-    const uint32_t bits = ((1u << slices) - 1) << start;
-    if ((taken & bits) != 0) continue;
+  for (uint32_t start : FreeComputeStarts(d, *gi, slices)) {
     for (int i = 0; i < kMaxComputeInstances; ++i) {
       MigComputeInstanceRecord& c = gi->compute[i];
       if (c.used != 0) continue;
@@ -242,6 +248,32 @@ Status DestroyComputeInstance(SimState& s, int dev, uint32_t gi_id, uint32_t ci_
   }
   return NotFound("no compute instance " + std::to_string(ci_id) + " in GPU instance " +
                   std::to_string(gi_id));
+}
+
+uint32_t GpuInstanceComputeSlices(const DeviceState& d, const MigGpuInstanceRecord& gi) {
+  return GeometryOf(d)->FindByIndex(gi.profile)->compute_slices;
+}
+
+std::vector<uint32_t> FreeComputeStarts(const DeviceState& d, const MigGpuInstanceRecord& gi,
+                                        uint32_t slices) {
+  const uint32_t taken = TakenComputeSlices(gi);
+  std::vector<uint32_t> free;
+  for (uint32_t start : ComputePlacementStarts(slices, GpuInstanceComputeSlices(d, gi))) {
+    if ((taken & SliceBits(start, slices)) == 0) free.push_back(start);
+  }
+  return free;
+}
+
+uint32_t ComputeRemainingCapacity(const DeviceState& d, const MigGpuInstanceRecord& gi,
+                                  uint32_t slices) {
+  uint32_t taken = TakenComputeSlices(gi);
+  uint32_t count = 0;
+  for (uint32_t start : ComputePlacementStarts(slices, GpuInstanceComputeSlices(d, gi))) {
+    if ((taken & SliceBits(start, slices)) != 0) continue;
+    taken |= SliceBits(start, slices);
+    ++count;
+  }
+  return count;
 }
 
 MigLaneRecords LaneRecords(DeviceState& d, int lane) {

@@ -88,6 +88,16 @@ const MigGpuInstanceRecord* FindGpuInstance(const DeviceState& d, uint32_t gi_id
 // GPU instance), InvalidArgument (no such profile, or larger than the GPU
 // instance), ResourceExhausted (no free placement).
 StatusOr<int> CreateComputeInstance(DeviceState& d, uint32_t gi_id, uint32_t index);
+// The compute slices of GPU-instance record `gi` of `d`, and where a compute
+// instance of `slices` may start beside its compute instances, lowest first
+// (empty when none fits).
+uint32_t GpuInstanceComputeSlices(const DeviceState& d, const MigGpuInstanceRecord& gi);
+std::vector<uint32_t> FreeComputeStarts(const DeviceState& d, const MigGpuInstanceRecord& gi,
+                                        uint32_t slices);
+// How many more compute instances of `slices` fit in `gi`, placed one after
+// another at the lowest free start (nvmlGpuInstanceGetComputeInstanceRemainingCapacity).
+uint32_t ComputeRemainingCapacity(const DeviceState& d, const MigGpuInstanceRecord& gi,
+                                  uint32_t slices);
 // NotFound (no such GPU or compute instance), FailedPrecondition (a context
 // is on it).
 Status DestroyComputeInstance(SimState& s, int dev, uint32_t gi_id, uint32_t ci_id);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "sim/core/config.h"
 #include "sim/core/sim_gpu.h"
@@ -142,6 +143,24 @@ TEST(MigComputePlacementTest, CountsFollowTheUserGuide) {
   EXPECT_EQ(ComputePlacementStarts(2, 4).size(), 2u);
   EXPECT_TRUE(ComputePlacementStarts(4, 3).empty());
   EXPECT_TRUE(ComputePlacementStarts(0, 7).empty());
+}
+
+// nvmlGpuInstanceGetComputeInstanceRemainingCapacity: placed one after
+// another at the lowest free start, beside the compute instances there are.
+TEST_F(MigStateTest, ComputeCapacityCountsWhatStillFits) {
+  Enable();
+  auto gi = CreateGpuInstance(h100(), Index("7g.80gb"));
+  ASSERT_TRUE(gi.ok());
+  const MigGpuInstanceRecord& g = h100().gpu_instances[*gi];
+  EXPECT_EQ(ComputeRemainingCapacity(h100(), g, 1), 7u);
+  EXPECT_EQ(ComputeRemainingCapacity(h100(), g, 2), 3u);
+  EXPECT_EQ(ComputeRemainingCapacity(h100(), g, 3), 2u);
+  ASSERT_TRUE(CreateComputeInstance(h100(), g.id, kMigCompute2Slice).ok());  // slices 0-1
+  EXPECT_EQ(ComputeRemainingCapacity(h100(), g, 1), 5u);
+  EXPECT_EQ(ComputeRemainingCapacity(h100(), g, 2), 2u);
+  EXPECT_EQ(ComputeRemainingCapacity(h100(), g, 3), 1u);  // at 4 only
+  EXPECT_EQ(ComputeRemainingCapacity(h100(), g, 4), 0u);
+  EXPECT_EQ(FreeComputeStarts(h100(), g, 3), (std::vector<uint32_t>{4}));
 }
 
 TEST_F(MigStateTest, ComputeInstancesAreMigDevicesWithTheirOwnUuids) {

@@ -4,6 +4,8 @@
 #include <cassert>
 #include <cmath>
 
+#include "sim/core/mig_state.h"
+
 namespace gpuslice::sim {
 namespace {
 
@@ -244,6 +246,22 @@ void AdvanceLane(SimState& s, int device, int lane, int64_t t, int64_t now_ns) {
   }
 }
 
+// Closes the windows up to `now_ns` and integrates the energy of
+// [start, now_ns): idle power while idle or switching, busy power while
+// executing (lanes side by side count once), both capped by the power limit.
+void FinishAdvance(SimState& s, int device, int64_t start, int64_t busy_before, int64_t now_ns) {
+  DeviceState& d = s.devices[device];
+  CloseWindows(s, device, now_ns);
+  const double limit_mw = d.power_limit_mw;
+  const double idle_mw = std::min<double>(d.info.power_idle_mw, limit_mw);
+  const double busy_mw = std::min<double>(d.info.power_busy_mw, limit_mw);
+  const int64_t busy = std::min(d.busy_ns - busy_before, now_ns - start);
+  d.energy_mj +=
+      (idle_mw * static_cast<double>(now_ns - start - busy) + busy_mw * static_cast<double>(busy)) *
+      1e-9;
+  d.sched_ns = now_ns;
+}
+
 }  // namespace
 
 void AdvanceDevice(SimState& s, int device, int64_t now_ns) {
@@ -252,9 +270,17 @@ void AdvanceDevice(SimState& s, int device, int64_t now_ns) {
   const int64_t start = d.sched_ns;
   const int64_t busy_before = d.busy_ns;
 
-  // The lanes with something to run: the whole GPU's alone (no MIG device
-  // in use) runs the whole span at once; several run side by side, one NVML
-  // window at a time, so that each window is credited what ran in it.
+  // Out of MIG mode every context is on lane 0 (a GPU changes mode only
+  // idle, and takes lane-0 contexts only out of MIG mode): the whole span at
+  // once, no lane to look for.
+  if (d.mig_mode != kMigEnabled) {
+    AdvanceLane(s, device, 0, start, now_ns);
+    FinishAdvance(s, device, start, busy_before, now_ns);
+    return;
+  }
+  // MIG devices with something to run: one alone runs the whole span at
+  // once; several run side by side, one NVML window at a time, so that each
+  // window is credited what ran in it.
   bool active[kSchedLanes] = {};
   int active_count = 0;
   int only = 0;
@@ -283,17 +309,7 @@ void AdvanceDevice(SimState& s, int device, int64_t now_ns) {
     }
   }
 
-  CloseWindows(s, device, now_ns);
-  // Energy: idle power while idle or switching, busy power while executing
-  // (lanes side by side count once), both capped by the power limit.
-  const double limit_mw = d.power_limit_mw;
-  const double idle_mw = std::min<double>(d.info.power_idle_mw, limit_mw);
-  const double busy_mw = std::min<double>(d.info.power_busy_mw, limit_mw);
-  const int64_t busy = std::min(d.busy_ns - busy_before, now_ns - start);
-  d.energy_mj +=
-      (idle_mw * static_cast<double>(now_ns - start - busy) + busy_mw * static_cast<double>(busy)) *
-      1e-9;
-  d.sched_ns = now_ns;
+  FinishAdvance(s, device, start, busy_before, now_ns);
 }
 
 uint64_t EnqueueOp(SimState& s, int ctx, int64_t duration_ns, int32_t event_slot, int64_t now_ns) {

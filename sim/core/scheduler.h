@@ -16,6 +16,11 @@
 // percentages summing to <= 100, else each at 100/sum of full speed. Each
 // member's busy time counts the time its kernel executed; the device's busy
 // time counts the time any did; NVML samples credit the server's process.
+//
+// MIG: on a GPU in MIG mode each MIG device is a lane of its own (state.h
+// SchedLane): its contexts time-slice as above among themselves, and the
+// lanes run side by side; the device's busy time and windows add them up.
+// Out of MIG mode every context is on lane 0.
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "sim/core/config.h"
+#include "sim/core/mig_state.h"
 #include "sim/core/sim_gpu.h"
 
 namespace gpuslice::sim {
@@ -78,6 +79,7 @@ TEST_F(SchedulerTest, AloneAContextRunsBackToBackWithoutSwitches) {
 // window credits what ran in it.
 TEST_F(SchedulerTest, MigLanesRunSideBySide) {
   Init();
+  state_->devices[0].mig_mode = kMigEnabled;  // lanes other than 0 are MIG devices
   const int a = AddContext(0), b = AddContext(1), c = AddContext(2);
   state_->contexts[a].lane = 1;
   state_->contexts[b].lane = 2;

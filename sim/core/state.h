@@ -17,6 +17,8 @@
 //     (time-slicing). A group is one plain context, or all MPS client contexts
 //     of one server on the device (their kernels run concurrently). Lanes
 //     (MIG devices) execute independently.
+//  5. A context's lane is 0 unless its device is in MIG mode, and a GPU in
+//     MIG mode has no context on lane 0 (a mode change needs an idle GPU).
 #pragma once
 
 #include <pthread.h>

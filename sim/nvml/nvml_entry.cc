@@ -726,11 +726,6 @@ nvmlReturn_t MigGeometry(const DeviceState& d, const gpuslice::sim::MigGeometry*
   return NVML_SUCCESS;
 }
 
-// The GPU-instance profile of the id the create calls take.
-const gpuslice::sim::MigProfile* ProfileById(const gpuslice::sim::MigGeometry& g, unsigned id) {
-  return g.FindById(id);
-}
-
 template <typename Info>
 void FillProfileInfo(const DeviceState& d, const gpuslice::sim::MigProfile& p, Info* info) {
   info->id = p.id;
@@ -788,7 +783,7 @@ nvmlReturn_t CreateGpuInstance(nvmlDevice_t device, unsigned int profile_id,
         if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         const gpuslice::sim::MigGeometry* g = nullptr;
         if (nvmlReturn_t rc = MigGeometry(d, &g); rc != NVML_SUCCESS) return rc;
-        const gpuslice::sim::MigProfile* p = ProfileById(*g, profile_id);
+        const gpuslice::sim::MigProfile* p = g->FindById(profile_id);
         if (p == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (!CallerIsRoot()) return NVML_ERROR_NO_PERMISSION;
         std::optional<gpuslice::sim::MigPlacement> at;
@@ -1446,7 +1441,7 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(
   return ns::WithDevice(device, [&](SimState&, DeviceState& d, int) -> nvmlReturn_t {
     const mig::MigGeometry* g = nullptr;
     if (nvmlReturn_t rc = ns::MigGeometry(d, &g); rc != NVML_SUCCESS) return rc;
-    const mig::MigProfile* p = ns::ProfileById(*g, profile_id);
+    const mig::MigProfile* p = g->FindById(profile_id);
     if (p == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     std::vector<nvmlGpuInstancePlacement_t> all;
     for (const mig::MigPlacement& at : mig::PossiblePlacements(*p))
@@ -1462,7 +1457,7 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t 
     if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     const mig::MigGeometry* g = nullptr;
     if (nvmlReturn_t rc = ns::MigGeometry(d, &g); rc != NVML_SUCCESS) return rc;
-    const mig::MigProfile* p = ns::ProfileById(*g, profile_id);
+    const mig::MigProfile* p = g->FindById(profile_id);
     if (p == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     *count = mig::RemainingCapacity(*p, mig::GpuInstanceUses(d));
     return NVML_SUCCESS;
@@ -1498,7 +1493,7 @@ GS_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned
   return ns::WithDevice(device, [&](SimState&, DeviceState& d, int dev) -> nvmlReturn_t {
     const mig::MigGeometry* g = nullptr;
     if (nvmlReturn_t rc = ns::MigGeometry(d, &g); rc != NVML_SUCCESS) return rc;
-    const mig::MigProfile* p = ns::ProfileById(*g, profile_id);
+    const mig::MigProfile* p = g->FindById(profile_id);
     if (p == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     std::vector<nvmlGpuInstance_t> all;
     for (const mig::MigGpuInstanceRecord& gi : d.gpu_instances) {
@@ -1563,28 +1558,16 @@ GS_NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
 
 GS_NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
     nvmlGpuInstance_t gpu_instance, unsigned int profile_id, unsigned int* count) {
-  return ns::WithMig(
-      gpu_instance, ns::GpuInstanceOf,
-      [&](SimState&, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
-        if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-        const mig::MigProfile& gi = *mig::GeometryOf(d)->FindByIndex(ref.gi->profile);
-        const uint32_t slices = mig::MigComputeSlices(profile_id);
-        if (slices == 0 || slices > gi.compute_slices) return NVML_ERROR_INVALID_ARGUMENT;
-        uint32_t taken = 0;
-        for (const mig::MigComputeInstanceRecord& c : ref.gi->compute) {
-          if (c.used != 0) taken |= ((1u << c.size) - 1) << c.start;
-        }
-        unsigned free = 0;
-        for (uint32_t start : mig::ComputePlacementStarts(slices, gi.compute_slices)) {
-          const uint32_t bits = ((1u << slices) - 1) << start;
-          if ((taken & bits) == 0) {
-            taken |= bits;
-            ++free;
-          }
-        }
-        *count = free;
-        return NVML_SUCCESS;
-      });
+  return ns::WithMig(gpu_instance, ns::GpuInstanceOf,
+                     [&](SimState&, DeviceState& d, const ns::MigRef& ref) -> nvmlReturn_t {
+                       if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+                       const uint32_t slices = mig::MigComputeSlices(profile_id);
+                       if (slices == 0 || slices > mig::GpuInstanceComputeSlices(d, *ref.gi)) {
+                         return NVML_ERROR_INVALID_ARGUMENT;
+                       }
+                       *count = mig::ComputeRemainingCapacity(d, *ref.gi, slices);
+                       return NVML_SUCCESS;
+                     });
 }
 
 GS_NVML_API nvmlReturn_t

@@ -46,21 +46,6 @@ class ComputeTest : public testing::SimProcessTest {
     return Start(n, args, env);
   }
 
-  // Waits until every pid in `pids` has run a kernel on the simulated GPU.
-  void WaitRunning(const std::vector<pid_t>& pids) {
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          const json s = Stats();
-          for (pid_t p : pids) {
-            const json proc = Process(s, p);
-            if (proc.empty() || proc["devices"][0]["kernels"].get<uint64_t>() == 0) return false;
-          }
-          return true;
-        },
-        std::chrono::seconds(20)))
-        << Read("err0");
-  }
-
   std::unique_ptr<GroupSegment> Segment(const std::string& group) {
     auto seg = GroupSegment::Open(shm_dir_, group, /*create=*/false);
     return seg.ok() ? std::move(seg).value() : nullptr;

@@ -91,17 +91,7 @@ TEST_F(MigProcessTest, MigDevicesRunTheirWorkSideBySide) {
     pids.push_back(Start(mig, {"--kernel-us", "1000", "--duration-s", "6", "--quiet"},
                          {"CUDA_VISIBLE_DEVICES=" + uuids_[mig]}));
   }
-  ASSERT_TRUE(testing::WaitFor(
-      [&] {
-        const json s = Stats();
-        for (pid_t p : pids) {
-          const json proc = Process(s, p);
-          if (proc.empty() || proc["devices"][0]["kernels"].get<uint64_t>() == 0) return false;
-        }
-        return true;
-      },
-      std::chrono::seconds(20)))
-      << Read("err0") << Read("err1");
+  WaitRunning(pids);
   const double small = ShareOfDevice({pids[0]}, milliseconds(1500));
   const double large = ShareOfDevice({pids[1]}, milliseconds(1500));
   EXPECT_GT(small, 80) << "the 1g.10gb's program";

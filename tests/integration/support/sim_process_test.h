@@ -164,6 +164,26 @@ class SimProcessTest : public ::testing::Test {
     return json::object();
   }
 
+  // Waits (20 s at most) until every pid in `pids` has run a kernel on the
+  // simulated GPU; fails the test with the programs' standard errors if not.
+  void WaitRunning(const std::vector<pid_t>& pids) {
+    const bool running = WaitFor(
+        [&] {
+          const json s = Stats();
+          for (pid_t p : pids) {
+            const json proc = Process(s, p);
+            if (proc.empty() || proc["devices"][0]["kernels"].get<uint64_t>() == 0) return false;
+          }
+          return true;
+        },
+        std::chrono::seconds(20));
+    std::string errors;
+    for (const auto& f : std::filesystem::directory_iterator(dir_)) {
+      if (f.path().filename().string().starts_with("err")) errors += Read(f.path().filename());
+    }
+    ASSERT_TRUE(running) << errors;
+  }
+
   // The share (percent) of device 0's time that `pids` (host pids, as the
   // simulator names processes) together took over the next `span`, from the
   // simulator's ground truth.
