@@ -112,6 +112,49 @@ struct BusySample {
   bool operator==(const BusySample&) const = default;
 };
 
+// MIG (NVIDIA's MIG user guide; DESIGN.md section 7a): a GPU in MIG mode is
+// carved into GPU instances, each at a placement of memory slices, each
+// holding compute instances; a compute instance is a MIG device with a
+// "MIG-" UUID that CUDA_VISIBLE_DEVICES selects.
+struct MigPlacement {
+  uint32_t start = 0;  // the first memory slice
+  uint32_t size = 0;   // memory slices
+
+  bool operator==(const MigPlacement&) const = default;
+  // Whether the two share a memory slice.
+  bool Overlaps(const MigPlacement& o) const {
+    return start < o.start + o.size && o.start < start + size;
+  }
+};
+
+// A GPU-instance profile the GPU offers (nvmlDeviceGetGpuInstanceProfileInfoV).
+struct MigProfile {
+  uint32_t id = 0;      // NVML's profile id, what creation takes
+  std::string name;     // "1g.10gb"
+  uint32_t slices = 0;  // compute slices
+  uint64_t memory_bytes = 0;
+  uint32_t sm_count = 0;
+  std::vector<MigPlacement> placements;  // every legal one, free or taken
+
+  bool operator==(const MigProfile&) const = default;
+};
+
+// A GPU instance and its compute instance: one MIG device.
+struct MigInstance {
+  uint32_t gpu_instance_id = 0;
+  std::optional<uint32_t> compute_instance_id;  // none: the GPU instance has no compute instance
+  uint32_t profile_id = 0;
+  std::string profile;  // "1g.10gb"
+  MigPlacement placement;
+  std::string uuid;  // the compute instance's "MIG-..."; "" without one
+  uint64_t memory_bytes = 0;
+  // What its processes use (nvmlDeviceGetMemoryInfo of the MIG device);
+  // none without a compute instance or where the driver does not say.
+  std::optional<uint64_t> memory_used_bytes;
+
+  bool operator==(const MigInstance&) const = default;
+};
+
 struct EnergyReading {
   uint64_t energy_mj = 0;
   uint32_t power_mw = 0;
@@ -165,6 +208,33 @@ class GpuBackend {
   virtual Status SetMemoryLimits(uint32_t /*index*/, const std::string& /*cgroup*/,
                                  uint64_t /*soft_bytes*/, uint64_t /*hard_bytes*/) {
     return {StatusCode::kUnimplemented, "this backend has no driver memory limits"};
+  }
+
+  // MIG on GPU `index` (in MIG mode; GpuFeatures::mig). kUnimplemented from
+  // a backend or driver without NVML's MIG API; kFailedPrecondition when the
+  // GPU is not in MIG mode.
+  //
+  // The GPU-instance profiles the GPU offers, smallest first.
+  virtual StatusOr<std::vector<MigProfile>> MigProfiles(uint32_t /*index*/) {
+    return Unimplemented("this GPU backend has no MIG");
+  }
+  // Every GPU instance on the GPU, whoever made it, by id.
+  virtual StatusOr<std::vector<MigInstance>> MigInstances(uint32_t /*index*/) {
+    return Unimplemented("this GPU backend has no MIG");
+  }
+  // Creates a GPU instance of profile `profile_id` at `placement` and in it
+  // one compute instance of all its slices (the shared engine profile).
+  // Either both are made or neither is left. Errors: kResourceExhausted (the
+  // placement is taken), kInvalidArgument (a placement the profile may not
+  // take), kPermissionDenied (not root), kFailedPrecondition.
+  virtual StatusOr<MigInstance> CreateMigInstance(uint32_t /*index*/, uint32_t /*profile_id*/,
+                                                  MigPlacement /*placement*/) {
+    return Unimplemented("this GPU backend has no MIG");
+  }
+  // Destroys GPU instance `gpu_instance_id` with its compute instances.
+  // kNotFound (no such instance), kFailedPrecondition (a process uses it).
+  virtual Status DestroyMigInstance(uint32_t /*index*/, uint32_t /*gpu_instance_id*/) {
+    return Unimplemented("this GPU backend has no MIG");
   }
 };
 

@@ -1,6 +1,7 @@
 #include "daemon/gpu/fake_backend.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace gpuslice::daemon {
 
@@ -231,6 +232,107 @@ void FakeBackend::FailMemoryLimitClears(uint32_t index, Status status) {
   } else {
     memory_limit_clear_failures_[index] = std::move(status);
   }
+}
+
+std::vector<MigProfile> FakeH100MigProfiles() {
+  constexpr uint64_t kEighth = 10ull << 30;
+  auto every = [](uint32_t size, uint32_t step, uint32_t last) {
+    std::vector<MigPlacement> out;
+    for (uint32_t start = 0; start <= last; start += step) out.push_back({start, size});
+    return out;
+  };
+  return {{19, "1g.10gb", 1, 1 * kEighth, 16, every(1, 1, 6)},
+          {15, "1g.20gb", 1, 2 * kEighth, 26, every(2, 2, 6)},
+          {14, "2g.20gb", 2, 2 * kEighth, 32, every(2, 2, 4)},
+          {9, "3g.40gb", 3, 4 * kEighth, 60, every(4, 4, 4)},
+          {5, "4g.40gb", 4, 4 * kEighth, 64, every(4, 4, 0)},
+          {0, "7g.80gb", 7, 8 * kEighth, 132, every(8, 8, 0)}};
+}
+
+void FakeBackend::EnableMig(uint32_t index, bool enabled) {
+  MutexLock lock(mu_);
+  if (index >= gpus_.size()) return;
+  gpus_[index].features.mig = enabled;
+  if (enabled) {
+    mig_[index];
+  } else {
+    mig_.erase(index);
+  }
+}
+
+void FakeBackend::FailMigCreates(uint32_t index, Status status) {
+  MutexLock lock(mu_);
+  mig_[index].next_create_failure = std::move(status);
+}
+
+void FakeBackend::SetMigInUse(uint32_t index, uint32_t gpu_instance_id, bool in_use) {
+  MutexLock lock(mu_);
+  auto& v = mig_[index].in_use;
+  std::erase(v, gpu_instance_id);
+  if (in_use) v.push_back(gpu_instance_id);
+}
+
+StatusOr<std::vector<MigProfile>> FakeBackend::MigProfiles(uint32_t index) {
+  MutexLock lock(mu_);
+  if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  if (!gpus_[index].features.mig) return FailedPrecondition("GPU is not in MIG mode");
+  return FakeH100MigProfiles();
+}
+
+StatusOr<std::vector<MigInstance>> FakeBackend::MigInstances(uint32_t index) {
+  MutexLock lock(mu_);
+  if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  if (!gpus_[index].features.mig) return FailedPrecondition("GPU is not in MIG mode");
+  return mig_[index].instances;
+}
+
+StatusOr<MigInstance> FakeBackend::CreateMigInstance(uint32_t index, uint32_t profile_id,
+                                                     MigPlacement placement) {
+  MutexLock lock(mu_);
+  if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  if (!gpus_[index].features.mig) return FailedPrecondition("GPU is not in MIG mode");
+  FakeMig& m = mig_[index];
+  if (!m.next_create_failure.ok()) return std::exchange(m.next_create_failure, Status::Ok());
+  const std::vector<MigProfile> profiles = FakeH100MigProfiles();
+  auto p = std::ranges::find(profiles, profile_id, &MigProfile::id);
+  if (p == profiles.end()) return InvalidArgument("no such profile");
+  if (std::ranges::find(p->placements, placement) == p->placements.end()) {
+    return InvalidArgument("a placement the profile may not take");
+  }
+  for (const MigInstance& other : m.instances) {
+    if (other.placement.Overlaps(placement)) return ResourceExhausted("the placement is taken");
+  }
+  uint32_t id = 1;
+  while (std::ranges::find(m.instances, id, &MigInstance::gpu_instance_id) != m.instances.end()) {
+    ++id;
+  }
+  MigInstance made{.gpu_instance_id = id,
+                   .compute_instance_id = 0,
+                   .profile_id = p->id,
+                   .profile = p->name,
+                   .placement = placement,
+                   .uuid = "MIG-fake-" + std::to_string(index) + "-" + std::to_string(++mig_uuids_),
+                   .memory_bytes = p->memory_bytes,
+                   .memory_used_bytes = 0};
+  m.instances.push_back(made);
+  std::ranges::sort(m.instances, {}, &MigInstance::gpu_instance_id);
+  return made;
+}
+
+Status FakeBackend::DestroyMigInstance(uint32_t index, uint32_t gpu_instance_id) {
+  MutexLock lock(mu_);
+  if (index >= gpus_.size()) return NotFound("no GPU " + std::to_string(index));
+  if (!gpus_[index].features.mig) return FailedPrecondition("GPU is not in MIG mode");
+  FakeMig& m = mig_[index];
+  if (std::ranges::find(m.in_use, gpu_instance_id) != m.in_use.end()) {
+    return FailedPrecondition("a process uses the instance");
+  }
+  if (std::erase_if(m.instances, [&](const MigInstance& i) {
+        return i.gpu_instance_id == gpu_instance_id;
+      }) == 0) {
+    return NotFound("no GPU instance " + std::to_string(gpu_instance_id));
+  }
+  return Status::Ok();
 }
 
 }  // namespace gpuslice::daemon

@@ -14,6 +14,10 @@
 
 namespace gpuslice::daemon {
 
+// The H100 80GB's GPU-instance profiles, as NVIDIA's MIG user guide lists
+// them (memory in eighths of 80 GiB).
+std::vector<MigProfile> FakeH100MigProfiles();
+
 class FakeBackend final : public GpuBackend {
  public:
   // `count` GPUs shaped like an H100: power 200-700 W (limit 700 W), clocks up
@@ -34,6 +38,20 @@ class FakeBackend final : public GpuBackend {
   // what FailMemoryLimits injected.
   Status SetMemoryLimits(uint32_t index, const std::string& cgroup, uint64_t soft_bytes,
                          uint64_t hard_bytes) override;
+
+  // MIG, on a GPU put in MIG mode (features.mig) by EnableMig: the H100
+  // 80GB's profiles (FakeH100MigProfiles), instances at free placements.
+  StatusOr<std::vector<MigProfile>> MigProfiles(uint32_t index) override;
+  StatusOr<std::vector<MigInstance>> MigInstances(uint32_t index) override;
+  StatusOr<MigInstance> CreateMigInstance(uint32_t index, uint32_t profile_id,
+                                          MigPlacement placement) override;
+  Status DestroyMigInstance(uint32_t index, uint32_t gpu_instance_id) override;
+  // Puts GPU `index` in MIG mode (or out of it, dropping its instances).
+  void EnableMig(uint32_t index, bool enabled = true);
+  // The next CreateMigInstance on `index` fails with `status` (ok: none).
+  void FailMigCreates(uint32_t index, Status status);
+  // While `in_use`, DestroyMigInstance of that instance fails (a process is on it).
+  void SetMigInUse(uint32_t index, uint32_t gpu_instance_id, bool in_use);
 
   struct MemoryLimit {
     uint64_t soft_bytes = 0;
@@ -93,6 +111,13 @@ class FakeBackend final : public GpuBackend {
   std::map<uint32_t, Status> memory_limit_failures_;
   std::map<uint32_t, Status> memory_limit_clear_failures_;
   int memory_limit_calls_ = 0;
+  struct FakeMig {
+    std::vector<MigInstance> instances;
+    std::vector<uint32_t> in_use;  // GPU instance ids
+    Status next_create_failure;
+  };
+  std::map<uint32_t, FakeMig> mig_;
+  uint64_t mig_uuids_ = 0;
   int process_reads_ = 0;
 };
 

@@ -8,64 +8,10 @@
 #include <utility>
 
 #include "common/log.h"
+#include "daemon/gpu/nvml_api.h"
 #include "nvml_abi/sample_value.h"
 
 namespace gpuslice::daemon {
-
-// X(name, return, arguments): every NVML entry point the daemon calls.
-#define GS_NVML_FUNCTIONS(X)                                                                    \
-  X(nvmlInit_v2, (void))                                                                        \
-  X(nvmlShutdown, (void))                                                                       \
-  X(nvmlErrorString, (nvmlReturn_t))                                                            \
-  X(nvmlDeviceGetCount_v2, (unsigned int*))                                                     \
-  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int, nvmlDevice_t*))                               \
-  X(nvmlDeviceGetName, (nvmlDevice_t, char*, unsigned int))                                     \
-  X(nvmlDeviceGetUUID, (nvmlDevice_t, char*, unsigned int))                                     \
-  X(nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t*))                                     \
-  X(nvmlDeviceGetUtilizationRates, (nvmlDevice_t, nvmlUtilization_t*))                          \
-  X(nvmlDeviceGetPowerUsage, (nvmlDevice_t, unsigned int*))                                     \
-  X(nvmlDeviceGetPowerManagementLimit, (nvmlDevice_t, unsigned int*))                           \
-  X(nvmlDeviceGetPowerManagementLimitConstraints, (nvmlDevice_t, unsigned int*, unsigned int*)) \
-  X(nvmlDeviceGetPowerManagementDefaultLimit, (nvmlDevice_t, unsigned int*))                    \
-  X(nvmlDeviceGetTotalEnergyConsumption, (nvmlDevice_t, unsigned long long*))                   \
-  X(nvmlDeviceGetClockInfo, (nvmlDevice_t, nvmlClockType_t, unsigned int*))                     \
-  X(nvmlDeviceGetMaxClockInfo, (nvmlDevice_t, nvmlClockType_t, unsigned int*))                  \
-  X(nvmlDeviceGetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t*))                           \
-  X(nvmlDeviceGetComputeMode, (nvmlDevice_t, nvmlComputeMode_t*))                               \
-  X(nvmlDeviceGetTemperature, (nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*))          \
-  X(nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*)) \
-  X(nvmlDeviceGetProcessUtilization,                                                            \
-    (nvmlDevice_t, nvmlProcessUtilizationSample_t*, unsigned int*, unsigned long long))         \
-  X(nvmlDeviceSetPowerManagementLimit, (nvmlDevice_t, unsigned int))                            \
-  X(nvmlDeviceSetGpuLockedClocks, (nvmlDevice_t, unsigned int, unsigned int))                   \
-  X(nvmlDeviceResetGpuLockedClocks, (nvmlDevice_t))                                             \
-  X(nvmlDeviceSetMemoryLockedClocks, (nvmlDevice_t, unsigned int, unsigned int))                \
-  X(nvmlDeviceResetMemoryLockedClocks, (nvmlDevice_t))                                          \
-  X(nvmlDeviceSetPersistenceMode, (nvmlDevice_t, nvmlEnableState_t))                            \
-  X(nvmlDeviceSetComputeMode, (nvmlDevice_t, nvmlComputeMode_t))
-
-// Optional entry points: null where the driver lacks them (an older driver,
-// a GPU without MIG); what depends on them is reported absent.
-#define GS_NVML_OPTIONAL_FUNCTIONS(X)                                                              \
-  X(nvmlSystemGetDriverVersion, (char*, unsigned int))                                             \
-  X(nvmlDeviceGetCudaComputeCapability, (nvmlDevice_t, int*, int*))                                \
-  X(nvmlDeviceGetMigMode, (nvmlDevice_t, unsigned int*, unsigned int*))                            \
-  X(nvmlDeviceSetMemoryLimits_v1, (nvmlDevice_t, nvmlSetMemoryLimits_v1_t*))                       \
-  X(nvmlEventSetCreate, (nvmlEventSet_t*))                                                         \
-  X(nvmlEventSetFree, (nvmlEventSet_t))                                                            \
-  X(nvmlDeviceGetSupportedEventTypes, (nvmlDevice_t, unsigned long long*))                         \
-  X(nvmlDeviceRegisterEvents, (nvmlDevice_t, unsigned long long, nvmlEventSet_t))                  \
-  X(nvmlEventSetWait_v2, (nvmlEventSet_t, nvmlEventData_t*, unsigned int))                         \
-  X(nvmlDeviceGetSamples, (nvmlDevice_t, nvmlSamplingType_t, unsigned long long, nvmlValueType_t*, \
-                           unsigned int*, nvmlSample_t*))
-
-// NOLINTBEGIN(bugprone-macro-parentheses): `name` is a declarator and a symbol name.
-struct NvmlBackend::Api {
-#define GS_NVML_MEMBER(name, args) decltype(&::name) name = nullptr;
-  GS_NVML_FUNCTIONS(GS_NVML_MEMBER)
-  GS_NVML_OPTIONAL_FUNCTIONS(GS_NVML_MEMBER)
-#undef GS_NVML_MEMBER
-};
 
 int DriverMajor(std::string_view version) {
   int major = 0;
@@ -85,7 +31,10 @@ StatusCode CodeOf(nvmlReturn_t rc) {
     case NVML_ERROR_INVALID_ARGUMENT:
       return StatusCode::kInvalidArgument;
     case NVML_ERROR_NOT_SUPPORTED:
+    case NVML_ERROR_IN_USE:
       return StatusCode::kFailedPrecondition;
+    case NVML_ERROR_INSUFFICIENT_RESOURCES:
+      return StatusCode::kResourceExhausted;
     case NVML_ERROR_NOT_FOUND:
       return StatusCode::kNotFound;
     case NVML_ERROR_FUNCTION_NOT_FOUND:
@@ -111,6 +60,7 @@ StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Open(const char* library) {
                        (err != nullptr ? err : "unknown error"));
   }
   b->api_ = std::make_unique<Api>();
+  // NOLINTBEGIN(bugprone-macro-parentheses): `name` is a declarator and a symbol name.
 #define GS_NVML_RESOLVE(name, args)                                                            \
   b->api_->name = reinterpret_cast<decltype(&::name)>(dlsym(b->handle_, #name));               \
   if (b->api_->name == nullptr) {                                                              \

@@ -45,6 +45,12 @@ class NvmlBackend final : public GpuBackend {
   StatusOr<std::vector<BusySample>> BusySince(uint32_t index, uint64_t since_us) override;
   Status SetMemoryLimits(uint32_t index, const std::string& cgroup, uint64_t soft_bytes,
                          uint64_t hard_bytes) override;
+  // NVML's MIG management (nvml_backend_mig.cc).
+  StatusOr<std::vector<MigProfile>> MigProfiles(uint32_t index) override;
+  StatusOr<std::vector<MigInstance>> MigInstances(uint32_t index) override;
+  StatusOr<MigInstance> CreateMigInstance(uint32_t index, uint32_t profile_id,
+                                          MigPlacement placement) override;
+  Status DestroyMigInstance(uint32_t index, uint32_t gpu_instance_id) override;
 
   struct Api;  // the resolved entry points (nvml_backend.cc)
 
@@ -55,6 +61,11 @@ class NvmlBackend final : public GpuBackend {
   // (logged event=xid_watch_unavailable otherwise).
   void WatchXids();
   Status Check(nvmlReturn_t rc, const char* what, uint32_t index) const;
+  // OK when GPU `index` exists, NVML has the MIG API and the GPU is in MIG mode.
+  Status MigReady(uint32_t index) const;
+  // The compute-instance profile of all of GPU instance `gi`'s slices.
+  StatusOr<nvmlComputeInstanceProfileInfo_t> WholeComputeProfile(nvmlGpuInstance_t gi,
+                                                                 uint32_t index) const;
 
   void* handle_ = nullptr;
   std::unique_ptr<Api> api_;
