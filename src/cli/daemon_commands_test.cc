@@ -99,26 +99,31 @@ TEST(DaemonCommandsTest, GpuListPrintsTheDaemonsJson) {
   EXPECT_EQ(json::parse(out)["gpus"][0]["uuid"], "GPU-a") << out;
 }
 
+// A GPU of GET /v1/gpus as `gpu list` reads it, with `features`.
+json ListedGpu(int index, const json& features) {
+  return json{{"index", index},
+              {"uuid", "GPU-" + std::to_string(index)},
+              {"name", "NVIDIA H100 80GB HBM3"},
+              {"memory", {{"used_bytes", 0}, {"total_bytes", 85899345920}}},
+              {"utilization", {{"gpu_percent", 0}}},
+              {"power", {{"draw_watts", 70.0}, {"limit_watts", 700.0}}},
+              {"clocks", {{"locked_gpu", nullptr}}},
+              {"persistence", false},
+              {"compute_mode", "DEFAULT"},
+              {"mps", "off"},
+              {"features", features}};
+}
+
 // `gpu list` names what holds memory on each GPU's node: the driver only
 // where it has the per-cgroup limits API, cgroup v2 and no MIG.
 TEST(DaemonCommandsTest, GpuListSaysWhereTheDriversMemoryLimitsApply) {
   auto gpu = [](int index, const std::string& driver, bool api, bool cgroup_v2, bool mig) {
-    return json{{"index", index},
-                {"uuid", "GPU-" + std::to_string(index)},
-                {"name", "NVIDIA H100 80GB HBM3"},
-                {"memory", {{"used_bytes", 0}, {"total_bytes", 85899345920}}},
-                {"utilization", {{"gpu_percent", 0}}},
-                {"power", {{"draw_watts", 70.0}, {"limit_watts", 700.0}}},
-                {"clocks", {{"locked_gpu", nullptr}}},
-                {"persistence", false},
-                {"compute_mode", "DEFAULT"},
-                {"mps", "off"},
-                {"features",
-                 {{"driver_version", driver},
-                  {"memory_limits", api},
-                  {"cgroup_v2", cgroup_v2},
-                  {"mig", mig},
-                  {"mps", {{"available", true}, {"protocol", api ? 3 : 2}, {"reason", ""}}}}}};
+    return ListedGpu(index,
+                     {{"driver_version", driver},
+                      {"memory_limits", api},
+                      {"cgroup_v2", cgroup_v2},
+                      {"mig", mig},
+                      {"mps", {{"available", true}, {"protocol", api ? 3 : 2}, {"reason", ""}}}});
   };
   FakeNode node;
   node.answers["GET /v1/gpus"] =
@@ -140,6 +145,40 @@ TEST(DaemonCommandsTest, GpuListSaysWhereTheDriversMemoryLimitsApply) {
   EXPECT_NE(lines[3].find("limiter (pre-r615)"), std::string::npos) << lines[3];
   EXPECT_NE(lines[3].find("580.65.06"), std::string::npos) << lines[3];
   for (int i = 1; i < 4; ++i) EXPECT_EQ(lines[i].find(" driver "), std::string::npos) << lines[i];
+}
+
+// `gpu list` shows the instances of a GPU in MIG mode, with the group each
+// was made for.
+TEST(DaemonCommandsTest, GpuListShowsMigInstancesAndTheirOwners) {
+  const json gpu = ListedGpu(0, {{"mig", true}});
+  auto instance = [](int gi, const std::string& profile, int start, const json& owner) {
+    return json{{"gpu_instance_id", gi},
+                {"profile", profile},
+                {"placement", {{"start", start}, {"size", 2}}},
+                {"memory_bytes", 21474836480},
+                {"memory_used_bytes", gi == 1 ? json(1073741824) : json()},
+                {"uuid", "MIG-" + std::to_string(gi)},
+                {"owner", owner}};
+  };
+  FakeNode node;
+  node.answers["GET /v1/gpus"] = Ok({{"gpus", json::array({gpu})}});
+  node.answers["GET /v1/mig"] =
+      Ok({{"gpus",
+           json::array({{{"index", 0},
+                         {"uuid", "GPU-0"},
+                         {"mode", "enabled"},
+                         {"instances", json::array({instance(1, "1g.20gb", 0, "group/train"),
+                                                    instance(2, "2g.20gb", 2, nullptr)})}}})}});
+  const std::string out = RunCli(node, "gpu list");
+  const size_t table = out.find("MIG DEVICE");
+  ASSERT_NE(table, std::string::npos) << out;
+  EXPECT_NE(out.find("1g.20gb   0+2       1024MiB/20480MiB     MIG-1", table), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("-/20480MiB", table), std::string::npos) << "no reading: " << out;
+  EXPECT_NE(out.find("group/train", table), std::string::npos) << out;
+  EXPECT_NE(out.find("MIG-2                                        -", table), std::string::npos)
+      << out;
+  EXPECT_EQ(json::parse(RunCli(node, "gpu list --json"))["mig"][0]["instances"].size(), 2u);
 }
 
 TEST(DaemonCommandsTest, StatusShowsTheRegistryGroupsFromTheClient) {

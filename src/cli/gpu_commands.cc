@@ -1,5 +1,6 @@
 #include "cli/gpu_commands.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -152,6 +153,32 @@ void PrintGpuTable(const json& j) {
   }
 }
 
+// The MIG instances of the GPUs in MIG mode (GET /v1/mig's "gpus"), with the
+// group gpusliced made each for ("-": the operator's). Nothing without one.
+void PrintMigTable(const json& gpus) {
+  bool header = false;
+  for (const auto& g : gpus) {
+    if (g.value("mode", "") != "enabled") continue;
+    if (!header) {
+      printf("\n%-4s %-4s %-9s %-9s %-20s %-44s %s\n", "GPU", "GI", "PROFILE", "PLACEMENT",
+             "MEMORY USED/TOTAL", "MIG DEVICE", "OWNER");
+      header = true;
+    }
+    for (const auto& m : g.value("instances", json::array())) {
+      const std::string placement = std::to_string(m["placement"].value("start", 0)) + "+" +
+                                    std::to_string(m["placement"].value("size", 0));
+      const std::string uuid = m.value("uuid", "");
+      const json used = m.value("memory_used_bytes", json());
+      const std::string memory =
+          (used.is_number() ? Mib(used) : std::string("-")) + "/" + Mib(m["memory_bytes"]);
+      printf("%-4d %-4d %-9s %-9s %-20s %-44s %s\n", g.value("index", 0),
+             m.value("gpu_instance_id", 0), m.value("profile", "").c_str(), placement.c_str(),
+             memory.c_str(), uuid.empty() ? "-" : uuid.c_str(),
+             m["owner"].is_string() ? m["owner"].get<std::string>().c_str() : "-");
+    }
+  }
+}
+
 }  // namespace
 
 void AddGpuCommands(CLI::App& app, const DaemonConnector& connect) {
@@ -168,10 +195,28 @@ void AddGpuCommands(CLI::App& app, const DaemonConnector& connect) {
       HttpReply r = Call(*c, "GET", *ids == "all" ? "/v1/gpus" : "/v1/gpus/" + *ids);
       json j = ParseBody(r);
       FailOnError(r, j);
+      // MIG instances, where a GPU is in MIG mode (a daemon without the
+      // route answers 404: none shown).
+      json mig = json::array();
+      if (std::ranges::any_of(j["gpus"], [](const json& g) {
+            return g.value("features", json::object()).value("mig", false);
+          })) {
+        HttpReply m = Call(*c, "GET", "/v1/mig");
+        const json mj = ParseBody(m);
+        if (m.status == 200 && mj.contains("gpus")) {
+          for (const auto& g : mj["gpus"]) {
+            for (const auto& listed : j["gpus"]) {
+              if (listed.value("uuid", "") == g.value("uuid", "")) mig.push_back(g);
+            }
+          }
+        }
+      }
       if (c->json) {
+        j["mig"] = mig;
         printf("%s\n", j.dump(2).c_str());
       } else {
         PrintGpuTable(j);
+        PrintMigTable(mig);
       }
     });
   }

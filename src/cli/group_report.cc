@@ -8,6 +8,9 @@
 namespace gpuslice::cli {
 namespace {
 
+// " (MIG 1g.20gb MIG-… on GPU-…)" for a group that holds an instance.
+std::string MigText(const RegistryGroup& g) { return g.mig.empty() ? "" : " (MIG " + g.mig + ")"; }
+
 std::string MemoryLimitText(uint64_t bytes) {
   return bytes == kUnlimitedBytes ? "unlimited" : FormatBytes(bytes);
 }
@@ -178,6 +181,7 @@ nlohmann::json StatusJson(const std::vector<GroupReport>& groups, const DaemonVi
                   {"members", members}};
     if (daemon.used) {
       group["tier"] = g.registry ? json(g.registry->tier) : json(nullptr);
+      if (g.registry && !g.registry->mig.empty()) group["mig"] = g.registry->mig;
       json tenants = json::array();
       if (g.registry) {
         for (const RegisteredTenant& t : g.registry->tenants) {
@@ -276,7 +280,7 @@ std::string StatusText(const std::vector<GroupReport>& groups, const DaemonView&
              " holder(s) evicted for holding it past the deadline (stopped or hung inside)\n";
     }
     if (g.registry) {
-      out += "  registry: tier " + g.registry->tier + ", " +
+      out += "  registry: tier " + g.registry->tier + MigText(*g.registry) + ", " +
              std::to_string(g.registry->tenants.size()) + " tenant(s)\n";
       out += EnforcerText(g.registry->enforcers);
       for (const RegisteredTenant& t : g.registry->tenants) {
@@ -289,7 +293,8 @@ std::string StatusText(const std::vector<GroupReport>& groups, const DaemonView&
     snprintf(line, sizeof line, "%-20s %-16s %-27s %-22s %s\n", r.id.c_str(), "-", "-", "-",
              members.c_str());
     out += line;
-    out += "  registry: tier " + r.tier + ", " + std::to_string(r.tenants.size()) + " tenant(s)\n";
+    out += "  registry: tier " + r.tier + MigText(r) + ", " + std::to_string(r.tenants.size()) +
+           " tenant(s)\n";
     out += EnforcerText(r.enforcers);
     for (const RegisteredTenant& t : r.tenants) out += "    tenant: " + TenantText(t) + "\n";
   }

@@ -232,7 +232,8 @@ void AddRegistryCommands(CLI::App& app, const DaemonConnector& connect) {
         ->check(CheckedBy(ComputeLimitsByDevice, "PERCENT|DEV=PERCENT,..."));
     cmd->add_option("--limit", o->limit, "The compute limit: the same as --compute")
         ->check(CheckedBy(ComputeLimitsByDevice, "PERCENT|DEV=PERCENT,..."));
-    cmd->add_option("--tier", o->tier, "Isolation tier")->check(CLI::IsMember({"shared", "mps"}));
+    cmd->add_option("--tier", o->tier, "Isolation tier")
+        ->check(CLI::IsMember({"shared", "mps", "mig"}));
     cmd->add_option("--gpu", o->gpu,
                     "The GPU (index or UUID) the values are for (default: every GPU)");
     cmd->add_option("--request", o->request,

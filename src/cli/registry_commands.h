@@ -4,7 +4,7 @@
 //   tenants [--group G] [--json]
 //   group show [G] [--json]
 //   group set G [--gpu I|UUID] [--memory Q|DEV=Q,...] [--compute|--limit P|DEV=P,...]
-//               [--tier shared|mps] [--request P] [--priority latency|batch] [--weight W]
+//               [--tier shared|mps|mig] [--request P] [--priority latency|batch] [--weight W]
 //               [--json]
 //   group pause G | group resume G [--json]
 //   group forget G

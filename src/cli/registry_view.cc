@@ -146,7 +146,10 @@ StatusOr<std::vector<RegistryGroup>> ParseRegistry(const json& tenants_body,
   for (const json& g : Array(groups_body, "groups")) {
     const std::string id = Str(g, "id");
     if (id.empty()) continue;
-    by_id[id] = {id, Str(g, "tier"), {}, {}};
+    by_id[id] = {id, Str(g, "tier"), {}, {}, ""};
+    if (const json mig = g.value("mig", json()); mig.is_object()) {
+      by_id[id].mig = Str(mig, "profile") + " " + Str(mig, "uuid") + " on " + Str(mig, "gpu");
+    }
     for (const json& gpu : Array(g, "gpus")) {
       const json e = gpu.value("enforcer", json());
       if (!e.is_object()) continue;
@@ -165,7 +168,7 @@ StatusOr<std::vector<RegistryGroup>> ParseRegistry(const json& tenants_body,
   for (const json& t : Array(tenants_body, "tenants")) {
     const std::string group = Str(t, "group");
     RegistryGroup& g = by_id[group];
-    if (g.id.empty()) g = {group, Str(t, "tier"), {}, {}};
+    if (g.id.empty()) g = {group, Str(t, "tier"), {}, {}, ""};
     g.tenants.push_back({static_cast<int32_t>(Int(t, "host_pid")),
                          static_cast<int32_t>(Int(t, "container_pid")), PodText(t),
                          Str(t, "container"), Str(t, "tier")});

@@ -27,7 +27,7 @@ struct RegisteredTenant {
   int32_t container_pid = 0;  // its own pid namespace's number (== host_pid outside one)
   std::string pod;            // "namespace/name" as claimed, "" when none
   std::string container;
-  std::string tier;  // "shared" or "mps"
+  std::string tier;  // "shared", "mps" or "mig"
 };
 
 // A group as the registry knows it: its tier and its live tenants (by host pid).
@@ -45,6 +45,8 @@ struct RegistryGroup {
   std::string tier;
   std::vector<RegisteredTenant> tenants;
   std::vector<GroupEnforcer> enforcers;  // GPUs where a dimension has an enforcer
+  // A `mig` group's instance: "1g.20gb MIG-… on GPU-…"; "" for none.
+  std::string mig;
 };
 
 // Groups from GET /v1/groups and GET /v1/tenants bodies, by id; a tenant whose
@@ -75,7 +77,7 @@ std::string GroupsText(const nlohmann::json& groups);
 struct GroupSetFlags {
   std::vector<std::pair<std::string, uint64_t>> memory;   // MemoryLimitsByDevice
   std::vector<std::pair<std::string, uint32_t>> compute;  // ComputeLimitsByDevice
-  std::string tier;                                       // "", "shared" or "mps"
+  std::string tier;                                       // "", "shared", "mps" or "mig"
   // Scheduling (docs/scheduling.md "Scheduling"), (device, value) as `compute`.
   std::vector<std::pair<std::string, uint32_t>> request;      // 0..100
   std::vector<std::pair<std::string, std::string>> priority;  // "latency" or "batch"

@@ -160,6 +160,17 @@ TEST(ParseRegistry, GroupsCarryTheirEnforcersPerGpu) {
             "  enforcer GPU 0: memory driver (driver hard limit); compute limiter (time caps)\n");
 }
 
+TEST(ParseRegistry, AMigGroupCarriesItsInstance) {
+  auto groups = ParseRegistry(json::parse(R"({"tenants":[]})"), json::parse(R"({"groups":[
+      {"id":"train","tier":"mig","gpus":[],
+       "mig":{"profile":"1g.20gb","uuid":"MIG-1","gpu":"GPU-0"}},
+      {"id":"idle","tier":"mig","gpus":[],"mig":null}]})"));
+  ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+  ASSERT_EQ(groups->size(), 2u);
+  EXPECT_EQ((*groups)[0].mig, "");  // "idle" sorts first
+  EXPECT_EQ((*groups)[1].mig, "1g.20gb MIG-1 on GPU-0");
+}
+
 GroupReport Report(const std::string& group, std::vector<int32_t> pids) {
   GroupReport r{.group = group,
                 .path = "/dev/shm/gpuslice/" + group,
@@ -182,8 +193,9 @@ TEST(MergeRegistry, MembersMatchByHostPidThenUniqueContainerPid) {
                                            {9002, 7, "ns/b", "c", "shared"},
                                            {9003, 7, "ns/c", "c", "shared"},
                                            {9004, 3, "", "", "shared"}},
-                                          {}},
-                                         {"other", "mps", {{600, 600, "", "", "mps"}}, {}}};
+                                          {},
+                                          ""},
+                                         {"other", "mps", {{600, 600, "", "", "mps"}}, {}, ""}};
   auto only = MergeRegistry(registry, reports);
   ASSERT_EQ(only.size(), 1u);
   EXPECT_EQ(only[0].id, "other");

@@ -20,6 +20,7 @@
 #include "daemon/http/http_util.h"
 #include "daemon/kube/pod_settings.h"
 #include "daemon/kubelet/device_plugin.h"
+#include "daemon/mig/mig_routes.h"
 #include "daemon/mps/mps_routes.h"
 #include "daemon/node_metrics.h"
 #include "gpuslice/group_segment.h"
@@ -314,8 +315,12 @@ Node::Node(NodeOptions options, std::unique_ptr<NvmlBackend> backend,
       // holds one MPS tenant, named by the group, while it has members; its
       // last member leaving releases it, a change of its limits changes its
       // settings.
-      tiers_(registry_, mps_,
-             [this](std::string_view type, const nlohmann::json& data) { Publish(type, data); }),
+      // a mig group holds one MIG instance while it has members (docs/mig.md).
+      mig_(*backend_, state_.get()),
+      tiers_(
+          registry_, mps_,
+          [this](std::string_view type, const nlohmann::json& data) { Publish(type, data); },
+          &mig_),
       tiers_started_([this] {
         tiers_.Reconcile();
         tiers_.Start();
@@ -340,6 +345,13 @@ Node::Node(NodeOptions options, std::unique_ptr<NvmlBackend> backend,
                                             return it == g.sm_partitions.end() ? 0u : it->second;
                                           }
                                           return 0u;
+                                        },
+                                    .mig_profile =
+                                        [this](const std::string& group, const std::string& uuid) {
+                                          auto g = tiers_.GroupState(group);
+                                          return g && g->mig && g->mig->gpu_uuid == uuid
+                                                     ? g->mig->instance.profile
+                                                     : std::string();
                                         }},
                  state_.get()),
       enforcers_observing_([this] { registry_.AddObserver(&enforcers_); }),
@@ -411,6 +423,7 @@ Node::Node(NodeOptions options, std::unique_ptr<NvmlBackend> backend,
                                       return controllers_.LedgerEvictionsOf(group);
                                     }});
         mps::RegisterMpsRoutes(router_, mps_);
+        AddMigRoutes(router_, mig_);
       }),
       // The web dashboard (docs/dashboard.md): the page at /, and a sample of
       // the node every second on the event stream, the last minutes kept for
@@ -450,11 +463,13 @@ std::string Node::ExtraMetrics() const {
                                               .tiers = tiers_,
                                               .mps = mps_,
                                               .manager = manager_,
-                                              .state = *state_});
+                                              .state = *state_}) +
+         mig_.FormatMetrics();
 }
 
 void Node::OnTick() {
   manager_.ExpireDue();
+  mig_.RetryReleases();  // instances a process still used when their group ended
   const RegistryView registry = registry_.TakeView();  // one reading, for every consumer below
   enforcers_.Reconcile(registry);
   (void)registry_.RetryCheckpoint();  // a checkpoint a full disk left behind (logged there)

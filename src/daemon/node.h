@@ -45,6 +45,7 @@
 #include "daemon/kube/kube_node.h"
 #include "daemon/kubelet/claim_reader.h"
 #include "daemon/kubelet/kubelet_side.h"
+#include "daemon/mig/mig_manager.h"
 #include "daemon/mps/health_checker.h"
 #include "daemon/mps/mps_manager.h"
 #include "daemon/mps/posix_mps_host.h"
@@ -144,6 +145,7 @@ class Node {
   mps::MpsManager mps_;
   Step mps_started_;
   mps::MpsHealthChecker mps_health_;
+  MigManager mig_;  // `mig` groups' instances, reconciled by tiers_started_
   GroupTiers tiers_;
   Step tiers_started_;  // reconciled with what MPS kept, then a registry observer
   Enforcers enforcers_;

@@ -13,16 +13,29 @@ namespace gpuslice::daemon {
 enum class Tier {
   kShared,  // time-sliced on the GPU, held by the limiter
   kMps,     // an MPS client of the GPU's MPS server
+  kMig,     // a MIG instance of its own (docs/mig.md)
 };
 
-// "shared", "mps".
-inline std::string_view TierName(Tier tier) { return tier == Tier::kMps ? "mps" : "shared"; }
+// "shared", "mps", "mig".
+inline std::string_view TierName(Tier tier) {
+  switch (tier) {
+    case Tier::kMps:
+      return "mps";
+    case Tier::kMig:
+      return "mig";
+    case Tier::kShared:
+      break;
+  }
+  return "shared";
+}
 
 // The tier `name` names; kInvalidArgument for another name.
 inline StatusOr<Tier> ParseTier(std::string_view name) {
   if (name == "shared") return Tier::kShared;
   if (name == "mps") return Tier::kMps;
-  return InvalidArgument(R"(tier must be "shared" or "mps", not ")" + std::string(name) + "\"");
+  if (name == "mig") return Tier::kMig;
+  return InvalidArgument(R"(tier must be "shared", "mps" or "mig", not ")" + std::string(name) +
+                         "\"");
 }
 
 }  // namespace gpuslice::daemon

@@ -18,6 +18,14 @@
 
 namespace gpuslice::cli::top {
 
+// A MIG instance of a GPU in MIG mode (GET /v1/mig).
+struct MigSlot {
+  std::string profile;                  // "1g.20gb"
+  std::string owner;                    // "group/train"; "" for one gpusliced did not make
+  std::optional<uint64_t> memory_used;  // bytes
+  uint64_t memory_total = 0;            // bytes
+};
+
 // One GPU. Only the daemon (GET /v1/gpus) knows more than its UUID: with
 // segments alone the other fields are absent and `index` is -1.
 struct GpuInfo {
@@ -27,6 +35,7 @@ struct GpuInfo {
   std::optional<double> util_percent;
   std::optional<uint64_t> memory_used, memory_total;  // bytes
   std::optional<double> power_watts, power_limit_watts;
+  std::vector<MigSlot> mig;  // its MIG instances, in MIG mode
 };
 
 // A group on one GPU (a row of the group table).

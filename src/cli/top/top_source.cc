@@ -79,6 +79,22 @@ std::vector<GpuInfo> ParseGpus(const json& gpus_body) {
   return out;
 }
 
+void AddMigInstances(const json& mig_gpus, std::vector<GpuInfo>& gpus) {
+  if (!mig_gpus.is_array()) return;
+  for (const json& g : mig_gpus) {
+    if (Str(g, "mode") != "enabled") continue;
+    for (GpuInfo& gpu : gpus) {
+      if (gpu.uuid != Str(g, "uuid")) continue;
+      for (const json& m : Array(g, "instances")) {
+        gpu.mig.push_back({.profile = Str(m, "profile"),
+                           .owner = Str(m, "owner"),
+                           .memory_used = UInt(m, "memory_used_bytes"),
+                           .memory_total = UInt(m, "memory_bytes").value_or(0)});
+      }
+    }
+  }
+}
+
 std::vector<GroupOnGpu> ParseGroups(const json& groups_body, const std::vector<GpuInfo>& gpus) {
   std::vector<GroupOnGpu> out;
   for (const json& g : Array(groups_body, "groups")) {
@@ -230,6 +246,9 @@ Sample Collect(const DaemonClient* client, const std::string& socket, const Segm
     if (tenants.ok()) {
       sample.daemon_answered = true;
       sample.gpus = ParseGpus(*gpus);
+      if (auto mig = client->GetJson("/v1/mig"); mig.ok()) {  // none from an older daemon
+        AddMigInstances(Field(*mig, "gpus"), sample.gpus);
+      }
       sample.groups = ParseGroups(*groups, sample.gpus);
       sample.tenants = ParseTenants(*tenants);
     } else {
@@ -248,6 +267,7 @@ Sample FromDaemonSample(const json& data, const std::string& socket,
   sample.daemon_used = true;
   sample.daemon_answered = true;
   sample.gpus = ParseGpus(json{{"gpus", Field(data, "gpus")}});
+  AddMigInstances(Field(data, "mig"), sample.gpus);
   sample.groups = ParseGroups(json{{"groups", Field(data, "groups")}}, sample.gpus);
   sample.tenants = ParseTenants(json{{"tenants", Field(data, "tenants")}});
   MergeSegments(segments, sample);

@@ -32,6 +32,9 @@ std::vector<GroupSnapshot> ReadSegments(const std::string& dir);
 // Parts of a Sample from the daemon's bodies. A field the daemon leaves out
 // (an older daemon: no "schedule", "grant_percent", "paused") stays absent.
 std::vector<GpuInfo> ParseGpus(const nlohmann::json& gpus_body);
+// Adds GET /v1/mig's instances ("gpus" of `mig_body`, or the sample's
+// "mig") to the GPUs of the same UUID in `gpus`.
+void AddMigInstances(const nlohmann::json& mig_gpus, std::vector<GpuInfo>& gpus);
 std::vector<GroupOnGpu> ParseGroups(const nlohmann::json& groups_body,
                                     const std::vector<GpuInfo>& gpus);
 std::vector<TenantInfo> ParseTenants(const nlohmann::json& tenants_body);

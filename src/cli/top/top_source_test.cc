@@ -141,6 +141,28 @@ TEST(TopSourceTest, ParsesTheDaemonsGpusGroupsAndTenants) {
   EXPECT_FALSE(tenants[1].share_percent);
 }
 
+TEST(TopSourceTest, MigInstancesJoinTheirGpu) {
+  auto gpus = ParseGpus(GpusBody());
+  const json mig = json::parse(R"([
+    {"uuid": "GPU-nope", "mode": "enabled", "instances": [{"profile": "7g.80gb"}]},
+    {"uuid": ")" + gpus[0].uuid +
+                               R"(", "mode": "enabled", "instances": [
+      {"profile": "1g.20gb", "owner": "group/train", "memory_used_bytes": 5,
+       "memory_bytes": 21474836480},
+      {"profile": "2g.20gb", "owner": null, "memory_used_bytes": null, "memory_bytes": 1}]},
+    {"uuid": ")" + gpus[1].uuid +
+                               R"(", "mode": "disabled"}])");
+  AddMigInstances(mig, gpus);
+  ASSERT_EQ(gpus[0].mig.size(), 2u);
+  EXPECT_EQ(gpus[0].mig[0].profile, "1g.20gb");
+  EXPECT_EQ(gpus[0].mig[0].owner, "group/train");
+  EXPECT_EQ(gpus[0].mig[0].memory_used, 5u);
+  EXPECT_EQ(gpus[0].mig[0].memory_total, 21474836480u);
+  EXPECT_EQ(gpus[0].mig[1].owner, "");
+  EXPECT_FALSE(gpus[0].mig[1].memory_used);
+  EXPECT_TRUE(gpus[1].mig.empty());
+}
+
 TEST(TopSourceTest, AGroupTheDaemonPausedIsPaused) {
   json groups = GroupsBody();
   groups["groups"][1]["paused"] = true;                         // nb, as a whole

@@ -108,6 +108,15 @@ GroupCells CellsOf(const GroupRow& row) {
   return c;
 }
 
+// A MIG instance's line under its GPU: profile, memory used/total, owner.
+std::string MigLine(const MigSlot& m) {
+  return Line(
+      "  MIG %-9s mem %-19s %s", m.profile.c_str(),
+      ((m.memory_used ? Bytes(*m.memory_used) : std::string("-")) + "/" + Bytes(m.memory_total))
+          .c_str(),
+      m.owner.empty() ? "(not gpusliced's)" : m.owner.c_str());
+}
+
 std::string PlainFrame(const TopModel& model, const TopUi& ui) {
   const Sample& s = model.sample();
   std::string out = "gpuslice top  " + ClockText(s.at_ns) + "  " + model.SourceLine() + "\n";
@@ -132,6 +141,7 @@ std::string PlainFrame(const TopModel& model, const TopUi& ui) {
     out += Line("%-6s %-24s %-6s %-21s %-12s %s%s\n", GpuName(gpu).c_str(),
                 (gpu.name.empty() ? "-" : gpu.name.substr(0, 24)).c_str(), c.util.c_str(),
                 c.memory.c_str(), c.power.c_str(), bar.c_str(), legend.c_str());
+    for (const MigSlot& m : gpu.mig) out += MigLine(m) + "\n";
   }
   const std::vector<GroupRow> rows = model.Rows(ui.sort, ui.filter);
   out += Line(kGroupHeader, "GROUP", "GPU", "LIMIT", "REQUEST", "GRANT", "SHARE", "HISTORY",
@@ -298,7 +308,12 @@ void CursesView::Draw(const TopModel& model, const TopUi& ui) {
     }
     if (!markers.empty()) legend += " |=request";
     Put(y, x, "]" + legend, w);
-    y += 2;
+    ++y;
+    for (const MigSlot& m : gpu.mig) {
+      if (y >= h - 3) break;
+      Put(y++, 0, MigLine(m), w);
+    }
+    ++y;
   }
 
   // Groups.

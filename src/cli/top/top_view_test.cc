@@ -82,6 +82,28 @@ TEST(TopViewTest, PlainFrameHasTheGpusGroupsAndHistory) {
   EXPECT_EQ(text.back(), '\n');
 }
 
+TEST(TopViewTest, PlainFrameShowsAGpusMigInstancesUnderIt) {
+  Sample s = TwoGroups(50);
+  s.gpus[0].mig = {{.profile = "1g.20gb",
+                    .owner = "group/train",
+                    .memory_used = 1ull << 30,
+                    .memory_total = 20ull << 30},
+                   {.profile = "3g.40gb",
+                    .owner = "",
+                    .memory_used = std::nullopt,
+                    .memory_total = 40ull << 30}};
+  TopModel m;
+  m.Update(s);
+  const auto lines = LinesOf(PlainFrame(m, TopUi{}));
+  ASSERT_GE(lines.size(), 5u);
+  EXPECT_EQ(lines[2].find("GPU"), std::string::npos) << "the GPU's line, then its instances";
+  EXPECT_NE(lines[3].find("MIG 1g.20gb"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[3].find("1.00GiB/20.00GiB"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[3].find("group/train"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[4].find("MIG 3g.40gb"), std::string::npos) << lines[4];
+  EXPECT_NE(lines[4].find("(not gpusliced's)"), std::string::npos) << lines[4];
+}
+
 TEST(TopViewTest, PlainFrameSortsFiltersAndShowsTenants) {
   TopModel m;
   m.Update(TwoGroups(50));

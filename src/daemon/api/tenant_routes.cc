@@ -326,6 +326,14 @@ ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const Gp
     grant = options.tiers->GrantFor(*tenant);
   } else if (tenant->tier == Tier::kMps) {
     grant.reason = "this daemon does not manage MPS";
+  } else if (tenant->tier == Tier::kMig) {
+    grant.refusal = FailedPrecondition("this daemon does not manage MIG");
+  }
+  // A `mig` group without its instance has nowhere to run (docs/mig.md):
+  // the registration is undone and refused with the reason.
+  if (!grant.refusal.ok()) {
+    (void)registry.Unregister(tenant->host_pid);
+    return ApiResponse::FromStatus(FailedPrecondition(grant.refusal.message()));
   }
   json out = {{"tenant", TenantJson(*tenant)},
               {"effective_limits", LimitsByGpu(registry.EffectiveLimits(*tenant))},
@@ -336,6 +344,7 @@ ApiResponse PostTenant(const ApiRequest& req, TenantRegistry& registry, const Gp
   for (const mps::GpuEnv& e : grant.per_gpu) {
     out["mps_gpus"].push_back({{"index", e.index}, {"uuid", e.uuid}, {"env", e.env}});
   }
+  if (grant.mig) out["mig"] = MigGrantJson(*grant.mig);
   if (auto g = registry.GroupOf(tenant->group)) out["group"] = GroupJson(*g);
   if (!schedule_refused.empty()) out["schedule_refused"] = schedule_refused;
   return ApiResponse::Json(201, out);
@@ -409,6 +418,12 @@ json GroupView(const Group& g, const RegistryView& registry, const std::vector<G
   j["tier_granted"] = TierName(Tier::kShared);
   j["tier_reason"] = "";
   j["mps_gpus"] = json::array();
+  if (g.tier == Tier::kMig) {
+    auto grant = tiers != nullptr ? tiers->GroupState(g.id) : std::nullopt;
+    j["tier_granted"] = grant ? json(TierName(grant->tier)) : json(nullptr);
+    j["tier_reason"] = grant ? grant->reason : "no MIG instance is held for the group (no member)";
+    j["mig"] = grant && grant->mig ? MigGrantJson(*grant->mig) : json(nullptr);
+  }
   if (g.tier == Tier::kMps) {
     auto grant = tiers != nullptr ? tiers->GroupState(g.id) : std::nullopt;
     if (grant) {

@@ -146,20 +146,28 @@ json PointOf(const json& sample, int64_t t_ms) {
 DashboardFeed::SampleSource SampleFromRouter(const ApiRouter& router) {
   return [&router] {
     json sample = json::object();
-    for (const char* view : {"gpus", "groups", "tenants"}) {
+    // The sample's key, the route, and its list's key in the route's body.
+    struct View {
+      const char* key;
+      const char* path;
+      const char* list;
+    };
+    for (const View view :
+         {View{"gpus", "/v1/gpus", "gpus"}, View{"groups", "/v1/groups", "groups"},
+          View{"tenants", "/v1/tenants", "tenants"}, View{"mig", "/v1/mig", "gpus"}}) {
       json list = json::array();
       ApiRequest req;
       req.method = "GET";
-      req.path = std::string("/v1/") + view;
+      req.path = view.path;
       auto match = router.Find(req.method, req.path);
       if (match.ok()) {
         const ApiResponse r = (*match->handler)(req);
         json body = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-        if (r.status == 200 && body.is_object() && At(body, view).is_array()) {
-          list = std::move(body[view]);
+        if (r.status == 200 && body.is_object() && At(body, view.list).is_array()) {
+          list = std::move(body[view.list]);
         }
       }
-      sample[view] = std::move(list);
+      sample[view.key] = std::move(list);
     }
     return sample;
   };

@@ -82,7 +82,8 @@ class DashboardFeed {
 // members' (null: none).
 nlohmann::json PointOf(const nlohmann::json& sample, int64_t t_ms);
 
-// The daemon's SampleSource: GET /v1/gpus, /v1/groups and /v1/tenants through
+// The daemon's SampleSource: GET /v1/gpus, /v1/groups, /v1/tenants and /v1/mig
+// (its "gpus" as the sample's "mig") through
 // `router`, the API's own views. A view that fails is an empty list.
 // REQUIRES: `router` outlives the source and is filled before its first call.
 DashboardFeed::SampleSource SampleFromRouter(const ApiRouter& router);

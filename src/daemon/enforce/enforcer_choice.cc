@@ -36,6 +36,8 @@ std::string_view EnforcerName(Enforcer enforcer) {
       return "driver";
     case Enforcer::kMps:
       return "mps";
+    case Enforcer::kMig:
+      return "mig";
   }
   return "none";
 }
@@ -78,6 +80,15 @@ std::optional<std::string> GroupCgroup(const std::vector<CgroupInfo>& members, s
 EnforcerChoice ChooseEnforcers(const ChoiceInput& in) {
   EnforcerChoice c;
   const GpuFeatures& f = in.features;
+  if (!in.mig_profile.empty()) {
+    c.memory = {Enforcer::kMig,
+                "MIG instance " + in.mig_profile +
+                    ": its own memory; the limiter accounts inside it as the second line",
+                "mig_instance"};
+    c.compute = {Enforcer::kMig, "MIG instance " + in.mig_profile + ": its own SMs",
+                 "mig_instance"};
+    return c;
+  }
   if (!in.memory_limit_bytes) {
     c.memory = {Enforcer::kNone, "no memory limit", "no_limit"};
   } else {

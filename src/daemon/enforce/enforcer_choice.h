@@ -1,6 +1,9 @@
 // The enforcer of each group on each GPU, per dimension (DESIGN.md section
 // 5a; docs/backstop.md "Enforcers"): the strongest the node has, and why.
 //
+// A group in a MIG instance of its own (tier `mig`, docs/mig.md): MIG
+// (kMig) for both, the instance's memory and SMs being the hardware's
+// bounds; the limiter keeps its accounting inside the instance.
 // Memory:
 //  1. No memory limit: nothing to enforce (kNone).
 //  2. The driver's per-cgroup hard limit (kDriver) where the GPU offers it
@@ -32,8 +35,8 @@
 
 namespace gpuslice::daemon {
 
-enum class Enforcer { kNone, kLimiter, kDriver, kMps };
-std::string_view EnforcerName(Enforcer enforcer);  // "none", "limiter", "driver", "mps"
+enum class Enforcer { kNone, kLimiter, kDriver, kMps, kMig };
+std::string_view EnforcerName(Enforcer enforcer);  // "none", "limiter", "driver", "mps", "mig"
 
 struct DimensionChoice {
   Enforcer enforcer = Enforcer::kNone;
@@ -44,7 +47,8 @@ struct DimensionChoice {
   // "member_without_cgroup_v2", "members_in_different_cgroups",
   // "root_cgroup", "cgroup_shared_by_groups", "driver_refused",
   // "old_limit_not_cleared"; compute "no_limit", "limiter_time_caps",
-  // "mps_v3_namespace", "mps_v3_sm_partition", "mps_thread_percentage".
+  // "mps_v3_namespace", "mps_v3_sm_partition", "mps_thread_percentage";
+  // both "mig_instance".
   std::string code;
 
   bool operator==(const DimensionChoice&) const = default;
@@ -77,8 +81,10 @@ struct ChoiceInput {
   std::optional<uint64_t> memory_limit_bytes;
   std::optional<uint64_t> memory_request_bytes;
   std::optional<uint32_t> compute_limit_percent;
-  bool mps_granted = false;                // the group runs on MPS on this GPU
-  uint32_t mps_partition_sms = 0;          // its static SM partition there (MPS v3); 0: none
+  bool mps_granted = false;        // the group runs on MPS on this GPU
+  uint32_t mps_partition_sms = 0;  // its static SM partition there (MPS v3); 0: none
+  // The group's MIG instance on this GPU ("3g.40gb"), "" for none.
+  std::string mig_profile;
   std::vector<CgroupInfo> member_cgroups;  // their unified_path is what counts
 };
 

@@ -53,6 +53,20 @@ TEST(EnforcerChoiceTest, AnR615NodeHoldsMemoryByTheDriverOnTheGroupsCgroup) {
   EXPECT_EQ(j["compute"]["reason_code"], "limiter_time_caps");
 }
 
+TEST(EnforcerChoiceTest, AGroupInAMigInstanceIsHeldByMigInBothDimensions) {
+  ChoiceInput in = Input(R615());
+  in.features.mig = true;
+  in.mig_profile = "1g.20gb";
+  const EnforcerChoice c = ChooseEnforcers(in);
+  EXPECT_EQ(c.memory.enforcer, Enforcer::kMig);
+  EXPECT_EQ(c.compute.enforcer, Enforcer::kMig);
+  EXPECT_FALSE(c.driver_limit) << "no driver limit inside a MIG instance";
+  EXPECT_NE(c.memory.reason.find("1g.20gb"), std::string::npos) << c.memory.reason;
+  const nlohmann::json j = EnforcerChoiceJson(c);
+  EXPECT_EQ(j["memory"]["enforcer"], "mig");
+  EXPECT_EQ(j["compute"]["reason_code"], "mig_instance");
+}
+
 TEST(EnforcerChoiceTest, ASoftLimitNeverExceedsTheHardOne) {
   ChoiceInput in = Input(R615());
   in.memory_request_bytes = 8 * kGiB;

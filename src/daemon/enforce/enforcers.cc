@@ -69,6 +69,7 @@ void Enforcers::Reconcile(const RegistryView& registry) {
         if (in.mps_granted && sources_.mps_partition_sms) {
           in.mps_partition_sms = sources_.mps_partition_sms(g.id, gpu.uuid);
         }
+        if (sources_.mig_profile) in.mig_profile = sources_.mig_profile(g.id, gpu.uuid);
         for (const Tenant* t : members) {
           if (UsesGpu(*t, gpu.uuid)) in.member_cgroups.push_back(t->cgroup);
         }

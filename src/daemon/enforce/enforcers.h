@@ -74,6 +74,9 @@ class Enforcers final : public RegistryObserver {
     std::function<bool(const std::string& group, const std::string& uuid)> mps_granted;
     // The SMs of its static SM partition there (MPS v3), 0 for none; null: none.
     std::function<uint32_t(const std::string& group, const std::string& uuid)> mps_partition_sms;
+    // The profile of group `group`'s MIG instance on GPU `uuid`, "" for
+    // none; null: none.
+    std::function<std::string(const std::string& group, const std::string& uuid)> mig_profile;
   };
   using Key = std::pair<std::string, std::string>;  // group id, GPU UUID
 

@@ -56,6 +56,10 @@ class EnforcersTest : public ::testing::Test {
                 [this](const std::string& g, const std::string&) {
                   auto it = partitions_.find(g);
                   return it == partitions_.end() ? 0u : it->second;
+                },
+            .mig_profile =
+                [this](const std::string& g, const std::string&) {
+                  return mig_groups_.contains(g) ? "1g.10gb" : "";
                 }},
         store_.get());
   }
@@ -86,6 +90,7 @@ class EnforcersTest : public ::testing::Test {
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<TenantRegistry> registry_;
   std::set<std::string> mps_groups_;
+  std::set<std::string> mig_groups_;            // in a 1g.10gb
   std::map<std::string, uint32_t> partitions_;  // SMs of a group's MPS v3 partition
 };
 
@@ -212,6 +217,17 @@ TEST_F(EnforcersTest, MpsGroupsComputeIsMps) {
   partitions_["train"] = 32;
   enforcers->Reconcile();
   EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->compute.code, "mps_v3_sm_partition");
+}
+
+TEST_F(EnforcersTest, AMigGroupIsHeldByItsInstanceAndGetsNoDriverLimit) {
+  auto enforcers = Make();
+  Limit("train", 2 * kGiB);
+  Register(100, "train");
+  mig_groups_.insert("train");
+  enforcers->Reconcile();
+  EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->memory.enforcer, Enforcer::kMig);
+  EXPECT_EQ(enforcers->ChoiceOf("train", "GPU-fake-0")->compute.enforcer, Enforcer::kMig);
+  EXPECT_EQ(backend_.memory_limit_calls(), 0);
 }
 
 TEST_F(EnforcersTest, ARestartedDaemonClearsTheLimitsOfGroupsThatLeftMeanwhile) {

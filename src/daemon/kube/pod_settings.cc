@@ -56,6 +56,11 @@ StatusOr<PodSettings> ParsePodSettings(const nlohmann::json& pod) {
   if (auto v = text(kAnnotationTier)) {
     auto t = ParseTier(Trim(*v));
     if (!t.ok()) return Bad(kAnnotationTier, *v, t.status());
+    // A pod's devices come from the device plugin or its claim, which name
+    // no MIG instance yet (docs/mig.md "Not yet").
+    if (*t == Tier::kMig) {
+      return Bad(kAnnotationTier, *v, InvalidArgument(R"(tier "mig" is not offered to pods yet)"));
+    }
     s.tier = *t;
   }
   if (s.request_percent && s.cores_percent && *s.request_percent > *s.cores_percent) {

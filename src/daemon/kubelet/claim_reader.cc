@@ -107,7 +107,10 @@ StatusOr<Tier> SliceConfigTier(const json& parameters, const std::string& where)
   }
   const json tier = parameters.value("tier", json("shared"));
   if (tier.is_string()) {
-    if (auto parsed = ParseTier(tier.get<std::string>()); parsed.ok()) return *parsed;
+    // A claim's devices name no MIG instance yet (docs/mig.md "Not yet").
+    if (auto parsed = ParseTier(tier.get<std::string>()); parsed.ok() && *parsed != Tier::kMig) {
+      return *parsed;
+    }
   }
   return InvalidArgument(what + ": tier " + tier.dump() + R"( is neither "shared" nor "mps")");
 }

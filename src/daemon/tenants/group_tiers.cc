@@ -48,8 +48,9 @@ mps::TenantSettings SettingsFor(const Group& group, const std::vector<std::strin
 
 }  // namespace
 
-GroupTiers::GroupTiers(TenantRegistry& registry, mps::MpsManager& mps, EventListener events)
-    : registry_(registry), mps_(mps), events_(std::move(events)) {}
+GroupTiers::GroupTiers(TenantRegistry& registry, mps::MpsManager& mps, EventListener events,
+                       MigManager* mig)
+    : registry_(registry), mps_(mps), events_(std::move(events)), mig_(mig) {}
 
 GroupTiers::~GroupTiers() { Stop(); }
 
@@ -164,6 +165,7 @@ std::vector<std::string> GroupTiers::TierConflicts(
 
 Status GroupTiers::CheckPlacement(const std::string& group, Tier tier,
                                   const std::vector<std::string>& uuids) {
+  if (tier == Tier::kMig) return Status::Ok();  // an instance of its own meets no one
   const auto conflicts = tier == Tier::kMps
                              ? TierConflicts(group, tier, uuids, registry_.Tenants(), {})
                              : TierConflicts(group, tier, uuids, {}, GroupStates());
@@ -210,7 +212,8 @@ void GroupTiers::ReleaseIfUnused(const std::string& group) {
     groups_.erase(it);
   }
   if (!grant.held) return;
-  const Status s = mps_.Release(group);
+  const Status s = grant.tier == Tier::kMig && mig_ != nullptr ? mig_->Release(MigOwner(group))
+                                                               : mps_.Release(group);
   GS_LOG(kInfo, "gpusliced", "event=tier_released group=%s tier=%s error=\"%s\"", group.c_str(),
          std::string(TierName(grant.tier)).c_str(), s.message().c_str());
 }
@@ -218,6 +221,22 @@ void GroupTiers::ReleaseIfUnused(const std::string& group) {
 void GroupTiers::Reconcile() {
   std::map<std::string, Group> groups;
   for (Group& g : registry_.Groups()) groups.emplace(g.id, std::move(g));
+  if (mig_ != nullptr) {
+    auto group_of = [](const std::string& owner) {
+      return owner.starts_with("group/") ? owner.substr(6) : std::string();
+    };
+    mig_->Reconcile([&](const std::string& owner) {
+      auto g = groups.find(group_of(owner));
+      return g != groups.end() && g->second.tier == Tier::kMig &&
+             registry_.MemberCount(g->first) > 0;
+    });
+    for (const MigGrant& m : mig_->Grants()) {
+      if (m.state != MigGrant::State::kHeld || group_of(m.owner).empty()) continue;
+      MutexLock lock(mu_);
+      groups_[group_of(m.owner)] = GroupGrant{
+          .tier = Tier::kMig, .reason = "", .uuids = {m.gpu_uuid}, .held = true, .mig = m};
+    }
+  }
   for (const mps::TenantInfo& t : mps_.Tenants()) {
     auto g = groups.find(t.name);
     if (g == groups.end() || g->second.tier != Tier::kMps) continue;  // not a group's
@@ -230,8 +249,8 @@ void GroupTiers::Reconcile() {
       continue;
     }
     MutexLock lock(mu_);
-    groups_[t.name] =
-        GroupGrant{.tier = t.tier, .reason = t.reason, .uuids = t.uuids, .held = true};
+    groups_[t.name] = GroupGrant{
+        .tier = t.tier, .reason = t.reason, .uuids = t.uuids, .held = true, .mig = std::nullopt};
   }
 }
 
@@ -250,6 +269,22 @@ std::map<std::string, GroupTiers::GroupGrant> GroupTiers::GroupStates() const {
 GroupTiers::Grant GroupTiers::Describe(const Tenant& tenant, const Group& group,
                                        const std::optional<GroupGrant>& grant) {
   Grant out;
+  if (group.tier == Tier::kMig) {
+    if (!grant || grant->tier != Tier::kMig || !grant->mig) {
+      out.reason = "no MIG instance is held for the group";
+      out.refusal = FailedPrecondition(out.reason);
+      return out;
+    }
+    if (std::ranges::find(tenant.devices, grant->mig->gpu_uuid) == tenant.devices.end()) {
+      out.reason = "group \"" + tenant.group + "\"'s MIG instance is on GPU " +
+                   grant->mig->gpu_uuid + ", which the tenant does not use";
+      out.refusal = FailedPrecondition(out.reason);
+      return out;
+    }
+    out.tier = Tier::kMig;
+    out.mig = grant->mig;
+    return out;
+  }
   if (group.tier != Tier::kMps) return out;
   if (!grant) {
     out.reason = "no MPS tenant is held for the group";
@@ -277,8 +312,51 @@ GroupTiers::Grant GroupTiers::Current(const Tenant& tenant) const {
   return Describe(tenant, *group, GroupState(tenant.group));
 }
 
+GroupTiers::Grant GroupTiers::GrantMig(const Tenant& tenant, const Group& group) {
+  GroupTurn turn(*this, tenant.group);
+  std::optional<GroupGrant> held = GroupState(tenant.group);
+  if (!held) {
+    if (mig_ == nullptr) {
+      Grant refused;
+      refused.reason = "this daemon does not manage MIG";
+      refused.refusal = FailedPrecondition(refused.reason);
+      return refused;
+    }
+    // The instance must hold the group's limits wherever it lands.
+    MigRequest request{.owner = MigOwner(group.id),
+                       .gpus = tenant.devices,
+                       .memory_bytes = std::nullopt,
+                       .compute_percent = std::nullopt};
+    for (const std::string& uuid : tenant.devices) {
+      const GpuLimit l = LimitOn(group.limits, uuid);
+      if (l.memory_bytes) {
+        request.memory_bytes = std::max(request.memory_bytes.value_or(0), *l.memory_bytes);
+      }
+      if (l.compute_percent) {
+        request.compute_percent = std::max(request.compute_percent.value_or(0), *l.compute_percent);
+      }
+    }
+    auto made = mig_->Acquire(request);
+    if (!made.ok()) {
+      Grant refused;
+      refused.reason = "MIG refused the group: " + made.status().message();
+      refused.refusal = Status(made.status().code(), refused.reason);
+      GS_LOG(kWarn, "gpusliced", "event=tier_refused group=%s pid=%d tier=mig reason=\"%s\"",
+             tenant.group.c_str(), tenant.host_pid, refused.reason.c_str());
+      return refused;
+    }
+    MutexLock lock(mu_);
+    held = groups_[tenant.group] = GroupGrant{
+        .tier = Tier::kMig, .reason = "", .uuids = {made->gpu_uuid}, .held = true, .mig = *made};
+  }
+  Grant grant = Describe(tenant, group, held);
+  if (grant.mig) grant.env["CUDA_VISIBLE_DEVICES"] = grant.mig->instance.uuid;
+  return grant;
+}
+
 GroupTiers::Grant GroupTiers::GrantFor(const Tenant& tenant) {
   auto group = registry_.GroupOf(tenant.group);
+  if (group && group->tier == Tier::kMig) return GrantMig(tenant, *group);
   if (!group || group->tier != Tier::kMps) return Grant{};
   GroupTurn turn(*this, tenant.group);
   std::optional<GroupGrant> held = GroupState(tenant.group);
@@ -295,7 +373,11 @@ GroupTiers::Grant GroupTiers::GrantFor(const Tenant& tenant) {
       result = std::move(*acquired);
       // The manager's word (it may have fallen back since, had its tenant
       // been released through /v1/mps).
-      GroupGrant g{.tier = result.tier, .reason = result.reason, .uuids = {}, .held = true};
+      GroupGrant g{.tier = result.tier,
+                   .reason = result.reason,
+                   .uuids = {},
+                   .held = true,
+                   .mig = std::nullopt};
       for (const mps::GpuEnv& e : result.per_gpu) g.uuids.push_back(e.uuid);
       MutexLock lock(mu_);
       held = groups_[tenant.group] = std::move(g);
@@ -307,7 +389,8 @@ GroupTiers::Grant GroupTiers::GrantFor(const Tenant& tenant) {
           GroupGrant{.tier = Tier::kShared,
                      .reason = "MPS refused the group: " + acquired.status().message(),
                      .uuids = {},
-                     .held = false};
+                     .held = false,
+                     .mig = std::nullopt};
     } else {
       refused = "MPS refused the group: " + acquired.status().message();
     }

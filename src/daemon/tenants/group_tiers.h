@@ -1,7 +1,7 @@
 // GroupTiers: a group's isolation tier made real (DESIGN.md sections 4-5;
 // docs/api.md "Tenants and groups", docs/mps.md "Tiers").
 //
-// The registry records the tier a group asks for (`shared` or `mps`) and stays
+// The registry records the tier a group asks for (`shared`, `mps` or `mig`) and stays
 // the one source of truth for it; this class grants it. For an `mps` group it
 // holds one MPS tenant per group, named by the group id, through the
 // MpsManager (which persists its own tenants):
@@ -30,6 +30,16 @@
 //     grants of mps groups with live members are kept, those of mps groups
 //     without one are released. MPS tenants that are no registry group's (made
 //     through /v1/mps) are left alone.
+//  7. A `mig` group (docs/mig.md) holds one MIG instance, owner "group/<id>",
+//     through the MigManager: made for its first registrant on the first of
+//     its GPUs in MIG mode with room (covering the group's memory and compute
+//     limits), shared by later registrants on that GPU, destroyed when its
+//     last member leaves (rule 4's worker), adopted at restart while the group
+//     has a member (rule 6). Its members' environment names the instance
+//     (CUDA_VISIBLE_DEVICES=MIG-...). There is no fallback: a GPU in MIG mode
+//     runs no plain context, so a `mig` group that cannot have an instance
+//     refuses the registration (Grant::refusal) with the reason. A limit
+//     change takes effect with the next instance (an instance does not resize).
 //
 // Thread-safe. REQUIRES: the registry and the manager outlive this object;
 // Stop() before they go.
@@ -53,6 +63,7 @@
 
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "daemon/mig/mig_manager.h"
 #include "daemon/mps/mps_manager.h"
 #include "daemon/tenants/registry.h"
 
@@ -72,20 +83,27 @@ class GroupTiers final : public RegistryObserver {
     // talks to one daemon: one process per GPU). Empty for `shared`.
     std::map<std::string, std::string> env;
     std::vector<mps::GpuEnv> per_gpu;
+    // For a `mig` group that cannot have its instance: why (the registration
+    // is refused); OK otherwise.
+    Status refusal;
+    std::optional<MigGrant> mig;  // the group's instance, for `mig`
   };
   // What a group holds now.
   struct GroupGrant {
     Tier tier = Tier::kShared;
     std::string reason;
     std::vector<std::string> uuids;  // the MPS tenant's GPUs (empty when shared)
-    bool held = false;               // an MPS tenant of this name is ours to release
+    bool held = false;               // an MPS tenant (MIG instance) of this name is ours to release
+    std::optional<MigGrant> mig;     // the group's MIG instance (tier kMig)
   };
 
   // Receives each refused placement (CheckPlacement) as an event
   // `tier_conflict` {group, tier, conflicting_groups}.
   using EventListener = std::function<void(std::string_view type, const nlohmann::json& data)>;
 
-  GroupTiers(TenantRegistry& registry, mps::MpsManager& mps, EventListener events = {});
+  // `mig`: the node's MIG instances (null: `mig` groups are refused).
+  GroupTiers(TenantRegistry& registry, mps::MpsManager& mps, EventListener events = {},
+             MigManager* mig = nullptr);
   ~GroupTiers() override;
   GroupTiers(const GroupTiers&) = delete;
   GroupTiers& operator=(const GroupTiers&) = delete;
@@ -156,11 +174,15 @@ class GroupTiers final : public RegistryObserver {
   // False when the worker does not run (the caller does the job itself).
   bool Enqueue(Job job, const std::string& group);
   void Run();
+  // GrantFor of a `mig` group (rule 7).
+  Grant GrantMig(const Tenant& tenant, const Group& group);
+  static std::string MigOwner(const std::string& group) { return "group/" + group; }
 
   TenantRegistry& registry_;
   mps::MpsManager& mps_;
   EventListener events_;
-  std::array<std::atomic<uint64_t>, 2> conflicts_{};  // refusals, by Tier (shared, mps)
+  MigManager* const mig_;
+  std::array<std::atomic<uint64_t>, 3> conflicts_{};  // refusals, by Tier
 
   // Holds group `id`'s turn for its scope: acquisitions, limit changes and
   // releases of one group are ordered (rule 4); other groups' never wait for

@@ -7,6 +7,7 @@
 #include <future>
 #include <thread>
 
+#include "daemon/gpu/fake_backend.h"
 #include "daemon/mps/fake_mps.h"
 #include "daemon/tenants/fake_proc.h"
 
@@ -337,15 +338,80 @@ TEST(TierConflictsTest, MpsRefusedWhereOtherGroupsSharedTenantsRun) {
 
 TEST(TierConflictsTest, SharedRefusedWhereOtherGroupsMpsServerRuns) {
   std::map<std::string, GroupTiers::GroupGrant> mps;
-  mps["m1"] = {.tier = Tier::kMps, .reason = "", .uuids = {"GPU-0"}, .held = true};
-  mps["m2"] = {.tier = Tier::kMps, .reason = "", .uuids = {"GPU-1"}, .held = true};
-  mps["self"] = {.tier = Tier::kMps, .reason = "", .uuids = {"GPU-0"}, .held = true};
-  mps["fell"] = {.tier = Tier::kShared, .reason = "", .uuids = {}, .held = false};
+  mps["m1"] = {
+      .tier = Tier::kMps, .reason = "", .uuids = {"GPU-0"}, .held = true, .mig = std::nullopt};
+  mps["m2"] = {
+      .tier = Tier::kMps, .reason = "", .uuids = {"GPU-1"}, .held = true, .mig = std::nullopt};
+  mps["self"] = {
+      .tier = Tier::kMps, .reason = "", .uuids = {"GPU-0"}, .held = true, .mig = std::nullopt};
+  mps["fell"] = {
+      .tier = Tier::kShared, .reason = "", .uuids = {}, .held = false, .mig = std::nullopt};
   EXPECT_EQ(GroupTiers::TierConflicts("self", Tier::kShared, {"GPU-0", "GPU-1"}, {}, mps),
             (std::vector<std::string>{"m1", "m2"}));
   EXPECT_EQ(GroupTiers::TierConflicts("x", Tier::kShared, {"GPU-1"}, {}, mps),
             (std::vector<std::string>{"m2"}));
   EXPECT_TRUE(GroupTiers::TierConflicts("x", Tier::kShared, {"GPU-3"}, {}, mps).empty());
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon
+
+namespace gpuslice::daemon {
+namespace {
+
+// Rule 7: a `mig` group's MIG instance, on the fake backend's H100s (GPU 1
+// in MIG mode).
+class GroupTiersMigTest : public GroupTiersTest {
+ protected:
+  GroupTiersMigTest() { backend_.EnableMig(1); }
+  GroupTiers& MigTiers() {
+    if (!mig_tiers_) {
+      mig_tiers_ = std::make_unique<GroupTiers>(registry_, Manager(), nullptr, &mig_);
+    }
+    return *mig_tiers_;
+  }
+  void MigGroup(const std::string& id, GpuLimit all) {
+    ASSERT_TRUE(registry_.SetGroup(id, {{kAllGpus, all}}, Tier::kMig).ok());
+  }
+
+  FakeBackend backend_{2};
+  MigManager mig_{backend_, nullptr};
+  std::unique_ptr<GroupTiers> mig_tiers_;
+};
+
+TEST_F(GroupTiersMigTest, AMigGroupsMembersShareOneInstanceThatGoesWithTheLast) {
+  MigGroup("train", {.memory_bytes = 20 * kGiB, .compute_percent = std::nullopt});
+  const GroupTiers::Grant a =
+      MigTiers().GrantFor(Register(100, "train", {"GPU-fake-0", "GPU-fake-1"}));
+  ASSERT_TRUE(a.refusal.ok()) << a.refusal.message();
+  EXPECT_EQ(a.tier, Tier::kMig);
+  ASSERT_TRUE(a.mig);
+  EXPECT_EQ(a.mig->gpu_uuid, "GPU-fake-1") << "the GPU in MIG mode";
+  EXPECT_EQ(a.mig->instance.profile, "1g.20gb");
+  EXPECT_EQ(a.env.at("CUDA_VISIBLE_DEVICES"), a.mig->instance.uuid);
+
+  const GroupTiers::Grant b = MigTiers().GrantFor(Register(101, "train", {"GPU-fake-1"}));
+  ASSERT_TRUE(b.mig);
+  EXPECT_EQ(b.mig->instance.uuid, a.mig->instance.uuid);
+  // A member that does not use the instance's GPU cannot run in it.
+  const GroupTiers::Grant c = MigTiers().GrantFor(Register(102, "train", {"GPU-fake-0"}));
+  EXPECT_FALSE(c.refusal.ok());
+  EXPECT_THAT(c.reason, HasSubstr("GPU-fake-1"));
+
+  for (pid_t pid : {100, 101, 102}) ASSERT_TRUE(registry_.Unregister(pid).ok());
+  MigTiers().ReleaseIfUnused("train");
+  EXPECT_TRUE(backend_.MigInstances(1)->empty());
+  EXPECT_FALSE(MigTiers().GroupState("train"));
+}
+
+TEST_F(GroupTiersMigTest, AMigGroupWithoutRoomIsRefusedWithTheReason) {
+  MigGroup("train", {.memory_bytes = 20 * kGiB, .compute_percent = std::nullopt});
+  const GroupTiers::Grant a = MigTiers().GrantFor(Register(100, "train", {"GPU-fake-0"}));
+  EXPECT_EQ(a.tier, Tier::kShared);
+  EXPECT_EQ(a.refusal.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(a.reason, HasSubstr("MIG mode"));
+  EXPECT_TRUE(a.env.empty());
+  EXPECT_FALSE(MigTiers().GroupState("train"));
 }
 
 }  // namespace

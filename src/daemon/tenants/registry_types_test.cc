@@ -53,11 +53,11 @@ TEST(RegistryTypesTest, AScheduleResolvesLikeLimitsAndIsValidatedInRange) {
 }
 
 TEST(RegistryTypesTest, TierAndPriorityNamesReadBack) {
-  for (Tier t : {Tier::kShared, Tier::kMps}) EXPECT_EQ(*ParseTier(TierName(t)), t);
+  for (Tier t : {Tier::kShared, Tier::kMps, Tier::kMig}) EXPECT_EQ(*ParseTier(TierName(t)), t);
   for (Priority p : {Priority::kBatch, Priority::kLatency}) {
     EXPECT_EQ(*ParsePriority(PriorityName(p)), p);
   }
-  EXPECT_EQ(ParseTier("mig").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseTier("vgpu").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParsePriority("urgent").status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -98,5 +98,39 @@ TEST_F(MigProcessTest, MigDevicesRunTheirWorkSideBySide) {
   EXPECT_GT(large, 80) << "the 3g.40gb's program";
 }
 
+// The limiter inside an instance: a memory cap below the instance's size
+// holds there (the allocation probe under LD_PRELOAD on the 3g.40gb, capped
+// at 4 GiB), and a compute cap is a share of the instance's time (the
+// 1g.10gb's program capped at 30 %, its neighbour's unchanged).
+TEST_F(MigProcessTest, TheLimiterHoldsItsCapsInsideAnInstance) {
+  const std::vector<std::string> limited = {
+      "LD_PRELOAD=" + testing::BuildDir() + "/lib/libgpuslice.so", "GPUSLICE_SHM_DIR=" + shm_dir_};
+  std::vector<std::string> memory = limited;
+  memory.push_back("GPUSLICE_GROUP=small-memory");
+  memory.push_back("GPUSLICE_MEMORY_LIMIT=4GiB");
+  memory.push_back("CUDA_VISIBLE_DEVICES=" + uuids_[1]);
+  const pid_t probe = StartProgram("gpuslice-alloc-probe", 0, {"alloc"}, memory);
+  EXPECT_EQ(Join(probe), 0) << Read("err0");
+  const json r = json::parse(Read("out0"), nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(r.is_object()) << Read("out0");
+  EXPECT_LE(r["granted_bytes"].get<uint64_t>(), 4 * kGiB);
+  EXPECT_GT(r["granted_bytes"].get<uint64_t>(), 3 * kGiB);
+  EXPECT_EQ(r["total"], 4 * kGiB) << "the limiter reports its cap as the device's memory";
+
+  std::vector<std::string> capped = limited;
+  capped.push_back("GPUSLICE_GROUP=capped");
+  capped.push_back("GPUSLICE_COMPUTE_LIMIT=30");
+  capped.push_back("CUDA_VISIBLE_DEVICES=" + uuids_[0]);
+  const std::vector<std::string> work = {"--kernel-us", "1000", "--duration-s", "8", "--quiet"};
+  const std::vector<pid_t> pids = {Start(1, work, capped),
+                                   Start(2, work, {"CUDA_VISIBLE_DEVICES=" + uuids_[1]})};
+  WaitRunning(pids);
+  const double small = ShareOfDevice({pids[0]}, milliseconds(3000));
+  const double large = ShareOfDevice({pids[1]}, milliseconds(1500));
+  EXPECT_GT(small, 25) << "the capped program on the 1g.10gb";
+  EXPECT_LT(small, 35) << "the capped program on the 1g.10gb";
+  EXPECT_GT(large, 80) << "its neighbour on the 3g.40gb";
+}
+
 }  // namespace
 }  // namespace gpuslice
